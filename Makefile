@@ -1,0 +1,53 @@
+# inferq: `make demo` runs the pipeline on a small workload, `make test` runs the suite.
+# Both set up what they need: a virtualenv with the package and the Kafka jars from Maven Central.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup jars demo test test-unit check lint format typecheck broker-up broker-down clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+jars: setup
+	$(BIN)/inferq broker jars
+
+demo: setup jars
+	$(BIN)/inferq demo
+
+test: setup jars
+	$(BIN)/pytest
+
+test-unit: setup
+	$(BIN)/pytest tests/unit
+
+lint: setup
+	$(BIN)/ruff check services tests
+	$(BIN)/ruff format --check services tests
+
+format: setup
+	$(BIN)/ruff format services tests
+	$(BIN)/ruff check --fix services tests
+
+typecheck: setup
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+broker-up: setup jars
+	$(BIN)/inferq broker start
+
+broker-down: setup
+	$(BIN)/inferq broker stop
+
+clean:
+	-$(BIN)/inferq broker stop
+	rm -rf .inferq

@@ -1,0 +1,40 @@
+"""The `inferq` command: one subcommand per service and tool."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+
+def _registrars() -> list[Register]:
+    # Imported here, not at module import: `inferq --help` must not load every client library.
+    from services.demo.cli import register as demo
+    from services.dispatcher.cli import register as dispatcher
+    from services.ingest.cli import register as ingest
+    from services.localbroker.cli import register as broker
+    from services.messaging.cli import register as topics
+    from services.results.cli import register as results
+    from services.simbackend.cli import register as sim_backend
+
+    return [broker, topics, ingest, dispatcher, results, sim_backend, demo]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="inferq", description="A priority inference queue on Kafka.")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for register in _registrars():
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""`inferq dispatcher`: one member of the dispatcher consumer group."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from services.dispatcher.app import serve
+from services.dispatcher.settings import DispatcherSettings
+from services.serving import configure_logging
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("dispatcher", help="dispatcher: tier topics → LLM backend → reply topic")
+    parser.add_argument("--host", default=None, help="metrics bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None, help="metrics port (default 8702)")
+    parser.add_argument("--budget", type=int, default=None, help="concurrency budget (default 10)")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    configure_logging()
+    overrides: dict[str, object] = {}
+    if args.host:
+        overrides["metrics_host"] = args.host
+    if args.port:
+        overrides["metrics_port"] = args.port
+    if args.budget:
+        overrides["budget"] = args.budget
+    settings = DispatcherSettings(**overrides)  # type: ignore[arg-type]
+    return asyncio.run(serve(settings))

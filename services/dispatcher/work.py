@@ -1,0 +1,29 @@
+"""A request taken from Kafka and held until it starts, with where it came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.dispatcher.offsets import PartitionOffsets
+from services.messaging.tiers import Tier
+
+
+@dataclass
+class Work:
+    request: dict[str, Any]
+    tier: Tier
+    offsets: PartitionOffsets
+    offset: int
+
+    @property
+    def request_id(self) -> str:
+        return str(self.request["request_id"])
+
+    @property
+    def expire_at_ms(self) -> int:
+        return int(self.request["expire_at_ms"])
+
+    def done(self) -> None:
+        """The outcome is durably written: the offset may be committed."""
+        self.offsets.complete(self.offset)

@@ -1,0 +1,26 @@
+"""`inferq ingest`: the HTTP ingest service."""
+
+from __future__ import annotations
+
+import argparse
+
+from services.ingest.app import create_app
+from services.ingest.settings import IngestSettings
+from services.serving import configure_logging, run_asgi
+from services.telemetry import setup_metrics
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("ingest", help="HTTP ingest: POST /v1/requests → priority topics")
+    parser.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None, help="port (default 8700)")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    configure_logging()
+    settings = IngestSettings()
+    host = args.host or settings.host
+    port = args.port or settings.port
+    setup_metrics("inferq-ingest")
+    return run_asgi(create_app(settings), host, port)

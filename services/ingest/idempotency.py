@@ -1,0 +1,48 @@
+"""A bounded memory of recent client-supplied request ids.
+
+A client that resends a request with the same `request_id` (after a timeout, say) gets the first
+answer back and no second record is written. Concurrent resends wait on the first attempt. A failed
+attempt is forgotten so the client can try again. The bound keeps memory flat; across restarts and
+instances, the results service's first-result-wins store is the backstop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+Answer = dict[str, Any]
+
+
+class IdempotencyCache:
+    def __init__(self, max_entries: int) -> None:
+        self._max = max_entries
+        self._entries: OrderedDict[str, asyncio.Future[Answer]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def once(self, request_id: str, action: Callable[[], Awaitable[Answer]]) -> tuple[Answer, bool]:
+        """Run `action` once per id; returns (answer, replayed) where replayed means an earlier answer."""
+        existing = self._entries.get(request_id)
+        if existing is not None:
+            self._entries.move_to_end(request_id)
+            return await asyncio.shield(existing), True
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._entries[request_id] = future
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+        try:
+            answer = await action()
+        except BaseException as exc:
+            self._entries.pop(request_id, None)
+            if isinstance(exc, Exception):
+                future.set_exception(exc)
+                future.exception()  # mark retrieved: waiters re-raise it, nobody else must
+            else:
+                future.cancel()
+            raise
+        future.set_result(answer)
+        return answer, False

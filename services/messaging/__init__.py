@@ -1,0 +1,16 @@
+"""What the services share about messages: the Avro envelope, tiers, topics and Kafka client settings.
+
+Public surface:
+
+- `codec`: Avro single-object encoding of `InferenceRequest` / `InferenceResult`.
+- `tiers`: `Tier`, the scenario → tier map and per-tier deadlines.
+- `topics`: the topic table, declared once.
+- `kafka_config`: typed Kafka settings turned into client kwargs at the edge.
+
+Errors (``errors``)::
+
+    MessagingError
+     ├── DecodeError            bytes that are not a record we can read (poison)
+     │    └── UnknownSchemaError  a well-formed header naming a schema we do not hold
+     └── MissingTopicsError     topics a service needs are not on the broker
+"""

@@ -1,0 +1,85 @@
+"""Typed Kafka settings, turned into client kwargs only at the edge.
+
+One object for every service: the bootstrap list (``KAFKA_BOOTSTRAP_SERVERS`` is honoured, as
+every Kafka tool does), the topic prefix, optional SASL credentials kept as `SecretStr`, and a
+librdkafka pass-through for anything else. The returned dicts are new on every call, so no caller
+can mutate another's configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.messaging.topics import TopicNames
+
+
+class KafkaSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="INFERQ_KAFKA_", extra="ignore", populate_by_name=True)
+
+    bootstrap_servers: str = Field(
+        default="127.0.0.1:9092",
+        validation_alias=AliasChoices("INFERQ_KAFKA_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS"),
+    )
+    topic_prefix: str = Field(default="inferq", validation_alias=AliasChoices("INFERQ_TOPIC_PREFIX"))
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    # librdkafka pass-through (JSON object in INFERQ_KAFKA_EXTRA) for options we do not model.
+    extra: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def topics(self) -> TopicNames:
+        return TopicNames(self.topic_prefix)
+
+    def _librdkafka_common(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        conf.update(self.extra)
+        return conf
+
+    def admin_config(self) -> dict[str, Any]:
+        return self._librdkafka_common()
+
+    def producer_config(self, *, client_id: str, linger_ms: int = 1) -> dict[str, Any]:
+        """An idempotent, acks=all librdkafka producer: a 202 or a result means durably written."""
+        conf = self._librdkafka_common()
+        conf.update(
+            {
+                "client.id": client_id,
+                # No duplicates or reordering from internal retries; implies acks=all.
+                "enable.idempotence": True,
+                "acks": "all",
+                # Interactive traffic: a millisecond of batching, not librdkafka's 5 ms default.
+                "linger.ms": linger_ms,
+                # A produce that cannot reach the broker fails in bounded time, so ingest answers 503.
+                "message.timeout.ms": 10_000,
+                "compression.type": "lz4",
+            }
+        )
+        return conf
+
+    def aiokafka_config(self) -> dict[str, Any]:
+        """Connection kwargs for aiokafka clients."""
+        conf: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "security_protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            conf["sasl_mechanism"] = self.sasl_mechanism
+            conf["sasl_plain_username"] = self.sasl_username
+            conf["sasl_plain_password"] = (
+                self.sasl_password.get_secret_value() if self.sasl_password else None
+            )
+        return conf

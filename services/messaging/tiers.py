@@ -1,0 +1,62 @@
+"""Tiers, the scenario → tier map and each tier's deadline.
+
+Policy (mission.md): realtime chat and any unknown scenario are HIGH (a user is waiting);
+emotion analysis never drops below MEDIUM; briefs and batch jobs are LOW. A producer may raise a
+request's tier explicitly (a paid "express" request), never lower emotion analysis below MEDIUM.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+class Tier(enum.StrEnum):
+    HIGH = "HIGH"
+    MEDIUM = "MEDIUM"
+    LOW = "LOW"
+
+    @property
+    def rank(self) -> int:
+        """0 for HIGH: lower rank is served first."""
+        return _RANK[self]
+
+
+_RANK = {Tier.HIGH: 0, Tier.MEDIUM: 1, Tier.LOW: 2}
+TIERS_BY_PRIORITY: tuple[Tier, ...] = (Tier.HIGH, Tier.MEDIUM, Tier.LOW)
+
+DEFAULT_SCENARIO_TIERS: Mapping[str, Tier] = MappingProxyType(
+    {
+        "realtime_chat": Tier.HIGH,
+        "emotion_analysis": Tier.MEDIUM,
+        "recipe_recommend": Tier.MEDIUM,
+        "schedule_plan": Tier.MEDIUM,
+        "morning_brief": Tier.LOW,
+        "batch": Tier.LOW,
+    }
+)
+
+# Scenarios that must never be served below a tier, whatever the producer asks.
+DEFAULT_TIER_FLOORS: Mapping[str, Tier] = MappingProxyType({"emotion_analysis": Tier.MEDIUM})
+
+DEFAULT_DEADLINES_MS: Mapping[Tier, int] = MappingProxyType(
+    {Tier.HIGH: 5_000, Tier.MEDIUM: 30_000, Tier.LOW: 12 * 3_600_000}
+)
+
+
+@dataclass(frozen=True)
+class TierPolicy:
+    """Decides a request's tier from its scenario and an optional explicit priority."""
+
+    scenario_tiers: Mapping[str, Tier] = field(default_factory=lambda: DEFAULT_SCENARIO_TIERS)
+    floors: Mapping[str, Tier] = field(default_factory=lambda: DEFAULT_TIER_FLOORS)
+    unknown: Tier = Tier.HIGH
+
+    def tier_for(self, scenario: str, explicit: Tier | None = None) -> Tier:
+        tier = explicit if explicit is not None else self.scenario_tiers.get(scenario, self.unknown)
+        floor = self.floors.get(scenario)
+        if floor is not None and tier.rank > floor.rank:
+            return floor
+        return tier

@@ -1,0 +1,66 @@
+"""The topic table, declared once: names, partitions and retention.
+
+Partition counts bound each tier's consumer parallelism across dispatcher instances: HIGH gets the
+most so chat spreads over every dispatcher of the group. Keys are the session (or user) id, so one
+user's chat stays in order within its partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.messaging.tiers import Tier
+
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    retention_ms: int
+    purpose: str
+
+    def config(self) -> dict[str, str]:
+        return {"retention.ms": str(self.retention_ms)}
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """Topic names under one configurable prefix (default ``inferq``)."""
+
+    prefix: str = "inferq"
+
+    def requests(self, tier: Tier) -> str:
+        return f"{self.prefix}.requests.{tier.value.lower()}"
+
+    def requests_by_name(self, tier: str) -> str:
+        return self.requests(Tier(tier))
+
+    @property
+    def results(self) -> str:
+        return f"{self.prefix}.results"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.prefix}.dlq"
+
+    @property
+    def all_requests(self) -> list[str]:
+        return [self.requests(t) for t in Tier]
+
+    def tier_of(self, topic: str) -> Tier | None:
+        for tier in Tier:
+            if topic == self.requests(tier):
+                return tier
+        return None
+
+    def specs(self) -> list[TopicSpec]:
+        """Every topic the pipeline needs, with partitions and retention."""
+        return [
+            TopicSpec(self.requests(Tier.HIGH), 6, 24 * HOUR_MS, "realtime chat; keyed by session"),
+            TopicSpec(self.requests(Tier.MEDIUM), 3, 24 * HOUR_MS, "analysis and recommendations"),
+            TopicSpec(self.requests(Tier.LOW), 3, 7 * 24 * HOUR_MS, "briefs and batch; may wait hours"),
+            TopicSpec(self.results, 6, 24 * HOUR_MS, "terminal results keyed by request_id"),
+            TopicSpec(self.dlq, 1, 14 * 24 * HOUR_MS, "dead letters: poison records, exhausted retries"),
+        ]

@@ -1,0 +1,114 @@
+"""The results store: SQLite in WAL mode, first terminal result per request_id wins.
+
+At-least-once delivery means a result can arrive twice (a dispatcher crashed after producing and
+before committing); the primary key keeps the first and the duplicate is counted, so every caller
+sees exactly one outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS results (
+    request_id TEXT PRIMARY KEY,
+    tier TEXT NOT NULL,
+    status TEXT NOT NULL,
+    output TEXT,
+    error TEXT,
+    model TEXT NOT NULL,
+    usage TEXT,
+    enqueued_at_ms INTEGER NOT NULL,
+    dispatched_at_ms INTEGER,
+    completed_at_ms INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    dispatcher_id TEXT NOT NULL
+)
+"""
+_COLUMNS = (
+    "request_id",
+    "tier",
+    "status",
+    "output",
+    "error",
+    "model",
+    "usage",
+    "enqueued_at_ms",
+    "dispatched_at_ms",
+    "completed_at_ms",
+    "attempts",
+    "dispatcher_id",
+)
+
+
+class ResultStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        # WAL: readers (HTTP) never block the writer (the consumer); NORMAL is durable across a process
+        # crash, and the Kafka offset is committed only after the write, so nothing is lost either way.
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def put_many(self, results: Iterable[dict[str, Any]]) -> tuple[int, int]:
+        """Store results; returns (stored, duplicates dropped)."""
+        stored = duplicates = 0
+        placeholders = ", ".join("?" for _ in _COLUMNS)
+        sql = f"INSERT OR IGNORE INTO results ({', '.join(_COLUMNS)}) VALUES ({placeholders})"  # noqa: S608
+        with self._db:
+            self._db.execute("BEGIN")
+            for r in results:
+                row = [r.get(c) for c in _COLUMNS]
+                row[_COLUMNS.index("usage")] = json.dumps(r["usage"]) if r.get("usage") else None
+                cursor = self._db.execute(sql, row)
+                if cursor.rowcount == 1:
+                    stored += 1
+                else:
+                    duplicates += 1
+        return stored, duplicates
+
+    def get(self, request_id: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT * FROM results WHERE request_id = ?", (request_id,)).fetchone()
+        if row is None:
+            return None
+        result = dict(row)
+        result["usage"] = json.loads(result["usage"]) if result["usage"] else None
+        return result
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+
+
+def public_view(result: dict[str, Any]) -> dict[str, Any]:
+    """What a caller sees: the outcome and its timings in milliseconds."""
+    enqueued = result["enqueued_at_ms"]
+    dispatched = result["dispatched_at_ms"]
+    completed = result["completed_at_ms"]
+    view = {
+        "request_id": result["request_id"],
+        "status": result["status"],
+        "tier": result["tier"],
+        "model": result["model"],
+        "attempts": result["attempts"],
+        "timings": {
+            "enqueued_at_ms": enqueued,
+            "dispatched_at_ms": dispatched,
+            "completed_at_ms": completed,
+            "queue_wait_ms": (dispatched - enqueued) if dispatched is not None else None,
+            "inference_ms": (completed - dispatched) if dispatched is not None else None,
+            "end_to_end_ms": completed - enqueued,
+        },
+    }
+    for optional in ("output", "error", "usage"):
+        if result.get(optional) is not None:
+            view[optional] = result[optional]
+    return view

@@ -1,0 +1,192 @@
+"""Wire formats: the OpenAI chat-completions request, response and error bodies, and the admin requests.
+
+Only what the simulator needs is modelled; unknown request fields (`top_p`, `user`, `tools`, ...) are accepted
+and ignored so that any OpenAI client can call it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+# The usual rule of thumb for English text; the simulator has no tokenizer and needs none.
+CHARS_PER_TOKEN = 4
+REPLY_PREFIX = "sim reply to: "
+REPLY_QUOTE_CHARS = 40
+
+# Strict: OpenAI rejects "max_tokens": "5"; a lenient simulator would hide a client bug until production.
+_STRICT_OPEN = ConfigDict(strict=True, extra="allow")
+
+
+class ContentPart(BaseModel):
+    model_config = _STRICT_OPEN
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = _STRICT_OPEN
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return " ".join(part.text for part in self.content if part.text)
+        return self.content or ""
+
+
+class ChatCompletionRequest(BaseModel):
+    model_config = _STRICT_OPEN
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    stream: bool = False
+
+    @field_validator("model")
+    @classmethod
+    def _model_named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must be a non-empty string")
+        return value
+
+    @field_validator("stream")
+    @classmethod
+    def _not_streaming(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("streaming is not supported by the simulator")
+        return value
+
+
+class FaultUpdate(BaseModel):
+    """Body of `POST /admin/faults`; fields left out keep their current value."""
+
+    # Forbid unknown fields: a typo such as "error-rate" must fail loudly, not leave the fault off.
+    model_config = ConfigDict(strict=True, extra="forbid")
+    outage: bool | None = None
+    error_rate: float | None = Field(default=None, ge=0, le=1)
+    degradation: float | None = Field(default=None, gt=0)
+
+
+@dataclass(frozen=True)
+class ApiError:
+    """An OpenAI-style error: `{"error": {"message", "type", "param", "code"}}` with its HTTP status."""
+
+    status: int
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+UNAUTHORIZED = ApiError(
+    401,
+    "Incorrect or missing API key; send it as 'Authorization: Bearer <key>'.",
+    "invalid_request_error",
+    code="invalid_api_key",
+)
+SERVER_ERROR = ApiError(500, "The server had an error while processing your request.", "server_error")
+UNAVAILABLE = ApiError(503, "The server is overloaded or not ready yet.", "server_error")
+OUTAGE = ApiError(503, "The simulated backend is in an outage.", "server_error", code="outage")
+
+
+def rate_limited(limit: int, retry_after_s: int) -> ApiError:
+    return ApiError(
+        429,
+        f"Rate limit reached: {limit} requests already in progress. Please try again in {retry_after_s}s.",
+        "requests",
+        code="rate_limit_exceeded",
+    )
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+_FIELD_NAMES = frozenset(
+    name
+    for model in (ContentPart, ChatMessage, ChatCompletionRequest, FaultUpdate)
+    for name in model.model_fields
+)
+
+
+def parse(model: type[_Model], body: bytes) -> _Model | ApiError:
+    """Validate a JSON body, or explain the first problem the way OpenAI does (400, naming the field)."""
+    try:
+        parsed = model.model_validate_json(body)
+    except ValidationError as exc:
+        return _invalid_request(exc)
+    return parsed
+
+
+def _invalid_request(exc: ValidationError) -> ApiError:
+    first = exc.errors()[0]
+    if first["type"] == "json_invalid":
+        return ApiError(400, "We could not parse the JSON body of your request.", "invalid_request_error")
+    if not first["loc"]:
+        return ApiError(400, "The request body must be a JSON object.", "invalid_request_error")
+    param = _param(first["loc"])
+    if first["type"] == "missing":
+        message, code = f"Missing required parameter: '{param}'.", "missing_required_parameter"
+    else:
+        reason = first["msg"].removeprefix("Value error, ")
+        message, code = f"Invalid value for '{param}': {reason}.", "invalid_value"
+    return ApiError(400, message, "invalid_request_error", param=param, code=code)
+
+
+def _param(loc: tuple[int | str, ...]) -> str:
+    """`("messages", 0, "content", "str")` -> `"messages[0].content"`.
+
+    Pydantic appends union member tags such as `"str"` to the location; they are not field names and stop
+    the path.
+    """
+    param = str(loc[0])
+    for part in loc[1:]:
+        if isinstance(part, int):
+            param += f"[{part}]"
+        elif part in _FIELD_NAMES:
+            param += f".{part}"
+        else:
+            break
+    return param
+
+
+def count_tokens(text: str) -> int:
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def completion(request: ChatCompletionRequest, *, completion_id: str, created_s: int) -> dict[str, object]:
+    """A `chat.completion` answering the last user message with a short deterministic text."""
+    messages = request.messages
+    last_user = next((m for m in reversed(messages) if m.role == "user"), messages[-1])
+    content = REPLY_PREFIX + last_user.text()[:REPLY_QUOTE_CHARS]
+    finish_reason = "stop"
+    max_tokens = request.max_completion_tokens or request.max_tokens
+    if max_tokens is not None and count_tokens(content) > max_tokens:
+        # What a real model does when it runs out of budget mid-answer.
+        content = content[: max_tokens * CHARS_PER_TOKEN]
+        finish_reason = "length"
+    prompt_tokens = sum(count_tokens(m.text()) for m in messages)
+    completion_tokens = count_tokens(content)
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created_s,
+        "model": request.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }

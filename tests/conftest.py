@@ -1,0 +1,30 @@
+"""Shared fixtures: one real Kafka broker per test session, uuid topic prefixes per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from services.localbroker.fixture import kafka_bootstrap_for_tests
+from services.messaging.admin import create_topics
+from services.messaging.kafka_config import KafkaSettings
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """KAFKA_BOOTSTRAP_SERVERS, else a testcontainers broker, else the project's local broker.
+
+    Never skips: with no broker the tests that need one fail.
+    """
+    with kafka_bootstrap_for_tests(tmp_path_factory.mktemp("kafka")) as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture
+def kafka_settings(kafka_bootstrap: str) -> KafkaSettings:
+    """Settings with a fresh topic prefix, its topics created: tests never share topics."""
+    settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:12]}")
+    create_topics(settings)
+    return settings

@@ -1,0 +1,124 @@
+"""The services as processes, driven over HTTP the way a user drives them."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import fastavro
+import httpx
+import pytest
+
+from services.demo.workload import evening_mix, submit_all, wait_outcomes
+from services.messaging.admin import create_topics
+from services.messaging.kafka_config import KafkaSettings
+from services.stack.pipeline import Pipeline, PipelinePorts
+from tests.support.inprocess import free_port
+from tests.support.kafka import end_offsets, read_all
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+
+
+@pytest.fixture(scope="module")
+def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    prefix = f"e2e{uuid.uuid4().hex[:10]}"
+    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
+    ports = PipelinePorts(ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port())
+    stack = Pipeline(
+        bootstrap=kafka_bootstrap,
+        work_dir=tmp_path_factory.mktemp("pipeline"),
+        ports=ports,
+        topic_prefix=prefix,
+        budget=4,
+        backend_args=["--speed", "5"],
+    )
+    try:
+        stack.start()
+        yield stack
+    finally:
+        codes = stack.stop()
+        assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
+
+
+def test_mixed_workload_completes_ok_within_budget(pipeline: Pipeline) -> None:
+    accepted = asyncio.run(submit_all(pipeline.ingest_url, evening_mix()))
+    ids = [a["request_id"] for a in accepted]
+    outcomes = asyncio.run(wait_outcomes(pipeline.results_url, ids, timeout_s=60))
+    assert set(outcomes) == set(ids)
+    assert {o["status"] for o in outcomes.values()} == {"OK"}
+    tiers = {a["scenario"]: a["tier"] for a in accepted}
+    assert tiers == {"morning_brief": "LOW", "realtime_chat": "HIGH", "emotion_analysis": "MEDIUM",
+                     "recipe_recommend": "MEDIUM"}
+    for o in outcomes.values():
+        t = o["timings"]
+        assert t["queue_wait_ms"] + t["inference_ms"] == t["end_to_end_ms"]
+    stats = pipeline.backend_stats()
+    assert 0 < stats["max_in_flight"] <= pipeline.budget
+    assert stats["by_status"].get("429", 0) == 0
+
+
+def test_records_on_the_topic_decode_with_plain_fastavro(pipeline: Pipeline, kafka_bootstrap: str) -> None:
+    body = {"scenario": "realtime_chat", "messages": [{"role": "user", "content": "plain avro?"}],
+            "request_id": f"plain-{uuid.uuid4().hex}"}
+    answer = httpx.post(f"{pipeline.ingest_url}/v1/requests", json=body, timeout=10).json()
+    topic = f"{pipeline.topic_prefix}.requests.high"
+    schema = fastavro.parse_schema(json.loads((SCHEMAS / "inference_request.avsc").read_text()))
+    records = read_all(kafka_bootstrap, topic, expect=10_000, timeout_s=5)
+    decoded = [fastavro.schemaless_reader(io.BytesIO(m.value()[10:]), schema) for m in records]
+    mine = [d for d in decoded if d["request_id"] == answer["request_id"]]
+    assert len(mine) == 1
+    assert mine[0]["messages"] == [{"role": "user", "content": "plain avro?"}]
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "named"),
+    [
+        (b"{not json", 400, "JSON"),
+        (json.dumps({"scenario": "realtime_chat", "messages": []}).encode(), 422, "messages"),
+        (json.dumps({"scenario": "realtime_chat"}).encode(), 422, "messages"),
+        (json.dumps({"scenario": "x", "messages": [{"role": "bot", "content": "y"}]}).encode(), 422,
+         "messages.0.role"),
+        (json.dumps({"scenario": "x", "messages": [{"role": "user", "content": "y"}], "priority": "NOW"}).encode(),
+         422, "priority"),
+        (json.dumps({"scenario": "x", "messages": [{"role": "user", "content": "y"}], "expire_at_ms": 1000}).encode(),
+         422, "expire_at_ms"),
+        (b'{"scenario": "x", "messages": [{"role": "user", "content": "' + b"a" * 1_100_000 + b'"}]}', 413,
+         "larger"),
+    ],
+)
+def test_malformed_request_is_refused_naming_the_problem_and_adds_nothing(
+    pipeline: Pipeline, kafka_bootstrap: str, content: bytes, status: int, named: str
+) -> None:
+    topics = [f"{pipeline.topic_prefix}.requests.{t}" for t in ("high", "medium", "low")]
+    before = {t: end_offsets(kafka_bootstrap, t) for t in topics}
+    response = httpx.post(f"{pipeline.ingest_url}/v1/requests", content=content,
+                          headers={"content-type": "application/json"}, timeout=10)
+    assert response.status_code == status
+    assert named in response.json()["error"]
+    assert {t: end_offsets(kafka_bootstrap, t) for t in topics} == before
+
+
+def test_resent_request_id_is_one_request(pipeline: Pipeline, kafka_bootstrap: str) -> None:
+    rid = f"once-{uuid.uuid4().hex}"
+    body = {"scenario": "emotion_analysis", "messages": [{"role": "user", "content": "same"}], "request_id": rid}
+    first = httpx.post(f"{pipeline.ingest_url}/v1/requests", json=body, timeout=10)
+    second = httpx.post(f"{pipeline.ingest_url}/v1/requests", json=body, timeout=10)
+    assert first.status_code == second.status_code == 202
+    assert second.json()["duplicate"] is True
+    outcomes = asyncio.run(wait_outcomes(pipeline.results_url, [rid], timeout_s=30))
+    assert outcomes[rid]["status"] == "OK"
+    from services.messaging.codec import request_codec
+
+    records = read_all(kafka_bootstrap, f"{pipeline.topic_prefix}.requests.medium", expect=10_000, timeout_s=5)
+    assert sum(1 for m in records if request_codec().decode(m.value())["request_id"] == rid) == 1
+
+
+def test_unknown_request_id_is_404(pipeline: Pipeline) -> None:
+    response = httpx.get(f"{pipeline.results_url}/v1/requests/never-sent", timeout=5)
+    assert response.status_code == 404

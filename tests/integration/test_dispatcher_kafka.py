@@ -1,0 +1,109 @@
+"""The dispatcher against the real broker: outcomes on the reply topic, commits after results."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from services.messaging.codec import result_codec
+from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
+from tests.support.kafka import a_request, committed_offsets, produce, produce_requests, read_all
+
+pytestmark = pytest.mark.kafka
+
+
+def results_by_id(bootstrap: str, topic: str, expect: int) -> dict[str, dict]:
+    records = read_all(bootstrap, topic, expect=expect, timeout_s=40)
+    decoded = [result_codec().decode(m.value()) for m in records]
+    return {r["request_id"]: r for r in decoded}
+
+
+def test_requests_of_every_tier_complete_ok_on_the_reply_topic(kafka_settings):
+    topics = kafka_settings.topics
+    sent = {tier: [a_request(tier) for _ in range(4)] for tier in ("HIGH", "MEDIUM", "LOW")}
+
+    async def scenario():
+        async with sim_backend(speed=50.0) as url, running_dispatcher(kafka_settings, url, budget=4):
+            for tier, records in sent.items():
+                produce_requests(kafka_settings.bootstrap_servers, topics.requests_by_name(tier), records)
+            results = await asyncio.to_thread(results_by_id, kafka_settings.bootstrap_servers, topics.results, 12)
+            return results, await backend_stats(url)
+
+    results, stats = asyncio.run(scenario())
+    expected = {r["request_id"]: tier for tier, rs in sent.items() for r in rs}
+    assert set(results) == set(expected)
+    for rid, result in results.items():
+        assert result["status"] == "OK", result
+        assert result["tier"] == expected[rid]
+        assert result["output"]
+        assert result["dispatched_at_ms"] >= result["enqueued_at_ms"]
+    assert stats["max_in_flight"] <= 4
+    assert stats["by_status"].get("429", 0) == 0
+
+
+def test_expired_request_is_answered_expired_without_a_backend_call(kafka_settings):
+    topics = kafka_settings.topics
+    now = int(time.time() * 1000)
+    expired = a_request("HIGH", created_at_ms=now - 10_000, expire_at_ms=now - 5_000)
+    fresh = a_request("HIGH")
+
+    async def scenario():
+        async with sim_backend(speed=50.0) as url, running_dispatcher(kafka_settings, url):
+            produce_requests(kafka_settings.bootstrap_servers, topics.requests_by_name("HIGH"), [expired, fresh])
+            results = await asyncio.to_thread(results_by_id, kafka_settings.bootstrap_servers, topics.results, 2)
+            return results, await backend_stats(url)
+
+    results, stats = asyncio.run(scenario())
+    assert results[expired["request_id"]]["status"] == "EXPIRED"
+    assert results[expired["request_id"]]["dispatched_at_ms"] is None
+    assert results[fresh["request_id"]]["status"] == "OK"
+    assert stats["total"] == 1  # only the fresh request reached the LLM
+
+
+def test_poison_record_goes_to_dlq_and_the_partition_moves_on(kafka_settings):
+    topics = kafka_settings.topics
+    good = [a_request("MEDIUM") for _ in range(3)]
+
+    async def scenario():
+        async with sim_backend(speed=50.0) as url, running_dispatcher(kafka_settings, url):
+            bootstrap = kafka_settings.bootstrap_servers
+            produce(bootstrap, topics.requests_by_name("MEDIUM"), [b"not avro at all"], partition=0)
+            produce_requests(bootstrap, topics.requests_by_name("MEDIUM"), good, partition=0)
+            results = await asyncio.to_thread(results_by_id, bootstrap, topics.results, 3)
+            dead = await asyncio.to_thread(read_all, bootstrap, topics.dlq, expect=1)
+            return results, dead
+
+    results, dead = asyncio.run(scenario())
+    assert {r["request_id"] for r in good} == set(results)
+    assert len(dead) == 1
+    assert dead[0].value() == b"not avro at all"
+    headers = dict(dead[0].headers())
+    assert b"Avro single-object marker" in headers["inferq.error"]
+    assert headers["inferq.source.offset"] == b"0"
+
+
+def test_offsets_are_committed_only_after_results_are_written(kafka_settings):
+    topics = kafka_settings.topics
+    group = f"{kafka_settings.topic_prefix}-dispatcher"
+    topic = topics.requests_by_name("LOW")
+    records = [a_request("LOW") for _ in range(3)]
+
+    async def scenario():
+        # cheap model at speed 2: each call takes 2.5 s, long enough to look while they run
+        async with sim_backend(speed=2.0) as url, running_dispatcher(kafka_settings, url, budget=10):
+            produce_requests(kafka_settings.bootstrap_servers, topic, records, partition=1)
+            async with asyncio.timeout(20):
+                while (await backend_stats(url))["in_flight"] < 3:
+                    await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # several commit intervals pass while the calls run
+            during = committed_offsets(kafka_settings.bootstrap_servers, group, topic)
+            await asyncio.to_thread(results_by_id, kafka_settings.bootstrap_servers, topics.results, 3)
+            async with asyncio.timeout(10):
+                while committed_offsets(kafka_settings.bootstrap_servers, group, topic).get(1) != 3:
+                    await asyncio.sleep(0.1)
+            return during
+
+    during = asyncio.run(scenario())
+    assert during.get(1, -1001) < 1, f"committed {during.get(1)} while all three calls were still running"

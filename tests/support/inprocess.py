@@ -1,0 +1,73 @@
+"""The dispatcher and the simulated backend run inside the test's event loop, against the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from services.dispatcher.app import bootstrap
+from services.dispatcher.runner import Dispatcher
+from services.dispatcher.settings import DispatcherSettings
+from services.messaging.kafka_config import KafkaSettings
+from services.serving import EmbeddedServer, uvicorn_config
+from services.simbackend.app import create_app as create_backend
+from services.simbackend.settings import SimBackendSettings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextlib.asynccontextmanager
+async def sim_backend(**settings: Any) -> AsyncIterator[str]:
+    """The simulated backend served on a free port; yields its base URL."""
+    port = free_port()
+    server = EmbeddedServer(uvicorn_config(create_backend(SimBackendSettings(**settings)), "127.0.0.1", port))
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait({task}, timeout=5)
+
+
+async def backend_stats(url: str) -> dict[str, Any]:
+    async with httpx.AsyncClient() as client:
+        stats: dict[str, Any] = (await client.get(f"{url}/stats")).json()
+        return stats
+
+
+@contextlib.asynccontextmanager
+async def running_dispatcher(kafka: KafkaSettings, backend_url: str, **overrides: Any) -> AsyncIterator[Dispatcher]:
+    """A dispatcher in a fresh group, running until the block ends, then stopped as SIGTERM would."""
+    settings = DispatcherSettings(
+        kafka=kafka,
+        group_id=f"{kafka.topic_prefix}-dispatcher",
+        dispatcher_id="test-dispatcher",
+        backend_url=f"{backend_url}/v1",
+        **overrides,
+    )
+    dispatcher = bootstrap(settings)
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        async with asyncio.timeout(30):
+            while dispatcher.health()["assigned"] == 0:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.05)
+        yield dispatcher
+    finally:
+        dispatcher.request_stop()
+        async with asyncio.timeout(40):
+            await task

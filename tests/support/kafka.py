@@ -1,0 +1,91 @@
+"""Small, bounded Kafka helpers for tests: produce records, read a topic to its end, read offsets."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from services.messaging.codec import request_codec
+
+
+def a_request(tier: str = "HIGH", *, deadline_ms: int = 30_000, **overrides: Any) -> dict[str, Any]:
+    now = int(time.time() * 1000)
+    scenario = {"HIGH": "realtime_chat", "MEDIUM": "emotion_analysis", "LOW": "morning_brief"}[tier]
+    record: dict[str, Any] = {
+        "request_id": str(uuid.uuid4()),
+        "tenant": "test",
+        "origin_region": "local",
+        "scenario": scenario,
+        "tier": tier,
+        "created_at_ms": now,
+        "expire_at_ms": now + deadline_ms,
+        "attempt": 1,
+        "estimated_tokens": None,
+        "reply_to": None,
+        "session_id": None,
+        "model": None,
+        "messages": [{"role": "user", "content": "hello"}],
+        "params": None,
+    }
+    record.update(overrides)
+    return record
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], *, key: bytes | None = None,
+            partition: int | None = None) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for value in values:
+        if partition is None:
+            producer.produce(topic, value=value, key=key)
+        else:
+            producer.produce(topic, value=value, key=key, partition=partition)
+    assert producer.flush(15) == 0, "records not acknowledged within 15 s"
+
+
+def produce_requests(bootstrap: str, topic: str, records: list[dict[str, Any]], **kwargs: Any) -> None:
+    produce(bootstrap, topic, [request_codec().encode(r) for r in records], **kwargs)
+
+
+def read_all(bootstrap: str, topic: str, *, expect: int, timeout_s: float = 30.0) -> list[Any]:
+    """Read `topic` from the beginning until `expect` records arrived or the timeout passed."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"reader-{uuid.uuid4().hex}",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    })
+    consumer.subscribe([topic])
+    found: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(found) < expect and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            found.append(msg)
+    finally:
+        consumer.close()
+    return found
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4().hex}"})
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        partitions = metadata.topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    finally:
+        consumer.close()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+        return {tp.partition: tp.offset for tp in committed}
+    finally:
+        consumer.close()

@@ -1,0 +1,70 @@
+import asyncio
+
+import pytest
+
+from services.dispatcher.budget import TokenBudget
+from services.ingest.idempotency import IdempotencyCache
+from services.messaging.tiers import Tier
+
+
+def test_budget_serves_higher_tiers_first_and_never_exceeds_limit():
+    budget = TokenBudget(3)
+    waiting = {Tier.HIGH: 1, Tier.MEDIUM: 5, Tier.LOW: 5}
+    started = []
+    while (tier := budget.next_tier(waiting)) is not None:
+        budget.acquire(tier)
+        waiting[tier] -= 1
+        started.append(tier)
+    assert started == [Tier.HIGH, Tier.MEDIUM, Tier.MEDIUM]
+    assert budget.in_use == 3
+    with pytest.raises(RuntimeError):
+        budget.acquire(Tier.LOW)
+    budget.release(Tier.MEDIUM)
+    assert budget.next_tier(waiting) is Tier.MEDIUM
+
+
+def test_release_without_acquire_is_a_bug():
+    with pytest.raises(RuntimeError):
+        TokenBudget(2).release(Tier.LOW)
+
+
+def test_idempotency_cache_runs_the_action_once_per_id():
+    calls = []
+
+    async def scenario():
+        cache = IdempotencyCache(10)
+
+        async def action():
+            calls.append(1)
+            await asyncio.sleep(0)
+            return {"request_id": "a"}
+
+        results = await asyncio.gather(*(cache.once("a", action) for _ in range(5)))
+        return results
+
+    results = asyncio.run(scenario())
+    assert len(calls) == 1
+    assert [replayed for _, replayed in results].count(False) == 1
+    assert all(answer == {"request_id": "a"} for answer, _ in results)
+
+
+def test_idempotency_cache_forgets_failures_and_is_bounded():
+    async def scenario():
+        cache = IdempotencyCache(2)
+
+        async def boom():
+            raise ValueError("kafka down")
+
+        with pytest.raises(ValueError):
+            await cache.once("a", boom)
+
+        async def ok():
+            return {"ok": True}
+
+        answer, replayed = await cache.once("a", ok)
+        assert (answer, replayed) == ({"ok": True}, False)
+        await cache.once("b", ok)
+        await cache.once("c", ok)
+        assert len(cache) == 2
+
+    asyncio.run(scenario())

@@ -1,0 +1,149 @@
+import copy
+import io
+import json
+import struct
+from pathlib import Path
+
+import fastavro
+import pytest
+
+from services.messaging.codec import AvroCodec, load_schema, request_codec, result_codec
+from services.messaging.errors import DecodeError, UnknownSchemaError
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+
+
+def a_request(**overrides):
+    record = {
+        "request_id": "r-1",
+        "tenant": "acme",
+        "origin_region": "eu-west",
+        "scenario": "realtime_chat",
+        "tier": "HIGH",
+        "created_at_ms": 1_700_000_000_000,
+        "expire_at_ms": 1_700_000_005_000,
+        "attempt": 1,
+        "estimated_tokens": 120,
+        "reply_to": None,
+        "session_id": "s-9",
+        "model": None,
+        "messages": [{"role": "user", "content": "你好, how are you?"}],
+        "params": {"temperature": "0.2"},
+    }
+    record.update(overrides)
+    return record
+
+
+def test_request_round_trip_keeps_every_field():
+    codec = request_codec()
+    assert codec.decode(codec.encode(a_request())) == a_request()
+
+
+def test_result_round_trip():
+    codec = result_codec()
+    result = {
+        "request_id": "r-1",
+        "tier": "LOW",
+        "status": "EXPIRED",
+        "output": None,
+        "error": "late",
+        "model": "m",
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+        "enqueued_at_ms": 1,
+        "dispatched_at_ms": None,
+        "completed_at_ms": 5,
+        "attempts": 1,
+        "dispatcher_id": "d",
+    }
+    assert codec.decode(codec.encode(result)) == result
+
+
+def test_header_is_single_object_encoding_and_plain_fastavro_decodes_it():
+    """A reader with only the .avsc file and fastavro decodes our records (no inferq code)."""
+    data = request_codec().encode(a_request())
+    assert data[:2] == b"\xc3\x01"
+    schema = fastavro.parse_schema(json.loads((SCHEMAS / "inference_request.avsc").read_text()))
+    canonical = fastavro.schema.to_parsing_canonical_form(schema)
+    expected = struct.pack("<Q", int(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"), 16))
+    assert data[2:10] == expected
+    assert fastavro.schemaless_reader(io.BytesIO(data[10:]), schema) == a_request()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"", b"hello world", b"\xc3\x01", b'{"request_id": "x"}', b"\x00" * 40],
+)
+def test_garbage_raises_decode_error(garbage):
+    with pytest.raises(DecodeError):
+        request_codec().decode(garbage)
+
+
+def test_truncated_body_raises_decode_error():
+    data = request_codec().encode(a_request())
+    with pytest.raises(DecodeError):
+        request_codec().decode(data[:-7])
+
+
+def test_trailing_bytes_raise_decode_error():
+    data = request_codec().encode(a_request())
+    with pytest.raises(DecodeError, match="trailing"):
+        request_codec().decode(data + b"\x01\x02")
+
+
+def test_unknown_fingerprint_raises_typed_error():
+    data = bytearray(request_codec().encode(a_request()))
+    data[2:10] = b"\x01" * 8
+    with pytest.raises(UnknownSchemaError) as info:
+        request_codec().decode(bytes(data))
+    assert info.value.fingerprint == b"\x01" * 8
+
+
+def test_result_record_is_not_a_request():
+    data = result_codec().encode(
+        {
+            "request_id": "r",
+            "tier": "HIGH",
+            "status": "OK",
+            "model": "m",
+            "enqueued_at_ms": 1,
+            "completed_at_ms": 2,
+            "attempts": 1,
+            "dispatcher_id": "d",
+        }
+    )
+    with pytest.raises(UnknownSchemaError):
+        request_codec().decode(data)
+
+
+def _v2_schema():
+    schema = copy.deepcopy(load_schema("inference_request"))
+    schema["fields"].append({"name": "priority_reason", "type": ["null", "string"], "default": None})
+    return schema
+
+
+def test_evolution_new_writer_old_reader():
+    """A producer already on v2 (one added optional field): today's dispatcher still reads it."""
+    v1 = load_schema("inference_request")
+    new_writer = AvroCodec(_v2_schema())
+    old_reader = AvroCodec(v1)
+    old_reader.add_writer(_v2_schema())
+    decoded = old_reader.decode(new_writer.encode(a_request(priority_reason="express")))
+    assert decoded == a_request()
+    assert "priority_reason" not in decoded
+
+
+def test_evolution_old_writer_new_reader():
+    """Records written before an upgrade are read by the new schema with the field's default."""
+    old_writer = AvroCodec(load_schema("inference_request"))
+    new_reader = AvroCodec(_v2_schema())
+    new_reader.add_writer(load_schema("inference_request"))
+    decoded = new_reader.decode(old_writer.encode(a_request()))
+    assert decoded["priority_reason"] is None
+    assert decoded["messages"] == a_request()["messages"]
+
+
+def test_reader_without_the_writer_schema_refuses():
+    with pytest.raises(UnknownSchemaError):
+        AvroCodec(load_schema("inference_request")).decode(
+            AvroCodec(_v2_schema()).encode(a_request(priority_reason=None))
+        )

@@ -1,0 +1,529 @@
+"""The simulated LLM backend, driven in-process through httpx's ASGI transport with an injected sleep."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from services.simbackend import DEFAULT_LATENCY_S, SimBackendSettings, create_app
+from services.simbackend.cli import register, run, settings_from_args
+from services.simbackend.latency import LatencyModel
+
+CHAT = "/v1/chat/completions"
+HELLO = {"model": "inferq-fast", "messages": [{"role": "user", "content": "hello there"}]}
+TEST_TIMEOUT_S = 10.0
+
+T = TypeVar("T")
+
+
+@pytest.fixture(autouse=True)
+def _no_sim_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A developer's INFERQ_SIM_* variables must not change what these tests see.
+    for name in list(os.environ):
+        if name.startswith("INFERQ_SIM_"):
+            monkeypatch.delenv(name)
+
+
+def run_async(test: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(test(), TEST_TIMEOUT_S)
+
+    return asyncio.run(bounded())
+
+
+class RecordingSleep:
+    """Records each requested latency and returns at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+
+class GatedSleep(RecordingSleep):
+    """Holds every call inside its latency until `open()`: the test decides concurrency, not the clock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._gate = asyncio.Event()
+        self._entered = asyncio.Condition()
+
+    async def __call__(self, seconds: float) -> None:
+        async with self._entered:
+            self.calls.append(seconds)
+            self._entered.notify_all()
+        await self._gate.wait()
+
+    def open(self) -> None:
+        self._gate.set()
+
+    async def until_entered(self, count: int) -> None:
+        async with asyncio.timeout(5), self._entered:
+            await self._entered.wait_for(lambda: len(self.calls) >= count)
+
+
+def client_for(settings: SimBackendSettings, sleep: Callable[[float], Awaitable[None]]) -> httpx.AsyncClient:
+    app = create_app(settings, sleep=sleep)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim")
+
+
+def chat(model: str = "inferq-fast", content: str = "hello there") -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": content}]}
+
+
+# --- protocol ---------------------------------------------------------------------------------------------
+
+
+def test_completion_has_the_openai_shape() -> None:
+    async def scenario() -> httpx.Response:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            return await client.post(CHAT, json=HELLO)
+
+    response = run_async(scenario)
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["id"].startswith("chatcmpl-")
+    assert body["object"] == "chat.completion"
+    assert isinstance(body["created"], int)
+    assert body["model"] == "inferq-fast"
+    assert body["choices"] == [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "sim reply to: hello there"},
+            "finish_reason": "stop",
+        }
+    ]
+    usage = body["usage"]
+    assert usage["prompt_tokens"] > 0
+    assert usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_reply_quotes_the_last_user_message_and_honours_max_tokens() -> None:
+    long_question = "why is the sky blue and the sea green and the grass never purple"
+    conversation = {
+        "model": "inferq-accurate",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": [{"type": "text", "text": long_question}]},
+        ],
+    }
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            full = await client.post(CHAT, json=conversation)
+            cut = await client.post(CHAT, json={**conversation, "max_tokens": 2})
+            return full, cut
+
+    full, cut = run_async(scenario)
+
+    assert full.json()["choices"][0]["message"]["content"] == "sim reply to: " + long_question[:40]
+    cut_choice = cut.json()["choices"][0]
+    assert cut_choice["finish_reason"] == "length"
+    assert cut.json()["usage"]["completion_tokens"] == 2
+    assert len(cut_choice["message"]["content"]) < len(full.json()["choices"][0]["message"]["content"])
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": HELLO["messages"]}, "model"),
+        ({**HELLO, "model": ""}, "model"),
+        ({**HELLO, "model": 7}, "model"),
+        ({"model": "inferq-fast"}, "messages"),
+        ({**HELLO, "messages": []}, "messages"),
+        ({**HELLO, "messages": [{"content": "no role"}]}, "messages[0].role"),
+        ({**HELLO, "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+        ({**HELLO, "max_tokens": "5"}, "max_tokens"),
+        ({**HELLO, "temperature": 3.0}, "temperature"),
+        ({**HELLO, "stream": True}, "stream"),
+    ],
+)
+def test_bad_body_is_400_naming_the_field(body: dict[str, object], param: str) -> None:
+    sleep = RecordingSleep()
+
+    async def scenario() -> tuple[httpx.Response, dict[str, Any]]:
+        async with client_for(SimBackendSettings(), sleep) as client:
+            response = await client.post(CHAT, json=body)
+            return response, (await client.get("/stats")).json()
+
+    response, stats = run_async(scenario)
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    assert f"'{param}'" in error["message"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert sleep.calls == [], "an invalid call must not run"
+    assert stats["by_status"] == {"400": 1}
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"[]", b""])
+def test_body_that_is_not_a_json_object_is_400(raw: bytes) -> None:
+    async def scenario() -> httpx.Response:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            return await client.post(CHAT, content=raw, headers={"content-type": "application/json"})
+
+    response = run_async(scenario)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    assert response.json()["error"]["param"] is None
+
+
+# --- concurrency limit ------------------------------------------------------------------------------------
+
+
+def test_calls_beyond_the_limit_get_429_at_once_and_never_run() -> None:
+    limit, extra = 10, 5
+    settings = SimBackendSettings(limit=limit, retry_after_s=2)
+
+    async def scenario() -> tuple[list[httpx.Response], GatedSleep, dict[str, Any]]:
+        sleep = GatedSleep()
+        async with client_for(settings, sleep) as client:
+            body = chat("inferq-cheap")
+            calls = [asyncio.create_task(client.post(CHAT, json=body)) for _ in range(limit + extra)]
+            await sleep.until_entered(limit)
+            # The rejected calls finish while the admitted ones are still held inside their latency.
+            early = []
+            for finished in asyncio.as_completed(calls, timeout=5):
+                early.append(await finished)
+                if len(early) == extra:
+                    break
+            assert [r.status_code for r in early] == [429] * extra
+            sleep.open()
+            responses = await asyncio.gather(*calls)
+            return responses, sleep, (await client.get("/stats")).json()
+
+    responses, sleep, stats = run_async(scenario)
+
+    rejected = [r for r in responses if r.status_code == 429]
+    assert len(rejected) == extra
+    assert sum(r.status_code == 200 for r in responses) == limit
+    assert all(r.headers["Retry-After"] == "2" for r in rejected)
+    assert all(r.json()["error"]["code"] == "rate_limit_exceeded" for r in rejected)
+    assert len(sleep.calls) == limit, "a 429 call must never run"
+    assert stats["max_in_flight"] == limit
+    assert stats["in_flight"] == 0
+    assert stats["limit"] == limit
+    assert stats["total"] == limit + extra
+    assert stats["by_status"] == {"200": limit, "429": extra}
+    assert stats["by_model"] == {"inferq-cheap": limit + extra}
+
+
+def test_a_cancelled_call_gives_its_slot_back() -> None:
+    async def scenario() -> tuple[dict[str, Any], httpx.Response]:
+        sleep = GatedSleep()
+        async with client_for(SimBackendSettings(limit=1), sleep) as client:
+            abandoned = asyncio.create_task(client.post(CHAT, json=HELLO))
+            await sleep.until_entered(1)
+            abandoned.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await abandoned
+            stats = (await client.get("/stats")).json()
+            sleep.open()
+            return stats, await client.post(CHAT, json=HELLO)
+
+    stats, after = run_async(scenario)
+
+    assert stats["in_flight"] == 0
+    assert after.status_code == 200
+
+
+# --- latency ----------------------------------------------------------------------------------------------
+
+
+def test_latency_per_model_divided_by_speed() -> None:
+    sleep = RecordingSleep()
+    models = ["inferq-fast", "inferq-accurate", "inferq-cheap", "someone-elses-model", "slow-one"]
+
+    async def scenario() -> None:
+        settings = SimBackendSettings(speed=10, latency_s={"slow-one": 30.0})
+        async with client_for(settings, sleep) as client:
+            for model in models:
+                assert (await client.post(CHAT, json=chat(model))).status_code == 200
+
+    run_async(scenario)
+
+    assert sleep.calls == pytest.approx([0.05, 0.28, 0.5, 0.1, 3.0])
+
+
+def test_default_sleep_really_waits() -> None:
+    # Only a lower bound: a slow machine may take longer, but an unwired sleep would not take this long.
+    settings = SimBackendSettings(speed=10)  # inferq-fast: 0.05 s
+    app = create_app(settings)
+
+    async def scenario() -> float:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://sim") as client:
+            started = time.monotonic()
+            assert (await client.post(CHAT, json=HELLO)).status_code == 200
+            return time.monotonic() - started
+
+    assert run_async(scenario) >= 0.045
+
+
+def test_jitter_stays_within_its_fraction_and_follows_the_seed() -> None:
+    model = LatencyModel(latency_s={"m": 1.0}, jitter=0.1)
+
+    def draws(seed: int) -> list[float]:
+        rng = random.Random(seed)
+        return [model.seconds("m", in_flight=1, degradation=1.0, rng=rng) for _ in range(500)]
+
+    first = draws(3)
+    assert all(0.9 <= seconds <= 1.1 for seconds in first)
+    assert max(first) - min(first) > 0.1, "jitter should actually spread latencies"
+    assert draws(3) == first
+    assert draws(4) != first
+
+
+def test_latency_grows_past_the_optimal_concurrency_point() -> None:
+    model = LatencyModel(latency_s={"m": 2.0}, optimal_concurrency=4, slope=0.5)
+    rng = random.Random(0)
+
+    assert model.seconds("m", in_flight=1, degradation=1.0, rng=rng) == 2.0
+    assert model.seconds("m", in_flight=4, degradation=1.0, rng=rng) == 2.0
+    assert model.seconds("m", in_flight=6, degradation=1.0, rng=rng) == pytest.approx(4.0)
+    assert model.seconds("m", in_flight=6, degradation=3.0, rng=rng) == pytest.approx(12.0)
+
+
+def test_concurrent_calls_past_the_optimal_point_are_slower() -> None:
+    settings = SimBackendSettings(optimal_concurrency=2, slope=1.0)
+
+    async def scenario() -> list[float]:
+        sleep = GatedSleep()
+        async with client_for(settings, sleep) as client:
+            calls = [asyncio.create_task(client.post(CHAT, json=HELLO)) for _ in range(4)]
+            await sleep.until_entered(4)
+            sleep.open()
+            await asyncio.gather(*calls)
+        return sleep.calls
+
+    assert run_async(scenario) == pytest.approx([0.5, 0.5, 1.0, 1.5])
+
+
+def test_degradation_changes_latency_at_runtime() -> None:
+    sleep = RecordingSleep()
+
+    async def scenario() -> httpx.Response:
+        async with client_for(SimBackendSettings(), sleep) as client:
+            await client.post(CHAT, json=HELLO)
+            faults = await client.post("/admin/faults", json={"degradation": 3.0})
+            await client.post(CHAT, json=HELLO)
+            return faults
+
+    faults = run_async(scenario)
+
+    assert faults.json() == {"outage": False, "error_rate": 0.0, "degradation": 3.0}
+    assert sleep.calls == pytest.approx([0.5, 1.5])
+
+
+# --- faults -----------------------------------------------------------------------------------------------
+
+
+def test_outage_answers_503_at_once_until_switched_off() -> None:
+    sleep = RecordingSleep()
+
+    async def scenario() -> tuple[httpx.Response, dict[str, Any], httpx.Response]:
+        async with client_for(SimBackendSettings(retry_after_s=3), sleep) as client:
+            await client.post("/admin/faults", json={"outage": True})
+            during = await client.post(CHAT, json=HELLO)
+            stats = (await client.get("/stats")).json()
+            await client.post("/admin/faults", json={"outage": False})
+            return during, stats, await client.post(CHAT, json=HELLO)
+
+    during, stats, after = run_async(scenario)
+
+    assert during.status_code == 503
+    assert during.headers["Retry-After"] == "3"
+    assert during.json()["error"]["type"] == "server_error"
+    assert stats["faults"]["outage"] is True
+    assert stats["max_in_flight"] == 0
+    assert after.status_code == 200
+    assert len(sleep.calls) == 1, "an outage answers at once, without latency"
+
+
+def test_error_rate_one_fails_every_call_after_its_latency() -> None:
+    sleep = RecordingSleep()
+
+    async def scenario() -> list[httpx.Response]:
+        async with client_for(SimBackendSettings(error_rate=1.0, seed=1), sleep) as client:
+            return [await client.post(CHAT, json=HELLO) for _ in range(20)]
+
+    responses = run_async(scenario)
+
+    assert {r.status_code for r in responses} == {500, 503}
+    assert all(r.json()["error"]["type"] == "server_error" for r in responses)
+    assert all("Retry-After" in r.headers for r in responses if r.status_code == 503)
+    assert len(sleep.calls) == 20
+
+
+def test_error_rate_is_reproducible_with_a_seed() -> None:
+    def statuses(seed: int) -> list[int]:
+        async def scenario() -> list[int]:
+            async with client_for(SimBackendSettings(error_rate=0.5, seed=seed), RecordingSleep()) as client:
+                return [(await client.post(CHAT, json=HELLO)).status_code for _ in range(30)]
+
+        return run_async(scenario)
+
+    first = statuses(7)
+    assert 200 in first
+    assert {500, 503} & set(first)
+    assert statuses(7) == first
+
+
+def test_admin_faults_rejects_bad_values_and_keeps_the_state() -> None:
+    async def scenario() -> tuple[list[httpx.Response], dict[str, Any]]:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            bad = [
+                await client.post("/admin/faults", json={"error_rate": 1.5}),
+                await client.post("/admin/faults", json={"degradation": 0}),
+                await client.post("/admin/faults", json={"error-rate": 1.0}),
+                await client.post("/admin/faults", json={"outage": "yes"}),
+            ]
+            return bad, (await client.get("/stats")).json()
+
+    bad, stats = run_async(scenario)
+
+    assert [r.status_code for r in bad] == [400] * 4
+    assert [r.json()["error"]["param"] for r in bad] == ["error_rate", "degradation", "error-rate", "outage"]
+    assert stats["faults"] == {"outage": False, "error_rate": 0.0, "degradation": 1.0}
+
+
+# --- auth, stats ------------------------------------------------------------------------------------------
+
+
+def test_api_key_is_required_when_configured() -> None:
+    key = "sk-sim-secret"
+
+    async def scenario() -> dict[str, int]:
+        async with client_for(SimBackendSettings(api_key=key), RecordingSleep()) as client:
+            cases = {
+                "missing": {},
+                "wrong": {"Authorization": "Bearer sk-sim-wrong"},
+                "not bearer": {"Authorization": f"Basic {key}"},
+                "right": {"Authorization": f"Bearer {key}"},
+                "lowercase scheme": {"Authorization": f"bearer {key}"},
+            }
+            results = {}
+            for name, headers in cases.items():
+                response = await client.post(CHAT, json=HELLO, headers=headers)
+                assert key not in response.text
+                results[name] = response.status_code
+            results["healthz"] = (await client.get("/healthz")).status_code
+            return results
+
+    assert run_async(scenario) == {
+        "missing": 401,
+        "wrong": 401,
+        "not bearer": 401,
+        "right": 200,
+        "lowercase scheme": 200,
+        "healthz": 200,
+    }
+
+
+def test_stats_count_calls_and_reset_zeroes_them() -> None:
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], httpx.Response]:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            await client.post(CHAT, json=chat("inferq-fast"))
+            await client.post(CHAT, json=chat("inferq-cheap"))
+            await client.post(CHAT, json={"model": "inferq-fast"})
+            before = (await client.get("/stats")).json()
+            await client.post("/admin/reset")
+            return before, (await client.get("/stats")).json(), await client.get("/healthz")
+
+    before, after, health = run_async(scenario)
+
+    assert before["total"] == 3
+    assert before["by_status"] == {"200": 2, "400": 1}
+    assert before["by_model"] == {"inferq-fast": 1, "inferq-cheap": 1}
+    assert before["max_in_flight"] == 1
+    assert after == {
+        "in_flight": 0,
+        "max_in_flight": 0,
+        "limit": 10,
+        "total": 0,
+        "by_status": {},
+        "by_model": {},
+        "faults": {"outage": False, "error_rate": 0.0, "degradation": 1.0},
+    }
+    assert health.json() == {"status": "ok"}
+
+
+# --- settings and CLI -------------------------------------------------------------------------------------
+
+
+def test_settings_come_from_inferq_sim_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERQ_SIM_LIMIT", "3")
+    monkeypatch.setenv("INFERQ_SIM_LATENCY_S", '{"inferq-fast": 0.2, "x": 9}')
+    monkeypatch.setenv("INFERQ_SIM_API_KEY", "sk-env")
+    monkeypatch.setenv("INFERQ_SIM_OPTIMAL_CONCURRENCY", "4")
+
+    settings = SimBackendSettings()
+
+    assert settings.limit == 3
+    assert settings.latency_s == {**DEFAULT_LATENCY_S, "inferq-fast": 0.2, "x": 9.0}
+    assert settings.api_key is not None
+    assert settings.api_key.get_secret_value() == "sk-env"
+    assert "sk-env" not in repr(settings)
+    assert settings.optimal_concurrency == 4
+
+
+def test_empty_api_key_env_means_no_auth(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERQ_SIM_API_KEY", "")
+    assert SimBackendSettings().api_key is None
+
+
+def parse_cli(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="inferq")
+    register(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def test_cli_options_override_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERQ_SIM_LIMIT", "7")
+    monkeypatch.setenv("INFERQ_SIM_SPEED", "4")
+    monkeypatch.setenv("INFERQ_SIM_API_KEY", "sk-env")
+    monkeypatch.setenv("INFERQ_SIM_LATENCY_S", '{"inferq-cheap": 1.0}')
+
+    args = parse_cli(
+        ["sim-backend", "--limit", "3", "--latency", "inferq-fast=0.1", "--latency", "x=2", "--seed", "5"]
+    )
+    settings = settings_from_args(args)
+
+    assert args.func is run
+    assert (args.host, args.port) == ("127.0.0.1", 8780)
+    assert settings.limit == 3
+    assert settings.speed == 4.0, "an option not given keeps the environment's value"
+    assert settings.seed == 5
+    assert settings.latency_s == {**DEFAULT_LATENCY_S, "inferq-cheap": 1.0, "inferq-fast": 0.1, "x": 2.0}
+    assert settings.api_key is not None
+    assert settings.api_key.get_secret_value() == "sk-env"
+
+
+@pytest.mark.parametrize("bad", ["inferq-fast", "=1", "inferq-fast=-1", "inferq-fast=soon"])
+def test_cli_rejects_a_malformed_latency(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_cli(["sim-backend", "--latency", bad])
+    assert exit_info.value.code == 2
+    assert "MODEL=SECONDS" in capsys.readouterr().err
+
+
+def test_cli_refuses_invalid_settings_before_serving(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse_cli(["sim-backend", "--speed", "0", "--port", "1"])
+
+    assert run(args) == 2
+    assert "speed" in capsys.readouterr().err

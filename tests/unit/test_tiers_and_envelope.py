@@ -1,0 +1,85 @@
+import pytest
+from pydantic import ValidationError
+
+from services.ingest.envelope import DeadlineInPastError, build_envelope
+from services.ingest.validation import SubmitRequest, describe
+from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
+from services.messaging.topics import TopicNames
+
+NOW = 1_700_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("scenario", "explicit", "tier"),
+    [
+        ("realtime_chat", None, Tier.HIGH),
+        ("emotion_analysis", None, Tier.MEDIUM),
+        ("schedule_plan", None, Tier.MEDIUM),
+        ("morning_brief", None, Tier.LOW),
+        ("something_new", None, Tier.HIGH),  # unknown: a user may be waiting
+        ("morning_brief", Tier.HIGH, Tier.HIGH),  # paid express
+        ("emotion_analysis", Tier.LOW, Tier.MEDIUM),  # never below MEDIUM
+        ("emotion_analysis", Tier.HIGH, Tier.HIGH),
+    ],
+)
+def test_tier_policy(scenario, explicit, tier):
+    assert TierPolicy().tier_for(scenario, explicit) is tier
+
+
+def envelope(**body):
+    payload = {"scenario": "realtime_chat", "messages": [{"role": "user", "content": "hi"}]} | body
+    return build_envelope(
+        SubmitRequest.model_validate(payload),
+        now_ms=NOW,
+        policy=TierPolicy(),
+        deadlines_ms=dict(DEFAULT_DEADLINES_MS),
+        topics=TopicNames("t"),
+        region="eu",
+    )
+
+
+def test_envelope_defaults_deadline_by_tier_and_routes_to_tier_topic():
+    e = envelope(scenario="morning_brief")
+    assert e.topic == "t.requests.low"
+    assert e.record["expire_at_ms"] == NOW + 12 * 3_600_000
+    assert envelope().record["expire_at_ms"] == NOW + 5_000
+    assert envelope(scenario="emotion_analysis").record["expire_at_ms"] == NOW + 30_000
+
+
+def test_envelope_keys_by_session_so_a_users_chat_stays_in_order():
+    assert envelope(session_id="s1").key == b"s1"
+    assert envelope(session_id="s1", request_id="a").key == envelope(session_id="s1", request_id="b").key
+
+
+def test_client_request_id_and_relative_deadline_are_kept():
+    e = envelope(request_id="abc-1", deadline_ms=800)
+    assert e.request_id == "abc-1"
+    assert e.record["expire_at_ms"] == NOW + 800
+
+
+def test_absolute_deadline_in_the_past_is_refused():
+    with pytest.raises(DeadlineInPastError):
+        envelope(expire_at_ms=NOW - 1)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"scenario": "realtime_chat"}, "messages"),
+        ({"scenario": "realtime_chat", "messages": []}, "messages"),
+        ({"scenario": "realtime_chat", "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+        ({"scenario": "realtime_chat", "messages": [{"role": "user"}]}, "messages.0.content"),
+        ({"messages": [{"role": "user", "content": "x"}]}, "scenario"),
+        ({"scenario": "x", "messages": [{"role": "user", "content": "x"}], "priority": "URGENT"}, "priority"),
+        ({"scenario": "x", "messages": [{"role": "user", "content": "x"}], "deadline_ms": -5}, "deadline_ms"),
+        (
+            {"scenario": "x", "messages": [{"role": "user", "content": "x"}], "request_id": "a b"},
+            "request_id",
+        ),
+        ({"scenario": "x", "messages": [{"role": "user", "content": "x"}], "colour": "red"}, "colour"),
+    ],
+)
+def test_validation_names_the_field(body, field):
+    with pytest.raises(ValidationError) as info:
+        SubmitRequest.model_validate(body)
+    assert field in [p["field"] for p in describe(info.value)]
