@@ -19,7 +19,7 @@ from services.localbroker.broker import (
     recorded_ports,
 )
 from services.localbroker.errors import LocalBrokerError
-from services.localbroker.jars import STATE_DIR, find_project_root
+from services.localbroker.jars import STATE_DIR, ensure_jars, find_project_root
 
 PORT_ENV = "INFERQ_BROKER_PORT"
 EXIT_OK = 0
@@ -62,6 +62,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     status = commands.add_parser("status", help="show whether the broker runs (exit 3 when it does not)")
     _add_common(status)
     status.set_defaults(func=_cmd_status)
+
+    jars = commands.add_parser("jars", help="fetch the broker's jars from Maven Central (once; cached)")
+    jars.set_defaults(func=_cmd_jars)
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -167,6 +170,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
             return EXIT_NOT_RUNNING
         state = "answering" if broker.answers() else "not answering yet"
         print(f"Kafka broker running on {status.bootstrap} (pid {status.pid}, {state}, home {status.home})")
+        return EXIT_OK
+
+    return _run(action, args)
+
+
+def _cmd_jars(args: argparse.Namespace) -> int:
+    def action(_: argparse.Namespace) -> int:
+        print(f"Kafka jars ready in {ensure_jars(find_project_root())}")
         return EXIT_OK
 
     return _run(action, args)

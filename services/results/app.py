@@ -86,7 +86,8 @@ class ResultConsumer:
 def create_app(settings: ResultsSettings, *, check_topics: bool = True) -> Starlette:
     """Composition root of the results service."""
     store = ResultStore(settings.db_path)
-    consumer = ResultConsumer(settings, store)
+    # aiokafka binds its clients to the running loop, so the consumer is built in the lifespan.
+    consumer: ResultConsumer | None = None
 
     async def get_result(request: Request) -> Response:
         request_id = request.path_params["request_id"]
@@ -102,8 +103,10 @@ def create_app(settings: ResultsSettings, *, check_topics: bool = True) -> Starl
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        nonlocal consumer
         if check_topics:
             await asyncio.to_thread(require_topics, settings.kafka, [settings.kafka.topics.results])
+        consumer = ResultConsumer(settings, store)
         task = asyncio.create_task(consumer.run(), name="results-consumer")
         try:
             yield

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -27,9 +28,26 @@ def uvicorn_config(app: ASGIApp, host: str, port: int) -> uvicorn.Config:
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
 
 
+class ServiceServer(uvicorn.Server):
+    """uvicorn for a service process: SIGTERM/SIGINT end serving, the lifespan shuts down, exit 0.
+
+    uvicorn re-raises a captured signal after its graceful shutdown, so the process would die by the
+    signal (exit -15) even after a clean stop; a supervisor must see 0 for a clean stop.
+    """
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+
 def run_asgi(app: ASGIApp, host: str, port: int) -> int:
     """Serve until SIGTERM/SIGINT; 0 on a clean stop, 1 when start-up failed."""
-    server = uvicorn.Server(uvicorn_config(app, host, port))
+    server = ServiceServer(uvicorn_config(app, host, port))
     server.run()
     return 0 if server.started else 1
 

@@ -7,12 +7,28 @@ this class only chooses the ports, the topic prefix and the data paths, so sever
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from services.stack.process import ServiceProcess
+
+
+class PortsInUseError(RuntimeError):
+    pass
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        # SO_REUSEADDR: a port held only by TIME_WAIT connections of a stopped server is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -66,6 +82,12 @@ class Pipeline:
 
     def start(self, *, dispatchers: int = 1, timeout_s: float = 60.0) -> dict[str, float]:
         """Start every service and wait until each answers; returns seconds each took to be ready."""
+        # Another server on one of our ports would answer our readiness checks in our service's place.
+        busy = [f"{name} {port}" for name, port in vars(self.ports).items() if not port_is_free(port)]
+        if busy:
+            raise PortsInUseError(
+                f"ports already in use: {', '.join(busy)}; stop what listens there or choose other ports"
+            )
         backend = self._process(
             "sim-backend",
             [
