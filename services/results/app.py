@@ -97,9 +97,8 @@ def create_app(settings: ResultsSettings, *, check_topics: bool = True) -> Starl
         return JSONResponse(public_view(result))
 
     async def healthz(_: Request) -> Response:
-        return JSONResponse(
-            {"status": "ok" if consumer.ready.is_set() else "starting", "results": store.count()}
-        )
+        ready = consumer is not None and consumer.ready.is_set()
+        return JSONResponse({"status": "ok" if ready else "starting", "results": store.count()})
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

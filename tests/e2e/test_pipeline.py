@@ -29,7 +29,9 @@ SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     prefix = f"e2e{uuid.uuid4().hex[:10]}"
     create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
-    ports = PipelinePorts(ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port())
+    ports = PipelinePorts(
+        ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
+    )
     stack = Pipeline(
         bootstrap=kafka_bootstrap,
         work_dir=tmp_path_factory.mktemp("pipeline"),
@@ -53,8 +55,12 @@ def test_mixed_workload_completes_ok_within_budget(pipeline: Pipeline) -> None:
     assert set(outcomes) == set(ids)
     assert {o["status"] for o in outcomes.values()} == {"OK"}
     tiers = {a["scenario"]: a["tier"] for a in accepted}
-    assert tiers == {"morning_brief": "LOW", "realtime_chat": "HIGH", "emotion_analysis": "MEDIUM",
-                     "recipe_recommend": "MEDIUM"}
+    assert tiers == {
+        "morning_brief": "LOW",
+        "realtime_chat": "HIGH",
+        "emotion_analysis": "MEDIUM",
+        "recipe_recommend": "MEDIUM",
+    }
     for o in outcomes.values():
         t = o["timings"]
         assert t["queue_wait_ms"] + t["inference_ms"] == t["end_to_end_ms"]
@@ -64,8 +70,11 @@ def test_mixed_workload_completes_ok_within_budget(pipeline: Pipeline) -> None:
 
 
 def test_records_on_the_topic_decode_with_plain_fastavro(pipeline: Pipeline, kafka_bootstrap: str) -> None:
-    body = {"scenario": "realtime_chat", "messages": [{"role": "user", "content": "plain avro?"}],
-            "request_id": f"plain-{uuid.uuid4().hex}"}
+    body = {
+        "scenario": "realtime_chat",
+        "messages": [{"role": "user", "content": "plain avro?"}],
+        "request_id": f"plain-{uuid.uuid4().hex}",
+    }
     answer = httpx.post(f"{pipeline.ingest_url}/v1/requests", json=body, timeout=10).json()
     topic = f"{pipeline.topic_prefix}.requests.high"
     schema = fastavro.parse_schema(json.loads((SCHEMAS / "inference_request.avsc").read_text()))
@@ -82,14 +91,30 @@ def test_records_on_the_topic_decode_with_plain_fastavro(pipeline: Pipeline, kaf
         (b"{not json", 400, "JSON"),
         (json.dumps({"scenario": "realtime_chat", "messages": []}).encode(), 422, "messages"),
         (json.dumps({"scenario": "realtime_chat"}).encode(), 422, "messages"),
-        (json.dumps({"scenario": "x", "messages": [{"role": "bot", "content": "y"}]}).encode(), 422,
-         "messages.0.role"),
-        (json.dumps({"scenario": "x", "messages": [{"role": "user", "content": "y"}], "priority": "NOW"}).encode(),
-         422, "priority"),
-        (json.dumps({"scenario": "x", "messages": [{"role": "user", "content": "y"}], "expire_at_ms": 1000}).encode(),
-         422, "expire_at_ms"),
-        (b'{"scenario": "x", "messages": [{"role": "user", "content": "' + b"a" * 1_100_000 + b'"}]}', 413,
-         "larger"),
+        (
+            json.dumps({"scenario": "x", "messages": [{"role": "bot", "content": "y"}]}).encode(),
+            422,
+            "messages.0.role",
+        ),
+        (
+            json.dumps(
+                {"scenario": "x", "messages": [{"role": "user", "content": "y"}], "priority": "NOW"}
+            ).encode(),
+            422,
+            "priority",
+        ),
+        (
+            json.dumps(
+                {"scenario": "x", "messages": [{"role": "user", "content": "y"}], "expire_at_ms": 1000}
+            ).encode(),
+            422,
+            "expire_at_ms",
+        ),
+        (
+            b'{"scenario": "x", "messages": [{"role": "user", "content": "' + b"a" * 1_100_000 + b'"}]}',
+            413,
+            "larger",
+        ),
     ],
 )
 def test_malformed_request_is_refused_naming_the_problem_and_adds_nothing(
@@ -97,8 +122,12 @@ def test_malformed_request_is_refused_naming_the_problem_and_adds_nothing(
 ) -> None:
     topics = [f"{pipeline.topic_prefix}.requests.{t}" for t in ("high", "medium", "low")]
     before = {t: end_offsets(kafka_bootstrap, t) for t in topics}
-    response = httpx.post(f"{pipeline.ingest_url}/v1/requests", content=content,
-                          headers={"content-type": "application/json"}, timeout=10)
+    response = httpx.post(
+        f"{pipeline.ingest_url}/v1/requests",
+        content=content,
+        headers={"content-type": "application/json"},
+        timeout=10,
+    )
     assert response.status_code == status
     assert named in response.json()["error"]
     assert {t: end_offsets(kafka_bootstrap, t) for t in topics} == before
@@ -106,7 +135,11 @@ def test_malformed_request_is_refused_naming_the_problem_and_adds_nothing(
 
 def test_resent_request_id_is_one_request(pipeline: Pipeline, kafka_bootstrap: str) -> None:
     rid = f"once-{uuid.uuid4().hex}"
-    body = {"scenario": "emotion_analysis", "messages": [{"role": "user", "content": "same"}], "request_id": rid}
+    body = {
+        "scenario": "emotion_analysis",
+        "messages": [{"role": "user", "content": "same"}],
+        "request_id": rid,
+    }
     first = httpx.post(f"{pipeline.ingest_url}/v1/requests", json=body, timeout=10)
     second = httpx.post(f"{pipeline.ingest_url}/v1/requests", json=body, timeout=10)
     assert first.status_code == second.status_code == 202
@@ -115,7 +148,9 @@ def test_resent_request_id_is_one_request(pipeline: Pipeline, kafka_bootstrap: s
     assert outcomes[rid]["status"] == "OK"
     from services.messaging.codec import request_codec
 
-    records = read_all(kafka_bootstrap, f"{pipeline.topic_prefix}.requests.medium", expect=10_000, timeout_s=5)
+    records = read_all(
+        kafka_bootstrap, f"{pipeline.topic_prefix}.requests.medium", expect=10_000, timeout_s=5
+    )
     assert sum(1 for m in records if request_codec().decode(m.value())["request_id"] == rid) == 1
 
 

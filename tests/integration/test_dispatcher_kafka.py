@@ -28,7 +28,9 @@ def test_requests_of_every_tier_complete_ok_on_the_reply_topic(kafka_settings):
         async with sim_backend(speed=50.0) as url, running_dispatcher(kafka_settings, url, budget=4):
             for tier, records in sent.items():
                 produce_requests(kafka_settings.bootstrap_servers, topics.requests_by_name(tier), records)
-            results = await asyncio.to_thread(results_by_id, kafka_settings.bootstrap_servers, topics.results, 12)
+            results = await asyncio.to_thread(
+                results_by_id, kafka_settings.bootstrap_servers, topics.results, 12
+            )
             return results, await backend_stats(url)
 
     results, stats = asyncio.run(scenario())
@@ -51,8 +53,12 @@ def test_expired_request_is_answered_expired_without_a_backend_call(kafka_settin
 
     async def scenario():
         async with sim_backend(speed=50.0) as url, running_dispatcher(kafka_settings, url):
-            produce_requests(kafka_settings.bootstrap_servers, topics.requests_by_name("HIGH"), [expired, fresh])
-            results = await asyncio.to_thread(results_by_id, kafka_settings.bootstrap_servers, topics.results, 2)
+            produce_requests(
+                kafka_settings.bootstrap_servers, topics.requests_by_name("HIGH"), [expired, fresh]
+            )
+            results = await asyncio.to_thread(
+                results_by_id, kafka_settings.bootstrap_servers, topics.results, 2
+            )
             return results, await backend_stats(url)
 
     results, stats = asyncio.run(scenario())

@@ -49,7 +49,9 @@ async def backend_stats(url: str) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def running_dispatcher(kafka: KafkaSettings, backend_url: str, **overrides: Any) -> AsyncIterator[Dispatcher]:
+async def running_dispatcher(
+    kafka: KafkaSettings, backend_url: str, **overrides: Any
+) -> AsyncIterator[Dispatcher]:
     """A dispatcher in a fresh group, running until the block ends, then stopped as SIGTERM would."""
     settings = DispatcherSettings(
         kafka=kafka,

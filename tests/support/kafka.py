@@ -34,8 +34,9 @@ def a_request(tier: str = "HIGH", *, deadline_ms: int = 30_000, **overrides: Any
     return record
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes], *, key: bytes | None = None,
-            partition: int | None = None) -> None:
+def produce(
+    bootstrap: str, topic: str, values: list[bytes], *, key: bytes | None = None, partition: int | None = None
+) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for value in values:
         if partition is None:
@@ -51,12 +52,14 @@ def produce_requests(bootstrap: str, topic: str, records: list[dict[str, Any]], 
 
 def read_all(bootstrap: str, topic: str, *, expect: int, timeout_s: float = 30.0) -> list[Any]:
     """Read `topic` from the beginning until `expect` records arrived or the timeout passed."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"reader-{uuid.uuid4().hex}",
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     found: list[Any] = []
     deadline = time.monotonic() + timeout_s
@@ -76,7 +79,9 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     try:
         metadata = consumer.list_topics(topic, timeout=10)
         partitions = metadata.topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions
+        }
     finally:
         consumer.close()
 

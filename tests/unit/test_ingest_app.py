@@ -40,8 +40,14 @@ def client(producer: AsyncProducer | None = None, **settings: Any) -> TestClient
 def test_accepted_request_is_written_once_with_tier_and_deadline():
     producer = RecordingProducer()
     with client(producer) as c:
-        r = c.post("/v1/requests", json={"scenario": "emotion_analysis", "session_id": "s1",
-                                         "messages": [{"role": "user", "content": "diary"}]})
+        r = c.post(
+            "/v1/requests",
+            json={
+                "scenario": "emotion_analysis",
+                "session_id": "s1",
+                "messages": [{"role": "user", "content": "diary"}],
+            },
+        )
     assert r.status_code == 202
     body = r.json()
     assert body["tier"] == "MEDIUM"
@@ -57,7 +63,9 @@ def test_refusals_name_the_field_and_write_nothing():
     with client(producer) as c:
         bad_json = c.post("/v1/requests", content=b"{", headers={"content-type": "application/json"})
         no_messages = c.post("/v1/requests", json={"scenario": "realtime_chat"})
-        bad_role = c.post("/v1/requests", json={"scenario": "x", "messages": [{"role": "bot", "content": "y"}]})
+        bad_role = c.post(
+            "/v1/requests", json={"scenario": "x", "messages": [{"role": "bot", "content": "y"}]}
+        )
         array = c.post("/v1/requests", json=[1, 2])
     assert bad_json.status_code == 400 and "JSON" in bad_json.json()["error"]
     assert no_messages.status_code == 422 and "messages" in no_messages.json()["error"]
@@ -71,8 +79,10 @@ def test_unreachable_kafka_answers_503_in_bounded_time():
     kafka = KafkaSettings(bootstrap_servers="127.0.0.1:1")  # nothing listens on port 1
     with client(kafka=kafka, produce_timeout_s=1.0) as c:
         started = time.monotonic()
-        r = c.post("/v1/requests", json={"scenario": "realtime_chat",
-                                         "messages": [{"role": "user", "content": "anyone?"}]})
+        r = c.post(
+            "/v1/requests",
+            json={"scenario": "realtime_chat", "messages": [{"role": "user", "content": "anyone?"}]},
+        )
         took = time.monotonic() - started
     assert r.status_code == 503
     assert r.headers["retry-after"] == "1"
