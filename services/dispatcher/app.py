@@ -5,30 +5,87 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
+from dataclasses import replace
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from services.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy
 from services.dispatcher.backend import ChatBackend
-from services.dispatcher.budget import TokenBudget
 from services.dispatcher.consumer import TierConsumer
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.runner import Dispatcher
+from services.dispatcher.schedule import Schedule, TierLimits
+from services.dispatcher.scheduler import build_scheduler
 from services.dispatcher.settings import DispatcherSettings
+from services.dispatcher.tokens import LocalTokenPool, TokenPool
 from services.messaging.admin import require_topics
 from services.messaging.producer import AsyncProducer
+from services.messaging.tiers import Tier
 from services.serving import EmbeddedServer, uvicorn_config
 from services.telemetry import metrics_endpoint, setup_metrics
 
 log = logging.getLogger("inferq.dispatcher")
 
 
+def build_schedule(settings: DispatcherSettings) -> Schedule:
+    """The schedule file or the built-in table, with the settings' pin and LOW peak ceiling applied."""
+    if settings.schedule_file is not None:
+        schedule = Schedule.from_toml(settings.schedule_file, budget=settings.budget)
+    else:
+        schedule = Schedule.default(budget=settings.budget, timezone=settings.timezone)
+    if settings.low_peak_ceiling is not None:
+        windows = []
+        for window in schedule.windows:
+            if window.name == "peak":
+                low = window.limits[Tier.LOW]
+                lifted = TierLimits(low.floor, max(low.floor, settings.low_peak_ceiling))
+                window = replace(window, limits={**window.limits, Tier.LOW: lifted})
+            windows.append(window)
+        schedule = replace(schedule, windows=tuple(windows))
+    return schedule.pin(settings.schedule_pin) if settings.schedule_pin else schedule
+
+
+def build_pool(settings: DispatcherSettings) -> tuple[TokenPool, bool]:
+    """The token pool and whether it is shared with other dispatchers."""
+    if settings.coordination == "local":
+        return LocalTokenPool(), False
+    from services.coordination.redis_pool import RedisTokenPool
+    from services.dispatcher.group import GroupSizeProbe
+
+    probe = GroupSizeProbe(settings.kafka, settings.group_id)
+    probe.start()
+    pool = RedisTokenPool(
+        url=settings.redis_url,
+        owner=settings.dispatcher_id,
+        key_prefix=f"{settings.kafka.topic_prefix}:budget",
+        lease_ttl_s=settings.lease_ttl_s,
+        group_size=probe.size,
+    )
+    return pool, True
+
+
 def bootstrap(settings: DispatcherSettings) -> Dispatcher:
     setup_metrics("inferq-dispatcher")
-    budget = TokenBudget(settings.budget)
+    schedule = build_schedule(settings)
+    pool, shared = build_pool(settings)
+    adaptive = None
+    if settings.adaptive and settings.policy == "inferq":
+        policy = AdaptivePolicy(
+            max_budget=settings.budget,
+            min_budget=min(settings.adaptive_min_budget, settings.budget),
+            window_s=settings.adaptive_window_s,
+        )
+        adaptive = AdaptiveBudget(policy, time.monotonic)
     api_key = settings.backend_api_key.get_secret_value() if settings.backend_api_key else None
+    metrics = DispatcherMetrics(
+        tokens_in_use=pool.in_use,
+        tokens_held=pool.held_locally,
+        effective_budget=lambda: adaptive.effective if adaptive is not None else settings.budget,
+    )
     return Dispatcher(
         settings,
         consumer=TierConsumer(settings.kafka, settings.group_id, client_id=settings.dispatcher_id),
@@ -36,8 +93,11 @@ def bootstrap(settings: DispatcherSettings) -> Dispatcher:
             settings.kafka.producer_config(client_id=f"inferq-dispatcher-{settings.dispatcher_id}")
         ),
         backend=ChatBackend(settings.backend_url, api_key=api_key, max_connections=settings.budget),
-        budget=budget,
-        metrics=DispatcherMetrics(budget.in_use_by, settings.budget),
+        scheduler=build_scheduler(settings.policy, schedule),
+        pool=pool,
+        pool_is_shared=shared,
+        adaptive=adaptive,
+        metrics=metrics,
     )
 
 

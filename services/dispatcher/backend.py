@@ -45,7 +45,9 @@ class ChatBackend:
         try:
             response = await self._client.post("/chat/completions", json=payload, timeout=timeout_s)
         except httpx.TimeoutException as exc:
-            raise BackendError(f"backend timed out after {timeout_s:.2f} s", retriable=True) from exc
+            raise BackendError(
+                f"backend timed out after {timeout_s:.2f} s", retriable=True, timed_out=True
+            ) from exc
         except httpx.TransportError as exc:
             raise BackendError(f"backend unreachable: {exc!r}", retriable=True) from exc
         if response.status_code != 200:

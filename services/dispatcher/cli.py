@@ -15,6 +15,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--host", default=None, help="metrics bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="metrics port (default 8702)")
     parser.add_argument("--budget", type=int, default=None, help="concurrency budget (default 10)")
+    parser.add_argument(
+        "--policy",
+        choices=["inferq", "static", "fifo"],
+        default=None,
+        help="scheduling policy (default inferq)",
+    )
     parser.set_defaults(func=_run)
 
 
@@ -27,5 +33,7 @@ def _run(args: argparse.Namespace) -> int:
         overrides["metrics_port"] = args.port
     if args.budget:
         overrides["budget"] = args.budget
+    if args.policy:
+        overrides["policy"] = args.policy
     settings = DispatcherSettings(**overrides)  # type: ignore[arg-type]
     return asyncio.run(serve(settings))

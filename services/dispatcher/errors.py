@@ -19,8 +19,15 @@ class BackendError(DispatcherError):
         retriable: bool,
         status: int | None = None,
         retry_after_s: float | None = None,
+        timed_out: bool = False,
     ) -> None:
         super().__init__(message)
         self.retriable = retriable
         self.status = status
         self.retry_after_s = retry_after_s
+        self.timed_out = timed_out
+
+    @property
+    def overload(self) -> bool:
+        """The backend is past its limit (429, 503, a timeout): a signal to cut the budget."""
+        return self.timed_out or self.status in (429, 503)

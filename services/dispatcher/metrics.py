@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from services.dispatcher.waiting import WaitingRoom
 from services.messaging.tiers import Tier
 from services.telemetry import meter
 
 
 class DispatcherMetrics:
-    def __init__(self, tokens_in_use: Callable[[Tier], int], budget: int) -> None:
+    def __init__(
+        self,
+        *,
+        tokens_in_use: Callable[[], Mapping[Tier, int]],
+        tokens_held: Callable[[], Mapping[Tier, int]],
+        effective_budget: Callable[[], int],
+    ) -> None:
         m = meter("inferq.dispatcher")
         self._waiting: dict[Tier, int] = dict.fromkeys(Tier, 0)
+        self._paused_partitions = 0
         self._queue_wait = m.create_histogram(
             "inferq_queue_wait_seconds", unit="s", description="from enqueue to taking a concurrency token"
         )
@@ -22,29 +30,55 @@ class DispatcherMetrics:
             "inferq_end_to_end_seconds", unit="s", description="from enqueue to the terminal outcome"
         )
         self._outcomes = m.create_counter(
-            "inferq_outcomes_total", description="terminal outcomes by tier and status"
+            "inferq_outcomes_total", description="terminal outcomes by tier, status"
+        )
+        self._expired = m.create_counter(
+            "inferq_expired_total", description="requests answered EXPIRED without an LLM call"
+        )
+        self._promoted = m.create_counter(
+            "inferq_promoted_total", description="LOW requests served as MEDIUM"
         )
         self._dead_letters = m.create_counter(
             "inferq_dead_letters_total", description="records sent to the DLQ"
         )
 
-        def tokens(_: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(tokens_in_use(t), {"tier": t.value}) for t in Tier]
+        def per_tier(
+            source: Callable[[], Mapping[Tier, int]],
+        ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+            def observe(_: CallbackOptions) -> Iterable[Observation]:
+                values = source()
+                return [Observation(values.get(t, 0), {"tier": t.value}) for t in Tier]
 
-        def waiting(_: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(n, {"tier": t.value}) for t, n in self._waiting.items()]
+            return observe
 
-        def limit(_: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(budget)]
-
-        m.create_observable_gauge("inferq_tokens_in_use", [tokens], description="backend calls in flight")
         m.create_observable_gauge(
-            "inferq_readahead_waiting", [waiting], description="requests held in memory"
+            "inferq_tokens_in_use",
+            [per_tier(tokens_in_use)],
+            description="backend calls in flight, whole group",
         )
-        m.create_observable_gauge("inferq_budget_limit", [limit], description="configured concurrency budget")
+        m.create_observable_gauge(
+            "inferq_tokens_held", [per_tier(tokens_held)], description="backend calls in flight, this process"
+        )
+        m.create_observable_gauge(
+            "inferq_readahead_waiting",
+            [per_tier(lambda: self._waiting)],
+            description="requests held in memory",
+        )
+        m.create_observable_gauge(
+            "inferq_effective_budget",
+            [lambda _: [Observation(effective_budget())]],
+            description="concurrency budget after adaptive cuts",
+        )
+        m.create_observable_gauge(
+            "inferq_paused_partitions",
+            [lambda _: [Observation(self._paused_partitions)]],
+            description="request partitions paused for back-pressure",
+        )
 
-    def set_waiting(self, tier: Tier, count: int) -> None:
-        self._waiting[tier] = count
+    def observe_room(self, room: WaitingRoom, paused_partitions: int) -> None:
+        for tier in Tier:
+            self._waiting[tier] = room.held(tier)
+        self._paused_partitions = paused_partitions
 
     def record_queue_wait(self, tier: Tier, seconds: float) -> None:
         self._queue_wait.record(max(0.0, seconds), {"tier": tier.value})
@@ -53,6 +87,12 @@ class DispatcherMetrics:
         self._outcomes.add(1, {"tier": tier.value, "status": str(result["status"])})
         e2e = (int(result["completed_at_ms"]) - int(result["enqueued_at_ms"])) / 1000
         self._end_to_end.record(max(0.0, e2e), {"tier": tier.value, "status": str(result["status"])})
+
+    def record_expired(self, tier: Tier, reason: str) -> None:
+        self._expired.add(1, {"tier": tier.value, "reason": reason})
+
+    def record_promoted(self, count: int) -> None:
+        self._promoted.add(count, {"tier": Tier.LOW.value})
 
     def record_dead_letter(self, topic: str) -> None:
         self._dead_letters.add(1, {"topic": topic})

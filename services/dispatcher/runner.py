@@ -1,9 +1,10 @@
 """The dispatcher's run loop.
 
-Fetch → admit (decode, drop expired, queue by tier) → start what the budget allows → pause tiers
-whose read-ahead is full. Starting is event-driven: on every arrival and every completion, never
-on a timer tick. An outcome is produced (acks=all) before its offset may be committed; commits go
-out on a short interval and synchronously for revoked partitions.
+Fetch → admit (decode, drop expired, hold in the waiting room) → start what the scheduler and the
+token pool allow → pause tiers whose read-ahead is full, so the backlog stays in Kafka. Starting
+is event-driven: one starter task wakes on every arrival, completion and housekeeping change, not
+on a tick. An outcome is produced (acks=all) before its offset may be committed; commits go out on
+a short interval and synchronously for revoked partitions.
 """
 
 from __future__ import annotations
@@ -12,20 +13,22 @@ import asyncio
 import json
 import logging
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiokafka import TopicPartition
 
+from services.dispatcher.adaptive import AdaptiveBudget
 from services.dispatcher.backend import ChatBackend
-from services.dispatcher.budget import TokenBudget
 from services.dispatcher.consumer import TierConsumer
 from services.dispatcher.errors import BackendError
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.offsets import OffsetTracker
 from services.dispatcher.outcomes import OutcomeBuilder
+from services.dispatcher.scheduler import Scheduler
 from services.dispatcher.settings import DispatcherSettings
+from services.dispatcher.tokens import Lease, TokenPool
+from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.work import Work
 from services.messaging.codec import AvroCodec, request_codec, result_codec
 from services.messaging.errors import DecodeError
@@ -35,6 +38,8 @@ from services.messaging.tiers import Tier
 log = logging.getLogger("inferq.dispatcher")
 
 FETCH_TIMEOUT_MS = 100
+# With a shared pool, tokens freed by other dispatchers wake nobody here: look again this often.
+SHARED_POOL_RECHECK_S = 0.02
 
 
 def wall_clock_ms() -> int:
@@ -49,7 +54,10 @@ class Dispatcher:
         consumer: TierConsumer,
         producer: AsyncProducer,
         backend: ChatBackend,
-        budget: TokenBudget,
+        scheduler: Scheduler,
+        pool: TokenPool,
+        pool_is_shared: bool,
+        adaptive: AdaptiveBudget | None,
         metrics: DispatcherMetrics,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
@@ -57,14 +65,23 @@ class Dispatcher:
         self._consumer = consumer
         self._producer = producer
         self._backend = backend
-        self._budget = budget
+        self._scheduler = scheduler
+        self._pool = pool
+        self._pool_is_shared = pool_is_shared
+        self._adaptive = adaptive
         self._metrics = metrics
         self._clock_ms = clock_ms
         self._topics = settings.kafka.topics
         self._offsets = OffsetTracker()
-        self._waiting: dict[Tier, deque[Work]] = {t: deque() for t in Tier}
+        self._room = WaitingRoom(
+            promotion_age_ms=int(settings.promotion_age_s * 1000),
+            early_drop_ms={t: int(s * 1000) for t, s in settings.typical_latency_s.items()}
+            if settings.early_drop
+            else None,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
         self._outcomes = OutcomeBuilder(settings.dispatcher_id)
         self._requests = request_codec()
         self._results = result_codec()
@@ -74,11 +91,18 @@ class Dispatcher:
             Tier.LOW: settings.model_cheap,
         }
 
-    def health(self) -> dict[str, int]:
+    @property
+    def effective_budget(self) -> int:
+        return self._adaptive.effective if self._adaptive is not None else self._settings.budget
+
+    def health(self) -> dict[str, Any]:
         return {
             "assigned": len(self._offsets.owned()),
-            "tokens_in_use": self._budget.in_use,
-            "waiting": sum(len(q) for q in self._waiting.values()),
+            "tokens_in_use": sum(self._pool.held_locally().values()),
+            "waiting": len(self._room),
+            "effective_budget": self.effective_budget,
+            "window": self._scheduler.window().name,
+            "policy": self._scheduler.name,
         }
 
     def request_stop(self) -> None:
@@ -86,27 +110,42 @@ class Dispatcher:
         self._stop.set()
 
     async def run(self) -> None:
+        await self._pool.start()
         await self._producer.start()
         await self._consumer.start(self._on_revoked, self._on_assigned)
-        committer = asyncio.create_task(self._commit_loop(), name="committer")
-        log.info("dispatcher %s started, budget %d", self._settings.dispatcher_id, self._budget.limit)
+        helpers = [
+            asyncio.create_task(self._commit_loop(), name="committer"),
+            asyncio.create_task(self._starter_loop(), name="starter"),
+            asyncio.create_task(self._housekeeping_loop(), name="housekeeping"),
+        ]
+        log.info(
+            "dispatcher %s started: policy %s, budget %d, window %s",
+            self._settings.dispatcher_id,
+            self._scheduler.name,
+            self._settings.budget,
+            self._scheduler.window().name,
+        )
         try:
             while not self._stop.is_set():
                 batches = await self._consumer.fetch(self._fetch_room(), FETCH_TIMEOUT_MS)
                 for tp, records in batches.items():
                     for record in records:
                         self._admit(tp, record.offset, record.value)
-                self._start_ready()
+                if batches:
+                    self._wake.set()
                 self._update_pauses()
         finally:
-            await self._shutdown(committer)
+            await self._shutdown(helpers)
 
-    async def _shutdown(self, committer: asyncio.Task[None]) -> None:
-        # Order matters: stop taking new work, let running calls finish (bounded) and write their
-        # outcomes, commit what is durable, then leave the group so a peer takes over at once.
+    async def _shutdown(self, helpers: list[asyncio.Task[None]]) -> None:
+        # Order matters: stop starting and fetching, let running calls finish (bounded) and write
+        # their outcomes, commit what is durable, leave the group so a peer takes over at once,
+        # then give the tokens back.
+        for task in helpers:
+            task.cancel()
+        await asyncio.wait(helpers, timeout=5.0)
         self._consumer.set_paused(set(Tier))
-        for queue in self._waiting.values():
-            queue.clear()  # never started: the next owner reads them again from the committed offset
+        self._room.clear()  # never started: the next owner reads them again from the committed offset
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=self._settings.drain_timeout_s)
             for task in pending:
@@ -118,17 +157,17 @@ class Dispatcher:
                     self._settings.drain_timeout_s,
                 )
                 await asyncio.wait(pending, timeout=5.0)
-        committer.cancel()
         await self._commit_now()
         await self._consumer.stop()
         await self._producer.stop()
         await self._backend.close()
+        await self._pool.stop()
         log.info("dispatcher %s stopped cleanly", self._settings.dispatcher_id)
 
     # -- intake -------------------------------------------------------------------------------
 
     def _fetch_room(self) -> int:
-        room = sum(max(0, self._settings.readahead_per_tier - len(q)) for q in self._waiting.values())
+        room = sum(max(0, self._settings.readahead_per_tier - self._room.held(t)) for t in Tier)
         return max(1, room)
 
     def _admit(self, tp: TopicPartition, offset: int, value: bytes | None) -> None:
@@ -141,69 +180,126 @@ class Dispatcher:
             self._spawn(self._dead_letter(tp, offset, value or b"", str(exc), offsets.complete), "dlq")
             return
         work = Work(request=request, tier=tier, offsets=offsets, offset=offset)
-        if self._clock_ms() >= work.expire_at_ms:
-            self._spawn(self._expire(work), "expire")
+        reason = self._room.check(work, self._clock_ms())
+        if reason is not None:
+            self._spawn(self._expire(work, reason), "expire")
             return
-        self._waiting[tier].append(work)
-
-    # -- scheduling ---------------------------------------------------------------------------
-
-    def _start_ready(self) -> None:
-        while True:
-            waiting = {t: len(q) for t, q in self._waiting.items()}
-            tier = self._budget.next_tier(waiting)
-            if tier is None:
-                return
-            work = self._waiting[tier].popleft()
-            if self._clock_ms() >= work.expire_at_ms:
-                self._spawn(self._expire(work), "expire")
-                continue
-            self._budget.acquire(tier)
-            self._spawn(self._execute(work), "call")
+        self._room.add(work)
 
     def _update_pauses(self) -> None:
-        full = {t for t, q in self._waiting.items() if len(q) >= self._settings.readahead_per_tier}
+        full = {t for t in Tier if self._room.held(t) >= self._settings.readahead_per_tier}
         self._consumer.set_paused(full)
-        for tier in Tier:
-            self._metrics.set_waiting(tier, len(self._waiting[tier]))
+        self._metrics.observe_room(self._room, self._consumer.paused_partition_count())
 
-    def _spawn(self, coro: Any, name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    # -- starting -----------------------------------------------------------------------------
+
+    async def _starter_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            blocked = await self._start_ready()
+            self._update_pauses()
+            if blocked and self._pool_is_shared:
+                self._wake_later(SHARED_POOL_RECHECK_S)
+
+    def _wake_later(self, delay_s: float) -> None:
+        asyncio.get_running_loop().call_later(delay_s, self._wake.set)
+
+    async def _start_ready(self) -> bool:
+        """Start every request the scheduler and the pool allow; True if work waits for a token."""
+        for _ in range(4 * self._settings.budget + 4):  # bounded: a stale snapshot is retried, not spun on
+            demand = self._room.demand()
+            if not any(demand.waiting.values()):
+                return False
+            in_use = self._pool.in_use()
+            budget = self.effective_budget
+            tier = self._scheduler.next_tier(in_use, demand, budget)
+            if tier is None:
+                return True
+            lease = await self._pool.try_acquire(tier, total_limit=budget, tier_limit=in_use.get(tier, 0) + 1)
+            if lease is None:
+                continue  # another dispatcher took it first; the pool refreshed its snapshot
+            work = self._room.pop(tier)
+            if work is None:  # its partition was revoked while we asked the pool
+                await self._pool.release(lease)
+                continue
+            reason = self._room.check(work, self._clock_ms())
+            if reason is not None:
+                await self._pool.release(lease)
+                self._spawn(self._expire(work, reason), "expire")
+                continue
+            self._spawn(self._execute(work, lease), "call")
+        return True
+
+    async def _housekeeping_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.housekeeping_interval_s)
+            expired, promoted = self._room.sweep(self._clock_ms())
+            for item in expired:
+                self._spawn(self._expire(item.work, item.reason), "expire")
+            if promoted:
+                self._metrics.record_promoted(promoted)
+                log.info(
+                    "%d LOW requests waited past %.0f s: served as MEDIUM",
+                    promoted,
+                    self._settings.promotion_age_s,
+                )
+            if self._adaptive is not None:
+                before = self._adaptive.effective
+                self._adaptive.tick()
+                self._note_budget_change(before)
+            if expired or promoted or self._adaptive is not None:
+                self._wake.set()
 
     # -- execution ----------------------------------------------------------------------------
 
     def _model_for(self, work: Work) -> str:
         return str(work.request.get("model") or self._models[work.tier])
 
-    async def _execute(self, work: Work) -> None:
+    async def _execute(self, work: Work, lease: Lease) -> None:
         dispatched_at = self._clock_ms()
-        self._metrics.record_queue_wait(
-            work.tier, (dispatched_at - int(work.request["created_at_ms"])) / 1000
-        )
+        self._metrics.record_queue_wait(work.tier, (dispatched_at - work.created_at_ms) / 1000)
         model = self._model_for(work)
-        remaining_s = (work.expire_at_ms - dispatched_at) / 1000
-        timeout_s = max(0.001, min(self._settings.backend_timeout_s, remaining_s))
+        timeout_s = max(
+            0.001, min(self._settings.backend_timeout_s, (work.expire_at_ms - dispatched_at) / 1000)
+        )
+        started = time.monotonic()
         try:
             completion = await self._backend.complete(
                 model, work.request["messages"], work.request["params"], timeout_s=timeout_s
             )
         except BackendError as exc:
+            self._record_backend_failure(exc)
             result = self._outcomes.failed(
                 work.request, model, str(exc), dispatched_at_ms=dispatched_at, now_ms=self._clock_ms()
             )
         else:
+            if self._adaptive is not None:
+                before = self._adaptive.effective
+                self._adaptive.record_success(model, time.monotonic() - started)
+                self._note_budget_change(before)
             result = self._outcomes.ok(
                 work.request, completion, dispatched_at_ms=dispatched_at, now_ms=self._clock_ms()
             )
         finally:
-            self._budget.release(work.tier)
-            # A token came free: start the next request now, not at the next fetch.
-            self._start_ready()
+            await self._pool.release(lease)
+            self._wake.set()  # a token came free: start the next request now
         await self._emit(work, result)
 
-    async def _expire(self, work: Work) -> None:
+    def _record_backend_failure(self, exc: BackendError) -> None:
+        if exc.overload and self._adaptive is not None:
+            before = self._adaptive.effective
+            self._adaptive.record_overload()
+            self._note_budget_change(before)
+
+    def _note_budget_change(self, before: int) -> None:
+        if self._adaptive is not None and self._adaptive.effective != before:
+            log.warning(
+                "effective budget %d -> %d (%s)", before, self._adaptive.effective, self._adaptive.last_reason
+            )
+
+    async def _expire(self, work: Work, reason: str) -> None:
+        self._metrics.record_expired(work.tier, reason)
         await self._emit(
             work, self._outcomes.expired(work.request, self._model_for(work), now_ms=self._clock_ms())
         )
@@ -227,6 +323,11 @@ class Dispatcher:
         log.warning("poison record %s[%d]@%d dead-lettered: %s", tp.topic, tp.partition, offset, reason)
         self._metrics.record_dead_letter(tp.topic)
         complete(offset)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- offsets ------------------------------------------------------------------------------
 
@@ -254,11 +355,7 @@ class Dispatcher:
 
     async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
         await self._commit_now(only=revoked)
-        gone = {(tp.topic, tp.partition) for tp in revoked}
-        for tier, queue in self._waiting.items():
-            self._waiting[tier] = deque(
-                w for w in queue if (w.offsets.topic, w.offsets.partition) not in gone
-            )
+        self._room.drop_sources({(tp.topic, tp.partition) for tp in revoked})
         for tp in revoked:
             self._offsets.revoke(tp.topic, tp.partition)
         log.info("partitions revoked: %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in revoked))

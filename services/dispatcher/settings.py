@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.tiers import Tier
 
 
 def _default_dispatcher_id() -> str:
@@ -21,10 +24,35 @@ class DispatcherSettings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     group_id: str = "inferq-dispatcher"
     dispatcher_id: str = Field(default_factory=_default_dispatcher_id)
-    # The LLM API's concurrency limit: calls in flight from this dispatcher never exceed it.
+    # The LLM API's concurrency limit, shared by the whole dispatcher group.
     budget: int = Field(default=10, ge=1, le=10_000)
+    # inferq: tiered and work-conserving; static: the seed's hard 6/3/1; fifo: one queue.
+    policy: Literal["inferq", "static", "fifo"] = "inferq"
+    # A TOML schedule (see infra/schedule.toml); None: the built-in table scaled to the budget.
+    schedule_file: Path | None = None
+    # Force one window by name ("peak", "normal", "night"), e.g. for tests and load tests.
+    schedule_pin: str | None = None
+    timezone: str = "UTC"
+    # Lift LOW's ceiling in the peak window (the seed caps it at 1) so briefs borrow idle capacity.
+    low_peak_ceiling: int | None = Field(default=None, ge=0)
     # Requests held in memory per tier beyond those running; past it the tier's partitions pause.
     readahead_per_tier: int = Field(default=20, ge=1, le=10_000)
+    # A LOW request waiting longer than this is served as if MEDIUM.
+    promotion_age_s: float = Field(default=1800.0, gt=0)
+    # Drop a request whose remaining time is below its tier's typical inference time.
+    early_drop: bool = True
+    typical_latency_s: dict[Tier, float] = Field(
+        default_factory=lambda: {Tier.HIGH: 0.5, Tier.MEDIUM: 2.8, Tier.LOW: 5.0}
+    )
+    # How often waiting read-ahead is checked for expiry and aging.
+    housekeeping_interval_s: float = Field(default=0.25, gt=0)
+    adaptive: bool = True
+    adaptive_window_s: float = Field(default=5.0, gt=0)
+    adaptive_min_budget: int = Field(default=1, ge=1)
+    # local: this process alone holds the budget; redis: the group shares it through Redis leases.
+    coordination: Literal["local", "redis"] = "local"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    lease_ttl_s: float = Field(default=6.0, gt=0)
     backend_url: str = "http://127.0.0.1:8780/v1"
     backend_api_key: SecretStr | None = None
     # Upper bound of one backend call; the remaining deadline bounds it further.

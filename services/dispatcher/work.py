@@ -15,6 +15,8 @@ class Work:
     tier: Tier
     offsets: PartitionOffsets
     offset: int
+    # A LOW request that waited past the promotion age is scheduled as MEDIUM; its tier is unchanged.
+    promoted: bool = False
 
     @property
     def request_id(self) -> str:
@@ -23,6 +25,18 @@ class Work:
     @property
     def expire_at_ms(self) -> int:
         return int(self.request["expire_at_ms"])
+
+    @property
+    def created_at_ms(self) -> int:
+        return int(self.request["created_at_ms"])
+
+    @property
+    def scheduling_tier(self) -> Tier:
+        return Tier.MEDIUM if self.promoted else self.tier
+
+    @property
+    def source(self) -> tuple[str, int]:
+        return (self.offsets.topic, self.offsets.partition)
 
     def done(self) -> None:
         """The outcome is durably written: the offset may be committed."""

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.ingest.admission import (
+    DEFAULT_BUDGET,
+    DEFAULT_MEAN_LATENCY_S,
+    DEFAULT_QUEUE_WAIT_FRACTION,
+    AdmissionPolicy,
+)
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_SCENARIO_TIERS, Tier
 
@@ -23,3 +29,61 @@ class IngestSettings(BaseSettings):
     # Recent client-supplied request ids remembered so a resend is answered without a second record.
     idempotency_cache_size: int = 100_000
     region: str = "local"
+
+    # Admission (services/ingest/admission.py): refuse with 429 when a tier's backlog is at capacity.
+    admission_enabled: bool = True
+    # The dispatcher group whose lag is the backlog (the dispatcher's INFERQ_GROUP_ID).
+    dispatcher_group: str = Field(default="inferq-dispatcher", min_length=1)
+    # The concurrency budget the backlog drains with: capacity and Retry-After scale with it.
+    admission_budget: int = Field(default=DEFAULT_BUDGET, ge=1, le=10_000)
+    # Expected inference time per tier; tiers left out keep their default.
+    mean_latency_s: dict[Tier, float] = Field(default_factory=lambda: dict(DEFAULT_MEAN_LATENCY_S))
+    # Share of a tier's deadline its queue wait may use; the rest is left for inference.
+    queue_wait_fraction: float = Field(default=DEFAULT_QUEUE_WAIT_FRACTION, gt=0, lt=1)
+    # Explicit backlog capacity per tier (records); tiers left out get budget x target wait / latency.
+    backlog_capacity: dict[Tier, int] = Field(default_factory=dict)
+    # Fill ratio above which a tier is alerted on (warning log, gauge); the mission's 70%.
+    backlog_alert_ratio: float = Field(default=0.7, gt=0, le=1)
+    # How often the lag is re-read; admission must not act on a backlog older than a second.
+    backlog_refresh_s: float = Field(default=0.5, gt=0, le=1.0)
+    # Bound of one lag read (all its Kafka calls); past it the backlog is unknown and requests are admitted.
+    backlog_timeout_s: float = Field(default=1.0, gt=0, le=30.0)
+
+    @field_validator("deadlines_ms")
+    @classmethod
+    def _keep_default_deadlines(cls, value: dict[Tier, int]) -> dict[Tier, int]:
+        # As for latencies: a partial map overrides those tiers; every tier keeps a deadline.
+        merged = dict(DEFAULT_DEADLINES_MS) | value
+        for tier, deadline_ms in merged.items():
+            if deadline_ms <= 0:
+                raise ValueError(f"deadline of {tier} must be > 0 ms")
+        return merged
+
+    @field_validator("mean_latency_s")
+    @classmethod
+    def _keep_default_latencies(cls, value: dict[Tier, float]) -> dict[Tier, float]:
+        # '{"HIGH": 0.3}' in the environment means "change HIGH", not "forget MEDIUM and LOW".
+        merged = dict(DEFAULT_MEAN_LATENCY_S) | value
+        for tier, seconds in merged.items():
+            if seconds <= 0:
+                raise ValueError(f"mean latency of {tier} must be > 0 s")
+        return merged
+
+    @field_validator("backlog_capacity")
+    @classmethod
+    def _positive_capacity(cls, value: dict[Tier, int]) -> dict[Tier, int]:
+        for tier, capacity in value.items():
+            if capacity < 1:
+                raise ValueError(f"backlog capacity of {tier} must be >= 1")
+        return value
+
+    def admission_policy(self) -> AdmissionPolicy:
+        """The admission policy these settings describe."""
+        return AdmissionPolicy.from_deadlines(
+            self.deadlines_ms,
+            budget=self.admission_budget,
+            mean_latency_s=self.mean_latency_s,
+            queue_wait_fraction=self.queue_wait_fraction,
+            capacity=self.backlog_capacity,
+            enabled=self.admission_enabled,
+        )

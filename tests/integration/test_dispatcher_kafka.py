@@ -98,7 +98,10 @@ def test_offsets_are_committed_only_after_results_are_written(kafka_settings):
 
     async def scenario():
         # cheap model at speed 2: each call takes 2.5 s, long enough to look while they run
-        async with sim_backend(speed=2.0) as url, running_dispatcher(kafka_settings, url, budget=10):
+        async with (
+            sim_backend(speed=2.0) as url,
+            running_dispatcher(kafka_settings, url, budget=10, schedule_pin="night"),
+        ):
             produce_requests(kafka_settings.bootstrap_servers, topic, records, partition=1)
             async with asyncio.timeout(20):
                 while (await backend_stats(url))["in_flight"] < 3:

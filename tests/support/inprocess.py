@@ -53,6 +53,8 @@ async def running_dispatcher(
     kafka: KafkaSettings, backend_url: str, **overrides: Any
 ) -> AsyncIterator[Dispatcher]:
     """A dispatcher in a fresh group, running until the block ends, then stopped as SIGTERM would."""
+    # A pinned window: the tests must not depend on the hour they run at.
+    overrides = {"schedule_pin": "normal"} | overrides
     settings = DispatcherSettings(
         kafka=kafka,
         group_id=f"{kafka.topic_prefix}-dispatcher",

@@ -94,3 +94,14 @@ def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
         return {tp.partition: tp.offset for tp in committed}
     finally:
         consumer.close()
+
+
+def commit_offsets(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commit explicit offsets, (topic, partition) → next offset to read, for `group` (no subscription)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(
+            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
+        )
+    finally:
+        consumer.close()

@@ -2,30 +2,7 @@ import asyncio
 
 import pytest
 
-from services.dispatcher.budget import TokenBudget
 from services.ingest.idempotency import IdempotencyCache
-from services.messaging.tiers import Tier
-
-
-def test_budget_serves_higher_tiers_first_and_never_exceeds_limit():
-    budget = TokenBudget(3)
-    waiting = {Tier.HIGH: 1, Tier.MEDIUM: 5, Tier.LOW: 5}
-    started = []
-    while (tier := budget.next_tier(waiting)) is not None:
-        budget.acquire(tier)
-        waiting[tier] -= 1
-        started.append(tier)
-    assert started == [Tier.HIGH, Tier.MEDIUM, Tier.MEDIUM]
-    assert budget.in_use == 3
-    with pytest.raises(RuntimeError):
-        budget.acquire(Tier.LOW)
-    budget.release(Tier.MEDIUM)
-    assert budget.next_tier(waiting) is Tier.MEDIUM
-
-
-def test_release_without_acquire_is_a_bug():
-    with pytest.raises(RuntimeError):
-        TokenBudget(2).release(Tier.LOW)
 
 
 def test_idempotency_cache_runs_the_action_once_per_id():

@@ -1,0 +1,160 @@
+"""Which tier may start its next request now: a pure decision with an injected clock.
+
+Given the hour's window, the effective budget, tokens in use and waiting work per tier, a policy
+names the tier whose oldest waiting request may take a token, or None. The dispatcher asks again
+after every start, every arrival and every completion, so the decision is one step at a time.
+Calls are never preempted: the scheduler only decides what starts.
+
+Policies:
+
+- `TieredScheduler` (inferq): work-conserving. First, a tier with waiting work below its floor
+  gets the slot (in priority order), so each tier's guarantee holds as slots free up. Then idle
+  capacity is lent in priority order up to each tier's ceiling, except the HIGH headroom: MEDIUM
+  and LOW never take the last `high_headroom` free slots. At night LOW may use `low_idle_ceiling`
+  (the whole budget) when HIGH and MEDIUM have nothing waiting or running.
+- `StaticScheduler` (the seed): each tier capped at its floor, nothing lent. A baseline.
+- `FifoScheduler`: one queue in arrival order under the global budget. A baseline.
+
+The effective budget may be below the schedule's (adaptive limits): the window is then squeezed,
+LOW first, then MEDIUM, HIGH last (`Window.squeezed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from services.dispatcher.schedule import Schedule, Window
+from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """Waiting work per tier, and when each tier's oldest waiting request was enqueued (epoch ms)."""
+
+    waiting: Mapping[Tier, int]
+    oldest_enqueued_ms: Mapping[Tier, int | None]
+
+    @classmethod
+    def counts(cls, **waiting: int) -> Demand:
+        """Convenience for tests: Demand.counts(HIGH=2, LOW=5)."""
+        w = {t: waiting.get(t.value, 0) for t in Tier}
+        return cls(w, dict.fromkeys(Tier))
+
+
+class Scheduler(Protocol):
+    name: str
+
+    def window(self) -> Window:
+        """The window in force now (after any pin)."""
+        ...
+
+    def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
+        """The tier that may start one request now, given `budget` (the effective budget)."""
+        ...
+
+
+class TieredScheduler:
+    name = "inferq"
+
+    def __init__(self, schedule: Schedule, clock: Clock = utc_now) -> None:
+        self._schedule = schedule
+        self._clock = clock
+
+    def window(self) -> Window:
+        return self._schedule.window_at(self._clock())
+
+    def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
+        budget = min(budget, self._schedule.budget)
+        free = budget - sum(in_use.values())
+        if free <= 0:
+            return None
+        window = self.window().squeezed(self._schedule.budget - budget)
+        waiting = demand.waiting
+        for tier in TIERS_BY_PRIORITY:
+            if waiting.get(tier, 0) > 0 and in_use.get(tier, 0) < window.limits[tier].floor:
+                return tier
+        others_idle = all(waiting.get(t, 0) == 0 and in_use.get(t, 0) == 0 for t in (Tier.HIGH, Tier.MEDIUM))
+        headroom = min(window.high_headroom, budget - 1)
+        for tier in TIERS_BY_PRIORITY:
+            if waiting.get(tier, 0) == 0:
+                continue
+            ceiling = window.limits[tier].ceiling
+            idle_low = tier is Tier.LOW and others_idle and window.low_idle_ceiling is not None
+            if idle_low and window.low_idle_ceiling is not None:
+                ceiling = max(ceiling, window.low_idle_ceiling)
+            if in_use.get(tier, 0) >= ceiling:
+                continue
+            if tier is not Tier.HIGH and not idle_low and free - 1 < headroom:
+                continue
+            return tier
+        return None
+
+
+class StaticScheduler:
+    """The seed's hard slots: each tier capped at its floor; idle slots are not lent."""
+
+    name = "static"
+
+    def __init__(self, schedule: Schedule, clock: Clock = utc_now) -> None:
+        self._schedule = schedule
+        self._clock = clock
+
+    def window(self) -> Window:
+        return self._schedule.window_at(self._clock())
+
+    def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
+        budget = min(budget, self._schedule.budget)
+        if sum(in_use.values()) >= budget:
+            return None
+        window = self.window().squeezed(self._schedule.budget - budget)
+        for tier in TIERS_BY_PRIORITY:
+            if demand.waiting.get(tier, 0) > 0 and in_use.get(tier, 0) < window.limits[tier].floor:
+                return tier
+        return None
+
+
+class FifoScheduler:
+    """One queue: the oldest waiting request starts next, whatever its tier."""
+
+    name = "fifo"
+
+    def __init__(self, schedule: Schedule, clock: Clock = utc_now) -> None:
+        self._schedule = schedule
+        self._clock = clock
+
+    def window(self) -> Window:
+        return self._schedule.window_at(self._clock())
+
+    def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
+        if sum(in_use.values()) >= min(budget, self._schedule.budget):
+            return None
+        candidates = [
+            (oldest, tier.rank, tier)
+            for tier, oldest in demand.oldest_enqueued_ms.items()
+            if oldest is not None and demand.waiting.get(tier, 0) > 0
+        ]
+        return min(candidates)[2] if candidates else None
+
+
+POLICIES: dict[str, type[TieredScheduler] | type[StaticScheduler] | type[FifoScheduler]] = {
+    "inferq": TieredScheduler,
+    "static": StaticScheduler,
+    "fifo": FifoScheduler,
+}
+
+
+def build_scheduler(policy: str, schedule: Schedule, clock: Clock = utc_now) -> Scheduler:
+    try:
+        factory = POLICIES[policy]
+    except KeyError:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}") from None
+    return factory(schedule, clock)

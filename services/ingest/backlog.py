@@ -1,0 +1,233 @@
+"""The dispatcher group's backlog per tier, read from Kafka in the background.
+
+A tier's backlog is the group's lag summed over the partitions of the tier's request topic: the
+high watermark minus the group's committed offset (minus the low watermark where the group has not
+committed yet). It is what the dispatchers still have to start, and what admission weighs.
+
+`KafkaBacklogReader` refreshes a cached `BacklogSnapshot` from one daemon thread (every Kafka call
+bounded by a timeout), so an HTTP request only reads a reference and never waits for Kafka. When the
+lag cannot be read the snapshot says "unknown" (None per tier) and admission lets requests through:
+the produce itself then answers 503 if Kafka is really gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol, TypeVar
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+
+# OffsetSpec is public API of confluent_kafka.admin but missing from its type stubs' exports.
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from services.messaging.kafka_config import KafkaSettings
+from services.messaging.tiers import Tier
+
+log = logging.getLogger("inferq.ingest.backlog")
+
+# librdkafka's "no committed offset" (OFFSET_INVALID).
+_NO_OFFSET = -1001
+_T = TypeVar("_T")
+_STOP_WAIT_S = 0.25
+# Plain values (confluent-kafka 2.16 leaves OffsetSpec unannotated): the ends of a partition.
+_LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+_EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class BacklogSnapshot:
+    """Lag per tier in records (None: unknown) and when it was read (epoch ms; None: never)."""
+
+    backlogs: Mapping[Tier, int | None] = field(default_factory=lambda: MappingProxyType(dict.fromkeys(Tier)))
+    refreshed_at_ms: int | None = None
+
+    @classmethod
+    def unknown(cls, refreshed_at_ms: int | None = None) -> BacklogSnapshot:
+        return cls(MappingProxyType(dict.fromkeys(Tier)), refreshed_at_ms)
+
+    def known(self, tier: Tier) -> bool:
+        return self.backlogs.get(tier) is not None
+
+
+class BacklogSource(Protocol):
+    """Where ingest gets backlogs from. `snapshot()` must not block: it is called per request."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def snapshot(self) -> BacklogSnapshot: ...
+
+
+class BacklogUnavailableError(Exception):
+    """The lag could not be read within the timeout; admission treats every tier as unknown."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"backlog unreadable: {reason}")
+        self.reason = reason
+
+
+def partition_lag(*, high: int, low: int, committed: int | None) -> int:
+    """Records of one partition the group has not consumed yet.
+
+    Without a commit the group would start at the earliest record. A commit below the low watermark
+    points at records retention already deleted, so only what is still there counts.
+    """
+    start = low if committed is None or committed < 0 else max(committed, low)
+    return max(0, high - start)
+
+
+class KafkaBacklogReader:
+    """Reads the group's lag per tier with one AdminClient; refreshed by a background thread.
+
+    Start once, stop once (both idempotent). `read_once()` is the bounded read itself, usable alone.
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        group_id: str,
+        *,
+        refresh_interval_s: float = 0.5,
+        timeout_s: float = 1.0,
+        wall_clock_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        if refresh_interval_s <= 0 or timeout_s <= 0:
+            raise ValueError("refresh_interval_s and timeout_s must be > 0")
+        self._config = kafka.admin_config() | {"client.id": "inferq-ingest-backlog"}
+        self._topics = {tier: kafka.topics.requests(tier) for tier in Tier}
+        self._group_id = group_id
+        self._interval_s = refresh_interval_s
+        self._timeout_s = timeout_s
+        # A snapshot older than one bounded read plus two periods means the refresher is stuck or dead.
+        self._stale_after_s = timeout_s + 2 * refresh_interval_s
+        self._wall_ms = wall_clock_ms
+        self._admin: AdminClient | None = None
+        # (snapshot, monotonic time of the read): one tuple so a reader never pairs mismatched halves.
+        self._current: tuple[BacklogSnapshot, float] = (BacklogSnapshot.unknown(), time.monotonic())
+        self._readable = True
+        self.last_refresh_s: float | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    @property
+    def group_id(self) -> str:
+        return self._group_id
+
+    def snapshot(self) -> BacklogSnapshot:
+        """The latest refresh; unknown when it is older than a refresh could possibly take."""
+        current, at = self._current
+        if time.monotonic() - at > self._stale_after_s:
+            return BacklogSnapshot.unknown(current.refreshed_at_ms)
+        return current
+
+    def read_once(self) -> BacklogSnapshot:
+        """One bounded read of every tier's lag; raises `BacklogUnavailableError`."""
+        if self._admin is None:
+            self._admin = AdminClient(self._config)
+        admin = self._admin
+        deadline = time.monotonic() + self._timeout_s
+
+        def remaining() -> float:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BacklogUnavailableError(f"no answer within {self._timeout_s:.1f} s")
+            return left
+
+        try:
+            metadata = admin.list_topics(timeout=remaining())
+            partitions: dict[Tier, list[TopicPartition]] = {}
+            for tier, topic in self._topics.items():
+                found = metadata.topics.get(topic)
+                # A missing topic leaves its tier unknown; the start-up check names it.
+                if found is not None and found.error is None:
+                    partitions[tier] = [TopicPartition(topic, p) for p in sorted(found.partitions)]
+            every = [tp for tps in partitions.values() for tp in tps]
+            if not every:
+                return BacklogSnapshot.unknown(self._wall_ms())
+            # All three requests are in flight at once; the shared deadline bounds the lot.
+            latest = admin.list_offsets({tp: _LATEST for tp in every}, request_timeout=remaining())
+            earliest = admin.list_offsets({tp: _EARLIEST for tp in every}, request_timeout=remaining())
+            group_future = admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(self._group_id, every)], request_timeout=remaining()
+            )[self._group_id]
+            high = {(tp.topic, tp.partition): _result(f, remaining()).offset for tp, f in latest.items()}
+            low = {(tp.topic, tp.partition): _result(f, remaining()).offset for tp, f in earliest.items()}
+            committed: dict[tuple[str, int], int | None] = {}
+            for tp in _result(group_future, remaining()).topic_partitions or []:
+                if tp.error is not None:
+                    raise BacklogUnavailableError(
+                        f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}"
+                    )
+                committed[(tp.topic, tp.partition)] = None if tp.offset == _NO_OFFSET else tp.offset
+        except KafkaException as exc:
+            raise BacklogUnavailableError(str(exc.args[0] if exc.args else exc)) from exc
+        except TimeoutError as exc:
+            raise BacklogUnavailableError(f"no answer within {self._timeout_s:.1f} s") from exc
+        backlogs: dict[Tier, int | None] = dict.fromkeys(Tier)
+        for tier, tps in partitions.items():
+            keys = [(tp.topic, tp.partition) for tp in tps]
+            backlogs[tier] = sum(
+                partition_lag(high=high[k], low=low[k], committed=committed.get(k)) for k in keys
+            )
+        return BacklogSnapshot(MappingProxyType(backlogs), self._wall_ms())
+
+    def refresh(self) -> BacklogSnapshot:
+        """Read once and publish the result; a failed read publishes "unknown" (never raises it)."""
+        started = time.monotonic()
+        try:
+            snapshot = self.read_once()
+        except BacklogUnavailableError as exc:
+            snapshot = BacklogSnapshot.unknown(self._wall_ms())
+            if self._readable:
+                log.warning("dispatcher lag unknown, admitting without a backlog check: %s", exc)
+            self._readable = False
+        else:
+            if not self._readable:
+                log.info("dispatcher lag readable again")
+            self._readable = True
+        self.last_refresh_s = time.monotonic() - started
+        self._current = (snapshot, time.monotonic())
+        return snapshot
+
+    def _run(self, stopping: threading.Event) -> None:
+        while not stopping.is_set():
+            started = time.monotonic()
+            self.refresh()
+            stopping.wait(max(0.0, self._interval_s - (time.monotonic() - started)))
+
+    async def start(self) -> None:
+        if self._thread is not None:
+            return
+        # One event per thread: a restart must not revive a thread that is still finishing a read.
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(self._stopping,), name="ingest-backlog", daemon=True
+        )
+        self._thread.start()
+
+    async def stop(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stopping.set()
+        # Shutdown does not wait out a read against an unreachable broker: the read is bounded by
+        # `timeout_s`, holds nothing that needs closing, and the thread ends right after it.
+        await asyncio.to_thread(thread.join, _STOP_WAIT_S)
+        if thread.is_alive():
+            log.debug("backlog reader ends after its current read (at most %.1f s)", self._timeout_s)
+
+
+def _result(future: Future[_T], timeout_s: float) -> _T:
+    return future.result(timeout=timeout_s)

@@ -1,0 +1,75 @@
+from services.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def budget(**kw) -> tuple[AdaptiveBudget, FakeClock]:
+    clock = FakeClock()
+    return AdaptiveBudget(AdaptivePolicy(max_budget=10, **kw), clock), clock
+
+
+def window(ab: AdaptiveBudget, clock: FakeClock, latency: float, n: int = 10, model: str = "m") -> None:
+    for _ in range(n):
+        ab.record_success(model, latency)
+    clock.now += ab.policy.window_s
+    ab.tick()
+
+
+def test_overload_cuts_fast_but_once_per_burst():
+    ab, clock = budget()
+    for _ in range(10):
+        ab.record_overload()  # one burst of 429s
+    assert ab.effective == 7
+    clock.now += 1.0
+    ab.record_overload()
+    assert ab.effective == 4  # floor(7 * 0.7)
+
+
+def test_latency_rise_cuts_in_proportion_and_recovery_is_additive():
+    ab, clock = budget()
+    window(ab, clock, 0.5)  # sets the baseline
+    assert ab.baseline("m") == 0.5
+    window(ab, clock, 1.0)  # twice as slow: half the concurrency
+    assert ab.effective == 5
+    window(ab, clock, 1.0)  # still slow: stays, does not compound
+    assert ab.effective == 5
+    for expected in (6, 7, 8, 9, 10, 10):
+        window(ab, clock, 0.5)
+        assert ab.effective == expected
+
+
+def test_a_rise_within_twenty_percent_is_not_a_cut():
+    ab, clock = budget()
+    window(ab, clock, 0.5)
+    window(ab, clock, 0.59)
+    assert ab.effective == 10
+
+
+def test_never_below_min_budget_and_few_samples_are_ignored():
+    ab, clock = budget(min_budget=2)
+    for _ in range(20):
+        ab.record_overload()
+        clock.now += 2
+    assert ab.effective == 2
+    ab2, clock2 = budget()
+    window(ab2, clock2, 0.5)
+    window(ab2, clock2, 5.0, n=2)  # two slow samples are noise, not a trend
+    assert ab2.effective == 10
+
+
+def test_models_have_their_own_baselines():
+    ab, clock = budget()
+    for _ in range(10):
+        ab.record_success("fast", 0.5)
+        ab.record_success("accurate", 2.8)
+    clock.now += 5
+    ab.tick()
+    window(ab, clock, 2.8, model="accurate")
+    window(ab, clock, 0.5, model="fast")
+    assert ab.effective == 10
