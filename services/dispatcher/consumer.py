@@ -85,6 +85,10 @@ class TierConsumer:
         )
         return result
 
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Fetch `tp` again from `offset` (records past the read-ahead bound are given back)."""
+        self._consumer.seek(tp, offset)
+
     def set_paused(self, tiers: set[Tier]) -> None:
         """Desired state: exactly these tiers are paused (applied now and after every rebalance)."""
         if tiers != self._paused_tiers:

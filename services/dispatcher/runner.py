@@ -100,6 +100,8 @@ class Dispatcher:
             "assigned": len(self._offsets.owned()),
             "tokens_in_use": sum(self._pool.held_locally().values()),
             "waiting": len(self._room),
+            "held_by_tier": {t.value: self._room.held(t) for t in Tier},
+            "paused_partitions": self._consumer.paused_partition_count(),
             "effective_budget": self.effective_budget,
             "window": self._scheduler.window().name,
             "policy": self._scheduler.name,
@@ -129,8 +131,7 @@ class Dispatcher:
             while not self._stop.is_set():
                 batches = await self._consumer.fetch(self._fetch_room(), FETCH_TIMEOUT_MS)
                 for tp, records in batches.items():
-                    for record in records:
-                        self._admit(tp, record.offset, record.value)
+                    self._admit_batch(tp, records)
                 if batches:
                     self._wake.set()
                 self._update_pauses()
@@ -169,6 +170,16 @@ class Dispatcher:
     def _fetch_room(self) -> int:
         room = sum(max(0, self._settings.readahead_per_tier - self._room.held(t)) for t in Tier)
         return max(1, room)
+
+    def _admit_batch(self, tp: TopicPartition, records: list[Any]) -> None:
+        """Admit records while the tier's read-ahead has room; rewind the partition to the first one
+        left over, so it is fetched again later and the read-ahead bound holds exactly."""
+        tier = self._consumer.tier_of(tp)
+        for record in records:
+            if self._room.held(tier) >= self._settings.readahead_per_tier:
+                self._consumer.seek(tp, record.offset)
+                return
+            self._admit(tp, record.offset, record.value)
 
     def _admit(self, tp: TopicPartition, offset: int, value: bytes | None) -> None:
         offsets = self._offsets.get(tp.topic, tp.partition)

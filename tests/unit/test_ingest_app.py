@@ -8,6 +8,7 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from services.ingest.app import create_app
+from services.ingest.backlog import BacklogSnapshot
 from services.ingest.settings import IngestSettings
 from services.messaging.codec import request_codec
 from services.messaging.kafka_config import KafkaSettings
@@ -32,8 +33,23 @@ class RecordingProducer(AsyncProducer):
         return 0
 
 
+class UnknownBacklog:
+    """A backlog source that never knows the lag: admission admits (no broker is read)."""
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def snapshot(self) -> BacklogSnapshot:
+        return BacklogSnapshot.unknown()
+
+
 def client(producer: AsyncProducer | None = None, **settings: Any) -> TestClient:
-    app = create_app(IngestSettings(**settings), producer=producer, check_topics=False)
+    app = create_app(
+        IngestSettings(**settings), producer=producer, check_topics=False, backlog=UnknownBacklog()
+    )
     return TestClient(app)
 
 
