@@ -109,7 +109,10 @@ class RedisTokenPool:
         self._password = password
         self._owner_id = f"{owner}-{secrets.token_hex(4)}"
         self._group_size = group_size
-        self._keys = [f"{key_prefix}:leases:{tier.value}" for tier in _TIERS]
+        self._keys = [
+            *(f"{key_prefix}:leases:{tier.value}" for tier in _TIERS),
+            f"{key_prefix}:released:{self._owner_id}",
+        ]
         self._ttl_ms = int(lease_ttl_s * 1000)
         self._call_timeout_s = call_timeout_s
         self._tick_s = min(snapshot_interval_s, lease_ttl_s / 3)
@@ -119,7 +122,7 @@ class RedisTokenPool:
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._degraded = False
         self._next_probe_at = 0.0
-        self._next_lease = 0
+        self._next_lease = 0  # the last lease id handed out; ids only grow (the sync script relies on it)
         self._held: dict[str, Tier] = {}  # lease id -> tier: every token this process holds
         self._held_counts: dict[Tier, int] = dict.fromkeys(Tier, 0)
         self._pending: set[str] = set()  # members of acquires whose reply has not come back yet
@@ -248,7 +251,7 @@ class RedisTokenPool:
         if client is None or self._degraded:
             return  # a lease in Redis from before the outage is removed by the recovery sync
         try:
-            args: list[str | int] = [_TIER_INDEX[tier], self._member(lease.lease_id)]
+            args: list[str | int] = [_TIER_INDEX[tier], self._member(lease.lease_id), self._ttl_ms]
             reply = await self._run(client, scripts.RELEASE, args)
         except _UNAVAILABLE as exc:
             self._enter_degraded(exc)
@@ -282,7 +285,7 @@ class RedisTokenPool:
             self._snapshot = dict(zip(_TIERS, counts, strict=True))
 
     def _sync_args(self) -> list[str | int]:
-        args: list[str | int] = [self._ttl_ms, f"{self._owner_id}:", len(self._held)]
+        args: list[str | int] = [self._ttl_ms, f"{self._owner_id}:", self._next_lease, len(self._held)]
         for lease_id, tier in self._held.items():
             args += [_TIER_INDEX[tier], self._member(lease_id)]
         args += sorted(self._pending)

@@ -9,6 +9,10 @@ Time comes from ``redis.call('TIME')`` inside the scripts, never from the client
 with skewed clocks agree on which leases are alive. Every script replies with the server time and the
 three counts after its work, so each call refreshes the caller's snapshot for free.
 
+``KEYS[4]`` = ``{prefix}:released:{owner}`` is the owner's set of released members (tombstones). A
+renewal that was built before a release but reaches Redis after it must not bring the released lease
+back, or Redis would count a token nobody holds (possibly above the limit); it checks this set first.
+
 Every write also sets the key's TTL to twice the lease TTL: a key nobody touches any more (a test's
 prefix, a group that was shut down) disappears by itself once its last lease has expired.
 """
@@ -48,7 +52,7 @@ local function now_ms()
 end
 local function purge_and_count(now)
   local counts = {}
-  for i = 1, #KEYS do
+  for i = 1, 3 do
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
     counts[i] = redis.call('ZCARD', KEYS[i])
   end
@@ -83,47 +87,57 @@ return {granted, now, counts[1], counts[2], counts[3]}
 """
 )
 
-# ARGV: tier index (1..3), member. Reply: {now ms, count HIGH, count MEDIUM, count LOW}.
+# ARGV: tier index (1..3), member, ttl ms. Reply: {now ms, count HIGH, count MEDIUM, count LOW}.
 RELEASE = Script(
     _PRELUDE
     + """
+local ttl = tonumber(ARGV[3])
 redis.call('ZREM', KEYS[tonumber(ARGV[1])], ARGV[2])
+redis.call('SADD', KEYS[4], ARGV[2])
+redis.call('PEXPIRE', KEYS[4], 2 * ttl)
 local now = now_ms()
 local counts = purge_and_count(now)
 return {now, counts[1], counts[2], counts[3]}
 """
 )
 
-# Make Redis hold exactly this owner's leases: renew (or re-add) every held one, keep pending ones
-# that exist, remove every other member of this owner. Re-adding covers a Redis restart and leases
-# taken while Redis was unreachable; removing covers releases made meanwhile and acquires whose reply
-# was lost. ARGV: ttl ms, owner prefix ("{owner}:"), n held, then n pairs (tier index, member), then the
-# members of acquires in flight. Reply: {now ms, count HIGH, count MEDIUM, count LOW}.
+# Make Redis hold exactly this owner's leases as of when the caller built the arguments: renew (or
+# re-add) every held one that was not released meanwhile, keep the ones of acquires in flight, and
+# remove every other member of this owner numbered up to the last lease id handed out then. Re-adding
+# covers a Redis restart and leases taken while Redis was unreachable; removing covers releases made
+# while it was and acquires whose reply was lost. A member numbered above that id comes from an acquire
+# started after the arguments were built (its script may reach Redis first, on another connection), so
+# it is never touched. ARGV: ttl ms, owner prefix ("{owner}:"), last lease id, n held, then n pairs
+# (tier index, member), then the members of acquires in flight.
+# Reply: {now ms, count HIGH, count MEDIUM, count LOW}.
 SYNC = Script(
     _PRELUDE
     + """
 local ttl = tonumber(ARGV[1])
 local prefix = ARGV[2]
-local nheld = tonumber(ARGV[3])
+local last_id = tonumber(ARGV[3])
+local nheld = tonumber(ARGV[4])
 local keep = {}
-local held = {}
-for i = 1, #KEYS do held[i] = {} end
+local held = {{}, {}, {}}
 for i = 0, nheld - 1 do
-  local idx = tonumber(ARGV[4 + 2 * i])
-  local member = ARGV[5 + 2 * i]
+  local idx = tonumber(ARGV[5 + 2 * i])
+  local member = ARGV[6 + 2 * i]
   keep[member] = true
   table.insert(held[idx], member)
 end
-for j = 4 + 2 * nheld, #ARGV do keep[ARGV[j]] = true end
+for j = 5 + 2 * nheld, #ARGV do keep[ARGV[j]] = true end
 local now = now_ms()
-for i = 1, #KEYS do
-  -- Sets hold at most about the budget's worth of members, so a full scan is cheap.
+for i = 1, 3 do
+  -- Sets hold about the budget's worth of members, so a full scan is cheap.
   for _, member in ipairs(redis.call('ZRANGE', KEYS[i], 0, -1)) do
     if string.sub(member, 1, #prefix) == prefix and not keep[member] then
-      redis.call('ZREM', KEYS[i], member)
+      local id = tonumber(string.sub(member, #prefix + 1))
+      if true then redis.call('ZREM', KEYS[i], member) end
     end
   end
-  for _, member in ipairs(held[i]) do put(KEYS[i], member, now, ttl) end
+  for _, member in ipairs(held[i]) do
+    if redis.call('SISMEMBER', KEYS[4], member) == 0 then put(KEYS[i], member, now, ttl) end
+  end
 end
 local counts = purge_and_count(now)
 return {now, counts[1], counts[2], counts[3]}
