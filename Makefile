@@ -6,7 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup jars demo test test-unit check lint format typecheck broker-up broker-down clean
+
+.PHONY: setup jars redis-server demo test test-unit check lint format typecheck broker-up broker-down clean
 
 setup: $(STAMP)
 
@@ -20,10 +21,14 @@ $(STAMP): pyproject.toml
 jars: setup
 	$(BIN)/inferq broker jars
 
+# Debian's redis-server when missing: the dispatcher group's shared budget and its tests need it.
+redis-server:
+	bash infra/redis/ensure-redis.sh
+
 demo: setup jars
 	$(BIN)/inferq demo
 
-test: setup jars
+test: setup jars redis-server
 	$(BIN)/pytest
 
 test-unit: setup

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from services.coordination.fixture import redis_url_for_tests
 from services.localbroker.fixture import kafka_bootstrap_for_tests
 from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
@@ -28,3 +29,10 @@ def kafka_settings(kafka_bootstrap: str) -> KafkaSettings:
     settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:12]}")
     create_topics(settings)
     return settings
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """$INFERQ_REDIS_URL, else a fresh local redis-server for the session. Never skips."""
+    with redis_url_for_tests(tmp_path_factory.mktemp("redis")) as url:
+        yield url

@@ -28,7 +28,8 @@ server's clock only (``TIME`` inside the scripts), so skewed client clocks do no
   is the dispatcher's own view of how many dispatchers share the budget.
 - `release` only updates the local ledger; `in_use` reports this process's tokens (nothing else is
   known).
-- Leases already in Redis are not touched: they expire by themselves within one TTL.
+- Leases this process holds in Redis are not renewed meanwhile: to the peers they look like a dead
+  owner's and expire within one TTL (unless Redis answers again first and the recovery renews them).
 - Every ``reconnect_interval_s`` (1 s) the heartbeat tries Redis again. When it answers, the pool
   first makes Redis hold exactly the leases this process holds now (re-adding those taken while
   degraded, removing those released meanwhile), then leaves degraded mode and logs one warning.
@@ -41,8 +42,15 @@ Redis that its peers still reach may add up to its share on top of them. ``max(1
 dispatcher able to serve at least one request, so a group larger than ``total_limit`` may exceed it by
 up to ``group_size - total_limit``. Tier limits are applied to the local ledger only.
 
-Not supported: Redis Cluster (the three keys of a budget must live on one node); a primary with
-replicas is fine, a failover being just another short outage.
+Two more windows where Redis's count is short, both bounded by one heartbeat tick (0.5 s): a Redis
+restart (the server keeps leases in memory only) or a failover that loses recent writes forgets the
+live leases, and each dispatcher re-registers its own at its next tick; and a dispatcher whose event
+loop stalled for longer than a lease TTL finds its leases expired and re-registers them at its next
+tick. Meanwhile the group may start calls above ``total_limit``. Run Redis where it is not restarted
+under load, and keep the event loop free of blocking work.
+
+Not supported: Redis Cluster (the keys of a budget must live on one node); a primary with replicas
+is fine, a failover being just another short outage.
 """
 
 from __future__ import annotations
@@ -171,7 +179,7 @@ class RedisTokenPool:
             return
         self._client = Redis.from_url(
             self._url,
-            password=self._password,
+            password=self._password,  # a password in the URL takes precedence (redis-py's rule)
             socket_timeout=self._call_timeout_s,
             socket_connect_timeout=self._call_timeout_s,
             # One quick retry: a pooled connection broken by a Redis restart fails at once and a fresh

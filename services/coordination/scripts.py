@@ -132,7 +132,7 @@ for i = 1, 3 do
   for _, member in ipairs(redis.call('ZRANGE', KEYS[i], 0, -1)) do
     if string.sub(member, 1, #prefix) == prefix and not keep[member] then
       local id = tonumber(string.sub(member, #prefix + 1))
-      if true then redis.call('ZREM', KEYS[i], member) end
+      if id == nil or id <= last_id then redis.call('ZREM', KEYS[i], member) end
     end
   end
   for _, member in ipairs(held[i]) do

@@ -236,3 +236,10 @@ def test_properties_budget_ceilings_floors_and_work_conservation(hour, budget, w
     assert use[tier] + 1 <= ceiling
     if use[tier] >= window.limits[tier].floor:  # a borrow: every floor with waiting work is met
         assert all(not (demand.waiting[t] > 0 and use[t] < window.limits[t].floor) for t in Tier)
+
+
+def test_the_shipped_schedule_file_is_the_built_in_default():
+    from pathlib import Path
+
+    shipped = Schedule.from_toml(Path(__file__).resolve().parents[2] / "infra" / "schedule.toml")
+    assert shipped == Schedule.default()

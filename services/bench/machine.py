@@ -1,0 +1,39 @@
+"""What the benchmark ran on: recorded with every result, since numbers mean little without it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from services.bench.kafka import kafka_version
+from services.localbroker.jars import find_project_root
+
+
+def machine() -> dict[str, object]:
+    load1, load5, _ = os.getloadavg()
+    return {
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "kafka": "external broker"
+        if os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        else kafka_version(find_project_root()),
+        # Other work on the machine (other test suites) skews a 2-core benchmark: say how busy it was.
+        "load_average_1m_5m": [round(load1, 2), round(load5, 2)],
+    }
+
+
+def results_dir(out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def command_line(kind: str) -> str:
+    """The command as typed, from `inferq bench <kind>` on (however the program was launched)."""
+    argv = sys.argv
+    return "inferq bench " + (shlex.join(argv[argv.index(kind) :]) if kind in argv else kind)
