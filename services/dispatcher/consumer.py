@@ -8,6 +8,7 @@ every assignment, because aiokafka forgets pauses across rebalances.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -83,6 +84,26 @@ class TierConsumer:
         result: dict[TopicPartition, list[ConsumerRecord[Any, Any]]] = await self._consumer.getmany(
             timeout_ms=timeout_ms, max_records=max_records
         )
+        return result
+
+    async def lag_by_tier(self, timeout_s: float = 2.0) -> dict[Tier, tuple[int, float]]:
+        """Per tier: records not yet fetched from the partitions this member owns, and the share of the
+        tier's partitions it owns (so a group member compares its lag with its share of a capacity)."""
+        owned = list(self._consumer.assignment())
+        if not owned:
+            return {}
+        ends = await asyncio.wait_for(self._consumer.end_offsets(owned), timeout_s)
+        lags: dict[Tier, int] = dict.fromkeys(Tier, 0)
+        owned_count: dict[Tier, int] = dict.fromkeys(Tier, 0)
+        for tp in owned:
+            tier = self.tier_of(tp)
+            position = await asyncio.wait_for(self._consumer.position(tp), timeout_s)
+            lags[tier] += max(0, ends[tp] - position)
+            owned_count[tier] += 1
+        result: dict[Tier, tuple[int, float]] = {}
+        for tier in Tier:
+            total = len(self._consumer.partitions_for_topic(self._topics.requests(tier)) or ())
+            result[tier] = (lags[tier], owned_count[tier] / total if total else 0.0)
         return result
 
     def seek(self, tp: TopicPartition, offset: int) -> None:

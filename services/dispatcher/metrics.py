@@ -35,6 +35,9 @@ class DispatcherMetrics:
         self._expired = m.create_counter(
             "inferq_expired_total", description="requests answered EXPIRED without an LLM call"
         )
+        self._evicted = m.create_counter(
+            "inferq_evicted_total", description="LOW requests answered EVICTED under pressure"
+        )
         self._promoted = m.create_counter(
             "inferq_promoted_total", description="LOW requests served as MEDIUM"
         )
@@ -90,6 +93,9 @@ class DispatcherMetrics:
 
     def record_expired(self, tier: Tier, reason: str) -> None:
         self._expired.add(1, {"tier": tier.value, "reason": reason})
+
+    def record_evicted(self, tier: Tier) -> None:
+        self._evicted.add(1, {"tier": tier.value})
 
     def record_promoted(self, count: int) -> None:
         self._promoted.add(count, {"tier": Tier.LOW.value})

@@ -52,6 +52,11 @@ class OutcomeBuilder:
         record["error"] = f"deadline passed {late} ms before dispatch; not sent to the LLM"
         return record
 
+    def evicted(self, request: dict[str, Any], model: str, *, now_ms: int) -> dict[str, Any]:
+        record = self._base(request, EVICTED, model, now_ms)
+        record["error"] = "peak hours, batch delayed: evicted to make room for higher tiers; resubmit later"
+        return record
+
     def failed(
         self, request: dict[str, Any], model: str, error: str, *, dispatched_at_ms: int | None, now_ms: int
     ) -> dict[str, Any]:

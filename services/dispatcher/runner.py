@@ -17,11 +17,13 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
 
 from services.dispatcher.adaptive import AdaptiveBudget
 from services.dispatcher.backend import ChatBackend
 from services.dispatcher.consumer import TierConsumer
 from services.dispatcher.errors import BackendError
+from services.dispatcher.eviction import PressurePolicy
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.offsets import OffsetTracker
 from services.dispatcher.outcomes import OutcomeBuilder
@@ -79,6 +81,14 @@ class Dispatcher:
             if settings.early_drop
             else None,
         )
+        self._pressure = (
+            PressurePolicy.from_budget(
+                settings.budget, settings.typical_latency_s, settings.pressure_capacity
+            )
+            if settings.evict_low_under_pressure
+            else None
+        )
+        self._pressed_tier: Tier | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
@@ -120,6 +130,8 @@ class Dispatcher:
             asyncio.create_task(self._starter_loop(), name="starter"),
             asyncio.create_task(self._housekeeping_loop(), name="housekeeping"),
         ]
+        if self._pressure is not None:
+            helpers.append(asyncio.create_task(self._eviction_loop(), name="eviction"))
         log.info(
             "dispatcher %s started: policy %s, budget %d, window %s",
             self._settings.dispatcher_id,
@@ -262,6 +274,28 @@ class Dispatcher:
             if expired or promoted or self._adaptive is not None:
                 self._wake.set()
 
+    async def _eviction_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                lags = await self._consumer.lag_by_tier()
+            except (TimeoutError, KafkaError) as exc:
+                log.debug("backlog unknown, no eviction this round: %s", exc)
+                continue
+            backlog = {t: (lag + self._room.held(t), share) for t, (lag, share) in lags.items()}
+            pressed = self._pressure.pressed(backlog) if self._pressure is not None else None
+            if pressed != self._pressed_tier:
+                log.warning(
+                    "%s backlog over capacity: evicting waiting LOW" if pressed else "pressure over: %s",
+                    pressed or self._pressed_tier,
+                )
+                self._pressed_tier = pressed
+            if pressed is None:
+                continue
+            for work in self._room.take_unpromoted_low():
+                self._spawn(self._evict(work), "evict")
+            self._update_pauses()
+
     # -- execution ----------------------------------------------------------------------------
 
     def _model_for(self, work: Work) -> str:
@@ -313,6 +347,12 @@ class Dispatcher:
         self._metrics.record_expired(work.tier, reason)
         await self._emit(
             work, self._outcomes.expired(work.request, self._model_for(work), now_ms=self._clock_ms())
+        )
+
+    async def _evict(self, work: Work) -> None:
+        self._metrics.record_evicted(work.tier)
+        await self._emit(
+            work, self._outcomes.evicted(work.request, self._model_for(work), now_ms=self._clock_ms())
         )
 
     async def _emit(self, work: Work, result: dict[str, Any]) -> None:

@@ -44,6 +44,10 @@ class DispatcherSettings(BaseSettings):
     typical_latency_s: dict[Tier, float] = Field(
         default_factory=lambda: {Tier.HIGH: 0.5, Tier.MEDIUM: 2.8, Tier.LOW: 5.0}
     )
+    # Shed waiting LOW (answered EVICTED) while HIGH or MEDIUM is over its backlog capacity.
+    evict_low_under_pressure: bool = False
+    # Backlog capacity per tier for that; unset tiers: budget x 60% of the deadline / typical latency.
+    pressure_capacity: dict[Tier, int] = Field(default_factory=dict)
     # How often waiting read-ahead is checked for expiry and aging.
     housekeeping_interval_s: float = Field(default=0.25, gt=0)
     adaptive: bool = True

@@ -93,6 +93,13 @@ class WaitingRoom:
             self._queues[Tier.MEDIUM] = deque(merged)
         return expired, len(starved)
 
+    def take_unpromoted_low(self) -> list[Work]:
+        """Remove and return the LOW requests waiting in their own tier (never promoted ones)."""
+        taken = list(self._queues[Tier.LOW])
+        self._queues[Tier.LOW].clear()
+        self._held_by_source_tier[Tier.LOW] -= len(taken)
+        return taken
+
     def drop_sources(self, gone: set[tuple[str, int]]) -> int:
         """Forget requests of revoked partitions (their new owner reads them again); returns how many."""
         dropped = 0

@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
 from types import MappingProxyType
 
+from services.messaging.capacity import default_capacity, exact_decimal
 from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
 
 DEFAULT_MEAN_LATENCY_S: Mapping[Tier, float] = MappingProxyType(
@@ -33,19 +33,6 @@ DEFAULT_QUEUE_WAIT_FRACTION = 0.6
 DEFAULT_BUDGET = 10
 # An interactive client is told to come back within a minute; a batch producer may wait ten.
 MAX_RETRY_AFTER_S: Mapping[Tier, int] = MappingProxyType({Tier.HIGH: 60, Tier.MEDIUM: 60, Tier.LOW: 600})
-
-
-def _exact(value: float) -> Fraction:
-    # Decimal semantics for configured numbers: 10 x 3 s / 0.5 s must be 60, not 59.999...
-    return Fraction(str(value))
-
-
-def default_capacity(
-    *, budget: int, deadline_ms: int, mean_latency_s: float, queue_wait_fraction: float
-) -> int:
-    """budget x (queue_wait_fraction x deadline) / mean latency, rounded down, at least 1."""
-    target_wait_s = Fraction(deadline_ms, 1000) * _exact(queue_wait_fraction)
-    return max(1, math.floor(budget * target_wait_s / _exact(mean_latency_s)))
 
 
 @dataclass(frozen=True)
@@ -140,7 +127,7 @@ class AdmissionPolicy:
     def retry_after_s(self, request_tier: Tier, full_tier: Tier, backlog: int) -> int:
         """Seconds for `full_tier`'s excess to drain at the full budget, clamped for `request_tier`."""
         excess = backlog - self.capacity[full_tier] + 1
-        drain_s = math.ceil(excess * _exact(self.mean_latency_s[full_tier]) / self.budget)
+        drain_s = math.ceil(excess * exact_decimal(self.mean_latency_s[full_tier]) / self.budget)
         return min(max(1, drain_s), self.max_retry_after_s[request_tier])
 
     def decide(self, tier: Tier, backlogs: Mapping[Tier, int | None]) -> Refusal | None:

@@ -121,3 +121,41 @@ def test_backlog_waits_in_kafka_not_in_memory(kafka_settings):
     assert max(s["paused_partitions"] for s in samples) >= 1
     done = sum(max(0, o) for o in committed.values())
     assert 0 < done < 500, f"{done} of 3000 processed: the backlog should still be in Kafka"
+
+
+def test_waiting_low_is_evicted_while_chat_is_over_capacity(kafka_settings):
+    topics = kafka_settings.topics
+    bootstrap = kafka_settings.bootstrap_servers
+    briefs = [a_request("LOW") for _ in range(30)]
+    chats = [a_request("HIGH", deadline_ms=120_000) for _ in range(60)]
+
+    async def scenario():
+        async with (
+            sim_backend(speed=5.0, limit=2) as url,
+            running_dispatcher(
+                kafka_settings,
+                url,
+                budget=2,
+                schedule_pin="peak",
+                evict_low_under_pressure=True,
+                pressure_capacity={"HIGH": 5},
+                adaptive=False,
+            ),
+        ):
+            produce_requests(bootstrap, topics.requests_by_name("LOW"), briefs)
+            async with asyncio.timeout(20):
+                while (await backend_stats(url))["in_flight"] < 1:
+                    await asyncio.sleep(0.02)
+            produce_requests(bootstrap, topics.requests_by_name("HIGH"), chats)
+            return await asyncio.to_thread(read_results, bootstrap, topics.results, 90, 90)
+
+    results = asyncio.run(scenario())
+    by_tier: dict[str, list[str]] = {}
+    for r in results:
+        by_tier.setdefault(r["tier"], []).append(r["status"])
+    assert by_tier["HIGH"] == ["OK"] * 60
+    evicted = [r for r in results if r["status"] == "EVICTED"]
+    assert evicted, "no brief was evicted although chat was over its capacity"
+    assert all(r["tier"] == "LOW" and r["dispatched_at_ms"] is None for r in evicted)
+    assert "batch delayed" in evicted[0]["error"]
+    assert len(by_tier["LOW"]) == 30  # every brief has exactly one answer: OK or EVICTED

@@ -59,3 +59,24 @@ def test_revoked_partitions_are_forgotten():
 
 def test_pop_of_an_empty_tier():
     assert room().pop(L) is None
+
+
+def test_pressure_policy_compares_backlog_with_the_owned_share_of_capacity():
+    from services.dispatcher.eviction import PressurePolicy
+
+    policy = PressurePolicy.from_budget(10, {H: 0.5, M: 2.8, L: 5.0})
+    assert policy.capacity == {H: 60, M: 64}
+    assert policy.pressed({H: (29, 0.5), M: (0, 1.0)}) is None
+    assert policy.pressed({H: (30, 0.5), M: (0, 1.0)}) is H
+    assert policy.pressed({H: (0, 1.0), M: (64, 1.0)}) is M
+    assert policy.pressed({H: (500, 0.0)}) is None  # owns none of HIGH: not its call
+
+
+def test_only_unpromoted_low_is_taken_for_eviction():
+    r = room(promotion_age_ms=1_000)
+    r.add(work(L, 0, 99_999, offset=1))
+    r.add(work(L, 900, 99_999, offset=2))
+    r.sweep(now_ms=1_000)  # the first is promoted
+    taken = r.take_unpromoted_low()
+    assert [w.offset for w in taken] == [2]
+    assert r.held(L) == 1
