@@ -37,7 +37,12 @@ async def submit_trace(
     reply topic. A 429 or 503 is recorded as the run's outcome; only a missing answer is an error.
     """
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
-    async with httpx.AsyncClient(base_url=ingest_url, timeout=HTTP_TIMEOUT_S, limits=limits) as client:
+    # Two clients, as in production: the brief producer's dump must not hold the chat clients'
+    # connections, or the bench itself would delay chat behind briefs before ingest ever sees it.
+    async with (
+        httpx.AsyncClient(base_url=ingest_url, timeout=HTTP_TIMEOUT_S, limits=limits) as batch,
+        httpx.AsyncClient(base_url=ingest_url, timeout=HTTP_TIMEOUT_S, limits=limits) as interactive,
+    ):
         loop = asyncio.get_running_loop()
         start_loop = loop.time() + start_delay_s
         start_wall_ms = wall_ms() + int(start_delay_s * 1000)
@@ -55,6 +60,7 @@ async def submit_trace(
             status: int | None = None
             error: str | None = None
             try:
+                client = batch if arrival.kind == "dump" else interactive
                 response = await client.post("/v1/requests", json=body)
                 status = response.status_code
                 if status != 202:

@@ -202,7 +202,7 @@ def summarize(
     scheduler = build_scheduler(spec.policy, build_schedule(settings))
     promotion_ms = int(REAL_PROMOTION_AGE_S / config.compress * 1000)
     done = list(outcomes.values())
-    lag, answer = submit_stats(submissions)
+    lag, answer, dump_s = submit_stats(submissions)
     return RunSummary(
         run=spec.name,
         policy=spec.policy,
@@ -222,5 +222,6 @@ def summarize(
         min_effective_budget=min((b for _, b in samples), default=config.budget),
         submit_lag_ms=lag,
         ingest_answer_ms=answer,
+        dump_accepted_s=dump_s,
         missing_ids=sorted(s.request_id for s in submissions if s.accepted and s.request_id not in outcomes),
     )

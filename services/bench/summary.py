@@ -42,7 +42,10 @@ class TierRow:
     errors: int
     by_status: dict[str, int]
     missing: int
-    wait_ms: Stats | None
+    wait_ms: Stats | None  # dispatched - enqueued, over dispatched requests
+    # As wait_ms, plus requests dropped undispatched (EXPIRED) with their time in queue until the drop:
+    # a lower bound of what they would have waited, so a policy is not flattered by what it let expire.
+    wait_incl_dropped_ms: Stats | None
     end_to_end_ms: Stats | None
 
 
@@ -58,8 +61,11 @@ class RunSummary:
     backend_by_status: dict[str, int]
     utilization: Utilization
     min_effective_budget: int
-    submit_lag_ms: Stats | None  # answered - due: how far the bench's client fell behind the trace
-    ingest_answer_ms: Stats | None  # answered - sent: ingest's 202 latency
+    # Of the interactive arrivals (chat, analysis): answered - due, how far the client fell behind the
+    # trace; answered - sent, ingest's 202 latency.
+    submit_lag_ms: Stats | None
+    ingest_answer_ms: Stats | None
+    dump_accepted_s: float | None  # first brief sent to last brief answered
     missing_ids: list[str] = field(default_factory=list)
 
     @property
@@ -86,6 +92,7 @@ def tier_rows(submissions: Sequence[Submission], outcomes: Mapping[str, Outcome]
         accepted = [s for s in subs if s.accepted]
         done = [outcomes[s.request_id] for s in accepted if s.request_id in outcomes]
         waits = [o.dispatched_ms - o.enqueued_ms for o in done if o.dispatched_ms is not None]
+        dropped = [o.completed_ms - o.enqueued_ms for o in done if o.dispatched_ms is None]
         e2e = [o.completed_ms - o.enqueued_ms for o in done if o.status == "OK"]
         rows.append(
             TierRow(
@@ -97,6 +104,7 @@ def tier_rows(submissions: Sequence[Submission], outcomes: Mapping[str, Outcome]
                 by_status=dict(sorted(Counter(o.status for o in done).items())),
                 missing=len(accepted) - len(done),
                 wait_ms=stats([float(w) for w in waits]),
+                wait_incl_dropped_ms=stats([float(w) for w in waits + dropped]),
                 end_to_end_ms=stats([float(e) for e in e2e]),
             )
         )
@@ -113,8 +121,11 @@ def low_makespan(submissions: Sequence[Submission], outcomes: Mapping[str, Outco
     return makespan_s(min((o.enqueued_ms for o in dump), default=None), [o.completed_ms for o in low])
 
 
-def submit_stats(submissions: Sequence[Submission]) -> tuple[Stats | None, Stats | None]:
-    answered = [s for s in submissions if s.status is not None]
+def submit_stats(submissions: Sequence[Submission]) -> tuple[Stats | None, Stats | None, float | None]:
+    """(client lag, ingest answer time) of the interactive arrivals, and how long the dump took to get in."""
+    answered = [s for s in submissions if s.status is not None and s.kind != "dump"]
     lag = stats([float(s.answered_ms - s.due_ms) for s in answered])
     latency = stats([float(s.answered_ms - s.sent_ms) for s in answered])
-    return lag, latency
+    dump = [s for s in submissions if s.kind == "dump"]
+    took = (max(s.answered_ms for s in dump) - min(s.sent_ms for s in dump)) / 1000 if dump else None
+    return lag, latency, took

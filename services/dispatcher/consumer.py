@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -59,24 +60,29 @@ class TierConsumer:
             max_poll_interval_ms=300_000,
         )
         self._paused_tiers: set[Tier] = set()
+        self._retry_paused = False
+        # Retry partitions held back until their head record's not-before time (monotonic seconds).
+        self._held_back: dict[TopicPartition, float] = {}
 
     async def start(self, on_revoked: PartitionsHook, on_assigned: PartitionsHook) -> None:
         async def assigned(parts: list[TopicPartition]) -> None:
             self._apply_pauses()
             await on_assigned(parts)
 
-        self._consumer.subscribe(self._topics.all_requests, listener=_Listener(on_revoked, assigned))
+        topics = [*self._topics.all_requests, self._topics.retry]
+        self._consumer.subscribe(topics, listener=_Listener(on_revoked, assigned))
         await self._consumer.start()
 
     async def stop(self) -> None:
         # Leaves the group, so the partitions move to another member at once.
         await self._consumer.stop()
 
-    def tier_of(self, tp: TopicPartition) -> Tier:
-        tier = self._topics.tier_of(tp.topic)
-        if tier is None:
-            raise ValueError(f"not a request topic: {tp.topic}")
-        return tier
+    def tier_of(self, tp: TopicPartition) -> Tier | None:
+        """The tier of a request topic's partition; None for the retry topic (tier is per record)."""
+        return self._topics.tier_of(tp.topic)
+
+    def is_retry(self, tp: TopicPartition) -> bool:
+        return bool(tp.topic == self._topics.retry)
 
     async def fetch(
         self, max_records: int, timeout_ms: int
@@ -97,6 +103,8 @@ class TierConsumer:
         owned_count: dict[Tier, int] = dict.fromkeys(Tier, 0)
         for tp in owned:
             tier = self.tier_of(tp)
+            if tier is None:
+                continue
             position = await asyncio.wait_for(self._consumer.position(tp), timeout_s)
             lags[tier] += max(0, ends[tp] - position)
             owned_count[tier] += 1
@@ -110,11 +118,22 @@ class TierConsumer:
         """Fetch `tp` again from `offset` (records past the read-ahead bound are given back)."""
         self._consumer.seek(tp, offset)
 
-    def set_paused(self, tiers: set[Tier]) -> None:
-        """Desired state: exactly these tiers are paused (applied now and after every rebalance)."""
-        if tiers != self._paused_tiers:
+    def set_paused(self, tiers: set[Tier], *, retries: bool = False) -> None:
+        """Desired state: exactly these tiers (and the retry topic if `retries`) are paused; applied
+        now and after every rebalance."""
+        if tiers != self._paused_tiers or retries != self._retry_paused:
             self._paused_tiers = set(tiers)
+            self._retry_paused = retries
             self._apply_pauses()
+
+    def hold_back(self, tp: TopicPartition, until_monotonic: float) -> None:
+        """Pause a retry partition until its head record is due."""
+        self._held_back[tp] = until_monotonic
+        self._apply_pauses()
+
+    def release(self, tp: TopicPartition) -> None:
+        self._held_back.pop(tp, None)
+        self._apply_pauses()
 
     @property
     def paused_tiers(self) -> set[Tier]:
@@ -125,7 +144,15 @@ class TierConsumer:
 
     def _apply_pauses(self) -> None:
         owned = self._consumer.assignment()
-        pause = [tp for tp in owned if self._topics.tier_of(tp.topic) in self._paused_tiers]
+        now = time.monotonic()
+        for tp in [tp for tp, until in self._held_back.items() if until <= now or tp not in owned]:
+            del self._held_back[tp]
+        pause = [
+            tp
+            for tp in owned
+            if self._topics.tier_of(tp.topic) in self._paused_tiers
+            or (self.is_retry(tp) and (self._retry_paused or tp in self._held_back))
+        ]
         resume = [tp for tp in owned if tp not in pause]
         if pause:
             self._consumer.pause(*pause)

@@ -35,6 +35,9 @@ class DispatcherMetrics:
         self._expired = m.create_counter(
             "inferq_expired_total", description="requests answered EXPIRED without an LLM call"
         )
+        self._retries = m.create_counter(
+            "inferq_retries_total", description="failed calls queued for a retry"
+        )
         self._evicted = m.create_counter(
             "inferq_evicted_total", description="LOW requests answered EVICTED under pressure"
         )
@@ -93,6 +96,9 @@ class DispatcherMetrics:
 
     def record_expired(self, tier: Tier, reason: str) -> None:
         self._expired.add(1, {"tier": tier.value, "reason": reason})
+
+    def record_retry(self, tier: Tier) -> None:
+        self._retries.add(1, {"tier": tier.value})
 
     def record_evicted(self, tier: Tier) -> None:
         self._evicted.add(1, {"tier": tier.value})

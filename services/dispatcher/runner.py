@@ -27,6 +27,7 @@ from services.dispatcher.eviction import PressurePolicy
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.offsets import OffsetTracker
 from services.dispatcher.outcomes import OutcomeBuilder
+from services.dispatcher.retries import RetryPolicy, Verdict
 from services.dispatcher.scheduler import Scheduler
 from services.dispatcher.settings import DispatcherSettings
 from services.dispatcher.tokens import Lease, TokenPool
@@ -89,6 +90,11 @@ class Dispatcher:
             else None
         )
         self._pressed_tier: Tier | None = None
+        self._retry_policy = RetryPolicy(
+            max_attempts=settings.max_attempts,
+            base_backoff_s=settings.retry_base_backoff_s,
+            max_backoff_s=settings.retry_max_backoff_s,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
@@ -184,34 +190,55 @@ class Dispatcher:
         return max(1, room)
 
     def _admit_batch(self, tp: TopicPartition, records: list[Any]) -> None:
-        """Admit records while the tier's read-ahead has room; rewind the partition to the first one
-        left over, so it is fetched again later and the read-ahead bound holds exactly."""
-        tier = self._consumer.tier_of(tp)
+        """Admit records while the read-ahead has room and (on the retry topic) while they are due.
+
+        The partition is rewound to the first record left over, so it is fetched again later: the
+        read-ahead bound holds exactly, and a retry partition waits paused until its head is due.
+        """
+        retry = self._consumer.is_retry(tp)
         for record in records:
-            if self._room.held(tier) >= self._settings.readahead_per_tier:
+            raw: bytes = record.value or b""
+            try:
+                request, params = _decode_request(self._requests, raw)
+            except DecodeError as exc:
+                offsets = self._offsets.get(tp.topic, tp.partition)
+                offsets.track(record.offset)
+                self._spawn(self._dead_letter(tp, record.offset, raw, str(exc), offsets.complete), "dlq")
+                continue
+            tier = Tier(request["tier"]) if retry else self._consumer.tier_of(tp) or Tier(request["tier"])
+            if retry:
+                wait_ms = int(request.get("not_before_ms") or 0) - self._clock_ms()
+                if wait_ms > 0:
+                    self._hold_back(tp, record.offset, wait_ms / 1000)
+                    return
+                if len(self._room) >= len(Tier) * self._settings.readahead_per_tier:
+                    self._consumer.seek(tp, record.offset)
+                    return
+            elif self._room.held(tier) >= self._settings.readahead_per_tier:
                 self._consumer.seek(tp, record.offset)
                 return
-            self._admit(tp, record.offset, record.value)
+            offsets = self._offsets.get(tp.topic, tp.partition)
+            offsets.track(record.offset)
+            work = Work(
+                request=request, tier=tier, offsets=offsets, offset=record.offset, raw=raw, params=params
+            )
+            reason = self._room.check(work, self._clock_ms())
+            if reason is not None:
+                self._spawn(self._expire(work, reason), "expire")
+            else:
+                self._room.add(work)
 
-    def _admit(self, tp: TopicPartition, offset: int, value: bytes | None) -> None:
-        offsets = self._offsets.get(tp.topic, tp.partition)
-        offsets.track(offset)
-        tier = self._consumer.tier_of(tp)
-        try:
-            request = _decode_request(self._requests, value or b"")
-        except DecodeError as exc:
-            self._spawn(self._dead_letter(tp, offset, value or b"", str(exc), offsets.complete), "dlq")
-            return
-        work = Work(request=request, tier=tier, offsets=offsets, offset=offset)
-        reason = self._room.check(work, self._clock_ms())
-        if reason is not None:
-            self._spawn(self._expire(work, reason), "expire")
-            return
-        self._room.add(work)
+    def _hold_back(self, tp: TopicPartition, offset: int, delay_s: float) -> None:
+        """The retry partition's head is not due: rewind to it and pause the partition until it is."""
+        self._consumer.seek(tp, offset)
+        self._consumer.hold_back(tp, time.monotonic() + delay_s)
+        asyncio.get_running_loop().call_later(delay_s, self._consumer.release, tp)
 
     def _update_pauses(self) -> None:
         full = {t for t in Tier if self._room.held(t) >= self._settings.readahead_per_tier}
-        self._consumer.set_paused(full)
+        self._consumer.set_paused(
+            full, retries=len(self._room) >= len(Tier) * self._settings.readahead_per_tier
+        )
         self._metrics.observe_room(self._room, self._consumer.paused_partition_count())
 
     # -- starting -----------------------------------------------------------------------------
@@ -311,13 +338,14 @@ class Dispatcher:
         started = time.monotonic()
         try:
             completion = await self._backend.complete(
-                model, work.request["messages"], work.request["params"], timeout_s=timeout_s
+                model, work.request["messages"], work.params, timeout_s=timeout_s
             )
         except BackendError as exc:
             self._record_backend_failure(exc)
-            result = self._outcomes.failed(
-                work.request, model, str(exc), dispatched_at_ms=dispatched_at, now_ms=self._clock_ms()
-            )
+            await self._pool.release(lease)
+            self._wake.set()
+            await self._after_failure(work, exc, model, dispatched_at)
+            return
         else:
             if self._adaptive is not None:
                 before = self._adaptive.effective
@@ -326,9 +354,48 @@ class Dispatcher:
             result = self._outcomes.ok(
                 work.request, completion, dispatched_at_ms=dispatched_at, now_ms=self._clock_ms()
             )
-        finally:
-            await self._pool.release(lease)
-            self._wake.set()  # a token came free: start the next request now
+        await self._pool.release(lease)
+        self._wake.set()  # a token came free: start the next request now
+        await self._emit(work, result)
+
+    async def _after_failure(self, work: Work, error: BackendError, model: str, dispatched_at: int) -> None:
+        now = self._clock_ms()
+        attempt = int(work.request["attempt"])
+        decision = self._retry_policy.decide(
+            error, attempt=attempt, now_ms=now, expire_at_ms=work.expire_at_ms
+        )
+        if decision.verdict is Verdict.RETRY and decision.not_before_ms is not None:
+            retry = {**work.request, "attempt": attempt + 1, "not_before_ms": decision.not_before_ms}
+            await self._producer.produce(
+                self._topics.retry, self._requests.encode(retry), key=work.request_id.encode()
+            )
+            self._metrics.record_retry(work.tier)
+            work.done()
+        elif decision.verdict is Verdict.EXPIRE:
+            await self._expire(work, decision.reason)
+        else:
+            await self._give_up(work, error, model, dispatched_at, decision.reason)
+
+    async def _give_up(
+        self, work: Work, error: BackendError, model: str, dispatched_at: int, why: str
+    ) -> None:
+        """Dead-letter the original record with the last error, then answer FAILED."""
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("inferq.error", f"{why}: {error}".encode()),
+            ("inferq.status", str(error.status or "").encode()),
+            ("inferq.attempts", str(work.request["attempt"]).encode()),
+            ("inferq.request_id", work.request_id.encode()),
+            ("inferq.source.topic", work.offsets.topic.encode()),
+            ("inferq.source.partition", str(work.offsets.partition).encode()),
+            ("inferq.source.offset", str(work.offset).encode()),
+        ]
+        await self._producer.produce(
+            self._topics.dlq, work.raw, key=work.request_id.encode(), headers=headers
+        )
+        self._metrics.record_dead_letter(work.offsets.topic)
+        result = self._outcomes.failed(
+            work.request, model, f"{why}: {error}", dispatched_at_ms=dispatched_at, now_ms=self._clock_ms()
+        )
         await self._emit(work, result)
 
     def _record_backend_failure(self, exc: BackendError) -> None:
@@ -417,13 +484,14 @@ class Dispatcher:
         log.info("partitions assigned: %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
 
 
-def _decode_request(codec: AvroCodec, raw: bytes) -> dict[str, Any]:
-    """A request ready to run, or `DecodeError` for a record no retry can fix (a poison record)."""
+def _decode_request(codec: AvroCodec, raw: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A request ready to run and its decoded parameters, or `DecodeError` for a record no retry
+    can fix (a poison record)."""
     request = codec.decode(raw)
-    request["params"] = _params(request)
+    params = _params(request)
     if not request["messages"]:
         raise DecodeError("messages is empty: nothing to send to the LLM", raw_size=len(raw))
-    return request
+    return request, params
 
 
 def _params(request: dict[str, Any]) -> dict[str, Any]:

@@ -57,6 +57,10 @@ class DispatcherSettings(BaseSettings):
     coordination: Literal["local", "redis"] = "local"
     redis_url: str = "redis://127.0.0.1:6379/0"
     lease_ttl_s: float = Field(default=6.0, gt=0)
+    # Attempts in all for a retryable failure (timeout, connection error, 429, 5xx); then dead letter.
+    max_attempts: int = Field(default=3, ge=1, le=20)
+    retry_base_backoff_s: float = Field(default=0.5, gt=0)
+    retry_max_backoff_s: float = Field(default=30.0, gt=0)
     backend_url: str = "http://127.0.0.1:8780/v1"
     backend_api_key: SecretStr | None = None
     # Upper bound of one backend call; the remaining deadline bounds it further.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from services.dispatcher.offsets import PartitionOffsets
@@ -15,6 +15,9 @@ class Work:
     tier: Tier
     offsets: PartitionOffsets
     offset: int
+    # The record as read, for the dead-letter topic; the decoded chat-completions parameters.
+    raw: bytes = b""
+    params: dict[str, Any] = field(default_factory=dict)
     # A LOW request that waited past the promotion age is scheduled as MEDIUM; its tier is unchanged.
     promoted: bool = False
 

@@ -65,6 +65,7 @@ def build_envelope(
         "model": body.model,
         "messages": [{"role": m.role, "content": m.content} for m in body.messages],
         "params": {k: json.dumps(v) for k, v in body.params.items()} if body.params else None,
+        "not_before_ms": None,
     }
     # One session's requests share a partition so a user's chat stays in order.
     key = (body.session_id or request_id).encode()

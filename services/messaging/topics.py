@@ -42,6 +42,10 @@ class TopicNames:
         return f"{self.prefix}.results"
 
     @property
+    def retry(self) -> str:
+        return f"{self.prefix}.retry"
+
+    @property
     def dlq(self) -> str:
         return f"{self.prefix}.dlq"
 
@@ -61,6 +65,7 @@ class TopicNames:
             TopicSpec(self.requests(Tier.HIGH), 6, 24 * HOUR_MS, "realtime chat; keyed by session"),
             TopicSpec(self.requests(Tier.MEDIUM), 3, 24 * HOUR_MS, "analysis and recommendations"),
             TopicSpec(self.requests(Tier.LOW), 3, 7 * 24 * HOUR_MS, "briefs and batch; may wait hours"),
+            TopicSpec(self.retry, 3, 24 * HOUR_MS, "requests waiting to be retried, with not_before_ms"),
             TopicSpec(self.results, 6, 24 * HOUR_MS, "terminal results keyed by request_id"),
             TopicSpec(self.dlq, 1, 14 * 24 * HOUR_MS, "dead letters: poison records, exhausted retries"),
         ]

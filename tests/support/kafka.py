@@ -29,6 +29,7 @@ def a_request(tier: str = "HIGH", *, deadline_ms: int = 30_000, **overrides: Any
         "model": None,
         "messages": [{"role": "user", "content": "hello"}],
         "params": None,
+        "not_before_ms": None,
     }
     record.update(overrides)
     return record

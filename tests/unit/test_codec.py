@@ -29,6 +29,7 @@ def a_request(**overrides):
         "model": None,
         "messages": [{"role": "user", "content": "你好, how are you?"}],
         "params": {"temperature": "0.2"},
+        "not_before_ms": None,
     }
     record.update(overrides)
     return record
