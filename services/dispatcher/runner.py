@@ -35,7 +35,7 @@ from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.work import Work
 from services.messaging.codec import AvroCodec, request_codec, result_codec
 from services.messaging.errors import DecodeError
-from services.messaging.producer import AsyncProducer
+from services.messaging.producer import AsyncProducer, ProduceError
 from services.messaging.tiers import Tier
 
 log = logging.getLogger("inferq.dispatcher")
@@ -366,7 +366,7 @@ class Dispatcher:
         )
         if decision.verdict is Verdict.RETRY and decision.not_before_ms is not None:
             retry = {**work.request, "attempt": attempt + 1, "not_before_ms": decision.not_before_ms}
-            await self._producer.produce(
+            await self._produce_durably(
                 self._topics.retry, self._requests.encode(retry), key=work.request_id.encode()
             )
             self._metrics.record_retry(work.tier)
@@ -389,9 +389,7 @@ class Dispatcher:
             ("inferq.source.partition", str(work.offsets.partition).encode()),
             ("inferq.source.offset", str(work.offset).encode()),
         ]
-        await self._producer.produce(
-            self._topics.dlq, work.raw, key=work.request_id.encode(), headers=headers
-        )
+        await self._produce_durably(self._topics.dlq, work.raw, key=work.request_id.encode(), headers=headers)
         self._metrics.record_dead_letter(work.offsets.topic)
         result = self._outcomes.failed(
             work.request, model, f"{why}: {error}", dispatched_at_ms=dispatched_at, now_ms=self._clock_ms()
@@ -424,7 +422,7 @@ class Dispatcher:
 
     async def _emit(self, work: Work, result: dict[str, Any]) -> None:
         topic = work.request.get("reply_to") or self._topics.results
-        await self._producer.produce(topic, self._results.encode(result), key=work.request_id.encode())
+        await self._produce_durably(topic, self._results.encode(result), key=work.request_id.encode())
         self._metrics.record_outcome(work.tier, result)
         work.done()
 
@@ -437,10 +435,37 @@ class Dispatcher:
             ("inferq.source.partition", str(tp.partition).encode()),
             ("inferq.source.offset", str(offset).encode()),
         ]
-        await self._producer.produce(self._topics.dlq, raw, headers=headers)
+        await self._produce_durably(self._topics.dlq, raw, headers=headers)
         log.warning("poison record %s[%d]@%d dead-lettered: %s", tp.topic, tp.partition, offset, reason)
         self._metrics.record_dead_letter(tp.topic)
         complete(offset)
+
+    async def _produce_durably(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> None:
+        """Produce until the broker acknowledges: an outcome is owed, so a broker outage is waited out.
+
+        librdkafka already retries for `message.timeout.ms`; past that we try again with a growing
+        pause. Once shutdown has begun and the drain bound passes, the task is cancelled: the offset
+        stays uncommitted and the next owner redoes the request, so nothing is lost either way.
+        """
+        pause_s = 0.5
+        while True:
+            try:
+                await self._producer.produce(topic, value, key=key, headers=headers)
+            except ProduceError as exc:
+                log.error(  # noqa: TRY400 - the reason is the message; a traceback per retry is noise
+                    "produce to %s failed, trying again in %.1f s: %s", topic, pause_s, exc
+                )
+                await asyncio.sleep(pause_s)
+                pause_s = min(pause_s * 2, 10.0)
+            else:
+                return
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -58,29 +59,35 @@ class ResultConsumer:
         self.ready.set()
         try:
             while True:
-                batches = await self._consumer.getmany(timeout_ms=200, max_records=1000)
-                if not batches:
-                    continue
-                decoded: list[dict[str, Any]] = []
-                for tp, records in batches.items():
-                    for record in records:
-                        try:
-                            decoded.append(self._codec.decode(record.value or b""))
-                        except DecodeError as exc:
-                            self._undecodable.add(1)
-                            log.error(  # noqa: TRY400 - the traceback adds nothing to the reason
-                                "undecodable result %s[%d]@%d skipped: %s",
-                                tp.topic,
-                                tp.partition,
-                                record.offset,
-                                exc,
-                            )
-                stored, duplicates = self._store.put_many(decoded)
-                self._stored.add(stored)
-                self._duplicates.add(duplicates)
-                await self._consumer.commit()
+                try:
+                    await self._consume_once()
+                except KafkaError as exc:
+                    # A broker outage must not end consumption: results are owed to their callers.
+                    log.error(  # noqa: TRY400 - a traceback per retry is noise
+                        "consuming results failed, trying again in 1 s: %s", exc
+                    )
+                    await asyncio.sleep(1.0)
         finally:
             await self._consumer.stop()
+
+    async def _consume_once(self) -> None:
+        batches = await self._consumer.getmany(timeout_ms=200, max_records=1000)
+        if not batches:
+            return
+        decoded: list[dict[str, Any]] = []
+        for tp, records in batches.items():
+            for record in records:
+                try:
+                    decoded.append(self._codec.decode(record.value or b""))
+                except DecodeError as exc:
+                    self._undecodable.add(1)
+                    log.error(  # noqa: TRY400 - the traceback adds nothing to the reason
+                        "undecodable result %s[%d]@%d skipped: %s", tp.topic, tp.partition, record.offset, exc
+                    )
+        stored, duplicates = self._store.put_many(decoded)
+        self._stored.add(stored)
+        self._duplicates.add(duplicates)
+        await self._consumer.commit()
 
 
 def create_app(settings: ResultsSettings, *, check_topics: bool = True) -> Starlette:
