@@ -16,7 +16,11 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import TopicPartition as KTopicPartition
+from confluent_kafka.admin import AdminClient
 
+from services.dispatcher.offsets import parse_metadata
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import Tier
 from services.messaging.topics import TopicNames
@@ -59,6 +63,8 @@ class TierConsumer:
             # Fewer than this many seconds between polls would mean the loop is stuck, not busy.
             max_poll_interval_ms=300_000,
         )
+        self._group_id = group_id
+        self._admin = AdminClient(kafka.admin_config())
         self._paused_tiers: set[Tier] = set()
         self._retry_paused = False
         # Retry partitions held back until their head record's not-before time (monotonic seconds).
@@ -159,6 +165,33 @@ class TierConsumer:
         if resume:
             self._consumer.resume(*resume)
 
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+    async def done_beyond_commit(self, parts: list[TopicPartition]) -> dict[TopicPartition, set[int]]:
+        """Per partition, the offsets completed beyond the group's commit (from its metadata).
+
+        Read with confluent-kafka's admin client, whose API returns commit metadata (aiokafka's
+        public API does not). Bounded; on failure nothing is skipped, so work is redone, not lost.
+        """
+        if not parts:
+            return {}
+        request = [
+            ConsumerGroupTopicPartitions(
+                self._group_id, [KTopicPartition(tp.topic, tp.partition) for tp in parts]
+            )
+        ]
+        try:
+            future = self._admin.list_consumer_group_offsets(request, request_timeout=5)[self._group_id]
+            listing = await asyncio.wait_for(asyncio.wrap_future(future), 6)
+        except (KafkaException, TimeoutError) as exc:
+            log.warning("commit metadata unreadable, completed work may be redone: %s", exc)
+            return {}
+        done: dict[TopicPartition, set[int]] = {}
+        for entry in listing.topic_partitions:
+            if entry.offset >= 0 and entry.metadata:
+                offsets = parse_metadata(entry.metadata, entry.offset)
+                if offsets:
+                    done[TopicPartition(entry.topic, entry.partition)] = offsets
+        return done
+
+    async def commit(self, offsets: dict[TopicPartition, tuple[int, str]]) -> None:
         if offsets:
             await self._consumer.commit(offsets)

@@ -35,6 +35,9 @@ class DispatcherMetrics:
         self._expired = m.create_counter(
             "inferq_expired_total", description="requests answered EXPIRED without an LLM call"
         )
+        self._skipped = m.create_counter(
+            "inferq_redo_skipped_total", description="records a previous owner completed (commit metadata)"
+        )
         self._retries = m.create_counter(
             "inferq_retries_total", description="failed calls queued for a retry"
         )
@@ -96,6 +99,9 @@ class DispatcherMetrics:
 
     def record_expired(self, tier: Tier, reason: str) -> None:
         self._expired.add(1, {"tier": tier.value, "reason": reason})
+
+    def record_skipped_redo(self) -> None:
+        self._skipped.add(1)
 
     def record_retry(self, tier: Tier) -> None:
         self._retries.add(1, {"tier": tier.value})

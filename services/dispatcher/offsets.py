@@ -5,12 +5,46 @@ partition is the lowest offset whose outcome is not yet durably written (or one 
 offset seen when nothing is outstanding), so a commit never runs ahead of work. Each assignment of
 a partition gets a fresh `PartitionOffsets`; work carries the object it was tracked in, so a
 completion arriving after the partition was revoked lands in a detached object and is ignored.
+
+Offsets completed beyond the committable one travel in the commit's metadata (as Confluent's
+Parallel Consumer does), so after a rebalance the next owner skips them instead of calling the LLM
+again: ``v1:`` then comma-separated offsets or ``a-b`` ranges relative to the committed offset,
+cut to Kafka's metadata limit (an offset left out is simply redone; results are deduplicated).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+METADATA_PREFIX = "v1:"
+# Kafka's default offset.metadata.max.bytes is 4096.
+METADATA_LIMIT = 4000
+
+
+def _ranges(sorted_offsets: list[int]) -> Iterator[tuple[int, int]]:
+    start = prev = sorted_offsets[0]
+    for offset in sorted_offsets[1:]:
+        if offset != prev + 1:
+            yield start, prev
+            start = offset
+        prev = offset
+    yield start, prev
+
+
+def parse_metadata(text: str | None, committed: int) -> set[int]:
+    """Offsets completed beyond `committed`, from a commit's metadata; empty if none or not ours."""
+    if not text or not text.startswith(METADATA_PREFIX):
+        return set()
+    done: set[int] = set()
+    try:
+        for part in filter(None, text[len(METADATA_PREFIX) :].split(",")):
+            low, _, high = part.partition("-")
+            done.update(range(committed + int(low), committed + int(high or low) + 1))
+    except ValueError:
+        return set()  # foreign or damaged metadata: redo rather than skip
+    return done
 
 
 @dataclass
@@ -20,13 +54,42 @@ class PartitionOffsets:
     _outstanding: deque[int] = field(default_factory=deque)
     _done_out_of_order: set[int] = field(default_factory=set)
     _next_after_seen: int | None = None
-    _last_committed: int | None = None
+    _last_committed_state: tuple[int, int] | None = None
+    _done_elsewhere: set[int] = field(default_factory=set)
     revoked: bool = False
 
-    def track(self, offset: int) -> None:
-        """Record a consumed offset; offsets of one partition arrive in increasing order."""
+    def track(self, offset: int) -> bool:
+        """Record a consumed offset (they arrive in increasing order). False when a previous owner
+        already wrote its outcome: the caller skips it and it counts as complete."""
         self._outstanding.append(offset)
         self._next_after_seen = offset + 1
+        if offset in self._done_elsewhere:
+            self._done_elsewhere.discard(offset)
+            self.complete(offset)
+            return False
+        return True
+
+    def done_elsewhere(self, offset: int) -> bool:
+        return offset in self._done_elsewhere
+
+    def skip_done(self, offsets: set[int]) -> None:
+        """Offsets a previous owner completed beyond its commit (from the commit metadata)."""
+        self._done_elsewhere |= offsets
+
+    def metadata(self, limit_bytes: int = METADATA_LIMIT) -> str:
+        """The completed offsets beyond the committable one, encoded for the commit's metadata."""
+        base = self.committable()
+        if base is None or not self._done_out_of_order:
+            return ""
+        parts: list[str] = []
+        size = len(METADATA_PREFIX)
+        for start, end in _ranges(sorted(self._done_out_of_order)):
+            part = f"{start - base}" if start == end else f"{start - base}-{end - base}"
+            if size + len(part) + 1 > limit_bytes:
+                break
+            parts.append(part)
+            size += len(part) + 1
+        return METADATA_PREFIX + ",".join(parts)
 
     def complete(self, offset: int) -> None:
         """Mark an offset's outcome durable. Completing twice, or an unknown offset, is harmless."""
@@ -47,14 +110,14 @@ class PartitionOffsets:
         return self._next_after_seen
 
     def take_commit(self) -> int | None:
-        """The committable offset if it moved since the last commit taken, else None."""
+        """The committable offset if it (or what lies beyond it) changed since the last commit."""
         position = self.committable()
-        if position is None or position == self._last_committed:
+        if position is None or (position, len(self._done_out_of_order)) == self._last_committed_state:
             return None
         return position
 
     def mark_committed(self, position: int) -> None:
-        self._last_committed = position
+        self._last_committed_state = (position, len(self._done_out_of_order))
 
 
 class OffsetTracker:

@@ -196,12 +196,16 @@ class Dispatcher:
         read-ahead bound holds exactly, and a retry partition waits paused until its head is due.
         """
         retry = self._consumer.is_retry(tp)
+        offsets = self._offsets.get(tp.topic, tp.partition)
         for record in records:
+            if offsets.done_elsewhere(record.offset):
+                offsets.track(record.offset)  # a previous owner wrote its outcome: not redone
+                self._metrics.record_skipped_redo()
+                continue
             raw: bytes = record.value or b""
             try:
                 request, params = _decode_request(self._requests, raw)
             except DecodeError as exc:
-                offsets = self._offsets.get(tp.topic, tp.partition)
                 offsets.track(record.offset)
                 self._spawn(self._dead_letter(tp, record.offset, raw, str(exc), offsets.complete), "dlq")
                 continue
@@ -217,7 +221,6 @@ class Dispatcher:
             elif self._room.held(tier) >= self._settings.readahead_per_tier:
                 self._consumer.seek(tp, record.offset)
                 return
-            offsets = self._offsets.get(tp.topic, tp.partition)
             offsets.track(record.offset)
             work = Work(
                 request=request, tier=tier, offsets=offsets, offset=record.offset, raw=raw, params=params
@@ -336,27 +339,31 @@ class Dispatcher:
             0.001, min(self._settings.backend_timeout_s, (work.expire_at_ms - dispatched_at) / 1000)
         )
         started = time.monotonic()
+        failure: BackendError | None = None
         try:
             completion = await self._backend.complete(
                 model, work.request["messages"], work.params, timeout_s=timeout_s
             )
         except BackendError as exc:
-            self._record_backend_failure(exc)
+            failure = exc
+        finally:
+            # The token is the backend's concurrency: it comes free when the call ends, however it ends.
             await self._pool.release(lease)
             self._wake.set()
-            await self._after_failure(work, exc, model, dispatched_at)
+        if failure is not None:
+            self._record_backend_failure(failure)
+            await self._after_failure(work, failure, model, dispatched_at)
             return
-        else:
-            if self._adaptive is not None:
-                before = self._adaptive.effective
-                self._adaptive.record_success(model, time.monotonic() - started)
-                self._note_budget_change(before)
-            result = self._outcomes.ok(
+        if self._adaptive is not None:
+            before = self._adaptive.effective
+            self._adaptive.record_success(model, time.monotonic() - started)
+            self._note_budget_change(before)
+        await self._emit(
+            work,
+            self._outcomes.ok(
                 work.request, completion, dispatched_at_ms=dispatched_at, now_ms=self._clock_ms()
-            )
-        await self._pool.release(lease)
-        self._wake.set()  # a token came free: start the next request now
-        await self._emit(work, result)
+            ),
+        )
 
     async def _after_failure(self, work: Work, error: BackendError, model: str, dispatched_at: int) -> None:
         now = self._clock_ms()
@@ -481,14 +488,14 @@ class Dispatcher:
 
     async def _commit_now(self, only: list[TopicPartition] | None = None) -> None:
         wanted = {(tp.topic, tp.partition) for tp in only} if only is not None else None
-        commits: dict[TopicPartition, int] = {}
+        commits: dict[TopicPartition, tuple[int, str]] = {}
         states = []
         for state in self._offsets.owned():
             if wanted is not None and (state.topic, state.partition) not in wanted:
                 continue
             position = state.take_commit()
             if position is not None:
-                commits[TopicPartition(state.topic, state.partition)] = position
+                commits[TopicPartition(state.topic, state.partition)] = (position, state.metadata())
                 states.append((state, position))
         if not commits:
             return
@@ -504,8 +511,10 @@ class Dispatcher:
         log.info("partitions revoked: %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in revoked))
 
     async def _on_assigned(self, assigned: list[TopicPartition]) -> None:
-        for tp in assigned:
-            self._offsets.assign(tp.topic, tp.partition)
+        states = {tp: self._offsets.assign(tp.topic, tp.partition) for tp in assigned}
+        # Outcomes a previous owner wrote beyond its commit are in the commit metadata: skip them.
+        for tp, done in (await self._consumer.done_beyond_commit(assigned)).items():
+            states[tp].skip_done(done)
         log.info("partitions assigned: %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
 
 

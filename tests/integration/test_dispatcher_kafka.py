@@ -116,3 +116,31 @@ def test_offsets_are_committed_only_after_results_are_written(kafka_settings):
 
     during = asyncio.run(scenario())
     assert during.get(1, -1001) < 1, f"committed {during.get(1)} while all three calls were still running"
+
+
+def test_work_completed_beyond_the_commit_is_not_redone_by_the_next_owner(kafka_settings):
+    topics = kafka_settings.topics
+    topic = topics.requests_by_name("HIGH")
+    # One partition: a slow call at the head, five quick ones behind it that finish first.
+    slow = a_request("HIGH", deadline_ms=120_000, model="inferq-cheap")
+    quick = [a_request("HIGH", deadline_ms=120_000) for _ in range(5)]
+
+    async def scenario():
+        async with sim_backend(speed=1.0) as url:
+            async with running_dispatcher(kafka_settings, url, drain_timeout_s=0.0, schedule_pin="night"):
+                produce_requests(kafka_settings.bootstrap_servers, topic, [slow, *quick], partition=2)
+                await asyncio.to_thread(results_by_id, kafka_settings.bootstrap_servers, topics.results, 5)
+                # Leaving now: the slow call is abandoned, offset 0 stays uncommitted, 1-5 are done.
+            first_stats = await backend_stats(url)
+            async with running_dispatcher(kafka_settings, url):
+                results = await asyncio.to_thread(
+                    results_by_id, kafka_settings.bootstrap_servers, topics.results, 6
+                )
+            return first_stats, await backend_stats(url), results
+
+    first, final, results = asyncio.run(scenario())
+    # Calls are counted when they end; the abandoned slow one may still be running in the backend.
+    assert first["total"] + first["in_flight"] == 6
+    assert final["total"] + final["in_flight"] == 7, "the next owner called the LLM again for answered work"
+    assert set(results) == {r["request_id"] for r in [slow, *quick]}
+    assert results[slow["request_id"]]["status"] == "OK"

@@ -63,3 +63,51 @@ def test_completion_after_revocation_is_ignored_and_new_owner_state_is_fresh():
     assert new is not old
     assert new.committable() is None
     assert tracker.owned() == [new]
+
+
+def test_completed_offsets_beyond_the_commit_travel_in_metadata():
+    from services.dispatcher.offsets import parse_metadata
+
+    state = tracked(*range(10, 20))
+    for o in (12, 13, 14, 17, 19):
+        state.complete(o)
+    assert state.committable() == 10
+    text = state.metadata()
+    assert text == "v1:2-4,7,9"
+    assert parse_metadata(text, 10) == {12, 13, 14, 17, 19}
+
+
+def test_metadata_is_cut_to_the_limit_and_foreign_metadata_is_ignored():
+    from services.dispatcher.offsets import parse_metadata
+
+    state = tracked(*range(0, 5000))
+    for o in range(1, 5000, 2):
+        state.complete(o)
+    text = state.metadata()
+    assert len(text) <= 4000
+    done = parse_metadata(text, 0)
+    assert done and done <= set(range(1, 5000, 2))
+    assert parse_metadata("hello", 0) == set()
+    assert parse_metadata("v1:x-y", 0) == set()
+    assert parse_metadata(None, 0) == set()
+
+
+def test_new_owner_skips_offsets_done_by_the_previous_one():
+    state = PartitionOffsets("t", 0)
+    state.skip_done({11, 12})
+    assert state.track(10) is True
+    assert state.track(11) is False
+    assert state.track(12) is False
+    assert state.track(13) is True
+    state.complete(10)
+    assert state.committable() == 13
+
+
+def test_a_change_beyond_the_commit_point_is_committed_again():
+    state = tracked(0, 1, 2)
+    state.complete(2)
+    assert state.take_commit() == 0
+    state.mark_committed(0)
+    assert state.take_commit() is None
+    state.complete(1)  # the committable offset did not move, but the metadata did
+    assert state.take_commit() == 0
