@@ -12,16 +12,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from services.localbroker.broker import BrokerConfig, LocalBroker, pick_free_ports
 from services.localbroker.errors import PortInUseError
-from services.messaging.codec import result_codec
+from services.messaging.codec import request_codec, result_codec
 from services.messaging.errors import DecodeError
+from services.messaging.tiers import Tier
 
 _PORT_ATTEMPTS = 3
 _POLL_S = 0.2
 _NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group never committed this partition
+_HOUR_MS = 3_600_000
 
 
 @contextmanager
@@ -125,7 +127,10 @@ class ResultCollector:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10.0)
+        if self._thread.ident is None:  # never started: the loop that would close the consumer never ran
+            self._consumer.close()
+        else:
+            self._thread.join(timeout=10.0)
 
 
 def group_lag(bootstrap: str, group_id: str, topic: str, partitions: int) -> dict[int, int]:
@@ -144,3 +149,61 @@ def group_lag(bootstrap: str, group_id: str, topic: str, partitions: int) -> dic
         return lag
     finally:
         consumer.close()
+
+
+def produce_low(bootstrap: str, topic: str, records: int, log: Callable[[str], None]) -> float:
+    """Write `records` valid LOW requests to `topic` as fast as librdkafka batches them; returns seconds."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            # Bulk load, not interactive traffic: big batches, compressed, acknowledged by the leader.
+            "linger.ms": 100,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "acks": "1",
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
+    codec = request_codec()
+    failures: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None and len(failures) < 10:
+            failures.append(err)
+
+    started = time.monotonic()
+    now = time.time_ns() // 1_000_000
+    for i in range(records):
+        value = codec.encode(
+            {
+                "request_id": f"mem-{i:07d}",
+                "tenant": "default",
+                "origin_region": "local",
+                "scenario": "morning_brief",
+                "tier": Tier.LOW.value,
+                "created_at_ms": now,
+                "expire_at_ms": now + 12 * _HOUR_MS,
+                "attempt": 1,
+                "estimated_tokens": None,
+                "reply_to": None,
+                "session_id": f"brief-{i % 1000}",
+                "model": None,
+                "messages": [{"role": "user", "content": f"Brief {i}: weather, calendar, mood."}],
+                "params": None,
+            }
+        )
+        while True:
+            try:
+                producer.produce(topic, value, key=f"brief-{i % 1000}".encode(), on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.1)  # the local queue is full: let deliveries drain it
+        if i % 10_000 == 0:
+            producer.poll(0)
+        if i and i % 200_000 == 0:
+            log(f"  produced {i:,} records ({time.monotonic() - started:.0f} s)")
+    left = producer.flush(120.0)
+    if left or failures:
+        raise RuntimeError(f"{left} records not delivered; first errors: {failures}")
+    return time.monotonic() - started

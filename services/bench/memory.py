@@ -17,20 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from confluent_kafka import KafkaError, Message, Producer
 
-from services.bench.kafka import bench_broker, group_lag
-from services.bench.load import wall_ms
-from services.bench.machine import command_line, machine, results_dir
+from services.bench.kafka import bench_broker, group_lag, produce_low
+from services.bench.machine import code_line, command_line, machine, results_dir
 from services.localbroker.broker import pick_free_ports
 from services.messaging.admin import create_topics
-from services.messaging.codec import request_codec
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import Tier
 from services.stack.process import ServiceProcess
 
 TARGET_MB = 150.0
-_HOUR_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -59,64 +55,6 @@ def rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
-
-
-def produce_low(bootstrap: str, topic: str, records: int, log: Any) -> float:
-    """Write `records` valid LOW requests to `topic` as fast as librdkafka batches them; returns seconds."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            # Bulk load, not interactive traffic: big batches, compressed, acknowledged by the leader.
-            "linger.ms": 100,
-            "batch.size": 1_000_000,
-            "compression.type": "lz4",
-            "acks": "1",
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-        }
-    )
-    codec = request_codec()
-    failures: list[KafkaError] = []
-
-    def delivered(err: KafkaError | None, _msg: Message) -> None:
-        if err is not None and len(failures) < 10:
-            failures.append(err)
-
-    started = time.monotonic()
-    now = wall_ms()
-    for i in range(records):
-        value = codec.encode(
-            {
-                "request_id": f"mem-{i:07d}",
-                "tenant": "default",
-                "origin_region": "local",
-                "scenario": "morning_brief",
-                "tier": Tier.LOW.value,
-                "created_at_ms": now,
-                "expire_at_ms": now + 12 * _HOUR_MS,
-                "attempt": 1,
-                "estimated_tokens": None,
-                "reply_to": None,
-                "session_id": f"brief-{i % 1000}",
-                "model": None,
-                "messages": [{"role": "user", "content": f"Brief {i}: weather, calendar, mood."}],
-                "params": None,
-            }
-        )
-        while True:
-            try:
-                producer.produce(topic, value, key=f"brief-{i % 1000}".encode(), on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.1)  # the local queue is full: let deliveries drain it
-        if i % 10_000 == 0:
-            producer.poll(0)
-        if i and i % 200_000 == 0:
-            log(f"  produced {i:,} records ({time.monotonic() - started:.0f} s)")
-    left = producer.flush(120.0)
-    if left or failures:
-        raise RuntimeError(f"{left} records not delivered; first errors: {failures}")
-    return time.monotonic() - started
 
 
 def sample_dispatcher(
@@ -279,7 +217,7 @@ def render(document: dict[str, Any], baseline: Sampled, loaded: Sampled) -> str:
             "# Dispatcher memory benchmark",
             "",
             f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}.",
+            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}.",
             "",
             f"{document['records']:,} LOW requests produced to a fresh topic in "
             f"{document['produce_seconds']:.1f} s; "

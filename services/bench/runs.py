@@ -13,7 +13,8 @@ import asyncio
 import json
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from services.stack.pipeline import Pipeline, PipelinePorts
 REAL_LATENCY_S = {Tier.HIGH: 0.5, Tier.MEDIUM: 2.8, Tier.LOW: 5.0}
 REAL_DEADLINE_MS = {Tier.HIGH: 5_000, Tier.MEDIUM: 30_000, Tier.LOW: DEFAULT_DEADLINES_MS[Tier.LOW]}
 REAL_PROMOTION_AGE_S = 1800.0
+REAL_RETRY_BACKOFF_S = (0.5, 30.0)  # base, max
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,10 @@ def compressed_env(spec: RunSpec, compress: float, prefix: str) -> dict[str, str
         "INFERQ_SCHEDULE_PIN": "peak",
         "INFERQ_TYPICAL_LATENCY_S": _by_tier(latency),
         "INFERQ_PROMOTION_AGE_S": str(REAL_PROMOTION_AGE_S / compress),
+        # Retry backoffs are durations of a request's life too: unscaled, a retried chat (0.5 s
+        # deadline) would always expire during its 0.5 s backoff.
+        "INFERQ_RETRY_BASE_BACKOFF_S": str(REAL_RETRY_BACKOFF_S[0] / compress),
+        "INFERQ_RETRY_MAX_BACKOFF_S": str(REAL_RETRY_BACKOFF_S[1] / compress),
         # ingest (IngestSettings, INFERQ_INGEST_)
         "INFERQ_INGEST_DEADLINES_MS": json.dumps({t.value: v for t, v in deadlines.items()}),
         "INFERQ_INGEST_MEAN_LATENCY_S": _by_tier(latency),
@@ -88,8 +94,7 @@ class BenchConfig:
     budget: int
     timeout_s: float
     work_dir: Path
-    log: Any = print
-    raw: dict[str, Any] = field(default_factory=dict)
+    log: Callable[[str], None] = print
 
 
 def _outcome(result: dict[str, Any]) -> Outcome:
@@ -179,11 +184,20 @@ def run_one(
             [s.index, s.request_id, s.kind, s.tier.value, s.due_ms, s.sent_ms, s.answered_ms, s.status]
             for s in submissions
         ],
-        "outcomes_columns": ["request_id", "tier", "status", "enqueued_ms", "dispatched_ms", "completed_ms"],
-        "outcomes": [
-            [o.request_id, o.tier.value, o.status, o.enqueued_ms, o.dispatched_ms, o.completed_ms]
-            for o in outcomes.values()
+        "outcomes_columns": [
+            "request_id",
+            "tier",
+            "status",
+            "enqueued_ms",
+            "dispatched_ms",
+            "completed_ms",
+            "attempts",
         ],
+        "outcomes": [
+            [o.request_id, o.tier.value, o.status, o.enqueued_ms, o.dispatched_ms, o.completed_ms, attempts]
+            for o, attempts in ((outcomes[rid], int(r.get("attempts") or 1)) for rid, r in results.items())
+        ],
+        "retried": sum(1 for r in results.values() if int(r.get("attempts") or 1) > 1),
     }
     return summary, raw
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from services.bench.kafka import bench_broker
-from services.bench.machine import command_line, machine, results_dir
+from services.bench.machine import code_line, command_line, machine, results_dir
 from services.bench.report import evaluate, run_table, target_table, tier_table
 from services.bench.runs import REAL_LATENCY_S, BenchConfig, run_one, run_specs
 from services.bench.summary import RunSummary
@@ -84,7 +84,7 @@ def render(document: dict[str, Any], summaries: dict[str, RunSummary], *, target
             "# Scheduling benchmark",
             "",
             f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; "
+            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
             f"{document['seconds']:.0f} s in all.",
             "",
             f"Trace (seed {s['seed']}): {trace['total']} requests over {s['duration_s']:g} s of wall clock, "

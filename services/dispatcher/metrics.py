@@ -84,6 +84,14 @@ class DispatcherMetrics:
             description="request partitions paused for back-pressure",
         )
 
+    def watch_poison(self, ratios: Callable[[], Mapping[str, float]]) -> None:
+        def observe(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(r, {"topic": topic}) for topic, r in ratios().items()]
+
+        meter("inferq.dispatcher").create_observable_gauge(
+            "inferq_poison_ratio", [observe], description="share of undecodable records, last 60 s, by topic"
+        )
+
     def observe_room(self, room: WaitingRoom, paused_partitions: int) -> None:
         for tier in Tier:
             self._waiting[tier] = room.held(tier)

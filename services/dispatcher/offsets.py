@@ -47,6 +47,13 @@ def parse_metadata(text: str | None, committed: int) -> set[int]:
     return done
 
 
+@dataclass(frozen=True)
+class PendingCommit:
+    position: int
+    metadata: str
+    done_beyond: int
+
+
 @dataclass
 class PartitionOffsets:
     topic: str
@@ -109,15 +116,19 @@ class PartitionOffsets:
             return self._outstanding[0]
         return self._next_after_seen
 
-    def take_commit(self) -> int | None:
-        """The committable offset if it (or what lies beyond it) changed since the last commit."""
+    def take_commit(self) -> PendingCommit | None:
+        """What to commit if the committable offset (or what lies beyond it) changed since the last
+        commit; pass it back to `mark_committed` once the broker accepted it."""
         position = self.committable()
-        if position is None or (position, len(self._done_out_of_order)) == self._last_committed_state:
+        state = (position, len(self._done_out_of_order)) if position is not None else None
+        if position is None or state == self._last_committed_state:
             return None
-        return position
+        return PendingCommit(position, self.metadata(), len(self._done_out_of_order))
 
-    def mark_committed(self, position: int) -> None:
-        self._last_committed_state = (position, len(self._done_out_of_order))
+    def mark_committed(self, commit: PendingCommit) -> None:
+        # The state as it was when the commit was taken: completions during the commit's round trip
+        # are not in its metadata, so they must make the next `take_commit` differ.
+        self._last_committed_state = (commit.position, commit.done_beyond)
 
 
 class OffsetTracker:

@@ -27,6 +27,7 @@ from services.dispatcher.eviction import PressurePolicy
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.offsets import OffsetTracker
 from services.dispatcher.outcomes import OutcomeBuilder
+from services.dispatcher.poison import PoisonWatch
 from services.dispatcher.retries import RetryPolicy, Verdict
 from services.dispatcher.scheduler import Scheduler
 from services.dispatcher.settings import DispatcherSettings
@@ -90,6 +91,8 @@ class Dispatcher:
             else None
         )
         self._pressed_tier: Tier | None = None
+        self._poison = PoisonWatch(time.monotonic, threshold=settings.poison_alarm_ratio)
+        metrics.watch_poison(self._poison.ratios)
         self._retry_policy = RetryPolicy(
             max_attempts=settings.max_attempts,
             base_backoff_s=settings.retry_base_backoff_s,
@@ -206,9 +209,11 @@ class Dispatcher:
             try:
                 request, params = _decode_request(self._requests, raw)
             except DecodeError as exc:
+                self._watch_poison(tp.topic, poison=True)
                 offsets.track(record.offset)
                 self._spawn(self._dead_letter(tp, record.offset, raw, str(exc), offsets.complete), "dlq")
                 continue
+            self._watch_poison(tp.topic, poison=False)
             tier = Tier(request["tier"]) if retry else self._consumer.tier_of(tp) or Tier(request["tier"])
             if retry:
                 wait_ms = int(request.get("not_before_ms") or 0) - self._clock_ms()
@@ -230,6 +235,16 @@ class Dispatcher:
                 self._spawn(self._expire(work, reason), "expire")
             else:
                 self._room.add(work)
+
+    def _watch_poison(self, topic: str, *, poison: bool) -> None:
+        if self._poison.record(topic, poison=poison):
+            log.error(
+                "%.0f%% of the records on %s in the last %.0f s could not be decoded and went to the "
+                "dead-letter topic: is a producer writing the wrong format?",
+                100 * self._poison.ratio(topic),
+                topic,
+                self._poison.window_s,
+            )
 
     def _hold_back(self, tp: TopicPartition, offset: int, delay_s: float) -> None:
         """The retry partition's head is not due: rewind to it and pause the partition until it is."""
@@ -489,19 +504,19 @@ class Dispatcher:
     async def _commit_now(self, only: list[TopicPartition] | None = None) -> None:
         wanted = {(tp.topic, tp.partition) for tp in only} if only is not None else None
         commits: dict[TopicPartition, tuple[int, str]] = {}
-        states = []
+        taken = []
         for state in self._offsets.owned():
             if wanted is not None and (state.topic, state.partition) not in wanted:
                 continue
-            position = state.take_commit()
-            if position is not None:
-                commits[TopicPartition(state.topic, state.partition)] = (position, state.metadata())
-                states.append((state, position))
+            pending = state.take_commit()
+            if pending is not None:
+                commits[TopicPartition(state.topic, state.partition)] = (pending.position, pending.metadata)
+                taken.append((state, pending))
         if not commits:
             return
         await self._consumer.commit(commits)
-        for state, position in states:
-            state.mark_committed(position)
+        for state, pending in taken:
+            state.mark_committed(pending)
 
     async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
         await self._commit_now(only=revoked)

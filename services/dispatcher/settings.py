@@ -61,6 +61,8 @@ class DispatcherSettings(BaseSettings):
     max_attempts: int = Field(default=3, ge=1, le=20)
     retry_base_backoff_s: float = Field(default=0.5, gt=0)
     retry_max_backoff_s: float = Field(default=30.0, gt=0)
+    # Above this share of undecodable records on a topic (60 s window) the dispatcher logs an error.
+    poison_alarm_ratio: float = Field(default=0.2, gt=0, le=1)
     backend_url: str = "http://127.0.0.1:8780/v1"
     backend_api_key: SecretStr | None = None
     # Upper bound of one backend call; the remaining deadline bounds it further.

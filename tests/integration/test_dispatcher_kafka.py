@@ -127,10 +127,11 @@ def test_work_completed_beyond_the_commit_is_not_redone_by_the_next_owner(kafka_
 
     async def scenario():
         async with sim_backend(speed=1.0) as url:
-            async with running_dispatcher(kafka_settings, url, drain_timeout_s=0.0, schedule_pin="night"):
+            async with running_dispatcher(kafka_settings, url, drain_timeout_s=1.0, schedule_pin="night"):
                 produce_requests(kafka_settings.bootstrap_servers, topic, [slow, *quick], partition=2)
                 await asyncio.to_thread(results_by_id, kafka_settings.bootstrap_servers, topics.results, 5)
-                # Leaving now: the slow call is abandoned, offset 0 stays uncommitted, 1-5 are done.
+                # Leaving now: after the 1 s drain bound the slow call is abandoned, offset 0 stays
+                # uncommitted, 1-5 are done.
             first_stats = await backend_stats(url)
             async with running_dispatcher(kafka_settings, url):
                 results = await asyncio.to_thread(

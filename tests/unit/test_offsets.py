@@ -45,11 +45,12 @@ def test_completing_twice_or_unknown_offsets_is_harmless():
 def test_take_commit_only_when_position_moved():
     state = tracked(0, 1)
     state.complete(0)
-    assert state.take_commit() == 1
-    state.mark_committed(1)
+    pending = state.take_commit()
+    assert pending is not None and pending.position == 1
+    state.mark_committed(pending)
     assert state.take_commit() is None
     state.complete(1)
-    assert state.take_commit() == 2
+    assert state.take_commit().position == 2
 
 
 def test_completion_after_revocation_is_ignored_and_new_owner_state_is_fresh():
@@ -106,8 +107,19 @@ def test_new_owner_skips_offsets_done_by_the_previous_one():
 def test_a_change_beyond_the_commit_point_is_committed_again():
     state = tracked(0, 1, 2)
     state.complete(2)
-    assert state.take_commit() == 0
-    state.mark_committed(0)
+    pending = state.take_commit()
+    assert (pending.position, pending.metadata) == (0, "v1:2")
+    state.mark_committed(pending)
     assert state.take_commit() is None
     state.complete(1)  # the committable offset did not move, but the metadata did
-    assert state.take_commit() == 0
+    assert state.take_commit().metadata == "v1:1-2"
+
+
+def test_completions_during_a_commit_round_trip_are_committed_next_time():
+    state = tracked(0, 1, 2, 3)
+    state.complete(2)
+    pending = state.take_commit()  # sent with "v1:2"
+    state.complete(3)  # completes while the commit is on the wire
+    state.mark_committed(pending)
+    again = state.take_commit()
+    assert again is not None and again.metadata == "v1:2-3"

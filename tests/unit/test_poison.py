@@ -1,0 +1,28 @@
+from services.dispatcher.poison import PoisonWatch
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_odd_bad_record_is_not_an_alarm_but_a_bad_stream_is_once():
+    clock = Clock()
+    watch = PoisonWatch(clock, threshold=0.2, min_records=20)
+    alarms = [watch.record("t", poison=(i % 10 == 0)) for i in range(100)]  # 10% poison
+    assert not any(alarms)
+    alarms = [watch.record("t", poison=True) for _ in range(100)]  # a producer switched format
+    assert alarms.count(True) == 1
+    assert watch.ratio("t") > 0.5
+
+
+def test_the_alarm_rearms_after_recovery_and_old_records_leave_the_window():
+    clock = Clock()
+    watch = PoisonWatch(clock, window_s=10, threshold=0.2, min_records=5)
+    assert any(watch.record("t", poison=True) for _ in range(5))
+    clock.now = 11
+    assert not any(watch.record("t", poison=False) for _ in range(10))  # the bad ones aged out
+    assert watch.ratio("t") == 0.0
+    assert any(watch.record("t", poison=True) for _ in range(10))
