@@ -25,18 +25,19 @@ from services.dispatcher.consumer import TierConsumer
 from services.dispatcher.errors import BackendError
 from services.dispatcher.eviction import PressurePolicy
 from services.dispatcher.metrics import DispatcherMetrics
-from services.dispatcher.offsets import OffsetTracker
+from services.dispatcher.offsets import OffsetTracker, PartitionOffsets
 from services.dispatcher.outcomes import OutcomeBuilder
 from services.dispatcher.poison import PoisonWatch
-from services.dispatcher.retries import RetryPolicy, Verdict
+from services.dispatcher.retries import RetryPolicy
 from services.dispatcher.scheduler import Scheduler
 from services.dispatcher.settings import DispatcherSettings
 from services.dispatcher.tokens import Lease, TokenPool
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.work import Work
-from services.messaging.codec import AvroCodec, request_codec, result_codec
+from services.dispatcher.writer import OutcomeWriter
+from services.messaging.codec import AvroCodec, request_codec
 from services.messaging.errors import DecodeError
-from services.messaging.producer import AsyncProducer, ProduceError
+from services.messaging.producer import AsyncProducer
 from services.messaging.tiers import Tier
 
 log = logging.getLogger("inferq.dispatcher")
@@ -93,22 +94,29 @@ class Dispatcher:
         self._pressed_tier: Tier | None = None
         self._poison = PoisonWatch(time.monotonic, threshold=settings.poison_alarm_ratio)
         metrics.watch_poison(self._poison.ratios)
-        self._retry_policy = RetryPolicy(
-            max_attempts=settings.max_attempts,
-            base_backoff_s=settings.retry_base_backoff_s,
-            max_backoff_s=settings.retry_max_backoff_s,
-        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
-        self._outcomes = OutcomeBuilder(settings.dispatcher_id)
         self._requests = request_codec()
-        self._results = result_codec()
         self._models = {
             Tier.HIGH: settings.model_fast,
             Tier.MEDIUM: settings.model_accurate,
             Tier.LOW: settings.model_cheap,
         }
+        retry_policy = RetryPolicy(
+            max_attempts=settings.max_attempts,
+            base_backoff_s=settings.retry_base_backoff_s,
+            max_backoff_s=settings.retry_max_backoff_s,
+        )
+        self._writer = OutcomeWriter(
+            producer,
+            self._topics,
+            OutcomeBuilder(settings.dispatcher_id),
+            retry_policy,
+            metrics,
+            clock_ms,
+            self._model_for,
+        )
 
     @property
     def effective_budget(self) -> int:
@@ -211,7 +219,7 @@ class Dispatcher:
             except DecodeError as exc:
                 self._watch_poison(tp.topic, poison=True)
                 offsets.track(record.offset)
-                self._spawn(self._dead_letter(tp, record.offset, raw, str(exc), offsets.complete), "dlq")
+                self._spawn(self._poison_record(tp, record.offset, raw, str(exc), offsets), "dlq")
                 continue
             self._watch_poison(tp.topic, poison=False)
             tier = Tier(request["tier"]) if retry else self._consumer.tier_of(tp) or Tier(request["tier"])
@@ -232,7 +240,7 @@ class Dispatcher:
             )
             reason = self._room.check(work, self._clock_ms())
             if reason is not None:
-                self._spawn(self._expire(work, reason), "expire")
+                self._spawn(self._writer.expire(work, reason), "expire")
             else:
                 self._room.add(work)
 
@@ -294,7 +302,7 @@ class Dispatcher:
             reason = self._room.check(work, self._clock_ms())
             if reason is not None:
                 await self._pool.release(lease)
-                self._spawn(self._expire(work, reason), "expire")
+                self._spawn(self._writer.expire(work, reason), "expire")
                 continue
             self._spawn(self._execute(work, lease), "call")
         return True
@@ -304,7 +312,7 @@ class Dispatcher:
             await asyncio.sleep(self._settings.housekeeping_interval_s)
             expired, promoted = self._room.sweep(self._clock_ms())
             for item in expired:
-                self._spawn(self._expire(item.work, item.reason), "expire")
+                self._spawn(self._writer.expire(item.work, item.reason), "expire")
             if promoted:
                 self._metrics.record_promoted(promoted)
                 log.info(
@@ -338,7 +346,7 @@ class Dispatcher:
             if pressed is None:
                 continue
             for work in self._room.take_unpromoted_low():
-                self._spawn(self._evict(work), "evict")
+                self._spawn(self._writer.evict(work), "evict")
             self._update_pauses()
 
     # -- execution ----------------------------------------------------------------------------
@@ -367,56 +375,13 @@ class Dispatcher:
             self._wake.set()
         if failure is not None:
             self._record_backend_failure(failure)
-            await self._after_failure(work, failure, model, dispatched_at)
+            await self._writer.failure(work, failure, dispatched_at)
             return
         if self._adaptive is not None:
             before = self._adaptive.effective
             self._adaptive.record_success(model, time.monotonic() - started)
             self._note_budget_change(before)
-        await self._emit(
-            work,
-            self._outcomes.ok(
-                work.request, completion, dispatched_at_ms=dispatched_at, now_ms=self._clock_ms()
-            ),
-        )
-
-    async def _after_failure(self, work: Work, error: BackendError, model: str, dispatched_at: int) -> None:
-        now = self._clock_ms()
-        attempt = int(work.request["attempt"])
-        decision = self._retry_policy.decide(
-            error, attempt=attempt, now_ms=now, expire_at_ms=work.expire_at_ms
-        )
-        if decision.verdict is Verdict.RETRY and decision.not_before_ms is not None:
-            retry = {**work.request, "attempt": attempt + 1, "not_before_ms": decision.not_before_ms}
-            await self._produce_durably(
-                self._topics.retry, self._requests.encode(retry), key=work.request_id.encode()
-            )
-            self._metrics.record_retry(work.tier)
-            work.done()
-        elif decision.verdict is Verdict.EXPIRE:
-            await self._expire(work, decision.reason)
-        else:
-            await self._give_up(work, error, model, dispatched_at, decision.reason)
-
-    async def _give_up(
-        self, work: Work, error: BackendError, model: str, dispatched_at: int, why: str
-    ) -> None:
-        """Dead-letter the original record with the last error, then answer FAILED."""
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("inferq.error", f"{why}: {error}".encode()),
-            ("inferq.status", str(error.status or "").encode()),
-            ("inferq.attempts", str(work.request["attempt"]).encode()),
-            ("inferq.request_id", work.request_id.encode()),
-            ("inferq.source.topic", work.offsets.topic.encode()),
-            ("inferq.source.partition", str(work.offsets.partition).encode()),
-            ("inferq.source.offset", str(work.offset).encode()),
-        ]
-        await self._produce_durably(self._topics.dlq, work.raw, key=work.request_id.encode(), headers=headers)
-        self._metrics.record_dead_letter(work.offsets.topic)
-        result = self._outcomes.failed(
-            work.request, model, f"{why}: {error}", dispatched_at_ms=dispatched_at, now_ms=self._clock_ms()
-        )
-        await self._emit(work, result)
+        await self._writer.ok(work, completion, dispatched_at)
 
     def _record_backend_failure(self, exc: BackendError) -> None:
         if exc.overload and self._adaptive is not None:
@@ -430,64 +395,11 @@ class Dispatcher:
                 "effective budget %d -> %d (%s)", before, self._adaptive.effective, self._adaptive.last_reason
             )
 
-    async def _expire(self, work: Work, reason: str) -> None:
-        self._metrics.record_expired(work.tier, reason)
-        await self._emit(
-            work, self._outcomes.expired(work.request, self._model_for(work), now_ms=self._clock_ms())
-        )
-
-    async def _evict(self, work: Work) -> None:
-        self._metrics.record_evicted(work.tier)
-        await self._emit(
-            work, self._outcomes.evicted(work.request, self._model_for(work), now_ms=self._clock_ms())
-        )
-
-    async def _emit(self, work: Work, result: dict[str, Any]) -> None:
-        topic = work.request.get("reply_to") or self._topics.results
-        await self._produce_durably(topic, self._results.encode(result), key=work.request_id.encode())
-        self._metrics.record_outcome(work.tier, result)
-        work.done()
-
-    async def _dead_letter(
-        self, tp: TopicPartition, offset: int, raw: bytes, reason: str, complete: Callable[[int], None]
+    async def _poison_record(
+        self, tp: TopicPartition, offset: int, raw: bytes, reason: str, offsets: PartitionOffsets
     ) -> None:
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("inferq.error", reason.encode()),
-            ("inferq.source.topic", tp.topic.encode()),
-            ("inferq.source.partition", str(tp.partition).encode()),
-            ("inferq.source.offset", str(offset).encode()),
-        ]
-        await self._produce_durably(self._topics.dlq, raw, headers=headers)
-        log.warning("poison record %s[%d]@%d dead-lettered: %s", tp.topic, tp.partition, offset, reason)
-        self._metrics.record_dead_letter(tp.topic)
-        complete(offset)
-
-    async def _produce_durably(
-        self,
-        topic: str,
-        value: bytes,
-        *,
-        key: bytes | None = None,
-        headers: list[tuple[str, str | bytes | None]] | None = None,
-    ) -> None:
-        """Produce until the broker acknowledges: an outcome is owed, so a broker outage is waited out.
-
-        librdkafka already retries for `message.timeout.ms`; past that we try again with a growing
-        pause. Once shutdown has begun and the drain bound passes, the task is cancelled: the offset
-        stays uncommitted and the next owner redoes the request, so nothing is lost either way.
-        """
-        pause_s = 0.5
-        while True:
-            try:
-                await self._producer.produce(topic, value, key=key, headers=headers)
-            except ProduceError as exc:
-                log.error(  # noqa: TRY400 - the reason is the message; a traceback per retry is noise
-                    "produce to %s failed, trying again in %.1f s: %s", topic, pause_s, exc
-                )
-                await asyncio.sleep(pause_s)
-                pause_s = min(pause_s * 2, 10.0)
-            else:
-                return
+        await self._writer.poison(tp.topic, tp.partition, offset, raw, reason)
+        offsets.complete(offset)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
