@@ -11,6 +11,7 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 def _registrars() -> list[Register]:
     # Imported here, not at module import: `inferq --help` must not load every client library.
+    from services.analysis.cli import register as analysis
     from services.coordination.cli import register as redis
     from services.demo.cli import register as demo
     from services.dispatcher.cli import register as dispatcher
@@ -20,7 +21,7 @@ def _registrars() -> list[Register]:
     from services.results.cli import register as results
     from services.simbackend.cli import register as sim_backend
 
-    return [broker, redis, topics, ingest, dispatcher, results, sim_backend, demo]
+    return [broker, redis, topics, ingest, dispatcher, results, sim_backend, demo, analysis]
 
 
 def build_parser() -> argparse.ArgumentParser:
