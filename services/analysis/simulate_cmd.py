@@ -19,9 +19,8 @@ from services.analysis.simulate import DEFAULT_LATENCY_S, SimConfig, sim_schedul
 from services.analysis.stats import request_counts
 from services.analysis.table import render
 from services.analysis.trace import load_trace
-from services.dispatcher.app import build_schedule
 from services.dispatcher.schedule import ScheduleError
-from services.dispatcher.settings import DispatcherSettings
+from services.dispatcher.settings import DispatcherSettings, build_schedule
 
 
 def dispatcher_settings(args: argparse.Namespace) -> DispatcherSettings:

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import signal
 import time
-from dataclasses import replace
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -18,35 +17,15 @@ from services.dispatcher.backend import ChatBackend
 from services.dispatcher.consumer import TierConsumer
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.runner import Dispatcher
-from services.dispatcher.schedule import Schedule, TierLimits
 from services.dispatcher.scheduler import build_scheduler
-from services.dispatcher.settings import DispatcherSettings
+from services.dispatcher.settings import DispatcherSettings, build_schedule
 from services.dispatcher.tokens import LocalTokenPool, TokenPool
 from services.messaging.admin import require_topics
 from services.messaging.producer import AsyncProducer
-from services.messaging.tiers import Tier
 from services.serving import EmbeddedServer, uvicorn_config
 from services.telemetry import metrics_endpoint, setup_metrics
 
 log = logging.getLogger("inferq.dispatcher")
-
-
-def build_schedule(settings: DispatcherSettings) -> Schedule:
-    """The schedule file or the built-in table, with the settings' pin and LOW peak ceiling applied."""
-    if settings.schedule_file is not None:
-        schedule = Schedule.from_toml(settings.schedule_file, budget=settings.budget)
-    else:
-        schedule = Schedule.default(budget=settings.budget, timezone=settings.timezone)
-    if settings.low_peak_ceiling is not None:
-        windows = []
-        for window in schedule.windows:
-            if window.name == "peak":
-                low = window.limits[Tier.LOW]
-                lifted = TierLimits(low.floor, max(low.floor, settings.low_peak_ceiling))
-                window = replace(window, limits={**window.limits, Tier.LOW: lifted})
-            windows.append(window)
-        schedule = replace(schedule, windows=tuple(windows))
-    return schedule.pin(settings.schedule_pin) if settings.schedule_pin else schedule
 
 
 def build_pool(settings: DispatcherSettings) -> tuple[TokenPool, bool]:

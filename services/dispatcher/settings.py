@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.dispatcher.schedule import Schedule, TierLimits
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import Tier
 
@@ -75,3 +77,21 @@ class DispatcherSettings(BaseSettings):
     drain_timeout_s: float = Field(default=30.0, ge=0)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 8702
+
+
+def build_schedule(settings: DispatcherSettings) -> Schedule:
+    """The schedule file or the built-in table, with the settings' pin and LOW peak ceiling applied."""
+    if settings.schedule_file is not None:
+        schedule = Schedule.from_toml(settings.schedule_file, budget=settings.budget)
+    else:
+        schedule = Schedule.default(budget=settings.budget, timezone=settings.timezone)
+    if settings.low_peak_ceiling is not None:
+        windows = []
+        for window in schedule.windows:
+            if window.name == "peak":
+                low = window.limits[Tier.LOW]
+                lifted = TierLimits(low.floor, max(low.floor, settings.low_peak_ceiling))
+                window = replace(window, limits={**window.limits, Tier.LOW: lifted})
+            windows.append(window)
+        schedule = replace(schedule, windows=tuple(windows))
+    return schedule.pin(settings.schedule_pin) if settings.schedule_pin else schedule
