@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 
-.PHONY: setup jars redis-server demo test test-unit check lint format typecheck broker-up broker-down clean
+.PHONY: setup jars redis-server demo test bench bench-scheduling bench-memory test-unit check lint format typecheck broker-up broker-down clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,15 @@ typecheck: setup
 	$(BIN)/mypy
 
 check: lint typecheck test
+
+# Benchmarks write bench-results/*.md and *.json; they are never timed assertions in tests.
+bench: bench-scheduling bench-memory
+
+bench-scheduling: setup jars
+	$(BIN)/inferq bench scheduling
+
+bench-memory: setup jars
+	$(BIN)/inferq bench memory
 
 broker-up: setup jars
 	$(BIN)/inferq broker start

@@ -12,6 +12,7 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 def _registrars() -> list[Register]:
     # Imported here, not at module import: `inferq --help` must not load every client library.
     from services.analysis.cli import register as analysis
+    from services.bench.cli import register as bench
     from services.coordination.cli import register as redis
     from services.demo.cli import register as demo
     from services.dispatcher.cli import register as dispatcher
@@ -21,7 +22,7 @@ def _registrars() -> list[Register]:
     from services.results.cli import register as results
     from services.simbackend.cli import register as sim_backend
 
-    return [broker, redis, topics, ingest, dispatcher, results, sim_backend, demo, analysis]
+    return [broker, redis, topics, ingest, dispatcher, results, sim_backend, demo, analysis, bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

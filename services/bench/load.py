@@ -12,7 +12,7 @@ from services.bench.summary import Submission
 from services.bench.trace import Arrival
 from services.messaging.tiers import DEFAULT_SCENARIO_TIERS, Tier
 
-# Enough connections that the brief dump does not queue behind itself for long; few enough for 2 cores.
+# Enough connections that a burst does not queue behind itself for long; few enough for 2 cores.
 MAX_CONNECTIONS = 64
 HTTP_TIMEOUT_S = 15.0
 HEALTH_INTERVAL_S = 0.25
@@ -28,27 +28,28 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def submit_trace(
-    ingest_url: str, trace: list[Arrival], tag: str, start_delay_s: float = 0.5
+def submit_in_process(
+    ingest_url: str, trace: list[Arrival], tag: str, start_wall_s: float
 ) -> list[Submission]:
-    """POST every arrival at its time (relative to a start `start_delay_s` from now).
+    """`submit_trace` in a process of its own (the entry point of a child process)."""
+    return asyncio.run(submit_trace(ingest_url, trace, tag, start_wall_s))
+
+
+async def submit_trace(
+    ingest_url: str, trace: list[Arrival], tag: str, start_wall_s: float
+) -> list[Submission]:
+    """POST every arrival at its time after `start_wall_s` (epoch seconds, so that two processes
+    replaying parts of one trace share the same start).
 
     Every request carries its own `request_id` (`<tag>-<index>`), so its result can be found on the
     reply topic. A 429 or 503 is recorded as the run's outcome; only a missing answer is an error.
     """
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
-    # Two clients, as in production: the brief producer's dump must not hold the chat clients'
-    # connections, or the bench itself would delay chat behind briefs before ingest ever sees it.
-    async with (
-        httpx.AsyncClient(base_url=ingest_url, timeout=HTTP_TIMEOUT_S, limits=limits) as batch,
-        httpx.AsyncClient(base_url=ingest_url, timeout=HTTP_TIMEOUT_S, limits=limits) as interactive,
-    ):
-        loop = asyncio.get_running_loop()
-        start_loop = loop.time() + start_delay_s
-        start_wall_ms = wall_ms() + int(start_delay_s * 1000)
+    async with httpx.AsyncClient(base_url=ingest_url, timeout=HTTP_TIMEOUT_S, limits=limits) as client:
+        start_wall_ms = int(start_wall_s * 1000)
 
         async def one(arrival: Arrival) -> Submission:
-            await asyncio.sleep(max(0.0, start_loop + arrival.at_s - loop.time()))
+            await asyncio.sleep(max(0.0, start_wall_s + arrival.at_s - time.time()))
             request_id = f"{tag}-{arrival.index:05d}"
             body = {
                 "scenario": arrival.scenario,
@@ -60,7 +61,6 @@ async def submit_trace(
             status: int | None = None
             error: str | None = None
             try:
-                client = batch if arrival.kind == "dump" else interactive
                 response = await client.post("/v1/requests", json=body)
                 status = response.status_code
                 if status != 202:

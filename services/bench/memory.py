@@ -104,12 +104,9 @@ def sample_dispatcher(
                     pass  # not listening yet
                 next_at += interval_s
                 time.sleep(max(0.0, next_at - time.monotonic()))
-        lag = group_lag(
-            bootstrap,
-            group,
-            KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix).topics.requests(Tier.LOW),
-            3,
-        )
+        topics = KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix).topics
+        low = next(spec for spec in topics.specs() if spec.name == topics.requests(Tier.LOW))
+        lag = group_lag(bootstrap, group, low.name, low.partitions)
     finally:
         proc.stop()
     return Sampled(label, samples, assigned_at, health, lag)

@@ -358,9 +358,11 @@ class Dispatcher:
         dispatched_at = self._clock_ms()
         self._metrics.record_queue_wait(work.tier, (dispatched_at - work.created_at_ms) / 1000)
         model = self._model_for(work)
-        timeout_s = max(
-            0.001, min(self._settings.backend_timeout_s, (work.expire_at_ms - dispatched_at) / 1000)
-        )
+        remaining_s = (work.expire_at_ms - dispatched_at) / 1000
+        timeout_s = max(0.001, min(self._settings.backend_timeout_s, remaining_s))
+        # A timeout the request's own deadline imposed says the request ran out of time, not that
+        # the backend is overloaded: it must not cut the budget.
+        deadline_bound = remaining_s < self._settings.backend_timeout_s
         started = time.monotonic()
         failure: BackendError | None = None
         try:
@@ -374,7 +376,8 @@ class Dispatcher:
             await self._pool.release(lease)
             self._wake.set()
         if failure is not None:
-            self._record_backend_failure(failure)
+            if not (failure.timed_out and deadline_bound):
+                self._record_backend_failure(failure)
             await self._writer.failure(work, failure, dispatched_at)
             return
         if self._adaptive is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.ingest.admission import (
@@ -16,7 +16,7 @@ from services.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_SCENARIO_TIER
 
 
 class IngestSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="INFERQ_INGEST_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="INFERQ_INGEST_", extra="ignore", populate_by_name=True)
 
     host: str = "127.0.0.1"
     port: int = 8700
@@ -33,7 +33,12 @@ class IngestSettings(BaseSettings):
     # Admission (services/ingest/admission.py): refuse with 429 when a tier's backlog is at capacity.
     admission_enabled: bool = True
     # The dispatcher group whose lag is the backlog (the dispatcher's INFERQ_GROUP_ID).
-    dispatcher_group: str = Field(default="inferq-dispatcher", min_length=1)
+    # The group whose lag is the backlog: the dispatchers' INFERQ_GROUP_ID unless set for ingest.
+    dispatcher_group: str = Field(
+        default="inferq-dispatcher",
+        min_length=1,
+        validation_alias=AliasChoices("INFERQ_INGEST_DISPATCHER_GROUP", "INFERQ_GROUP_ID"),
+    )
     # The concurrency budget the backlog drains with: capacity and Retry-After scale with it.
     admission_budget: int = Field(default=DEFAULT_BUDGET, ge=1, le=10_000)
     # Expected inference time per tier; tiers left out keep their default.

@@ -70,6 +70,8 @@ class Pipeline:
             "INFERQ_BACKEND_URL": f"{self.backend_url}/v1",
             "INFERQ_BUDGET": str(self.budget),
             "INFERQ_GROUP_ID": f"{self.topic_prefix}-dispatcher",
+            # Ingest's admission reads this group's lag as the backlog.
+            "INFERQ_INGEST_DISPATCHER_GROUP": f"{self.topic_prefix}-dispatcher",
             "INFERQ_RESULTS_GROUP_ID": f"{self.topic_prefix}-results",
             "INFERQ_RESULTS_DB_PATH": str(self.work_dir / "results.db"),
             **self.extra_env,

@@ -22,9 +22,8 @@ from services.bench.report import MISS, NA, PASS, evaluate
 from services.bench.runs import compressed_env, run_specs
 from services.bench.summary import RunSummary, Submission, low_makespan, tier_rows
 from services.bench.trace import TraceSpec, generate
-from services.dispatcher.app import build_schedule
 from services.dispatcher.scheduler import build_scheduler
-from services.dispatcher.settings import DispatcherSettings
+from services.dispatcher.settings import DispatcherSettings, build_schedule
 from services.ingest.settings import IngestSettings
 from services.messaging.tiers import Tier
 
