@@ -150,6 +150,17 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def _launched_process_exited(pid: int) -> bool:
+    """For a process this code launched: has it exited? Asked of the kernel (waitpid), not of
+    /proc/<pid>/cmdline, which reads empty for a few ms after the launch and is rewritten by
+    servers that retitle themselves: a command-line match there reports a live server as gone."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return not _pid_alive(pid)  # not our child (another process launched it): ask /proc
+    return done == pid
+
+
 def _wait_pid_exit(pid: int, timeout_s: float) -> bool:
     """Wait up to ``timeout_s`` for ``pid`` to exit (any process, child or not); True when it did."""
     deadline = time.monotonic() + timeout_s
@@ -241,8 +252,7 @@ class LocalRedis:
             pid = self._launch(executable)
             launched = True
         while not self.answers(timeout_s=min(0.5, max(0.05, deadline - time.monotonic()))):
-            if not self._is_our_server(pid):
-                _reap(pid)
+            if _launched_process_exited(pid):
                 self.config.pid_file.unlink(missing_ok=True)
                 raise RedisStartError(f"redis-server (pid {pid}) exited during start-up\n{self._log_tail()}")
             if time.monotonic() >= deadline:

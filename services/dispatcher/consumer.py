@@ -16,9 +16,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.structs import ConsumerRecord
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
-from confluent_kafka.admin import AdminClient
 
 from services.dispatcher.offsets import parse_metadata
 from services.messaging.kafka_config import KafkaSettings
@@ -63,8 +62,11 @@ class TierConsumer:
             # Fewer than this many seconds between polls would mean the loop is stuck, not busy.
             max_poll_interval_ms=300_000,
         )
-        self._group_id = group_id
-        self._admin = AdminClient(kafka.admin_config())
+        # Reads the group's commits (with their metadata); never subscribes, never commits.
+        self._commit_reader = Consumer(
+            kafka.admin_config()
+            | {"group.id": group_id, "client.id": f"{client_id}-commits", "enable.auto.commit": False}
+        )
         self._paused_tiers: set[Tier] = set()
         self._retry_paused = False
         # Retry partitions held back until their head record's not-before time (monotonic seconds).
@@ -82,6 +84,7 @@ class TierConsumer:
     async def stop(self) -> None:
         # Leaves the group, so the partitions move to another member at once.
         await self._consumer.stop()
+        await asyncio.to_thread(self._commit_reader.close)
 
     def tier_of(self, tp: TopicPartition) -> Tier | None:
         """The tier of a request topic's partition; None for the retry topic (tier is per record)."""
@@ -168,24 +171,24 @@ class TierConsumer:
     async def done_beyond_commit(self, parts: list[TopicPartition]) -> dict[TopicPartition, set[int]]:
         """Per partition, the offsets completed beyond the group's commit (from its metadata).
 
-        Read with confluent-kafka's admin client, whose API returns commit metadata (aiokafka's
-        public API does not). Bounded; on failure nothing is skipped, so work is redone, not lost.
+        Read with a librdkafka consumer that never subscribes (so it never joins the group): its
+        `committed()` returns the commit metadata, which aiokafka's public API does not. Not the
+        admin client's offset listing: librdkafka 2.16 aborts the process when that request meets
+        "not coordinator" while a broker loads its groups. Bounded; on failure nothing is skipped,
+        so work is redone, not lost.
         """
         if not parts:
             return {}
-        request = [
-            ConsumerGroupTopicPartitions(
-                self._group_id, [KTopicPartition(tp.topic, tp.partition) for tp in parts]
-            )
-        ]
+        wanted = [KTopicPartition(tp.topic, tp.partition) for tp in parts]
         try:
-            future = self._admin.list_consumer_group_offsets(request, request_timeout=5)[self._group_id]
-            listing = await asyncio.wait_for(asyncio.wrap_future(future), 6)
+            listing = await asyncio.wait_for(
+                asyncio.to_thread(self._commit_reader.committed, wanted, 5.0), 6.0
+            )
         except (KafkaException, TimeoutError) as exc:
             log.warning("commit metadata unreadable, completed work may be redone: %s", exc)
             return {}
         done: dict[TopicPartition, set[int]] = {}
-        for entry in listing.topic_partitions:
+        for entry in listing:
             if entry.offset >= 0 and entry.metadata:
                 offsets = parse_metadata(entry.metadata, entry.offset)
                 if offsets:

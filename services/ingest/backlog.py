@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol, TypeVar
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 # OffsetSpec is public API of confluent_kafka.admin but missing from its type stubs' exports.
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
@@ -89,7 +89,8 @@ def partition_lag(*, high: int, low: int, committed: int | None) -> int:
 
 
 class KafkaBacklogReader:
-    """Reads the group's lag per tier with one AdminClient; refreshed by a background thread.
+    """Reads the group's lag per tier (watermarks with an AdminClient, the group's commits with a
+    consumer that never subscribes); refreshed by a background thread.
 
     Start once, stop once (both idempotent). `read_once()` is the bounded read itself, usable alone.
     """
@@ -106,6 +107,12 @@ class KafkaBacklogReader:
         if refresh_interval_s <= 0 or timeout_s <= 0:
             raise ValueError("refresh_interval_s and timeout_s must be > 0")
         self._config = kafka.admin_config() | {"client.id": "inferq-ingest-backlog"}
+        self._commits_config = kafka.admin_config() | {
+            "client.id": "inferq-ingest-backlog-commits",
+            "group.id": group_id,
+            # Never subscribes and never commits: it only reads the group's commits.
+            "enable.auto.commit": False,
+        }
         self._topics = {tier: kafka.topics.requests(tier) for tier in Tier}
         self._group_id = group_id
         self._interval_s = refresh_interval_s
@@ -114,6 +121,7 @@ class KafkaBacklogReader:
         self._stale_after_s = timeout_s + 2 * refresh_interval_s
         self._wall_ms = wall_clock_ms
         self._admin: AdminClient | None = None
+        self._commits: Consumer | None = None
         # (snapshot, monotonic time of the read): one tuple so a reader never pairs mismatched halves.
         self._current: tuple[BacklogSnapshot, float] = (BacklogSnapshot.unknown(), time.monotonic())
         self._readable = True
@@ -136,7 +144,13 @@ class KafkaBacklogReader:
         """One bounded read of every tier's lag; raises `BacklogUnavailableError`."""
         if self._admin is None:
             self._admin = AdminClient(self._config)
-        admin = self._admin
+        if self._commits is None:
+            # The group's commits are read by a consumer that never joins the group, not with
+            # AdminClient.list_consumer_group_offsets: librdkafka (2.16 included) aborts the whole
+            # process when that admin request meets NOT_COORDINATOR, as it does while a started or
+            # restarted broker loads the group coordinator (librdkafka#5040); ingest died with it.
+            self._commits = Consumer(self._commits_config)
+        admin, commits = self._admin, self._commits
         deadline = time.monotonic() + self._timeout_s
 
         def remaining() -> float:
@@ -156,16 +170,14 @@ class KafkaBacklogReader:
             every = [tp for tps in partitions.values() for tp in tps]
             if not every:
                 return BacklogSnapshot.unknown(self._wall_ms())
-            # All three requests are in flight at once; the shared deadline bounds the lot.
+            # Both offset requests are in flight while the commits are read; one deadline bounds all.
             latest = admin.list_offsets({tp: _LATEST for tp in every}, request_timeout=remaining())
             earliest = admin.list_offsets({tp: _EARLIEST for tp in every}, request_timeout=remaining())
-            group_future = admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(self._group_id, every)], request_timeout=remaining()
-            )[self._group_id]
+            group_commits = commits.committed(every, timeout=remaining())
             high = {(tp.topic, tp.partition): _result(f, remaining()).offset for tp, f in latest.items()}
             low = {(tp.topic, tp.partition): _result(f, remaining()).offset for tp, f in earliest.items()}
             committed: dict[tuple[str, int], int | None] = {}
-            for tp in _result(group_future, remaining()).topic_partitions or []:
+            for tp in group_commits:
                 if tp.error is not None:
                     raise BacklogUnavailableError(
                         f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}"
@@ -201,11 +213,24 @@ class KafkaBacklogReader:
         self._current = (snapshot, time.monotonic())
         return snapshot
 
+    def close(self) -> None:
+        """Close the Kafka clients; the next read opens new ones. Not while a read runs."""
+        commits, self._commits = self._commits, None
+        self._admin = None
+        if commits is not None:
+            commits.close()
+
     def _run(self, stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            started = time.monotonic()
-            self.refresh()
-            stopping.wait(max(0.0, self._interval_s - (time.monotonic() - started)))
+        try:
+            while not stopping.is_set():
+                started = time.monotonic()
+                self.refresh()
+                stopping.wait(max(0.0, self._interval_s - (time.monotonic() - started)))
+        finally:
+            # The reading thread closes the clients after its last read, unless a restart already
+            # handed them to a newer thread.
+            if self._thread is None or self._thread is threading.current_thread():
+                self.close()
 
     async def start(self) -> None:
         if self._thread is not None:

@@ -213,6 +213,17 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def _launched_process_exited(pid: int) -> bool:
+    """For a process this code launched: has it exited? Asked of the kernel (waitpid), not of
+    /proc/<pid>/cmdline, which reads empty for a few ms after the launch and is rewritten by
+    servers that retitle themselves: a command-line match there reports a live server as gone."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return not _pid_alive(pid)  # not our child (another process launched it): ask /proc
+    return done == pid
+
+
 def _wait_pid_exit(pid: int, timeout_s: float) -> bool:
     """Wait until ``pid`` exits (and reap it if it is our child); True when it did within ``timeout_s``.
 
@@ -441,8 +452,7 @@ class LocalBroker:
 
     def _wait_ready(self, pid: int, deadline: float, timeout_s: float, *, stop_on_timeout: bool) -> None:
         while True:
-            if not self._is_our_broker(pid):
-                _reap(pid)
+            if _launched_process_exited(pid):
                 self.config.pid_file.unlink(missing_ok=True)
                 raise BrokerStartError(
                     f"the Kafka broker (pid {pid}) exited during startup\n{self._log_tails()}"
