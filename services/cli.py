@@ -17,12 +17,13 @@ def _registrars() -> list[Register]:
     from services.demo.cli import register as demo
     from services.dispatcher.cli import register as dispatcher
     from services.ingest.cli import register as ingest
+    from services.loadtest.cli import register as loadtest
     from services.localbroker.cli import register as broker
     from services.messaging.cli import register as topics
     from services.results.cli import register as results
     from services.simbackend.cli import register as sim_backend
 
-    return [broker, redis, topics, ingest, dispatcher, results, sim_backend, demo, analysis, bench]
+    return [broker, redis, topics, ingest, dispatcher, results, sim_backend, demo, loadtest, analysis, bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -63,21 +63,46 @@ class PartitionOffsets:
     _next_after_seen: int | None = None
     _last_committed_state: tuple[int, int] | None = None
     _done_elsewhere: set[int] = field(default_factory=set)
+    # Offsets that left the read-ahead (a call, an expiry...) and are not complete yet.
+    _started: set[int] = field(default_factory=set)
+    # Work still running from this member's previous assignment of the partition: not redone.
+    _adopted: set[int] = field(default_factory=set)
+    successor: PartitionOffsets | None = None
     revoked: bool = False
 
     def track(self, offset: int) -> bool:
-        """Record a consumed offset (they arrive in increasing order). False when a previous owner
-        already wrote its outcome: the caller skips it and it counts as complete."""
+        """Record a consumed offset (they arrive in increasing order). False when its outcome is
+        written already or still being produced by work carried over: the caller skips it."""
         self._outstanding.append(offset)
         self._next_after_seen = offset + 1
         if offset in self._done_elsewhere:
             self._done_elsewhere.discard(offset)
             self.complete(offset)
             return False
-        return True
+        return offset not in self._adopted
 
-    def done_elsewhere(self, offset: int) -> bool:
-        return offset in self._done_elsewhere
+    def start(self, offset: int) -> None:
+        """The offset left the read-ahead: its outcome is being worked on."""
+        self._started.add(offset)
+
+    def adopt(self, previous: PartitionOffsets) -> None:
+        """Take over this member's own previous assignment of the same partition (an eager
+        rebalance revokes everything, then hands most partitions back): what it completed beyond
+        the commit is skipped, and what it still runs completes here instead of being redone."""
+        self._done_elsewhere |= previous._done_out_of_order
+        self._adopted |= previous._started - previous._done_out_of_order
+        previous.successor = self
+
+    def _complete_adopted(self, offset: int) -> None:
+        self._adopted.discard(offset)
+        if offset in self._outstanding:
+            self.complete(offset)
+        else:
+            self._done_elsewhere.add(offset)  # finished before it was fetched again
+
+    def handled_already(self, offset: int) -> bool:
+        """Written by a previous owner, or still running from this member's previous assignment."""
+        return offset in self._done_elsewhere or offset in self._adopted
 
     def skip_done(self, offsets: set[int]) -> None:
         """Offsets a previous owner completed beyond its commit (from the commit metadata)."""
@@ -100,7 +125,12 @@ class PartitionOffsets:
 
     def complete(self, offset: int) -> None:
         """Mark an offset's outcome durable. Completing twice, or an unknown offset, is harmless."""
-        if self.revoked or not self._outstanding or offset < self._outstanding[0]:
+        self._started.discard(offset)
+        if self.revoked:
+            if self.successor is not None:
+                self.successor._complete_adopted(offset)
+            return
+        if not self._outstanding or offset < self._outstanding[0]:
             return
         self._done_out_of_order.add(offset)
         while self._outstanding and self._outstanding[0] in self._done_out_of_order:

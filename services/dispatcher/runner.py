@@ -78,6 +78,7 @@ class Dispatcher:
         self._clock_ms = clock_ms
         self._topics = settings.kafka.topics
         self._offsets = OffsetTracker()
+        self._just_revoked: dict[tuple[str, int], PartitionOffsets] = {}
         self._room = WaitingRoom(
             promotion_age_ms=int(settings.promotion_age_s * 1000),
             early_drop_ms={t: int(s * 1000) for t, s in settings.typical_latency_s.items()}
@@ -209,8 +210,8 @@ class Dispatcher:
         retry = self._consumer.is_retry(tp)
         offsets = self._offsets.get(tp.topic, tp.partition)
         for record in records:
-            if offsets.done_elsewhere(record.offset):
-                offsets.track(record.offset)  # a previous owner wrote its outcome: not redone
+            if offsets.handled_already(record.offset):
+                offsets.track(record.offset)  # its outcome is written or on its way: not redone
                 self._metrics.record_skipped_redo()
                 continue
             raw: bytes = record.value or b""
@@ -219,6 +220,7 @@ class Dispatcher:
             except DecodeError as exc:
                 self._watch_poison(tp.topic, poison=True)
                 offsets.track(record.offset)
+                offsets.start(record.offset)
                 self._spawn(self._poison_record(tp, record.offset, raw, str(exc), offsets), "dlq")
                 continue
             self._watch_poison(tp.topic, poison=False)
@@ -240,7 +242,7 @@ class Dispatcher:
             )
             reason = self._room.check(work, self._clock_ms())
             if reason is not None:
-                self._spawn(self._writer.expire(work, reason), "expire")
+                self._begin(work, self._writer.expire(work, reason), "expire")
             else:
                 self._room.add(work)
 
@@ -302,9 +304,9 @@ class Dispatcher:
             reason = self._room.check(work, self._clock_ms())
             if reason is not None:
                 await self._pool.release(lease)
-                self._spawn(self._writer.expire(work, reason), "expire")
+                self._begin(work, self._writer.expire(work, reason), "expire")
                 continue
-            self._spawn(self._execute(work, lease), "call")
+            self._begin(work, self._execute(work, lease), "call")
         return True
 
     async def _housekeeping_loop(self) -> None:
@@ -312,7 +314,7 @@ class Dispatcher:
             await asyncio.sleep(self._settings.housekeeping_interval_s)
             expired, promoted = self._room.sweep(self._clock_ms())
             for item in expired:
-                self._spawn(self._writer.expire(item.work, item.reason), "expire")
+                self._begin(item.work, self._writer.expire(item.work, item.reason), "expire")
             if promoted:
                 self._metrics.record_promoted(promoted)
                 log.info(
@@ -346,7 +348,7 @@ class Dispatcher:
             if pressed is None:
                 continue
             for work in self._room.take_unpromoted_low():
-                self._spawn(self._writer.evict(work), "evict")
+                self._begin(work, self._writer.evict(work), "evict")
             self._update_pauses()
 
     # -- execution ----------------------------------------------------------------------------
@@ -404,6 +406,11 @@ class Dispatcher:
         await self._writer.poison(tp.topic, tp.partition, offset, raw, reason)
         offsets.complete(offset)
 
+    def _begin(self, work: Work, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Work leaves the read-ahead for good: mark it started, then run its coroutine."""
+        work.begin()
+        self._spawn(coro, name)
+
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
@@ -437,11 +444,20 @@ class Dispatcher:
         await self._commit_now(only=revoked)
         self._room.drop_sources({(tp.topic, tp.partition) for tp in revoked})
         for tp in revoked:
-            self._offsets.revoke(tp.topic, tp.partition)
+            state = self._offsets.revoke(tp.topic, tp.partition)
+            if state is not None:
+                self._just_revoked[(tp.topic, tp.partition)] = state
         log.info("partitions revoked: %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in revoked))
 
     async def _on_assigned(self, assigned: list[TopicPartition]) -> None:
         states = {tp: self._offsets.assign(tp.topic, tp.partition) for tp in assigned}
+        # An eager rebalance revokes everything and hands most partitions back to the same member:
+        # its calls still running for them complete into the new assignment instead of being redone.
+        for tp, state in states.items():
+            previous = self._just_revoked.pop((tp.topic, tp.partition), None)
+            if previous is not None:
+                state.adopt(previous)
+        self._just_revoked.clear()
         # Outcomes a previous owner wrote beyond its commit are in the commit metadata: skip them.
         for tp, done in (await self._consumer.done_beyond_commit(assigned)).items():
             states[tp].skip_done(done)

@@ -41,6 +41,10 @@ class Work:
     def source(self) -> tuple[str, int]:
         return (self.offsets.topic, self.offsets.partition)
 
+    def begin(self) -> None:
+        """The request left the read-ahead: it is being called, expired or evicted."""
+        self.offsets.start(self.offset)
+
     def done(self) -> None:
         """The outcome is durably written: the offset may be committed."""
         self.offsets.complete(self.offset)

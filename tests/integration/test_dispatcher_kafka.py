@@ -145,3 +145,42 @@ def test_work_completed_beyond_the_commit_is_not_redone_by_the_next_owner(kafka_
     assert final["total"] + final["in_flight"] == 7, "the next owner called the LLM again for answered work"
     assert set(results) == {r["request_id"] for r in [slow, *quick]}
     assert results[slow["request_id"]]["status"] == "OK"
+
+
+def test_a_rebalance_that_gives_partitions_back_does_not_redo_running_calls(kafka_settings):
+    from confluent_kafka import Consumer
+
+    topics = kafka_settings.topics
+    group = f"{kafka_settings.topic_prefix}-dispatcher"
+    briefs = [a_request("LOW") for _ in range(6)]
+
+    async def scenario():
+        async with (
+            # A brief takes 8 s: longer than the rebalance, which waits for the member's next heartbeat.
+            sim_backend(latency_s={"inferq-cheap": 8.0}) as url,
+            running_dispatcher(kafka_settings, url, schedule_pin="night") as dispatcher,
+        ):
+            produce_requests(kafka_settings.bootstrap_servers, topics.requests_by_name("LOW"), briefs)
+            async with asyncio.timeout(20):
+                while (await backend_stats(url))["in_flight"] < 6:
+                    await asyncio.sleep(0.02)
+            # Another member joins the group for an unrelated topic: the eager rebalance revokes all
+            # of the dispatcher's partitions and hands them straight back.
+            other = Consumer({"bootstrap.servers": kafka_settings.bootstrap_servers, "group.id": group})
+            other.subscribe([topics.dlq])
+            try:
+                async with asyncio.timeout(30):
+                    while not other.assignment():
+                        await asyncio.to_thread(other.poll, 0.2)
+                results = await asyncio.to_thread(
+                    results_by_id, kafka_settings.bootstrap_servers, topics.results, 6
+                )
+                stats = await backend_stats(url)  # a redone call would be in flight now
+                assert dispatcher.health()["assigned"] > 0
+                return results, stats
+            finally:
+                await asyncio.to_thread(other.close)
+
+    results, stats = asyncio.run(scenario())
+    assert {r["status"] for r in results.values()} == {"OK"}
+    assert stats["total"] + stats["in_flight"] == 6, "calls running during the rebalance were made again"

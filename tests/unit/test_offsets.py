@@ -123,3 +123,36 @@ def test_completions_during_a_commit_round_trip_are_committed_next_time():
     state.mark_committed(pending)
     again = state.take_commit()
     assert again is not None and again.metadata == "v1:2-3"
+
+
+def test_own_running_work_carries_over_a_rebalance_that_gives_the_partition_back():
+    tracker = OffsetTracker()
+    old = tracker.assign("t", 0)
+    for o in (10, 11, 12, 13):
+        old.track(o)
+    old.start(10)  # running
+    old.start(11)
+    old.complete(11)  # done beyond the commit
+    # 12 and 13 sat in the read-ahead: dropped at revocation, to be read again.
+    tracker.revoke("t", 0)
+    new = tracker.assign("t", 0)
+    new.adopt(old)
+    # Fetched again from the commit (10): 10 runs still, 11 is done, 12 and 13 are new work.
+    assert [new.track(o) for o in (10, 11, 12, 13)] == [False, False, True, True]
+    assert new.committable() == 10
+    old.complete(10)  # the call that was running finishes: it counts in the new assignment
+    new.complete(12)
+    new.complete(13)
+    assert new.committable() == 14
+
+
+def test_carried_over_work_that_finishes_before_it_is_fetched_again_is_skipped():
+    old = PartitionOffsets("t", 0)
+    old.track(5)
+    old.start(5)
+    old.revoked = True
+    new = PartitionOffsets("t", 0)
+    new.adopt(old)
+    old.complete(5)  # finishes during the rebalance
+    assert new.track(5) is False
+    assert new.committable() == 6
