@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import shutil
 import signal
 import socket
@@ -31,6 +30,7 @@ from services.coordination.errors import (
     RedisStartError,
     RedisStopError,
 )
+from services.localprocess import launched_process_exited, pid_alive, port_is_free, reap, wait_pid_exit
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 6379
@@ -124,68 +124,6 @@ def ping(port: int, timeout_s: float = 0.5) -> bool:
     return reply.startswith(b"+PONG")
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # As redis-server itself binds with SO_REUSEADDR: TIME_WAIT leftovers must not count as "in use".
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return False
-    # The state letter follows the last ")" (the command name may contain spaces); Z/X = exited.
-    return stat.rpartition(")")[2].split()[0] not in {"Z", "X"}
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status of ``pid`` if it is our exited child, so no zombie lingers."""
-    with contextlib.suppress(ChildProcessError):  # started by another process: not ours to reap
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _launched_process_exited(pid: int) -> bool:
-    """For a process this code launched: has it exited? Asked of the kernel (waitpid), not of
-    /proc/<pid>/cmdline, which reads empty for a few ms after the launch and is rewritten by
-    servers that retitle themselves: a command-line match there reports a live server as gone."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return not _pid_alive(pid)  # not our child (another process launched it): ask /proc
-    return done == pid
-
-
-def _wait_pid_exit(pid: int, timeout_s: float) -> bool:
-    """Wait up to ``timeout_s`` for ``pid`` to exit (any process, child or not); True when it did."""
-    deadline = time.monotonic() + timeout_s
-    try:
-        pidfd = os.pidfd_open(pid)  # readable once the process exits: an event to wait on, not a guess
-    except OSError:
-        pidfd = None
-    try:
-        while _pid_alive(pid):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            if pidfd is not None:
-                poller = select.poll()
-                poller.register(pidfd, select.POLLIN)
-                poller.poll(max(1, int(min(remaining, 0.5) * 1000)))
-            else:
-                time.sleep(min(remaining, _PROBE_INTERVAL_S))
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-    _reap(pid)
-    return True
-
-
 class LocalRedis:
     """Start, probe and stop one redis-server described by a RedisConfig.
 
@@ -209,7 +147,7 @@ class LocalRedis:
 
     def _is_our_server(self, pid: int) -> bool:
         """True when ``pid`` is alive and is a redis-server on our port (guards against pid reuse)."""
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return False
         try:
             comm = Path(f"/proc/{pid}/comm").read_text(encoding="utf-8", errors="replace").strip()
@@ -245,14 +183,14 @@ class LocalRedis:
         launched = False
         if pid is None:
             executable = require_redis_server()
-            if not _port_is_free(self.config.port):
+            if not port_is_free(self.config.port):
                 raise PortInUseError(
                     f"port {HOST}:{self.config.port} is already in use; pick another (--port)"
                 )
             pid = self._launch(executable)
             launched = True
         while not self.answers(timeout_s=min(0.5, max(0.05, deadline - time.monotonic()))):
-            if _launched_process_exited(pid):
+            if launched_process_exited(pid):
                 self.config.pid_file.unlink(missing_ok=True)
                 raise RedisStartError(f"redis-server (pid {pid}) exited during start-up\n{self._log_tail()}")
             if time.monotonic() >= deadline:
@@ -265,7 +203,7 @@ class LocalRedis:
                     f"within {timeout_s:.0f}s\n{tail}"
                 )
             # Wait on the process between probes, so an early exit is noticed at once.
-            _wait_pid_exit(pid, _PROBE_INTERVAL_S)
+            wait_pid_exit(pid, _PROBE_INTERVAL_S)
         return time.monotonic() - started
 
     def _launch(self, executable: str) -> int:
@@ -329,14 +267,14 @@ class LocalRedis:
         if pid is None:
             recorded = self._read_pid()
             if recorded is not None:
-                _reap(recorded)  # our child that already exited: collect it, signal nothing
+                reap(recorded)  # our child that already exited: collect it, signal nothing
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            if not _wait_pid_exit(pid, timeout_s):
+            if not wait_pid_exit(pid, timeout_s):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                if not _wait_pid_exit(pid, timeout_s):
+                if not wait_pid_exit(pid, timeout_s):
                     raise RedisStopError(f"redis-server (pid {pid}) survived SIGTERM and SIGKILL")
         self.config.pid_file.unlink(missing_ok=True)
 

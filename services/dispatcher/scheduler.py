@@ -62,8 +62,8 @@ class Scheduler(Protocol):
         ...
 
 
-class TieredScheduler:
-    name = "inferq"
+class _ScheduledPolicy:
+    """What every policy shares: the schedule and the injected clock that picks its window."""
 
     def __init__(self, schedule: Schedule, clock: Clock = utc_now) -> None:
         self._schedule = schedule
@@ -71,6 +71,10 @@ class TieredScheduler:
 
     def window(self) -> Window:
         return self._schedule.window_at(self._clock())
+
+
+class TieredScheduler(_ScheduledPolicy):
+    name = "inferq"
 
     def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
         budget = min(budget, self._schedule.budget)
@@ -99,17 +103,10 @@ class TieredScheduler:
         return None
 
 
-class StaticScheduler:
+class StaticScheduler(_ScheduledPolicy):
     """The seed's hard slots: each tier capped at its floor; idle slots are not lent."""
 
     name = "static"
-
-    def __init__(self, schedule: Schedule, clock: Clock = utc_now) -> None:
-        self._schedule = schedule
-        self._clock = clock
-
-    def window(self) -> Window:
-        return self._schedule.window_at(self._clock())
 
     def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
         budget = min(budget, self._schedule.budget)
@@ -122,17 +119,10 @@ class StaticScheduler:
         return None
 
 
-class FifoScheduler:
+class FifoScheduler(_ScheduledPolicy):
     """One queue: the oldest waiting request starts next, whatever its tier."""
 
     name = "fifo"
-
-    def __init__(self, schedule: Schedule, clock: Clock = utc_now) -> None:
-        self._schedule = schedule
-        self._clock = clock
-
-    def window(self) -> Window:
-        return self._schedule.window_at(self._clock())
 
     def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
         if sum(in_use.values()) >= min(budget, self._schedule.budget):

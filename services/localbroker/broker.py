@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -31,11 +30,19 @@ from confluent_kafka.admin import AdminClient
 
 from services.localbroker.errors import BrokerStartError, BrokerStopError, PortInUseError
 from services.localbroker.jars import ensure_jars, find_project_root, log4j_config_path, require_java
+from services.localprocess import (
+    launched_process_exited,
+    pid_alive,
+    port_is_free,
+    proc_state,
+    read_tail,
+    reap,
+    wait_pid_exit,
+)
 
 HOST = "127.0.0.1"  # never "localhost": librdkafka tries ::1 first and stalls when nothing listens there
 DEFAULT_PORT = 9092
 DEFAULT_CONTROLLER_PORT = 9093
-_LOG_TAIL_LINES = 60
 _KILL_WAIT_S = 10.0
 _PROBE_INTERVAL_S = 0.2
 
@@ -161,98 +168,6 @@ def _new_cluster_id() -> str:
             return cluster_id
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # As Kafka's own server socket does: TIME_WAIT leftovers of a stopped broker's client connections
-        # must not count as "in use", only a live listener or bound socket.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def _read_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 64 * 1024))
-            text = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _proc_state(pid: int) -> str | None:
-    """The /proc state letter of ``pid`` (``Z`` = zombie), or None when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    # The command name in parentheses may contain spaces: the state follows the last ")".
-    return stat.rpartition(")")[2].split()[0]
-
-
-def _pid_alive(pid: int) -> bool:
-    if Path("/proc").is_dir():
-        state = _proc_state(pid)
-        return state is not None and state not in {"Z", "X"}
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _reap(pid: int) -> None:
-    """Collect the exit status of ``pid`` if it is our exited child, so no zombie lingers."""
-    with contextlib.suppress(ChildProcessError):  # not our child (started by another process)
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _launched_process_exited(pid: int) -> bool:
-    """For a process this code launched: has it exited? Asked of the kernel (waitpid), not of
-    /proc/<pid>/cmdline, which reads empty for a few ms after the launch and is rewritten by
-    servers that retitle themselves: a command-line match there reports a live server as gone."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return not _pid_alive(pid)  # not our child (another process launched it): ask /proc
-    return done == pid
-
-
-def _wait_pid_exit(pid: int, timeout_s: float) -> bool:
-    """Wait until ``pid`` exits (and reap it if it is our child); True when it did within ``timeout_s``.
-
-    Works for children and non-children alike, so a broker started by the CLI can be stopped by tests.
-    """
-    deadline = time.monotonic() + timeout_s
-    pidfd = None
-    with contextlib.suppress(OSError, AttributeError):
-        pidfd = os.pidfd_open(pid)  # readable once the process has exited: an event, not polling
-    if pidfd is not None:
-        try:
-            poller = select.poll()
-            poller.register(pidfd, select.POLLIN)
-            while _pid_alive(pid):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                poller.poll(max(1, int(min(remaining, 1.0) * 1000)))
-        finally:
-            os.close(pidfd)
-    else:
-        while _pid_alive(pid):  # no pidfd (old kernel / non-Linux): poll under the deadline
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
-    _reap(pid)
-    return True
-
-
 class LocalBroker:
     """Start, probe and stop one local Kafka broker described by a BrokerConfig.
 
@@ -280,7 +195,7 @@ class LocalBroker:
 
     def _is_our_broker(self, pid: int) -> bool:
         """True when ``pid`` is alive and is the broker of this home (guards against pid reuse)."""
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return False
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -341,7 +256,7 @@ class LocalBroker:
             self._wait_ready(pid, deadline, timeout_s, stop_on_timeout=False)
         else:
             for port in (cfg.port, cfg.controller_port):
-                if not _port_is_free(port):
+                if not port_is_free(port):
                     raise PortInUseError(f"port {HOST}:{port} is already in use; pick another (--port)")
             java = require_java()
             jars = ensure_jars(cfg.project_root)
@@ -445,14 +360,14 @@ class LocalBroker:
     def _log_tails(self) -> str:
         parts = []
         for path in (self.config.console_log, self.config.server_log):
-            tail = _read_tail(path)
+            tail = read_tail(path)
             if tail:
                 parts.append(f"--- {path} (tail) ---\n{tail}")
         return "\n".join(parts) or "(no broker output)"
 
     def _wait_ready(self, pid: int, deadline: float, timeout_s: float, *, stop_on_timeout: bool) -> None:
         while True:
-            if _launched_process_exited(pid):
+            if launched_process_exited(pid):
                 self.config.pid_file.unlink(missing_ok=True)
                 raise BrokerStartError(
                     f"the Kafka broker (pid {pid}) exited during startup\n{self._log_tails()}"
@@ -472,7 +387,7 @@ class LocalBroker:
                     f"within {timeout_s:.0f}s\n{tails}"
                 )
             # Wait on the process itself between probes, so an early exit is noticed at once.
-            _wait_pid_exit(pid, min(_PROBE_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+            wait_pid_exit(pid, min(_PROBE_INTERVAL_S, max(0.0, deadline - time.monotonic())))
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the broker: SIGTERM, wait up to ``timeout_s``, then SIGKILL that pid only.
@@ -491,16 +406,16 @@ class LocalBroker:
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, first)
-            if not _wait_pid_exit(pid, timeout_s) and first != signal.SIGKILL:
+            if not wait_pid_exit(pid, timeout_s) and first != signal.SIGKILL:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                _wait_pid_exit(pid, _KILL_WAIT_S)
-            if _pid_alive(pid):
+                wait_pid_exit(pid, _KILL_WAIT_S)
+            if pid_alive(pid):
                 raise BrokerStopError(f"the Kafka broker (pid {pid}) is still alive after SIGKILL")
         else:
             stale = self._read_pid()
-            if stale is not None and _proc_state(stale) == "Z":
-                _reap(stale)  # our broker child that exited on its own: collect it, leave no zombie
+            if stale is not None and proc_state(stale) == "Z":
+                reap(stale)  # our broker child that exited on its own: collect it, leave no zombie
         self.config.pid_file.unlink(missing_ok=True)
 
     # -- context manager -----------------------------------------------------------------------------
