@@ -172,9 +172,8 @@ class OffsetTracker:
         self._partitions[(topic, partition)] = state
         return state
 
-    def get(self, topic: str, partition: int) -> PartitionOffsets:
-        state = self._partitions.get((topic, partition))
-        return state if state is not None else self.assign(topic, partition)
+    def owned_state(self, topic: str, partition: int) -> PartitionOffsets | None:
+        return self._partitions.get((topic, partition))
 
     def revoke(self, topic: str, partition: int) -> PartitionOffsets | None:
         state = self._partitions.pop((topic, partition), None)

@@ -43,6 +43,7 @@ from services.messaging.tiers import Tier
 log = logging.getLogger("inferq.dispatcher")
 
 FETCH_TIMEOUT_MS = 100
+ASSIGNMENT_WAIT_S = 30.0
 # With a shared pool, tokens freed by other dispatchers wake nobody here: look again this often.
 SHARED_POOL_RECHECK_S = 0.02
 
@@ -79,6 +80,7 @@ class Dispatcher:
         self._topics = settings.kafka.topics
         self._offsets = OffsetTracker()
         self._just_revoked: dict[tuple[str, int], PartitionOffsets] = {}
+        self._assignment_ready = asyncio.Event()
         self._room = WaitingRoom(
             promotion_age_ms=int(settings.promotion_age_s * 1000),
             early_drop_ms={t: int(s * 1000) for t, s in settings.typical_latency_s.items()}
@@ -160,6 +162,8 @@ class Dispatcher:
         try:
             while not self._stop.is_set():
                 batches = await self._consumer.fetch(self._fetch_room(), FETCH_TIMEOUT_MS)
+                if batches and not self._assignment_ready.is_set():
+                    await self._await_assignment()
                 for tp, records in batches.items():
                     self._admit_batch(tp, records)
                 if batches:
@@ -208,7 +212,9 @@ class Dispatcher:
         read-ahead bound holds exactly, and a retry partition waits paused until its head is due.
         """
         retry = self._consumer.is_retry(tp)
-        offsets = self._offsets.get(tp.topic, tp.partition)
+        offsets = self._offsets.owned_state(tp.topic, tp.partition)
+        if offsets is None:
+            return  # fetched just before its partition was revoked: the new owner reads it
         for record in records:
             if offsets.handled_already(record.offset):
                 offsets.track(record.offset)  # its outcome is written or on its way: not redone
@@ -440,7 +446,16 @@ class Dispatcher:
         for state, pending in taken:
             state.mark_committed(pending)
 
+    async def _await_assignment(self) -> None:
+        """aiokafka lets fetching resume before the assignment callback has finished; records must
+        not be admitted before it has (it says which offsets are already handled)."""
+        try:
+            await asyncio.wait_for(self._assignment_ready.wait(), ASSIGNMENT_WAIT_S)
+        except TimeoutError:
+            log.warning("partition assignment not settled after %.0f s; admitting anyway", ASSIGNMENT_WAIT_S)
+
     async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
+        self._assignment_ready.clear()
         await self._commit_now(only=revoked)
         self._room.drop_sources({(tp.topic, tp.partition) for tp in revoked})
         for tp in revoked:
@@ -461,6 +476,7 @@ class Dispatcher:
         # Outcomes a previous owner wrote beyond its commit are in the commit metadata: skip them.
         for tp, done in (await self._consumer.done_beyond_commit(assigned)).items():
             states[tp].skip_done(done)
+        self._assignment_ready.set()
         log.info("partitions assigned: %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
 
 
