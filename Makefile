@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 
-.PHONY: setup jars redis-server demo test bench bench-scheduling bench-memory test-unit check lint format typecheck broker-up broker-down clean
+.PHONY: setup jars redis-server demo test bench bench-scheduling bench-memory bench-latency bench-throughput bench-replay test-unit check lint format typecheck broker-up broker-down clean
 
 setup: $(STAMP)
 
@@ -48,13 +48,22 @@ typecheck: setup
 check: lint typecheck test
 
 # Benchmarks write bench-results/*.md and *.json; they are never timed assertions in tests.
-bench: bench-scheduling bench-memory
+bench: bench-scheduling bench-memory bench-latency bench-throughput bench-replay
 
 bench-scheduling: setup jars
 	$(BIN)/inferq bench scheduling
 
 bench-memory: setup jars
 	$(BIN)/inferq bench memory
+
+bench-latency: setup jars
+	$(BIN)/inferq bench latency
+
+bench-throughput: setup jars
+	$(BIN)/inferq bench throughput --profile
+
+bench-replay: setup jars
+	$(BIN)/inferq bench replay
 
 broker-up: setup jars
 	$(BIN)/inferq broker start

@@ -56,7 +56,7 @@ def config_for(settings: DispatcherSettings, args: argparse.Namespace) -> SimCon
         early_drop_ms={t: round(s * 1000) for t, s in settings.typical_latency_s.items()}
         if settings.early_drop
         else {},
-        readahead_per_tier=settings.readahead_per_tier,
+        readahead_per_tier=settings.readahead,
         housekeeping_interval_ms=max(1, round(settings.housekeeping_interval_s * 1000)),
         jitter=args.jitter,
         seed=args.seed,

@@ -1,8 +1,13 @@
-"""The LLM backend client: OpenAI chat-completions over HTTP.
+"""The LLM backend client: OpenAI chat-completions over HTTP, on aiohttp.
 
 Messages are forwarded unchanged. Each call is bounded by a timeout the caller computes from the
 request's remaining deadline. Failures become `BackendError` with `retriable` set as the mission
 says: timeouts, connection errors, 429 and 5xx may be retried; other 4xx may not.
+
+aiohttp, not httpx: measured on this machine (`inferq bench throughput`), httpx's connection pool
+spends most of the dispatcher's CPU once many calls are in flight (1,841 calls/s with one caller,
+263 with 200), while aiohttp keeps 9,000-15,000; the dispatcher ran at 448 requests/s on httpx
+and about 2,650 on aiohttp in the same run.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
 from services.dispatcher.errors import BackendError
 
@@ -28,32 +33,43 @@ class Completion:
 
 class ChatBackend:
     def __init__(self, base_url: str, *, api_key: str | None, max_connections: int) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=headers,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
+        self._url = f"{base_url.rstrip('/')}/chat/completions"
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        # Built on first use: an aiohttp session belongs to the running event loop.
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._max_connections)
+            self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
+        return self._session
 
     async def close(self) -> None:
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def complete(
         self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
     ) -> Completion:
         payload = {"model": model, "messages": messages, **params}
         try:
-            response = await self._client.post("/chat/completions", json=payload, timeout=timeout_s)
-        except httpx.TimeoutException as exc:
+            async with self._client().post(
+                self._url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as response:
+                status, text = response.status, await response.text()
+                retry_after = response.headers.get("retry-after")
+        except TimeoutError as exc:
             raise BackendError(
                 f"backend timed out after {timeout_s:.2f} s", retriable=True, timed_out=True
             ) from exc
-        except httpx.TransportError as exc:
+        except aiohttp.ClientError as exc:
             raise BackendError(f"backend unreachable: {exc!r}", retriable=True) from exc
-        if response.status_code != 200:
-            raise _status_error(response)
+        if status != 200:
+            raise _status_error(status, text, retry_after)
         try:
-            body = response.json()
+            body = json.loads(text)
             usage = body.get("usage") or {}
             return Completion(
                 output=str(body["choices"][0]["message"]["content"]),
@@ -68,19 +84,16 @@ class ChatBackend:
             ) from exc
 
 
-def _status_error(response: httpx.Response) -> BackendError:
-    status = response.status_code
-    detail = response.text[:300]
+def _status_error(status: int, text: str, retry_after: str | None) -> BackendError:
+    detail = text[:300]
     with contextlib.suppress(ValueError, KeyError, TypeError):
-        detail = str(json.loads(response.text)["error"]["message"])[:300]
-    retry_after: float | None = None
-    header = response.headers.get("retry-after")
-    if header is not None:
-        try:
-            retry_after = float(header)
-        except ValueError:
-            retry_after = None
-    retriable = status == 429 or status >= 500
+        detail = str(json.loads(text)["error"]["message"])[:300]
+    seconds: float | None = None
+    with contextlib.suppress(ValueError):
+        seconds = float(retry_after) if retry_after is not None else None
     return BackendError(
-        f"backend answered {status}: {detail}", retriable=retriable, status=status, retry_after_s=retry_after
+        f"backend answered {status}: {detail}",
+        retriable=status == 429 or status >= 500,
+        status=status,
+        retry_after_s=seconds,
     )

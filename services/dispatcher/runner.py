@@ -202,7 +202,7 @@ class Dispatcher:
     # -- intake -------------------------------------------------------------------------------
 
     def _fetch_room(self) -> int:
-        room = sum(max(0, self._settings.readahead_per_tier - self._room.held(t)) for t in Tier)
+        room = sum(max(0, self._settings.readahead - self._room.held(t)) for t in Tier)
         return max(1, room)
 
     def _admit_batch(self, tp: TopicPartition, records: list[Any]) -> None:
@@ -236,10 +236,10 @@ class Dispatcher:
                 if wait_ms > 0:
                     self._hold_back(tp, record.offset, wait_ms / 1000)
                     return
-                if len(self._room) >= len(Tier) * self._settings.readahead_per_tier:
+                if len(self._room) >= len(Tier) * self._settings.readahead:
                     self._consumer.seek(tp, record.offset)
                     return
-            elif self._room.held(tier) >= self._settings.readahead_per_tier:
+            elif self._room.held(tier) >= self._settings.readahead:
                 self._consumer.seek(tp, record.offset)
                 return
             offsets.track(record.offset)
@@ -269,10 +269,8 @@ class Dispatcher:
         asyncio.get_running_loop().call_later(delay_s, self._consumer.release, tp)
 
     def _update_pauses(self) -> None:
-        full = {t for t in Tier if self._room.held(t) >= self._settings.readahead_per_tier}
-        self._consumer.set_paused(
-            full, retries=len(self._room) >= len(Tier) * self._settings.readahead_per_tier
-        )
+        full = {t for t in Tier if self._room.held(t) >= self._settings.readahead}
+        self._consumer.set_paused(full, retries=len(self._room) >= len(Tier) * self._settings.readahead)
         self._metrics.observe_room(self._room, self._consumer.paused_partition_count())
 
     # -- starting -----------------------------------------------------------------------------

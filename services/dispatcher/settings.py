@@ -38,7 +38,13 @@ class DispatcherSettings(BaseSettings):
     # Lift LOW's ceiling in the peak window (the seed caps it at 1) so briefs borrow idle capacity.
     low_peak_ceiling: int | None = Field(default=None, ge=0)
     # Requests held in memory per tier beyond those running; past it the tier's partitions pause.
-    readahead_per_tier: int = Field(default=20, ge=1, le=10_000)
+    # None: twice the budget, at least 20 (enough to keep every slot fed between fetches).
+    readahead_per_tier: int | None = Field(default=None, ge=1, le=100_000)
+
+    @property
+    def readahead(self) -> int:
+        return self.readahead_per_tier or max(20, 2 * self.budget)
+
     # A LOW request waiting longer than this is served as if MEDIUM.
     promotion_age_s: float = Field(default=1800.0, gt=0)
     # Drop a request whose remaining time is below its tier's typical inference time.

@@ -1,0 +1,99 @@
+"""Pure part of `inferq bench throughput`: rates from result timestamps, medians, ratios, the tables."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+TARGET_RATE_PER_S = 2000.0
+TARGET_RATIO = 0.6
+BARE = "bare loop"
+BACKEND = "backend alone (aiohttp)"
+BACKEND_HTTPX = "backend alone via httpx (the dispatcher's client)"
+
+
+def dispatchers_label(size: int) -> str:
+    return f"inferq, {size} dispatcher{'s' if size > 1 else ''}"
+
+
+def rate_per_s(stamps_ms: Sequence[int]) -> float | None:
+    """Results per second from the first result to the last: (n - 1) intervals over the span.
+
+    None for fewer than two results or a span under one millisecond (timestamps are whole ms).
+    """
+    if len(stamps_ms) < 2:
+        return None
+    span_ms = max(stamps_ms) - min(stamps_ms)
+    if span_ms < 1:
+        return None
+    return (len(stamps_ms) - 1) / (span_ms / 1000)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured configuration in one run."""
+
+    what: str
+    count: int
+    seconds: float | None
+    rate_per_s: float | None
+
+
+def median_rate(runs: Sequence[Mapping[str, Measurement]], what: str) -> float | None:
+    rates = [m.rate_per_s for m in (r.get(what) for r in runs) if m is not None and m.rate_per_s is not None]
+    return statistics.median(rates) if rates else None
+
+
+def median_ratio(runs: Sequence[Mapping[str, Measurement]], what: str, to: str) -> float | None:
+    """Median over runs of the ratio within each run (not a ratio of medians: both come from one run)."""
+    ratios = []
+    for run in runs:
+        a, b = run.get(what), run.get(to)
+        if a is not None and b is not None and a.rate_per_s and b.rate_per_s:
+            ratios.append(a.rate_per_s / b.rate_per_s)
+    return statistics.median(ratios) if ratios else None
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def rates_table(
+    runs: Sequence[Mapping[str, Measurement]], labels: Sequence[str], order: Sequence[str]
+) -> str:
+    """Requests/s per configuration and run, with the median of the runs and its ratio to the bare loop."""
+    rows = [
+        "| configuration | " + " | ".join(labels) + " | median | vs bare loop (median of per-run ratios) |",
+        "|---|" + "---|" * (len(labels) + 2),
+    ]
+    for what in order:
+        cells = [_rate(r[what].rate_per_s) if what in r else "-" for r in runs]
+        vs_bare = "1.00" if what == BARE else _ratio(median_ratio(runs, what, BARE))
+        rows.append(f"| {what} | " + " | ".join(cells) + f" | {_rate(median_rate(runs, what))} | {vs_bare} |")
+    return "\n".join(rows)
+
+
+def target_rows(runs: Sequence[Mapping[str, Measurement]]) -> list[tuple[str, str, str, str]]:
+    """(target, measured, threshold, verdict) for one dispatcher."""
+    one = dispatchers_label(1)
+    rate = median_rate(runs, one)
+    ratio = median_ratio(runs, one, BARE)
+    return [
+        (
+            "one dispatcher, requests/s end to end (median of runs)",
+            _rate(rate),
+            f">= {TARGET_RATE_PER_S:,.0f}",
+            "n/a" if rate is None else ("PASS" if rate >= TARGET_RATE_PER_S else "MISS"),
+        ),
+        (
+            "one dispatcher / bare loop, same run (median of runs)",
+            _ratio(ratio),
+            f">= {TARGET_RATIO:g}",
+            "n/a" if ratio is None else ("PASS" if ratio >= TARGET_RATIO else "MISS"),
+        ),
+    ]
