@@ -10,7 +10,7 @@ TARGET_RATE_PER_S = 2000.0
 TARGET_RATIO = 0.6
 BARE = "bare loop"
 BACKEND = "backend alone (aiohttp)"
-BACKEND_HTTPX = "backend alone via httpx (the dispatcher's client)"
+BACKEND_HTTPX = "backend alone via httpx (the dispatcher's client until aiohttp replaced it)"
 
 
 def dispatchers_label(size: int) -> str:
