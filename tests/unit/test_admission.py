@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -12,11 +11,11 @@ from starlette.testclient import TestClient
 
 from services.ingest.admission import AdmissionPolicy, FillAlarm, default_capacity
 from services.ingest.app import create_app
-from services.ingest.backlog import BacklogSnapshot, KafkaBacklogReader, partition_lag
+from services.ingest.backlog import KafkaBacklogReader, partition_lag
 from services.ingest.settings import IngestSettings
 from services.messaging.kafka_config import KafkaSettings
-from services.messaging.producer import AsyncProducer
 from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
+from tests.support.fakes import FakeBacklog, RecordingProducer
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 
@@ -174,41 +173,6 @@ def test_reader_against_an_unreachable_broker_reports_unknown_in_bounded_time():
 
 
 # --- the app with a fake backlog source --------------------------------------------------------
-
-
-class RecordingProducer(AsyncProducer):
-    """A fake producer that acknowledges every record at once and keeps it."""
-
-    def __init__(self) -> None:
-        super().__init__({})
-        self.sent: list[tuple[str, bytes, bytes | None]] = []
-
-    async def start(self) -> None:
-        return None
-
-    async def produce(self, topic: str, value: bytes, *, key: bytes | None = None, **_: Any) -> Any:
-        self.sent.append((topic, value, key))
-        return None
-
-    async def stop(self, flush_timeout_s: float = 10.0) -> int:
-        return 0
-
-
-class FakeBacklog:
-    """A backlog source whose lags the test sets; started and stopped by the app's lifespan."""
-
-    def __init__(self, **lags: int | None) -> None:
-        self.lags: dict[Tier, int | None] = {t: lags.get(t.value) for t in Tier}
-        self.running = False
-
-    async def start(self) -> None:
-        self.running = True
-
-    async def stop(self) -> None:
-        self.running = False
-
-    def snapshot(self) -> BacklogSnapshot:
-        return BacklogSnapshot(MappingProxyType(dict(self.lags)), refreshed_at_ms=1_700_000_000_000)
 
 
 def app_client(backlog: FakeBacklog, producer: RecordingProducer, **settings: Any) -> TestClient:

@@ -8,48 +8,15 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from services.ingest.app import create_app
-from services.ingest.backlog import BacklogSnapshot
 from services.ingest.settings import IngestSettings
 from services.messaging.codec import request_codec
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.producer import AsyncProducer
-
-
-class RecordingProducer(AsyncProducer):
-    """A fake producer that acknowledges every record at once and keeps it."""
-
-    def __init__(self) -> None:
-        super().__init__({})
-        self.sent: list[tuple[str, bytes, bytes | None]] = []
-
-    async def start(self) -> None:
-        return None
-
-    async def produce(self, topic: str, value: bytes, *, key: bytes | None = None, **_: Any) -> Any:
-        self.sent.append((topic, value, key))
-        return None
-
-    async def stop(self, flush_timeout_s: float = 10.0) -> int:
-        return 0
-
-
-class UnknownBacklog:
-    """A backlog source that never knows the lag: admission admits (no broker is read)."""
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
-
-    def snapshot(self) -> BacklogSnapshot:
-        return BacklogSnapshot.unknown()
+from tests.support.fakes import FakeBacklog, RecordingProducer
 
 
 def client(producer: AsyncProducer | None = None, **settings: Any) -> TestClient:
-    app = create_app(
-        IngestSettings(**settings), producer=producer, check_topics=False, backlog=UnknownBacklog()
-    )
+    app = create_app(IngestSettings(**settings), producer=producer, check_topics=False, backlog=FakeBacklog())
     return TestClient(app)
 
 
