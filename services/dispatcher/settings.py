@@ -8,12 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.dispatcher.schedule import Schedule, TierLimits
 from services.messaging.kafka_config import KafkaSettings
-from services.messaging.tiers import Tier
+from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier, complete_per_tier
 
 
 def _default_dispatcher_id() -> str:
@@ -49,9 +49,7 @@ class DispatcherSettings(BaseSettings):
     promotion_age_s: float = Field(default=1800.0, gt=0)
     # Drop a request whose remaining time is below its tier's typical inference time.
     early_drop: bool = True
-    typical_latency_s: dict[Tier, float] = Field(
-        default_factory=lambda: {Tier.HIGH: 0.5, Tier.MEDIUM: 2.8, Tier.LOW: 5.0}
-    )
+    typical_latency_s: dict[Tier, float] = Field(default_factory=lambda: dict(DEFAULT_MEAN_LATENCY_S))
     # Shed waiting LOW (answered EVICTED) while HIGH or MEDIUM is over its backlog capacity.
     evict_low_under_pressure: bool = False
     # Backlog capacity per tier for that; unset tiers: budget x 60% of the deadline / typical latency.
@@ -83,6 +81,12 @@ class DispatcherSettings(BaseSettings):
     drain_timeout_s: float = Field(default=30.0, ge=0)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 8702
+
+    @field_validator("typical_latency_s")
+    @classmethod
+    def _every_tier_keeps_a_latency(cls, value: dict[Tier, float]) -> dict[Tier, float]:
+        # '{"HIGH": 0.05}' changes HIGH only; early drop and eviction read every tier.
+        return complete_per_tier(DEFAULT_MEAN_LATENCY_S, value, "typical latency (s)")
 
 
 def build_schedule(settings: DispatcherSettings) -> Schedule:

@@ -23,11 +23,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from services.messaging.capacity import default_capacity, exact_decimal
-from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
+from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
 
-DEFAULT_MEAN_LATENCY_S: Mapping[Tier, float] = MappingProxyType(
-    {Tier.HIGH: 0.5, Tier.MEDIUM: 2.8, Tier.LOW: 5.0}
-)
 # Queue wait may use this share of a tier's deadline; the rest is left for inference.
 DEFAULT_QUEUE_WAIT_FRACTION = 0.6
 DEFAULT_BUDGET = 10

@@ -7,12 +7,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.ingest.admission import (
     DEFAULT_BUDGET,
-    DEFAULT_MEAN_LATENCY_S,
     DEFAULT_QUEUE_WAIT_FRACTION,
     AdmissionPolicy,
 )
 from services.messaging.kafka_config import KafkaSettings
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_SCENARIO_TIERS, Tier
+from services.messaging.tiers import (
+    DEFAULT_DEADLINES_MS,
+    DEFAULT_MEAN_LATENCY_S,
+    DEFAULT_SCENARIO_TIERS,
+    Tier,
+    complete_per_tier,
+)
 
 
 class IngestSettings(BaseSettings):
@@ -56,23 +61,13 @@ class IngestSettings(BaseSettings):
 
     @field_validator("deadlines_ms")
     @classmethod
-    def _keep_default_deadlines(cls, value: dict[Tier, int]) -> dict[Tier, int]:
-        # As for latencies: a partial map overrides those tiers; every tier keeps a deadline.
-        merged = dict(DEFAULT_DEADLINES_MS) | value
-        for tier, deadline_ms in merged.items():
-            if deadline_ms <= 0:
-                raise ValueError(f"deadline of {tier} must be > 0 ms")
-        return merged
+    def _every_tier_keeps_a_deadline(cls, value: dict[Tier, int]) -> dict[Tier, int]:
+        return complete_per_tier(DEFAULT_DEADLINES_MS, value, "deadline (ms)")
 
     @field_validator("mean_latency_s")
     @classmethod
-    def _keep_default_latencies(cls, value: dict[Tier, float]) -> dict[Tier, float]:
-        # '{"HIGH": 0.3}' in the environment means "change HIGH", not "forget MEDIUM and LOW".
-        merged = dict(DEFAULT_MEAN_LATENCY_S) | value
-        for tier, seconds in merged.items():
-            if seconds <= 0:
-                raise ValueError(f"mean latency of {tier} must be > 0 s")
-        return merged
+    def _every_tier_keeps_a_latency(cls, value: dict[Tier, float]) -> dict[Tier, float]:
+        return complete_per_tier(DEFAULT_MEAN_LATENCY_S, value, "mean latency (s)")
 
     @field_validator("backlog_capacity")
     @classmethod

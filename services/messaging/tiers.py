@@ -11,6 +11,9 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TypeVar
+
+_V = TypeVar("_V", int, float)
 
 
 class Tier(enum.StrEnum):
@@ -44,6 +47,21 @@ DEFAULT_TIER_FLOORS: Mapping[str, Tier] = MappingProxyType({"emotion_analysis": 
 DEFAULT_DEADLINES_MS: Mapping[Tier, int] = MappingProxyType(
     {Tier.HIGH: 5_000, Tier.MEDIUM: 30_000, Tier.LOW: 12 * 3_600_000}
 )
+
+# Typical inference time per tier (fast, accurate, cheap model): admission capacity, early drop.
+DEFAULT_MEAN_LATENCY_S: Mapping[Tier, float] = MappingProxyType(
+    {Tier.HIGH: 0.5, Tier.MEDIUM: 2.8, Tier.LOW: 5.0}
+)
+
+
+def complete_per_tier(defaults: Mapping[Tier, _V], given: Mapping[Tier, _V], what: str) -> dict[Tier, _V]:
+    """A per-tier setting given for some tiers ('{"HIGH": 0.3}' in the environment) changes those
+    tiers only: every tier keeps a value. Each must be positive."""
+    merged = dict(defaults) | dict(given)
+    for tier, value in merged.items():
+        if value <= 0:
+            raise ValueError(f"{what} of {tier} must be > 0, got {value}")
+    return merged
 
 
 @dataclass(frozen=True)

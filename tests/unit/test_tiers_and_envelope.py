@@ -83,3 +83,15 @@ def test_validation_names_the_field(body, field):
     with pytest.raises(ValidationError) as info:
         SubmitRequest.model_validate(body)
     assert field in [p["field"] for p in describe(info.value)]
+
+
+def test_a_per_tier_setting_given_for_one_tier_keeps_the_others():
+    from services.dispatcher.settings import DispatcherSettings
+    from services.ingest.settings import IngestSettings
+
+    dispatcher = DispatcherSettings(typical_latency_s={Tier.HIGH: 0.05})
+    assert dispatcher.typical_latency_s == {Tier.HIGH: 0.05, Tier.MEDIUM: 2.8, Tier.LOW: 5.0}
+    ingest = IngestSettings(deadlines_ms={Tier.LOW: 60_000})
+    assert ingest.deadlines_ms[Tier.HIGH] == 5_000 and ingest.deadlines_ms[Tier.LOW] == 60_000
+    with pytest.raises(ValueError, match="must be > 0"):
+        DispatcherSettings(typical_latency_s={Tier.LOW: 0})
