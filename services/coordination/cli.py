@@ -7,9 +7,6 @@ The port is ``--port``, else ``$INFERQ_REDIS_PORT``, else the last start's in ``
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from services.coordination.errors import LocalRedisError
@@ -20,17 +17,10 @@ from services.coordination.localredis import (
     RedisConfig,
     recorded_port,
 )
+from services.servercli import ServerCommands, UsageError, port_from_env
 
 PORT_ENV = "INFERQ_REDIS_PORT"
 STATE_DIR = Path(".inferq") / "redis"
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NOT_RUNNING = 3  # as LSB init scripts' "status": program is not running
-
-
-class _UsageError(Exception):
-    """A bad option or environment value; reported with exit code 2."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,18 +43,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait for PING (default: %(default)s)"
     )
-    start.set_defaults(func=_cmd_start)
+    start.set_defaults(func=COMMANDS.start)
 
     stop = commands.add_parser("stop", help="stop redis-server (SIGTERM, then SIGKILL)")
     _add_common(stop)
     stop.add_argument(
         "--timeout", type=float, default=10.0, help="seconds before SIGKILL (default: %(default)s)"
     )
-    stop.set_defaults(func=_cmd_stop)
+    stop.set_defaults(func=COMMANDS.stop)
 
     status = commands.add_parser("status", help="show whether redis-server runs (exit 3 when it does not)")
     _add_common(status)
-    status.set_defaults(func=_cmd_status)
+    status.set_defaults(func=COMMANDS.status)
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -94,72 +84,20 @@ def _project_root() -> Path:
 
 def _server_from_args(args: argparse.Namespace) -> LocalRedis:
     home: Path = (args.home or _project_root() / STATE_DIR).resolve()
-    port: int | None = args.port
-    if port is None and os.environ.get(PORT_ENV):
-        try:
-            port = int(os.environ[PORT_ENV])
-        except ValueError as exc:
-            raise _UsageError(f"${PORT_ENV} must be a port number, got {os.environ[PORT_ENV]!r}") from exc
+    port: int | None = args.port or port_from_env(PORT_ENV)
     if port is None:
         port = recorded_port(home) or DEFAULT_PORT
     try:
         return LocalRedis(RedisConfig(home=home, port=port))
     except ValueError as exc:
-        raise _UsageError(str(exc)) from exc
+        raise UsageError(str(exc)) from exc
 
 
-def _run(action: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    try:
-        return action(args)
-    except _UsageError as exc:
-        print(f"inferq redis: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except LocalRedisError as exc:
-        print(f"inferq redis: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-
-
-def _cmd_start(args: argparse.Namespace) -> int:
-    def action(ns: argparse.Namespace) -> int:
-        server = _server_from_args(ns)
-        status = server.status()
-        if status.running and server.answers():
-            print(f"redis-server already running at {status.url} (pid {status.pid}, home {status.home})")
-            return EXIT_OK
-        seconds = server.start(timeout_s=ns.timeout)
-        status = server.status()
-        print(
-            f"redis-server started at {status.url} (pid {status.pid}) in {seconds:.2f}s; "
-            f"log: {server.config.log_file}"
-        )
-        return EXIT_OK
-
-    return _run(action, args)
-
-
-def _cmd_stop(args: argparse.Namespace) -> int:
-    def action(ns: argparse.Namespace) -> int:
-        server = _server_from_args(ns)
-        status = server.status()
-        server.stop(timeout_s=ns.timeout)
-        if status.running:
-            print(f"redis-server stopped (pid {status.pid}, {status.url})")
-        else:
-            print(f"redis-server was not running (home {status.home})")
-        return EXIT_OK
-
-    return _run(action, args)
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    def action(ns: argparse.Namespace) -> int:
-        server = _server_from_args(ns)
-        status = server.status()
-        if not status.running:
-            print(f"redis-server not running (home {status.home})")
-            return EXIT_NOT_RUNNING
-        state = "answering" if server.answers() else "not answering yet"
-        print(f"redis-server running at {status.url} (pid {status.pid}, {state}, home {status.home})")
-        return EXIT_OK
-
-    return _run(action, args)
+COMMANDS = ServerCommands[LocalRedis](
+    prog="inferq redis",
+    label="redis-server",
+    errors=LocalRedisError,
+    build=_server_from_args,
+    address=lambda server: server.url,
+    log_path=lambda server: server.config.log_file,
+)

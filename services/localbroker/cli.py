@@ -6,9 +6,6 @@ Exit codes: 0 success (``status``: running), 1 error, 2 bad option/environment, 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from services.localbroker.broker import (
@@ -20,16 +17,9 @@ from services.localbroker.broker import (
 )
 from services.localbroker.errors import LocalBrokerError
 from services.localbroker.jars import STATE_DIR, ensure_jars, find_project_root
+from services.servercli import EXIT_OK, ServerCommands, UsageError, port_from_env
 
 PORT_ENV = "INFERQ_BROKER_PORT"
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NOT_RUNNING = 3  # as LSB init scripts' "status": program is not running
-
-
-class _UsageError(Exception):
-    """A bad option or environment value; reported with exit code 2."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,18 +40,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for readiness (default: %(default)s)"
     )
-    start.set_defaults(func=_cmd_start)
+    start.set_defaults(func=COMMANDS.start)
 
     stop = commands.add_parser("stop", help="stop the broker: SIGTERM, then SIGKILL after --timeout")
     _add_common(stop)
     stop.add_argument(
         "--timeout", type=float, default=30.0, help="seconds before SIGKILL (default: %(default)s)"
     )
-    stop.set_defaults(func=_cmd_stop)
+    stop.set_defaults(func=COMMANDS.stop)
 
     status = commands.add_parser("status", help="show whether the broker runs (exit 3 when it does not)")
     _add_common(status)
-    status.set_defaults(func=_cmd_status)
+    status.set_defaults(func=COMMANDS.status)
 
     jars = commands.add_parser("jars", help="fetch the broker's jars from Maven Central (once; cached)")
     jars.set_defaults(func=_cmd_jars)
@@ -95,84 +85,34 @@ def _broker_from_args(args: argparse.Namespace, *, heap: str = "1g") -> LocalBro
     try:
         project_root = find_project_root(Path.cwd())
     except FileNotFoundError as exc:
-        raise _UsageError(str(exc)) from exc
+        raise UsageError(str(exc)) from exc
     home: Path = (args.home or project_root / STATE_DIR).resolve()
     # For stop/status (and an idempotent start) the ports of the last start are the truth, not defaults.
     recorded = recorded_ports(home)
-    port: int | None = args.port
-    if port is None and os.environ.get(PORT_ENV):
-        try:
-            port = int(os.environ[PORT_ENV])
-        except ValueError as exc:
-            raise _UsageError(f"${PORT_ENV} must be a port number, got {os.environ[PORT_ENV]!r}") from exc
+    port: int | None = args.port or port_from_env(PORT_ENV)
     if port is None:
         port = recorded[0] if recorded else DEFAULT_PORT
     cport: int = args.controller_port or (recorded[1] if recorded else DEFAULT_CONTROLLER_PORT)
     for value in (port, cport):
         if not 0 < value < 65536:
-            raise _UsageError(f"port out of range: {value}")
+            raise UsageError(f"port out of range: {value}")
     return LocalBroker(
         BrokerConfig(home=home, port=port, controller_port=cport, heap=heap, project_root=project_root)
     )
 
 
-def _run(action: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    try:
-        return action(args)
-    except _UsageError as exc:
-        print(f"inferq broker: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except LocalBrokerError as exc:
-        print(f"inferq broker: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+def _build(ns: argparse.Namespace) -> LocalBroker:
+    return _broker_from_args(ns, heap=getattr(ns, "heap", "1g"))
 
 
-def _cmd_start(args: argparse.Namespace) -> int:
-    def action(ns: argparse.Namespace) -> int:
-        broker = _broker_from_args(ns, heap=ns.heap)
-        status = broker.status()
-        if status.running and broker.answers():
-            print(
-                f"Kafka broker already running on {status.bootstrap} (pid {status.pid}, home {status.home})"
-            )
-            return EXIT_OK
-        seconds = broker.start(timeout_s=ns.timeout)
-        status = broker.status()
-        print(
-            f"Kafka broker started on {status.bootstrap} (pid {status.pid}) in {seconds:.1f}s; "
-            f"logs: {broker.config.server_log}"
-        )
-        return EXIT_OK
-
-    return _run(action, args)
-
-
-def _cmd_stop(args: argparse.Namespace) -> int:
-    def action(ns: argparse.Namespace) -> int:
-        broker = _broker_from_args(ns)
-        status = broker.status()
-        broker.stop(timeout_s=ns.timeout)
-        if status.running:
-            print(f"Kafka broker stopped (pid {status.pid}, {status.bootstrap})")
-        else:
-            print(f"Kafka broker was not running (home {status.home})")
-        return EXIT_OK
-
-    return _run(action, args)
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    def action(ns: argparse.Namespace) -> int:
-        broker = _broker_from_args(ns)
-        status = broker.status()
-        if not status.running:
-            print(f"Kafka broker not running (home {status.home})")
-            return EXIT_NOT_RUNNING
-        state = "answering" if broker.answers() else "not answering yet"
-        print(f"Kafka broker running on {status.bootstrap} (pid {status.pid}, {state}, home {status.home})")
-        return EXIT_OK
-
-    return _run(action, args)
+COMMANDS = ServerCommands[LocalBroker](
+    prog="inferq broker",
+    label="Kafka broker",
+    errors=LocalBrokerError,
+    build=_build,
+    address=lambda broker: broker.bootstrap,
+    log_path=lambda broker: broker.config.server_log,
+)
 
 
 def _cmd_jars(args: argparse.Namespace) -> int:
@@ -180,4 +120,4 @@ def _cmd_jars(args: argparse.Namespace) -> int:
         print(f"Kafka jars ready in {ensure_jars(find_project_root())}")
         return EXIT_OK
 
-    return _run(action, args)
+    return COMMANDS.run(action, args)

@@ -25,9 +25,10 @@ from services.localbroker import (
     require_java,
     require_maven,
 )
-from services.localbroker.cli import EXIT_NOT_RUNNING, register
+from services.localbroker.cli import register
 from services.localbroker.fixture import kafka_bootstrap_for_tests
 from services.localbroker.jars import STAMP_NAME
+from services.servercli import EXIT_NOT_RUNNING
 
 PROJECT_ROOT = find_project_root(Path(__file__).parent)
 
