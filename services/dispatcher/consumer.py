@@ -144,10 +144,6 @@ class TierConsumer:
         self._held_back.pop(tp, None)
         self._apply_pauses()
 
-    @property
-    def paused_tiers(self) -> set[Tier]:
-        return set(self._paused_tiers)
-
     def paused_partition_count(self) -> int:
         return len(self._consumer.paused())
 
