@@ -11,17 +11,17 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 def _registrars() -> list[Register]:
     # Imported here, not at module import: `inferq --help` must not load every client library.
-    from services.analysis.cli import register as analysis
-    from services.bench.cli import register as bench
-    from services.coordination.cli import register as redis
-    from services.demo.cli import register as demo
     from services.dispatcher.cli import register as dispatcher
     from services.ingest.cli import register as ingest
-    from services.loadtest.cli import register as loadtest
-    from services.localbroker.cli import register as broker
     from services.messaging.cli import register as topics
     from services.results.cli import register as results
-    from services.simbackend.cli import register as sim_backend
+    from services.tools.analysis.cli import register as analysis
+    from services.tools.bench.cli import register as bench
+    from services.tools.broker.cli import register as broker
+    from services.tools.demo.cli import register as demo
+    from services.tools.loadtest.cli import register as loadtest
+    from services.tools.redis.cli import register as redis
+    from services.tools.simbackend.cli import register as sim_backend
 
     return [broker, redis, topics, ingest, dispatcher, results, sim_backend, demo, loadtest, analysis, bench]
 

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.coordination.fixture import redis_url_for_tests
-from services.localbroker.fixture import kafka_bootstrap_for_tests
 from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
+from services.tools.broker.fixture import kafka_bootstrap_for_tests
+from services.tools.redis.fixture import redis_url_for_tests
 
 
 @pytest.fixture(scope="session")

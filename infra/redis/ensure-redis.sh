@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make sure `redis-server` is on PATH: the dispatcher group's shared budget (services.coordination)
+# Make sure `redis-server` is on PATH: the dispatcher group's shared budget (services.tools.redis)
 # and its integration tests need a real Redis. Installs Debian's package when it is missing.
 # Idempotent: does nothing when redis-server is already there. Exit 0 when redis-server is usable.
 set -euo pipefail

@@ -28,8 +28,8 @@ from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.offsets import OffsetTracker, PartitionOffsets
 from services.dispatcher.outcomes import OutcomeBuilder
 from services.dispatcher.poison import PoisonWatch
+from services.dispatcher.policies import Scheduler
 from services.dispatcher.retries import RetryPolicy
-from services.dispatcher.scheduler import Scheduler
 from services.dispatcher.settings import DispatcherSettings
 from services.dispatcher.tokens import Lease, TokenPool
 from services.dispatcher.waiting import WaitingRoom

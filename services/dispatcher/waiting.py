@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.dispatcher.scheduler import Demand
+from services.dispatcher.policies import Demand
 from services.dispatcher.work import Work
 from services.messaging.tiers import Tier
 

@@ -25,12 +25,12 @@ import httpx
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
-from services.localbroker.broker import BrokerConfig, LocalBroker, pick_free_ports
 from services.messaging.admin import create_topics
 from services.messaging.codec import HEADER_SIZE, request_codec, result_codec
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.topics import TopicNames
-from services.stack.pipeline import Pipeline, PipelinePorts
+from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
+from services.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
 from tests.support.kafka import a_request, committed_offsets, end_offsets
 from tests.support.ledger import Answer, Ledger, read_to_end, request_body

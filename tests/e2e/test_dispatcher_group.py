@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from services.demo.workload import Submission, submit_all, wait_outcomes
 from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
-from services.stack.pipeline import Pipeline, PipelinePorts
+from services.tools.demo.workload import Submission, submit_all, wait_outcomes
+from services.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]

@@ -13,10 +13,10 @@ import fastavro
 import httpx
 import pytest
 
-from services.demo.workload import evening_mix, submit_all, wait_outcomes
 from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
-from services.stack.pipeline import Pipeline, PipelinePorts
+from services.tools.demo.workload import evening_mix, submit_all, wait_outcomes
+from services.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
 from tests.support.kafka import end_offsets, read_all
 

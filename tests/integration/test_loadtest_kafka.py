@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from services.loadtest.cli import register
-from services.loadtest.runs import read_records
-from services.loadtest.scenario import load
-from services.loadtest.source import TopicSource
-from services.loadtest.timerange import TimeRange
-from services.loadtest.tracefile import read_trace
-from services.loadtest.tracegen import generate
 from services.messaging.admin import create_topics
 from services.messaging.codec import request_codec
 from services.messaging.kafka_config import KafkaSettings
-from services.stack.process import ServiceProcess
+from services.tools.loadtest.cli import register
+from services.tools.loadtest.runs import read_records
+from services.tools.loadtest.scenario import load
+from services.tools.loadtest.source import TopicSource
+from services.tools.loadtest.timerange import TimeRange
+from services.tools.loadtest.tracefile import read_trace
+from services.tools.loadtest.tracegen import generate
+from services.tools.stack.process import ServiceProcess
 from tests.support.inprocess import free_port
 from tests.support.kafka import a_request
 from tests.support.ledger import read_to_end

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from services.localbroker import (
+from services.tools.broker import (
     BrokerConfig,
     LocalBroker,
     ToolMissingError,
@@ -25,10 +25,10 @@ from services.localbroker import (
     require_java,
     require_maven,
 )
-from services.localbroker.cli import register
-from services.localbroker.fixture import kafka_bootstrap_for_tests
-from services.localbroker.jars import STAMP_NAME
-from services.servercli import EXIT_NOT_RUNNING
+from services.tools.broker.cli import register
+from services.tools.broker.fixture import kafka_bootstrap_for_tests
+from services.tools.broker.jars import STAMP_NAME
+from services.tools.servercli import EXIT_NOT_RUNNING
 
 PROJECT_ROOT = find_project_root(Path(__file__).parent)
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from services.analysis.cli import register
 from services.messaging.codec import result_codec
 from services.messaging.kafka_config import KafkaSettings
+from services.tools.analysis.cli import register
 
 pytestmark = pytest.mark.kafka
 

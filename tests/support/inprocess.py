@@ -10,13 +10,13 @@ from typing import Any
 
 import httpx
 
-from services.dispatcher.app import bootstrap
+from services.dispatcher.bootstrap import bootstrap
 from services.dispatcher.runner import Dispatcher
 from services.dispatcher.settings import DispatcherSettings
 from services.messaging.kafka_config import KafkaSettings
 from services.serving import EmbeddedServer, uvicorn_config
-from services.simbackend.app import create_app as create_backend
-from services.simbackend.settings import SimBackendSettings
+from services.tools.simbackend.app import create_app as create_backend
+from services.tools.simbackend.settings import SimBackendSettings
 
 
 def free_port() -> int:

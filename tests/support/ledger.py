@@ -30,8 +30,8 @@ from typing import Any
 import httpx
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
-from services.demo.workload import TERMINAL
 from services.messaging.codec import result_codec
+from services.tools.demo.workload import TERMINAL
 
 POLL_INTERVAL_S = 0.25
 READ_CONCURRENCY = 16

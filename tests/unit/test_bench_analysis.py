@@ -6,7 +6,15 @@ from collections.abc import Mapping
 
 import pytest
 
-from services.bench.analysis import (
+from services.dispatcher.policies import build_scheduler
+from services.dispatcher.settings import DispatcherSettings, build_schedule
+from services.ingest.settings import IngestSettings
+from services.messaging.tiers import Tier
+from services.tools.bench.report import MISS, NA, PASS, evaluate
+from services.tools.bench.scheduling_run import compressed_env, run_specs
+from services.tools.bench.summary import RunSummary, Submission, low_makespan, tier_rows
+from services.tools.bench.trace import TraceSpec, generate
+from services.tools.measures import (
     AllowedFn,
     Interval,
     Outcome,
@@ -18,14 +26,6 @@ from services.bench.analysis import (
     utilization,
     waiting_intervals,
 )
-from services.bench.report import MISS, NA, PASS, evaluate
-from services.bench.runs import compressed_env, run_specs
-from services.bench.summary import RunSummary, Submission, low_makespan, tier_rows
-from services.bench.trace import TraceSpec, generate
-from services.dispatcher.scheduler import build_scheduler
-from services.dispatcher.settings import DispatcherSettings, build_schedule
-from services.ingest.settings import IngestSettings
-from services.messaging.tiers import Tier
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from services.analysis.simulate import SimConfig
-from services.bench.analysis import Outcome, stats, utilization
-from services.bench.prediction import (
+from services.dispatcher.settings import DispatcherSettings
+from services.ingest.settings import IngestSettings
+from services.messaging.tiers import Tier
+from services.tools.analysis.simulate import SimConfig
+from services.tools.bench.prediction import (
     ANCHOR_MS,
     Prediction,
     TierPrediction,
@@ -19,13 +21,11 @@ from services.bench.prediction import (
     sim_arrivals,
     sim_config,
 )
-from services.bench.report import MISS, NA, PASS
-from services.bench.runs import compressed_env, run_specs
-from services.bench.summary import RunSummary, Submission, tier_rows
-from services.bench.trace import ANALYSIS, BRIEF, CHAT, Arrival, TraceSpec, generate
-from services.dispatcher.settings import DispatcherSettings
-from services.ingest.settings import IngestSettings
-from services.messaging.tiers import Tier
+from services.tools.bench.report import MISS, NA, PASS
+from services.tools.bench.scheduling_run import compressed_env, run_specs
+from services.tools.bench.summary import RunSummary, Submission, tier_rows
+from services.tools.bench.trace import ANALYSIS, BRIEF, CHAT, Arrival, TraceSpec, generate
+from services.tools.measures import Outcome, stats, utilization
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 DEADLINES = {H: 500, M: 3_000, L: 4_320_000}

@@ -17,19 +17,19 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from services.ingest.validation import SubmitRequest
-from services.loadtest.errors import LoadtestError, TimeRangeError, TraceFileError
-from services.loadtest.loadgen import LoadOptions, run_load
-from services.loadtest.progress import ProgressLine, Tally, bar, loadgen_line
-from services.loadtest.rewrite import Rewriter, zigzag_varint
-from services.loadtest.runs import RequestRecord, RunWriter, check_run_id, new_run_id, read_records
-from services.loadtest.senders import Answer, HttpSender, http_body
-from services.loadtest.source import TraceFileSource
-from services.loadtest.timerange import TimeRange, parse_instant
-from services.loadtest.tracefile import read_trace, trace_metadata, write_trace
-from services.loadtest.tracegen import Arrival
 from services.messaging.codec import request_codec
 from services.messaging.errors import DecodeError
 from services.messaging.tiers import Tier
+from services.tools.loadtest.errors import LoadtestError, TimeRangeError, TraceFileError
+from services.tools.loadtest.loadgen import LoadOptions, run_load
+from services.tools.loadtest.progress import ProgressLine, Tally, bar, loadgen_line
+from services.tools.loadtest.rewrite import Rewriter, zigzag_varint
+from services.tools.loadtest.runs import RequestRecord, RunWriter, check_run_id, new_run_id, read_records
+from services.tools.loadtest.senders import Answer, HttpSender, http_body
+from services.tools.loadtest.source import TraceFileSource
+from services.tools.loadtest.timerange import TimeRange, parse_instant
+from services.tools.loadtest.tracefile import read_trace, trace_metadata, write_trace
+from services.tools.loadtest.tracegen import Arrival
 from tests.support.kafka import a_request
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z

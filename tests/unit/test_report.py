@@ -8,13 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from services.analysis.documents import RunDocument, load_documents, outcome_from_record, write_documents
-from services.analysis.latency import mean_inference_s, recorded_outcomes
-from services.analysis.plots import write_plots
-from services.analysis.results_source import run_of
-from services.analysis.stats import RequestCounts, request_counts, summarize
-from services.analysis.table import render
-from services.analysis.timeseries import (
+from services.messaging.tiers import Tier
+from services.tools.analysis.documents import (
+    RunDocument,
+    load_documents,
+    outcome_from_record,
+    write_documents,
+)
+from services.tools.analysis.latency import mean_inference_s, recorded_outcomes
+from services.tools.analysis.plots import write_plots
+from services.tools.analysis.results_source import run_of
+from services.tools.analysis.stats import RequestCounts, request_counts, summarize
+from services.tools.analysis.table import render
+from services.tools.analysis.timeseries import (
     Step,
     backlog,
     count_over_time,
@@ -22,9 +28,8 @@ from services.analysis.timeseries import (
     utilization,
     wait_points,
 )
-from services.analysis.trace import load_trace
-from services.bench.analysis import Outcome
-from services.messaging.tiers import Tier
+from services.tools.analysis.trace import load_trace
+from services.tools.measures import Outcome
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 

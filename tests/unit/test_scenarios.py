@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from services.loadtest.errors import ScenarioError
-from services.loadtest.scenario import Scenario, builtin_names, load, parse
-from services.loadtest.tracegen import generate
 from services.messaging.tiers import Tier
+from services.tools.loadtest.errors import ScenarioError
+from services.tools.loadtest.scenario import Scenario, builtin_names, load, parse
+from services.tools.loadtest.tracegen import generate
 
 BUILTINS = ["evening-peak", "night-batch", "overload-10x", "steady"]
 X = 'duration = "1h"\n[[streams]]\nscenario = "x"\n'  # the smallest valid head of a scenario file

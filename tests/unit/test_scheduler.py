@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.dispatcher.policies import Demand, FifoScheduler, StaticScheduler, TieredScheduler
 from services.dispatcher.schedule import Schedule, ScheduleError, TierLimits, Window
-from services.dispatcher.scheduler import Demand, FifoScheduler, StaticScheduler, TieredScheduler
 from services.messaging.tiers import Tier
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW

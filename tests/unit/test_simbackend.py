@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from services.simbackend import DEFAULT_LATENCY_S, SimBackendSettings, create_app
-from services.simbackend.cli import register, run, settings_from_args
-from services.simbackend.latency import LatencyModel
+from services.tools.simbackend import DEFAULT_LATENCY_S, SimBackendSettings, create_app
+from services.tools.simbackend.cli import register, run, settings_from_args
+from services.tools.simbackend.latency import LatencyModel
 
 CHAT = "/v1/chat/completions"
 HELLO = {"model": "inferq-fast", "messages": [{"role": "user", "content": "hello there"}]}

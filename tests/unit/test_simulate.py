@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.analysis.errors import TraceError
-from services.analysis.latency import mean_inference_s, parse_latency
-from services.analysis.simulate import SimConfig, SimResult, sim_scheduler, simulate
-from services.analysis.timeseries import tokens_in_use
-from services.analysis.trace import Arrival, load_trace
-from services.bench.analysis import Outcome
 from services.dispatcher.schedule import Schedule
 from services.messaging.tiers import Tier
+from services.tools.analysis.errors import TraceError
+from services.tools.analysis.latency import mean_inference_s, parse_latency
+from services.tools.analysis.simulate import SimConfig, SimResult, sim_scheduler, simulate
+from services.tools.analysis.timeseries import tokens_in_use
+from services.tools.analysis.trace import Arrival, load_trace
+from services.tools.measures import Outcome
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 # 2024-01-01 20:00 UTC: the default schedule's evening peak.

@@ -1,0 +1,13 @@
+"""Tooling: everything that does not run in production. The product (``services.ingest``,
+``dispatcher``, ``results``, ``messaging``, ``telemetry``, ``serving``) never imports from here;
+``tests/unit/test_layout.py`` checks it.
+
+- ``broker``, ``redis``: the local Apache Kafka broker (Maven jars, KRaft) and redis-server, with
+  their CLI and test fixtures; ``servercli`` and ``processes`` are what both share.
+- ``simbackend``: the simulated OpenAI-compatible LLM backend (concurrency limit, latency, faults).
+- ``stack``, ``demo``: the whole pipeline as processes; ``inferq demo``.
+- ``loadtest``: scenarios, load generation, trace export and replay.
+- ``analysis``: ``inferq simulate`` (discrete-event, the dispatcher's own scheduling) and ``inferq report``.
+- ``measures``: percentiles, makespan and utilization of a run's outcomes.
+- ``bench``: ``make bench``: scheduling, memory, latency, throughput, replay.
+"""

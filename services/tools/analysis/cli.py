@@ -1,0 +1,121 @@
+"""`inferq simulate` and `inferq report`: argument parsing only; the commands live beside it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from services.dispatcher.policies import POLICIES
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _register_simulate(subparsers)
+    _register_report(subparsers)
+
+
+def _register_simulate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="replay an arrival trace through the dispatcher's scheduler, in simulated time",
+        description=(
+            "Discrete-event simulation of TRACE (JSONL of arrivals or an Avro container of requests; "
+            "see services/tools/analysis/trace.py) under the dispatcher's own scheduling code. Options not "
+            "given here come from the dispatcher's INFERQ_ settings, as the dispatcher would read them."
+        ),
+    )
+    parser.add_argument(
+        "trace", type=Path, help="JSONL trace (offset_ms or created_at_ms per line) or Avro file"
+    )
+    parser.add_argument("--policy", choices=sorted(POLICIES), help="default INFERQ_POLICY or inferq")
+    parser.add_argument("--budget", type=int, help="concurrency budget (default INFERQ_BUDGET or 10)")
+    parser.add_argument("--schedule", type=Path, help="schedule TOML (default: the built-in table)")
+    parser.add_argument("--pin", help="force one window of the schedule, e.g. peak")
+    parser.add_argument("--low-peak-ceiling", type=int, help="LOW's ceiling in the peak window")
+    parser.add_argument("--timezone", help="whose hours the schedule's windows are (default UTC)")
+    parser.add_argument(
+        "--start",
+        help="ISO time of offset_ms 0 (default 2024-01-01T20:00 in the schedule's timezone: the peak)",
+    )
+    parser.add_argument(
+        "--latency",
+        action="append",
+        default=[],
+        metavar="MODEL=SECONDS",
+        help="backend latency of a model or tier: fast|HIGH, accurate|MEDIUM, cheap|LOW (0.5/2.8/5.0)",
+    )
+    parser.add_argument(
+        "--latency-from",
+        type=Path,
+        help="take each tier's mean inference time (OK: completed - dispatched) from a results JSONL "
+        "or a report/simulate JSON; --latency options still override",
+    )
+    parser.add_argument(
+        "--jitter", type=float, default=0.0, help="log-normal sigma of each call's latency (0: exact)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the jitter")
+    parser.add_argument(
+        "--promotion-age", type=float, help="seconds before a waiting LOW is served as MEDIUM"
+    )
+    parser.add_argument(
+        "--no-early-drop", action="store_true", help="do not drop requests that would be late"
+    )
+    parser.add_argument("--readahead", type=int, help="requests per tier held by the dispatcher (default 20)")
+    parser.add_argument("--name", help="the run's name in tables and plots")
+    parser.add_argument("--json", type=Path, help="write the simulation document (summary and outcomes) here")
+
+    def run(args: argparse.Namespace) -> int:
+        from services.tools.analysis.simulate_cmd import (
+            run_simulate,  # the dispatcher's modules load on use only
+        )
+
+        return run_simulate(args)
+
+    parser.set_defaults(func=run)
+
+
+def _register_report(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="per-tier statistics, JSON and plots of a recorded run (and others side by side)",
+        description=(
+            "Reads the results of RUN_ID (request ids <RUN_ID>:<n>) from <prefix>.results, from the "
+            "beginning up to the end offsets at start, and .inferq/runs/<RUN_ID>/requests.jsonl when "
+            "present. A RUN_ID that is a .json file is a simulate/report document instead."
+        ),
+    )
+    parser.add_argument("run_id", help="run id, or a simulate/report .json document")
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        default=[],
+        metavar="RUN_ID",
+        help="more runs or .json documents, side by side",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or "127.0.0.1:9092",
+        help="Kafka bootstrap servers (default $KAFKA_BOOTSTRAP_SERVERS or 127.0.0.1:9092)",
+    )
+    parser.add_argument(
+        "--topic-prefix",
+        default=os.environ.get("INFERQ_TOPIC_PREFIX") or "inferq",
+        help="topic prefix (default $INFERQ_TOPIC_PREFIX or inferq)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=int,
+        help="the budget utilization is measured against (default $INFERQ_BUDGET or 10)",
+    )
+    parser.add_argument("--runs-dir", type=Path, default=Path(".inferq/runs"), help="where run records live")
+    parser.add_argument("--out", type=Path, help="output folder (default <runs-dir>/<RUN_ID>/report/)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="bound of the topic read, seconds")
+
+    def run(args: argparse.Namespace) -> int:
+        from services.tools.analysis.report_cmd import (
+            run_report,  # matplotlib and librdkafka load on use only
+        )
+
+        return run_report(args)
+
+    parser.set_defaults(func=run)

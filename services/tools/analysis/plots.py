@@ -1,0 +1,106 @@
+"""PNG plots of one or several runs: queue wait, tokens in use and backlog over time, per tier.
+
+One panel per run, stacked, the x axis in seconds since the run's first enqueue, so runs recorded
+at different times line up. Figures are drawn on matplotlib's Agg canvas directly (no pyplot, no
+display, no global figure state), so this works headless and from several threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
+from services.tools.analysis.documents import RunDocument
+from services.tools.analysis.timeseries import Step, backlog, tokens_in_use, wait_points
+
+TIER_COLORS = {Tier.HIGH: "tab:red", Tier.MEDIUM: "tab:blue", Tier.LOW: "tab:green"}
+_PANEL_HEIGHT_IN = 2.8
+
+
+def _panels(count: int, title: str) -> tuple[Figure, list[Axes]]:
+    figure = Figure(figsize=(11, 0.8 + _PANEL_HEIGHT_IN * count), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = list(figure.subplots(count, 1, squeeze=False)[:, 0])
+    figure.suptitle(title)
+    return figure, axes
+
+
+def _origin_ms(doc: RunDocument) -> int:
+    return min((o.enqueued_ms for o in doc.outcomes), default=0)
+
+
+def _step(ax: Axes, step: Step, origin_ms: int, *, color: str, label: str, linewidth: float = 1.0) -> None:
+    if not step.times:
+        return
+    xs = [0.0, *((t - origin_ms) / 1000 for t in step.times)]
+    ax.step(xs, [0, *step.values], where="post", color=color, label=label, linewidth=linewidth)
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def queue_wait_plot(runs: Sequence[RunDocument], path: Path) -> Path:
+    figure, axes = _panels(len(runs), "Queue wait (dispatched - enqueued) by enqueue time")
+    for ax, doc in zip(axes, runs, strict=True):
+        origin = _origin_ms(doc)
+        for tier in TIERS_BY_PRIORITY:
+            points = wait_points(doc.outcomes, tier)
+            if points:
+                xs = [(at - origin) / 1000 for at, _ in points]
+                ax.scatter(
+                    xs, [w / 1000 for _, w in points], s=5, alpha=0.5, color=TIER_COLORS[tier], label=tier
+                )
+        # Chat waits tenths of a second, briefs minutes: linear below 1 s, logarithmic above.
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_title(doc.name, loc="left")
+        ax.set_ylabel("wait s")
+        ax.legend(loc="upper right", markerscale=3)
+    axes[-1].set_xlabel("s since the run's first enqueue")
+    return _save(figure, path)
+
+
+def tokens_plot(runs: Sequence[RunDocument], path: Path) -> Path:
+    figure, axes = _panels(len(runs), "Tokens in use (OK requests, dispatched..completed)")
+    for ax, doc in zip(axes, runs, strict=True):
+        origin = _origin_ms(doc)
+        for tier in TIERS_BY_PRIORITY:
+            _step(ax, tokens_in_use(doc.outcomes, tier), origin, color=TIER_COLORS[tier], label=tier.value)
+        _step(ax, tokens_in_use(doc.outcomes), origin, color="black", linewidth=0.6, label="all")
+        ax.axhline(doc.budget, color="grey", linestyle="--", linewidth=0.8, label=f"budget {doc.budget}")
+        ax.set_title(doc.name, loc="left")
+        ax.set_ylabel("tokens")
+        ax.legend(loc="upper right")
+    axes[-1].set_xlabel("s since the run's first enqueue")
+    return _save(figure, path)
+
+
+def backlog_plot(runs: Sequence[RunDocument], path: Path) -> Path:
+    figure, axes = _panels(len(runs), "Backlog (enqueued, not yet dispatched)")
+    for ax, doc in zip(axes, runs, strict=True):
+        origin = _origin_ms(doc)
+        for tier in TIERS_BY_PRIORITY:
+            _step(ax, backlog(doc.outcomes, tier), origin, color=TIER_COLORS[tier], label=tier.value)
+        ax.set_title(doc.name, loc="left")
+        ax.set_ylabel("requests")
+        ax.legend(loc="upper right")
+    axes[-1].set_xlabel("s since the run's first enqueue")
+    return _save(figure, path)
+
+
+def write_plots(runs: Sequence[RunDocument], out: Path) -> list[Path]:
+    """queue_wait.png, tokens_in_use.png and backlog.png in `out`; one panel per run."""
+    if not runs:
+        raise ValueError("nothing to plot")
+    return [
+        queue_wait_plot(runs, out / "queue_wait.png"),
+        tokens_plot(runs, out / "tokens_in_use.png"),
+        backlog_plot(runs, out / "backlog.png"),
+    ]

@@ -1,0 +1,110 @@
+"""`inferq report`: a recorded run (or several, or simulations) as a table, JSON and PNG plots.
+
+Output folder (default `<runs-dir>/<RUN_ID>/report/`): `report.json` (every run's document),
+`results-<run_id>.jsonl` (the results read from Kafka, without their output text; usable as
+`inferq simulate --latency-from`), `queue_wait.png`, `tokens_in_use.png`, `backlog.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from services.messaging.kafka_config import KafkaSettings
+from services.tools.analysis.documents import (
+    RunDocument,
+    load_documents,
+    outcome_from_record,
+    write_documents,
+)
+from services.tools.analysis.errors import AnalysisError
+from services.tools.analysis.plots import write_plots
+from services.tools.analysis.results_source import ResultsRead, read_results
+from services.tools.analysis.stats import request_counts
+from services.tools.analysis.table import render
+from services.tools.analysis.trace import load_trace
+
+
+def is_document(item: str) -> bool:
+    return item.endswith(".json") and Path(item).is_file()
+
+
+def default_out(first: str, runs_dir: Path) -> Path:
+    if is_document(first):
+        path = Path(first)
+        return path.with_name(f"{path.stem}-report")
+    return runs_dir / first / "report"
+
+
+def run_document(run_id: str, records: list[dict[str, Any]], budget: int, runs_dir: Path) -> RunDocument:
+    """A recorded run: its results, and its request records when the load generator left them."""
+    outcomes = [outcome_from_record(r) for r in records]
+    requests_path = runs_dir / run_id / "requests.jsonl"
+    requests = None
+    if requests_path.is_file():
+        requests = request_counts(load_trace(requests_path, start_ms=0), outcomes)
+    return RunDocument(
+        kind="run",
+        name=run_id,
+        budget=budget,
+        outcomes=outcomes,
+        requests=requests,
+        params={"requests_file": str(requests_path) if requests is not None else None},
+    )
+
+
+def write_results(path: Path, records: Sequence[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as out:
+        for record in records:
+            # The answer text is the caller's data and can be large; timings are what we analyse.
+            out.write(json.dumps({k: v for k, v in record.items() if k != "output"}) + "\n")
+
+
+def collect(args: argparse.Namespace, items: Sequence[str], out: Path) -> list[RunDocument]:
+    run_ids = [item for item in items if not is_document(item)]
+    read: ResultsRead | None = None
+    if run_ids:
+        settings = KafkaSettings(bootstrap_servers=args.bootstrap, topic_prefix=args.topic_prefix)
+        read = read_results(settings, run_ids, timeout_s=args.timeout)
+        print(
+            f"read {read.scanned} records of {settings.topics.results}: "
+            + ", ".join(f"{r} {len(read.by_run[r])}" for r in run_ids)
+            + f" (duplicates dropped {read.duplicates}, undecodable {read.undecodable})"
+        )
+        empty = [r for r in run_ids if not read.by_run[r]]
+        if empty:
+            raise AnalysisError(f"no results for run {', '.join(empty)} on {settings.topics.results}")
+    docs: list[RunDocument] = []
+    for item in items:
+        if read is not None and item in read.by_run:
+            docs.append(run_document(item, read.by_run[item], args.budget, args.runs_dir))
+            write_results(out / f"results-{item}.jsonl", read.by_run[item])
+        else:
+            docs.extend(load_documents(Path(item)))
+    return docs
+
+
+def run_report(args: argparse.Namespace) -> int:
+    if args.budget is None:
+        try:
+            args.budget = int(os.environ.get("INFERQ_BUDGET") or 10)
+        except ValueError:
+            print(f"error: INFERQ_BUDGET is not a number: {os.environ['INFERQ_BUDGET']!r}")
+            return 2
+    items = [args.run_id, *args.compare]
+    out: Path = args.out or default_out(args.run_id, args.runs_dir)
+    try:
+        docs = collect(args, items, out)
+    except AnalysisError as exc:
+        print(f"error: {exc}")
+        return 1
+    print(render([(doc.name, doc.summary()) for doc in docs]))
+    write_documents(out / "report.json", docs)
+    plots = write_plots(docs, out)
+    print(f"\nwrote {out / 'report.json'}, " + ", ".join(p.name for p in plots))
+    return 0

@@ -1,0 +1,119 @@
+"""`inferq simulate`: builds the dispatcher's schedule and scheduler from its own settings, runs the
+simulation on a trace, prints the table and writes the document."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pydantic import ValidationError
+
+from services.dispatcher.schedule import ScheduleError
+from services.dispatcher.settings import DispatcherSettings, build_schedule
+from services.tools.analysis.documents import RunDocument, write_documents
+from services.tools.analysis.errors import AnalysisError
+from services.tools.analysis.latency import mean_inference_s, parse_latency, recorded_outcomes
+from services.tools.analysis.simulate import DEFAULT_LATENCY_S, SimConfig, sim_scheduler, simulate
+from services.tools.analysis.stats import request_counts
+from services.tools.analysis.table import render
+from services.tools.analysis.trace import load_trace
+
+
+def dispatcher_settings(args: argparse.Namespace) -> DispatcherSettings:
+    """The dispatcher's settings with the command line's overrides: what is not given comes from
+    the environment exactly as the dispatcher reads it."""
+    overrides: dict[str, Any] = {
+        "policy": args.policy,
+        "budget": args.budget,
+        "schedule_file": args.schedule,
+        "schedule_pin": args.pin,
+        "low_peak_ceiling": args.low_peak_ceiling,
+        "timezone": args.timezone,
+        "promotion_age_s": args.promotion_age,
+        "early_drop": False if args.no_early_drop else None,
+        "readahead_per_tier": args.readahead,
+    }
+    return DispatcherSettings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def start_ms(text: str | None, timezone: str) -> int:
+    """Epoch ms of `offset_ms` 0: `text` (ISO; naive means the schedule's timezone) or the peak's start."""
+    zone = ZoneInfo(timezone)
+    start = datetime.fromisoformat(text) if text else datetime(2024, 1, 1, 20, 0, tzinfo=zone)
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=zone)
+    return round(start.timestamp() * 1000)
+
+
+def config_for(settings: DispatcherSettings, args: argparse.Namespace) -> SimConfig:
+    return SimConfig(
+        budget=settings.budget,
+        promotion_age_ms=round(settings.promotion_age_s * 1000),
+        early_drop_ms={t: round(s * 1000) for t, s in settings.typical_latency_s.items()}
+        if settings.early_drop
+        else {},
+        readahead_per_tier=settings.readahead,
+        housekeeping_interval_ms=max(1, round(settings.housekeeping_interval_s * 1000)),
+        jitter=args.jitter,
+        seed=args.seed,
+    )
+
+
+def default_name(settings: DispatcherSettings, args: argparse.Namespace) -> str:
+    parts = [f"sim {settings.policy}"]
+    if settings.low_peak_ceiling is not None:
+        parts.append(f"LOW peak ceiling {settings.low_peak_ceiling}")
+    if args.trace:
+        parts.append(Path(args.trace).stem)
+    return ", ".join(parts)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    try:
+        settings = dispatcher_settings(args)
+        schedule = build_schedule(settings)
+        base = dict(DEFAULT_LATENCY_S)
+        if args.latency_from is not None:
+            base.update(mean_inference_s(recorded_outcomes(args.latency_from)))
+        latency = parse_latency(args.latency, base)
+        trace = load_trace(args.trace, start_ms=start_ms(args.start, schedule.timezone))
+        config = config_for(settings, args)
+    except (AnalysisError, ScheduleError, ValidationError, ValueError) as exc:
+        print(f"error: {exc}")
+        return 2
+    started = time.perf_counter()
+    result = simulate(trace.arrivals, sim_scheduler(settings.policy, schedule), latency, config)
+    took_s = time.perf_counter() - started
+    doc = RunDocument(
+        kind="simulation",
+        name=args.name or default_name(settings, args),
+        budget=settings.budget,
+        outcomes=result.outcomes,
+        requests=request_counts(trace, result.outcomes),
+        params={
+            "trace": str(args.trace),
+            "policy": settings.policy,
+            "schedule": str(settings.schedule_file) if settings.schedule_file else "built-in",
+            "pin": settings.schedule_pin,
+            "low_peak_ceiling": settings.low_peak_ceiling,
+            "latency_s": {t.value: s for t, s in latency.items()},
+            "config": {k: v for k, v in vars(config).items() if k != "early_drop_ms"},
+            "early_drop_ms": {t.value: ms for t, ms in config.early_drop_ms.items()},
+            "promoted": result.promoted,
+            "simulation_s": round(took_s, 3),
+        },
+    )
+    print(render([(doc.name, doc.summary())]))
+    latencies = ", ".join(f"{t.value} {s:g}" for t, s in latency.items())
+    print(
+        f"\n{len(trace.arrivals)} requests simulated in {took_s:.2f} s ({result.events} event times, "
+        f"{result.promoted} LOW promoted to MEDIUM; latency s: {latencies})"
+    )
+    if args.json is not None:
+        write_documents(args.json, [doc])
+        print(f"wrote {args.json}")
+    return 0

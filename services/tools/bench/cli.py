@@ -1,0 +1,252 @@
+"""`inferq bench scheduling|memory|latency|throughput`: benchmarks that write results to files
+(bench-results/); `recorder`, `bareloop` and `probe-dispatcher` are processes those benchmarks start."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_OUT = Path("bench-results")
+DEFAULT_HOME = Path(".inferq/bench")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("bench", help="benchmarks: results go to bench-results/")
+    kinds = parser.add_subparsers(dest="bench", required=True)
+
+    sched = kinds.add_parser(
+        "scheduling", help="every policy on the same time-compressed evening peak, against the real pipeline"
+    )
+    sched.add_argument("--compress", type=float, default=10.0, help="time compression S (default 10)")
+    sched.add_argument(
+        "--duration", type=float, default=60.0, help="wall-clock seconds of steady arrivals (default 60)"
+    )
+    sched.add_argument(
+        "--briefs", type=int, default=300, help="morning briefs dumped at the start (default 300)"
+    )
+    sched.add_argument("--seed", type=int, default=2024, help="seed of the arrival trace (default 2024)")
+    sched.add_argument(
+        "--runs",
+        default="inferq,inferq-lifted,static,fifo",
+        help="comma-separated runs, in order (default: inferq,inferq-lifted,static,fifo)",
+    )
+    sched.add_argument(
+        "--budget", type=int, default=10, help="the backend's concurrency limit B (default 10)"
+    )
+    sched.add_argument(
+        "--timeout", type=float, default=None, help="bound of the wait for every outcome, per run"
+    )
+    _common(sched)
+    sched.set_defaults(func=_scheduling)
+
+    mem = kinds.add_parser("memory", help="dispatcher RSS with a million LOW requests waiting in Kafka")
+    mem.add_argument(
+        "--records", type=int, default=1_000_000, help="LOW requests produced (default 1,000,000)"
+    )
+    mem.add_argument(
+        "--seconds", type=float, default=30.0, help="how long each dispatcher is sampled (default 30)"
+    )
+    mem.add_argument("--interval", type=float, default=0.5, help="seconds between RSS samples (default 0.5)")
+    mem.add_argument("--budget", type=int, default=2, help="the dispatcher's budget (default 2)")
+    mem.add_argument("--speed", type=float, default=0.5, help="simulated backend speed (default 0.5: slow)")
+    _common(mem)
+    mem.set_defaults(func=_memory)
+    _register_latency(kinds)
+    _register_throughput(kinds)
+    _register_replay(kinds)
+    _register_helpers(kinds)
+
+
+def _register_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    lat = kinds.add_parser(
+        "latency", help="latency added between ingest's 202 and the backend, with free slots, at 200/s"
+    )
+    lat.add_argument("--rate", type=float, default=200.0, help="HIGH requests per second (default 200)")
+    lat.add_argument("--duration", type=float, default=25.0, help="measured seconds per run (default 25)")
+    lat.add_argument("--warmup", type=float, default=3.0, help="seconds sent first, not counted (default 3)")
+    lat.add_argument("--budget", type=int, default=100, help="the dispatcher's budget (default 100)")
+    lat.add_argument(
+        "--backend-latency-ms", type=float, default=5.0, help="the recording backend's latency (default 5)"
+    )
+    lat.add_argument("--runs", type=int, default=3, help="runs; medians are quoted (default 3)")
+    lat.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="run the plain dispatcher: no fetch stamps, produce→dispatch reported as one step",
+    )
+    _common(lat)
+    lat.set_defaults(func=_latency)
+
+
+def _register_throughput(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    thr = kinds.add_parser(
+        "throughput", help="requests/s of one and two dispatchers on a zero-latency backend, vs a bare loop"
+    )
+    thr.add_argument(
+        "--records", type=int, default=5_000, help="HIGH requests per measurement (default 5,000)"
+    )
+    thr.add_argument("--budget", type=int, default=200, help="the group's budget (default 200)")
+    thr.add_argument("--runs", type=int, default=3, help="runs; medians are quoted (default 3)")
+    thr.add_argument(
+        "--dispatchers", default="1,2", help="group sizes to measure, comma-separated (default 1,2)"
+    )
+    thr.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the runs, one more single-dispatcher measurement under cProfile (not in the medians)",
+    )
+    thr.add_argument(
+        "--dispatcher-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for every dispatcher, e.g. INFERQ_READAHEAD_PER_TIER=200; repeatable",
+    )
+    _common(thr)
+    thr.set_defaults(func=_throughput)
+
+
+def _register_helpers(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    rec = kinds.add_parser(
+        "recorder", help="(started by bench latency) backend recording each call's arrival"
+    )
+    rec.add_argument("--host", default="127.0.0.1")
+    rec.add_argument("--port", type=int, required=True)
+    rec.add_argument("--latency-ms", type=float, default=5.0, help="answer after this long (default 5)")
+    rec.set_defaults(func=_recorder)
+
+    probe = kinds.add_parser(
+        "probe-dispatcher",
+        help="(started by bench latency/throughput) the dispatcher, fetches timed or profiled",
+    )
+    probe.add_argument("--port", type=int, required=True, help="the dispatcher's metrics port")
+    probe.add_argument("--fetch-log", type=Path, default=None, help="write fetch stamps here (JSON) at exit")
+    probe.add_argument("--profile", type=Path, default=None, help="write cProfile stats here at exit")
+    probe.set_defaults(func=_probe)
+
+    bare = kinds.add_parser(
+        "bareloop", help="(started by bench throughput) the bare-loop and backend baselines"
+    )
+    bare.add_argument("mode", choices=["loop", "blast"])
+    bare.add_argument("--backend-url", required=True, help="OpenAI base URL, e.g. http://127.0.0.1:8780/v1")
+    bare.add_argument("--concurrency", type=int, required=True)
+    bare.add_argument("--count", type=int, required=True, help="results (loop) or calls (blast) to make")
+    bare.add_argument("--summary", type=Path, required=True, help="write the JSON summary here")
+    bare.add_argument("--timeout", type=float, default=120.0, help="bound of the whole run in seconds")
+    bare.add_argument(
+        "--client", choices=["aiohttp", "httpx"], default="aiohttp", help="blast: the HTTP client (aiohttp)"
+    )
+    bare.add_argument("--bootstrap", default="127.0.0.1:9092")
+    bare.add_argument("--source-topic", default="")
+    bare.add_argument("--result-topic", default="")
+    bare.add_argument("--group", default="inferq-bareloop")
+    bare.set_defaults(func=_bareloop)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help="results folder (default bench-results)"
+    )
+    parser.add_argument(
+        "--home", type=Path, default=DEFAULT_HOME, help="broker data and service logs (default .inferq/bench)"
+    )
+
+
+def _scheduling(args: argparse.Namespace) -> int:
+    # Imported here: `inferq --help` must not load the Kafka clients.
+    from services.tools.bench import scheduling
+    from services.tools.bench.scheduling_run import run_specs
+    from services.tools.bench.trace import TraceSpec
+
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    unknown = [r for r in runs if r not in run_specs(args.budget)]
+    if unknown or not runs:
+        known = ", ".join(run_specs(args.budget))
+        raise SystemExit(
+            f"inferq bench scheduling: unknown run(s) {unknown or '(none)'}; choose from {known}"
+        )
+    spec = TraceSpec(seed=args.seed, duration_s=args.duration, compress=args.compress, briefs=args.briefs)
+    return scheduling.run(
+        spec, runs, budget=args.budget, out=args.out, home=args.home.resolve(), timeout_s=args.timeout
+    )
+
+
+def _memory(args: argparse.Namespace) -> int:
+    from services.tools.bench import memory
+
+    return memory.run(
+        args.records,
+        budget=args.budget,
+        speed=args.speed,
+        seconds=args.seconds,
+        interval_s=args.interval,
+        out=args.out,
+        home=args.home.resolve(),
+    )
+
+
+def _latency(args: argparse.Namespace) -> int:
+    from services.tools.bench import latency
+
+    spec = latency.LatencySpec(
+        rate_per_s=args.rate,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        budget=args.budget,
+        backend_latency_ms=args.backend_latency_ms,
+        runs=args.runs,
+        probe=not args.no_probe,
+    )
+    return latency.run(spec, out=args.out, home=args.home.resolve())
+
+
+def _throughput(args: argparse.Namespace) -> int:
+    from services.tools.bench import throughput
+
+    sizes = [int(n) for n in args.dispatchers.split(",") if n.strip()]
+    if not sizes or min(sizes) < 1:
+        raise SystemExit("inferq bench throughput: --dispatchers takes group sizes such as 1,2")
+    env = dict(item.split("=", 1) for item in args.dispatcher_env if "=" in item)
+    if len(env) != len(args.dispatcher_env):
+        raise SystemExit("inferq bench throughput: --dispatcher-env takes NAME=VALUE")
+    spec = throughput.ThroughputSpec(
+        records=args.records,
+        budget=args.budget,
+        runs=args.runs,
+        group_sizes=tuple(sizes),
+        profile=args.profile,
+        dispatcher_env=env,
+    )
+    return throughput.run(spec, out=args.out, home=args.home.resolve())
+
+
+def _recorder(args: argparse.Namespace) -> int:
+    from services.tools.bench import recorder
+
+    return recorder.serve(args.host, args.port, args.latency_ms / 1000)
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from services.tools.bench import probe
+
+    return probe.run(args.port, fetch_log=args.fetch_log, profile=args.profile)
+
+
+def _bareloop(args: argparse.Namespace) -> int:
+    from services.tools.bench import bareloop
+
+    return bareloop.run(args)
+
+
+def _register_replay(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    rep = kinds.add_parser("replay", help="records/s of `inferq replay --speed max` (target >= 100,000/s)")
+    rep.add_argument("--records", type=int, default=200_000, help="requests per replay (default 200,000)")
+    rep.add_argument("--runs", type=int, default=3, help="runs; the median is quoted (default 3)")
+    _common(rep)
+    rep.set_defaults(func=_replay)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from services.tools.bench import replay
+
+    return replay.run(args.records, runs=args.runs, out=args.out, home=args.home.resolve())

@@ -1,0 +1,209 @@
+"""The benchmarks' Kafka edge: a broker to run against, the reply-topic reader, the group's lag."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from services.messaging.codec import request_codec, result_codec
+from services.messaging.errors import DecodeError
+from services.messaging.tiers import Tier
+from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
+from services.tools.broker.errors import PortInUseError
+
+_PORT_ATTEMPTS = 3
+_POLL_S = 0.2
+_NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group never committed this partition
+_HOUR_MS = 3_600_000
+
+
+@contextmanager
+def bench_broker(home: Path, log: Callable[[str], None]) -> Iterator[str]:
+    """`$KAFKA_BOOTSTRAP_SERVERS` when set; else our own broker in a fresh home on free ports,
+    stopped and deleted afterwards (a million-record topic is not worth keeping)."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if external:
+        log(f"using the broker at {external} (KAFKA_BOOTSTRAP_SERVERS)")
+        yield external
+        return
+    home.mkdir(parents=True, exist_ok=True)
+    broker_home = Path(tempfile.mkdtemp(prefix="kafka-", dir=home))
+    try:
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            port, controller_port = pick_free_ports(2)
+            broker = LocalBroker(BrokerConfig(home=broker_home, port=port, controller_port=controller_port))
+            try:
+                took = broker.start(timeout_s=180.0)
+            except PortInUseError:
+                if attempt == _PORT_ATTEMPTS:
+                    raise
+                continue  # someone took a just-picked port; pick again
+            log(f"broker started at {broker.bootstrap} in {took:.1f} s (home {broker_home})")
+            try:
+                yield broker.bootstrap
+            finally:
+                broker.stop()
+                log("broker stopped")
+            return
+    finally:
+        shutil.rmtree(broker_home, ignore_errors=True)
+
+
+def kafka_version(project_root: Path) -> str:
+    """The Kafka version of the local broker's jars, read from the kafka-server jar's name."""
+    jars = sorted((project_root / ".inferq" / "kafka" / "jars").glob("kafka-server-[0-9]*.jar"))
+    return jars[0].stem.removeprefix("kafka-server-") if jars else "unknown"
+
+
+class ResultCollector:
+    """Reads the reply topic from its beginning in a thread; keeps the first result per request_id
+    (as the results service does), decoded. The bench uses it instead of polling HTTP: one consumer
+    sees every outcome as it is written."""
+
+    def __init__(self, bootstrap: str, topic: str, group_id: str) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group_id,
+                # The topic is fresh per run: everything on it belongs to this run.
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        self._consumer.subscribe([topic])
+        self._codec = result_codec()
+        self._results: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Condition()
+        self._stop = threading.Event()
+        self.undecodable = 0
+        self.duplicates = 0
+        self._thread = threading.Thread(target=self._loop, name="results-reader", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for message in self._consumer.consume(num_messages=500, timeout=_POLL_S):
+                    if message.error() is not None:
+                        continue  # partition EOF and transient errors: librdkafka retries by itself
+                    self._take(message.value() or b"")
+        finally:
+            self._consumer.close()
+
+    def _take(self, raw: bytes) -> None:
+        try:
+            result = self._codec.decode(raw)
+        except DecodeError:
+            self.undecodable += 1
+            return
+        with self._lock:
+            if result["request_id"] in self._results:
+                self.duplicates += 1
+            else:
+                self._results[result["request_id"]] = result
+                self._lock.notify_all()
+
+    def wait_for(self, request_ids: set[str], timeout_s: float) -> dict[str, dict[str, Any]]:
+        """Block until every id has a result or `timeout_s` passes; returns the results found."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while not request_ids <= self._results.keys():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lock.wait(timeout=min(remaining, 1.0))
+            return {rid: self._results[rid] for rid in request_ids if rid in self._results}
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.ident is None:  # never started: the loop that would close the consumer never ran
+            self._consumer.close()
+        else:
+            self._thread.join(timeout=10.0)
+
+
+def group_lag(bootstrap: str, group_id: str, topic: str, partitions: int) -> dict[int, int]:
+    """Per partition of `topic`: records the group has not committed past (high watermark - committed)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10.0)
+        lag = {}
+        for tp in committed:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10.0)
+            start = low if tp.offset == _NO_OFFSET else max(tp.offset, low)
+            lag[tp.partition] = high - start
+    except KafkaException as exc:
+        raise RuntimeError(f"cannot read the lag of {group_id} on {topic}: {exc}") from exc
+    else:
+        return lag
+    finally:
+        consumer.close()
+
+
+def produce_low(bootstrap: str, topic: str, records: int, log: Callable[[str], None]) -> float:
+    """Write `records` valid LOW requests to `topic` as fast as librdkafka batches them; returns seconds."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            # Bulk load, not interactive traffic: big batches, compressed, acknowledged by the leader.
+            "linger.ms": 100,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "acks": "1",
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
+        }
+    )
+    codec = request_codec()
+    failures: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None and len(failures) < 10:
+            failures.append(err)
+
+    started = time.monotonic()
+    now = time.time_ns() // 1_000_000
+    for i in range(records):
+        value = codec.encode(
+            {
+                "request_id": f"mem-{i:07d}",
+                "tenant": "default",
+                "origin_region": "local",
+                "scenario": "morning_brief",
+                "tier": Tier.LOW.value,
+                "created_at_ms": now,
+                "expire_at_ms": now + 12 * _HOUR_MS,
+                "attempt": 1,
+                "estimated_tokens": None,
+                "reply_to": None,
+                "session_id": f"brief-{i % 1000}",
+                "model": None,
+                "messages": [{"role": "user", "content": f"Brief {i}: weather, calendar, mood."}],
+                "params": None,
+            }
+        )
+        while True:
+            try:
+                producer.produce(topic, value, key=f"brief-{i % 1000}".encode(), on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.1)  # the local queue is full: let deliveries drain it
+        if i % 10_000 == 0:
+            producer.poll(0)
+        if i and i % 200_000 == 0:
+            log(f"  produced {i:,} records ({time.monotonic() - started:.0f} s)")
+    left = producer.flush(120.0)
+    if left or failures:
+        raise RuntimeError(f"{left} records not delivered; first errors: {failures}")
+    return time.monotonic() - started

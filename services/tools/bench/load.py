@@ -1,0 +1,98 @@
+"""Replaying the trace over HTTP ingest at its times, and watching the dispatcher while it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import httpx
+
+from services.messaging.tiers import DEFAULT_SCENARIO_TIERS, Tier
+from services.tools.bench.summary import Submission
+from services.tools.bench.trace import Arrival
+
+# Enough connections that a burst does not queue behind itself for long; few enough for 2 cores.
+MAX_CONNECTIONS = 64
+HTTP_TIMEOUT_S = 15.0
+HEALTH_INTERVAL_S = 0.25
+
+_TEXT = {
+    "realtime_chat": "Hi, it's me again. How was your day? ({i})",
+    "emotion_analysis": "Diary {i}: tired but hopeful today, the rain stopped at last.",
+    "morning_brief": "Brief {i}: weather, calendar and mood for tomorrow morning.",
+}
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def submit_in_process(
+    ingest_url: str, trace: list[Arrival], tag: str, start_wall_s: float
+) -> list[Submission]:
+    """`submit_trace` in a process of its own (the entry point of a child process)."""
+    return asyncio.run(submit_trace(ingest_url, trace, tag, start_wall_s))
+
+
+async def submit_trace(
+    ingest_url: str, trace: list[Arrival], tag: str, start_wall_s: float
+) -> list[Submission]:
+    """POST every arrival at its time after `start_wall_s` (epoch seconds, so that two processes
+    replaying parts of one trace share the same start).
+
+    Every request carries its own `request_id` (`<tag>-<index>`), so its result can be found on the
+    reply topic. A 429 or 503 is recorded as the run's outcome; only a missing answer is an error.
+    """
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+    async with httpx.AsyncClient(base_url=ingest_url, timeout=HTTP_TIMEOUT_S, limits=limits) as client:
+        start_wall_ms = int(start_wall_s * 1000)
+
+        async def one(arrival: Arrival) -> Submission:
+            await asyncio.sleep(max(0.0, start_wall_s + arrival.at_s - time.time()))
+            request_id = f"{tag}-{arrival.index:05d}"
+            body = {
+                "scenario": arrival.scenario,
+                "session_id": arrival.session_id,
+                "request_id": request_id,
+                "messages": [{"role": "user", "content": _TEXT[arrival.scenario].format(i=arrival.index)}],
+            }
+            sent = wall_ms()
+            status: int | None = None
+            error: str | None = None
+            try:
+                response = await client.post("/v1/requests", json=body)
+                status = response.status_code
+                if status != 202:
+                    error = response.text[:200]
+            except httpx.HTTPError as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            return Submission(
+                index=arrival.index,
+                request_id=request_id,
+                scenario=arrival.scenario,
+                kind=arrival.kind,
+                tier=DEFAULT_SCENARIO_TIERS.get(arrival.scenario, Tier.HIGH),
+                due_ms=start_wall_ms + int(arrival.at_s * 1000),
+                sent_ms=sent,
+                answered_ms=wall_ms(),
+                status=status,
+                error=error,
+            )
+
+        return list(await asyncio.gather(*(one(a) for a in trace)))
+
+
+async def sample_health(dispatcher_url: str, samples: list[tuple[int, int]], stop: asyncio.Event) -> None:
+    """Record (epoch ms, effective budget) whenever the dispatcher's adaptive budget changes."""
+    async with httpx.AsyncClient(base_url=dispatcher_url, timeout=2.0) as client:
+        while not stop.is_set():
+            try:
+                health = (await client.get("/healthz")).json()
+                budget = int(health["effective_budget"])
+                if not samples or samples[-1][1] != budget:
+                    samples.append((wall_ms(), budget))
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass  # a missed sample is not worth stopping the run for; the next one comes soon
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=HEALTH_INTERVAL_S)

@@ -1,0 +1,251 @@
+"""The simulator's prediction beside each real run of the scheduling benchmark.
+
+For every run spec, the same seeded trace (its offsets, tiers and compressed deadlines) goes through
+`services.tools.analysis.simulate` with the settings the run's dispatcher gets (`compressed_env`: policy,
+pinned schedule, LOW ceiling, compressed typical latencies and promotion age) and the compressed
+backend latencies. The simulator runs the dispatcher's own scheduler and waiting room with instant
+fetches and HTTP-free arrivals, so real - simulated is what the pipeline itself adds: the ingest
+HTTP hop and produce, the Kafka hop, the dispatcher's fetch, poll and batching.
+
+Everything here is pure: no broker, no clock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from services.dispatcher.settings import DispatcherSettings, build_schedule
+from services.messaging.tiers import DEFAULT_SCENARIO_TIERS, TIERS_BY_PRIORITY, Tier
+from services.tools.analysis.simulate import SimConfig, SimResult, sim_scheduler, simulate
+from services.tools.analysis.trace import Arrival as SimArrival
+from services.tools.bench.report import MISS, NA, PASS, Target
+from services.tools.bench.scheduling_run import REAL_LATENCY_S, RunSpec, compressed_env
+from services.tools.bench.summary import RunSummary
+from services.tools.bench.trace import Arrival
+from services.tools.measures import Stats, makespan_s, stats
+
+# The schedule is pinned to peak, so the anchor does not pick the window; an evening-peak instant
+# anyway, so that an unpinned run would still be simulated in the window the bench means.
+ANCHOR_MS = int(datetime(2024, 1, 1, 20, tzinfo=UTC).timestamp() * 1000)
+TOLERANCE_MS = 30.0
+TARGET_TIERS = (Tier.HIGH, Tier.MEDIUM)
+_DISPATCHER_PREFIX = "INFERQ_"
+_INGEST_PREFIX = "INFERQ_INGEST_"
+
+
+@dataclass(frozen=True)
+class TierPrediction:
+    tier: Tier
+    arrivals: int
+    by_status: dict[str, int]
+    wait_ms: Stats | None  # dispatched - enqueued, over dispatched requests (as the real tier rows)
+    end_to_end_ms: Stats | None  # completed - enqueued, over OK requests
+
+
+@dataclass(frozen=True)
+class Prediction:
+    run: str
+    policy: str
+    low_peak_ceiling: int | None
+    latency_s: dict[str, float]
+    tiers: list[TierPrediction]
+    low_makespan_s: float | None
+    max_in_flight: int
+    promoted: int
+
+    def tier(self, tier: Tier) -> TierPrediction:
+        return next(row for row in self.tiers if row.tier is tier)
+
+
+def _decode(value: str) -> Any:
+    # The env carries JSON for the per-tier maps and plain text for scalars; pydantic coerces the text.
+    return json.loads(value) if value.startswith("{") else value
+
+
+def run_settings(spec: RunSpec, compress: float, budget: int) -> tuple[DispatcherSettings, dict[Tier, int]]:
+    """The dispatcher's settings and ingest's deadlines of one run, read from the very environment
+    the run's services get (`compressed_env`), so the simulation cannot drift from the real run."""
+    env = compressed_env(spec, compress, prefix="bench.prediction")
+    overrides = {
+        name.removeprefix(_DISPATCHER_PREFIX).lower(): _decode(value)
+        for name, value in env.items()
+        if name.startswith(_DISPATCHER_PREFIX) and not name.startswith(_INGEST_PREFIX)
+    }
+    unknown = sorted(set(overrides) - set(DispatcherSettings.model_fields))
+    if unknown:
+        raise ValueError(f"compressed_env sets dispatcher settings that do not exist: {unknown}")
+    settings = DispatcherSettings(budget=budget, **overrides)
+    deadlines = {Tier(t): int(ms) for t, ms in json.loads(env["INFERQ_INGEST_DEADLINES_MS"]).items()}
+    return settings, deadlines
+
+
+def sim_arrivals(
+    trace: Sequence[Arrival], deadlines_ms: Mapping[Tier, int], start_ms: int = ANCHOR_MS
+) -> list[SimArrival]:
+    """The bench trace as the simulator's arrivals: enqueued at the trace offset, in the tier ingest
+    would choose for the scenario, expiring after that tier's (compressed) deadline."""
+    out = []
+    for a in trace:
+        # The tier and the ms rounding are the ones `load.submit_trace` uses for the real submissions.
+        tier = DEFAULT_SCENARIO_TIERS.get(a.scenario, Tier.HIGH)
+        created = start_ms + int(a.at_s * 1000)
+        out.append(
+            SimArrival(f"trace-{a.index:05d}", tier, created, created + deadlines_ms[tier], a.scenario)
+        )
+    return out
+
+
+def sim_config(settings: DispatcherSettings) -> SimConfig:
+    """The scheduling knobs of the dispatcher's settings, as `inferq simulate` maps them."""
+    return SimConfig(
+        budget=settings.budget,
+        promotion_age_ms=round(settings.promotion_age_s * 1000),
+        early_drop_ms={t: round(s * 1000) for t, s in settings.typical_latency_s.items()}
+        if settings.early_drop
+        else {},
+        readahead_per_tier=settings.readahead,
+        housekeeping_interval_ms=max(1, round(settings.housekeeping_interval_s * 1000)),
+    )
+
+
+def compressed_latency_s(compress: float) -> dict[Tier, float]:
+    """The simulated backend's call time per source tier at `--speed compress` (it has no jitter)."""
+    return {t: s / compress for t, s in REAL_LATENCY_S.items()}
+
+
+def tier_predictions(result: SimResult) -> list[TierPrediction]:
+    rows = []
+    for tier in TIERS_BY_PRIORITY:
+        done = [o for o in result.outcomes if o.tier is tier]
+        waits = [float(o.dispatched_ms - o.enqueued_ms) for o in done if o.dispatched_ms is not None]
+        e2e = [float(o.completed_ms - o.enqueued_ms) for o in done if o.status == "OK"]
+        rows.append(
+            TierPrediction(
+                tier=tier,
+                arrivals=len(done),
+                by_status=dict(sorted(Counter(o.status for o in done).items())),
+                wait_ms=stats(waits),
+                end_to_end_ms=stats(e2e),
+            )
+        )
+    return rows
+
+
+def predict(spec: RunSpec, trace: Sequence[Arrival], *, compress: float, budget: int) -> Prediction:
+    """Simulate one run spec on the trace (deterministic: the same inputs give the same prediction)."""
+    settings, deadlines = run_settings(spec, compress, budget)
+    arrivals = sim_arrivals(trace, deadlines)
+    latency = compressed_latency_s(compress)
+    result = simulate(
+        arrivals, sim_scheduler(settings.policy, build_schedule(settings)), latency, sim_config(settings)
+    )
+    dump = {f"trace-{a.index:05d}" for a in trace if a.kind == "dump"}
+    dump_start = min((o.enqueued_ms for o in result.outcomes if o.request_id in dump), default=None)
+    low_done = [o.completed_ms for o in result.outcomes if o.tier is Tier.LOW]
+    return Prediction(
+        run=spec.name,
+        policy=settings.policy,
+        low_peak_ceiling=settings.low_peak_ceiling,
+        latency_s={t.value: s for t, s in latency.items()},
+        tiers=tier_predictions(result),
+        low_makespan_s=makespan_s(dump_start, low_done),
+        max_in_flight=result.max_in_flight,
+        promoted=result.promoted,
+    )
+
+
+# -- comparison with the real runs ------------------------------------------------------------
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}"
+
+
+def _field(s: Stats | None, name: str) -> float | None:
+    return None if s is None else float(getattr(s, name))
+
+
+def wait_gap_ms(real: RunSummary, predicted: Prediction, tier: Tier) -> float | None:
+    """Real - simulated mean queue wait of `tier` (dispatched requests), in ms."""
+    ours, sim = real.tier(tier).wait_ms, predicted.tier(tier).wait_ms
+    return None if ours is None or sim is None else ours.mean - sim.mean
+
+
+def _outcomes(by_status: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in by_status.items()) or "-"
+
+
+def comparison_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> str:
+    head = (
+        "| run | tier | outcomes real | outcomes sim | wait mean real | sim | real - sim "
+        "| wait p95 real | sim | e2e mean real | sim | e2e p95 real | sim |"
+    )
+    lines = [head, "|" + "---|" * 13]
+    for name, run in runs.items():
+        predicted = predictions.get(name)
+        if predicted is None:
+            continue
+        for row in run.tiers:
+            sim = predicted.tier(row.tier)
+            cells = [
+                name,
+                row.tier.value,
+                _outcomes(row.by_status),
+                _outcomes(sim.by_status),
+                _num(_field(row.wait_ms, "mean")),
+                _num(_field(sim.wait_ms, "mean")),
+                _signed(wait_gap_ms(run, predicted, row.tier)),
+                _num(_field(row.wait_ms, "p95")),
+                _num(_field(sim.wait_ms, "p95")),
+                _num(_field(row.end_to_end_ms, "mean")),
+                _num(_field(sim.end_to_end_ms, "mean")),
+                _num(_field(row.end_to_end_ms, "p95")),
+                _num(_field(sim.end_to_end_ms, "p95")),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def makespan_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> str:
+    lines = [
+        "| run | LOW makespan s real | sim | max in flight real (backend) | sim |",
+        "|---|---|---|---|---|",
+    ]
+    for name, run in runs.items():
+        predicted = predictions.get(name)
+        if predicted is not None:
+            cells = [
+                name,
+                _num(run.low_makespan_s),
+                _num(predicted.low_makespan_s),
+                str(run.backend_max_in_flight),
+                str(predicted.max_in_flight),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def prediction_targets(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> list[Target]:
+    """Per run: HIGH and MEDIUM mean waits of the real pipeline within 30 ms of the simulator's."""
+    name = f"real HIGH and MEDIUM mean waits within {TOLERANCE_MS:.0f} ms of the simulator's, same trace"
+    targets = []
+    for run, summary in runs.items():
+        predicted = predictions.get(run)
+        gaps = {t: None if predicted is None else wait_gap_ms(summary, predicted, t) for t in TARGET_TIERS}
+        if predicted is None or any(g is None for g in gaps.values()):
+            targets.append(Target(name, run, "-", "-", NA))
+            continue
+        measured = ", ".join(f"{t.value} {_signed(g)} ms" for t, g in gaps.items())
+        ok = all(g is not None and abs(g) <= TOLERANCE_MS for g in gaps.values())
+        threshold = f"abs(real - sim) <= {TOLERANCE_MS:.0f} ms each"
+        targets.append(Target(name, run, measured, threshold, PASS if ok else MISS))
+    return targets

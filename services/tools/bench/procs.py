@@ -1,0 +1,82 @@
+"""Processes of the latency and throughput benchmarks: dispatchers (probed or not), helpers, their waits."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+
+from services.tools.stack.process import ServiceProcess
+
+
+def dispatcher_env(
+    *, bootstrap: str, prefix: str, backend_url: str, budget: int, dispatcher_id: str, extra: dict[str, str]
+) -> dict[str, str]:
+    """A dispatcher's environment, named as `services.tools.stack.pipeline.Pipeline` names it."""
+    return {
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "INFERQ_TOPIC_PREFIX": prefix,
+        "INFERQ_BACKEND_URL": backend_url,
+        "INFERQ_BUDGET": str(budget),
+        "INFERQ_GROUP_ID": f"{prefix}-dispatcher",
+        "INFERQ_DISPATCHER_ID": dispatcher_id,
+        **extra,
+    }
+
+
+def dispatcher_process(
+    name: str,
+    port: int,
+    env: dict[str, str],
+    log_dir: Path,
+    *,
+    fetch_log: Path | None = None,
+    profile: Path | None = None,
+) -> ServiceProcess:
+    """`inferq dispatcher`, or the same dispatcher under `inferq bench probe-dispatcher` when its
+    fetches are to be timed or its event loop profiled."""
+    if fetch_log is None and profile is None:
+        args = ["dispatcher", "--port", str(port)]
+    else:
+        args = ["bench", "probe-dispatcher", "--port", str(port)]
+        if fetch_log is not None:
+            args += ["--fetch-log", str(fetch_log)]
+        if profile is not None:
+            args += ["--profile", str(profile)]
+    return ServiceProcess(name, args, log_dir / f"{name}.log", env=env)
+
+
+def wait_exit(proc: ServiceProcess, timeout_s: float) -> int | None:
+    """Wait (bounded) for a process that ends by itself; stopped with SIGTERM if it overruns."""
+    deadline = time.monotonic() + timeout_s
+    while proc.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc.stop()
+
+
+def health(url: str) -> dict[str, object]:
+    """A dispatcher's /healthz, or {} while it does not answer."""
+    try:
+        answer: dict[str, object] = httpx.get(f"{url}/healthz", timeout=1.0).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return answer
+
+
+def wait_group_stable(
+    procs: list[ServiceProcess], urls: list[str], partitions: int, timeout_s: float
+) -> float:
+    """Wait until the members own all `partitions` between them, each at least one: a rebalance in the
+    middle of a throughput run would measure the group protocol, not the dispatcher. Returns seconds."""
+    started = time.monotonic()
+    owned: list[int] = []
+    while time.monotonic() - started < timeout_s:
+        dead = [p.name for p in procs if not p.alive()]
+        if dead:
+            raise RuntimeError(f"{', '.join(dead)} exited; see {procs[0].log_path.parent}")
+        owned = [n if isinstance(n, int) else 0 for n in (health(u).get("assigned") for u in urls)]
+        if min(owned) > 0 and sum(owned) == partitions:
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise TimeoutError(f"dispatcher group not stable after {timeout_s:.0f} s (owned: {owned})")

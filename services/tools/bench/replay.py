@@ -1,0 +1,99 @@
+"""`inferq bench replay`: how fast `inferq replay --speed max` re-publishes (target >= 100,000 records/s).
+
+Runs `measure_replay_rate` (services/tools/loadtest/replay_bench.py) against the bench broker: N requests
+of the evening mix are written to a fresh source prefix, then replayed to a fresh target prefix as
+fast as possible, three times; the median rate is the figure. Writes `<out>/replay.json` and
+`<out>/replay.md` and prints the markdown.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from services.tools.bench.kafka import bench_broker
+from services.tools.bench.machine import code_line, command_line, machine, results_dir
+from services.tools.loadtest.replay_bench import measure_replay_rate
+
+TARGET_PER_S = 100_000.0
+# `measure_replay_rate` returns the median only; its per-run figures are read back from its log lines
+# ("run 2: 200,000 records at 123,456 records/s") so the result shows the spread, not one number.
+_RUN_LINE = re.compile(r"^run (\d+): ([\d,]+) records at ([\d,]+) records/s$")
+
+
+def _number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def per_run_rates(lines: list[str]) -> list[float]:
+    """The rate of every run, in order, from `measure_replay_rate`'s log lines."""
+    found = [m for m in (_RUN_LINE.match(line) for line in lines) if m is not None]
+    return [float(_number(m.group(3))) for m in found]
+
+
+def run(records: int, *, runs: int, out: Path, home: Path) -> int:
+    lines: list[str] = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        print(line)
+
+    started = time.monotonic()
+    with bench_broker(home, log) as bootstrap:
+        median = measure_replay_rate(bootstrap, records=records, runs=runs, log=log)
+    took = time.monotonic() - started
+    document: dict[str, Any] = {
+        "command": command_line("replay"),
+        "machine": machine(),
+        "seconds": took,
+        "records": records,
+        "runs": runs,
+        "median_records_per_s": median,
+        "rates_records_per_s": per_run_rates(lines),
+        "target_records_per_s": TARGET_PER_S,
+        "verdict": "PASS" if median >= TARGET_PER_S else "MISS",
+        "log": lines,
+    }
+    directory = results_dir(out)
+    (directory / "replay.json").write_text(json.dumps(document, indent=2), encoding="utf-8")
+    markdown = render(document)
+    (directory / "replay.md").write_text(markdown, encoding="utf-8")
+    print()
+    print(markdown)
+    return 0
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def render(document: dict[str, Any]) -> str:
+    m = document["machine"]
+    rates = document["rates_records_per_s"]
+    fill = next((line for line in document["log"] if line.startswith("filled ")), None)
+    return "\n".join(
+        [
+            "# Replay benchmark",
+            "",
+            f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
+            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
+            f"{document['seconds']:.0f} s in all.",
+            "",
+            f"{document['records']:,} requests (Avro, the evening mix of tiers, keyed by session) in a fresh "
+            "source prefix, replayed as fast as possible (`inferq replay --speed max`: read, rewrite, "
+            f"produce, final flush with every record acknowledged) to a fresh target prefix, "
+            f"{document['runs']} times." + (f" Source {fill}." if fill else ""),
+            "",
+            "| | records/s |",
+            "|---|---|",
+            *(f"| run {i} | {_rate(rate)} |" for i, rate in enumerate(rates, start=1)),
+            f"| **median** | **{_rate(document['median_records_per_s'])}** |",
+            "",
+            f"Target: median >= {_rate(document['target_records_per_s'])} records/s: "
+            f"**{document['verdict']}**.",
+            "",
+        ]
+    )

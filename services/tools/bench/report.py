@@ -1,0 +1,189 @@
+"""The mission's targets checked against the runs, and the markdown tables (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+
+from services.messaging.tiers import Tier
+from services.tools.bench.summary import RunSummary
+from services.tools.measures import Stats
+
+PASS, MISS, NA = "PASS", "MISS", "n/a"
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    run: str
+    measured: str
+    threshold: str
+    verdict: str
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _verdict(ok: bool) -> str:
+    return PASS if ok else MISS
+
+
+def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
+    """One row per target; a target whose runs were not part of this invocation is n/a."""
+    targets: list[Target] = []
+
+    def add(name: str, run: str, needs: tuple[str, ...], check: Callable[[], tuple[str, str, bool]]) -> None:
+        if not all(r in runs for r in needs):
+            targets.append(Target(name, run, "-", "-", NA))
+            return
+        measured, threshold, ok = check()
+        targets.append(Target(name, run, measured, threshold, _verdict(ok)))
+
+    def high_wait(field: str, limit_ms: float) -> tuple[str, str, bool]:
+        wait = runs["inferq"].tier(Tier.HIGH).wait_ms
+        value = None if wait is None else float(getattr(wait, field))
+        return f"{_num(value)} ms", f"<= {limit_ms:.0f} ms", value is not None and value <= limit_ms
+
+    def medium_vs_fifo(field: str) -> tuple[str, str, bool]:
+        ours = getattr(runs["inferq"].tier(Tier.MEDIUM), field)
+        fifo = getattr(runs["fifo"].tier(Tier.MEDIUM), field)
+        if ours is None or fifo is None:
+            return "-", "<= 1/4 of FIFO", False
+        limit = fifo.mean / 4
+        return f"{ours.mean:.1f} ms", f"<= {limit:.1f} ms (FIFO {fifo.mean:.1f} / 4)", ours.mean <= limit
+
+    def utilization(run: str) -> tuple[str, str, bool]:
+        value = runs[run].utilization.vs_allowed_waiting
+        return _pct(value), ">= 95%", value is not None and value >= 0.95
+
+    def makespan() -> tuple[str, str, bool]:
+        lifted, fifo = runs["inferq-lifted"].low_makespan_s, runs["fifo"].low_makespan_s
+        if lifted is None or fifo is None:
+            return _num(lifted), "LOW unfinished", False
+        return f"{lifted:.1f} s", f"<= {1.6 * fifo:.1f} s (1.6 x FIFO {fifo:.1f})", lifted <= 1.6 * fifo
+
+    def backend(run: str) -> tuple[str, str, bool]:
+        s = runs[run]
+        ok = s.backend_max_in_flight <= s.budget and s.backend_429 == 0
+        return f"max {s.backend_max_in_flight}, 429s {s.backend_429}", f"<= {s.budget}, 0", ok
+
+    def starvation(run: str) -> tuple[str, str, bool]:
+        starved = runs[run].starved()
+        return ", ".join(starved) or "none starved", "none", not starved
+
+    add(
+        "HIGH mean queue wait (wall clock, compressed run)",
+        "inferq",
+        ("inferq",),
+        partial(high_wait, "mean", 30),
+    )
+    add(
+        "HIGH p95 queue wait (wall clock, compressed run)",
+        "inferq",
+        ("inferq",),
+        partial(high_wait, "p95", 100),
+    )
+    both = ("inferq", "fifo")
+    add(
+        "MEDIUM mean queue wait vs FIFO (dispatched only)", "inferq", both, partial(medium_vs_fifo, "wait_ms")
+    )
+    add(
+        "MEDIUM mean queue wait vs FIFO (expired counted until dropped)",
+        "inferq",
+        both,
+        partial(medium_vs_fifo, "wait_incl_dropped_ms"),
+    )
+    for run in ("inferq", "inferq-lifted"):
+        add(
+            "utilization while work waits, of what the ceilings allow", run, (run,), partial(utilization, run)
+        )
+    add("LOW makespan, LOW's peak cap lifted, vs FIFO", "inferq-lifted", ("inferq-lifted", "fifo"), makespan)
+    for run in runs:
+        add("backend max concurrency <= B, zero 429s", run, (run,), partial(backend, run))
+    for run in ("inferq", "inferq-lifted"):
+        add("no tier starved (all accepted ended, OKs in each tier)", run, (run,), partial(starvation, run))
+    return targets
+
+
+def _stats_cells(s: Stats | None) -> list[str]:
+    if s is None:
+        return ["-"] * 4
+    return [_num(s.mean), _num(s.p50), _num(s.p95), _num(s.p99)]
+
+
+def _real(s: Stats | None, compress: float) -> str:
+    """Mean / p95 multiplied by S, in seconds: the real-evening equivalent of a compressed figure."""
+    return "-" if s is None else f"{s.mean * compress / 1000:.2f} / {s.p95 * compress / 1000:.2f}"
+
+
+def tier_table(runs: Mapping[str, RunSummary]) -> str:
+    head = (
+        "| run | tier | submitted | accepted | refused 429/503 | outcomes | missing "
+        "| wait mean | p50 | p95 | p99 | wait mean incl. expired | e2e mean | p50 | p95 | p99 "
+        "| real-time eq. wait mean / p95 (s) | real-time eq. e2e mean / p95 (s) |"
+    )
+    lines = [head, "|" + "---|" * 18]
+    for name, run in runs.items():
+        for row in run.tiers:
+            outcomes = ", ".join(f"{k} {v}" for k, v in row.by_status.items()) or "-"
+            cells = [
+                name,
+                row.tier.value,
+                str(row.submitted),
+                str(row.accepted),
+                str(row.refused),
+                outcomes,
+                str(row.missing),
+                *_stats_cells(row.wait_ms),
+                _num(row.wait_incl_dropped_ms.mean if row.wait_incl_dropped_ms else None),
+                *_stats_cells(row.end_to_end_ms),
+                _real(row.wait_ms, run.compress),
+                _real(row.end_to_end_ms, run.compress),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run_table(runs: Mapping[str, RunSummary]) -> str:
+    head = (
+        "| run | policy | LOW makespan s (real-time eq. min) | backend max in flight | backend 429s "
+        "| util. of allowed, while waiting | util. of B, while waiting | util. of B, whole run "
+        "| waiting time s | min effective budget | starved | chat+analysis: client lag p95 ms "
+        "| chat+analysis: ingest 202 p50 / p95 ms | brief dump accepted in s |"
+    )
+    lines = [head, "|" + "---|" * 14]
+    for name, run in runs.items():
+        u = run.utilization
+        span = run.low_makespan_s
+        makespan = "-" if span is None else f"{span:.1f} ({span * run.compress / 60:.1f})"
+        ingest = run.ingest_answer_ms
+        cells = [
+            name,
+            run.policy,
+            makespan,
+            str(run.backend_max_in_flight),
+            str(run.backend_429),
+            _pct(u.vs_allowed_waiting),
+            _pct(u.vs_budget_waiting),
+            _pct(u.vs_budget_span),
+            _num(u.waiting_s),
+            str(run.min_effective_budget),
+            ", ".join(run.starved()) or "none",
+            _num(run.submit_lag_ms.p95 if run.submit_lag_ms else None),
+            "-" if ingest is None else f"{ingest.p50:.1f} / {ingest.p95:.1f}",
+            _num(run.dump_accepted_s),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def target_table(targets: list[Target]) -> str:
+    lines = ["| target | run | measured | threshold | verdict |", "|---|---|---|---|---|"]
+    lines += [f"| {t.name} | {t.run} | {t.measured} | {t.threshold} | {t.verdict} |" for t in targets]
+    return "\n".join(lines)

@@ -1,0 +1,439 @@
+"""`inferq bench throughput`: requests/s through the dispatcher on a zero-latency backend, against a
+bare loop and the backend alone, in the same run.
+
+One simulated backend serves the whole invocation (every model at zero latency, limit = the budget,
+so a group that exceeded its budget would be answered 429 and show it). Each run measures, each on
+fresh topics and fresh processes:
+
+- inferq, N dispatchers (one consumer group, local coordination, budget / N each so the group holds
+  the budget): the members start on empty topics and the bench waits until they own every partition
+  between them (a rebalance mid-run would measure the group protocol), then `records` HIGH requests
+  are bulk-loaded into the HIGH topic (about 0.1 s for 5,000, far faster than they are served).
+  Rate = (results - 1) / (last result - first result), from the results' Kafka timestamps.
+- the bare loop (`bareloop.py loop`), on its own pre-loaded topic, measured the same way.
+- the backend alone (`bareloop.py blast`): `records` calls straight at it, `budget` at a time, with
+  aiohttp; then a fifth as many through httpx configured as the dispatcher configures it.
+
+The order of the first two alternates between runs. `--profile` adds one single-dispatcher measurement
+under cProfile (not in the medians) and writes its top functions.
+"""
+
+from __future__ import annotations
+
+import json
+import pstats
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from services.messaging.admin import create_topics
+from services.messaging.codec import result_codec
+from services.messaging.kafka_config import KafkaSettings
+from services.messaging.tiers import Tier
+from services.tools.bench.kafka import bench_broker
+from services.tools.bench.machine import code_line, command_line, machine, results_dir
+from services.tools.bench.procs import (
+    dispatcher_env,
+    dispatcher_process,
+    health,
+    wait_exit,
+    wait_group_stable,
+)
+from services.tools.bench.throughput_report import (
+    BACKEND,
+    BACKEND_HTTPX,
+    BARE,
+    Measurement,
+    dispatchers_label,
+    rate_per_s,
+    rates_table,
+    target_rows,
+)
+from services.tools.bench.topicio import RecordCounter, load_requests, read_topic
+from services.tools.broker.broker import pick_free_ports
+from services.tools.stack.process import ServiceProcess
+
+Log = Callable[[str], None]
+Step = tuple[str, int]  # ("group", size) | ("bare", 0) | ("backend-aiohttp" | "backend-httpx", 0)
+PROFILE_TOP = 30
+
+
+@dataclass(frozen=True)
+class ThroughputSpec:
+    # 20,000 at today's ~250/s would take 80 s per dispatcher measurement: over the bench's time budget.
+    records: int = 5_000
+    budget: int = 200
+    runs: int = 3
+    group_sizes: tuple[int, ...] = (1, 2)
+    profile: bool = False
+    # Extra dispatcher settings (e.g. INFERQ_READAHEAD_PER_TIER), to try a change without a rebuild.
+    dispatcher_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bound_s(self) -> float:
+        """Bound of one measurement's wait: 100 requests/s would be a failure worth stopping for."""
+        return max(60.0, self.records / 100)
+
+
+@dataclass
+class Bench:
+    bootstrap: str
+    backend_url: str
+    spec: ThroughputSpec
+    work_dir: Path
+    log: Log
+
+    def reset_backend(self) -> None:
+        httpx.post(f"{self.backend_url}/admin/reset", timeout=5.0).raise_for_status()
+
+    def backend_stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = httpx.get(f"{self.backend_url}/stats", timeout=5.0).json()
+        return {k: stats[k] for k in ("max_in_flight", "total", "by_status")}
+
+    def _results(self, topic: str) -> tuple[list[int], dict[str, int], int]:
+        """First result per request_id: its Kafka timestamp; results per writer; duplicates."""
+        codec = result_codec()
+        first: dict[str, int] = {}
+        writers: dict[str, int] = {}
+        duplicates = 0
+        for read in read_topic(self.bootstrap, topic):
+            result = codec.decode(read.value)
+            if result["request_id"] in first:
+                duplicates += 1
+                continue
+            first[result["request_id"]] = read.timestamp_ms
+            writers[result["dispatcher_id"]] = writers.get(result["dispatcher_id"], 0) + 1
+        return list(first.values()), writers, duplicates
+
+    def _topics(self, name: str) -> KafkaSettings:
+        kafka = KafkaSettings(
+            bootstrap_servers=self.bootstrap, topic_prefix=f"bench.thr-{name}-{uuid.uuid4().hex[:6]}"
+        )
+        create_topics(kafka)
+        return kafka
+
+    def group(
+        self, size: int, run: str, *, profile: Path | None = None
+    ) -> tuple[Measurement, dict[str, Any]]:
+        kafka = self._topics(f"{run}-x{size}")
+        prefix = kafka.topic_prefix
+        topics = kafka.topics
+        partitions = sum(
+            s.partitions for s in topics.specs() if s.name in [*topics.all_requests, topics.retry]
+        )
+        per_member = max(1, self.spec.budget // size)
+        ports = pick_free_ports(size)
+        procs = [
+            dispatcher_process(
+                f"dispatcher-{i}",
+                ports[i],
+                dispatcher_env(
+                    bootstrap=self.bootstrap,
+                    prefix=prefix,
+                    backend_url=f"{self.backend_url}/v1",
+                    budget=per_member,
+                    dispatcher_id=f"{prefix}-d{i}",
+                    extra={"INFERQ_SCHEDULE_PIN": "peak", **self.spec.dispatcher_env},
+                ),
+                self.work_dir / prefix,
+                profile=profile if i == 0 else None,
+            )
+            for i in range(size)
+        ]
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        self.reset_backend()
+        budgets: set[int] = set()
+        try:
+            for proc in procs:
+                proc.start()
+            stable_s = wait_group_stable(procs, urls, partitions, timeout_s=120.0)
+            load_s = load_requests(self.bootstrap, topics.requests(Tier.HIGH), self.spec.records, prefix)
+            with RecordCounter(self.bootstrap, topics.results) as counter:
+                deadline = time.monotonic() + self.spec.bound_s
+                while counter.count() < self.spec.records and time.monotonic() < deadline:
+                    for url in urls:
+                        budget = health(url).get("effective_budget")
+                        if isinstance(budget, int):
+                            budgets.add(budget)
+                    time.sleep(0.5)
+        finally:
+            codes = [proc.stop() for proc in procs]
+        stamps, writers, duplicates = self._results(topics.results)
+        label = dispatchers_label(size)
+        measured = Measurement(label, len(stamps), _span_s(stamps), rate_per_s(stamps))
+        detail = {
+            "what": label,
+            "topic_prefix": prefix,
+            "budget_per_member": per_member,
+            "group_stable_after_s": stable_s,
+            "load_seconds": load_s,
+            "results_by_dispatcher": writers,
+            "duplicates": duplicates,
+            "effective_budgets_seen": sorted(budgets),
+            "exit_codes": codes,
+            "backend": self.backend_stats(),
+        }
+        self.log(f"[{run}] {label}: {_fmt(measured)}, load {load_s:.2f} s")
+        return measured, detail
+
+    def bare_loop(self, run: str) -> tuple[Measurement, dict[str, Any]]:
+        kafka = self._topics(f"{run}-bare")
+        topics = kafka.topics
+        load_s = load_requests(
+            self.bootstrap, topics.requests(Tier.HIGH), self.spec.records, kafka.topic_prefix
+        )
+        summary_path = self.work_dir / kafka.topic_prefix / "bareloop.json"
+        summary_path.parent.mkdir(parents=True, exist_ok=True)
+        args = [
+            "bench",
+            "bareloop",
+            "loop",
+            "--bootstrap",
+            self.bootstrap,
+            "--source-topic",
+            topics.requests(Tier.HIGH),
+            "--result-topic",
+            topics.results,
+            "--group",
+            f"{kafka.topic_prefix}-bare",
+            "--backend-url",
+            f"{self.backend_url}/v1",
+            "--concurrency",
+            str(self.spec.budget),
+            "--count",
+            str(self.spec.records),
+            "--summary",
+            str(summary_path),
+            "--timeout",
+            str(self.spec.bound_s),
+        ]
+        self.reset_backend()
+        proc = ServiceProcess("bareloop", args, summary_path.parent / "bareloop.log")
+        proc.start()
+        code = wait_exit(proc, self.spec.bound_s + 30.0)
+        stamps, _, duplicates = self._results(topics.results)
+        measured = Measurement(BARE, len(stamps), _span_s(stamps), rate_per_s(stamps))
+        summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
+        self.log(f"[{run}] {BARE}: {_fmt(measured)}")
+        return measured, {
+            "what": BARE,
+            "topic_prefix": kafka.topic_prefix,
+            "load_seconds": load_s,
+            "exit_code": code,
+            "duplicates": duplicates,
+            "own_summary": summary,
+            "backend": self.backend_stats(),
+        }
+
+    def backend_alone(self, run: str, client: str) -> tuple[Measurement, dict[str, Any]]:
+        """Calls straight at the backend, `budget` at a time: with aiohttp, the backend's ceiling;
+        with httpx as the dispatcher configures it, the ceiling of the dispatcher's HTTP client
+        (fewer calls: it is slow enough that the full count would dominate the run)."""
+        what = BACKEND if client == "aiohttp" else BACKEND_HTTPX
+        count = self.spec.records if client == "aiohttp" else max(500, self.spec.records // 5)
+        summary_path = self.work_dir / f"blast-{client}-{run}-{uuid.uuid4().hex[:6]}.json"
+        args = ["bench", "bareloop", "blast", "--client", client, "--backend-url", f"{self.backend_url}/v1"]
+        args += ["--concurrency", str(self.spec.budget), "--count", str(count)]
+        args += ["--summary", str(summary_path), "--timeout", str(self.spec.bound_s)]
+        self.reset_backend()
+        proc = ServiceProcess(f"blast-{client}", args, summary_path.with_suffix(".log"))
+        proc.start()
+        code = wait_exit(proc, self.spec.bound_s + 30.0)
+        summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
+        first, last = summary.get("first_ns"), summary.get("last_ns")
+        seconds = (last - first) / 1e9 if first is not None and last is not None else None
+        measured = Measurement(what, int(summary.get("done", 0)), seconds, summary.get("rate_per_s"))
+        self.log(f"[{run}] {what}: {_fmt(measured)}")
+        return measured, {
+            "what": what,
+            "calls": count,
+            "exit_code": code,
+            "own_summary": summary,
+            "backend": self.backend_stats(),
+        }
+
+
+def _changes(spec: dict[str, Any]) -> list[str]:
+    """What differs from the dispatcher as it ships, said before the numbers it changes."""
+    changes = [f"`{name}={value}`" for name, value in spec["dispatcher_env"].items()]
+    if not changes:
+        return []
+    return [f"**Experiment, not the shipped configuration:** dispatchers run with {', '.join(changes)}.", ""]
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _span_s(stamps: list[int]) -> float | None:
+    return (max(stamps) - min(stamps)) / 1000 if len(stamps) > 1 else None
+
+
+def _fmt(m: Measurement) -> str:
+    rate = "-" if m.rate_per_s is None else f"{m.rate_per_s:,.0f}/s"
+    return f"{m.count} in {m.seconds or 0:.2f} s = {rate}"
+
+
+def top_functions(path: Path, key: str, limit: int = PROFILE_TOP) -> list[dict[str, Any]]:
+    """The profile's top functions by `key` ("tottime" or "cumtime"), with their share of the total."""
+    raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    total = sum(tt for _, _, tt, _, _ in raw.values()) or 1.0
+    rows = sorted(raw.items(), key=lambda item: item[1][2] if key == "tottime" else item[1][3], reverse=True)
+    top: list[dict[str, Any]] = []
+    for (file, line, func), (_, calls, tt, ct, _) in rows[:limit]:
+        short = file.split("site-packages/")[-1].split("/work/main/")[-1]
+        top.append(
+            {
+                "function": f"{short}:{line}({func})",
+                "calls": calls,
+                "tottime": tt,
+                "cumtime": ct,
+                "share_of_total": tt / total,
+            }
+        )
+    return [*top, {"total_s": total}]
+
+
+def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
+    log = print
+    started = time.monotonic()
+    work_dir = home / f"throughput-{uuid.uuid4().hex[:6]}"
+    runs: list[dict[str, Measurement]] = []
+    details: list[list[dict[str, Any]]] = []
+    profile: dict[str, Any] | None = None
+    with bench_broker(home, log) as bootstrap:
+        port = pick_free_ports(1)[0]
+        backend_url = f"http://127.0.0.1:{port}"
+        zero = [
+            arg
+            for model in ("inferq-fast", "inferq-accurate", "inferq-cheap")
+            for arg in ("--latency", f"{model}=0")
+        ]
+        backend = ServiceProcess(
+            "sim-backend",
+            ["sim-backend", "--port", str(port), "--limit", str(spec.budget), *zero],
+            work_dir / "sim-backend.log",
+        )
+        backend.start()
+        try:
+            backend.wait_http_ready(f"{backend_url}/healthz", 60.0)
+            bench = Bench(bootstrap, backend_url, spec, work_dir, log)
+            for index in range(spec.runs):
+                name = f"run{index + 1}"
+                # Alternated, so neither the dispatcher nor the bare loop always runs on a fresher machine.
+                first_two: list[Step] = [("group", 1), ("bare", 0)]
+                steps = (first_two if index % 2 == 0 else first_two[::-1]) + [
+                    *(("group", size) for size in spec.group_sizes if size != 1),
+                    ("backend-aiohttp", 0),
+                    ("backend-httpx", 0),
+                ]
+                measured: dict[str, Measurement] = {}
+                run_details: list[dict[str, Any]] = []
+                for kind, size in steps:
+                    if kind == "group":
+                        m, d = bench.group(size, name)
+                    elif kind == "bare":
+                        m, d = bench.bare_loop(name)
+                    else:
+                        m, d = bench.backend_alone(name, kind.removeprefix("backend-"))
+                    measured[m.what] = m
+                    run_details.append(d)
+                runs.append(measured)
+                details.append(run_details)
+            if spec.profile:
+                path = results_dir(out) / "throughput-dispatcher.prof"
+                m, d = bench.group(1, "profiled", profile=path)
+                profile = {
+                    "measurement": asdict(m),
+                    "detail": d,
+                    "stats_file": str(path),
+                    "by_tottime": top_functions(path, "tottime"),
+                    "by_cumtime": top_functions(path, "cumtime"),
+                }
+        finally:
+            backend.stop()
+    took = time.monotonic() - started
+    order = [dispatchers_label(n) for n in spec.group_sizes] + [BARE, BACKEND, BACKEND_HTTPX]
+    document = {
+        "command": command_line("throughput"),
+        "machine": machine(),
+        "seconds": took,
+        "spec": asdict(spec),
+        "targets": target_rows(runs),
+        "runs": [
+            {"measurements": {k: asdict(v) for k, v in r.items()}, "details": d}
+            for r, d in zip(runs, details, strict=True)
+        ],
+        "profile": profile,
+    }
+    directory = results_dir(out)
+    (directory / "throughput.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
+    markdown = render(document, runs, order)
+    (directory / "throughput.md").write_text(markdown, encoding="utf-8")
+    print()
+    print(markdown)
+    log(f"wrote {directory / 'throughput.json'} and {directory / 'throughput.md'} ({took:.0f} s in all)")
+    complete = all(m.count >= spec.records for r in runs for w, m in r.items() if w != BACKEND_HTTPX)
+    return 0 if complete else 1
+
+
+def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: list[str]) -> str:
+    m = document["machine"]
+    spec = document["spec"]
+    labels = [f"run {i + 1}" for i in range(len(runs))]
+    lines = [
+        "# Throughput benchmark",
+        "",
+        f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
+        f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
+        f"{document['seconds']:.0f} s in all.",
+        "",
+        f"{spec['records']:,} HIGH requests per measurement; budget {spec['budget']} (split evenly across a "
+        "group); simulated backend at zero latency, limit = budget. Requests/s from the first result to "
+        "the last (Kafka timestamps of the results); the backend alone from its first answer to its last.",
+        "",
+        *_changes(spec),
+        rates_table(runs, labels, order),
+        "",
+        "| target | measured | threshold | verdict |",
+        "|---|---|---|---|",
+        *(f"| {t} | {v} | {lim} | {verdict} |" for t, v, lim, verdict in document["targets"]),
+        "",
+        "## Per measurement",
+        "",
+        "| run | configuration | results | seconds | duplicates | by writer | effective budgets | backend "
+        "max in flight | backend answers |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, run in zip(labels, document["runs"], strict=True):
+        for d in run["details"]:
+            meas = run["measurements"][d["what"]]
+            lines.append(
+                f"| {label} | {d['what']} | {meas['count']} | "
+                f"{_num(meas['seconds'], '.2f')} | {d.get('duplicates', '-')} "
+                f"| {d.get('results_by_dispatcher', '-')} | {d.get('effective_budgets_seen', '-')} "
+                f"| {d['backend']['max_in_flight']} | {d['backend']['by_status']} |"
+            )
+    profile = document.get("profile")
+    if profile:
+        lines += ["", "## Profile of one dispatcher (cProfile, event-loop thread)", ""]
+        meas = profile["measurement"]
+        lines += [
+            f"Under the profiler: {meas['count']} results at "
+            f"{_num(meas['rate_per_s'], ',.0f')}/s. Stats in "
+            f"`{profile['stats_file']}` (`python -m pstats`).",
+            "",
+            "| function | calls | own s | share of own time | cumulative s |",
+            "|---|---|---|---|---|",
+        ]
+        for row in profile["by_tottime"][:-1]:
+            lines.append(
+                f"| `{row['function']}` | {row['calls']} | {row['tottime']:.2f} | "
+                f"{row['share_of_total']:.1%} | {row['cumtime']:.2f} |"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,39 @@
+"""Local Apache Kafka broker tooling: the real Kafka 4.x broker (KRaft, single node) run from Maven jars.
+
+No Docker needed: ``ensure_jars`` fetches the broker's jars once with Maven, ``LocalBroker`` formats,
+starts, probes and stops a broker in a home directory, ``cli.register`` adds ``inferq broker
+start|stop|status`` and ``fixture.kafka_bootstrap_for_tests`` gives tests a bootstrap string.
+"""
+
+from __future__ import annotations
+
+from services.tools.broker.broker import BrokerConfig, BrokerStatus, LocalBroker, pick_free_ports
+from services.tools.broker.errors import (
+    BrokerStartError,
+    BrokerStopError,
+    JarFetchError,
+    LocalBrokerError,
+    NoKafkaAvailableError,
+    PortInUseError,
+    ToolMissingError,
+)
+from services.tools.broker.jars import ensure_jars, require_java, require_maven
+from services.tools.paths import find_project_root
+
+__all__ = [
+    "BrokerConfig",
+    "BrokerStartError",
+    "BrokerStatus",
+    "BrokerStopError",
+    "JarFetchError",
+    "LocalBroker",
+    "LocalBrokerError",
+    "NoKafkaAvailableError",
+    "PortInUseError",
+    "ToolMissingError",
+    "ensure_jars",
+    "find_project_root",
+    "pick_free_ports",
+    "require_java",
+    "require_maven",
+]

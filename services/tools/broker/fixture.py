@@ -1,0 +1,121 @@
+"""A Kafka bootstrap address for tests: an external broker, a testcontainers broker, or a local one.
+
+Tests that need Kafka must run against a real broker or fail loudly; they never skip, because a green
+run with skipped Kafka tests proves nothing.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
+from services.tools.broker.errors import LocalBrokerError, NoKafkaAvailableError, PortInUseError
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+_DOCKER_PING_TIMEOUT_S = 3
+_PORT_ATTEMPTS = 3
+_START_TIMEOUT_S = 180.0  # generous: a cold 2-core CI machine may also be compiling or fetching jars
+
+
+def _missing_docker_socket() -> str | None:
+    """Why no engine can answer, when that is evident without connecting (the common case here)."""
+    host = os.environ.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        return None  # tcp/ssh engines can only be known by asking
+    path = Path(host.removeprefix("unix://") or "/var/run/docker.sock")
+    return None if path.exists() else f"no Docker engine (no socket at {path})"
+
+
+def docker_engine_answers(timeout_s: int = _DOCKER_PING_TIMEOUT_S) -> tuple[bool, str]:
+    """Ping the Docker engine with the docker SDK; returns (answers, reason when it does not)."""
+    missing = _missing_docker_socket()
+    if missing is not None:
+        return False, missing
+    try:
+        # Imported by name: the docker SDK ships no type information, and only this probe needs it.
+        docker: Any = importlib.import_module("docker")
+    except ImportError as exc:
+        return False, f"docker SDK not importable ({exc})"
+    # The SDK leaks the socket of a failed connect; under `filterwarnings=error` its ResourceWarning
+    # would fail whichever test happens to trigger garbage collection, so collect it here, silenced.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        try:
+            client = docker.from_env(timeout=timeout_s)
+            try:
+                return bool(client.ping()), ""
+            finally:
+                client.close()
+        # requests' errors derive from OSError; DockerException covers "no engine" from from_env().
+        except (docker.errors.DockerException, OSError) as exc:
+            reason = f"no Docker engine answered ({type(exc).__name__}: {exc})"
+        gc.collect()
+    return False, reason
+
+
+@contextmanager
+def _testcontainers_kafka() -> Iterator[str]:
+    try:
+        module = importlib.import_module("testcontainers.community.kafka")
+    except ImportError:
+        module = importlib.import_module("testcontainers.kafka")  # before testcontainers 4.15
+    with module.KafkaContainer().with_kraft() as kafka:
+        yield str(kafka.get_bootstrap_server())
+
+
+@contextmanager
+def _local_broker(tmp_root: Path) -> Iterator[str]:
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    # A fresh home per session: a reused, differently formatted data dir fails with "Invalid cluster.id".
+    home = Path(tempfile.mkdtemp(prefix="kafka-", dir=tmp_root))
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        port, controller_port = pick_free_ports(2)
+        broker = LocalBroker(BrokerConfig(home=home, port=port, controller_port=controller_port))
+        try:
+            broker.start(timeout_s=_START_TIMEOUT_S)
+        except PortInUseError:
+            # Another process took a just-picked port before the broker bound it; pick again.
+            if attempt == _PORT_ATTEMPTS:
+                raise
+            continue
+        try:
+            yield broker.bootstrap
+        finally:
+            broker.stop()
+        return
+
+
+@contextmanager
+def kafka_bootstrap_for_tests(tmp_root: Path) -> Iterator[str]:
+    """Yield a ``bootstrap.servers`` string of a real Kafka broker for the duration of the block.
+
+    In order: ``$KAFKA_BOOTSTRAP_SERVERS`` when set (nothing is started or stopped); a testcontainers
+    Kafka (KRaft) when a Docker engine answers; else a fresh LocalBroker under ``tmp_root`` on free
+    ports, stopped on exit. Never skips: raises NoKafkaAvailableError saying what was tried.
+    """
+    external = os.environ.get(BOOTSTRAP_ENV, "").strip()
+    if external:
+        yield external
+        return
+    docker_ok, docker_reason = docker_engine_answers()
+    if docker_ok:
+        with _testcontainers_kafka() as bootstrap:
+            yield bootstrap
+        return
+    with ExitStack() as stack:
+        try:
+            bootstrap = stack.enter_context(_local_broker(tmp_root))
+        except LocalBrokerError as exc:
+            raise NoKafkaAvailableError(
+                f"no Kafka broker for the tests: ${BOOTSTRAP_ENV} is not set; {docker_reason}; "
+                f"and the local broker failed: {exc}"
+            ) from exc
+        yield bootstrap  # the stack stops the broker however the block ends

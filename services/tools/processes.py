@@ -1,0 +1,109 @@
+"""Local server processes (the Kafka broker, redis-server) launched and watched by pid.
+
+Shared by `services.tools.broker` and `services.tools.redis.server`: whether a port is free,
+whether a pid is alive, reaping, waiting for an exit without polling where the kernel allows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import time
+from pathlib import Path
+
+HOST = "127.0.0.1"
+LOG_TAIL_LINES = 60
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As Kafka's own server socket does: TIME_WAIT leftovers of a stopped broker's client connections
+        # must not count as "in use", only a live listener or bound socket.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def read_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 64 * 1024))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def proc_state(pid: int) -> str | None:
+    """The /proc state letter of ``pid`` (``Z`` = zombie), or None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    # The command name in parentheses may contain spaces: the state follows the last ")".
+    return stat.rpartition(")")[2].split()[0]
+
+
+def pid_alive(pid: int) -> bool:
+    if Path("/proc").is_dir():
+        state = proc_state(pid)
+        return state is not None and state not in {"Z", "X"}
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap(pid: int) -> None:
+    """Collect the exit status of ``pid`` if it is our exited child, so no zombie lingers."""
+    with contextlib.suppress(ChildProcessError):  # not our child (started by another process)
+        os.waitpid(pid, os.WNOHANG)
+
+
+def launched_process_exited(pid: int) -> bool:
+    """For a process this code launched: has it exited? Asked of the kernel (waitpid), not of
+    /proc/<pid>/cmdline, which reads empty for a few ms after the launch and is rewritten by
+    servers that retitle themselves: a command-line match there reports a live server as gone."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return not pid_alive(pid)  # not our child (another process launched it): ask /proc
+    return done == pid
+
+
+def wait_pid_exit(pid: int, timeout_s: float) -> bool:
+    """Wait until ``pid`` exits (and reap it if it is our child); True when it did within ``timeout_s``.
+
+    Works for children and non-children alike, so a broker started by the CLI can be stopped by tests.
+    """
+    deadline = time.monotonic() + timeout_s
+    pidfd = None
+    with contextlib.suppress(OSError, AttributeError):
+        pidfd = os.pidfd_open(pid)  # readable once the process has exited: an event, not polling
+    if pidfd is not None:
+        try:
+            poller = select.poll()
+            poller.register(pidfd, select.POLLIN)
+            while pid_alive(pid):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                poller.poll(max(1, int(min(remaining, 1.0) * 1000)))
+        finally:
+            os.close(pidfd)
+    else:
+        while pid_alive(pid):  # no pidfd (old kernel / non-Linux): poll under the deadline
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+    reap(pid)
+    return True

@@ -1,0 +1,131 @@
+"""The HTTP face of the simulator: an OpenAI-compatible chat-completions endpoint plus stats and admin.
+
+Endpoints:
+    POST /v1/chat/completions   OpenAI chat completions (401, 400, 429, 500, 503 as a real provider answers)
+    GET  /stats                 counters, concurrency and current faults
+    GET  /healthz               liveness
+    POST /admin/faults          switch outage, error_rate, degradation at runtime; returns the fault state
+    POST /admin/reset           zero the counters; returns the fresh stats
+
+The API key, when set, guards only `/v1/*`: it simulates the provider's auth for the dispatcher to exercise,
+it is not a security boundary (the CLI binds to 127.0.0.1 by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from pydantic import SecretStr
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from services.tools.simbackend.backend import Rejected, SimBackend
+from services.tools.simbackend.latency import LatencyModel
+from services.tools.simbackend.protocol import (
+    OUTAGE,
+    SERVER_ERROR,
+    UNAUTHORIZED,
+    UNAVAILABLE,
+    ApiError,
+    ChatCompletionRequest,
+    FaultUpdate,
+    completion,
+    parse,
+    rate_limited,
+)
+from services.tools.simbackend.settings import SimBackendSettings
+from services.tools.simbackend.state import FaultState
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) -> Starlette:
+    """Build the simulator. Tests inject `sleep` to observe latencies and hold calls open without waiting."""
+    backend = SimBackend(
+        limit=settings.limit,
+        latency=LatencyModel.from_settings(settings),
+        faults=FaultState(error_rate=settings.error_rate),
+        rng=random.Random(settings.seed),
+    )
+    retry_after = {"Retry-After": str(settings.retry_after_s)}
+
+    def answer_error(error: ApiError, model: str | None) -> Response:
+        backend.stats.record(error.status, model)
+        # Clients honour Retry-After on 429 and 503 only; elsewhere it would be noise.
+        headers = retry_after if error.status in (429, 503) else None
+        return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+    async def chat_completions(request: Request) -> Response:
+        if not _authorized(request, settings.api_key):
+            return answer_error(UNAUTHORIZED, None)
+        parsed = parse(ChatCompletionRequest, await request.body())
+        if isinstance(parsed, ApiError):
+            return answer_error(parsed, None)
+        model = parsed.model
+        decision = backend.admit(model)
+        if isinstance(decision, Rejected):
+            if decision.reason == "outage":
+                return answer_error(OUTAGE, model)
+            return answer_error(rate_limited(settings.limit, settings.retry_after_s), model)
+        try:
+            await sleep(decision.latency_s)
+        finally:
+            # Also on cancellation (client gone, server shutting down): a leaked slot would shrink the limit.
+            backend.release()
+        if decision.status == 500:
+            return answer_error(SERVER_ERROR, model)
+        if decision.status == 503:
+            return answer_error(UNAVAILABLE, model)
+        body = completion(parsed, completion_id=f"chatcmpl-{uuid.uuid4().hex}", created_s=int(time.time()))
+        backend.stats.record(200, model)
+        return JSONResponse(body)
+
+    async def stats(_: Request) -> Response:
+        return JSONResponse(backend.snapshot())
+
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def set_faults(request: Request) -> Response:
+        update = parse(FaultUpdate, await request.body())
+        if isinstance(update, ApiError):
+            return JSONResponse(update.body(), status_code=update.status)
+        faults = backend.faults
+        if update.outage is not None:
+            faults.outage = update.outage
+        if update.error_rate is not None:
+            faults.error_rate = update.error_rate
+        if update.degradation is not None:
+            faults.degradation = update.degradation
+        return JSONResponse(faults.as_dict())
+
+    async def reset(_: Request) -> Response:
+        backend.stats.reset()
+        return JSONResponse(backend.snapshot())
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/stats", stats, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/admin/faults", set_faults, methods=["POST"]),
+            Route("/admin/reset", reset, methods=["POST"]),
+        ]
+    )
+
+
+def _authorized(request: Request, api_key: SecretStr | None) -> bool:
+    if api_key is None:
+        return True
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    # Constant-time, like a real provider's check: the key must not leak through response timing.
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        token.strip().encode(), api_key.get_secret_value().encode()
+    )

@@ -1,0 +1,157 @@
+"""The whole pipeline (simulated backend, results, dispatchers, ingest) started as processes.
+
+Each service reads its settings from the environment, exactly as when a user starts it by hand;
+this class only chooses the ports, the topic prefix and the data paths, so several pipelines
+(a demo, a test) can share one broker without touching each other's topics.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from services.tools.stack.process import ServiceProcess
+
+
+class PortsInUseError(RuntimeError):
+    pass
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        # SO_REUSEADDR: a port held only by TIME_WAIT connections of a stopped server is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class PipelinePorts:
+    ingest: int = 8700
+    results: int = 8701
+    dispatcher: int = 8702
+    backend: int = 8780
+
+
+@dataclass
+class Pipeline:
+    bootstrap: str
+    work_dir: Path
+    ports: PipelinePorts = field(default_factory=PipelinePorts)
+    topic_prefix: str = "inferq"
+    budget: int = 10
+    backend_args: list[str] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    processes: list[ServiceProcess] = field(default_factory=list)
+    dispatchers: list[ServiceProcess] = field(default_factory=list)
+
+    @property
+    def ingest_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.ingest}"
+
+    @property
+    def results_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.results}"
+
+    @property
+    def backend_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.backend}"
+
+    def _env(self) -> dict[str, str]:
+        return {
+            "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
+            "INFERQ_TOPIC_PREFIX": self.topic_prefix,
+            "INFERQ_BACKEND_URL": f"{self.backend_url}/v1",
+            "INFERQ_BUDGET": str(self.budget),
+            "INFERQ_GROUP_ID": f"{self.topic_prefix}-dispatcher",
+            # Ingest's admission reads this group's lag as the backlog.
+            "INFERQ_INGEST_DISPATCHER_GROUP": f"{self.topic_prefix}-dispatcher",
+            "INFERQ_RESULTS_GROUP_ID": f"{self.topic_prefix}-results",
+            "INFERQ_RESULTS_DB_PATH": str(self.work_dir / "results.db"),
+            **self.extra_env,
+        }
+
+    def _process(self, name: str, args: list[str]) -> ServiceProcess:
+        proc = ServiceProcess(name, args, self.work_dir / "logs" / f"{name}.log", env=self._env())
+        self.processes.append(proc)
+        return proc
+
+    def start(self, *, dispatchers: int = 1, timeout_s: float = 60.0) -> dict[str, float]:
+        """Start every service and wait until each answers; returns seconds each took to be ready."""
+        # Another server on one of our ports would answer our readiness checks in our service's place.
+        busy = [f"{name} {port}" for name, port in vars(self.ports).items() if not port_is_free(port)]
+        if busy:
+            raise PortsInUseError(
+                f"ports already in use: {', '.join(busy)}; stop what listens there or choose other ports"
+            )
+        backend = self._process(
+            "sim-backend",
+            [
+                "sim-backend",
+                "--port",
+                str(self.ports.backend),
+                "--limit",
+                str(self.budget),
+                *self.backend_args,
+            ],
+        )
+        results = self._process("results", ["results", "--port", str(self.ports.results)])
+        ingest = self._process("ingest", ["ingest", "--port", str(self.ports.ingest)])
+        for proc in (backend, results, ingest):
+            proc.start()
+        ready = {"sim-backend": backend.wait_http_ready(f"{self.backend_url}/healthz", timeout_s)}
+        for _ in range(dispatchers):
+            self.add_dispatcher()
+        ready["results"] = results.wait_http_ready(
+            f"{self.results_url}/healthz",
+            timeout_s,
+            lambda r: r.status_code == 200 and r.json()["status"] == "ok",
+        )
+        ready["ingest"] = ingest.wait_http_ready(f"{self.ingest_url}/healthz", timeout_s)
+        for i, proc in enumerate(self.dispatchers):
+            ready[proc.name] = self.wait_dispatcher_assigned(i, timeout_s)
+        return ready
+
+    def add_dispatcher(self) -> ServiceProcess:
+        """Start one more member of the dispatcher group (not waiting for its assignment)."""
+        index = len(self.dispatchers)
+        port = self.ports.dispatcher + 10 * index
+        proc = self._process(f"dispatcher-{index}", ["dispatcher", "--port", str(port)])
+        proc.env["INFERQ_DISPATCHER_ID"] = f"{self.topic_prefix}-d{index}"
+        proc.start()
+        self.dispatchers.append(proc)
+        return proc
+
+    def dispatcher_url(self, index: int) -> str:
+        return f"http://127.0.0.1:{self.ports.dispatcher + 10 * index}"
+
+    def wait_dispatcher_assigned(self, index: int, timeout_s: float) -> float:
+        """Wait until dispatcher `index` owns partitions: before that, requests would wait on a rebalance."""
+        return self.dispatchers[index].wait_http_ready(
+            f"{self.dispatcher_url(index)}/healthz",
+            timeout_s,
+            lambda r: r.status_code == 200 and r.json().get("assigned", 0) > 0,
+        )
+
+    def backend_stats(self) -> dict[str, object]:
+        stats: dict[str, object] = httpx.get(f"{self.backend_url}/stats", timeout=5.0).json()
+        return stats
+
+    def stop(self) -> dict[str, int | None]:
+        """Stop in dependency order: ingest first (no new work), dispatchers drain, then the rest."""
+        codes: dict[str, int | None] = {}
+        order = sorted(
+            self.processes,
+            key=lambda p: ["ingest", "dispatcher", "results", "sim-backend"].index(
+                p.name.split("-")[0] if not p.name.startswith("sim") else "sim-backend"
+            ),
+        )
+        for proc in order:
+            codes[proc.name] = proc.stop()
+        return codes
