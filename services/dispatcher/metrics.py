@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from services.dispatcher.waiting import WaitingRoom
+from services.messaging.records import InferenceResult
 from services.messaging.tiers import Tier
 from services.telemetry import meter
 
@@ -100,10 +100,10 @@ class DispatcherMetrics:
     def record_queue_wait(self, tier: Tier, seconds: float) -> None:
         self._queue_wait.record(max(0.0, seconds), {"tier": tier.value})
 
-    def record_outcome(self, tier: Tier, result: dict[str, Any]) -> None:
-        self._outcomes.add(1, {"tier": tier.value, "status": str(result["status"])})
-        e2e = (int(result["completed_at_ms"]) - int(result["enqueued_at_ms"])) / 1000
-        self._end_to_end.record(max(0.0, e2e), {"tier": tier.value, "status": str(result["status"])})
+    def record_outcome(self, tier: Tier, result: InferenceResult) -> None:
+        labels = {"tier": tier.value, "status": result.status.value}
+        self._outcomes.add(1, labels)
+        self._end_to_end.record(max(0.0, result.end_to_end_ms / 1000), labels)
 
     def record_expired(self, tier: Tier, reason: str) -> None:
         self._expired.add(1, {"tier": tier.value, "reason": reason})

@@ -3,64 +3,73 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from services.dispatcher.backend import Completion
-
-OK = "OK"
-EXPIRED = "EXPIRED"
-EVICTED = "EVICTED"
-FAILED = "FAILED"
+from services.messaging.records import InferenceRequest, InferenceResult, Status, Usage
 
 
 @dataclass(frozen=True)
 class OutcomeBuilder:
     dispatcher_id: str
 
-    def _base(self, request: dict[str, Any], status: str, model: str, now_ms: int) -> dict[str, Any]:
-        return {
-            "request_id": request["request_id"],
-            "tier": request["tier"],
-            "status": status,
-            "output": None,
-            "error": None,
-            "model": model,
-            "usage": None,
-            "enqueued_at_ms": request["created_at_ms"],
-            "dispatched_at_ms": None,
-            "completed_at_ms": now_ms,
-            "attempts": request["attempt"],
-            "dispatcher_id": self.dispatcher_id,
-        }
+    def _base(
+        self,
+        request: InferenceRequest,
+        status: Status,
+        model: str,
+        now_ms: int,
+        *,
+        error: str | None = None,
+        dispatched_at_ms: int | None = None,
+    ) -> InferenceResult:
+        return InferenceResult(
+            request_id=request.request_id,
+            tier=request.tier,
+            status=status,
+            model=model,
+            enqueued_at_ms=request.created_at_ms,
+            completed_at_ms=now_ms,
+            attempts=request.attempt,
+            dispatcher_id=self.dispatcher_id,
+            error=error,
+            dispatched_at_ms=dispatched_at_ms,
+        )
 
     def ok(
-        self, request: dict[str, Any], completion: Completion, *, dispatched_at_ms: int, now_ms: int
-    ) -> dict[str, Any]:
-        record = self._base(request, OK, completion.model, now_ms)
-        record["output"] = completion.output
-        record["dispatched_at_ms"] = dispatched_at_ms
-        record["usage"] = {
-            "prompt_tokens": completion.prompt_tokens,
-            "completion_tokens": completion.completion_tokens,
-            "total_tokens": completion.total_tokens,
-        }
-        return record
+        self, request: InferenceRequest, completion: Completion, *, dispatched_at_ms: int, now_ms: int
+    ) -> InferenceResult:
+        return InferenceResult(
+            request_id=request.request_id,
+            tier=request.tier,
+            status=Status.OK,
+            model=completion.model,
+            enqueued_at_ms=request.created_at_ms,
+            completed_at_ms=now_ms,
+            attempts=request.attempt,
+            dispatcher_id=self.dispatcher_id,
+            output=completion.output,
+            usage=Usage(completion.prompt_tokens, completion.completion_tokens, completion.total_tokens),
+            dispatched_at_ms=dispatched_at_ms,
+        )
 
-    def expired(self, request: dict[str, Any], model: str, *, now_ms: int) -> dict[str, Any]:
-        record = self._base(request, EXPIRED, model, now_ms)
-        late = now_ms - int(request["expire_at_ms"])
-        record["error"] = f"deadline passed {late} ms before dispatch; not sent to the LLM"
-        return record
+    def expired(self, request: InferenceRequest, model: str, *, now_ms: int) -> InferenceResult:
+        late = now_ms - request.expire_at_ms
+        error = f"deadline passed {late} ms before dispatch; not sent to the LLM"
+        return self._base(request, Status.EXPIRED, model, now_ms, error=error)
 
-    def evicted(self, request: dict[str, Any], model: str, *, now_ms: int) -> dict[str, Any]:
-        record = self._base(request, EVICTED, model, now_ms)
-        record["error"] = "peak hours, batch delayed: evicted to make room for higher tiers; resubmit later"
-        return record
+    def evicted(self, request: InferenceRequest, model: str, *, now_ms: int) -> InferenceResult:
+        error = "peak hours, batch delayed: evicted to make room for higher tiers; resubmit later"
+        return self._base(request, Status.EVICTED, model, now_ms, error=error)
 
     def failed(
-        self, request: dict[str, Any], model: str, error: str, *, dispatched_at_ms: int | None, now_ms: int
-    ) -> dict[str, Any]:
-        record = self._base(request, FAILED, model, now_ms)
-        record["error"] = error
-        record["dispatched_at_ms"] = dispatched_at_ms
-        return record
+        self,
+        request: InferenceRequest,
+        model: str,
+        error: str,
+        *,
+        dispatched_at_ms: int | None,
+        now_ms: int,
+    ) -> InferenceResult:
+        return self._base(
+            request, Status.FAILED, model, now_ms, error=error, dispatched_at_ms=dispatched_at_ms
+        )

@@ -10,7 +10,6 @@ a short interval and synchronously for revoked partitions.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -35,9 +34,10 @@ from services.dispatcher.tokens import Lease, TokenPool
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.work import Work
 from services.dispatcher.writer import OutcomeWriter
-from services.messaging.codec import AvroCodec, request_codec
+from services.messaging.codec import request_codec
 from services.messaging.errors import DecodeError
 from services.messaging.producer import AsyncProducer
+from services.messaging.records import runnable_params
 from services.messaging.tiers import Tier
 
 log = logging.getLogger("inferq.dispatcher")
@@ -222,7 +222,8 @@ class Dispatcher:
                 continue
             raw: bytes = record.value or b""
             try:
-                request, params = _decode_request(self._requests, raw)
+                request = self._requests.decode(raw)
+                params = runnable_params(request, raw_size=len(raw))
             except DecodeError as exc:
                 self._watch_poison(tp.topic, poison=True)
                 offsets.track(record.offset)
@@ -230,9 +231,9 @@ class Dispatcher:
                 self._spawn(self._poison_record(tp, record.offset, raw, str(exc), offsets), "dlq")
                 continue
             self._watch_poison(tp.topic, poison=False)
-            tier = Tier(request["tier"]) if retry else self._consumer.tier_of(tp) or Tier(request["tier"])
+            tier = request.tier if retry else self._consumer.tier_of(tp) or request.tier
             if retry:
-                wait_ms = int(request.get("not_before_ms") or 0) - self._clock_ms()
+                wait_ms = (request.not_before_ms or 0) - self._clock_ms()
                 if wait_ms > 0:
                     self._hold_back(tp, record.offset, wait_ms / 1000)
                     return
@@ -358,7 +359,7 @@ class Dispatcher:
     # -- execution ----------------------------------------------------------------------------
 
     def _model_for(self, work: Work) -> str:
-        return str(work.request.get("model") or self._models[work.tier])
+        return work.request.model or self._models[work.tier]
 
     async def _execute(self, work: Work, lease: Lease) -> None:
         dispatched_at = self._clock_ms()
@@ -373,7 +374,7 @@ class Dispatcher:
         failure: BackendError | None = None
         try:
             completion = await self._backend.complete(
-                model, work.request["messages"], work.params, timeout_s=timeout_s
+                model, work.request.openai_messages(), work.params, timeout_s=timeout_s
             )
         except BackendError as exc:
             failure = exc
@@ -476,22 +477,3 @@ class Dispatcher:
             states[tp].skip_done(done)
         self._assignment_ready.set()
         log.info("partitions assigned: %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
-
-
-def _decode_request(codec: AvroCodec, raw: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A request ready to run and its decoded parameters, or `DecodeError` for a record no retry
-    can fix (a poison record)."""
-    request = codec.decode(raw)
-    params = _params(request)
-    if not request["messages"]:
-        raise DecodeError("messages is empty: nothing to send to the LLM", raw_size=len(raw))
-    return request, params
-
-
-def _params(request: dict[str, Any]) -> dict[str, Any]:
-    """Chat-completions parameters, JSON-decoded; raises `DecodeError` for a value that is not JSON."""
-    raw = request.get("params") or {}
-    try:
-        return {k: json.loads(v) for k, v in raw.items()}
-    except ValueError as exc:
-        raise DecodeError(f"params is not a map of JSON values: {exc}", raw_size=0) from exc

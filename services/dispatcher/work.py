@@ -6,12 +6,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.dispatcher.offsets import PartitionOffsets
+from services.messaging.records import InferenceRequest
 from services.messaging.tiers import Tier
 
 
 @dataclass
 class Work:
-    request: dict[str, Any]
+    request: InferenceRequest
     tier: Tier
     offsets: PartitionOffsets
     offset: int
@@ -23,15 +24,15 @@ class Work:
 
     @property
     def request_id(self) -> str:
-        return str(self.request["request_id"])
+        return self.request.request_id
 
     @property
     def expire_at_ms(self) -> int:
-        return int(self.request["expire_at_ms"])
+        return self.request.expire_at_ms
 
     @property
     def created_at_ms(self) -> int:
-        return int(self.request["created_at_ms"])
+        return self.request.created_at_ms
 
     @property
     def scheduling_tier(self) -> Tier:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from services.dispatcher.backend import Completion
 from services.dispatcher.errors import BackendError
@@ -20,6 +19,7 @@ from services.dispatcher.retries import RetryPolicy, Verdict
 from services.dispatcher.work import Work
 from services.messaging.codec import request_codec, result_codec
 from services.messaging.producer import AsyncProducer, ProduceError
+from services.messaging.records import InferenceResult
 from services.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
@@ -68,12 +68,11 @@ class OutcomeWriter:
 
     async def failure(self, work: Work, error: BackendError, dispatched_at_ms: int) -> None:
         """Retry later, expire, or dead-letter and fail, as the retry policy decides."""
-        attempt = int(work.request["attempt"])
         decision = self._retry_policy.decide(
-            error, attempt=attempt, now_ms=self._clock_ms(), expire_at_ms=work.expire_at_ms
+            error, attempt=work.request.attempt, now_ms=self._clock_ms(), expire_at_ms=work.expire_at_ms
         )
         if decision.verdict is Verdict.RETRY and decision.not_before_ms is not None:
-            retry = {**work.request, "attempt": attempt + 1, "not_before_ms": decision.not_before_ms}
+            retry = work.request.retry(not_before_ms=decision.not_before_ms)
             await self.produce_durably(
                 self._topics.retry, self._requests.encode(retry), key=work.request_id.encode()
             )
@@ -101,7 +100,7 @@ class OutcomeWriter:
         headers: Headers = [
             ("inferq.error", f"{why}: {error}".encode()),
             ("inferq.status", str(error.status or "").encode()),
-            ("inferq.attempts", str(work.request["attempt"]).encode()),
+            ("inferq.attempts", str(work.request.attempt).encode()),
             ("inferq.request_id", work.request_id.encode()),
             ("inferq.source.topic", work.offsets.topic.encode()),
             ("inferq.source.partition", str(work.offsets.partition).encode()),
@@ -118,8 +117,8 @@ class OutcomeWriter:
         )
         await self._emit(work, result)
 
-    async def _emit(self, work: Work, result: dict[str, Any]) -> None:
-        topic = work.request.get("reply_to") or self._topics.results
+    async def _emit(self, work: Work, result: InferenceResult) -> None:
+        topic = work.request.reply_to or self._topics.results
         await self.produce_durably(topic, self._results.encode(result), key=work.request_id.encode())
         self._metrics.record_outcome(work.tier, result)
         work.done()

@@ -157,7 +157,7 @@ def create_app(
     async def publish(envelope: Envelope) -> Answer:
         await kafka_producer.produce(
             envelope.topic,
-            codec.encode(envelope.record),
+            codec.encode(envelope.request),
             key=envelope.key,
             # The produce timeout is enforced by librdkafka (message.timeout.ms); this bound is a backstop.
             timeout_s=settings.produce_timeout_s + 1.0,
@@ -166,7 +166,7 @@ def create_app(
         return {
             "request_id": envelope.request_id,
             "tier": envelope.tier.value,
-            "expire_at_ms": envelope.record["expire_at_ms"],
+            "expire_at_ms": envelope.request.expire_at_ms,
         }
 
     async def submit(request: Request) -> Response:

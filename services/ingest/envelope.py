@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from services.ingest.validation import SubmitRequest
+from services.messaging.records import ChatMessage, InferenceRequest
 from services.messaging.tiers import Tier, TierPolicy
 from services.messaging.topics import TopicNames
 
@@ -18,17 +18,22 @@ class DeadlineInPastError(ValueError):
 
 @dataclass(frozen=True)
 class Envelope:
+    """A request and the topic it goes to."""
+
     topic: str
-    key: bytes
-    record: dict[str, Any]
+    request: InferenceRequest
+
+    @property
+    def key(self) -> bytes:
+        return self.request.key
 
     @property
     def request_id(self) -> str:
-        return str(self.record["request_id"])
+        return self.request.request_id
 
     @property
     def tier(self) -> Tier:
-        return Tier(self.record["tier"])
+        return self.request.tier
 
 
 def build_envelope(
@@ -49,24 +54,20 @@ def build_envelope(
         expire_at_ms = body.expire_at_ms
     else:
         expire_at_ms = now_ms + (body.deadline_ms or deadlines_ms[tier])
-    request_id = body.request_id or str(uuid.uuid4())
-    record: dict[str, Any] = {
-        "request_id": request_id,
-        "tenant": body.tenant,
-        "origin_region": region,
-        "scenario": body.scenario,
-        "tier": tier.value,
-        "created_at_ms": now_ms,
-        "expire_at_ms": expire_at_ms,
-        "attempt": 1,
-        "estimated_tokens": body.estimated_tokens,
-        "reply_to": body.reply_to,
-        "session_id": body.session_id,
-        "model": body.model,
-        "messages": [{"role": m.role, "content": m.content} for m in body.messages],
-        "params": {k: json.dumps(v) for k, v in body.params.items()} if body.params else None,
-        "not_before_ms": None,
-    }
-    # One session's requests share a partition so a user's chat stays in order.
-    key = (body.session_id or request_id).encode()
-    return Envelope(topic=topics.requests(tier), key=key, record=record)
+    request = InferenceRequest(
+        request_id=body.request_id or str(uuid.uuid4()),
+        tenant=body.tenant,
+        origin_region=region,
+        scenario=body.scenario,
+        tier=tier,
+        created_at_ms=now_ms,
+        expire_at_ms=expire_at_ms,
+        estimated_tokens=body.estimated_tokens,
+        reply_to=body.reply_to,
+        # One session's requests share a partition (the key) so a user's chat stays in order.
+        session_id=body.session_id,
+        model=body.model,
+        messages=tuple(ChatMessage(m.role, m.content) for m in body.messages),
+        params={k: json.dumps(v) for k, v in body.params.items()} if body.params else None,
+    )
+    return Envelope(topic=topics.requests(tier), request=request)

@@ -11,21 +11,24 @@ from __future__ import annotations
 import io
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import fastavro
 from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
 
 from services.messaging.errors import DecodeError, UnknownSchemaError
+from services.messaging.records import InferenceRequest, InferenceResult
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 Record = dict[str, Any]
+T = TypeVar("T")
 
 
 def schema_fingerprint(schema: dict[str, Any]) -> bytes:
@@ -102,13 +105,37 @@ def load_schema(name: str) -> dict[str, Any]:
     return loaded
 
 
+class TypedCodec(Generic[T]):
+    """Encodes and decodes one typed record (`InferenceRequest`, `InferenceResult`); `avro` is the
+    dict-level codec underneath, for tools that copy records field by field."""
+
+    def __init__(self, avro: AvroCodec, to_record: Callable[[T], Record], from_record: Callable[[Record], T]):
+        self.avro = avro
+        self._to_record = to_record
+        self._from_record = from_record
+
+    def encode(self, value: T) -> bytes:
+        return self.avro.encode(self._to_record(value))
+
+    def decode(self, data: bytes) -> T:
+        record = self.avro.decode(data)
+        try:
+            return self._from_record(record)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DecodeError(f"not a valid record: {exc!r}", raw_size=len(data)) from exc
+
+
 @cache
-def request_codec() -> AvroCodec:
+def request_codec() -> TypedCodec[InferenceRequest]:
     """The process-wide codec of `InferenceRequest`, parsed once on first use."""
-    return AvroCodec(load_schema("inference_request"))
+    return TypedCodec(
+        AvroCodec(load_schema("inference_request")), InferenceRequest.to_record, InferenceRequest.from_record
+    )
 
 
 @cache
-def result_codec() -> AvroCodec:
+def result_codec() -> TypedCodec[InferenceResult]:
     """The process-wide codec of `InferenceResult`, parsed once on first use."""
-    return AvroCodec(load_schema("inference_result"))
+    return TypedCodec(
+        AvroCodec(load_schema("inference_result")), InferenceResult.to_record, InferenceResult.from_record
+    )

@@ -12,7 +12,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
@@ -24,6 +23,7 @@ from starlette.routing import Route
 from services.messaging.admin import require_topics
 from services.messaging.codec import result_codec
 from services.messaging.errors import DecodeError
+from services.messaging.records import InferenceResult
 from services.results.settings import ResultsSettings
 from services.results.store import ResultStore, public_view
 from services.telemetry import meter, metrics_endpoint
@@ -74,7 +74,7 @@ class ResultConsumer:
         batches = await self._consumer.getmany(timeout_ms=200, max_records=1000)
         if not batches:
             return
-        decoded: list[dict[str, Any]] = []
+        decoded: list[InferenceResult] = []
         for tp, records in batches.items():
             for record in records:
                 try:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from services.messaging.records import InferenceResult
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -59,16 +62,17 @@ class ResultStore:
     def close(self) -> None:
         self._db.close()
 
-    def put_many(self, results: Iterable[dict[str, Any]]) -> tuple[int, int]:
+    def put_many(self, results: Iterable[InferenceResult]) -> tuple[int, int]:
         """Store results; returns (stored, duplicates dropped)."""
         stored = duplicates = 0
         placeholders = ", ".join("?" for _ in _COLUMNS)
         sql = f"INSERT OR IGNORE INTO results ({', '.join(_COLUMNS)}) VALUES ({placeholders})"  # noqa: S608
         with self._db:
             self._db.execute("BEGIN")
-            for r in results:
-                row = [r.get(c) for c in _COLUMNS]
-                row[_COLUMNS.index("usage")] = json.dumps(r["usage"]) if r.get("usage") else None
+            for result in results:
+                record = result.to_record()
+                row = [record[c] for c in _COLUMNS]
+                row[_COLUMNS.index("usage")] = json.dumps(record["usage"]) if record["usage"] else None
                 cursor = self._db.execute(sql, row)
                 if cursor.rowcount == 1:
                     stored += 1
@@ -76,39 +80,40 @@ class ResultStore:
                     duplicates += 1
         return stored, duplicates
 
-    def get(self, request_id: str) -> dict[str, Any] | None:
+    def get(self, request_id: str) -> InferenceResult | None:
         row = self._db.execute("SELECT * FROM results WHERE request_id = ?", (request_id,)).fetchone()
         if row is None:
             return None
-        result = dict(row)
-        result["usage"] = json.loads(result["usage"]) if result["usage"] else None
-        return result
+        record = dict(row)
+        record["usage"] = json.loads(record["usage"]) if record["usage"] else None
+        return InferenceResult.from_record(record)
 
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0])
 
 
-def public_view(result: dict[str, Any]) -> dict[str, Any]:
+def public_view(result: InferenceResult) -> dict[str, Any]:
     """What a caller sees: the outcome and its timings in milliseconds."""
-    enqueued = result["enqueued_at_ms"]
-    dispatched = result["dispatched_at_ms"]
-    completed = result["completed_at_ms"]
-    view = {
-        "request_id": result["request_id"],
-        "status": result["status"],
-        "tier": result["tier"],
-        "model": result["model"],
-        "attempts": result["attempts"],
+    dispatched = result.dispatched_at_ms
+    view: dict[str, Any] = {
+        "request_id": result.request_id,
+        "status": result.status.value,
+        "tier": result.tier.value,
+        "model": result.model,
+        "attempts": result.attempts,
         "timings": {
-            "enqueued_at_ms": enqueued,
+            "enqueued_at_ms": result.enqueued_at_ms,
             "dispatched_at_ms": dispatched,
-            "completed_at_ms": completed,
-            "queue_wait_ms": (dispatched - enqueued) if dispatched is not None else None,
-            "inference_ms": (completed - dispatched) if dispatched is not None else None,
-            "end_to_end_ms": completed - enqueued,
+            "completed_at_ms": result.completed_at_ms,
+            "queue_wait_ms": result.queue_wait_ms,
+            "inference_ms": (result.completed_at_ms - dispatched) if dispatched is not None else None,
+            "end_to_end_ms": result.end_to_end_ms,
         },
     }
-    for optional in ("output", "error", "usage"):
-        if result.get(optional) is not None:
-            view[optional] = result[optional]
+    if result.output is not None:
+        view["output"] = result.output
+    if result.error is not None:
+        view["error"] = result.error
+    if result.usage is not None:
+        view["usage"] = asdict(result.usage)
     return view

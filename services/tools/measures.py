@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from services.dispatcher.policies import Demand, Scheduler
+from services.messaging.records import InferenceResult
 from services.messaging.tiers import Tier
 
 # (tokens in use, waiting count, oldest waiting enqueue ms, budget) -> tokens the policy allows in use.
@@ -34,6 +35,17 @@ class Outcome:
     enqueued_ms: int
     dispatched_ms: int | None
     completed_ms: int
+
+    @classmethod
+    def from_result(cls, result: InferenceResult) -> Outcome:
+        return cls(
+            request_id=result.request_id,
+            tier=result.tier,
+            status=result.status.value,
+            enqueued_ms=result.enqueued_at_ms,
+            dispatched_ms=result.dispatched_at_ms,
+            completed_ms=result.completed_at_ms,
+        )
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ from confluent_kafka import KafkaError, Message, Producer
 from services.messaging.admin import create_topics
 from services.messaging.codec import HEADER_SIZE, request_codec, result_codec
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import InferenceResult, Status
+from services.messaging.tiers import Tier
 from services.messaging.topics import TopicNames
 from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
 from services.tools.stack.pipeline import Pipeline, PipelinePorts
@@ -127,7 +129,7 @@ def request_partitions(bootstrap: str, topics: list[str]) -> dict[str, str]:
     where: dict[str, str] = {}
     for topic in topics:
         for message in read_to_end(bootstrap, topic):
-            where[str(codec.decode(message.value() or b"")["request_id"])] = f"{topic}[{message.partition()}]"
+            where[codec.decode(message.value() or b"").request_id] = f"{topic}[{message.partition()}]"
     return where
 
 
@@ -498,7 +500,7 @@ def test_backend_outage_fails_exhausted_expires_interactive_and_retries_the_rest
         assert _header(message, "inferq.attempts") == str(MAX_ATTEMPTS)
         assert _header(message, "inferq.status") == "503"
         assert "503" in _header(message, "inferq.error")
-        assert request_codec().decode(message.value() or b"")["request_id"] == rid
+        assert request_codec().decode(message.value() or b"").request_id == rid
 
 
 def _header(message: Message, name: str) -> str:
@@ -518,23 +520,20 @@ def poison_kinds(rng: random.Random, tier: str) -> dict[str, tuple[bytes, str]]:
     """Each kind of bad record: (its bytes, what the dead letter's inferq.error must say)."""
     noise = bytes([0x00]) + rng.randbytes(63)  # never C3 01
     valid = request_codec().encode(a_request(tier))
-    result = {
-        "request_id": str(uuid.uuid4()),
-        "tier": tier,
-        "status": "OK",
-        "output": "not a request",
-        "error": None,
-        "model": "inferq-fast",
-        "usage": None,
-        "enqueued_at_ms": millis(),
-        "dispatched_at_ms": None,
-        "completed_at_ms": millis(),
-        "attempts": 1,
-        "dispatcher_id": "chaos",
-    }
+    result = InferenceResult(
+        request_id=str(uuid.uuid4()),
+        tier=Tier(tier),
+        status=Status.OK,
+        output="not a request",
+        model="inferq-fast",
+        enqueued_at_ms=millis(),
+        completed_at_ms=millis(),
+        attempts=1,
+        dispatcher_id="chaos",
+    )
     return {
         "random bytes": (noise, "C3 01"),
-        "JSON": (json.dumps(a_request(tier)).encode(), "C3 01"),
+        "JSON": (json.dumps(a_request(tier).to_record()).encode(), "C3 01"),
         "empty": (b"", "C3 01"),
         "an InferenceResult": (result_codec().encode(result), "unknown schema fingerprint"),
         "truncated body": (valid[: HEADER_SIZE + (len(valid) - HEADER_SIZE) // 2], "corrupt body"),
@@ -585,8 +584,8 @@ def test_poison_records_are_dead_lettered_and_never_block_valid_ones(
             bad[len(plan)] = (kind, reason)
             plan.append((topic, partition, value))
             plan.append((topic, partition, request_codec().encode(after)))
-            ledger.accept(before["request_id"])
-            ledger.accept(after["request_id"])
+            ledger.accept(before.request_id)
+            ledger.accept(after.request_id)
     with running(stack):
         landed = produce_tracked(kafka_bootstrap, plan)
         where_bad = {landed[i]: (plan[i][2], kind, reason) for i, (kind, reason) in bad.items()}

@@ -151,7 +151,7 @@ def test_resent_request_id_is_one_request(pipeline: Pipeline, kafka_bootstrap: s
     records = read_all(
         kafka_bootstrap, f"{pipeline.topic_prefix}.requests.medium", expect=10_000, timeout_s=5
     )
-    assert sum(1 for m in records if request_codec().decode(m.value())["request_id"] == rid) == 1
+    assert sum(1 for m in records if request_codec().decode(m.value()).request_id == rid) == 1
 
 
 def test_unknown_request_id_is_404(pipeline: Pipeline) -> None:

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.kafka
 def results_by_id(bootstrap: str, topic: str, expect: int) -> dict[str, dict]:
     records = read_all(bootstrap, topic, expect=expect, timeout_s=40)
     decoded = [result_codec().decode(m.value()) for m in records]
-    return {r["request_id"]: r for r in decoded}
+    return {r.request_id: r for r in decoded}
 
 
 def test_requests_of_every_tier_complete_ok_on_the_reply_topic(kafka_settings):
@@ -34,13 +34,13 @@ def test_requests_of_every_tier_complete_ok_on_the_reply_topic(kafka_settings):
             return results, await backend_stats(url)
 
     results, stats = asyncio.run(scenario())
-    expected = {r["request_id"]: tier for tier, rs in sent.items() for r in rs}
+    expected = {r.request_id: tier for tier, rs in sent.items() for r in rs}
     assert set(results) == set(expected)
     for rid, result in results.items():
-        assert result["status"] == "OK", result
-        assert result["tier"] == expected[rid]
-        assert result["output"]
-        assert result["dispatched_at_ms"] >= result["enqueued_at_ms"]
+        assert result.status == "OK", result
+        assert result.tier == expected[rid]
+        assert result.output
+        assert result.dispatched_at_ms >= result.enqueued_at_ms
     assert stats["max_in_flight"] <= 4
     assert stats["by_status"].get("429", 0) == 0
 
@@ -62,9 +62,9 @@ def test_expired_request_is_answered_expired_without_a_backend_call(kafka_settin
             return results, await backend_stats(url)
 
     results, stats = asyncio.run(scenario())
-    assert results[expired["request_id"]]["status"] == "EXPIRED"
-    assert results[expired["request_id"]]["dispatched_at_ms"] is None
-    assert results[fresh["request_id"]]["status"] == "OK"
+    assert results[expired.request_id].status == "EXPIRED"
+    assert results[expired.request_id].dispatched_at_ms is None
+    assert results[fresh.request_id].status == "OK"
     assert stats["total"] == 1  # only the fresh request reached the LLM
 
 
@@ -82,7 +82,7 @@ def test_poison_record_goes_to_dlq_and_the_partition_moves_on(kafka_settings):
             return results, dead
 
     results, dead = asyncio.run(scenario())
-    assert {r["request_id"] for r in good} == set(results)
+    assert {r.request_id for r in good} == set(results)
     assert len(dead) == 1
     assert dead[0].value() == b"not avro at all"
     headers = dict(dead[0].headers())
@@ -143,8 +143,8 @@ def test_work_completed_beyond_the_commit_is_not_redone_by_the_next_owner(kafka_
     # Calls are counted when they end; the abandoned slow one may still be running in the backend.
     assert first["total"] + first["in_flight"] == 6
     assert final["total"] + final["in_flight"] == 7, "the next owner called the LLM again for answered work"
-    assert set(results) == {r["request_id"] for r in [slow, *quick]}
-    assert results[slow["request_id"]]["status"] == "OK"
+    assert set(results) == {r.request_id for r in [slow, *quick]}
+    assert results[slow.request_id].status == "OK"
 
 
 def test_a_rebalance_that_gives_partitions_back_does_not_redo_running_calls(kafka_settings):
@@ -182,5 +182,5 @@ def test_a_rebalance_that_gives_partitions_back_does_not_redo_running_calls(kafk
                 await asyncio.to_thread(other.close)
 
     results, stats = asyncio.run(scenario())
-    assert {r["status"] for r in results.values()} == {"OK"}
+    assert {r.status for r in results.values()} == {"OK"}
     assert stats["total"] + stats["in_flight"] == 6, "calls running during the rebalance were made again"

@@ -85,7 +85,7 @@ def fresh_prefix(bootstrap: str) -> KafkaSettings:
 
 def requests_on(settings: KafkaSettings) -> list[tuple[str, dict[str, Any], int, bytes | None]]:
     """(tier topic, decoded request, Kafka timestamp, key) of every record on the request topics."""
-    codec = request_codec()
+    codec = request_codec().avro  # the records as any Avro consumer sees them
     found = []
     for topic in settings.topics.all_requests:
         for m in read_to_end(settings.bootstrap_servers, topic):
@@ -97,11 +97,11 @@ def requests_on(settings: KafkaSettings) -> list[tuple[str, dict[str, Any], int,
 def recorded(kafka_settings: KafkaSettings) -> tuple[int, dict[str, dict[str, Any]]]:
     """RECORDED written to `kafka_settings`' request topics with Kafka timestamps t0 + offset."""
     t0 = int(time.time() * 1000) - 600_000
-    codec = request_codec()
+    codec = request_codec().avro  # the records as any Avro consumer sees them
     producer = Producer({"bootstrap.servers": kafka_settings.bootstrap_servers, "enable.idempotence": True})
     by_id = {}
     for i, (offset, tier, scenario) in enumerate(RECORDED):
-        record = a_request(tier, scenario=scenario, request_id=f"rec-{i}", session_id=f"s{i % 4}")
+        record = a_request(tier, scenario=scenario, request_id=f"rec-{i}", session_id=f"s{i % 4}").to_record()
         producer.produce(
             kafka_settings.topics.requests_by_name(tier),
             codec.encode(record),

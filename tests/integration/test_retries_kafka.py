@@ -22,7 +22,7 @@ async def set_outage(url: str, on: bool) -> None:
 
 def outcomes(bootstrap: str, topic: str, expect: int) -> dict[str, dict]:
     records = read_all(bootstrap, topic, expect=expect, timeout_s=60)
-    return {r["request_id"]: r for r in (result_codec().decode(m.value()) for m in records)}
+    return {r.request_id: r for r in (result_codec().decode(m.value()) for m in records)}
 
 
 def test_short_outage_ends_ok_after_retries_and_long_one_fails_with_a_dead_letter(kafka_settings):
@@ -49,19 +49,19 @@ def test_short_outage_ends_ok_after_retries_and_long_one_fails_with_a_dead_lette
 
     first, rest, dead, stats = asyncio.run(scenario())
     for request in doomed:
-        result = first[request["request_id"]]
-        assert result["status"] == "FAILED"
-        assert result["attempts"] == 3
-        assert "503" in result["error"]
+        result = first[request.request_id]
+        assert result.status == "FAILED"
+        assert result.attempts == 3
+        assert "503" in result.error
     for request in survivors:
-        result = rest[request["request_id"]]
-        assert result["status"] == "OK"
-        assert result["attempts"] >= 2
+        result = rest[request.request_id]
+        assert result.status == "OK"
+        assert result.attempts >= 2
     assert len(dead) == 3
     headers = dict(dead[0].headers())
     assert headers["inferq.attempts"] == b"3"
     assert headers["inferq.status"] == b"503"
-    assert {m.key().decode() for m in dead} == {r["request_id"] for r in doomed}
+    assert {m.key().decode() for m in dead} == {r.request_id for r in doomed}
     assert stats["by_status"]["503"] >= 3 * 3
 
 
@@ -80,7 +80,7 @@ def test_interactive_request_expires_rather_than_fails_in_an_outage(kafka_settin
             return await asyncio.to_thread(outcomes, bootstrap, topics.results, 3)
 
     results = asyncio.run(scenario())
-    assert {results[c["request_id"]]["status"] for c in chats} == {"EXPIRED"}
+    assert {results[c.request_id].status for c in chats} == {"EXPIRED"}
 
 
 def test_invalid_input_is_dead_lettered_at_once(kafka_settings):
@@ -97,7 +97,7 @@ def test_invalid_input_is_dead_lettered_at_once(kafka_settings):
             return result, dead, await backend_stats(url)
 
     result, dead, stats = asyncio.run(scenario())
-    assert result[bad["request_id"]]["status"] == "FAILED"
-    assert result[bad["request_id"]]["attempts"] == 1
+    assert result[bad.request_id].status == "FAILED"
+    assert result[bad.request_id].attempts == 1
     assert len(dead) == 1 and dict(dead[0].headers())["inferq.status"] == b"400"
     assert stats["total"] == 1  # not retried

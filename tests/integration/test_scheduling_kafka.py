@@ -52,17 +52,17 @@ def run_aging(kafka_settings, promotion_age_s: float) -> list[dict]:
 
 def test_starved_low_is_promoted_and_completes_while_chat_and_analysis_keep_coming(kafka_settings):
     results = run_aging(kafka_settings, promotion_age_s=1.0)
-    assert len(results) == 192 and {r["status"] for r in results} == {"OK"}
-    low_done = max(r["completed_at_ms"] for r in results if r["tier"] == "LOW")
-    others_done = max(r["completed_at_ms"] for r in results if r["tier"] != "LOW")
+    assert len(results) == 192 and {r.status for r in results} == {"OK"}
+    low_done = max(r.completed_at_ms for r in results if r.tier == "LOW")
+    others_done = max(r.completed_at_ms for r in results if r.tier != "LOW")
     assert low_done < others_done, "LOW waited for the whole HIGH/MEDIUM load although it was promoted"
 
 
 def test_without_aging_low_waits_for_the_load_to_end(kafka_settings):
     """The control run: the same load with an unreachable promotion age, so the test above can fail."""
     results = run_aging(kafka_settings, promotion_age_s=3600.0)
-    low_started = min(r["dispatched_at_ms"] for r in results if r["tier"] == "LOW")
-    others = sorted(r["dispatched_at_ms"] for r in results if r["tier"] != "LOW")
+    low_started = min(r.dispatched_at_ms for r in results if r.tier == "LOW")
+    others = sorted(r.dispatched_at_ms for r in results if r.tier != "LOW")
     assert low_started >= others[-5], "LOW got a slot while the higher tiers were saturating the budget"
 
 
@@ -84,15 +84,15 @@ def test_requests_expire_while_waiting_and_never_reach_the_backend(kafka_setting
             return results, await backend_stats(url)
 
     results, stats = asyncio.run(scenario())
-    by_id = {r["request_id"]: r for r in results}
-    analysed = by_id[analysis["request_id"]]
-    assert analysed["status"] == "OK"
+    by_id = {r.request_id: r for r in results}
+    analysed = by_id[analysis.request_id]
+    assert analysed.status == "OK"
     for chat in chats:
-        outcome = by_id[chat["request_id"]]
-        assert outcome["status"] == "EXPIRED"
-        assert outcome["dispatched_at_ms"] is None
+        outcome = by_id[chat.request_id]
+        assert outcome.status == "EXPIRED"
+        assert outcome.dispatched_at_ms is None
         # Answered by the expiry timer while waiting, not when the slot finally came free.
-        assert outcome["completed_at_ms"] < analysed["completed_at_ms"]
+        assert outcome.completed_at_ms < analysed.completed_at_ms
     assert stats["total"] == 1
 
 
@@ -152,10 +152,10 @@ def test_waiting_low_is_evicted_while_chat_is_over_capacity(kafka_settings):
     results = asyncio.run(scenario())
     by_tier: dict[str, list[str]] = {}
     for r in results:
-        by_tier.setdefault(r["tier"], []).append(r["status"])
+        by_tier.setdefault(r.tier, []).append(r.status)
     assert by_tier["HIGH"] == ["OK"] * 60
-    evicted = [r for r in results if r["status"] == "EVICTED"]
+    evicted = [r for r in results if r.status == "EVICTED"]
     assert evicted, "no brief was evicted although chat was over its capacity"
-    assert all(r["tier"] == "LOW" and r["dispatched_at_ms"] is None for r in evicted)
-    assert "batch delayed" in evicted[0]["error"]
+    assert all(r.tier == "LOW" and r.dispatched_at_ms is None for r in evicted)
+    assert "batch delayed" in evicted[0].error
     assert len(by_tier["LOW"]) == 30  # every brief has exactly one answer: OK or EVICTED

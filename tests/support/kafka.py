@@ -4,35 +4,35 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from services.messaging.codec import request_codec
+from services.messaging.records import ChatMessage, InferenceRequest
+from services.messaging.tiers import Tier
 
 
-def a_request(tier: str = "HIGH", *, deadline_ms: int = 30_000, **overrides: Any) -> dict[str, Any]:
+def a_request(tier: str = "HIGH", *, deadline_ms: int = 30_000, **overrides: Any) -> InferenceRequest:
+    """A valid request of `tier` due in `deadline_ms`; `overrides` replace fields (messages may be
+    given as role/content dicts, the tier as a string)."""
     now = int(time.time() * 1000)
     scenario = {"HIGH": "realtime_chat", "MEDIUM": "emotion_analysis", "LOW": "morning_brief"}[tier]
-    record: dict[str, Any] = {
-        "request_id": str(uuid.uuid4()),
-        "tenant": "test",
-        "origin_region": "local",
-        "scenario": scenario,
-        "tier": tier,
-        "created_at_ms": now,
-        "expire_at_ms": now + deadline_ms,
-        "attempt": 1,
-        "estimated_tokens": None,
-        "reply_to": None,
-        "session_id": None,
-        "model": None,
-        "messages": [{"role": "user", "content": "hello"}],
-        "params": None,
-        "not_before_ms": None,
-    }
-    record.update(overrides)
-    return record
+    if "messages" in overrides:
+        overrides["messages"] = tuple(ChatMessage(m["role"], m["content"]) for m in overrides["messages"])
+    if "tier" in overrides:
+        overrides["tier"] = Tier(overrides["tier"])
+    request = InferenceRequest(
+        request_id=str(uuid.uuid4()),
+        tenant="test",
+        scenario=scenario,
+        tier=Tier(tier),
+        created_at_ms=now,
+        expire_at_ms=now + deadline_ms,
+        messages=(ChatMessage("user", "hello"),),
+    )
+    return replace(request, **overrides)
 
 
 def produce(
@@ -47,8 +47,8 @@ def produce(
     assert producer.flush(15) == 0, "records not acknowledged within 15 s"
 
 
-def produce_requests(bootstrap: str, topic: str, records: list[dict[str, Any]], **kwargs: Any) -> None:
-    produce(bootstrap, topic, [request_codec().encode(r) for r in records], **kwargs)
+def produce_requests(bootstrap: str, topic: str, requests: list[InferenceRequest], **kwargs: Any) -> None:
+    produce(bootstrap, topic, [request_codec().encode(r) for r in requests], **kwargs)
 
 
 def read_all(bootstrap: str, topic: str, *, expect: int, timeout_s: float = 30.0) -> list[Any]:

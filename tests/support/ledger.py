@@ -194,7 +194,7 @@ class Ledger:
 
     def read_results_topic(self, bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
         """Every outcome record on the results topic, grouped by request_id."""
-        codec = result_codec()
+        codec = result_codec().avro  # as written, field by field
         grouped: dict[str, list[dict[str, Any]]] = {}
         for message in read_to_end(bootstrap, topic, timeout_s=timeout_s):
             record = codec.decode(message.value() or b"")

@@ -9,11 +9,14 @@ import pytest
 
 from services.messaging.codec import AvroCodec, load_schema, request_codec, result_codec
 from services.messaging.errors import DecodeError, UnknownSchemaError
+from services.messaging.records import ChatMessage, InferenceRequest, InferenceResult, Status, Usage
+from services.messaging.tiers import Tier
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
-def a_request(**overrides):
+def a_record(**overrides):
+    """The request as the Avro dict a producer outside inferq would write."""
     record = {
         "request_id": "r-1",
         "tenant": "acme",
@@ -37,12 +40,24 @@ def a_request(**overrides):
 
 def test_request_round_trip_keeps_every_field():
     codec = request_codec()
-    assert codec.decode(codec.encode(a_request())) == a_request()
+    request = InferenceRequest.from_record(a_record())
+    assert codec.decode(codec.encode(request)) == request
+    assert request.to_record() == a_record()
+    assert request.messages == (ChatMessage("user", "你好, how are you?"),)
+    assert request.decoded_params() == {"temperature": 0.2}
+
+
+def test_typed_fields_are_typed():
+    request = InferenceRequest.from_record(a_record())
+    assert request.tier is Tier.HIGH
+    assert request.key == b"s-9"
+    assert request.retry(not_before_ms=7).attempt == 2
+    assert request.retry(not_before_ms=7).not_before_ms == 7
 
 
 def test_result_round_trip():
     codec = result_codec()
-    result = {
+    record = {
         "request_id": "r-1",
         "tier": "LOW",
         "status": "EXPIRED",
@@ -56,18 +71,22 @@ def test_result_round_trip():
         "attempts": 1,
         "dispatcher_id": "d",
     }
+    result = InferenceResult.from_record(record)
     assert codec.decode(codec.encode(result)) == result
+    assert result.to_record() == record
+    assert result.status is Status.EXPIRED and result.usage == Usage(1, 2, 3)
+    assert result.end_to_end_ms == 4 and result.queue_wait_ms is None
 
 
 def test_header_is_single_object_encoding_and_plain_fastavro_decodes_it():
     """A reader with only the .avsc file and fastavro decodes our records (no inferq code)."""
-    data = request_codec().encode(a_request())
+    data = request_codec().avro.encode(a_record())
     assert data[:2] == b"\xc3\x01"
     schema = fastavro.parse_schema(json.loads((SCHEMAS / "inference_request.avsc").read_text()))
     canonical = fastavro.schema.to_parsing_canonical_form(schema)
     expected = struct.pack("<Q", int(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"), 16))
     assert data[2:10] == expected
-    assert fastavro.schemaless_reader(io.BytesIO(data[10:]), schema) == a_request()
+    assert fastavro.schemaless_reader(io.BytesIO(data[10:]), schema) == a_record()
 
 
 @pytest.mark.parametrize(
@@ -80,27 +99,27 @@ def test_garbage_raises_decode_error(garbage):
 
 
 def test_truncated_body_raises_decode_error():
-    data = request_codec().encode(a_request())
+    data = request_codec().avro.encode(a_record())
     with pytest.raises(DecodeError):
         request_codec().decode(data[:-7])
 
 
 def test_trailing_bytes_raise_decode_error():
-    data = request_codec().encode(a_request())
+    data = request_codec().avro.encode(a_record())
     with pytest.raises(DecodeError, match="trailing"):
         request_codec().decode(data + b"\x01\x02")
 
 
 def test_unknown_fingerprint_raises_typed_error():
-    data = bytearray(request_codec().encode(a_request()))
+    data = bytearray(request_codec().avro.encode(a_record()))
     data[2:10] = b"\x01" * 8
     with pytest.raises(UnknownSchemaError) as info:
         request_codec().decode(bytes(data))
     assert info.value.fingerprint == b"\x01" * 8
 
 
-def test_result_record_is_not_a_request():
-    data = result_codec().encode(
+def test_result_record_is_not_a_record():
+    data = result_codec().avro.encode(
         {
             "request_id": "r",
             "tier": "HIGH",
@@ -128,8 +147,8 @@ def test_evolution_new_writer_old_reader():
     new_writer = AvroCodec(_v2_schema())
     old_reader = AvroCodec(v1)
     old_reader.add_writer(_v2_schema())
-    decoded = old_reader.decode(new_writer.encode(a_request(priority_reason="express")))
-    assert decoded == a_request()
+    decoded = old_reader.decode(new_writer.encode(a_record(priority_reason="express")))
+    assert decoded == a_record()
     assert "priority_reason" not in decoded
 
 
@@ -138,13 +157,13 @@ def test_evolution_old_writer_new_reader():
     old_writer = AvroCodec(load_schema("inference_request"))
     new_reader = AvroCodec(_v2_schema())
     new_reader.add_writer(load_schema("inference_request"))
-    decoded = new_reader.decode(old_writer.encode(a_request()))
+    decoded = new_reader.decode(old_writer.encode(a_record()))
     assert decoded["priority_reason"] is None
-    assert decoded["messages"] == a_request()["messages"]
+    assert decoded["messages"] == a_record()["messages"]
 
 
 def test_reader_without_the_writer_schema_refuses():
     with pytest.raises(UnknownSchemaError):
         AvroCodec(load_schema("inference_request")).decode(
-            AvroCodec(_v2_schema()).encode(a_request(priority_reason=None))
+            AvroCodec(_v2_schema()).encode(a_record(priority_reason=None))
         )

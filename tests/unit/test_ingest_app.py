@@ -38,7 +38,7 @@ def test_accepted_request_is_written_once_with_tier_and_deadline():
     [(topic, value, key)] = producer.sent
     assert topic == "inferq.requests.medium"
     assert key == b"s1"
-    assert request_codec().decode(value)["request_id"] == body["request_id"]
+    assert request_codec().decode(value).request_id == body["request_id"]
 
 
 def test_refusals_name_the_field_and_write_nothing():

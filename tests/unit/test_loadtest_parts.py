@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from services.ingest.validation import SubmitRequest
 from services.messaging.codec import request_codec
 from services.messaging.errors import DecodeError
+from services.messaging.records import InferenceRequest
 from services.messaging.tiers import Tier
 from services.tools.loadtest.errors import LoadtestError, TimeRangeError, TraceFileError
 from services.tools.loadtest.loadgen import LoadOptions, run_load
@@ -35,15 +36,15 @@ from tests.support.kafka import a_request
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
-def expected_replay(record: dict[str, Any], run_id: str, now_ms: int) -> dict[str, Any]:
-    deadline = record["expire_at_ms"] - record["created_at_ms"]
-    return record | {
-        "request_id": f"{run_id}:{record['request_id']}",
-        "created_at_ms": now_ms,
-        "expire_at_ms": now_ms + deadline,
-        "attempt": 1,
-        "not_before_ms": None,
-    }
+def expected_replay(request: InferenceRequest, run_id: str, now_ms: int) -> InferenceRequest:
+    return replace(
+        request,
+        request_id=f"{run_id}:{request.request_id}",
+        created_at_ms=now_ms,
+        expire_at_ms=now_ms + request.expire_at_ms - request.created_at_ms,
+        attempt=1,
+        not_before_ms=None,
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -289,7 +290,7 @@ def test_an_ingest_that_does_not_answer_stops_the_run_before_it_starts() -> None
 def test_a_trace_file_is_self_contained_avro_and_other_files_are_refused(tmp_path: Path) -> None:
     records = [
         {"timestamp_ms": NOW + i, "topic": "inferq.requests.high", "partition": 0, "offset": i, "key": b"s",
-         "request": a_request("HIGH", request_id=f"r{i}")}
+         "request": a_request("HIGH", request_id=f"r{i}").to_record()}
         for i in range(3)
     ]  # fmt: skip
     path = tmp_path / "t.avro"

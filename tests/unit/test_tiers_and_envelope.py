@@ -41,9 +41,9 @@ def envelope(**body):
 def test_envelope_defaults_deadline_by_tier_and_routes_to_tier_topic():
     e = envelope(scenario="morning_brief")
     assert e.topic == "t.requests.low"
-    assert e.record["expire_at_ms"] == NOW + 12 * 3_600_000
-    assert envelope().record["expire_at_ms"] == NOW + 5_000
-    assert envelope(scenario="emotion_analysis").record["expire_at_ms"] == NOW + 30_000
+    assert e.request.expire_at_ms == NOW + 12 * 3_600_000
+    assert envelope().request.expire_at_ms == NOW + 5_000
+    assert envelope(scenario="emotion_analysis").request.expire_at_ms == NOW + 30_000
 
 
 def test_envelope_keys_by_session_so_a_users_chat_stays_in_order():
@@ -54,7 +54,7 @@ def test_envelope_keys_by_session_so_a_users_chat_stays_in_order():
 def test_client_request_id_and_relative_deadline_are_kept():
     e = envelope(request_id="abc-1", deadline_ms=800)
     assert e.request_id == "abc-1"
-    assert e.record["expire_at_ms"] == NOW + 800
+    assert e.request.expire_at_ms == NOW + 800
 
 
 def test_absolute_deadline_in_the_past_is_refused():

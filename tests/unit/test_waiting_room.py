@@ -1,13 +1,21 @@
 from services.dispatcher.offsets import PartitionOffsets
 from services.dispatcher.waiting import TOO_LATE, WOULD_BE_LATE, WaitingRoom
 from services.dispatcher.work import Work
+from services.messaging.records import ChatMessage, InferenceRequest
 from services.messaging.tiers import Tier
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 
 
 def work(tier: Tier, created: int, expire: int, partition: int = 0, offset: int = 0) -> Work:
-    request = {"request_id": f"{tier}-{created}-{offset}", "created_at_ms": created, "expire_at_ms": expire}
+    request = InferenceRequest(
+        request_id=f"{tier}-{created}-{offset}",
+        scenario="test",
+        tier=tier,
+        created_at_ms=created,
+        expire_at_ms=expire,
+        messages=(ChatMessage("user", "hi"),),
+    )
     return Work(request=request, tier=tier, offsets=PartitionOffsets(f"t.{tier}", partition), offset=offset)
 
 

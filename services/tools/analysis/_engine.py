@@ -18,6 +18,7 @@ from services.dispatcher.offsets import PartitionOffsets
 from services.dispatcher.policies import Clock, Scheduler
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.work import Work
+from services.messaging.records import InferenceRequest
 from services.messaging.tiers import Tier
 from services.tools.analysis.trace import Arrival
 from services.tools.measures import Outcome
@@ -145,11 +146,14 @@ class Simulation:
             index = backlog.popleft()
             arrival = self.arrivals[index]
             work = Work(
-                request={
-                    "request_id": arrival.request_id,
-                    "created_at_ms": arrival.created_at_ms,
-                    "expire_at_ms": arrival.expire_at_ms,
-                },
+                request=InferenceRequest(
+                    request_id=arrival.request_id,
+                    scenario=arrival.scenario,
+                    tier=tier,
+                    created_at_ms=arrival.created_at_ms,
+                    expire_at_ms=arrival.expire_at_ms,
+                    messages=(),
+                ),
                 tier=tier,
                 offsets=self.sources[tier],
                 offset=index,

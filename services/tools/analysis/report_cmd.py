@@ -12,13 +12,12 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import InferenceResult
 from services.tools.analysis.documents import (
     RunDocument,
     load_documents,
-    outcome_from_record,
     write_documents,
 )
 from services.tools.analysis.errors import AnalysisError
@@ -27,6 +26,7 @@ from services.tools.analysis.results_source import ResultsRead, read_results
 from services.tools.analysis.stats import request_counts
 from services.tools.analysis.table import render
 from services.tools.analysis.trace import load_trace
+from services.tools.measures import Outcome
 
 
 def is_document(item: str) -> bool:
@@ -40,9 +40,9 @@ def default_out(first: str, runs_dir: Path) -> Path:
     return runs_dir / first / "report"
 
 
-def run_document(run_id: str, records: list[dict[str, Any]], budget: int, runs_dir: Path) -> RunDocument:
+def run_document(run_id: str, results: list[InferenceResult], budget: int, runs_dir: Path) -> RunDocument:
     """A recorded run: its results, and its request records when the load generator left them."""
-    outcomes = [outcome_from_record(r) for r in records]
+    outcomes = [Outcome.from_result(r) for r in results]
     requests_path = runs_dir / run_id / "requests.jsonl"
     requests = None
     if requests_path.is_file():
@@ -57,12 +57,12 @@ def run_document(run_id: str, records: list[dict[str, Any]], budget: int, runs_d
     )
 
 
-def write_results(path: Path, records: Sequence[dict[str, Any]]) -> None:
+def write_results(path: Path, results: Sequence[InferenceResult]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as out:
-        for record in records:
+        for result in results:
             # The answer text is the caller's data and can be large; timings are what we analyse.
-            out.write(json.dumps({k: v for k, v in record.items() if k != "output"}) + "\n")
+            out.write(json.dumps({k: v for k, v in result.to_record().items() if k != "output"}) + "\n")
 
 
 def collect(args: argparse.Namespace, items: Sequence[str], out: Path) -> list[RunDocument]:

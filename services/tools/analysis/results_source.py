@@ -14,13 +14,13 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
-from services.messaging.codec import AvroCodec, result_codec
+from services.messaging.codec import TypedCodec, result_codec
 from services.messaging.errors import DecodeError
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import InferenceResult
 from services.tools.analysis.errors import SourceError
 
 _BATCH = 1000
@@ -29,7 +29,7 @@ _POLL_S = 0.5
 
 @dataclass
 class ResultsRead:
-    by_run: dict[str, list[dict[str, Any]]]
+    by_run: dict[str, list[InferenceResult]]
     scanned: int = 0
     duplicates: int = 0
     undecodable: int = 0
@@ -104,18 +104,22 @@ def _read(consumer: Consumer, topic: str, run_ids: Sequence[str], timeout_s: flo
 
 
 def _take(
-    message: Message, keys: Sequence[bytes], run_ids: Sequence[str], codec: AvroCodec, read: ResultsRead
+    message: Message,
+    keys: Sequence[bytes],
+    run_ids: Sequence[str],
+    codec: TypedCodec[InferenceResult],
+    read: ResultsRead,
 ) -> None:
     read.scanned += 1
     key = message.key()
     if isinstance(key, bytes) and not any(key.startswith(k) for k in keys):
         return
     try:
-        record = codec.decode(message.value() or b"")
+        result = codec.decode(message.value() or b"")
     except DecodeError:
         read.undecodable += 1
         return
-    request_id = str(record["request_id"])
+    request_id = result.request_id
     run_id = run_of(request_id, run_ids)
     if run_id is None:
         return
@@ -123,4 +127,4 @@ def _take(
         read.duplicates += 1
         return
     read.seen.add(request_id)
-    read.by_run[run_id].append(record)
+    read.by_run[run_id].append(result)

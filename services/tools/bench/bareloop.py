@@ -32,6 +32,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from services.messaging.codec import request_codec, result_codec
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import InferenceResult, Status, Usage
 
 BLAST_BODY = {"model": "inferq-fast", "messages": [{"role": "user", "content": "Hi, how was your day?"}]}
 CONSUME_BATCH = 500
@@ -102,7 +103,7 @@ async def loop(
         while True:
             raw = await queue.get()
             request = requests.decode(raw)
-            payload = {"model": request.get("model") or "inferq-fast", "messages": request["messages"]}
+            payload = {"model": request.model or "inferq-fast", "messages": request.openai_messages()}
             dispatched_ms = time.time_ns() // 1_000_000
             try:
                 async with session.post(f"{backend_url}/chat/completions", json=payload) as response:
@@ -112,24 +113,26 @@ async def loop(
             if body is None:
                 summary.errors += 1  # counted, not retried: the run then reports fewer results than asked
                 continue
-            result = {
-                "request_id": request["request_id"],
-                "tier": request["tier"],
-                "status": "OK",
-                "output": body["choices"][0]["message"]["content"],
-                "error": None,
-                "model": body.get("model", payload["model"]),
-                "usage": body.get("usage"),
-                "enqueued_at_ms": request["created_at_ms"],
-                "dispatched_at_ms": dispatched_ms,
-                "completed_at_ms": time.time_ns() // 1_000_000,
-                "attempts": request["attempt"],
-                "dispatcher_id": "bareloop",
-            }
+            usage = body.get("usage")
+            result = InferenceResult(
+                request_id=request.request_id,
+                tier=request.tier,
+                status=Status.OK,
+                output=body["choices"][0]["message"]["content"],
+                model=body.get("model", payload["model"]),
+                usage=Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"])
+                if usage
+                else None,
+                enqueued_at_ms=request.created_at_ms,
+                dispatched_at_ms=dispatched_ms,
+                completed_at_ms=time.time_ns() // 1_000_000,
+                attempts=request.attempt,
+                dispatcher_id="bareloop",
+            )
             producer.produce(
                 result_topic,
                 results.encode(result),
-                key=request["request_id"].encode(),
+                key=request.request_id.encode(),
                 on_delivery=on_delivery,
             )
             producer.poll(0)

@@ -10,13 +10,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from services.messaging.codec import request_codec, result_codec
+from services.messaging.codec import result_codec
 from services.messaging.errors import DecodeError
-from services.messaging.tiers import Tier
+from services.messaging.records import InferenceResult
 from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
 from services.tools.broker.errors import PortInUseError
 
@@ -81,7 +80,7 @@ class ResultCollector:
         )
         self._consumer.subscribe([topic])
         self._codec = result_codec()
-        self._results: dict[str, dict[str, Any]] = {}
+        self._results: dict[str, InferenceResult] = {}
         self._lock = threading.Condition()
         self._stop = threading.Event()
         self.undecodable = 0
@@ -108,13 +107,13 @@ class ResultCollector:
             self.undecodable += 1
             return
         with self._lock:
-            if result["request_id"] in self._results:
+            if result.request_id in self._results:
                 self.duplicates += 1
             else:
-                self._results[result["request_id"]] = result
+                self._results[result.request_id] = result
                 self._lock.notify_all()
 
-    def wait_for(self, request_ids: set[str], timeout_s: float) -> dict[str, dict[str, Any]]:
+    def wait_for(self, request_ids: set[str], timeout_s: float) -> dict[str, InferenceResult]:
         """Block until every id has a result or `timeout_s` passes; returns the results found."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
@@ -149,61 +148,3 @@ def group_lag(bootstrap: str, group_id: str, topic: str, partitions: int) -> dic
         return lag
     finally:
         consumer.close()
-
-
-def produce_low(bootstrap: str, topic: str, records: int, log: Callable[[str], None]) -> float:
-    """Write `records` valid LOW requests to `topic` as fast as librdkafka batches them; returns seconds."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            # Bulk load, not interactive traffic: big batches, compressed, acknowledged by the leader.
-            "linger.ms": 100,
-            "batch.size": 1_000_000,
-            "compression.type": "lz4",
-            "acks": "1",
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-        }
-    )
-    codec = request_codec()
-    failures: list[KafkaError] = []
-
-    def delivered(err: KafkaError | None, _msg: Message) -> None:
-        if err is not None and len(failures) < 10:
-            failures.append(err)
-
-    started = time.monotonic()
-    now = time.time_ns() // 1_000_000
-    for i in range(records):
-        value = codec.encode(
-            {
-                "request_id": f"mem-{i:07d}",
-                "tenant": "default",
-                "origin_region": "local",
-                "scenario": "morning_brief",
-                "tier": Tier.LOW.value,
-                "created_at_ms": now,
-                "expire_at_ms": now + 12 * _HOUR_MS,
-                "attempt": 1,
-                "estimated_tokens": None,
-                "reply_to": None,
-                "session_id": f"brief-{i % 1000}",
-                "model": None,
-                "messages": [{"role": "user", "content": f"Brief {i}: weather, calendar, mood."}],
-                "params": None,
-            }
-        )
-        while True:
-            try:
-                producer.produce(topic, value, key=f"brief-{i % 1000}".encode(), on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.1)  # the local queue is full: let deliveries drain it
-        if i % 10_000 == 0:
-            producer.poll(0)
-        if i and i % 200_000 == 0:
-            log(f"  produced {i:,} records ({time.monotonic() - started:.0f} s)")
-    left = producer.flush(120.0)
-    if left or failures:
-        raise RuntimeError(f"{left} records not delivered; first errors: {failures}")
-    return time.monotonic() - started

@@ -157,9 +157,9 @@ def _placed(bootstrap: str, topic: str) -> tuple[dict[str, Placed], bool]:
     for read in read_topic(bootstrap, topic):
         request = codec.decode(read.value)
         append_time = append_time and read.log_append_time
-        placed[request["request_id"]] = Placed(
+        placed[request.request_id] = Placed(
             record_key(topic, read.partition, read.offset),
-            int(request["created_at_ms"]),
+            request.created_at_ms,
             read.timestamp_ms if read.log_append_time else None,
         )
     return placed, append_time
@@ -176,9 +176,9 @@ def _dispatched(bootstrap: str, topic: str) -> tuple[dict[str, int], dict[str, i
         except DecodeError:
             statuses["undecodable"] = statuses.get("undecodable", 0) + 1
             continue
-        statuses[result["status"]] = statuses.get(result["status"], 0) + 1
-        if result["dispatched_at_ms"] is not None:
-            dispatched.setdefault(result["request_id"], int(result["dispatched_at_ms"]))
+        statuses[result.status] = statuses.get(result.status, 0) + 1
+        if result.dispatched_at_ms is not None:
+            dispatched.setdefault(result.request_id, result.dispatched_at_ms)
     return dispatched, statuses
 
 

@@ -21,8 +21,9 @@ import httpx
 from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import Tier
-from services.tools.bench.kafka import bench_broker, group_lag, produce_low
+from services.tools.bench.kafka import bench_broker, group_lag
 from services.tools.bench.machine import code_line, command_line, machine, results_dir
+from services.tools.bench.topicio import brief_requests, bulk_produce
 from services.tools.broker.broker import pick_free_ports
 from services.tools.stack.process import ServiceProcess
 
@@ -148,7 +149,8 @@ def run(
                 bootstrap_servers=bootstrap, topic_prefix=prefixes["loaded"]
             ).topics.requests(Tier.LOW)
             log(f"producing {records:,} LOW requests to {topic}")
-            produce_s = produce_low(bootstrap, topic, records, log)
+            briefs = brief_requests(records, "mem", now_ms=time.time_ns() // 1_000_000)
+            produce_s = bulk_produce(bootstrap, topic, briefs, log=log)
             log(f"produced in {produce_s:.1f} s; loaded: dispatcher sampled the same way")
             loaded = sample_dispatcher(
                 "loaded",

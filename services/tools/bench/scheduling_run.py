@@ -26,6 +26,7 @@ from services.dispatcher.policies import build_scheduler
 from services.dispatcher.settings import DispatcherSettings, build_schedule
 from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import InferenceResult
 from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 from services.tools.bench.kafka import ResultCollector
 from services.tools.bench.load import sample_health, submit_in_process, submit_trace
@@ -100,20 +101,9 @@ class BenchConfig:
     log: Callable[[str], None] = print
 
 
-def _outcome(result: dict[str, Any]) -> Outcome:
-    return Outcome(
-        request_id=str(result["request_id"]),
-        tier=Tier(result["tier"]),
-        status=str(result["status"]),
-        enqueued_ms=int(result["enqueued_at_ms"]),
-        dispatched_ms=None if result["dispatched_at_ms"] is None else int(result["dispatched_at_ms"]),
-        completed_ms=int(result["completed_at_ms"]),
-    )
-
-
 async def _drive(
     pipeline: Pipeline, trace: list[Arrival], tag: str, collector: ResultCollector, timeout_s: float
-) -> tuple[list[Submission], dict[str, dict[str, Any]], list[tuple[int, int]]]:
+) -> tuple[list[Submission], dict[str, InferenceResult], list[tuple[int, int]]]:
     samples: list[tuple[int, int]] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_health(pipeline.dispatcher_url(0), samples, stop))
@@ -172,7 +162,7 @@ def run_one(
         collector.stop()
         pipeline.stop()
     took = time.monotonic() - started
-    outcomes = {rid: _outcome(r) for rid, r in results.items()}
+    outcomes = {rid: Outcome.from_result(r) for rid, r in results.items()}
     summary = summarize(spec, config, submissions, outcomes, backend, samples)
     config.log(
         f"[{spec.name}] done in {took:.0f} s: {len(outcomes)} outcomes, {len(summary.missing_ids)} missing"
@@ -212,9 +202,9 @@ def run_one(
         ],
         "outcomes": [
             [o.request_id, o.tier.value, o.status, o.enqueued_ms, o.dispatched_ms, o.completed_ms, attempts]
-            for o, attempts in ((outcomes[rid], int(r.get("attempts") or 1)) for rid, r in results.items())
+            for o, attempts in ((outcomes[rid], r.attempts) for rid, r in results.items())
         ],
-        "retried": sum(1 for r in results.values() if int(r.get("attempts") or 1) > 1),
+        "retried": sum(1 for r in results.values() if r.attempts > 1),
     }
     return summary, raw
 

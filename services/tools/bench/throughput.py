@@ -54,7 +54,7 @@ from services.tools.bench.throughput_report import (
     rates_table,
     target_rows,
 )
-from services.tools.bench.topicio import RecordCounter, load_requests, read_topic
+from services.tools.bench.topicio import RecordCounter, bulk_produce, chat_requests, read_topic
 from services.tools.broker.broker import pick_free_ports
 from services.tools.stack.process import ServiceProcess
 
@@ -103,11 +103,11 @@ class Bench:
         duplicates = 0
         for read in read_topic(self.bootstrap, topic):
             result = codec.decode(read.value)
-            if result["request_id"] in first:
+            if result.request_id in first:
                 duplicates += 1
                 continue
-            first[result["request_id"]] = read.timestamp_ms
-            writers[result["dispatcher_id"]] = writers.get(result["dispatcher_id"], 0) + 1
+            first[result.request_id] = read.timestamp_ms
+            writers[result.dispatcher_id] = writers.get(result.dispatcher_id, 0) + 1
         return list(first.values()), writers, duplicates
 
     def _topics(self, name: str) -> KafkaSettings:
@@ -152,7 +152,7 @@ class Bench:
             for proc in procs:
                 proc.start()
             stable_s = wait_group_stable(procs, urls, partitions, timeout_s=120.0)
-            load_s = load_requests(self.bootstrap, topics.requests(Tier.HIGH), self.spec.records, prefix)
+            load_s = self._load(topics.requests(Tier.HIGH), prefix)
             with RecordCounter(self.bootstrap, topics.results) as counter:
                 deadline = time.monotonic() + self.spec.bound_s
                 while counter.count() < self.spec.records and time.monotonic() < deadline:
@@ -181,12 +181,14 @@ class Bench:
         self.log(f"[{run}] {label}: {_fmt(measured)}, load {load_s:.2f} s")
         return measured, detail
 
+    def _load(self, topic: str, tag: str) -> float:
+        chats = chat_requests(self.spec.records, tag, now_ms=time.time_ns() // 1_000_000)
+        return bulk_produce(self.bootstrap, topic, chats)
+
     def bare_loop(self, run: str) -> tuple[Measurement, dict[str, Any]]:
         kafka = self._topics(f"{run}-bare")
         topics = kafka.topics
-        load_s = load_requests(
-            self.bootstrap, topics.requests(Tier.HIGH), self.spec.records, kafka.topic_prefix
-        )
+        load_s = self._load(topics.requests(Tier.HIGH), kafka.topic_prefix)
         summary_path = self.work_dir / kafka.topic_prefix / "bareloop.json"
         summary_path.parent.mkdir(parents=True, exist_ok=True)
         args = [

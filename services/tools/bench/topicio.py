@@ -4,6 +4,7 @@ and switch a topic to broker timestamps."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import (
@@ -19,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from services.messaging.codec import request_codec
+from services.messaging.records import ChatMessage, InferenceRequest
 from services.messaging.tiers import Tier
 from services.messaging.topics import TopicSpec
 
@@ -125,19 +127,53 @@ def read_topic(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> list[R
         consumer.close()
 
 
-def load_requests(bootstrap: str, topic: str, count: int, tag: str) -> float:
-    """Write `count` valid HIGH requests to `topic` as fast as librdkafka batches them; returns seconds.
+def chat_requests(count: int, tag: str, *, now_ms: int) -> Iterator[InferenceRequest]:
+    """`count` valid HIGH chats, ids `<tag>-<n>`; deadlines an hour away, so a throughput run does not
+    turn into an expiry run."""
+    for i in range(count):
+        yield InferenceRequest(
+            request_id=f"{tag}-{i:06d}",
+            scenario="realtime_chat",
+            tier=Tier.HIGH,
+            created_at_ms=now_ms,
+            expire_at_ms=now_ms + _HOUR_MS,
+            messages=(ChatMessage("user", f"Hi, it's me again ({i}). How was your day?"),),
+        )
 
-    Deadlines are an hour away: a throughput run must not turn into an expiry run.
-    """
+
+def brief_requests(count: int, tag: str, *, now_ms: int) -> Iterator[InferenceRequest]:
+    """`count` valid LOW morning briefs over 1,000 sessions, ids `<tag>-<n>`."""
+    for i in range(count):
+        yield InferenceRequest(
+            request_id=f"{tag}-{i:07d}",
+            scenario="morning_brief",
+            tier=Tier.LOW,
+            created_at_ms=now_ms,
+            expire_at_ms=now_ms + 12 * _HOUR_MS,
+            session_id=f"brief-{i % 1000}",
+            messages=(ChatMessage("user", f"Brief {i}: weather, calendar, mood."),),
+        )
+
+
+def bulk_produce(
+    bootstrap: str,
+    topic: str,
+    requests: Iterable[InferenceRequest],
+    *,
+    log: Callable[[str], None] | None = None,
+    log_every: int = 200_000,
+) -> float:
+    """Write `requests` to `topic` as fast as librdkafka batches them; returns the seconds it took."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
             # Bulk load, not interactive traffic: big batches, compressed, acknowledged by the leader.
-            "linger.ms": 20,
+            "linger.ms": 50,
             "batch.size": 1_000_000,
             "compression.type": "lz4",
             "acks": "1",
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_048_576,
         }
     )
     codec = request_codec()
@@ -148,35 +184,19 @@ def load_requests(bootstrap: str, topic: str, count: int, tag: str) -> float:
             failures.append(err)
 
     started = time.monotonic()
-    now = time.time_ns() // 1_000_000
-    for i in range(count):
-        request_id = f"{tag}-{i:06d}"
-        value = codec.encode(
-            {
-                "request_id": request_id,
-                "tenant": "default",
-                "origin_region": "local",
-                "scenario": "realtime_chat",
-                "tier": Tier.HIGH.value,
-                "created_at_ms": now,
-                "expire_at_ms": now + _HOUR_MS,
-                "attempt": 1,
-                "estimated_tokens": None,
-                "reply_to": None,
-                "session_id": None,
-                "model": None,
-                "messages": [{"role": "user", "content": f"Hi, it's me again ({i}). How was your day?"}],
-                "params": None,
-                "not_before_ms": None,
-            }
-        )
+    for i, request in enumerate(requests):
+        value = codec.encode(request)
         while True:
             try:
-                producer.produce(topic, value, key=request_id.encode(), on_delivery=delivered)
+                producer.produce(topic, value, key=request.key, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.05)  # the local queue is full: let deliveries drain it
-    left = producer.flush(60.0)
+        if i % 10_000 == 0:
+            producer.poll(0)
+        if log is not None and i and i % log_every == 0:
+            log(f"  produced {i:,} records ({time.monotonic() - started:.0f} s)")
+    left = producer.flush(120.0)
     if left or failures:
         raise RuntimeError(f"{left} records not delivered to {topic}; first errors: {failures}")
     return time.monotonic() - started

@@ -38,7 +38,7 @@ def export_trace(
     When `stop` is set the export ends early with a complete, readable file of what it had read.
     """
     stats = ExportStats()
-    decode = request_codec().decode
+    decode = request_codec().avro.decode  # copied field by field into the trace file
     progress = on_progress or (lambda _: None)
     started = time.monotonic()
 

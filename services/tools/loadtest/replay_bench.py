@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 from services.messaging.admin import create_topics
 from services.messaging.codec import request_codec
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import ChatMessage, InferenceRequest
 from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 from services.messaging.topics import TopicNames
 from services.tools.loadtest.errors import ReplayError
@@ -40,23 +41,18 @@ def fill(settings: KafkaSettings, records: int) -> None:
         tier, scenario = (Tier.LOW, "morning_brief") if i % _LOW_EVERY == 0 else _MIX[i % len(_MIX)]
         session = f"{scenario}-{i % 500}"
         value = codec.encode(
-            {
-                "request_id": str(uuid.UUID(int=i)),
-                "tenant": "bench",
-                "origin_region": "local",
-                "scenario": scenario,
-                "tier": tier.value,
-                "created_at_ms": now + i,
-                "expire_at_ms": now + i + DEFAULT_DEADLINES_MS[tier],
-                "attempt": 1,
-                "estimated_tokens": 225,
-                "reply_to": None,
-                "session_id": session,
-                "model": None,
-                "messages": [{"role": "user", "content": f"Hi, it's me again ({i}). How was your day?"}],
-                "params": {"max_tokens": "150"},
-                "not_before_ms": None,
-            }
+            InferenceRequest(
+                request_id=str(uuid.UUID(int=i)),
+                tenant="bench",
+                scenario=scenario,
+                tier=tier,
+                created_at_ms=now + i,
+                expire_at_ms=now + i + DEFAULT_DEADLINES_MS[tier],
+                estimated_tokens=225,
+                session_id=session,
+                messages=(ChatMessage("user", f"Hi, it's me again ({i}). How was your day?"),),
+                params={"max_tokens": "150"},
+            )
         )
         while True:
             try:

@@ -15,9 +15,10 @@ lengths, two 6-byte varints and one byte, and splices new bytes in front of the 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import replace
 
-from services.messaging.codec import AvroCodec, request_codec
-from services.messaging.errors import DecodeError
+from services.messaging.codec import TypedCodec, request_codec
+from services.messaging.records import InferenceRequest
 
 # The 13 bytes after `tier`: created_at_ms and expire_at_ms as 6-byte varints, attempt as 1 byte.
 # A varint byte has its high bit set exactly when more bytes follow; the low bit of a zigzag
@@ -61,7 +62,11 @@ class Rewriter:
     """
 
     def __init__(
-        self, run_id: str, *, scenarios: Collection[str] | None = None, codec: AvroCodec | None = None
+        self,
+        run_id: str,
+        *,
+        scenarios: Collection[str] | None = None,
+        codec: TypedCodec[InferenceRequest] | None = None,
     ) -> None:
         self.run_id = run_id
         self.codec = codec or request_codec()
@@ -74,7 +79,7 @@ class Rewriter:
         return self.at(now_ms)(raw)
 
     def at(self, now_ms: int) -> Rewrite:
-        header = self.codec.header
+        header = self.codec.avro.header
         prefix, plen = self._prefix, len(self._prefix)
         wanted = self._scenario_bytes
         created = zigzag_varint(now_ms)
@@ -118,21 +123,18 @@ class Rewriter:
 
     def _slow(self, raw: bytes, now_ms: int) -> bytes | None:
         self.slow += 1
-        record = self.codec.decode(raw)
-        if self.scenarios is not None and record["scenario"] not in self.scenarios:
+        request = self.codec.decode(raw)
+        if self.scenarios is not None and request.scenario not in self.scenarios:
             return None
-        return self.encode_fresh(record, now_ms)
+        return self.encode_fresh(request, now_ms)
 
-    def encode_fresh(self, record: dict[str, object], now_ms: int) -> bytes:
-        """Encode a decoded request as a fresh replayed one (the exact path, also used for trace files)."""
-        created, expire = record["created_at_ms"], record["expire_at_ms"]
-        if not isinstance(created, int) or not isinstance(expire, int):
-            raise DecodeError("created_at_ms / expire_at_ms are not integers", raw_size=0)
-        fresh = dict(record)
-        fresh.update(
-            request_id=f"{self.run_id}:{record['request_id']}",
+    def encode_fresh(self, request: InferenceRequest, now_ms: int) -> bytes:
+        """Encode a decoded request as a fresh replayed one (the exact path)."""
+        fresh = replace(
+            request,
+            request_id=f"{self.run_id}:{request.request_id}",
             created_at_ms=now_ms,
-            expire_at_ms=now_ms + (expire - created),
+            expire_at_ms=now_ms + (request.expire_at_ms - request.created_at_ms),
             attempt=1,
             not_before_ms=None,
         )

@@ -172,9 +172,9 @@ class KafkaSender:
             topics=self._settings.topics,
             region=self._region,
         )
-        value = self._codec.encode(envelope.record)
+        value = self._codec.encode(envelope.request)
         try:
             await self._producer.produce(envelope.topic, value, key=envelope.key, timeout_s=self._timeout_s)
         except (ProduceError, TimeoutError) as exc:
             return Answer("error", error=f"{type(exc).__name__}: {exc}"[:300])
-        return Answer("accepted", None, envelope.tier.value, int(envelope.record["expire_at_ms"]))
+        return Answer("accepted", None, envelope.tier.value, envelope.request.expire_at_ms)

@@ -191,7 +191,7 @@ class TraceFileSource:
         """Nothing held open between reads."""
 
     def ordered(self) -> Iterator[SourceRecord]:
-        encode = request_codec().encode
+        encode = request_codec().avro.encode  # the trace file holds the Avro record as written
         for record in read_trace(self._path):
             request = record["request"]
             if request["tier"] in self._tiers and self._range.contains(record["timestamp_ms"]):

@@ -1,0 +1,220 @@
+"""The two records on inferq's topics, typed: `InferenceRequest` and `InferenceResult`.
+
+This module is the one place that spells out their fields (they mirror `schemas/*.avsc`). Every
+service builds and reads them through these classes; `to_record` / `from_record` are the only
+conversions to and from the Avro dicts the codec writes (see `services.messaging.codec`).
+
+A request that decodes but cannot run (no messages, parameters that are not JSON) is as useless as
+one that does not decode: `runnable_params` raises `DecodeError` for both, so the dispatcher sends it
+to the dead-letter topic instead of retrying it.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any
+
+from services.messaging.errors import DecodeError
+from services.messaging.tiers import Tier
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: str
+    content: str
+
+    def as_openai(self) -> dict[str, str]:
+        """The chat-completions message object."""
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceRequest:
+    """One inference call waiting in a priority topic (`schemas/inference_request.avsc`)."""
+
+    request_id: str
+    scenario: str
+    tier: Tier
+    created_at_ms: int
+    # Past this instant nobody waits for the answer: answered EXPIRED, never sent to the LLM.
+    expire_at_ms: int
+    messages: tuple[ChatMessage, ...]
+    tenant: str = "default"
+    origin_region: str = "local"
+    # 1 for the first try; raised on each retry.
+    attempt: int = 1
+    estimated_tokens: int | None = None
+    # The result topic; None means the default results topic.
+    reply_to: str | None = None
+    # The Kafka key: one session's requests stay in order.
+    session_id: str | None = None
+    # An explicit model; None means the tier's model.
+    model: str | None = None
+    # Extra chat-completions parameters, each value JSON-encoded (as on the wire).
+    params: Mapping[str, str] | None = None
+    # A retry waits until this instant (epoch ms); None for a first attempt.
+    not_before_ms: int | None = None
+
+    @property
+    def key(self) -> bytes:
+        """The Kafka key: the session, else the request itself."""
+        return (self.session_id or self.request_id).encode()
+
+    def openai_messages(self) -> list[dict[str, str]]:
+        return [m.as_openai() for m in self.messages]
+
+    def decoded_params(self) -> dict[str, Any]:
+        """The chat-completions parameters, JSON-decoded; `DecodeError` for a value that is not JSON."""
+        if not self.params:
+            return {}
+        try:
+            return {name: json.loads(value) for name, value in self.params.items()}
+        except ValueError as exc:
+            raise DecodeError(f"params is not a map of JSON values: {exc}", raw_size=0) from exc
+
+    def retry(self, *, not_before_ms: int) -> InferenceRequest:
+        """The next attempt of this request, held back until `not_before_ms`."""
+        return replace(self, attempt=self.attempt + 1, not_before_ms=not_before_ms)
+
+    def to_record(self) -> Record:
+        return {
+            "request_id": self.request_id,
+            "tenant": self.tenant,
+            "origin_region": self.origin_region,
+            "scenario": self.scenario,
+            "tier": self.tier.value,
+            "created_at_ms": self.created_at_ms,
+            "expire_at_ms": self.expire_at_ms,
+            "attempt": self.attempt,
+            "estimated_tokens": self.estimated_tokens,
+            "reply_to": self.reply_to,
+            "session_id": self.session_id,
+            "model": self.model,
+            "messages": [{"role": m.role, "content": m.content} for m in self.messages],
+            "params": dict(self.params) if self.params is not None else None,
+            "not_before_ms": self.not_before_ms,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> InferenceRequest:
+        """From a decoded Avro record (the codec has checked every field's type)."""
+        params = record.get("params")
+        return cls(
+            request_id=record["request_id"],
+            scenario=record["scenario"],
+            tier=Tier(record["tier"]),
+            created_at_ms=record["created_at_ms"],
+            expire_at_ms=record["expire_at_ms"],
+            messages=tuple(ChatMessage(m["role"], m["content"]) for m in record["messages"]),
+            tenant=record.get("tenant", "default"),
+            origin_region=record.get("origin_region", "local"),
+            attempt=record.get("attempt", 1),
+            estimated_tokens=record.get("estimated_tokens"),
+            reply_to=record.get("reply_to"),
+            session_id=record.get("session_id"),
+            model=record.get("model"),
+            params=MappingProxyType(dict(params)) if params is not None else None,
+            not_before_ms=record.get("not_before_ms"),
+        )
+
+
+def runnable_params(request: InferenceRequest, *, raw_size: int = 0) -> dict[str, Any]:
+    """The decoded parameters of a request that can run, or `DecodeError` for a record no retry can
+    fix (a poison record)."""
+    if not request.messages:
+        raise DecodeError("messages is empty: nothing to send to the LLM", raw_size=raw_size)
+    return request.decoded_params()
+
+
+class Status(enum.StrEnum):
+    """A request's terminal outcome."""
+
+    OK = "OK"
+    EXPIRED = "EXPIRED"
+    EVICTED = "EVICTED"
+    REJECTED = "REJECTED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceResult:
+    """The terminal outcome of one request (`schemas/inference_result.avsc`)."""
+
+    request_id: str
+    tier: Tier
+    status: Status
+    model: str
+    # When the request was accepted (its created_at_ms).
+    enqueued_at_ms: int
+    completed_at_ms: int
+    attempts: int
+    dispatcher_id: str
+    output: str | None = None
+    error: str | None = None
+    usage: Usage | None = None
+    # When it took a concurrency token; None if it never did.
+    dispatched_at_ms: int | None = None
+
+    @property
+    def queue_wait_ms(self) -> int | None:
+        return None if self.dispatched_at_ms is None else self.dispatched_at_ms - self.enqueued_at_ms
+
+    @property
+    def end_to_end_ms(self) -> int:
+        return self.completed_at_ms - self.enqueued_at_ms
+
+    def to_record(self) -> Record:
+        usage = self.usage
+        return {
+            "request_id": self.request_id,
+            "tier": self.tier.value,
+            "status": self.status.value,
+            "output": self.output,
+            "error": self.error,
+            "model": self.model,
+            "usage": None
+            if usage is None
+            else {
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+            },
+            "enqueued_at_ms": self.enqueued_at_ms,
+            "dispatched_at_ms": self.dispatched_at_ms,
+            "completed_at_ms": self.completed_at_ms,
+            "attempts": self.attempts,
+            "dispatcher_id": self.dispatcher_id,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> InferenceResult:
+        usage = record.get("usage")
+        return cls(
+            request_id=record["request_id"],
+            tier=Tier(record["tier"]),
+            status=Status(record["status"]),
+            model=record["model"],
+            enqueued_at_ms=record["enqueued_at_ms"],
+            completed_at_ms=record["completed_at_ms"],
+            attempts=record["attempts"],
+            dispatcher_id=record["dispatcher_id"],
+            output=record.get("output"),
+            error=record.get("error"),
+            usage=None
+            if usage is None
+            else Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]),
+            dispatched_at_ms=record.get("dispatched_at_ms"),
+        )
