@@ -21,6 +21,7 @@ from confluent_kafka import TopicPartition as KTopicPartition
 
 from services.dispatcher.offsets import parse_metadata
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.lag import partition_lag
 from services.messaging.tiers import Tier
 from services.messaging.topics import TopicNames
 
@@ -115,7 +116,7 @@ class TierConsumer:
             if tier is None:
                 continue
             position = await asyncio.wait_for(self._consumer.position(tp), timeout_s)
-            lags[tier] += max(0, ends[tp] - position)
+            lags[tier] += partition_lag(high=ends[tp], low=0, committed=position)
             owned_count[tier] += 1
         result: dict[Tier, tuple[int, float]] = {}
         for tier in Tier:

@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.lag import partition_lag
 from services.messaging.tiers import Tier
 
 log = logging.getLogger("inferq.ingest.backlog")
@@ -76,16 +77,6 @@ class BacklogUnavailableError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(f"backlog unreadable: {reason}")
         self.reason = reason
-
-
-def partition_lag(*, high: int, low: int, committed: int | None) -> int:
-    """Records of one partition the group has not consumed yet.
-
-    Without a commit the group would start at the earliest record. A commit below the low watermark
-    points at records retention already deleted, so only what is still there counts.
-    """
-    start = low if committed is None or committed < 0 else max(committed, low)
-    return max(0, high - start)
 
 
 class KafkaBacklogReader:

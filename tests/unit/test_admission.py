@@ -11,9 +11,10 @@ from starlette.testclient import TestClient
 
 from services.ingest.admission import AdmissionPolicy, FillAlarm, default_capacity
 from services.ingest.app import create_app
-from services.ingest.backlog import KafkaBacklogReader, partition_lag
+from services.ingest.backlog import KafkaBacklogReader
 from services.ingest.settings import IngestSettings
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.lag import partition_lag
 from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 from tests.support.fakes import FakeBacklog, RecordingProducer
 

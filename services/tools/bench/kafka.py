@@ -15,13 +15,13 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from services.messaging.codec import result_codec
 from services.messaging.errors import DecodeError
+from services.messaging.lag import partition_lag
 from services.messaging.records import InferenceResult
 from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
 from services.tools.broker.errors import PortInUseError
 
 _PORT_ATTEMPTS = 3
 _POLL_S = 0.2
-_NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group never committed this partition
 _HOUR_MS = 3_600_000
 
 
@@ -140,8 +140,7 @@ def group_lag(bootstrap: str, group_id: str, topic: str, partitions: int) -> dic
         lag = {}
         for tp in committed:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10.0)
-            start = low if tp.offset == _NO_OFFSET else max(tp.offset, low)
-            lag[tp.partition] = high - start
+            lag[tp.partition] = partition_lag(high=high, low=low, committed=tp.offset)
     except KafkaException as exc:
         raise RuntimeError(f"cannot read the lag of {group_id} on {topic}: {exc}") from exc
     else:

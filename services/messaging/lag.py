@@ -1,0 +1,19 @@
+"""How far a consumer group is behind on one partition: the one rule every backlog figure uses.
+
+Ingest's admission (the group's committed offsets), the dispatcher's eviction pressure (its own
+fetch positions) and the benchmarks all count the records of a partition not yet consumed this way.
+"""
+
+from __future__ import annotations
+
+
+def partition_lag(*, high: int, low: int, committed: int | None) -> int:
+    """Records of one partition between the group's position and the high watermark.
+
+    `committed` is the group's next offset to read (a commit, or a consumer's fetch position); None
+    or negative (librdkafka's OFFSET_INVALID) means the group has none and would start at the
+    earliest record. A position below the low watermark points at records retention already
+    deleted, so only what is still there counts.
+    """
+    start = low if committed is None or committed < 0 else max(committed, low)
+    return max(0, high - start)
