@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from services.ingest.validation import SubmitRequest
@@ -41,10 +42,15 @@ def build_envelope(
     *,
     now_ms: int,
     policy: TierPolicy,
-    deadlines_ms: dict[Tier, int],
+    deadlines_ms: Mapping[Tier, int],
     topics: TopicNames,
     region: str,
 ) -> Envelope:
+    """The record `body` becomes at `now_ms`: its tier from `policy`, its deadline (the caller's
+    `expire_at_ms`, else now plus the caller's `deadline_ms` or the tier's), its topic and its key.
+
+    Raises `DeadlineInPastError` when the caller's `expire_at_ms` is not in the future.
+    """
     tier = policy.tier_for(body.scenario, body.priority)
     if body.expire_at_ms is not None:
         if body.expire_at_ms <= now_ms:
@@ -71,3 +77,25 @@ def build_envelope(
         params={k: json.dumps(v) for k, v in body.params.items()} if body.params else None,
     )
     return Envelope(topic=topics.requests(tier), request=request)
+
+
+@dataclass(frozen=True)
+class EnvelopeFactory:
+    """`build_envelope` with one service's tier policy, deadlines, topics and region bound; the clock
+    is read once per request. Raises `DeadlineInPastError` like `build_envelope`."""
+
+    policy: TierPolicy
+    deadlines_ms: Mapping[Tier, int]
+    topics: TopicNames
+    region: str
+    clock_ms: Callable[[], int]
+
+    def __call__(self, body: SubmitRequest) -> Envelope:
+        return build_envelope(
+            body,
+            now_ms=self.clock_ms(),
+            policy=self.policy,
+            deadlines_ms=self.deadlines_ms,
+            topics=self.topics,
+            region=self.region,
+        )

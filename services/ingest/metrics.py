@@ -1,0 +1,65 @@
+"""Ingest's instruments (OpenTelemetry, exported on /metrics). The names are what dashboards use.
+
+- `inferq_ingest_accepted_total{tier}`: requests written to Kafka (a replayed resend is not counted)
+- `inferq_ingest_refused_total{reason[, tier]}`: refusals; `tier` once the tier is known
+  (over_capacity, kafka_unavailable)
+- `inferq_backlog{tier}`: the dispatcher group's lag in records; an unknown lag is left out
+- `inferq_backlog_fill_ratio{tier}`: backlog over capacity (1 = full)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from services.ingest.admission import AdmissionPolicy
+from services.ingest.backlog import BacklogSnapshot, BacklogSource
+from services.messaging.tiers import Tier
+
+
+def backlog_observations(snapshot: BacklogSnapshot) -> list[Observation]:
+    """One observation per tier whose backlog is known."""
+    # An unknown backlog is left out rather than reported as an empty queue.
+    return [Observation(n, {"tier": t.value}) for t, n in snapshot.backlogs.items() if n is not None]
+
+
+def fill_observations(snapshot: BacklogSnapshot, admission: AdmissionPolicy) -> list[Observation]:
+    """One fill ratio per tier whose backlog is known."""
+    ratios = ((t, admission.fill_ratio(t, snapshot.backlogs.get(t))) for t in Tier)
+    return [Observation(r, {"tier": t.value}) for t, r in ratios if r is not None]
+
+
+class IngestMetrics:
+    """The counters ingest adds to, and the backlog gauges read from `backlogs` at each collection."""
+
+    def __init__(self, meter: Meter, backlogs: BacklogSource, admission: AdmissionPolicy) -> None:
+        self._backlogs = backlogs
+        self._admission = admission
+        self._accepted = meter.create_counter(
+            "inferq_ingest_accepted_total", description="requests written to Kafka"
+        )
+        self._refused = meter.create_counter(
+            "inferq_ingest_refused_total", description="requests refused, by reason"
+        )
+        meter.create_observable_gauge(
+            "inferq_backlog", [self._observe_backlog], description="dispatcher group lag per tier, in records"
+        )
+        meter.create_observable_gauge(
+            "inferq_backlog_fill_ratio",
+            [self._observe_fill],
+            description="backlog over capacity per tier (1 = full)",
+        )
+
+    def accepted(self, tier: Tier) -> None:
+        self._accepted.add(1, {"tier": tier.value})
+
+    def refused(self, reason: str, tier: Tier | None = None) -> None:
+        attributes = {"reason": reason} if tier is None else {"reason": reason, "tier": tier.value}
+        self._refused.add(1, attributes)
+
+    def _observe_backlog(self, _: CallbackOptions) -> Iterable[Observation]:
+        return backlog_observations(self._backlogs.snapshot())
+
+    def _observe_fill(self, _: CallbackOptions) -> Iterable[Observation]:
+        return fill_observations(self._backlogs.snapshot(), self._admission)

@@ -1,0 +1,99 @@
+"""From an envelope to a record the broker acknowledged: admission, idempotency, then the produce.
+
+Admission runs inside the idempotent step: a resend of an accepted request gets its first answer
+even when the tier has filled up since, and a refused attempt is forgotten, so the client's retry
+after Retry-After is weighed afresh.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from services.ingest.admission import AdmissionPolicy
+from services.ingest.backlog import BacklogSource
+from services.ingest.backlog_watch import BacklogAlarm
+from services.ingest.envelope import Envelope
+from services.ingest.errors import OverCapacityError, QueueUnavailableError
+from services.ingest.idempotency import Answer, IdempotencyCache
+from services.ingest.metrics import IngestMetrics
+from services.messaging.codec import TypedCodec
+from services.messaging.producer import ProduceError
+from services.messaging.records import InferenceRequest
+
+log = logging.getLogger("inferq.ingest")
+
+
+class RequestProducer(Protocol):
+    """What the publisher needs of a producer: one record, awaited until the broker acknowledged it
+    (`services.messaging.producer.AsyncProducer`)."""
+
+    async def produce(
+        self, topic: str, value: bytes, *, key: bytes | None = None, timeout_s: float | None = None
+    ) -> Any: ...
+
+
+class Publisher:
+    """Admits, deduplicates and produces one request; answers what the 202 body says.
+
+    `ack_timeout_s` bounds the wait for the broker's acknowledgement; past it, or when the broker
+    refuses the record, `publish` raises `QueueUnavailableError`. A full tier raises
+    `OverCapacityError`. Each new record counts once in `inferq_ingest_accepted_total`.
+    """
+
+    def __init__(
+        self,
+        *,
+        producer: RequestProducer,
+        codec: TypedCodec[InferenceRequest],
+        backlogs: BacklogSource,
+        admission: AdmissionPolicy,
+        alarm: BacklogAlarm,
+        recent_ids: IdempotencyCache,
+        metrics: IngestMetrics,
+        ack_timeout_s: float,
+    ) -> None:
+        self._producer = producer
+        self._codec = codec
+        self._backlogs = backlogs
+        self._admission = admission
+        self._alarm = alarm
+        self._recent_ids = recent_ids
+        self._metrics = metrics
+        self._ack_timeout_s = ack_timeout_s
+
+    async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> tuple[Answer, bool]:
+        """Returns (answer, replayed); replayed means the answer of an earlier request with this key.
+
+        `idempotency_key` is the client's own request_id; None when ingest made the id up.
+        """
+        try:
+            if idempotency_key is None:
+                return await self._admit_and_produce(envelope), False
+            return await self._recent_ids.once(idempotency_key, lambda: self._admit_and_produce(envelope))
+        except (ProduceError, TimeoutError) as exc:
+            log.warning("produce failed, answering 503: %s", exc)
+            raise QueueUnavailableError(envelope.tier, str(exc)) from exc
+
+    def admit(self, envelope: Envelope) -> None:
+        """Raises `OverCapacityError` when the envelope's tier may not grow; feeds the alarm."""
+        snapshot = self._backlogs.snapshot()
+        self._alarm.observe(snapshot)
+        refusal = self._admission.decide(envelope.tier, snapshot.backlogs)
+        if refusal is not None:
+            raise OverCapacityError(refusal)
+
+    async def _admit_and_produce(self, envelope: Envelope) -> Answer:
+        self.admit(envelope)
+        await self._producer.produce(
+            envelope.topic,
+            self._codec.encode(envelope.request),
+            key=envelope.key,
+            timeout_s=self._ack_timeout_s,
+        )
+        self._metrics.accepted(envelope.tier)
+        return {
+            "request_id": envelope.request_id,
+            "tier": envelope.tier.value,
+            "expire_at_ms": envelope.request.expire_at_ms,
+        }
