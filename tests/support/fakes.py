@@ -1,48 +1,195 @@
-"""Fakes (not mocks) of the ingest app's edges: a producer that keeps what it is given, and backlog
-sources whose lag the test decides."""
+"""Fakes (not mocks) of the ingest and results edges: producers that keep, refuse or never acknowledge
+what they are given, backlog sources whose lag the test decides, a publisher that answers what the
+test scripted, an in-memory OpenTelemetry reader, and a results feed the test fills.
+
+Fakes that take an `events` list append "<name>.start" / "<name>.stop" (and the like) to it, so one
+list shared by several fakes shows the order things happened in.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from opentelemetry.metrics import Meter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
 from services.ingest.backlog import BacklogSnapshot
-from services.messaging.producer import AsyncProducer
+from services.ingest.envelope import Envelope
+from services.ingest.errors import IngestError
+from services.ingest.idempotency import Answer
+from services.messaging.producer import AsyncProducer, ProduceError
 from services.messaging.tiers import Tier
+
+# --- ingest -------------------------------------------------------------------------------------
 
 
 class RecordingProducer(AsyncProducer):
     """A fake producer that acknowledges every record at once and keeps it."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: list[str] | None = None) -> None:
         super().__init__({})
         self.sent: list[tuple[str, bytes, bytes | None]] = []
+        self.events = events if events is not None else []
 
     async def start(self) -> None:
-        return None
+        self.events.append("producer.start")
 
     async def produce(self, topic: str, value: bytes, *, key: bytes | None = None, **_: Any) -> Any:
         self.sent.append((topic, value, key))
         return None
 
     async def stop(self, flush_timeout_s: float = 10.0) -> int:
+        self.events.append("producer.stop")
         return 0
+
+
+class RefusingProducer(RecordingProducer):
+    """A producer whose broker refuses every record (what librdkafka reports after its timeout)."""
+
+    def __init__(self, reason: str = "Local: Message timed out") -> None:
+        super().__init__()
+        self.reason = reason
+        self.attempts = 0
+
+    async def produce(self, topic: str, value: bytes, *, key: bytes | None = None, **_: Any) -> Any:
+        self.attempts += 1
+        raise ProduceError(topic, self.reason)
+
+
+class SilentProducer(RecordingProducer):
+    """A producer whose broker never answers: `produce` waits for `timeout_s`, then times out."""
+
+    async def produce(
+        self, topic: str, value: bytes, *, key: bytes | None = None, timeout_s: float | None = None, **_: Any
+    ) -> Any:
+        await asyncio.wait_for(asyncio.get_running_loop().create_future(), timeout_s)
 
 
 class FakeBacklog:
     """A backlog source whose lags the test sets (None: unknown); started and stopped by the app."""
 
-    def __init__(self, **lags: int | None) -> None:
+    def __init__(self, events: list[str] | None = None, **lags: int | None) -> None:
         self.lags: dict[Tier, int | None] = {t: lags.get(t.value) for t in Tier}
         self.running = False
+        self.events = events if events is not None else []
 
     async def start(self) -> None:
         self.running = True
+        self.events.append("backlog.start")
 
     async def stop(self) -> None:
         self.running = False
+        self.events.append("backlog.stop")
 
     def snapshot(self) -> BacklogSnapshot:
         if all(lag is None for lag in self.lags.values()):
             return BacklogSnapshot.unknown()
         return BacklogSnapshot(MappingProxyType(dict(self.lags)), refreshed_at_ms=1_700_000_000_000)
+
+
+@dataclass
+class ScriptedPublisher:
+    """A publisher that raises `error` when one is set, else accepts (replaying a key seen before)."""
+
+    error: IngestError | None = None
+    published: list[tuple[Envelope, str | None]] = field(default_factory=list)
+    _keys: set[str] = field(default_factory=set)
+
+    async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> tuple[Answer, bool]:
+        self.published.append((envelope, idempotency_key))
+        if self.error is not None:
+            raise self.error
+        replayed = idempotency_key is not None and idempotency_key in self._keys
+        if idempotency_key is not None:
+            self._keys.add(idempotency_key)
+        answer = {
+            "request_id": envelope.request_id,
+            "tier": envelope.tier.value,
+            "expire_at_ms": envelope.request.expire_at_ms,
+        }
+        return answer, replayed
+
+
+class InMemoryMetrics:
+    """A meter whose instruments a test can read back: `points(name)` maps attributes to values."""
+
+    def __init__(self) -> None:
+        self._reader = InMemoryMetricReader()
+        self._provider = MeterProvider(metric_readers=[self._reader])
+        self.meter: Meter = self._provider.get_meter("tests")
+
+    def points(self, name: str) -> dict[frozenset[tuple[str, Any]], float]:
+        """The latest value per attribute set of instrument `name` ({} when it has none)."""
+        data = self._reader.get_metrics_data()
+        found: dict[frozenset[tuple[str, Any]], float] = {}
+        for resource in data.resource_metrics if data else ():
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == name:
+                        for point in metric.data.data_points:
+                            found[frozenset(dict(point.attributes or {}).items())] = point.value
+        return found
+
+    def shutdown(self) -> None:
+        self._provider.shutdown()
+
+
+def labels(**attributes: str) -> frozenset[tuple[str, Any]]:
+    """The key `InMemoryMetrics.points` uses for these attributes."""
+    return frozenset(attributes.items())
+
+
+# --- results ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FakePartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class FakeRecord:
+    value: bytes | None
+    offset: int
+
+
+class FakeResultFeed:
+    """A stand-in for the results topic's consumer: `getmany` hands out the batches the test `push`es
+    (waiting up to `timeout_ms` for one), `commit` records how many batches were handed out."""
+
+    def __init__(self, topic: str = "inferq.results", events: list[str] | None = None) -> None:
+        self._partition = FakePartition(topic, 0)
+        self._batches: asyncio.Queue[list[bytes | None]] = asyncio.Queue()
+        self._next_offset = 0
+        self.handed_out = 0
+        self.commits: list[int] = []
+        self.events = events if events is not None else []
+
+    def push(self, values: Sequence[bytes | None]) -> None:
+        self._batches.put_nowait(list(values))
+
+    async def start(self) -> None:
+        self.events.append("feed.start")
+
+    async def stop(self) -> None:
+        self.events.append("feed.stop")
+
+    async def getmany(self, *, timeout_ms: int, max_records: int) -> Mapping[FakePartition, list[FakeRecord]]:
+        try:
+            values = await asyncio.wait_for(self._batches.get(), timeout_ms / 1000)
+        except TimeoutError:
+            return {}
+        records = [FakeRecord(v, self._next_offset + i) for i, v in enumerate(values[:max_records])]
+        self._next_offset += len(records)
+        self.handed_out += 1
+        return {self._partition: records}
+
+    async def commit(self) -> None:
+        self.events.append("feed.commit")
+        self.commits.append(self.handed_out)

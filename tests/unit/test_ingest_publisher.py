@@ -1,0 +1,155 @@
+"""The publisher alone (admission + idempotency + produce) with fake producers and a fake backlog."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import pytest
+
+from services.ingest.admission import AdmissionPolicy
+from services.ingest.backlog_watch import BacklogAlarm
+from services.ingest.envelope import Envelope, EnvelopeFactory
+from services.ingest.errors import OverCapacityError, QueueUnavailableError
+from services.ingest.idempotency import IdempotencyCache
+from services.ingest.metrics import IngestMetrics
+from services.ingest.publisher import Publisher
+from services.ingest.validation import SubmitRequest
+from services.messaging.codec import request_codec
+from services.messaging.producer import ProduceError
+from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
+from services.messaging.topics import TopicNames
+from tests.support.fakes import (
+    FakeBacklog,
+    InMemoryMetrics,
+    RecordingProducer,
+    RefusingProducer,
+    SilentProducer,
+    labels,
+)
+
+H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
+POLICY = AdmissionPolicy(capacity={H: 10, M: 10, L: 10})
+ENVELOPES = EnvelopeFactory(
+    policy=TierPolicy(),
+    deadlines_ms=DEFAULT_DEADLINES_MS,
+    topics=TopicNames("inferq"),
+    region="test",
+    clock_ms=lambda: 1_700_000_000_000,
+)
+
+
+def envelope(scenario: str = "realtime_chat", **fields: Any) -> Envelope:
+    body = {"scenario": scenario, "messages": [{"role": "user", "content": "hi"}], "session_id": "s"}
+    return ENVELOPES(SubmitRequest.model_validate(body | fields))
+
+
+class Parts:
+    def __init__(self, producer: RecordingProducer | None = None, ack_timeout_s: float = 5.0, **lags: int):
+        self.producer = producer or RecordingProducer()
+        self.backlog = FakeBacklog(**({"HIGH": 0, "MEDIUM": 0, "LOW": 0} | lags))
+        self.metrics = InMemoryMetrics()
+        self.publisher = Publisher(
+            producer=self.producer,
+            codec=request_codec(),
+            backlogs=self.backlog,
+            admission=POLICY,
+            alarm=BacklogAlarm(POLICY, alert_ratio=0.7),
+            recent_ids=IdempotencyCache(100),
+            metrics=IngestMetrics(self.metrics.meter, self.backlog, POLICY),
+            ack_timeout_s=ack_timeout_s,
+        )
+
+    def publish(self, env: Envelope, key: str | None = None) -> tuple[dict[str, Any], bool]:
+        return asyncio.run(self.publisher.publish(env, idempotency_key=key))
+
+    def accepted(self) -> dict[frozenset[tuple[str, Any]], float]:
+        return self.metrics.points("inferq_ingest_accepted_total")
+
+
+def test_an_admitted_request_is_produced_keyed_by_session_and_counted():
+    parts = Parts()
+    env = envelope("emotion_analysis")
+    answer, replayed = parts.publish(env)
+    assert (answer, replayed) == (
+        {"request_id": env.request_id, "tier": "MEDIUM", "expire_at_ms": env.request.expire_at_ms},
+        False,
+    )
+    [(topic, value, key)] = parts.producer.sent
+    assert (topic, key) == ("inferq.requests.medium", b"s")
+    assert request_codec().decode(value) == env.request
+    assert parts.accepted() == {labels(tier="MEDIUM"): 1}
+
+
+def test_a_resent_key_is_answered_from_memory_without_a_second_record():
+    parts = Parts()
+    env = envelope(request_id="r-1")
+
+    async def resend_concurrently() -> list[tuple[dict[str, Any], bool]]:
+        resends = (parts.publisher.publish(env, idempotency_key="r-1") for _ in range(3))
+        return list(await asyncio.gather(*resends))
+
+    answers = asyncio.run(resend_concurrently())
+    assert [replayed for _, replayed in answers] == [False, True, True]
+    assert len({a["request_id"] for a, _ in answers}) == 1
+    assert len(parts.producer.sent) == 1
+    assert parts.accepted() == {labels(tier="HIGH"): 1}
+
+
+def test_a_full_tier_is_refused_unwritten_and_the_refusal_is_forgotten():
+    parts = Parts(HIGH=10)
+    env = envelope(request_id="r-2")
+    with pytest.raises(OverCapacityError) as refused:
+        parts.publish(env, key="r-2")
+    assert refused.value.refusal.full_tier is H
+    assert refused.value.tier is H
+    assert parts.producer.sent == []
+    parts.backlog.lags[H] = 0
+    assert parts.publish(env, key="r-2")[1] is False  # weighed afresh, not replayed as a refusal
+    assert len(parts.producer.sent) == 1
+
+
+def test_low_is_shed_while_another_tier_is_full():
+    parts = Parts(MEDIUM=10)
+    with pytest.raises(OverCapacityError) as refused:
+        parts.publish(envelope("morning_brief"))
+    assert (refused.value.tier, refused.value.refusal.full_tier) == (L, M)
+    assert parts.publish(envelope("realtime_chat"))[0]["tier"] == "HIGH"
+
+
+def test_a_refused_record_is_queue_unavailable_and_retriable(caplog):
+    caplog.set_level(logging.WARNING, logger="inferq.ingest")
+    producer = RefusingProducer()
+    parts = Parts(producer)
+    env = envelope(request_id="r-3")
+    for _ in range(2):
+        with pytest.raises(QueueUnavailableError) as failed:
+            parts.publish(env, key="r-3")
+    error = failed.value
+    assert (error.tier, error.retriable) == (H, True)
+    assert isinstance(error.__cause__, ProduceError)
+    assert error.detail == "produce to inferq.requests.high failed: Local: Message timed out"
+    assert producer.attempts == 2  # a failure is not remembered: the resend tried again
+    assert parts.accepted() == {}
+    assert "produce failed, answering 503: produce to inferq.requests.high" in caplog.text
+
+
+def test_an_unacknowledged_record_times_out_after_the_ack_timeout():
+    parts = Parts(SilentProducer(), ack_timeout_s=0.05)
+    started = time.monotonic()
+    with pytest.raises(QueueUnavailableError) as failed:
+        parts.publish(envelope())
+    assert time.monotonic() - started < 2.0
+    assert isinstance(failed.value.__cause__, TimeoutError)
+    assert str(failed.value) == "queue unavailable, retry later: "
+
+
+def test_admission_feeds_the_alarm(caplog):
+    caplog.set_level(logging.WARNING, logger="inferq.ingest")
+    parts = Parts(HIGH=8)
+    parts.publish(envelope())
+    parts.publish(envelope())
+    [alert] = [r.getMessage() for r in caplog.records if r.name == "inferq.ingest"]
+    assert alert.startswith("tier HIGH backlog above 70% of capacity (backlog 8, capacity 10)")
