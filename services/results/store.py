@@ -1,119 +1,131 @@
-"""The results store: SQLite in WAL mode, first terminal result per request_id wins.
+"""The result store's async API: every SQLite call runs on one worker thread, never on the event loop.
 
-At-least-once delivery means a result can arrive twice (a dispatcher crashed after producing and
-before committing); the primary key keeps the first and the duplicate is counted, so every caller
-sees exactly one outcome.
+sqlite3 calls block, and a connection belongs to the thread that opened it. So `ResultStore` owns a
+one-thread executor; that thread opens the `ResultsTable`, runs every call on it and closes it. The
+event loop only awaits: the consumer's batch write no longer stalls HTTP, and an HTTP read no
+longer stalls consumption.
+
+Calls run one at a time, in the order they were made: a `get` made while `put_many` runs waits for
+it and sees the whole batch (a batch is one transaction), never part of it. A GET waits for at most
+the batch in progress (the consumer writes at most 1,000 results at a time).
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
-from collections.abc import Iterable
-from dataclasses import asdict
+import asyncio
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import TypeVar
 
 from services.messaging.records import InferenceResult
+from services.results.errors import StoreNotOpenError
+from services.results.table import ResultsTable
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS results (
-    request_id TEXT PRIMARY KEY,
-    tier TEXT NOT NULL,
-    status TEXT NOT NULL,
-    output TEXT,
-    error TEXT,
-    model TEXT NOT NULL,
-    usage TEXT,
-    enqueued_at_ms INTEGER NOT NULL,
-    dispatched_at_ms INTEGER,
-    completed_at_ms INTEGER NOT NULL,
-    attempts INTEGER NOT NULL,
-    dispatcher_id TEXT NOT NULL
-)
-"""
-_COLUMNS = (
-    "request_id",
-    "tier",
-    "status",
-    "output",
-    "error",
-    "model",
-    "usage",
-    "enqueued_at_ms",
-    "dispatched_at_ms",
-    "completed_at_ms",
-    "attempts",
-    "dispatcher_id",
-)
+_T = TypeVar("_T")
+WORKER_THREAD_NAME = "results-sqlite"
 
 
 class ResultStore:
+    """First result per request_id, in SQLite at `path` (WAL), behind coroutines.
+
+    `open()` and `close()` are idempotent; `close()` lets every call already made finish first, then
+    closes the connection and ends the worker thread. A call before `open()` or after `close()`
+    raises `StoreNotOpenError`. Also an async context manager.
+    """
+
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        # WAL: readers (HTTP) never block the writer (the consumer); NORMAL is durable across a process
-        # crash, and the Kafka offset is committed only after the write, so nothing is lost either way.
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
+        self._path = path
+        self._executor: ThreadPoolExecutor | None = None
+        # Touched only on the worker thread: created, used and closed there.
+        self._table: ResultsTable | None = None
+        self._closing: asyncio.Future[None] | None = None
 
-    def close(self) -> None:
-        self._db.close()
+    @property
+    def path(self) -> Path:
+        return self._path
 
-    def put_many(self, results: Iterable[InferenceResult]) -> tuple[int, int]:
-        """Store results; returns (stored, duplicates dropped)."""
-        stored = duplicates = 0
-        placeholders = ", ".join("?" for _ in _COLUMNS)
-        sql = f"INSERT OR IGNORE INTO results ({', '.join(_COLUMNS)}) VALUES ({placeholders})"  # noqa: S608
-        with self._db:
-            self._db.execute("BEGIN")
-            for result in results:
-                record = result.to_record()
-                row = [record[c] for c in _COLUMNS]
-                row[_COLUMNS.index("usage")] = json.dumps(record["usage"]) if record["usage"] else None
-                cursor = self._db.execute(sql, row)
-                if cursor.rowcount == 1:
-                    stored += 1
-                else:
-                    duplicates += 1
-        return stored, duplicates
+    async def open(self) -> None:
+        if self._executor is not None:
+            return
+        if self._closing is not None:
+            raise StoreNotOpenError(str(self._path))
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=WORKER_THREAD_NAME)
+        try:
+            await self._on_worker(self._open_table)
+        except BaseException as exc:
+            executor, self._executor = self._executor, None
+            if executor is not None:  # else a concurrent close() already took the worker down
+                # A cancelled open may still be running on the worker: what it opens is closed after it.
+                executor.submit(self._close_table)
+                # After a failed open the worker has nothing left to do, so its thread ends at once;
+                # a cancelled open is not waited for.
+                executor.shutdown(wait=not isinstance(exc, asyncio.CancelledError))
+            raise
 
-    def get(self, request_id: str) -> InferenceResult | None:
-        row = self._db.execute("SELECT * FROM results WHERE request_id = ?", (request_id,)).fetchone()
-        if row is None:
-            return None
-        record = dict(row)
-        record["usage"] = json.loads(record["usage"]) if record["usage"] else None
-        return InferenceResult.from_record(record)
+    async def close(self) -> None:
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        # A second caller waits for the first close rather than returning before it is done.
+        await asyncio.shield(self._closing)
 
-    def count(self) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+    async def put_many(self, results: Iterable[InferenceResult]) -> tuple[int, int]:
+        """Store results in one transaction; returns (stored, duplicates dropped)."""
+        # Materialised here: the caller's iterable is not to be walked from another thread.
+        batch = tuple(results)
+        return await self._on_table(lambda table: table.put_many(batch))
 
+    async def get(self, request_id: str) -> InferenceResult | None:
+        """The first result stored for `request_id`, or None."""
+        return await self._on_table(lambda table: table.get(request_id))
 
-def public_view(result: InferenceResult) -> dict[str, Any]:
-    """What a caller sees: the outcome and its timings in milliseconds."""
-    dispatched = result.dispatched_at_ms
-    view: dict[str, Any] = {
-        "request_id": result.request_id,
-        "status": result.status.value,
-        "tier": result.tier.value,
-        "model": result.model,
-        "attempts": result.attempts,
-        "timings": {
-            "enqueued_at_ms": result.enqueued_at_ms,
-            "dispatched_at_ms": dispatched,
-            "completed_at_ms": result.completed_at_ms,
-            "queue_wait_ms": result.queue_wait_ms,
-            "inference_ms": (result.completed_at_ms - dispatched) if dispatched is not None else None,
-            "end_to_end_ms": result.end_to_end_ms,
-        },
-    }
-    if result.output is not None:
-        view["output"] = result.output
-    if result.error is not None:
-        view["error"] = result.error
-    if result.usage is not None:
-        view["usage"] = asdict(result.usage)
-    return view
+    async def count(self) -> int:
+        """How many request_ids have a result."""
+        return await self._on_table(ResultsTable.count)
+
+    async def __aenter__(self) -> ResultStore:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def _on_table(self, call: Callable[[ResultsTable], _T]) -> _T:
+        if self._closing is not None:
+            raise StoreNotOpenError(str(self._path))
+
+        def on_worker() -> _T:
+            # Read on the worker: calls queue behind `open`, so the table exists by the time they run.
+            table = self._table
+            if table is None:
+                raise StoreNotOpenError(str(self._path))
+            return call(table)
+
+        return await self._on_worker(on_worker)
+
+    async def _on_worker(self, call: Callable[[], _T]) -> _T:
+        if self._executor is None:
+            raise StoreNotOpenError(str(self._path))
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def _close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        try:
+            # Queued behind every call already made, so they all finish on an open connection.
+            await asyncio.get_running_loop().run_in_executor(executor, self._close_table)
+        finally:
+            # The worker is idle by now: this only lets its thread end.
+            executor.shutdown(wait=True)
+
+    def _open_table(self) -> None:
+        self._table = ResultsTable(self._path)
+
+    def _close_table(self) -> None:
+        table, self._table = self._table, None
+        if table is not None:
+            table.close()

@@ -23,6 +23,7 @@ from services.ingest.envelope import Envelope
 from services.ingest.errors import IngestError
 from services.ingest.idempotency import Answer
 from services.messaging.producer import AsyncProducer, ProduceError
+from services.messaging.records import InferenceResult
 from services.messaging.tiers import Tier
 
 # --- ingest -------------------------------------------------------------------------------------
@@ -147,6 +148,28 @@ def labels(**attributes: str) -> frozenset[tuple[str, Any]]:
 # --- results ------------------------------------------------------------------------------------
 
 
+def result_record(request_id: str, status: str = "OK", completed_at_ms: int = 30) -> dict[str, Any]:
+    """An `InferenceResult` as its Avro record: enqueued at 0, dispatched at 10, one attempt."""
+    return {
+        "request_id": request_id,
+        "tier": "HIGH",
+        "status": status,
+        "output": "hi",
+        "error": None,
+        "model": "m",
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+        "enqueued_at_ms": 0,
+        "dispatched_at_ms": 10,
+        "completed_at_ms": completed_at_ms,
+        "attempts": 1,
+        "dispatcher_id": "d",
+    }
+
+
+def a_result(request_id: str, status: str = "OK", completed_at_ms: int = 30) -> InferenceResult:
+    return InferenceResult.from_record(result_record(request_id, status, completed_at_ms))
+
+
 @dataclass(frozen=True)
 class FakePartition:
     topic: str
@@ -160,21 +183,29 @@ class FakeRecord:
 
 
 class FakeResultFeed:
-    """A stand-in for the results topic's consumer: `getmany` hands out the batches the test `push`es
-    (waiting up to `timeout_ms` for one), `commit` records how many batches were handed out."""
+    """A stand-in for the reply topic's consumer: `getmany` hands out the batches the test `push`es
+    (waiting up to `timeout_ms` for one), `commit` records how many batches were handed out by then.
+
+    `push` may be called from another thread (a test driving the app through `TestClient`).
+    """
 
     def __init__(self, topic: str = "inferq.results", events: list[str] | None = None) -> None:
-        self._partition = FakePartition(topic, 0)
+        self.partition = FakePartition(topic, 0)
         self._batches: asyncio.Queue[list[bytes | None]] = asyncio.Queue()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._next_offset = 0
         self.handed_out = 0
         self.commits: list[int] = []
         self.events = events if events is not None else []
 
     def push(self, values: Sequence[bytes | None]) -> None:
-        self._batches.put_nowait(list(values))
+        if self._loop is None:
+            self._batches.put_nowait(list(values))
+        else:
+            self._loop.call_soon_threadsafe(self._batches.put_nowait, list(values))
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self.events.append("feed.start")
 
     async def stop(self) -> None:
@@ -188,7 +219,7 @@ class FakeResultFeed:
         records = [FakeRecord(v, self._next_offset + i) for i, v in enumerate(values[:max_records])]
         self._next_offset += len(records)
         self.handed_out += 1
-        return {self._partition: records}
+        return {self.partition: records}
 
     async def commit(self) -> None:
         self.events.append("feed.commit")

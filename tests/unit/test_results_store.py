@@ -1,40 +1,44 @@
+"""The results table (SQLite, first result wins) and the async store that keeps it off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+
+import pytest
+
 from services.messaging.records import InferenceResult
-from services.results.store import ResultStore, public_view
+from services.results.errors import StoreNotOpenError
+from services.results.store import WORKER_THREAD_NAME, ResultStore
+from services.results.table import ResultsTable
+from services.results.view import public_view
+from tests.support.fakes import a_result as result
+from tests.support.fakes import result_record as record
 
 
-def result(rid, status="OK", completed=30):
-    return InferenceResult.from_record(record(rid, status, completed))
+def worker_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith(WORKER_THREAD_NAME))
 
 
-def record(rid, status="OK", completed=30):
-    return {
-        "request_id": rid,
-        "tier": "HIGH",
-        "status": status,
-        "output": "hi",
-        "error": None,
-        "model": "m",
-        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
-        "enqueued_at_ms": 0,
-        "dispatched_at_ms": 10,
-        "completed_at_ms": completed,
-        "attempts": 1,
-        "dispatcher_id": "d",
-    }
+# --- the table ----------------------------------------------------------------------------------
 
 
 def test_first_result_wins_and_duplicates_are_counted(tmp_path):
-    store = ResultStore(tmp_path / "r.db")
-    assert store.put_many([result("a"), result("b")]) == (2, 0)
-    assert store.put_many([result("a", status="FAILED", completed=99), result("c")]) == (1, 1)
-    assert store.get("a").status == "OK"
-    assert store.count() == 3
-    assert store.get("zzz") is None
+    table = ResultsTable(tmp_path / "r.db")
+    assert table.put_many([result("a"), result("b")]) == (2, 0)
+    assert table.put_many([result("a", status="FAILED", completed_at_ms=99), result("c")]) == (1, 1)
+    assert table.get("a").status == "OK"
+    assert table.count() == 3
+    assert table.get("zzz") is None
+    table.close()
 
 
-def test_results_survive_reopen(tmp_path):
-    ResultStore(tmp_path / "r.db").put_many([result("a")])
-    assert ResultStore(tmp_path / "r.db").get("a") == result("a")
+def test_results_survive_reopen_in_wal_mode(tmp_path):
+    ResultsTable(tmp_path / "r.db").put_many([result("a")])
+    assert ResultsTable(tmp_path / "r.db").get("a") == result("a")
+    with sqlite3.connect(tmp_path / "r.db") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_public_view_timings():
@@ -54,3 +58,94 @@ def test_public_view_timings():
     )
     assert expired["timings"]["queue_wait_ms"] is None
     assert "output" not in expired
+
+
+# --- the async store ----------------------------------------------------------------------------
+
+
+def test_store_keeps_the_first_result_and_counts_duplicates(tmp_path):
+    async def scenario() -> None:
+        async with ResultStore(tmp_path / "r.db") as store:
+            assert await store.put_many([result("a"), result("b")]) == (2, 0)
+            assert await store.put_many(r for r in [result("a", status="FAILED"), result("c")]) == (1, 1)
+            assert (await store.get("a")) == result("a")
+            assert await store.get("zzz") is None
+            assert await store.count() == 3
+
+    asyncio.run(scenario())
+
+
+def test_reads_made_while_a_batch_is_written_wait_for_it_and_the_loop_keeps_running(tmp_path):
+    batch = [result(f"r{i}") for i in range(5_000)]
+
+    async def scenario() -> tuple[int, list[int], list[InferenceResult | None]]:
+        async with ResultStore(tmp_path / "r.db") as store:
+            write = asyncio.create_task(store.put_many(batch))
+            await asyncio.sleep(0)  # the write is on the worker now
+            counts = [asyncio.create_task(store.count()) for _ in range(10)]
+            gets = [asyncio.create_task(store.get(f"r{i}")) for i in (0, 2_500, 4_999)]
+            ticks = 0
+            # With SQLite on the loop, nothing else would run until the write returned.
+            while not write.done():
+                ticks += 1
+                await asyncio.sleep(0)
+            assert await write == (5_000, 0)
+            return ticks, list(await asyncio.gather(*counts)), list(await asyncio.gather(*gets))
+
+    ticks, counts, gets = asyncio.run(scenario())
+    assert ticks > 0
+    assert counts == [5_000] * 10  # each read saw the whole batch, never part of it
+    assert [g.request_id for g in gets if g is not None] == ["r0", "r2500", "r4999"]
+
+
+def test_close_lets_a_write_in_flight_finish_and_ends_the_worker(tmp_path):
+    before = worker_threads()
+
+    async def scenario() -> tuple[int, int]:
+        store = ResultStore(tmp_path / "r.db")
+        await store.open()
+        assert worker_threads() == before + 1
+        write = asyncio.create_task(store.put_many([result(f"r{i}") for i in range(1_000)]))
+        await asyncio.sleep(0)
+        await asyncio.gather(store.close(), store.close())  # concurrent closes: both wait for one
+        await store.close()  # and again, later: nothing to do
+        stored, _ = await write
+        async with ResultStore(tmp_path / "r.db") as reopened:
+            return stored, await reopened.count()
+
+    assert asyncio.run(scenario()) == (1_000, 1_000)
+    assert worker_threads() == before
+
+
+def test_a_closed_or_unopened_store_refuses_calls(tmp_path):
+    async def scenario() -> None:
+        store = ResultStore(tmp_path / "r.db")
+        with pytest.raises(StoreNotOpenError, match="not open"):
+            await store.count()
+        await store.open()
+        await store.open()  # idempotent
+        await store.close()
+        with pytest.raises(StoreNotOpenError):
+            await store.get("a")
+        with pytest.raises(StoreNotOpenError):
+            await store.open()
+        never_opened = ResultStore(tmp_path / "other.db")
+        await never_opened.close()
+        assert not (tmp_path / "other.db").exists()
+
+    asyncio.run(scenario())
+
+
+def test_a_store_that_cannot_open_leaves_no_worker_behind(tmp_path):
+    (tmp_path / "a-file").write_text("not a directory")
+    before = worker_threads()
+
+    async def scenario() -> None:
+        store = ResultStore(tmp_path / "a-file" / "r.db")
+        with pytest.raises(OSError):
+            await store.open()
+        with pytest.raises(StoreNotOpenError):
+            await store.count()
+
+    asyncio.run(scenario())
+    assert worker_threads() == before

@@ -1,0 +1,153 @@
+"""Consumes the reply topic into the result store; commits the offsets only after the batch is stored.
+
+aiokafka is the consumer here: this service is one event loop that both serves HTTP and consumes,
+its volume is modest, and an async consumer needs no thread hand-off. Offsets are committed after
+the batch is in SQLite, so a crash redoes a batch (duplicates are dropped by request_id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from aiokafka.errors import KafkaError
+from opentelemetry.metrics import Meter
+
+from services.messaging.codec import TypedCodec
+from services.messaging.errors import DecodeError
+from services.messaging.records import InferenceResult
+from services.results.store import ResultStore
+
+log = logging.getLogger("inferq.results")
+
+# One fetch waits at most this long for records to arrive.
+FETCH_TIMEOUT_MS = 200
+# One transaction per fetch; it also bounds how long an HTTP read can wait behind a write.
+MAX_BATCH_RECORDS = 1000
+RETRY_PAUSE_S = 1.0
+STOP_TIMEOUT_S = 10.0
+
+
+class FeedPartition(Protocol):
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+
+class FeedRecord(Protocol):
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def offset(self) -> int: ...
+
+
+class ResultFeed(Protocol):
+    """The reply topic as the consumer sees it: `aiokafka.AIOKafkaConsumer` subscribed to it."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def getmany(
+        self, *, timeout_ms: int, max_records: int
+    ) -> Mapping[FeedPartition, Sequence[FeedRecord]]: ...
+
+    async def commit(self) -> None: ...
+
+
+class ResultsMetrics:
+    """The consumer's counters: `inferq_results_stored_total` (first results stored),
+    `inferq_results_duplicates_total` (dropped repeats), `inferq_results_undecodable_total` (poison)."""
+
+    def __init__(self, meter: Meter) -> None:
+        self._stored = meter.create_counter("inferq_results_stored_total", description="first results stored")
+        self._duplicates = meter.create_counter(
+            "inferq_results_duplicates_total", description="repeated results for a request_id, dropped"
+        )
+        self._undecodable = meter.create_counter(
+            "inferq_results_undecodable_total", description="poison results"
+        )
+
+    def batch_stored(self, stored: int, duplicates: int) -> None:
+        self._stored.add(stored)
+        self._duplicates.add(duplicates)
+
+    def undecodable(self) -> None:
+        self._undecodable.add(1)
+
+
+class ResultConsumer:
+    """Runs `feed` into `store` in one task: fetch a batch, decode, store, then commit.
+
+    The feed is made by `make_feed` when the consumer starts (aiokafka binds its clients to the
+    running loop). `ready` is set once the feed has started. A Kafka error pauses a second and
+    consumption goes on: results are owed to their callers. Start and stop are idempotent.
+    """
+
+    def __init__(
+        self,
+        make_feed: Callable[[], ResultFeed],
+        store: ResultStore,
+        codec: TypedCodec[InferenceResult],
+        metrics: ResultsMetrics,
+    ) -> None:
+        self._make_feed = make_feed
+        self._store = store
+        self._codec = codec
+        self._metrics = metrics
+        self._task: asyncio.Task[None] | None = None
+        self.ready = asyncio.Event()
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(self._make_feed()), name="results-consumer")
+
+    async def stop(self) -> None:
+        """Cancel the task (a batch being stored is finished by the store's worker, not committed)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, STOP_TIMEOUT_S)
+
+    async def _run(self, feed: ResultFeed) -> None:
+        await feed.start()
+        self.ready.set()
+        try:
+            while True:
+                try:
+                    await self.consume_once(feed)
+                except KafkaError as exc:
+                    # A broker outage must not end consumption: results are owed to their callers.
+                    log.error(  # noqa: TRY400 - a traceback per retry is noise
+                        "consuming results failed, trying again in 1 s: %s", exc
+                    )
+                    await asyncio.sleep(RETRY_PAUSE_S)
+        finally:
+            await feed.stop()
+
+    async def consume_once(self, feed: ResultFeed) -> None:
+        """One fetch: decode what decodes (poison is counted and logged), store it, then commit."""
+        batches = await feed.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=MAX_BATCH_RECORDS)
+        if not batches:
+            return
+        decoded: list[InferenceResult] = []
+        for tp, records in batches.items():
+            for record in records:
+                try:
+                    decoded.append(self._codec.decode(record.value or b""))
+                except DecodeError as exc:
+                    self._metrics.undecodable()
+                    log.error(  # noqa: TRY400 - the traceback adds nothing to the reason
+                        "undecodable result %s[%d]@%d skipped: %s", tp.topic, tp.partition, record.offset, exc
+                    )
+        stored, duplicates = await self._store.put_many(decoded)
+        self._metrics.batch_stored(stored, duplicates)
+        await feed.commit()

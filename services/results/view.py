@@ -1,0 +1,35 @@
+"""What a caller of ``GET /v1/requests/{id}`` sees of a result."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from services.messaging.records import InferenceResult
+
+
+def public_view(result: InferenceResult) -> dict[str, Any]:
+    """The outcome and its timings in milliseconds; output, error and usage only when present."""
+    dispatched = result.dispatched_at_ms
+    view: dict[str, Any] = {
+        "request_id": result.request_id,
+        "status": result.status.value,
+        "tier": result.tier.value,
+        "model": result.model,
+        "attempts": result.attempts,
+        "timings": {
+            "enqueued_at_ms": result.enqueued_at_ms,
+            "dispatched_at_ms": dispatched,
+            "completed_at_ms": result.completed_at_ms,
+            "queue_wait_ms": result.queue_wait_ms,
+            "inference_ms": (result.completed_at_ms - dispatched) if dispatched is not None else None,
+            "end_to_end_ms": result.end_to_end_ms,
+        },
+    }
+    if result.output is not None:
+        view["output"] = result.output
+    if result.error is not None:
+        view["error"] = result.error
+    if result.usage is not None:
+        view["usage"] = asdict(result.usage)
+    return view
