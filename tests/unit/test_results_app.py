@@ -1,0 +1,86 @@
+"""The results service in-process: a fake reply-topic feed, the real SQLite store, answers over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.testclient import TestClient
+
+from services.messaging.codec import result_codec
+from services.results.app import create_app
+from services.results.settings import ResultsSettings
+from services.results.store import WORKER_THREAD_NAME
+from services.results.view import public_view
+from tests.support.fakes import FakeResultFeed, a_result
+
+CODEC = result_codec()
+
+
+def wait_for(what: str, probe: Callable[[], Any], done: Callable[[Any], bool], timeout_s: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    value = probe()
+    while not done(value):
+        assert time.monotonic() < deadline, f"{what} not within {timeout_s} s; last {value!r}"
+        time.sleep(0.01)
+        value = probe()
+    return value
+
+
+def test_results_are_served_once_stored_and_the_first_one_wins(tmp_path):
+    events: list[str] = []
+    feed = FakeResultFeed(events=events)
+    app = create_app(ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=lambda: feed)
+    with TestClient(app) as client:
+        assert client.get("/v1/requests/a").status_code == 404
+        feed.push([CODEC.encode(a_result("a")), CODEC.encode(a_result("b", status="FAILED"))])
+        found = wait_for("result a", lambda: client.get("/v1/requests/a"), lambda r: r.status_code == 200)
+        assert found.json() == public_view(a_result("a"))
+        feed.push([CODEC.encode(a_result("a", status="FAILED", completed_at_ms=99))])
+        wait_for("the duplicate's commit", lambda: len(feed.commits), lambda n: n == 2)
+        assert client.get("/v1/requests/a").json()["status"] == "OK"
+        assert client.get("/v1/requests/b").json()["status"] == "FAILED"
+        assert client.get("/healthz").json() == {"status": "ok", "results": 2}
+    assert events == ["feed.start", "feed.commit", "feed.commit", "feed.stop"]
+    assert not any(t.name.startswith(WORKER_THREAD_NAME) for t in threading.enumerate())
+
+
+def test_unknown_request_id_is_404_naming_it(tmp_path):
+    app = create_app(
+        ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=lambda: FakeResultFeed()
+    )
+    with TestClient(app) as client:
+        response = client.get("/v1/requests/never-sent")
+    assert response.status_code == 404
+    assert response.json() == {"error": "no result for request_id 'never-sent' (yet)"}
+
+
+def test_results_survive_a_restart(tmp_path):
+    settings = ResultsSettings(db_path=tmp_path / "r.db")
+    feed = FakeResultFeed()
+    with TestClient(create_app(settings, check_topics=False, feed=lambda: feed)) as client:
+        feed.push([CODEC.encode(a_result("a"))])
+        wait_for("result a", lambda: client.get("/v1/requests/a").status_code, lambda s: s == 200)
+    with TestClient(create_app(settings, check_topics=False, feed=lambda: FakeResultFeed())) as client:
+        assert client.get("/v1/requests/a").json() == public_view(a_result("a"))
+
+
+def test_healthz_says_starting_until_the_feed_has_started(tmp_path):
+    class GatedFeed(FakeResultFeed):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = threading.Event()
+
+        async def start(self) -> None:
+            await asyncio.to_thread(self.gate.wait, 5.0)
+            await super().start()
+
+    feed = GatedFeed()
+    app = create_app(ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=lambda: feed)
+    with TestClient(app) as client:
+        assert client.get("/healthz").json() == {"status": "starting", "results": 0}
+        feed.gate.set()
+        wait_for("consuming", lambda: client.get("/healthz").json()["status"], lambda s: s == "ok")
