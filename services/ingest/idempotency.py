@@ -13,10 +13,13 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+# The 202 body of an accepted request, without its `duplicate` flag.
 Answer = dict[str, Any]
 
 
 class IdempotencyCache:
+    """The answers of the last `max_entries` client request ids (oldest forgotten first)."""
+
     def __init__(self, max_entries: int) -> None:
         self._max = max_entries
         self._entries: OrderedDict[str, asyncio.Future[Answer]] = OrderedDict()

@@ -37,7 +37,6 @@ class IngestSettings(BaseSettings):
 
     # Admission (services/ingest/admission.py): refuse with 429 when a tier's backlog is at capacity.
     admission_enabled: bool = True
-    # The dispatcher group whose lag is the backlog (the dispatcher's INFERQ_GROUP_ID).
     # The group whose lag is the backlog: the dispatchers' INFERQ_GROUP_ID unless set for ingest.
     dispatcher_group: str = Field(
         default="inferq-dispatcher",
