@@ -12,20 +12,17 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import MappingProxyType
 
 from services.dispatcher.offsets import PartitionOffsets
 from services.dispatcher.policies import Clock, Scheduler
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.work import Work
 from services.messaging.records import InferenceRequest
-from services.messaging.tiers import Tier
+from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 from services.tools.analysis.trace import Arrival
 from services.tools.measures import Outcome
 
 SchedulerFactory = Callable[[Clock], Scheduler]
-# The mission's backend latencies: fast model 0.5 s, accurate 2.8 s, cheap 5.0 s.
-DEFAULT_LATENCY_S: Mapping[Tier, float] = MappingProxyType({Tier.HIGH: 0.5, Tier.MEDIUM: 2.8, Tier.LOW: 5.0})
 # Every UTC offset in use is a multiple of 15 minutes, so every local full hour (a possible window
 # change) falls on one of these.
 _WAKE_GRID_MS = 15 * 60_000
@@ -42,7 +39,7 @@ class SimConfig:
     promotion_age_ms: int = 1_800_000
     # The dispatcher's early drop: its typical latency per tier (empty: early drop off).
     early_drop_ms: Mapping[Tier, int] = field(
-        default_factory=lambda: {t: round(s * 1000) for t, s in DEFAULT_LATENCY_S.items()}
+        default_factory=lambda: {t: round(s * 1000) for t, s in DEFAULT_MEAN_LATENCY_S.items()}
     )
     readahead_per_tier: int = 20
     housekeeping_interval_ms: int = 250

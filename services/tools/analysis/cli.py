@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from services.dispatcher.policies import POLICIES
+from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,7 +43,8 @@ def _register_simulate(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         action="append",
         default=[],
         metavar="MODEL=SECONDS",
-        help="backend latency of a model or tier: fast|HIGH, accurate|MEDIUM, cheap|LOW (0.5/2.8/5.0)",
+        help="backend latency of a model or tier: fast|HIGH, accurate|MEDIUM, cheap|LOW "
+        f"({'/'.join(f'{s:g}' for s in DEFAULT_MEAN_LATENCY_S.values())})",
     )
     parser.add_argument(
         "--latency-from",

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from services.messaging.tiers import Tier
+from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 from services.tools.analysis.documents import load_documents, outcome_from_record
 from services.tools.analysis.errors import TraceError
-from services.tools.analysis.simulate import DEFAULT_LATENCY_S
 from services.tools.analysis.trace import read_jsonl
 from services.tools.measures import Outcome
 
@@ -39,7 +38,7 @@ def tier_of_key(key: str) -> Tier:
 
 
 def parse_latency(
-    options: Sequence[str], base: Mapping[Tier, float] = DEFAULT_LATENCY_S
+    options: Sequence[str], base: Mapping[Tier, float] = DEFAULT_MEAN_LATENCY_S
 ) -> dict[Tier, float]:
     """`MODEL=SECONDS` options over `base`."""
     latency = dict(base)

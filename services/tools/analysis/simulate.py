@@ -31,7 +31,6 @@ from services.dispatcher.policies import build_scheduler
 from services.dispatcher.schedule import Schedule
 from services.messaging.tiers import Tier
 from services.tools.analysis._engine import (
-    DEFAULT_LATENCY_S,
     SchedulerFactory,
     SimConfig,
     SimResult,
@@ -39,7 +38,7 @@ from services.tools.analysis._engine import (
 )
 from services.tools.analysis.trace import Arrival
 
-__all__ = ["DEFAULT_LATENCY_S", "SchedulerFactory", "SimConfig", "SimResult", "sim_scheduler", "simulate"]
+__all__ = ["SchedulerFactory", "SimConfig", "SimResult", "sim_scheduler", "simulate"]
 
 
 def sim_scheduler(policy: str, schedule: Schedule) -> SchedulerFactory:

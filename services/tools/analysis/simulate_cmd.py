@@ -14,10 +14,11 @@ from pydantic import ValidationError
 
 from services.dispatcher.schedule import ScheduleError
 from services.dispatcher.settings import DispatcherSettings, build_schedule
+from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S
 from services.tools.analysis.documents import RunDocument, write_documents
 from services.tools.analysis.errors import AnalysisError
 from services.tools.analysis.latency import mean_inference_s, parse_latency, recorded_outcomes
-from services.tools.analysis.simulate import DEFAULT_LATENCY_S, SimConfig, sim_scheduler, simulate
+from services.tools.analysis.simulate import SimConfig, sim_scheduler, simulate
 from services.tools.analysis.stats import request_counts
 from services.tools.analysis.table import render
 from services.tools.analysis.trace import load_trace
@@ -76,7 +77,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     try:
         settings = dispatcher_settings(args)
         schedule = build_schedule(settings)
-        base = dict(DEFAULT_LATENCY_S)
+        base = dict(DEFAULT_MEAN_LATENCY_S)
         if args.latency_from is not None:
             base.update(mean_inference_s(recorded_outcomes(args.latency_from)))
         latency = parse_latency(args.latency, base)

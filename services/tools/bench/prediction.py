@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from services.dispatcher.settings import DispatcherSettings, build_schedule
-from services.messaging.tiers import DEFAULT_SCENARIO_TIERS, TIERS_BY_PRIORITY, Tier
+from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, DEFAULT_SCENARIO_TIERS, TIERS_BY_PRIORITY, Tier
 from services.tools.analysis.simulate import SimConfig, SimResult, sim_scheduler, simulate
 from services.tools.analysis.trace import Arrival as SimArrival
 from services.tools.bench.report import MISS, NA, PASS, Target
-from services.tools.bench.scheduling_run import REAL_LATENCY_S, RunSpec, compressed_env
+from services.tools.bench.scheduling_run import RunSpec, compressed_env
 from services.tools.bench.summary import RunSummary
 from services.tools.bench.trace import Arrival
 from services.tools.measures import Stats, makespan_s, stats
@@ -115,7 +115,7 @@ def sim_config(settings: DispatcherSettings) -> SimConfig:
 
 def compressed_latency_s(compress: float) -> dict[Tier, float]:
     """The simulated backend's call time per source tier at `--speed compress` (it has no jitter)."""
-    return {t: s / compress for t, s in REAL_LATENCY_S.items()}
+    return {t: s / compress for t, s in DEFAULT_MEAN_LATENCY_S.items()}
 
 
 def tier_predictions(result: SimResult) -> list[TierPrediction]:

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from services.messaging.tiers import Tier
+from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 from services.tools.bench.kafka import bench_broker
 from services.tools.bench.machine import code_line, command_line, machine, results_dir
 from services.tools.bench.prediction import (
@@ -24,7 +24,7 @@ from services.tools.bench.prediction import (
     prediction_targets,
 )
 from services.tools.bench.report import evaluate, run_table, target_table, tier_table
-from services.tools.bench.scheduling_run import REAL_LATENCY_S, BenchConfig, run_one, run_specs
+from services.tools.bench.scheduling_run import BenchConfig, run_one, run_specs
 from services.tools.bench.summary import RunSummary
 from services.tools.bench.trace import TraceSpec, describe, generate
 
@@ -33,7 +33,7 @@ RUN_ORDER = ("inferq", "inferq-lifted", "static", "fifo")
 
 def default_timeout_s(spec: TraceSpec) -> float:
     """Generous bound of the wait for every outcome: the trace, plus LOW drained at one slot, x1.5."""
-    low_one_slot_s = spec.briefs * REAL_LATENCY_S[Tier.LOW] / spec.compress
+    low_one_slot_s = spec.briefs * DEFAULT_MEAN_LATENCY_S[Tier.LOW] / spec.compress
     return spec.duration_s + 1.5 * low_one_slot_s + 60.0
 
 

@@ -27,7 +27,7 @@ from services.dispatcher.settings import DispatcherSettings, build_schedule
 from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.records import InferenceResult
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
+from services.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_MEAN_LATENCY_S, Tier
 from services.tools.bench.kafka import ResultCollector
 from services.tools.bench.load import sample_health, submit_in_process, submit_trace
 from services.tools.bench.summary import RunSummary, Submission, low_makespan, submit_stats, tier_rows
@@ -36,11 +36,14 @@ from services.tools.broker.broker import pick_free_ports
 from services.tools.measures import Outcome, allowed_by, busy_intervals, utilization, waiting_intervals
 from services.tools.stack.pipeline import Pipeline, PipelinePorts
 
-# Real-time (S = 1) values the compression divides.
-REAL_LATENCY_S = {Tier.HIGH: 0.5, Tier.MEDIUM: 2.8, Tier.LOW: 5.0}
-REAL_DEADLINE_MS = {Tier.HIGH: 5_000, Tier.MEDIUM: 30_000, Tier.LOW: DEFAULT_DEADLINES_MS[Tier.LOW]}
-REAL_PROMOTION_AGE_S = 1800.0
-REAL_RETRY_BACKOFF_S = (0.5, 30.0)  # base, max
+# Real-time (S = 1) values the compression divides: the tiers' latencies and deadlines and the
+# dispatcher's own defaults.
+_DISPATCHER_DEFAULTS = DispatcherSettings.model_fields
+REAL_PROMOTION_AGE_S = float(_DISPATCHER_DEFAULTS["promotion_age_s"].default)
+REAL_RETRY_BACKOFF_S = (  # base, max
+    float(_DISPATCHER_DEFAULTS["retry_base_backoff_s"].default),
+    float(_DISPATCHER_DEFAULTS["retry_max_backoff_s"].default),
+)
 CHILD_START_LEAD_S = 3.0  # a spawned Python child takes about a second to import httpx on 2 cores
 DUMP_TIMEOUT_S = 120.0
 
@@ -68,8 +71,8 @@ def _by_tier(values: dict[Tier, float]) -> str:
 
 def compressed_env(spec: RunSpec, compress: float, prefix: str) -> dict[str, str]:
     """Environment of every service of one run (names checked against the settings classes)."""
-    latency = {t: round(s / compress, 6) for t, s in REAL_LATENCY_S.items()}
-    deadlines = {t: max(1, round(ms / compress)) for t, ms in REAL_DEADLINE_MS.items()}
+    latency = {t: round(s / compress, 6) for t, s in DEFAULT_MEAN_LATENCY_S.items()}
+    deadlines = {t: max(1, round(ms / compress)) for t, ms in DEFAULT_DEADLINES_MS.items()}
     env = {
         # dispatcher (DispatcherSettings, INFERQ_)
         "INFERQ_POLICY": spec.policy,

@@ -5,11 +5,14 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# Per-model latency of one call at speed 1, in seconds. The three tiers mirror the models the queue serves.
+from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
+
+# Per-model latency of one call at speed 1, in seconds: the model the dispatcher picks for each tier
+# takes that tier's typical latency.
 DEFAULT_LATENCY_S: dict[str, float] = {
-    "inferq-fast": 0.5,
-    "inferq-accurate": 2.8,
-    "inferq-cheap": 5.0,
+    "inferq-fast": DEFAULT_MEAN_LATENCY_S[Tier.HIGH],
+    "inferq-accurate": DEFAULT_MEAN_LATENCY_S[Tier.MEDIUM],
+    "inferq-cheap": DEFAULT_MEAN_LATENCY_S[Tier.LOW],
 }
 
 
