@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import socket
 import subprocess
 import time
 import uuid
@@ -20,12 +21,14 @@ from services.tools.broker import (
     LocalBroker,
     ToolMissingError,
     ensure_jars,
+    ephemeral,
     find_project_root,
     pick_free_ports,
     require_java,
     require_maven,
 )
 from services.tools.broker.cli import register
+from services.tools.broker.ephemeral import broker_on_free_ports
 from services.tools.broker.fixture import kafka_bootstrap_for_tests
 from services.tools.broker.jars import STAMP_NAME
 from services.tools.servercli import EXIT_NOT_RUNNING
@@ -135,6 +138,32 @@ def test_stop_and_restart_keeps_records(tmp_path: Path) -> None:
         broker.stop()
     assert _our_kafka_pids(broker.config.home) == []
     assert "Kafka Server started" in broker.config.server_log.read_text(encoding="utf-8")
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_a_throwaway_broker_picks_new_ports_after_a_clash_and_deletes_its_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    picks: list[list[int]] = []
+
+    def pick(count: int = 2) -> list[int]:
+        # The first pick is a port another process holds by the time the broker binds it.
+        ports = [taken.getsockname()[1], *pick_free_ports(count - 1)] if not picks else pick_free_ports(count)
+        picks.append(ports)
+        return ports
+
+    monkeypatch.setattr(ephemeral, "pick_free_ports", pick)
+    with taken, broker_on_free_ports(tmp_path) as broker:
+        home = broker.config.home
+        assert len(picks) == 2 and broker.config.port == picks[1][0]
+        assert home.parent == tmp_path and broker.answers()
+    assert not broker.is_running()
+    assert not home.exists()
+    assert _our_kafka_pids(home) == []
 
 
 @pytest.mark.kafka

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,10 +15,8 @@ from services.messaging.codec import result_codec
 from services.messaging.errors import DecodeError
 from services.messaging.lag import partition_lag
 from services.messaging.records import InferenceResult
-from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
-from services.tools.broker.errors import PortInUseError
+from services.tools.broker.ephemeral import broker_on_free_ports
 
-_PORT_ATTEMPTS = 3
 _POLL_S = 0.2
 _HOUR_MS = 3_600_000
 
@@ -34,27 +30,12 @@ def bench_broker(home: Path, log: Callable[[str], None]) -> Iterator[str]:
         log(f"using the broker at {external} (KAFKA_BOOTSTRAP_SERVERS)")
         yield external
         return
-    home.mkdir(parents=True, exist_ok=True)
-    broker_home = Path(tempfile.mkdtemp(prefix="kafka-", dir=home))
-    try:
-        for attempt in range(1, _PORT_ATTEMPTS + 1):
-            port, controller_port = pick_free_ports(2)
-            broker = LocalBroker(BrokerConfig(home=broker_home, port=port, controller_port=controller_port))
-            try:
-                took = broker.start(timeout_s=180.0)
-            except PortInUseError:
-                if attempt == _PORT_ATTEMPTS:
-                    raise
-                continue  # someone took a just-picked port; pick again
-            log(f"broker started at {broker.bootstrap} in {took:.1f} s (home {broker_home})")
-            try:
-                yield broker.bootstrap
-            finally:
-                broker.stop()
-                log("broker stopped")
-            return
-    finally:
-        shutil.rmtree(broker_home, ignore_errors=True)
+    started = time.monotonic()
+    with broker_on_free_ports(home) as broker:
+        took = time.monotonic() - started
+        log(f"broker started at {broker.bootstrap} in {took:.1f} s (home {broker.config.home})")
+        yield broker.bootstrap
+    log("broker stopped")
 
 
 def kafka_version(project_root: Path) -> str:

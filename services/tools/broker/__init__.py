@@ -2,12 +2,15 @@
 
 No Docker needed: ``ensure_jars`` fetches the broker's jars once with Maven, ``LocalBroker`` formats,
 starts, probes and stops a broker in a home directory, ``cli.register`` adds ``inferq broker
-start|stop|status`` and ``fixture.kafka_bootstrap_for_tests`` gives tests a bootstrap string.
+start|stop|status``, ``ephemeral.broker_on_free_ports`` starts a throwaway broker in a fresh home on
+free ports (for the benchmarks and the test fixture) and ``fixture.kafka_bootstrap_for_tests``
+gives tests a bootstrap string.
 """
 
 from __future__ import annotations
 
 from services.tools.broker.broker import BrokerConfig, BrokerStatus, LocalBroker, pick_free_ports
+from services.tools.broker.ephemeral import broker_on_free_ports
 from services.tools.broker.errors import (
     BrokerStartError,
     BrokerStopError,
@@ -31,6 +34,7 @@ __all__ = [
     "NoKafkaAvailableError",
     "PortInUseError",
     "ToolMissingError",
+    "broker_on_free_ports",
     "ensure_jars",
     "find_project_root",
     "pick_free_ports",

@@ -9,20 +9,17 @@ from __future__ import annotations
 import gc
 import importlib
 import os
-import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
-from services.tools.broker.errors import LocalBrokerError, NoKafkaAvailableError, PortInUseError
+from services.tools.broker.ephemeral import broker_on_free_ports
+from services.tools.broker.errors import LocalBrokerError, NoKafkaAvailableError
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 _DOCKER_PING_TIMEOUT_S = 3
-_PORT_ATTEMPTS = 3
-_START_TIMEOUT_S = 180.0  # generous: a cold 2-core CI machine may also be compiling or fetching jars
 
 
 def _missing_docker_socket() -> str | None:
@@ -72,28 +69,6 @@ def _testcontainers_kafka() -> Iterator[str]:
 
 
 @contextmanager
-def _local_broker(tmp_root: Path) -> Iterator[str]:
-    tmp_root.mkdir(parents=True, exist_ok=True)
-    # A fresh home per session: a reused, differently formatted data dir fails with "Invalid cluster.id".
-    home = Path(tempfile.mkdtemp(prefix="kafka-", dir=tmp_root))
-    for attempt in range(1, _PORT_ATTEMPTS + 1):
-        port, controller_port = pick_free_ports(2)
-        broker = LocalBroker(BrokerConfig(home=home, port=port, controller_port=controller_port))
-        try:
-            broker.start(timeout_s=_START_TIMEOUT_S)
-        except PortInUseError:
-            # Another process took a just-picked port before the broker bound it; pick again.
-            if attempt == _PORT_ATTEMPTS:
-                raise
-            continue
-        try:
-            yield broker.bootstrap
-        finally:
-            broker.stop()
-        return
-
-
-@contextmanager
 def kafka_bootstrap_for_tests(tmp_root: Path) -> Iterator[str]:
     """Yield a ``bootstrap.servers`` string of a real Kafka broker for the duration of the block.
 
@@ -112,7 +87,8 @@ def kafka_bootstrap_for_tests(tmp_root: Path) -> Iterator[str]:
         return
     with ExitStack() as stack:
         try:
-            bootstrap = stack.enter_context(_local_broker(tmp_root))
+            # The home is kept: after a failed session its broker logs are there to read.
+            bootstrap = stack.enter_context(broker_on_free_ports(tmp_root, keep_home=True)).bootstrap
         except LocalBrokerError as exc:
             raise NoKafkaAvailableError(
                 f"no Kafka broker for the tests: ${BOOTSTRAP_ENV} is not set; {docker_reason}; "

@@ -1,0 +1,55 @@
+"""A throwaway broker: a fresh home, free ports, started for one block and stopped after it.
+
+What the test fixture and the benchmarks both need: a broker nobody else uses, in a home of its own
+(a reused home formatted for another cluster fails with "Invalid cluster.id"), on ports picked free
+just before the start. Another process can take a picked port before the broker binds it, so a
+port clash (`PortInUseError`) is retried on newly picked ports a few times.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
+from services.tools.broker.errors import PortInUseError
+
+PORT_ATTEMPTS = 3
+START_TIMEOUT_S = 180.0  # generous: a cold 2-core machine may also be compiling or fetching jars
+
+
+@contextmanager
+def broker_on_free_ports(
+    parent: Path, *, timeout_s: float = START_TIMEOUT_S, keep_home: bool = False
+) -> Iterator[LocalBroker]:
+    """A started `LocalBroker` in a new home under `parent`; stopped when the block ends, and its
+    home deleted unless `keep_home` (its logs are then there to read)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="kafka-", dir=parent))
+    try:
+        broker = _start(home, timeout_s)
+        try:
+            yield broker
+        finally:
+            broker.stop()
+    finally:
+        if not keep_home:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _start(home: Path, timeout_s: float) -> LocalBroker:
+    attempt = 1
+    while True:
+        port, controller_port = pick_free_ports(2)
+        broker = LocalBroker(BrokerConfig(home=home, port=port, controller_port=controller_port))
+        try:
+            broker.start(timeout_s=timeout_s)
+        except PortInUseError:
+            if attempt == PORT_ATTEMPTS:
+                raise
+            attempt += 1  # someone took a just-picked port; pick again
+        else:
+            return broker
