@@ -15,15 +15,29 @@ def _registrars() -> list[Register]:
     from services.ingest.cli import register as ingest
     from services.messaging.cli import register as topics
     from services.results.cli import register as results
-    from services.tools.analysis.cli import register as analysis
     from services.tools.bench.cli import register as bench
     from services.tools.broker.cli import register as broker
     from services.tools.demo.cli import register as demo
     from services.tools.loadtest.cli import register as loadtest
     from services.tools.redis.cli import register as redis
+    from services.tools.report.cli import register as report
     from services.tools.simbackend.cli import register as sim_backend
+    from services.tools.simulation.cli import register as simulate
 
-    return [broker, redis, topics, ingest, dispatcher, results, sim_backend, demo, loadtest, analysis, bench]
+    return [
+        broker,
+        redis,
+        topics,
+        ingest,
+        dispatcher,
+        results,
+        sim_backend,
+        demo,
+        loadtest,
+        simulate,
+        report,
+        bench,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:

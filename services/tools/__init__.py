@@ -7,7 +7,9 @@
 - ``simbackend``: the simulated OpenAI-compatible LLM backend (concurrency limit, latency, faults).
 - ``stack``, ``demo``: the whole pipeline as processes; ``inferq demo``.
 - ``loadtest``: scenarios, load generation, trace export and replay.
-- ``analysis``: ``inferq simulate`` (discrete-event, the dispatcher's own scheduling) and ``inferq report``.
+- ``traces``: arrival traces: the files ``inferq simulate`` and ``inferq report`` read.
+- ``simulation``: ``inferq simulate`` (discrete-event, the dispatcher's own scheduling).
+- ``report``: ``inferq report``: per-tier statistics, tables, JSON documents and plots of runs.
 - ``measures``: percentiles, makespan and utilization of a run's outcomes.
 - ``bench``: ``make bench``: scheduling, memory, latency, throughput, replay.
 """

@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 
 from services.messaging.codec import result_codec
 from services.messaging.kafka_config import KafkaSettings
-from services.tools.analysis.cli import register
+from services.tools.report.cli import register
 
 pytestmark = pytest.mark.kafka
 

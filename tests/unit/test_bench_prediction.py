@@ -8,7 +8,6 @@ import pytest
 from services.dispatcher.settings import DispatcherSettings
 from services.ingest.settings import IngestSettings
 from services.messaging.tiers import Tier
-from services.tools.analysis.simulate import SimConfig
 from services.tools.bench.prediction import (
     ANCHOR_MS,
     Prediction,
@@ -26,6 +25,7 @@ from services.tools.bench.scheduling_run import compressed_env, run_specs
 from services.tools.bench.summary import RunSummary, Submission, tier_rows
 from services.tools.bench.trace import ANALYSIS, BRIEF, CHAT, Arrival, TraceSpec, generate
 from services.tools.measures import Outcome, stats, utilization
+from services.tools.simulation.simulate import SimConfig
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 DEADLINES = {H: 500, M: 3_000, L: 4_320_000}

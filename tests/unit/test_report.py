@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 
 from services.messaging.tiers import Tier
-from services.tools.analysis.documents import (
+from services.tools.measures import Outcome
+from services.tools.report.documents import (
     RunDocument,
     load_documents,
     outcome_from_record,
     write_documents,
 )
-from services.tools.analysis.latency import mean_inference_s, recorded_outcomes
-from services.tools.analysis.plots import write_plots
-from services.tools.analysis.results_source import run_of
-from services.tools.analysis.stats import RequestCounts, request_counts, summarize
-from services.tools.analysis.table import render
-from services.tools.analysis.timeseries import (
+from services.tools.report.plots import write_plots
+from services.tools.report.results_source import run_of
+from services.tools.report.stats import RequestCounts, request_counts, summarize
+from services.tools.report.table import render
+from services.tools.report.timeseries import (
     Step,
     backlog,
     count_over_time,
@@ -28,8 +28,8 @@ from services.tools.analysis.timeseries import (
     utilization,
     wait_points,
 )
-from services.tools.analysis.trace import load_trace
-from services.tools.measures import Outcome
+from services.tools.simulation.backend_latency import mean_inference_s, recorded_outcomes
+from services.tools.traces.files import load_trace
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 

@@ -1,7 +1,7 @@
 """The simulator's prediction beside each real run of the scheduling benchmark.
 
 For every run spec, the same seeded trace (its offsets, tiers and compressed deadlines) goes through
-`services.tools.analysis.simulate` with the settings the run's dispatcher gets (`compressed_env`: policy,
+`services.tools.simulation.simulate` with the settings the run's dispatcher gets (`compressed_env`: policy,
 pinned schedule, LOW ceiling, compressed typical latencies and promotion age) and the compressed
 backend latencies. The simulator runs the dispatcher's own scheduler and waiting room with instant
 fetches and HTTP-free arrivals, so real - simulated is what the pipeline itself adds: the ingest
@@ -21,13 +21,13 @@ from typing import Any
 
 from services.dispatcher.settings import DispatcherSettings, build_schedule
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, DEFAULT_SCENARIO_TIERS, TIERS_BY_PRIORITY, Tier
-from services.tools.analysis.simulate import SimConfig, SimResult, sim_scheduler, simulate
-from services.tools.analysis.trace import Arrival as SimArrival
 from services.tools.bench.report import MISS, NA, PASS, Target
 from services.tools.bench.scheduling_run import RunSpec, compressed_env
 from services.tools.bench.summary import RunSummary
 from services.tools.bench.trace import Arrival
 from services.tools.measures import Stats, makespan_s, stats
+from services.tools.simulation.simulate import SimConfig, SimResult, sim_scheduler, simulate
+from services.tools.traces.files import Arrival as SimArrival
 
 # The schedule is pinned to peak, so the anchor does not pick the window; an evening-peak instant
 # anyway, so that an unpinned run would still be simulated in the window the bench means.

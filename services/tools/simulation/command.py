@@ -15,13 +15,14 @@ from pydantic import ValidationError
 from services.dispatcher.schedule import ScheduleError
 from services.dispatcher.settings import DispatcherSettings, build_schedule
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S
-from services.tools.analysis.documents import RunDocument, write_documents
-from services.tools.analysis.errors import AnalysisError
-from services.tools.analysis.latency import mean_inference_s, parse_latency, recorded_outcomes
-from services.tools.analysis.simulate import SimConfig, sim_scheduler, simulate
-from services.tools.analysis.stats import request_counts
-from services.tools.analysis.table import render
-from services.tools.analysis.trace import load_trace
+from services.tools.report.documents import RunDocument, write_documents
+from services.tools.report.errors import ReportError
+from services.tools.report.stats import request_counts
+from services.tools.report.table import render
+from services.tools.simulation.backend_latency import mean_inference_s, parse_latency, recorded_outcomes
+from services.tools.simulation.simulate import SimConfig, sim_scheduler, simulate
+from services.tools.traces.errors import TraceError
+from services.tools.traces.files import load_trace
 
 
 def dispatcher_settings(args: argparse.Namespace) -> DispatcherSettings:
@@ -83,7 +84,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         latency = parse_latency(args.latency, base)
         trace = load_trace(args.trace, start_ms=start_ms(args.start, schedule.timezone))
         config = config_for(settings, args)
-    except (AnalysisError, ScheduleError, ValidationError, ValueError) as exc:
+    except (ReportError, TraceError, ScheduleError, ValidationError, ValueError) as exc:
         print(f"error: {exc}")
         return 2
     started = time.perf_counter()

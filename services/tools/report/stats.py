@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
-from services.tools.analysis.timeseries import Utilization, tokens_in_use, utilization
-from services.tools.analysis.trace import Trace
 from services.tools.measures import Outcome, Stats, stats
+from services.tools.report.timeseries import Utilization, tokens_in_use, utilization
+from services.tools.traces.files import Trace
 
 # The result schema's statuses, in the order tables show them.
 STATUSES = ("OK", "EXPIRED", "EVICTED", "REJECTED", "FAILED")

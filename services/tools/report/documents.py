@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from services.messaging.tiers import Tier
-from services.tools.analysis.errors import TraceError
-from services.tools.analysis.stats import RequestCounts, Summary, summarize
 from services.tools.measures import Outcome
+from services.tools.report.errors import DocumentError
+from services.tools.report.stats import RequestCounts, Summary, summarize
 
 
 @dataclass
@@ -106,11 +106,11 @@ def load_documents(path: Path) -> list[RunDocument]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise TraceError(path, exc.strerror or str(exc)) from exc
+        raise DocumentError(path, exc.strerror or str(exc)) from exc
     except json.JSONDecodeError as exc:
-        raise TraceError(path, f"not JSON: {exc.msg}", line=exc.lineno) from exc
+        raise DocumentError(path, f"not JSON (line {exc.lineno}): {exc.msg}") from exc
     try:
         items = data["runs"] if isinstance(data, dict) and "runs" in data else [data]
         return [from_dict(item) for item in items]
     except (KeyError, TypeError, ValueError) as exc:
-        raise TraceError(path, f"not a simulate/report document: {exc!r}") from exc
+        raise DocumentError(path, f"not a simulate/report document: {exc!r}") from exc

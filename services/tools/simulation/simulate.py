@@ -30,13 +30,13 @@ from functools import partial
 from services.dispatcher.policies import build_scheduler
 from services.dispatcher.schedule import Schedule
 from services.messaging.tiers import Tier
-from services.tools.analysis._engine import (
+from services.tools.simulation._engine import (
     SchedulerFactory,
     SimConfig,
     SimResult,
     Simulation,
 )
-from services.tools.analysis.trace import Arrival
+from services.tools.traces.files import Arrival
 
 __all__ = ["SchedulerFactory", "SimConfig", "SimResult", "sim_scheduler", "simulate"]
 

@@ -15,8 +15,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
-from services.tools.analysis.documents import RunDocument
-from services.tools.analysis.timeseries import Step, backlog, tokens_in_use, wait_points
+from services.tools.report.documents import RunDocument
+from services.tools.report.timeseries import Step, backlog, tokens_in_use, wait_points
 
 TIER_COLORS = {Tier.HIGH: "tab:red", Tier.MEDIUM: "tab:blue", Tier.LOW: "tab:green"}
 _PANEL_HEIGHT_IN = 2.8

@@ -37,7 +37,7 @@ from typing import Any
 import fastavro
 
 from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
-from services.tools.analysis.errors import TraceError
+from services.tools.traces.errors import TraceError
 
 AVRO_MAGIC = b"Obj\x01"
 

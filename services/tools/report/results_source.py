@@ -21,7 +21,7 @@ from services.messaging.codec import TypedCodec, result_codec
 from services.messaging.errors import DecodeError
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.records import InferenceResult
-from services.tools.analysis.errors import SourceError
+from services.tools.report.errors import SourceError
 
 _BATCH = 1000
 _POLL_S = 0.5

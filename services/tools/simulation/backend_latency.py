@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
-from services.tools.analysis.documents import load_documents, outcome_from_record
-from services.tools.analysis.errors import TraceError
-from services.tools.analysis.trace import read_jsonl
 from services.tools.measures import Outcome
+from services.tools.report.documents import load_documents, outcome_from_record
+from services.tools.report.errors import DocumentError
+from services.tools.traces.files import read_jsonl
 
 MODEL_TIERS: Mapping[str, Tier] = {
     "fast": Tier.HIGH,
@@ -74,5 +74,5 @@ def recorded_outcomes(path: Path) -> list[Outcome]:
         try:
             outcomes.append(outcome_from_record(record))
         except (KeyError, TypeError, ValueError) as exc:
-            raise TraceError(path, f"record {number} is not a result: {exc!r}") from exc
+            raise DocumentError(path, f"record {number} is not a result: {exc!r}") from exc
     return outcomes

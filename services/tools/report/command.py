@@ -15,18 +15,19 @@ from pathlib import Path
 
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.records import InferenceResult
-from services.tools.analysis.documents import (
+from services.tools.measures import Outcome
+from services.tools.report.documents import (
     RunDocument,
     load_documents,
     write_documents,
 )
-from services.tools.analysis.errors import AnalysisError
-from services.tools.analysis.plots import write_plots
-from services.tools.analysis.results_source import ResultsRead, read_results
-from services.tools.analysis.stats import request_counts
-from services.tools.analysis.table import render
-from services.tools.analysis.trace import load_trace
-from services.tools.measures import Outcome
+from services.tools.report.errors import ReportError
+from services.tools.report.plots import write_plots
+from services.tools.report.results_source import ResultsRead, read_results
+from services.tools.report.stats import request_counts
+from services.tools.report.table import render
+from services.tools.traces.errors import TraceError
+from services.tools.traces.files import load_trace
 
 
 def is_document(item: str) -> bool:
@@ -78,7 +79,7 @@ def collect(args: argparse.Namespace, items: Sequence[str], out: Path) -> list[R
         )
         empty = [r for r in run_ids if not read.by_run[r]]
         if empty:
-            raise AnalysisError(f"no results for run {', '.join(empty)} on {settings.topics.results}")
+            raise ReportError(f"no results for run {', '.join(empty)} on {settings.topics.results}")
     docs: list[RunDocument] = []
     for item in items:
         if read is not None and item in read.by_run:
@@ -100,7 +101,7 @@ def run_report(args: argparse.Namespace) -> int:
     out: Path = args.out or default_out(args.run_id, args.runs_dir)
     try:
         docs = collect(args, items, out)
-    except AnalysisError as exc:
+    except (ReportError, TraceError) as exc:
         print(f"error: {exc}")
         return 1
     print(render([(doc.name, doc.summary()) for doc in docs]))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from services.messaging.tiers import TIERS_BY_PRIORITY
-from services.tools.analysis.stats import Summary, TierSummary
 from services.tools.measures import Stats
+from services.tools.report.stats import Summary, TierSummary
 
 _NUM_WIDTH = 8
 _LABEL_WIDTH = 26

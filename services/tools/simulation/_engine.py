@@ -1,6 +1,6 @@
 """The simulation's machinery: an event heap over the dispatcher's waiting room and scheduler.
 
-See `services.tools.analysis.simulate` for what is modelled; this module is its implementation.
+See `services.tools.simulation.simulate` for what is modelled; this module is its implementation.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.work import Work
 from services.messaging.records import InferenceRequest
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
-from services.tools.analysis.trace import Arrival
 from services.tools.measures import Outcome
+from services.tools.traces.files import Arrival
 
 SchedulerFactory = Callable[[Clock], Scheduler]
 # Every UTC offset in use is a multiple of 15 minutes, so every local full hour (a possible window
