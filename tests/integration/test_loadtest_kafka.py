@@ -19,12 +19,12 @@ from services.messaging.codec import request_codec
 from services.messaging.kafka_config import KafkaSettings
 from services.tools.loadtest.cli import register
 from services.tools.loadtest.runs import read_records
-from services.tools.loadtest.scenario import load
 from services.tools.loadtest.source import TopicSource
 from services.tools.loadtest.timerange import TimeRange
 from services.tools.loadtest.tracefile import read_trace
-from services.tools.loadtest.tracegen import generate
 from services.tools.stack.process import ServiceProcess
+from services.tools.traces.generator import generate
+from services.tools.traces.scenario import load
 from tests.support.inprocess import free_port
 from tests.support.kafka import a_request
 from tests.support.ledger import read_to_end

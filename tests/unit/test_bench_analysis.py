@@ -13,7 +13,6 @@ from services.messaging.tiers import Tier
 from services.tools.bench.report import MISS, NA, PASS, evaluate
 from services.tools.bench.scheduling_run import compressed_env, run_specs
 from services.tools.bench.summary import RunSummary, Submission, low_makespan, tier_rows
-from services.tools.bench.trace import TraceSpec, generate
 from services.tools.measures import (
     AllowedFn,
     Interval,
@@ -213,7 +212,7 @@ def test_a_low_request_running_alone_at_peak_uses_all_that_is_allowed() -> None:
 # -- per-run summary and targets -----------------------------------------------------------------
 
 
-def submission(rid: str, tier: Tier, status: int | None = 202, kind: str = "steady") -> Submission:
+def submission(rid: str, tier: Tier, status: int | None = 202, kind: str = "poisson") -> Submission:
     return Submission(0, rid, "x", kind, tier, 0, 0, 5, status)
 
 
@@ -283,21 +282,6 @@ def test_targets_say_pass_miss_or_not_run() -> None:
     assert verdicts[("LOW makespan, LOW's peak cap lifted, vs FIFO", "inferq-lifted")] == NA
     # No work ever waited in this toy run: no utilization figure is a miss, not a pass.
     assert verdicts[("utilization while work waits, of what the ceilings allow", "inferq")] == MISS
-
-
-# -- the trace -------------------------------------------------------------------------------------
-
-
-def test_the_trace_is_reproducible_and_has_its_parts() -> None:
-    spec = TraceSpec(seed=1, duration_s=30, compress=10, briefs=20, burst_size=5)
-    trace = generate(spec)
-    assert trace == generate(spec)
-    kinds = [a.kind for a in trace]
-    assert kinds.count("dump") == 20 and kinds.count("burst") == 5
-    steady = kinds.count("steady")
-    assert 200 <= steady <= 400  # 60/min x 10 x 0.5 min = 300 expected
-    assert all(0 <= a.at_s < 30 + spec.burst_window_s for a in trace)
-    assert [a.at_s for a in trace] == sorted(a.at_s for a in trace)
 
 
 # -- the compressed settings reach the services under the names their settings classes read ------

@@ -7,7 +7,7 @@ import pytest
 
 from services.dispatcher.settings import DispatcherSettings
 from services.ingest.settings import IngestSettings
-from services.messaging.tiers import Tier
+from services.messaging.tiers import Tier, TierPolicy
 from services.tools.bench.prediction import (
     ANCHOR_MS,
     Prediction,
@@ -22,46 +22,55 @@ from services.tools.bench.prediction import (
 )
 from services.tools.bench.report import MISS, NA, PASS
 from services.tools.bench.scheduling_run import compressed_env, run_specs
+from services.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, TraceSpec
 from services.tools.bench.summary import RunSummary, Submission, tier_rows
-from services.tools.bench.trace import ANALYSIS, BRIEF, CHAT, Arrival, TraceSpec, generate
 from services.tools.measures import Outcome, stats, utilization
 from services.tools.simulation.simulate import SimConfig
+from services.tools.traces.arrival import Arrival
+from services.tools.traces.generator import generate
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 DEADLINES = {H: 500, M: 3_000, L: 4_320_000}
 
 
-def arrival(index: int, at_s: float, scenario: str, kind: str = "steady") -> Arrival:
-    return Arrival(index, at_s, scenario, kind, f"s-{index}")
+def arrival(
+    index: int, at_ms: int, scenario: str, kind: str = "poisson", priority: Tier | None = None
+) -> Arrival:
+    tier = TierPolicy().tier_for(scenario, priority)  # as the generator decides it
+    return Arrival(at_ms, scenario, tier, index=index, kind=kind, session_id=f"s-{index}", priority=priority)
 
 
 # -- the trace as the simulator's arrivals --------------------------------------------------------
 
 
-def test_arrivals_keep_the_offsets_take_the_scenarios_tier_and_expire_after_its_deadline() -> None:
+def test_arrivals_keep_the_offsets_and_tiers_and_expire_after_the_runs_deadline() -> None:
     trace = [
-        arrival(0, 0.0, BRIEF, "dump"),
-        arrival(1, 0.0, BRIEF, "dump"),
-        arrival(2, 1.2345, CHAT),
-        arrival(3, 24.0009, ANALYSIS, "burst"),
+        arrival(0, 0, BRIEF, "dump"),
+        arrival(1, 0, BRIEF, "dump"),
+        arrival(2, 1_234, CHAT),
+        arrival(3, 24_000, ANALYSIS, "burst"),
     ]
     out = sim_arrivals(trace, DEADLINES, start_ms=1_000_000)
     assert [(a.request_id, a.tier, a.created_at_ms, a.expire_at_ms, a.scenario) for a in out] == [
         ("trace-00000", L, 1_000_000, 1_000_000 + 4_320_000, BRIEF),
         ("trace-00001", L, 1_000_000, 1_000_000 + 4_320_000, BRIEF),
-        # Milliseconds truncated, as the real submissions' due times are.
         ("trace-00002", H, 1_001_234, 1_001_734, CHAT),
         ("trace-00003", M, 1_024_000, 1_027_000, ANALYSIS),
     ]
+    # The generated arrivals themselves are left as they are: the real run sends those.
+    assert [(a.start_ms, a.deadline_ms, a.request_id) for a in trace] == [(0, None, "")] * 4
 
 
-def test_an_unknown_scenario_is_high_as_ingest_defaults_it() -> None:
-    (only,) = sim_arrivals([arrival(0, 0.5, "something_new")], DEADLINES, start_ms=0)
-    assert (only.tier, only.created_at_ms, only.expire_at_ms) == (H, 500, 1_000)
+def test_the_simulated_tier_is_the_one_ingest_chooses() -> None:
+    unknown, express = sim_arrivals(
+        [arrival(0, 500, "something_new"), arrival(1, 500, BRIEF, priority=H)], DEADLINES, start_ms=0
+    )
+    assert (unknown.tier, unknown.created_at_ms, unknown.expire_at_ms) == (H, 500, 1_000)
+    assert (express.tier, express.expire_at_ms) == (H, 1_000)
 
 
 def test_the_whole_bench_trace_converts_in_order_and_anchored_at_the_peak() -> None:
-    trace = generate(TraceSpec(seed=3, duration_s=10, briefs=5, burst_size=4))
+    trace = generate(TraceSpec(seed=3, duration_s=10, briefs=5, burst_size=4).scenario())
     out = sim_arrivals(trace, DEADLINES)
     assert len(out) == len(trace)
     assert out[0].created_at_ms == ANCHOR_MS
@@ -110,7 +119,7 @@ def test_sim_config_takes_the_compressed_early_drop_and_promotion_age() -> None:
 def test_prediction_on_a_hand_checked_trace() -> None:
     # At peak LOW has one slot: 4 briefs of 0.5 s run one after another (waits 0, 0.5, 1, 1.5 s);
     # a chat at 0.1 s starts at once and takes 50 ms.
-    trace = [*(arrival(i, 0.0, BRIEF, "dump") for i in range(4)), arrival(4, 0.1, CHAT)]
+    trace = [*(arrival(i, 0, BRIEF, "dump") for i in range(4)), arrival(4, 100, CHAT)]
     predicted = predict(run_specs(budget=10)["inferq"], trace, compress=10, budget=10)
     low, high = predicted.tier(L), predicted.tier(H)
     assert low.wait_ms is not None and low.wait_ms.mean == 750.0 and low.by_status == {"OK": 4}
@@ -130,10 +139,10 @@ def real_run(name: str, high_wait: int, medium_wait: int | None) -> RunSummary:
     def outcome(rid: str, tier: Tier, wait: int) -> Outcome:
         return Outcome(rid, tier, "OK", 0, wait, wait + 100)
 
-    subs = [Submission(0, "h", "x", "steady", H, 0, 0, 5, 202)]
+    subs = [Submission(0, "h", "x", "poisson", H, 0, 0, 5, 202)]
     outcomes = {"h": outcome("h", H, high_wait)}
     if medium_wait is not None:
-        subs.append(Submission(1, "m", "x", "steady", M, 0, 0, 5, 202))
+        subs.append(Submission(1, "m", "x", "poisson", M, 0, 0, 5, 202))
         outcomes["m"] = outcome("m", M, medium_wait)
     return RunSummary(
         run=name,

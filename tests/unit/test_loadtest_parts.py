@@ -30,7 +30,7 @@ from services.tools.loadtest.senders import Answer, HttpSender, http_body
 from services.tools.loadtest.source import TraceFileSource
 from services.tools.loadtest.timerange import TimeRange, parse_instant
 from services.tools.loadtest.tracefile import read_trace, trace_metadata, write_trace
-from services.tools.loadtest.tracegen import Arrival
+from services.tools.traces.arrival import Arrival
 from tests.support.kafka import a_request
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -165,7 +165,15 @@ def test_run_ids_and_the_records_file(tmp_path: Path) -> None:
 
 
 def arrival(index: int, offset_ms: int) -> Arrival:
-    return Arrival(index, offset_ms, "realtime_chat", Tier.HIGH, "s", (("user", "hi"),), None, "poisson")
+    return Arrival(
+        offset_ms,
+        "realtime_chat",
+        Tier.HIGH,
+        index=index,
+        kind="poisson",
+        session_id="s",
+        messages=(("user", "hi"),),
+    )
 
 
 class FakeSender:
@@ -221,7 +229,17 @@ def test_concurrency_is_bounded_and_a_stop_ends_the_run_with_what_was_sent() -> 
 
 
 def test_the_http_body_passes_ingest_validation() -> None:
-    a = Arrival(3, 0, "morning_brief", Tier.HIGH, "u", (("user", "hi"),), 90_000, "dump", priority=Tier.HIGH)
+    a = Arrival(
+        0,
+        "morning_brief",
+        Tier.HIGH,
+        90_000,
+        index=3,
+        kind="dump",
+        session_id="u",
+        messages=(("user", "hi"),),
+        priority=Tier.HIGH,
+    )
     body = SubmitRequest.model_validate(http_body(a, "lg-1:3"))
     assert (body.request_id, body.priority, body.deadline_ms, body.params) == (
         "lg-1:3",

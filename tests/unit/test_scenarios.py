@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -10,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from services.messaging.tiers import Tier
-from services.tools.loadtest.errors import ScenarioError
-from services.tools.loadtest.scenario import Scenario, builtin_names, load, parse
-from services.tools.loadtest.tracegen import generate
+from services.tools.traces.arrival import Arrival
+from services.tools.traces.errors import ScenarioError
+from services.tools.traces.generator import generate
+from services.tools.traces.scenario import Scenario, builtin_names, load, parse
 
 BUILTINS = ["evening-peak", "night-batch", "overload-10x", "steady"]
 X = 'duration = "1h"\n[[streams]]\nscenario = "x"\n'  # the smallest valid head of a scenario file
@@ -114,6 +117,11 @@ def test_overload_is_ten_times_the_evening_and_night_is_briefs() -> None:
         ),
         ('duration = "1h"\nstarts_at = "25:00"\n[[streams]]\nscenario = "x"\nrate_per_min = 1', "starts_at"),
         ('duration = "1h"\nspeed = 3\n[[streams]]\nscenario = "x"\nrate_per_min = 1', "speed"),
+        (X + "rate_per_min = 1\ncluster_mean = 0.5", "streams[0].cluster_mean"),
+        (X + 'rate_per_min = 1\ncluster_mean = "3"', "streams[0].cluster_mean"),
+        (X + 'rate_per_min = 1\ncluster_spread = "soon"', "streams[0].cluster_spread"),
+        (X + "cluster_mean = 3\n[streams.dump]\ncount = 3", "streams[0].cluster_mean"),
+        (X + 'cluster_spread = "2s"\n[streams.dump]\ncount = 3', "streams[0].cluster_spread"),
     ],
 )
 def test_a_bad_file_is_refused_naming_the_key(toml: str, key: str) -> None:
@@ -224,3 +232,42 @@ def test_explicit_priority_and_deadline_reach_the_arrivals() -> None:
     assert [a.offset_ms for a in trace] == [60_000] * 3
     assert {(a.tier, a.priority, a.deadline_ms) for a in trace} == {(Tier.HIGH, Tier.HIGH, 90_000)}
     assert {len(a.messages[0][1]) for a in trace} == {100}
+
+
+def clustered(mean: float, spread: str, *, rate_per_min: float = 60, duration: str = "10h") -> list[Arrival]:
+    toml = f"""
+        duration = "{duration}"
+        [[streams]]
+        scenario = "realtime_chat"
+        rate_per_min = {rate_per_min}
+        cluster_mean = {mean}
+        cluster_spread = "{spread}"
+    """
+    return generate(parse(tomllib.loads(toml)))
+
+
+def test_clustered_arrivals_keep_the_rate_and_come_in_clusters_of_the_mean_size() -> None:
+    trace = clustered(3, "0s", duration="5h")
+    assert {a.kind for a in trace} == {"poisson"}
+    # No spread: a cluster's arrivals share one instant, so clusters can be counted and measured.
+    together = Counter(a.offset_ms for a in trace)
+    expected = 60 * 300
+    # Clusters are Poisson (6,000 expected); sizes 1 + Poisson(2) have E[size^2] = 11.
+    assert abs(together.total() - expected) < 5 * math.sqrt(expected / 3 * 11), together.total()
+    assert abs(len(together) - expected / 3) < 5 * math.sqrt(expected / 3)
+    assert 2.85 < statistics.mean(together.values()) < 3.15
+    assert 1.7 < statistics.pvariance(together.values()) < 2.3  # 1 + Poisson(2): variance 2
+
+
+def test_a_clusters_arrivals_are_spread_over_its_spread() -> None:
+    # A cluster every 5 minutes on average: clusters seldom overlap, so a gap of over 10 s parts them.
+    offsets = [a.offset_ms for a in clustered(3, "2s", rate_per_min=0.6, duration="100h")]
+    groups: list[list[int]] = [[offsets[0]]]
+    for before, at in itertools.pairwise(offsets):
+        if at - before > 10_000:
+            groups.append([])
+        groups[-1].append(at)
+    spans = [g[-1] - g[0] for g in groups if len(g) > 1]
+    assert sum(span <= 2_000 for span in spans) / len(spans) > 0.9
+    # Uniform over 2 s, not stacked: three arrivals span 1 s on average.
+    assert 700 < statistics.mean(s for s in spans if s <= 2_000) < 1_300

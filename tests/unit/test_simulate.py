@@ -4,6 +4,7 @@ on traces small enough to follow by hand."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,13 +26,16 @@ from services.tools.traces.files import Arrival, load_trace
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 # 2024-01-01 20:00 UTC: the default schedule's evening peak.
 PEAK_MS = int(datetime(2024, 1, 1, 20, tzinfo=UTC).timestamp() * 1000)
-DEADLINE_MS = {H: 5_000, M: 30_000, L: 12 * 3_600_000}
 EARLY_DROP_MS = SimConfig().early_drop_ms
 
 
 def arrival(rid: str, tier: Tier, at_ms: int, deadline_ms: int | None = None) -> Arrival:
-    deadline = DEADLINE_MS[tier] if deadline_ms is None else deadline_ms
-    return Arrival(rid, tier, PEAK_MS + at_ms, PEAK_MS + at_ms + deadline)
+    """Arriving `at_ms` after the peak's start; `deadline_ms` None: the tier's default."""
+    return Arrival(at_ms, "unknown", tier, deadline_ms, request_id=rid, start_ms=PEAK_MS)
+
+
+def when(a: Arrival) -> tuple[str, Tier, int, int, str]:
+    return (a.request_id, a.tier, a.created_at_ms, a.expire_at_ms, a.scenario)
 
 
 def run(
@@ -231,6 +235,16 @@ def test_ten_thousand_requests_all_answered() -> None:
 # -- traces and latency options --------------------------------------------------------------------
 
 
+def test_an_arrivals_epoch_times_follow_its_anchor_and_deadline() -> None:
+    generated = Arrival(1_500, "morning_brief", L, kind="dump")
+    assert (generated.created_at_ms, generated.expire_at_ms) == (1_500, 1_500 + 12 * 3_600_000)
+    anchored = replace(generated, start_ms=PEAK_MS, deadline_ms=60_000)
+    assert (anchored.created_at_ms, anchored.expire_at_ms) == (PEAK_MS + 1_500, PEAK_MS + 61_500)
+    assert anchored != generated and replace(anchored, start_ms=0, deadline_ms=None) == generated
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Arrival(0, "x", H, kind="steady")
+
+
 def test_trace_offset_and_absolute_forms_refused_lines_and_defaults(tmp_path: Path) -> None:
     path = tmp_path / "trace.jsonl"
     lines = [
@@ -241,11 +255,13 @@ def test_trace_offset_and_absolute_forms_refused_lines_and_defaults(tmp_path: Pa
     ]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n", encoding="utf-8")
     trace = load_trace(path, start_ms=1_000)
-    assert trace.arrivals == [
-        Arrival("line-2", L, 1_100, 61_100, "unknown"),
-        Arrival("a", M, 1_250, 31_250, "emotion_analysis"),
-        Arrival("c", H, 5_000, 9_000, "surprise"),  # unknown scenario: HIGH
+    assert [when(a) for a in trace.arrivals] == [
+        ("line-2", L, 1_100, 61_100, "unknown"),
+        ("a", M, 1_250, 31_250, "emotion_analysis"),  # the tier's default deadline
+        ("c", H, 5_000, 9_000, "surprise"),  # unknown scenario: HIGH
     ]
+    assert {a.start_ms for a in trace.arrivals} == {1_000}
+    assert [a.offset_ms for a in trace.arrivals] == [100, 250, 4_000]
     assert trace.unaccepted == {H: 0, M: 0, L: 1}
     assert trace.submitted(L) == 2
 
@@ -254,7 +270,7 @@ def test_a_load_generators_records_are_a_trace_of_what_was_accepted(tmp_path: Pa
     # The shape `inferq loadgen` writes: a tier hint, ingest's answer and its chosen tier.
     def record(n: int, outcome: str, **extra: Any) -> dict[str, Any]:
         return {
-            "n": n, "request_id": f"lg-1:{n}", "scenario": "realtime_chat", "tier": "HIGH", "kind": "steady",
+            "n": n, "request_id": f"lg-1:{n}", "scenario": "realtime_chat", "tier": "HIGH", "kind": "poisson",
             "session_id": "s", "offset_ms": 10 * n, "due_ms": 1_000 + 10 * n, "sent_ms": 1_001 + 10 * n,
             "answered_ms": 1_005 + 10 * n, "outcome": outcome, **extra,
         }  # fmt: skip
@@ -268,9 +284,9 @@ def test_a_load_generators_records_are_a_trace_of_what_was_accepted(tmp_path: Pa
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     trace = load_trace(path, start_ms=999_999_999)  # epoch send times win over offsets
-    assert trace.arrivals == [
-        Arrival("lg-1:0", H, 1_001, 6_001, "realtime_chat"),
-        Arrival("lg-1:2", M, 1_021, 31_021, "realtime_chat"),
+    assert [when(a) for a in trace.arrivals] == [
+        ("lg-1:0", H, 1_001, 6_001, "realtime_chat"),
+        ("lg-1:2", M, 1_021, 31_021, "realtime_chat"),
     ]
     assert trace.unaccepted == {H: 2, M: 0, L: 0}
 

@@ -156,7 +156,7 @@ def _scheduling(args: argparse.Namespace) -> int:
     # Imported here: `inferq --help` must not load the Kafka clients.
     from services.tools.bench import scheduling
     from services.tools.bench.scheduling_run import run_specs
-    from services.tools.bench.trace import TraceSpec
+    from services.tools.bench.scheduling_trace import TraceSpec
 
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     unknown = [r for r in runs if r not in run_specs(args.budget)]

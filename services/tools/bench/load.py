@@ -8,20 +8,14 @@ import time
 
 import httpx
 
-from services.messaging.tiers import DEFAULT_SCENARIO_TIERS, Tier
 from services.tools.bench.summary import Submission
-from services.tools.bench.trace import Arrival
+from services.tools.loadtest.senders import http_body
+from services.tools.traces.arrival import Arrival
 
 # Enough connections that a burst does not queue behind itself for long; few enough for 2 cores.
 MAX_CONNECTIONS = 64
 HTTP_TIMEOUT_S = 15.0
 HEALTH_INTERVAL_S = 0.25
-
-_TEXT = {
-    "realtime_chat": "Hi, it's me again. How was your day? ({i})",
-    "emotion_analysis": "Diary {i}: tired but hopeful today, the rain stopped at last.",
-    "morning_brief": "Brief {i}: weather, calendar and mood for tomorrow morning.",
-}
 
 
 def wall_ms() -> int:
@@ -49,14 +43,9 @@ async def submit_trace(
         start_wall_ms = int(start_wall_s * 1000)
 
         async def one(arrival: Arrival) -> Submission:
-            await asyncio.sleep(max(0.0, start_wall_s + arrival.at_s - time.time()))
+            await asyncio.sleep(max(0.0, start_wall_s + arrival.offset_ms / 1000 - time.time()))
             request_id = f"{tag}-{arrival.index:05d}"
-            body = {
-                "scenario": arrival.scenario,
-                "session_id": arrival.session_id,
-                "request_id": request_id,
-                "messages": [{"role": "user", "content": _TEXT[arrival.scenario].format(i=arrival.index)}],
-            }
+            body = http_body(arrival, request_id)  # the body `inferq loadgen` sends
             sent = wall_ms()
             status: int | None = None
             error: str | None = None
@@ -72,8 +61,8 @@ async def submit_trace(
                 request_id=request_id,
                 scenario=arrival.scenario,
                 kind=arrival.kind,
-                tier=DEFAULT_SCENARIO_TIERS.get(arrival.scenario, Tier.HIGH),
-                due_ms=start_wall_ms + int(arrival.at_s * 1000),
+                tier=arrival.tier,
+                due_ms=start_wall_ms + arrival.offset_ms,
                 sent_ms=sent,
                 answered_ms=wall_ms(),
                 status=status,

@@ -15,19 +15,18 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from services.dispatcher.settings import DispatcherSettings, build_schedule
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, DEFAULT_SCENARIO_TIERS, TIERS_BY_PRIORITY, Tier
+from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
 from services.tools.bench.report import MISS, NA, PASS, Target
 from services.tools.bench.scheduling_run import RunSpec, compressed_env
 from services.tools.bench.summary import RunSummary
-from services.tools.bench.trace import Arrival
 from services.tools.measures import Stats, makespan_s, stats
 from services.tools.simulation.simulate import SimConfig, SimResult, sim_scheduler, simulate
-from services.tools.traces.files import Arrival as SimArrival
+from services.tools.traces.arrival import Arrival
 
 # The schedule is pinned to peak, so the anchor does not pick the window; an evening-peak instant
 # anyway, so that an unpinned run would still be simulated in the window the bench means.
@@ -84,20 +83,20 @@ def run_settings(spec: RunSpec, compress: float, budget: int) -> tuple[Dispatche
     return settings, deadlines
 
 
+def sim_request_id(arrival: Arrival) -> str:
+    return f"trace-{arrival.index:05d}"
+
+
 def sim_arrivals(
     trace: Sequence[Arrival], deadlines_ms: Mapping[Tier, int], start_ms: int = ANCHOR_MS
-) -> list[SimArrival]:
-    """The bench trace as the simulator's arrivals: enqueued at the trace offset, in the tier ingest
-    would choose for the scenario, expiring after that tier's (compressed) deadline."""
-    out = []
-    for a in trace:
-        # The tier and the ms rounding are the ones `load.submit_trace` uses for the real submissions.
-        tier = DEFAULT_SCENARIO_TIERS.get(a.scenario, Tier.HIGH)
-        created = start_ms + int(a.at_s * 1000)
-        out.append(
-            SimArrival(f"trace-{a.index:05d}", tier, created, created + deadlines_ms[tier], a.scenario)
-        )
-    return out
+) -> list[Arrival]:
+    """The bench trace anchored at `start_ms` for the simulator: enqueued at its offset, in its tier
+    (the one ingest chooses, which `load.submit_trace` reports), expiring after that tier's
+    (compressed) deadline as the run's ingest sets it."""
+    return [
+        replace(a, request_id=sim_request_id(a), start_ms=start_ms, deadline_ms=deadlines_ms[a.tier])
+        for a in trace
+    ]
 
 
 def sim_config(settings: DispatcherSettings) -> SimConfig:
@@ -144,7 +143,7 @@ def predict(spec: RunSpec, trace: Sequence[Arrival], *, compress: float, budget:
     result = simulate(
         arrivals, sim_scheduler(settings.policy, build_schedule(settings)), latency, sim_config(settings)
     )
-    dump = {f"trace-{a.index:05d}" for a in trace if a.kind == "dump"}
+    dump = {sim_request_id(a) for a in trace if a.kind == "dump"}
     dump_start = min((o.enqueued_ms for o in result.outcomes if o.request_id in dump), default=None)
     low_done = [o.completed_ms for o in result.outcomes if o.tier is Tier.LOW]
     return Prediction(

@@ -25,8 +25,9 @@ from services.tools.bench.prediction import (
 )
 from services.tools.bench.report import evaluate, run_table, target_table, tier_table
 from services.tools.bench.scheduling_run import BenchConfig, run_one, run_specs
+from services.tools.bench.scheduling_trace import TraceSpec, describe
 from services.tools.bench.summary import RunSummary
-from services.tools.bench.trace import TraceSpec, describe, generate
+from services.tools.traces.generator import generate
 
 RUN_ORDER = ("inferq", "inferq-lifted", "static", "fifo")
 
@@ -40,7 +41,7 @@ def default_timeout_s(spec: TraceSpec) -> float:
 def run(
     spec: TraceSpec, runs: list[str], *, budget: int, out: Path, home: Path, timeout_s: float | None
 ) -> int:
-    trace = generate(spec)
+    trace = generate(spec.scenario())
     started = time.monotonic()
     log = print
     log(f"trace: {len(trace)} requests over {spec.duration_s:g} s wall clock (S = {spec.compress:g})")

@@ -31,10 +31,10 @@ from services.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_MEAN_LATENCY_
 from services.tools.bench.kafka import ResultCollector
 from services.tools.bench.load import sample_health, submit_in_process, submit_trace
 from services.tools.bench.summary import RunSummary, Submission, low_makespan, submit_stats, tier_rows
-from services.tools.bench.trace import Arrival
 from services.tools.broker.broker import pick_free_ports
 from services.tools.measures import Outcome, allowed_by, busy_intervals, utilization, waiting_intervals
 from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from services.tools.traces.arrival import Arrival
 
 # Real-time (S = 1) values the compression divides: the tiers' latencies and deadlines and the
 # dispatcher's own defaults.

@@ -2,9 +2,8 @@
 
 Public surface:
 
-- `scenario`: TOML scenarios (``infra/scenarios/*.toml``) loaded and validated; `tracegen` turns
-  one into a seeded trace of arrivals.
-- `loadgen` + `senders`: a trace driven into a running pipeline over HTTP ingest or Kafka, with
+- `loadgen` + `senders`: a trace (a scenario of ``infra/scenarios/*.toml`` turned into arrivals by
+  `services.tools.traces`) driven into a running pipeline over HTTP ingest or Kafka, with
   request records written by `runs` for reports.
 - `source`, `rewrite`, `replay`: recorded requests (a topic time range or a trace file) re-published
   with rewritten ids and shifted times; `export` and `tracefile`: the trace file format.
@@ -14,7 +13,6 @@ Public surface:
 Errors (``errors``)::
 
     LoadtestError
-     ├── ScenarioError     a scenario file that breaks the format (names the key)
      ├── TimeRangeError    --from/--to unreadable or reversed
      ├── TraceFileError    a file that is not an inferq trace
      └── ReplayError       records not read or not re-published within our bounds

@@ -27,11 +27,13 @@ from services.tools.loadtest.errors import LoadtestError
 from services.tools.loadtest.progress import ProgressLine, count_line, loadgen_line
 from services.tools.loadtest.rewrite import Rewriter
 from services.tools.loadtest.runs import RunWriter, check_run_id, default_out, new_run_id
-from services.tools.loadtest.scenario import load
 from services.tools.loadtest.senders import HttpSender, KafkaSender, Sender
 from services.tools.loadtest.source import TopicSource, TraceFileSource
 from services.tools.loadtest.timerange import TimeRange
-from services.tools.loadtest.tracegen import Arrival, describe, generate
+from services.tools.traces.arrival import Arrival
+from services.tools.traces.errors import ScenarioError
+from services.tools.traces.generator import describe, generate
+from services.tools.traces.scenario import load
 
 EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -55,7 +57,7 @@ def run_loadgen(args: argparse.Namespace) -> int:
     try:
         scenario = load(args.scenario)
         run_id = check_run_id(args.run_id or new_run_id())
-    except (LoadtestError, ValueError) as exc:
+    except (LoadtestError, ScenarioError, ValueError) as exc:
         return _fail("loadgen", exc)
     trace = generate(scenario, seed=args.seed)[: args.max_requests]
     out: Path = args.out or default_out(run_id)

@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 
 class LoadtestError(Exception):
     """Base of every error raised by `services.tools.loadtest`."""
-
-
-class ScenarioError(LoadtestError):
-    """A scenario file that breaks the format. `key` is the dotted path of the offending key."""
-
-    def __init__(self, source: Path | str, key: str, problem: str) -> None:
-        where = f"{source}: {key}" if key else str(source)
-        super().__init__(f"{where}: {problem}")
-        self.source = str(source)
-        self.key = key
-        self.problem = problem
 
 
 class TimeRangeError(LoadtestError):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from services.tools.loadtest.progress import Tally
 from services.tools.loadtest.runs import RequestRecord, request_id
 from services.tools.loadtest.senders import Sender
-from services.tools.loadtest.tracegen import Arrival
+from services.tools.traces.arrival import Arrival
 
 TICK_S = 0.25
 

@@ -25,7 +25,7 @@ from services.messaging.kafka_config import KafkaSettings
 from services.messaging.producer import AsyncProducer, ProduceError
 from services.messaging.tiers import DEFAULT_DEADLINES_MS, TierPolicy
 from services.tools.loadtest.errors import LoadtestError
-from services.tools.loadtest.tracegen import Arrival
+from services.tools.traces.arrival import Arrival
 
 HEALTH_TIMEOUT_S = 5.0
 

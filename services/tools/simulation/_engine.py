@@ -20,7 +20,7 @@ from services.dispatcher.work import Work
 from services.messaging.records import InferenceRequest
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 from services.tools.measures import Outcome
-from services.tools.traces.files import Arrival
+from services.tools.traces.arrival import Arrival
 
 SchedulerFactory = Callable[[Clock], Scheduler]
 # Every UTC offset in use is a multiple of 15 minutes, so every local full hour (a possible window

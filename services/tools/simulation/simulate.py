@@ -36,7 +36,7 @@ from services.tools.simulation._engine import (
     SimResult,
     Simulation,
 )
-from services.tools.traces.files import Arrival
+from services.tools.traces.arrival import Arrival
 
 __all__ = ["SchedulerFactory", "SimConfig", "SimResult", "sim_scheduler", "simulate"]
 

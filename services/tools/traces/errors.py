@@ -1,4 +1,4 @@
-"""Errors of `services.tools.traces`: files that are not what they claim to be, each named."""
+"""Errors of `services.tools.traces`: scenario and trace files that cannot be used, each named."""
 
 from __future__ import annotations
 
@@ -7,6 +7,17 @@ from pathlib import Path
 
 class TracesError(Exception):
     """Base of every error raised by `services.tools.traces`."""
+
+
+class ScenarioError(TracesError):
+    """A scenario file that breaks the format. `key` is the dotted path of the offending key."""
+
+    def __init__(self, source: Path | str, key: str, problem: str) -> None:
+        where = f"{source}: {key}" if key else str(source)
+        super().__init__(f"{where}: {problem}")
+        self.source = str(source)
+        self.key = key
+        self.problem = problem
 
 
 class TraceError(TracesError):

@@ -1,4 +1,4 @@
-"""Arrival traces: what `inferq simulate` replays and what `inferq report` counts as submitted.
+"""Trace files read: what `inferq simulate` replays and what `inferq report` counts as submitted.
 
 Two file formats, told apart by their first bytes:
 
@@ -36,21 +36,11 @@ from typing import Any
 
 import fastavro
 
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
+from services.messaging.tiers import Tier, TierPolicy
+from services.tools.traces.arrival import Arrival
 from services.tools.traces.errors import TraceError
 
 AVRO_MAGIC = b"Obj\x01"
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """One request entering the queue: when it was accepted, when nobody waits for it any more (epoch ms)."""
-
-    request_id: str
-    tier: Tier
-    created_at_ms: int
-    expire_at_ms: int
-    scenario: str = "unknown"
 
 
 @dataclass
@@ -80,20 +70,27 @@ def parse_record(
         return tier, None  # refused (429, 503) or failed to send: it never queued
     if outcome is None and record.get("created_at_ms") is None and created is not None:
         return tier, None  # sent, never accepted
+    deadline = _first(record, "deadline_ms")
     if created is not None:
         expire = _first(record, "expire_at_ms")
+        if expire is not None:
+            deadline = expire - created
     elif record.get("offset_ms") is not None:
         created = start_ms + int(record["offset_ms"])
-        if record.get("expire_at_ms") is not None and record.get("deadline_ms") is None:
+        if record.get("expire_at_ms") is not None and deadline is None:
             raise ValueError("an offset_ms arrival needs a relative deadline_ms, not an epoch expire_at_ms")
-        expire = None
     else:
         raise ValueError("needs created_at_ms, sent_ms or offset_ms")
-    if expire is None:
-        deadline = record.get("deadline_ms")
-        expire = created + (DEFAULT_DEADLINES_MS[tier] if deadline is None else int(deadline))
-    request_id = str(record.get("request_id") or f"line-{index}")
-    return tier, Arrival(request_id, tier, created, expire, scenario)
+    arrival = Arrival(
+        offset_ms=created - start_ms,
+        scenario=scenario,
+        tier=tier,
+        deadline_ms=deadline,  # None: the tier's default
+        index=index - 1,
+        request_id=str(record.get("request_id") or f"line-{index}"),
+        start_ms=start_ms,
+    )
+    return tier, arrival
 
 
 def _first(record: Mapping[str, Any], *names: str) -> int | None:

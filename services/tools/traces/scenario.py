@@ -2,7 +2,8 @@
 
 A scenario is a duration, a list of request streams and the simulated backend's latency per model.
 Each stream is one business scenario (``realtime_chat``, ``morning_brief``...) with its arrival
-process: Poisson arrivals at ``rate_per_min``, optional bursts (``count`` requests within
+process: Poisson arrivals at ``rate_per_min`` (alone, or in clusters of ``cluster_mean`` requests
+on average spread over ``cluster_spread``), optional bursts (``count`` requests within
 ``within``, ``at`` a time or ``every`` so often) and an optional one-off ``dump`` of ``count``
 requests ``at`` a time; its prompt and output sizes (characters or tokens); an optional deadline
 (else the tier's default). Every refusal names the key, e.g. ``streams[1].bursts[0].every``.
@@ -18,9 +19,9 @@ from pathlib import Path
 from types import MappingProxyType
 
 from services.messaging.tiers import Tier
-from services.tools.loadtest.errors import ScenarioError
-from services.tools.loadtest.tomlread import Table
 from services.tools.paths import SCENARIO_DIR
+from services.tools.traces.errors import ScenarioError
+from services.tools.traces.tomlread import Table
 
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with GPT-style tokenizers
 DEFAULT_SEED = 2024
@@ -75,6 +76,11 @@ class Burst:
 class Stream:
     scenario: str
     rate_per_min: float = 0.0
+    # Poisson clusters: cluster starts are Poisson at rate_per_min / cluster_mean; each holds
+    # 1 + Poisson(cluster_mean - 1) requests spread uniformly over cluster_spread_s. The mean rate
+    # stays rate_per_min. cluster_mean 1 and spread 0: plain Poisson arrivals.
+    cluster_mean: float = 1.0
+    cluster_spread_s: float = 0.0
     bursts: tuple[Burst, ...] = ()
     dumps: tuple[Burst, ...] = ()
     prompt: Size = field(default_factory=lambda: Size(200))
@@ -89,6 +95,8 @@ class Stream:
     def __post_init__(self) -> None:
         if self.rate_per_min < 0 or self.sessions < 0:
             raise ValueError("rate_per_min and sessions must not be negative")
+        if self.cluster_mean < 1 or self.cluster_spread_s < 0:
+            raise ValueError("cluster_mean must be at least 1 and cluster_spread_s not negative")
         if self.deadline_ms is not None and self.deadline_ms < 1:
             raise ValueError("deadline_ms must be positive")
 
@@ -144,8 +152,8 @@ def load(name_or_path: str) -> Scenario:
 
 _TOP_KEYS = ("name", "description", "duration", "starts_at", "seed", "streams", "backend")
 _STREAM_KEYS = (
-    "scenario", "rate_per_min", "bursts", "dump", "prompt_chars", "prompt_tokens", "output_chars",
-    "output_tokens", "deadline", "priority", "model", "sessions", "tenant",
+    "scenario", "rate_per_min", "cluster_mean", "cluster_spread", "bursts", "dump", "prompt_chars",
+    "prompt_tokens", "output_chars", "output_tokens", "deadline", "priority", "model", "sessions", "tenant",
 )  # fmt: skip
 _BURST_KEYS = ("count", "within", "at", "every", "start")
 _DUMP_KEYS = ("count", "within", "at")
@@ -193,9 +201,16 @@ def _stream(t: Table) -> Stream:
     rate = t.number("rate_per_min", 0.0) or 0.0
     if rate == 0 and not bursts and not dumps:
         raise t.error("rate_per_min", "a stream needs a rate_per_min above 0, bursts or a dump")
+    cluster_mean = t.number("cluster_mean", 1.0, minimum=1.0) or 1.0
+    cluster_spread = t.duration_s("cluster_spread", 0.0) or 0.0
+    for key in ("cluster_mean", "cluster_spread"):
+        if rate == 0 and t.has(key):
+            raise t.error(key, "clusters group the Poisson arrivals: it needs a rate_per_min above 0")
     stream = Stream(
         scenario=scenario,
         rate_per_min=rate,
+        cluster_mean=cluster_mean,
+        cluster_spread_s=cluster_spread,
         bursts=bursts,
         dumps=dumps,
         prompt=_size(t, "prompt", Size(200)),

@@ -2,19 +2,22 @@
 
 Each stream draws from its own generator, seeded by (seed, stream position, scenario), so editing
 one stream of a file leaves the others' arrivals unchanged. Poisson arrivals have exponential gaps
-at the stream's rate; a burst puts `count` arrivals uniformly within `within` seconds of its start;
-a dump is a burst that happens once. Offsets are milliseconds after the scenario's start.
+at the stream's rate, alone or in clusters (`Stream.cluster_mean`); a burst puts `count` arrivals
+uniformly within `within` seconds of its start; a dump is a burst that happens once. Offsets are
+milliseconds after the scenario's start: a generated trace is not anchored (`Arrival.start_ms` 0).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from services.messaging.tiers import Tier, TierPolicy
-from services.tools.loadtest.scenario import Scenario, Stream
+from services.tools.traces.arrival import Arrival
+from services.tools.traces.scenario import Scenario, Stream
 
 # Filler vocabulary of a companion app's diary and chat; the text's content does not matter, its size does.
 _VOCABULARY = (
@@ -24,28 +27,6 @@ _VOCABULARY = (
 )
 _WORDS = _VOCABULARY.split()
 _CORPUS_WORDS = 4_000
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """One request of the trace: when (ms after the start), what, for whom, and how long it may wait."""
-
-    index: int
-    offset_ms: int
-    scenario: str
-    tier: Tier  # the tier ingest will choose: a hint for progress and reports
-    session_id: str
-    messages: tuple[tuple[str, str], ...]  # (role, content)
-    deadline_ms: int | None  # None: the tier's default deadline
-    kind: str  # "poisson", "burst" or "dump"
-    priority: Tier | None = None  # sent as an explicit priority (an express request)
-    model: str | None = None
-    max_tokens: int = 100
-    estimated_tokens: int = 0
-    tenant: str = "loadtest"
-
-    def message_dicts(self) -> list[dict[str, str]]:
-        return [{"role": role, "content": content} for role, content in self.messages]
 
 
 def generate(
@@ -69,11 +50,7 @@ def generate(
 def _times(stream: Stream, duration_s: float, rng: random.Random) -> Iterator[tuple[float, str]]:
     """Arrival times of one stream, in seconds, each with the part of the process it came from."""
     if stream.rate_per_min > 0:
-        rate_per_s = stream.rate_per_min / 60
-        t = rng.expovariate(rate_per_s)
-        while t < duration_s:
-            yield t, "poisson"
-            t += rng.expovariate(rate_per_s)
+        yield from ((t, "poisson") for t in _poisson_times(stream, duration_s, rng))
     for kind, bursts in (("burst", stream.bursts), ("dump", stream.dumps)):
         for burst in bursts:
             for start in burst.starts(duration_s):
@@ -82,6 +59,33 @@ def _times(stream: Stream, duration_s: float, rng: random.Random) -> Iterator[tu
                     # A burst straddling the end is cut there, like the Poisson arrivals.
                     if at < duration_s:
                         yield at, kind
+
+
+def _poisson_times(stream: Stream, duration_s: float, rng: random.Random) -> Iterator[float]:
+    """Poisson clusters: cluster starts at rate_per_min / cluster_mean, each cluster 1 + Poisson(
+    cluster_mean - 1) arrivals spread uniformly over cluster_spread_s, cut at the end. With a mean
+    of 1 and no spread nothing more is drawn than for plain Poisson arrivals, so such a stream gives
+    exactly the arrivals it gave before clusters existed."""
+    cluster_rate_per_s = stream.rate_per_min / 60 / stream.cluster_mean
+    spread_s = stream.cluster_spread_s
+    t = rng.expovariate(cluster_rate_per_s)
+    while t < duration_s:
+        for _ in range(1 + _poisson(rng, stream.cluster_mean - 1)):
+            at = t + rng.uniform(0, spread_s) if spread_s else t
+            if at < duration_s:
+                yield at
+        t += rng.expovariate(cluster_rate_per_s)
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    """A Poisson draw by Knuth's method: fine for the small means of cluster sizes."""
+    if mean <= 0:
+        return 0
+    limit, k, product = math.exp(-mean), 0, rng.random()
+    while product > limit:
+        k += 1
+        product *= rng.random()
+    return k
 
 
 def _arrival(
@@ -93,14 +97,13 @@ def _arrival(
     start = rng.randrange(max(1, len(corpus) - want))
     content = (head + corpus[start : start + want])[: max(stream.prompt.chars, 1)]
     return Arrival(
-        index=0,
         offset_ms=round(at_s * 1000),
         scenario=stream.scenario,
         tier=tier,
-        session_id=session,
-        messages=(("user", content),),
         deadline_ms=stream.deadline_ms,
         kind=kind,
+        session_id=session,
+        messages=(("user", content),),
         priority=stream.priority,
         model=stream.model,
         max_tokens=stream.output.tokens,
