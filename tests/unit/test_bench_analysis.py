@@ -10,7 +10,7 @@ from services.dispatcher.policies import build_scheduler
 from services.dispatcher.settings import DispatcherSettings, build_schedule
 from services.ingest.settings import IngestSettings
 from services.messaging.tiers import Tier
-from services.tools.bench.report import MISS, NA, PASS, evaluate
+from services.tools.bench.scheduling_report import MISS, NA, PASS, evaluate
 from services.tools.bench.scheduling_run import compressed_env, run_specs
 from services.tools.bench.summary import RunSummary, Submission, low_makespan, tier_rows
 from services.tools.measures import (

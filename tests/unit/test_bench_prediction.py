@@ -20,7 +20,7 @@ from services.tools.bench.prediction import (
     sim_arrivals,
     sim_config,
 )
-from services.tools.bench.report import MISS, NA, PASS
+from services.tools.bench.scheduling_report import MISS, NA, PASS
 from services.tools.bench.scheduling_run import compressed_env, run_specs
 from services.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, TraceSpec
 from services.tools.bench.summary import RunSummary, Submission, tier_rows

@@ -15,7 +15,7 @@ import pytest
 
 from services.tools.simbackend import DEFAULT_LATENCY_S, SimBackendSettings, create_app
 from services.tools.simbackend.cli import register, run, settings_from_args
-from services.tools.simbackend.latency import LatencyModel
+from services.tools.simbackend.latency_model import LatencyModel
 
 CHAT = "/v1/chat/completions"
 HELLO = {"model": "inferq-fast", "messages": [{"role": "user", "content": "hello there"}]}

@@ -7,7 +7,14 @@
 - `inferq bench throughput`: requests/s end to end against a bare confluent-kafka + aiohttp loop;
 - `inferq bench replay`: records/s of `inferq replay --speed max`.
 
+Each `inferq bench <name>` is the module `<name>`. Beside `scheduling`: `scheduling_run` (one
+policy against the real pipeline), `scheduling_trace` (its trace, a scenario of the one generator),
+`load` (posting it to ingest), `summary` and `scheduling_report` (numbers, targets, tables),
+`prediction` (the simulator's figures beside each run). Beside the others: `latency_report`,
+`throughput_report`, `replay_rate`. Shared: `kafka` (the broker, the reply-topic reader), `machine`,
+`cpu`, `procs`, `topicio`; processes the benchmarks start: `recorder`, `bareloop`, `probe`.
+
 Benchmarks write results to files (`bench-results/*.json`, `*.md`); they are never timed assertions
-in tests. The pure parts (trace generation, statistics, utilization replay, the report) are
-separate modules so they can be unit-tested without a broker.
+in tests. The pure parts (the trace, statistics, utilization replay, the reports) are separate
+modules so they can be unit-tested without a broker.
 """

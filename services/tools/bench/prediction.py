@@ -21,7 +21,7 @@ from typing import Any
 
 from services.dispatcher.settings import DispatcherSettings, build_schedule
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
-from services.tools.bench.report import MISS, NA, PASS, Target
+from services.tools.bench.scheduling_report import MISS, NA, PASS, Target
 from services.tools.bench.scheduling_run import RunSpec, compressed_env
 from services.tools.bench.summary import RunSummary
 from services.tools.measures import Stats, makespan_s, stats

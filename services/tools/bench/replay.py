@@ -1,6 +1,6 @@
 """`inferq bench replay`: how fast `inferq replay --speed max` re-publishes (target >= 100,000 records/s).
 
-Runs `measure_replay_rate` (services/tools/loadtest/replay_bench.py) against the bench broker: N requests
+Runs `measure_replay_rate` (services/tools/bench/replay_rate.py) against the bench broker: N requests
 of the evening mix are written to a fresh source prefix, then replayed to a fresh target prefix as
 fast as possible, three times; the median rate is the figure. Writes `<out>/replay.json` and
 `<out>/replay.md` and prints the markdown.
@@ -16,7 +16,7 @@ from typing import Any
 
 from services.tools.bench.kafka import bench_broker
 from services.tools.bench.machine import code_line, command_line, machine, results_dir
-from services.tools.loadtest.replay_bench import measure_replay_rate
+from services.tools.bench.replay_rate import measure_replay_rate
 
 TARGET_PER_S = 100_000.0
 # `measure_replay_rate` returns the median only; its per-run figures are read back from its log lines

@@ -23,7 +23,7 @@ from services.tools.bench.prediction import (
     predict,
     prediction_targets,
 )
-from services.tools.bench.report import evaluate, run_table, target_table, tier_table
+from services.tools.bench.scheduling_report import evaluate, run_table, target_table, tier_table
 from services.tools.bench.scheduling_run import BenchConfig, run_one, run_specs
 from services.tools.bench.scheduling_trace import TraceSpec, describe
 from services.tools.bench.summary import RunSummary

@@ -7,7 +7,6 @@ Public surface:
   request records written by `runs` for reports.
 - `source`, `rewrite`, `replay`: recorded requests (a topic time range or a trace file) re-published
   with rewritten ids and shifted times; `export` and `tracefile`: the trace file format.
-- `replay_bench.measure_replay_rate`: records/s of a replay as fast as possible.
 - `cli.register`: the three subcommands.
 
 Errors (``errors``)::

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from services.tools.simbackend.backend import Rejected, SimBackend
-from services.tools.simbackend.latency import LatencyModel
+from services.tools.simbackend.latency_model import LatencyModel
 from services.tools.simbackend.protocol import (
     OUTAGE,
     SERVER_ERROR,

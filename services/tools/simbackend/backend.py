@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from services.tools.simbackend.latency import LatencyModel
+from services.tools.simbackend.latency_model import LatencyModel
 from services.tools.simbackend.state import CallStats, FaultState
 
 
