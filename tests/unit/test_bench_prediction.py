@@ -18,14 +18,13 @@ from services.tools.bench.prediction import (
     prediction_targets,
     run_settings,
     sim_arrivals,
-    sim_config,
 )
 from services.tools.bench.scheduling_report import MISS, NA, PASS
 from services.tools.bench.scheduling_run import compressed_env, run_specs
 from services.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, TraceSpec
 from services.tools.bench.summary import RunSummary, Submission, tier_rows
 from services.tools.measures import Outcome, stats, utilization
-from services.tools.simulation.simulate import SimConfig
+from services.tools.simulation.simulate import SimConfig, sim_config
 from services.tools.traces.arrival import Arrival
 from services.tools.traces.generator import generate
 

@@ -25,7 +25,7 @@ from services.tools.bench.scheduling_report import MISS, NA, PASS, Target
 from services.tools.bench.scheduling_run import RunSpec, compressed_env
 from services.tools.bench.summary import RunSummary
 from services.tools.measures import Stats, makespan_s, stats
-from services.tools.simulation.simulate import SimConfig, SimResult, sim_scheduler, simulate
+from services.tools.simulation.simulate import SimResult, sim_config, sim_scheduler, simulate
 from services.tools.traces.arrival import Arrival
 
 # The schedule is pinned to peak, so the anchor does not pick the window; an evening-peak instant
@@ -97,19 +97,6 @@ def sim_arrivals(
         replace(a, request_id=sim_request_id(a), start_ms=start_ms, deadline_ms=deadlines_ms[a.tier])
         for a in trace
     ]
-
-
-def sim_config(settings: DispatcherSettings) -> SimConfig:
-    """The scheduling knobs of the dispatcher's settings, as `inferq simulate` maps them."""
-    return SimConfig(
-        budget=settings.budget,
-        promotion_age_ms=round(settings.promotion_age_s * 1000),
-        early_drop_ms={t: round(s * 1000) for t, s in settings.typical_latency_s.items()}
-        if settings.early_drop
-        else {},
-        readahead_per_tier=settings.readahead,
-        housekeeping_interval_ms=max(1, round(settings.housekeeping_interval_s * 1000)),
-    )
 
 
 def compressed_latency_s(compress: float) -> dict[Tier, float]:

@@ -20,7 +20,7 @@ from services.tools.report.errors import ReportError
 from services.tools.report.stats import request_counts
 from services.tools.report.table import render
 from services.tools.simulation.backend_latency import mean_inference_s, parse_latency, recorded_outcomes
-from services.tools.simulation.simulate import SimConfig, sim_scheduler, simulate
+from services.tools.simulation.simulate import sim_config, sim_scheduler, simulate
 from services.tools.traces.errors import TraceError
 from services.tools.traces.files import load_trace
 
@@ -51,20 +51,6 @@ def start_ms(text: str | None, timezone: str) -> int:
     return round(start.timestamp() * 1000)
 
 
-def config_for(settings: DispatcherSettings, args: argparse.Namespace) -> SimConfig:
-    return SimConfig(
-        budget=settings.budget,
-        promotion_age_ms=round(settings.promotion_age_s * 1000),
-        early_drop_ms={t: round(s * 1000) for t, s in settings.typical_latency_s.items()}
-        if settings.early_drop
-        else {},
-        readahead_per_tier=settings.readahead,
-        housekeeping_interval_ms=max(1, round(settings.housekeeping_interval_s * 1000)),
-        jitter=args.jitter,
-        seed=args.seed,
-    )
-
-
 def default_name(settings: DispatcherSettings, args: argparse.Namespace) -> str:
     parts = [f"sim {settings.policy}"]
     if settings.low_peak_ceiling is not None:
@@ -83,7 +69,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             base.update(mean_inference_s(recorded_outcomes(args.latency_from)))
         latency = parse_latency(args.latency, base)
         trace = load_trace(args.trace, start_ms=start_ms(args.start, schedule.timezone))
-        config = config_for(settings, args)
+        config = sim_config(settings, jitter=args.jitter, seed=args.seed)
     except (ReportError, TraceError, ScheduleError, ValidationError, ValueError) as exc:
         print(f"error: {exc}")
         return 2

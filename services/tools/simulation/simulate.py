@@ -29,6 +29,7 @@ from functools import partial
 
 from services.dispatcher.policies import build_scheduler
 from services.dispatcher.schedule import Schedule
+from services.dispatcher.settings import DispatcherSettings
 from services.messaging.tiers import Tier
 from services.tools.simulation._engine import (
     SchedulerFactory,
@@ -38,12 +39,28 @@ from services.tools.simulation._engine import (
 )
 from services.tools.traces.arrival import Arrival
 
-__all__ = ["SchedulerFactory", "SimConfig", "SimResult", "sim_scheduler", "simulate"]
+__all__ = ["SchedulerFactory", "SimConfig", "SimResult", "sim_config", "sim_scheduler", "simulate"]
 
 
 def sim_scheduler(policy: str, schedule: Schedule) -> SchedulerFactory:
     """The factory `simulate` needs: `policy` over `schedule`, reading the simulated clock."""
     return partial(build_scheduler, policy, schedule)
+
+
+def sim_config(settings: DispatcherSettings, *, jitter: float = 0.0, seed: int = 0) -> SimConfig:
+    """The scheduling knobs of the dispatcher's settings (budget, promotion age, early drop by its
+    typical latencies, read-ahead, housekeeping tick) as the simulation's config."""
+    return SimConfig(
+        budget=settings.budget,
+        promotion_age_ms=round(settings.promotion_age_s * 1000),
+        early_drop_ms={t: round(s * 1000) for t, s in settings.typical_latency_s.items()}
+        if settings.early_drop
+        else {},
+        readahead_per_tier=settings.readahead,
+        housekeeping_interval_ms=max(1, round(settings.housekeeping_interval_s * 1000)),
+        jitter=jitter,
+        seed=seed,
+    )
 
 
 def simulate(
