@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from services.tools.bench.scheduling_trace import DEFAULT_SEED
+
 DEFAULT_OUT = Path("bench-results")
 DEFAULT_HOME = Path(".inferq/bench")
 
@@ -24,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     sched.add_argument(
         "--briefs", type=int, default=300, help="morning briefs dumped at the start (default 300)"
     )
-    sched.add_argument("--seed", type=int, default=2024, help="seed of the arrival trace (default 2024)")
+    sched.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help=f"seed of the arrival trace (default {DEFAULT_SEED})"
+    )
     sched.add_argument(
         "--runs",
         default="inferq,inferq-lifted,static,fifo",

@@ -24,11 +24,15 @@ ANALYSIS = "emotion_analysis"
 BRIEF = "morning_brief"
 CHAT_SESSIONS = 40  # chats come from 40 users, so they share sessions (Kafka keys); the rest: one each
 PROMPT_CHARS = 60  # a short message: the backend is simulated, only the request's size on the wire matters
+# The default seed draws a trace at the spec's rate: 397 chats and 186 + 30 analyses, 61 a minute
+# (seed 2024 drew 64 a minute, 1.9 sigma above), the same counts as the trace the bench used
+# before its generator became the scenarios' one, so figures compare across that change.
+DEFAULT_SEED = 2233
 
 
 @dataclass(frozen=True)
 class TraceSpec:
-    seed: int = 2024
+    seed: int = DEFAULT_SEED
     duration_s: float = 60.0
     compress: float = 10.0
     rate_per_min_real: float = 60.0
