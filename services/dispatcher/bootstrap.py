@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from services.dispatcher.pausing import Pauses
 from services.dispatcher.policies import Scheduler, build_scheduler
 from services.dispatcher.retries import RetryPolicy
 from services.dispatcher.run_loop import Helper, Resource, RunLoop
-from services.dispatcher.settings import DispatcherSettings, build_schedule
+from services.dispatcher.settings import DispatcherSettings, build_schedule, renamed_variables_in
 from services.dispatcher.starting import Starter
 from services.dispatcher.tokens import LocalTokenPool, TokenPool
 from services.dispatcher.waiting import WaitingRoom
@@ -65,15 +66,14 @@ class TokenSupply:
 
 
 def redis_pool(settings: DispatcherSettings, group_size: Callable[[], int]) -> RedisTokenPool:
-    """The group-wide pool, its keys under the pipeline's topic prefix."""
+    """The group-wide pool from the one Redis block (`settings.redis`, ``INFERQ_REDIS_*``)."""
     from services.dispatcher.tokens.redis_pool import RedisTokenPool
 
-    return RedisTokenPool(
-        url=settings.redis_url,
+    return RedisTokenPool.from_settings(
+        settings.redis,
         owner=settings.dispatcher_id,
-        key_prefix=f"{settings.kafka.topic_prefix}:budget",
-        lease_ttl_s=settings.lease_ttl_s,
         group_size=group_size,
+        topic_prefix=settings.kafka.topic_prefix,
     )
 
 
@@ -130,6 +130,8 @@ def bootstrap(
     clock_ms: Callable[[], int] = wall_clock_ms,
 ) -> Dispatcher:
     """Build every part of one dispatcher from `settings`; the keyword arguments replace an edge."""
+    for line in renamed_variables_in(os.environ):
+        log.warning("%s", line)
     topics = settings.kafka.topics
     tokens = tokens or token_supply(settings)
     pool = tokens.pool
