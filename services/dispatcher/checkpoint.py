@@ -4,11 +4,13 @@ A commit never runs ahead of work. Per partition the committable offset is the l
 outcome is not yet durably written (``offsets.py``; the writer marks an offset complete only after
 the broker acknowledged its outcome). Commits go out every `commit_interval_s`, and at once for
 partitions being revoked, inside the rebalance, so the next owner starts where this one stopped.
+A refused commit (the group is rebalancing) is logged and its offsets stay owed: the next commit
+carries them, or the revocation's does, or the next owner redoes the work; never is one skipped.
 
 On assignment: pausing is re-applied (aiokafka forgets it), each partition gets fresh offset
 tracking, calls this member still runs for a partition handed straight back are adopted rather
-than redone, and offsets a previous owner completed beyond its commit (the commit metadata) are
-skipped.
+than redone, offsets a previous owner completed beyond its commit (the commit metadata) are
+skipped, and a partition the group never committed is committed at its log start.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import logging
 from collections.abc import Collection, Mapping
 
 from services.dispatcher.consumer import Partition, TierConsumer
-from services.dispatcher.errors import ConsumerError
+from services.dispatcher.errors import CommitFailedError, ConsumerError
 from services.dispatcher.offsets import OffsetTracker, PartitionOffsets, PendingCommit, parse_metadata
 from services.dispatcher.pausing import Pauses
 from services.dispatcher.waiting import WaitingRoom
@@ -77,7 +79,12 @@ class Checkpoint:
                 taken.append((state, pending))
         if not commits:
             return
-        await self._consumer.commit(commits)
+        try:
+            await self._consumer.commit(commits)
+        except CommitFailedError as exc:
+            # Not marked committed, so the next commit takes these offsets again.
+            log.warning("commit of %s refused, kept for the next one: %s", ", ".join(exc.partitions), exc)
+            return
         for state, pending in taken:
             state.mark_committed(pending)
 
@@ -120,8 +127,9 @@ class Checkpoint:
         log.info("partitions assigned: %s", _names(assigned))
 
     async def _resume_from_commits(self, states: Mapping[Partition, PartitionOffsets]) -> None:
-        """Skip what a previous owner completed beyond its commit (the commit metadata). Bounded;
-        when the group's commits cannot be read nothing is skipped, so work is redone, not lost."""
+        """Skip what a previous owner completed beyond its commit (the commit metadata); start a
+        partition the group never committed at its log start. Bounded; when the group's commits
+        cannot be read nothing is skipped, so work is redone, not lost."""
         if not states:
             return
         try:
@@ -134,3 +142,14 @@ class Checkpoint:
                 done = parse_metadata(point.metadata, point.offset)
                 if done:
                     states[partition].skip_done(done)
+        never_committed = [p for p in states if p in points and points[p] is None]
+        if not never_committed:
+            return
+        try:
+            starts = await self._consumer.beginning_offsets(never_committed)
+        except ConsumerError as exc:
+            log.info("log start of %s unknown, committed once a record is consumed: %s", never_committed, exc)
+            return
+        for partition, offset in starts.items():
+            if partition in states:
+                states[partition].start_at(offset)

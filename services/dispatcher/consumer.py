@@ -105,6 +105,10 @@ class TierConsumer(Protocol):
         """The group's commit of each partition (None: it has none); `ConsumerError` if unreadable."""
         ...
 
+    async def beginning_offsets(self, partitions: Collection[Partition]) -> dict[Partition, int]:
+        """The first offset still in each partition's log; `ConsumerError` if unreadable."""
+        ...
+
     async def unfetched(self, topics: Collection[str], timeout_s: float) -> dict[Partition, int]:
         """Per owned partition of `topics`: records not yet fetched; `ConsumerError` if unknown."""
         ...

@@ -159,6 +159,17 @@ class KafkaTierConsumer:
             for entry in listing
         }
 
+    async def beginning_offsets(self, partitions: Collection[Partition]) -> dict[Partition, int]:
+        if not partitions:
+            return {}
+        try:
+            starts = await asyncio.wait_for(
+                self._consumer.beginning_offsets([_aiokafka(p) for p in partitions]), COMMITS_READ_TIMEOUT_S
+            )
+        except (KafkaError, TimeoutError) as exc:
+            raise ConsumerError(f"log start offsets unreadable: {exc!r}", retriable=True) from exc
+        return {_partition(tp): int(offset) for tp, offset in starts.items()}
+
     async def unfetched(self, topics: Collection[str], timeout_s: float) -> dict[Partition, int]:
         owned = [tp for tp in self._consumer.assignment() if tp.topic in topics]
         if not owned:

@@ -1,5 +1,5 @@
 """The checkpoint on fakes: commits never run ahead of durable outcomes, revoked partitions are
-committed inside the rebalance, calls carried over a rebalance are not redone."""
+committed inside the rebalance, a refused commit is retried, every assigned partition is committed."""
 
 from __future__ import annotations
 
@@ -77,6 +77,40 @@ def test_revoked_partitions_are_committed_inside_the_rebalance() -> None:
             # Its waiting requests are the new owner's to read again; nothing of it is held here.
             assert r.dispatcher.health()["waiting"] == 0
             r.backend.release()
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_commit_is_kept_and_sent_with_the_next_one() -> None:
+    first, second, third = (a_request("MEDIUM") for _ in range(3))
+
+    async def scenario() -> None:
+        async with running(rig()) as r:
+            medium = r.partition("MEDIUM")
+            r.consumer.produce(medium, encoded(first))
+            await eventually(lambda: r.consumer.committed_offset(medium) == 1, "the first commit")
+            r.consumer.refuse_commits = 3  # a rebalance in progress, say
+            r.consumer.produce(medium, encoded(second))
+            await eventually(
+                lambda: r.consumer.committed_offset(medium) == 2, "the commit after the refusals"
+            )
+            assert r.consumer.refuse_commits == 0
+            # The committer is still alive: later work is committed too.
+            r.consumer.produce(medium, encoded(third))
+            await eventually(lambda: r.consumer.committed_offset(medium) == 3, "the next commit")
+
+    asyncio.run(scenario())
+
+
+def test_every_assigned_partition_is_committed_even_one_that_never_had_a_record() -> None:
+    async def scenario() -> None:
+        async with running(rig()) as r:
+            r.consumer.produce(r.partition("HIGH"), encoded(a_request("HIGH")))
+            # The group's lag must read 0 on every partition once the work is done, not "unknown".
+            await eventually(
+                lambda: all(r.consumer.committed_offset(p) == len(log) for p, log in r.consumer.logs.items()),
+                "every partition committed at its end",
+            )
 
     asyncio.run(scenario())
 
