@@ -1,2 +1,24 @@
 """The dispatcher: takes requests from the tier topics within a shared concurrency budget, calls the
-LLM backend and writes each outcome to the reply topic before committing its offset."""
+LLM backend and writes each outcome to the reply topic before committing its offset.
+
+Where things are::
+
+    process.py         the process: topics checked, /metrics and /healthz, SIGTERM → request_stop
+    bootstrap.py       the composition root: every part built from settings (edges injectable)
+    run_loop.py        fetch → intake → wake the starter → update pauses; start-up/shutdown order
+    intake.py          decode, dead-letter poison, expire, admit to the read-ahead, rewind
+    pausing.py         back-pressure: full tiers and held-back retry partitions paused
+    next_start.py      what starts next (pure; the simulator uses it too)
+    starting.py        the starter: NextStart around the token pool
+    execution.py       the backend call, adaptive feedback, the retry decision, the outcome
+    writer.py          produce durably, then mark the offset complete (the ack path)
+    checkpoint.py      commits and rebalances (adoption, done-beyond-commit metadata)
+    housekeeping.py    expiry/aging/adaptive timer, LOW eviction under pressure
+    inflight.py        work that left the read-ahead, drained at shutdown
+    consumer.py        the TierConsumer protocol the steps depend on
+    kafka_consumer.py  its aiokafka implementation
+
+Pure pieces beside them: ``waiting`` (the read-ahead), ``policies``/``schedule`` (the scheduler),
+``offsets``, ``retries``, ``adaptive``, ``eviction``, ``poison``, ``models``, ``outcomes``; the token
+pools in ``tokens``; errors in ``errors``.
+"""

@@ -16,9 +16,27 @@ concurrency, this loop settles near the point where it stops growing. The budget
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
+
+log = logging.getLogger("inferq.dispatcher")
+
+
+class Budget(Protocol):
+    """The concurrency budget in force now: fixed, or following the backend's health."""
+
+    @property
+    def effective(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class FixedBudget:
+    """The configured budget, when adaptation is off (or the policy is a fixed baseline)."""
+
+    effective: int
 
 
 @dataclass(frozen=True)
@@ -109,3 +127,9 @@ class AdaptiveBudget:
     def _set(self, value: int, reason: str) -> None:
         self.effective = max(self.policy.min_budget, min(self.policy.max_budget, value))
         self.last_reason = reason
+
+
+def warn_on_change(budget: AdaptiveBudget, before: int) -> None:
+    """Log a change of the effective budget (from `before`), with its reason."""
+    if budget.effective != before:
+        log.warning("effective budget %d -> %d (%s)", before, budget.effective, budget.last_reason)

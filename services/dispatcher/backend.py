@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -29,6 +29,18 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+
+
+class Backend(Protocol):
+    """An OpenAI chat-completions backend, as the dispatcher calls it."""
+
+    async def complete(
+        self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
+    ) -> Completion:
+        """One call bounded by `timeout_s`; `BackendError` (with `retriable`) when it fails."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class ChatBackend:

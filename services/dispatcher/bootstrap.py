@@ -1,107 +1,275 @@
-"""Composition root of the dispatcher: builds its parts from settings and runs until SIGTERM."""
+"""The dispatcher's composition root: every part built from settings, here and nowhere else.
+
+The edges (Kafka consumer and producer, the LLM backend, the token pool, the clock) are built from
+settings unless a caller passes its own, which is how the unit tests run the whole dispatcher on
+fakes. Nothing is started here: `RunLoop.run` starts and stops the parts, in one order.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import signal
+import os
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-
-from services.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy
-from services.dispatcher.backend import ChatBackend
+from services.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy, Budget, FixedBudget
+from services.dispatcher.backend import Backend, ChatBackend
+from services.dispatcher.checkpoint import Checkpoint
 from services.dispatcher.consumer import TierConsumer
+from services.dispatcher.eviction import PressurePolicy
+from services.dispatcher.execution import Execution
+from services.dispatcher.health import Health
+from services.dispatcher.housekeeping import Housekeeping, LowEviction
+from services.dispatcher.inflight import InFlight
+from services.dispatcher.intake import Intake
+from services.dispatcher.kafka_consumer import KafkaTierConsumer
 from services.dispatcher.metrics import DispatcherMetrics
-from services.dispatcher.policies import build_scheduler
-from services.dispatcher.runner import Dispatcher
-from services.dispatcher.settings import DispatcherSettings, build_schedule
+from services.dispatcher.models import ModelChoice
+from services.dispatcher.next_start import NextStart
+from services.dispatcher.offsets import OffsetTracker
+from services.dispatcher.outcomes import OutcomeBuilder
+from services.dispatcher.pausing import Pauses
+from services.dispatcher.policies import Scheduler, build_scheduler
+from services.dispatcher.retries import RetryPolicy
+from services.dispatcher.run_loop import Helper, Resource, RunLoop
+from services.dispatcher.settings import DispatcherSettings, build_schedule, renamed_variables_in
+from services.dispatcher.starting import Starter
 from services.dispatcher.tokens import LocalTokenPool, TokenPool
-from services.messaging.admin import require_topics
+from services.dispatcher.waiting import WaitingRoom
+from services.dispatcher.writer import OutcomeWriter, RecordProducer
 from services.messaging.producer import AsyncProducer
-from services.serving import EmbeddedServer, uvicorn_config
-from services.telemetry import metrics_endpoint, setup_metrics
+
+if TYPE_CHECKING:
+    from services.dispatcher.tokens.redis_pool import RedisTokenPool
 
 log = logging.getLogger("inferq.dispatcher")
 
 
-def build_pool(settings: DispatcherSettings) -> tuple[TokenPool, bool]:
-    """The token pool and whether it is shared with other dispatchers."""
-    if settings.coordination == "local":
-        return LocalTokenPool(), False
-    from services.dispatcher.group import GroupSizeProbe
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ProducerEdge(RecordProducer, Resource, Protocol):
+    """The producer as the writer and the run loop see it: `AsyncProducer`, or a test's fake."""
+
+
+@dataclass(frozen=True)
+class TokenSupply:
+    """The token pool, whether other dispatchers share it, and what it needs running beside it."""
+
+    pool: TokenPool
+    shared: bool
+    companions: Sequence[Resource] = ()
+
+
+def redis_pool(settings: DispatcherSettings, group_size: Callable[[], int]) -> RedisTokenPool:
+    """The group-wide pool from the one Redis block (`settings.redis`, ``INFERQ_REDIS_*``)."""
     from services.dispatcher.tokens.redis_pool import RedisTokenPool
 
-    probe = GroupSizeProbe(settings.kafka, settings.group_id)
-    probe.start()
-    pool = RedisTokenPool(
-        url=settings.redis_url,
+    return RedisTokenPool.from_settings(
+        settings.redis,
         owner=settings.dispatcher_id,
-        key_prefix=f"{settings.kafka.topic_prefix}:budget",
-        lease_ttl_s=settings.lease_ttl_s,
-        group_size=probe.size,
+        group_size=group_size,
+        topic_prefix=settings.kafka.topic_prefix,
     )
-    return pool, True
 
 
-def bootstrap(settings: DispatcherSettings) -> Dispatcher:
-    setup_metrics("inferq-dispatcher")
-    schedule = build_schedule(settings)
-    pool, shared = build_pool(settings)
-    adaptive = None
-    if settings.adaptive and settings.policy == "inferq":
-        policy = AdaptivePolicy(
-            max_budget=settings.budget,
-            min_budget=min(settings.adaptive_min_budget, settings.budget),
-            window_s=settings.adaptive_window_s,
-        )
-        adaptive = AdaptiveBudget(policy, time.monotonic)
-    api_key = settings.backend_api_key.get_secret_value() if settings.backend_api_key else None
+def token_supply(settings: DispatcherSettings) -> TokenSupply:
+    if settings.coordination == "local":
+        return TokenSupply(LocalTokenPool(), shared=False)
+    from services.dispatcher.group import GroupSizeProbe
+
+    # The group size sets the local share the pool falls back to when Redis is away.
+    probe = GroupSizeProbe(settings.kafka, settings.group_id)
+    return TokenSupply(redis_pool(settings, probe.size), shared=True, companions=(probe,))
+
+
+def adaptive_budget(settings: DispatcherSettings) -> AdaptiveBudget | None:
+    if not (settings.adaptive and settings.policy == "inferq"):
+        return None
+    policy = AdaptivePolicy(
+        max_budget=settings.budget,
+        min_budget=min(settings.adaptive_min_budget, settings.budget),
+        window_s=settings.adaptive_window_s,
+    )
+    return AdaptiveBudget(policy, time.monotonic)
+
+
+@dataclass(frozen=True)
+class Dispatcher:
+    """What `bootstrap` returns: the run loop, and the read-only views ``/healthz`` and tests use."""
+
+    loop: RunLoop
+    status: Health
+
+    async def run(self) -> None:
+        await self.loop.run()
+
+    def request_stop(self) -> None:
+        self.loop.request_stop()
+
+    def health(self) -> dict[str, object]:
+        return self.status.snapshot()
+
+    @property
+    def effective_budget(self) -> int:
+        return self.status.budget.effective
+
+
+def bootstrap(
+    settings: DispatcherSettings,
+    *,
+    consumer: TierConsumer | None = None,
+    producer: ProducerEdge | None = None,
+    backend: Backend | None = None,
+    tokens: TokenSupply | None = None,
+    scheduler: Scheduler | None = None,
+    clock_ms: Callable[[], int] = wall_clock_ms,
+) -> Dispatcher:
+    """Build every part of one dispatcher from `settings`; the keyword arguments replace an edge."""
+    for line in renamed_variables_in(os.environ):
+        log.warning("%s", line)
+    topics = settings.kafka.topics
+    tokens = tokens or token_supply(settings)
+    pool = tokens.pool
+    adaptive = adaptive_budget(settings)
+    budget: Budget = adaptive or FixedBudget(settings.budget)
+    scheduler = scheduler or build_scheduler(settings.policy, build_schedule(settings))
+    consumer = consumer or KafkaTierConsumer(
+        settings.kafka, settings.group_id, client_id=settings.dispatcher_id
+    )
+    producer = producer or AsyncProducer(
+        settings.kafka.producer_config(client_id=f"inferq-dispatcher-{settings.dispatcher_id}")
+    )
+    if backend is None:
+        api_key = settings.backend_api_key.get_secret_value() if settings.backend_api_key else None
+        backend = ChatBackend(settings.backend_url, api_key=api_key, max_connections=settings.budget)
     metrics = DispatcherMetrics(
-        tokens_in_use=pool.in_use,
-        tokens_held=pool.held_locally,
-        effective_budget=lambda: adaptive.effective if adaptive is not None else settings.budget,
+        tokens_in_use=pool.in_use, tokens_held=pool.held_locally, effective_budget=lambda: budget.effective
     )
-    return Dispatcher(
-        settings,
-        consumer=TierConsumer(settings.kafka, settings.group_id, client_id=settings.dispatcher_id),
-        producer=AsyncProducer(
-            settings.kafka.producer_config(client_id=f"inferq-dispatcher-{settings.dispatcher_id}")
-        ),
-        backend=ChatBackend(settings.backend_url, api_key=api_key, max_connections=settings.budget),
-        scheduler=build_scheduler(settings.policy, schedule),
+
+    room = WaitingRoom(
+        promotion_age_ms=int(settings.promotion_age_s * 1000),
+        early_drop_ms={t: int(s * 1000) for t, s in settings.typical_latency_s.items()}
+        if settings.early_drop
+        else None,
+    )
+    offsets = OffsetTracker()
+    inflight = InFlight()
+    wake = asyncio.Event()  # set by arrivals, freed tokens and housekeeping; the starter waits on it
+    pauses = Pauses(consumer, topics, room, metrics, readahead=settings.readahead)
+    models = ModelChoice.of(
+        fast=settings.model_fast, accurate=settings.model_accurate, cheap=settings.model_cheap
+    )
+    writer = OutcomeWriter(
+        producer, topics, OutcomeBuilder(settings.dispatcher_id), models, metrics, clock_ms
+    )
+    execution = Execution(
+        backend=backend,
         pool=pool,
-        pool_is_shared=shared,
+        writer=writer,
+        models=models,
+        retry_policy=RetryPolicy(
+            max_attempts=settings.max_attempts,
+            base_backoff_s=settings.retry_base_backoff_s,
+            max_backoff_s=settings.retry_max_backoff_s,
+        ),
         adaptive=adaptive,
         metrics=metrics,
+        clock_ms=clock_ms,
+        backend_timeout_s=settings.backend_timeout_s,
+        token_freed=wake,
     )
+    intake = Intake(
+        consumer=consumer,
+        topics=topics,
+        offsets=offsets,
+        room=room,
+        pauses=pauses,
+        writer=writer,
+        inflight=inflight,
+        metrics=metrics,
+        readahead=settings.readahead,
+        poison_alarm_ratio=settings.poison_alarm_ratio,
+        clock_ms=clock_ms,
+    )
+    starter = Starter(
+        next_start=NextStart(room, scheduler),
+        pool=pool,
+        pool_is_shared=tokens.shared,
+        budget=budget,
+        max_budget=settings.budget,
+        execution=execution,
+        writer=writer,
+        inflight=inflight,
+        pauses=pauses,
+        clock_ms=clock_ms,
+        wake=wake,
+    )
+    checkpoint = Checkpoint(
+        consumer=consumer,
+        offsets=offsets,
+        room=room,
+        pauses=pauses,
+        commit_interval_s=settings.commit_interval_s,
+    )
+    housekeeping = Housekeeping(
+        room=room,
+        writer=writer,
+        inflight=inflight,
+        adaptive=adaptive,
+        metrics=metrics,
+        clock_ms=clock_ms,
+        interval_s=settings.housekeeping_interval_s,
+        promotion_age_s=settings.promotion_age_s,
+        wake=wake,
+    )
+    helpers = [
+        Helper("committer", checkpoint.run),
+        Helper("starter", starter.run),
+        Helper("housekeeping", housekeeping.run),
+    ]
+    if settings.evict_low_under_pressure:
+        pressure = PressurePolicy.from_budget(
+            settings.budget, settings.typical_latency_s, settings.pressure_capacity
+        )
+        eviction = LowEviction(
+            consumer=consumer,
+            topics=topics,
+            policy=pressure,
+            room=room,
+            pauses=pauses,
+            writer=writer,
+            inflight=inflight,
+        )
+        helpers.append(Helper("eviction", eviction.run))
 
+    def describe() -> str:
+        return (
+            f"dispatcher {settings.dispatcher_id}: policy {scheduler.name}, budget {settings.budget}, "
+            f"window {scheduler.window().name}"
+        )
 
-def _metrics_app(dispatcher: Dispatcher) -> Starlette:
-    async def healthz(_: Request) -> Response:
-        # "assigned" > 0 means this member joined the group and will consume.
-        return JSONResponse({"status": "ok", **dispatcher.health()})
-
-    return Starlette(routes=[Route("/metrics", metrics_endpoint), Route("/healthz", healthz)])
-
-
-async def serve(settings: DispatcherSettings) -> int:
-    await asyncio.to_thread(require_topics, settings.kafka, settings.kafka.topics.all_requests)
-    dispatcher = bootstrap(settings)
-    config = uvicorn_config(_metrics_app(dispatcher), settings.metrics_host, settings.metrics_port)
-    # The dispatcher owns the signals; the metrics server just stops when told.
-    metrics_server = EmbeddedServer(config)
-
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, dispatcher.request_stop)
-    metrics_task = asyncio.create_task(metrics_server.serve(), name="metrics")
-    try:
-        await dispatcher.run()
-    finally:
-        metrics_server.should_exit = True
-        await asyncio.wait({metrics_task}, timeout=5.0)
-    return 0
+    loop = RunLoop(
+        consumer=consumer,
+        producer=producer,
+        backend=backend,
+        pool=pool,
+        intake=intake,
+        checkpoint=checkpoint,
+        starter=starter,
+        pauses=pauses,
+        room=room,
+        inflight=inflight,
+        helpers=helpers,
+        drain_timeout_s=settings.drain_timeout_s,
+        describe=describe,
+        pool_companions=tokens.companions,
+    )
+    health = Health(
+        checkpoint=checkpoint, pool=pool, room=room, consumer=consumer, budget=budget, scheduler=scheduler
+    )
+    return Dispatcher(loop, health)

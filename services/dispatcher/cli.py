@@ -6,7 +6,7 @@ import argparse
 
 import uvloop
 
-from services.dispatcher.bootstrap import serve
+from services.dispatcher.process import serve
 from services.dispatcher.settings import DispatcherSettings
 from services.serving import configure_logging
 

@@ -29,10 +29,12 @@ class GroupSizeProbe:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="group-size", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
+    async def start(self) -> None:
+        if self._thread.ident is None:  # a thread starts once
+            self._thread.start()
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
+        # Not joined: a describe call in flight may take its whole timeout; the thread is a daemon.
         self._stop.set()
 
     def size(self) -> int:

@@ -81,6 +81,13 @@ class PartitionOffsets:
             return False
         return offset not in self._adopted
 
+    def start_at(self, offset: int) -> None:
+        """Where consuming starts when the group has no commit for the partition: committable until
+        a record is consumed, so even a partition that never sees one is committed (its lag reads 0,
+        not "unknown"). Committing the log start is what an absent commit means anyway."""
+        if self._next_after_seen is None and not self._outstanding:
+            self._next_after_seen = offset
+
     def start(self, offset: int) -> None:
         """The offset left the read-ahead: its outcome is being worked on."""
         self._started.add(offset)

@@ -1,9 +1,11 @@
-"""Dispatcher settings (env prefix ``INFERQ_``; Kafka settings under ``INFERQ_KAFKA_``)."""
+"""Dispatcher settings: env prefix ``INFERQ_``; Kafka under ``INFERQ_KAFKA_``, Redis under
+``INFERQ_REDIS_``."""
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
@@ -12,6 +14,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.dispatcher.schedule import Schedule, TierLimits
+from services.dispatcher.tokens.settings import RedisBudgetSettings
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier, complete_per_tier
 
@@ -61,8 +64,8 @@ class DispatcherSettings(BaseSettings):
     adaptive_min_budget: int = Field(default=1, ge=1)
     # local: this process alone holds the budget; redis: the group shares it through Redis leases.
     coordination: Literal["local", "redis"] = "local"
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    lease_ttl_s: float = Field(default=6.0, gt=0)
+    # Where and how (INFERQ_REDIS_URL, _PASSWORD, _KEY_PREFIX, _LEASE_TTL_S, _CALL_TIMEOUT_S).
+    redis: RedisBudgetSettings = Field(default_factory=RedisBudgetSettings)
     # Attempts in all for a retryable failure (timeout, connection error, 429, 5xx); then dead letter.
     max_attempts: int = Field(default=3, ge=1, le=20)
     retry_base_backoff_s: float = Field(default=0.5, gt=0)
@@ -87,6 +90,15 @@ class DispatcherSettings(BaseSettings):
     def _every_tier_keeps_a_latency(cls, value: dict[Tier, float]) -> dict[Tier, float]:
         # '{"HIGH": 0.05}' changes HIGH only; early drop and eviction read every tier.
         return complete_per_tier(DEFAULT_MEAN_LATENCY_S, value, "typical latency (s)")
+
+
+# Variables read by earlier versions under another name: set, they would be ignored without a word.
+RENAMED_VARIABLES = {"INFERQ_LEASE_TTL_S": "INFERQ_REDIS_LEASE_TTL_S"}
+
+
+def renamed_variables_in(environ: Mapping[str, str]) -> list[str]:
+    """A line per variable of `environ` that is no longer read, naming the one to use instead."""
+    return [f"{old} is no longer read: use {new}" for old, new in RENAMED_VARIABLES.items() if old in environ]
 
 
 def build_schedule(settings: DispatcherSettings) -> Schedule:

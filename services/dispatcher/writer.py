@@ -1,8 +1,9 @@
-"""Everything the dispatcher writes: results, retries and dead letters.
+"""Everything the dispatcher writes (results, retries, dead letters), and the acknowledgement path.
 
 Each record is produced until the broker acknowledges it (an outcome is owed: a broker outage is
-waited out), and only then is the request's offset marked complete, so a commit never runs ahead
-of a durable outcome.
+waited out), and only then is its offset marked complete in its partition's `PartitionOffsets`, from
+which the checkpoint commits. That is the whole ack path: produce durably here → complete the
+offset (offsets.py) → commit the lowest incomplete one (checkpoint.py).
 """
 
 from __future__ import annotations
@@ -10,41 +11,52 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from services.dispatcher.backend import Completion
 from services.dispatcher.errors import BackendError
 from services.dispatcher.metrics import DispatcherMetrics
+from services.dispatcher.models import ModelChoice
+from services.dispatcher.offsets import PartitionOffsets
 from services.dispatcher.outcomes import OutcomeBuilder
-from services.dispatcher.retries import RetryPolicy, Verdict
 from services.dispatcher.work import Work
 from services.messaging.codec import request_codec, result_codec
-from services.messaging.producer import AsyncProducer, ProduceError
+from services.messaging.producer import ProduceError
 from services.messaging.records import InferenceResult
 from services.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
 
 Headers = list[tuple[str, str | bytes | None]]
+MAX_PRODUCE_PAUSE_S = 10.0
+
+
+class RecordProducer(Protocol):
+    """What the writer needs of a producer (`messaging.producer.AsyncProducer` in production)."""
+
+    async def produce(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers | None = None
+    ) -> object:
+        """Return once the broker acknowledged the record (acks=all); `ProduceError` if it did not."""
+        ...
 
 
 class OutcomeWriter:
     def __init__(
         self,
-        producer: AsyncProducer,
+        producer: RecordProducer,
         topics: TopicNames,
         outcomes: OutcomeBuilder,
-        retry_policy: RetryPolicy,
+        models: ModelChoice,
         metrics: DispatcherMetrics,
         clock_ms: Callable[[], int],
-        model_for: Callable[[Work], str],
     ) -> None:
         self._producer = producer
         self._topics = topics
         self._outcomes = outcomes
-        self._retry_policy = retry_policy
+        self._models = models
         self._metrics = metrics
         self._clock_ms = clock_ms
-        self._model_for = model_for
         self._requests = request_codec()
         self._results = result_codec()
 
@@ -56,46 +68,25 @@ class OutcomeWriter:
 
     async def expire(self, work: Work, reason: str) -> None:
         self._metrics.record_expired(work.tier, reason)
-        await self._emit(
-            work, self._outcomes.expired(work.request, self._model_for(work), now_ms=self._clock_ms())
-        )
+        model = self._models.model_for(work)
+        await self._emit(work, self._outcomes.expired(work.request, model, now_ms=self._clock_ms()))
 
     async def evict(self, work: Work) -> None:
         self._metrics.record_evicted(work.tier)
-        await self._emit(
-            work, self._outcomes.evicted(work.request, self._model_for(work), now_ms=self._clock_ms())
+        model = self._models.model_for(work)
+        await self._emit(work, self._outcomes.evicted(work.request, model, now_ms=self._clock_ms()))
+
+    async def retry(self, work: Work, not_before_ms: int) -> None:
+        """Queue the next attempt on the retry topic; the original offset completes, so its
+        partition moves on while the retry waits."""
+        retry = work.request.retry(not_before_ms=not_before_ms)
+        await self.produce_durably(
+            self._topics.retry, self._requests.encode(retry), key=work.request_id.encode()
         )
+        self._metrics.record_retry(work.tier)
+        work.done()
 
-    async def failure(self, work: Work, error: BackendError, dispatched_at_ms: int) -> None:
-        """Retry later, expire, or dead-letter and fail, as the retry policy decides."""
-        decision = self._retry_policy.decide(
-            error, attempt=work.request.attempt, now_ms=self._clock_ms(), expire_at_ms=work.expire_at_ms
-        )
-        if decision.verdict is Verdict.RETRY and decision.not_before_ms is not None:
-            retry = work.request.retry(not_before_ms=decision.not_before_ms)
-            await self.produce_durably(
-                self._topics.retry, self._requests.encode(retry), key=work.request_id.encode()
-            )
-            self._metrics.record_retry(work.tier)
-            work.done()
-        elif decision.verdict is Verdict.EXPIRE:
-            await self.expire(work, decision.reason)
-        else:
-            await self._give_up(work, error, dispatched_at_ms, decision.reason)
-
-    async def poison(self, topic: str, partition: int, offset: int, raw: bytes, reason: str) -> None:
-        """A record no retry can fix: its raw bytes to the dead-letter topic, with where it came from."""
-        headers: Headers = [
-            ("inferq.error", reason.encode()),
-            ("inferq.source.topic", topic.encode()),
-            ("inferq.source.partition", str(partition).encode()),
-            ("inferq.source.offset", str(offset).encode()),
-        ]
-        await self.produce_durably(self._topics.dlq, raw, headers=headers)
-        log.warning("poison record %s[%d]@%d dead-lettered: %s", topic, partition, offset, reason)
-        self._metrics.record_dead_letter(topic)
-
-    async def _give_up(self, work: Work, error: BackendError, dispatched_at_ms: int, why: str) -> None:
+    async def give_up(self, work: Work, error: BackendError, dispatched_at_ms: int, why: str) -> None:
         """Dead-letter the original record with the last error, then answer FAILED."""
         headers: Headers = [
             ("inferq.error", f"{why}: {error}".encode()),
@@ -110,12 +101,27 @@ class OutcomeWriter:
         self._metrics.record_dead_letter(work.offsets.topic)
         result = self._outcomes.failed(
             work.request,
-            self._model_for(work),
+            self._models.model_for(work),
             f"{why}: {error}",
             dispatched_at_ms=dispatched_at_ms,
             now_ms=self._clock_ms(),
         )
         await self._emit(work, result)
+
+    async def poison(self, offsets: PartitionOffsets, offset: int, raw: bytes, reason: str) -> None:
+        """A record no retry can fix: its raw bytes to the dead-letter topic, with where it came from;
+        then its offset is complete (a poison record has no caller to answer)."""
+        topic, partition = offsets.topic, offsets.partition
+        headers: Headers = [
+            ("inferq.error", reason.encode()),
+            ("inferq.source.topic", topic.encode()),
+            ("inferq.source.partition", str(partition).encode()),
+            ("inferq.source.offset", str(offset).encode()),
+        ]
+        await self.produce_durably(self._topics.dlq, raw, headers=headers)
+        log.warning("poison record %s[%d]@%d dead-lettered: %s", topic, partition, offset, reason)
+        self._metrics.record_dead_letter(topic)
+        offsets.complete(offset)
 
     async def _emit(self, work: Work, result: InferenceResult) -> None:
         topic = work.request.reply_to or self._topics.results
@@ -141,6 +147,6 @@ class OutcomeWriter:
                     "produce to %s failed, trying again in %.1f s: %s", topic, pause_s, exc
                 )
                 await asyncio.sleep(pause_s)
-                pause_s = min(pause_s * 2, 10.0)
+                pause_s = min(pause_s * 2, MAX_PRODUCE_PAUSE_S)
             else:
                 return

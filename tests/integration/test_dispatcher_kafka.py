@@ -9,7 +9,7 @@ import pytest
 
 from services.messaging.codec import result_codec
 from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
-from tests.support.kafka import a_request, committed_offsets, produce, produce_requests, read_all
+from tests.support.kafka import a_request, committed_offsets, end_offsets, produce, produce_requests, read_all
 
 pytestmark = pytest.mark.kafka
 
@@ -184,3 +184,24 @@ def test_a_rebalance_that_gives_partitions_back_does_not_redo_running_calls(kafk
     results, stats = asyncio.run(scenario())
     assert {r.status for r in results.values()} == {"OK"}
     assert stats["total"] + stats["in_flight"] == 6, "calls running during the rebalance were made again"
+
+
+def test_every_partition_is_committed_even_one_that_never_had_a_record(kafka_settings):
+    topics = kafka_settings.topics
+    group = f"{kafka_settings.topic_prefix}-dispatcher"
+    bootstrap = kafka_settings.bootstrap_servers
+    drained = [*topics.all_requests, topics.retry]
+    request = a_request("HIGH")
+
+    async def scenario():
+        async with sim_backend(speed=50.0) as url, running_dispatcher(kafka_settings, url):
+            produce_requests(bootstrap, topics.requests_by_name("HIGH"), [request], partition=0)
+            await asyncio.to_thread(results_by_id, bootstrap, topics.results, 1)
+            async with asyncio.timeout(15):
+                while not all(
+                    committed_offsets(bootstrap, group, t) == end_offsets(bootstrap, t) for t in drained
+                ):
+                    await asyncio.sleep(0.2)
+
+    # Without a commit, a partition's group offset reads "none" (-1001) even though nothing is owed.
+    asyncio.run(scenario())

@@ -10,8 +10,7 @@ from typing import Any
 
 import httpx
 
-from services.dispatcher.bootstrap import bootstrap
-from services.dispatcher.runner import Dispatcher
+from services.dispatcher.bootstrap import Dispatcher, bootstrap
 from services.dispatcher.settings import DispatcherSettings
 from services.messaging.kafka_config import KafkaSettings
 from services.serving import EmbeddedServer, uvicorn_config

@@ -156,3 +156,14 @@ def test_carried_over_work_that_finishes_before_it_is_fetched_again_is_skipped()
     old.complete(5)  # finishes during the rebalance
     assert new.track(5) is False
     assert new.committable() == 6
+
+
+def test_a_partition_the_group_never_committed_is_committable_at_its_start():
+    state = PartitionOffsets("t", 0)
+    state.start_at(0)
+    assert state.committable() == 0  # committed even if no record ever comes: lag 0, not unknown
+    state.track(0)
+    state.start_at(5)  # consuming has begun: the start no longer matters
+    assert state.committable() == 0
+    state.complete(0)
+    assert state.committable() == 1

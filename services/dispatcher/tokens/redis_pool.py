@@ -61,17 +61,16 @@ import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisError
 
 from services.dispatcher.tokens import lua
 from services.dispatcher.tokens.errors import UnknownLeaseError
 from services.dispatcher.tokens.pool import Lease
-from services.dispatcher.tokens.settings import DEFAULT_KEY_PREFIX, RedisBudgetSettings
+from services.dispatcher.tokens.settings import DEFAULT_KEY_PREFIX, RedisBudgetSettings, redacted_url
 from services.messaging.tiers import Tier
 
 if TYPE_CHECKING:
@@ -139,18 +138,26 @@ class RedisTokenPool:
 
     @classmethod
     def from_settings(
-        cls, settings: RedisBudgetSettings, *, owner: str, group_size: Callable[[], int]
+        cls,
+        settings: RedisBudgetSettings,
+        *,
+        owner: str,
+        group_size: Callable[[], int],
+        topic_prefix: str = "inferq",
     ) -> RedisTokenPool:
-        """The pool described by ``settings`` for dispatcher ``owner``."""
+        """The pool described by ``settings`` for dispatcher ``owner`` of the pipeline ``topic_prefix``."""
         return cls(
             url=settings.url,
             owner=owner,
             group_size=group_size,
-            key_prefix=settings.key_prefix,
+            key_prefix=settings.key_prefix_for(topic_prefix),
             lease_ttl_s=settings.lease_ttl_s,
             call_timeout_s=settings.call_timeout_s,
             password=settings.password.get_secret_value() if settings.password else None,
         )
+
+    def __repr__(self) -> str:
+        return f"RedisTokenPool(url={redacted_url(self._url)!r}, owner={self._owner_id!r})"
 
     # -- state ---------------------------------------------------------------------------------------
 
@@ -177,15 +184,8 @@ class RedisTokenPool:
         """Connect and start the heartbeat. Idempotent; an unreachable Redis starts the pool degraded."""
         if self._client is not None:
             return
-        self._client = Redis.from_url(
-            self._url,
-            password=self._password,  # a password in the URL takes precedence (redis-py's rule)
-            socket_timeout=self._call_timeout_s,
-            socket_connect_timeout=self._call_timeout_s,
-            # One quick retry: a pooled connection broken by a Redis restart fails at once and a fresh
-            # one usually works. Every script is idempotent, and our own timeout still bounds the call.
-            retry=Retry(NoBackoff(), 1),
-            client_name=self._owner_id,
+        self._client = redis_client(
+            self._url, password=self._password, call_timeout_s=self._call_timeout_s, name=self._owner_id
         )
         await self._sync()
         self._heartbeat_task = asyncio.create_task(
@@ -317,10 +317,14 @@ class RedisTokenPool:
             return
         self._degraded = True
         self._next_probe_at = time.monotonic() + self._reconnect_interval_s
+        # A refused password is no outage, but the way out is the same: the local share until Redis
+        # takes us again (the password is not in the error; the URL is redacted).
+        what = "refused our credentials" if isinstance(exc, AuthenticationError) else "unreachable"
         logger.warning(
-            "Redis at %s unreachable (%s: %s): %s falls back to a local budget of total_limit // "
+            "Redis at %s %s (%s: %s): %s falls back to a local budget of total_limit // "
             "group size until Redis answers again",
-            _redacted(self._url),
+            redacted_url(self._url),
+            what,
             type(exc).__name__,
             exc,
             self._owner_id,
@@ -338,7 +342,7 @@ class RedisTokenPool:
                 self._degraded = False
                 logger.warning(
                     "Redis at %s answers again: %s is back on the shared budget (%d leases re-registered)",
-                    _redacted(self._url),
+                    redacted_url(self._url),
                     self._owner_id,
                     len(self._held),
                 )
@@ -359,14 +363,18 @@ class RedisTokenPool:
                 self._enter_degraded(exc)
 
 
-def _redacted(url: str) -> str:
-    """``url`` without its password, for logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
+def redis_client(url: str, *, password: str | None, call_timeout_s: float, name: str) -> Redis:
+    """The pool's client: ``rediss://`` means TLS; every call bounded by ``call_timeout_s``."""
+    return Redis.from_url(
+        url,
+        password=password,  # a password in the URL takes precedence (redis-py's rule)
+        socket_timeout=call_timeout_s,
+        socket_connect_timeout=call_timeout_s,
+        # One quick retry: a pooled connection broken by a Redis restart fails at once and a fresh
+        # one usually works. Every script is idempotent, and our own timeout still bounds the call.
+        retry=Retry(NoBackoff(), 1),
+        client_name=name,
+    )
 
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 """`inferq bench probe-dispatcher`: the dispatcher as shipped, with its fetches timed and, on request,
 profiled, for the latency and throughput benchmarks.
 
-The dispatcher's code is not changed: this entry point wraps `TierConsumer.fetch` (the consumer edge)
-before running `inferq dispatcher`, and stamps `time.time_ns()` on every record the run loop receives.
+The dispatcher's code is not changed: this entry point wraps `KafkaTierConsumer.fetch` (the consumer
+edge) before running `inferq dispatcher`, and stamps `time.time_ns()` on every record the run loop receives.
 That is the "consumed by the dispatcher" instant of the latency breakdown, which no record or metric
 carries. The cost is one clock read per fetch and one dict entry per record. The stamps (a record
 fetched again after a read-ahead rewind keeps its last, admitting, stamp) are written as JSON when
@@ -16,12 +16,12 @@ import argparse
 import cProfile
 import json
 import time
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-FetchResult = dict[Any, list[Any]]
-Fetch = Callable[[Any, int, int], Coroutine[Any, Any, FetchResult]]
+if TYPE_CHECKING:
+    from services.dispatcher.consumer import Batches
+    from services.dispatcher.kafka_consumer import KafkaTierConsumer
 
 
 def record_key(topic: str, partition: int, offset: int) -> str:
@@ -29,11 +29,11 @@ def record_key(topic: str, partition: int, offset: int) -> str:
 
 
 def _time_fetches(stamps: dict[str, int]) -> None:
-    from services.dispatcher.consumer import TierConsumer
+    from services.dispatcher.kafka_consumer import KafkaTierConsumer
 
-    original: Fetch = TierConsumer.fetch
+    original = KafkaTierConsumer.fetch
 
-    async def fetch(self: Any, max_records: int, timeout_ms: int) -> FetchResult:
+    async def fetch(self: KafkaTierConsumer, max_records: int, timeout_ms: int) -> Batches:
         batches = await original(self, max_records, timeout_ms)
         now = time.time_ns()
         for tp, records in batches.items():
@@ -42,7 +42,7 @@ def _time_fetches(stamps: dict[str, int]) -> None:
         return batches
 
     # Instrumentation from outside, so that the dispatcher's file stays exactly what ships.
-    TierConsumer.fetch = fetch  # type: ignore[method-assign]
+    KafkaTierConsumer.fetch = fetch  # type: ignore[method-assign]
 
 
 def run(port: int, *, fetch_log: Path | None, profile: Path | None) -> int:

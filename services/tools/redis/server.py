@@ -5,6 +5,7 @@ Layout of a home folder::
     <home>/redis.pid    pid of the running server (written by us: the server runs with daemonize no)
     <home>/redis.port   the port of the last start, so ``stop``/``status`` need no --port
     <home>/redis.log    the server's stdout/stderr
+    <home>/redis.conf   only with a password: ``requirepass`` (mode 0600, never on the command line)
 
 The server keeps everything in memory (``--save '' --appendonly no``): the token budget's leases live
 at most a few seconds, so a restart losing them is the documented recovery path, not a loss.
@@ -19,7 +20,7 @@ import shutil
 import signal
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -41,10 +42,12 @@ _LOG_TAIL_BYTES = 8 * 1024
 
 @dataclass(frozen=True, slots=True)
 class RedisConfig:
-    """Where one local redis-server runs: its home folder (pid, port and log files) and its port."""
+    """Where one local redis-server runs: its home folder (pid, port and log files), its port, and
+    the password clients must AUTH with (None: no password; never in the URL, logs or repr)."""
 
     home: Path
     port: int = DEFAULT_PORT
+    password: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).resolve())
@@ -67,6 +70,10 @@ class RedisConfig:
     @property
     def log_file(self) -> Path:
         return self.home / "redis.log"
+
+    @property
+    def config_file(self) -> Path:
+        return self.home / "redis.conf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +102,11 @@ def recorded_port(home: Path) -> int | None:
         return None
 
 
+def _quoted(text: str) -> str:
+    """``text`` inside a double-quoted redis.conf argument."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def require_redis_server() -> str:
     """The path of ``redis-server``; raises RedisServerMissingError naming the install script."""
     path = shutil.which("redis-server")
@@ -105,23 +117,30 @@ def require_redis_server() -> str:
     return path
 
 
-def ping(port: int, timeout_s: float = 0.5) -> bool:
-    """True when a server on 127.0.0.1:<port> answers PING with PONG within ``timeout_s``.
+def _resp(*parts: bytes) -> bytes:
+    """One command in RESP (an array of bulk strings), so a password may hold any byte."""
+    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+
+
+def ping(port: int, timeout_s: float = 0.5, password: str | None = None) -> bool:
+    """True when a server on 127.0.0.1:<port> answers PING with PONG within ``timeout_s`` (after
+    AUTH with ``password`` when given).
 
     Raw RESP over a socket: the probe needs no client library, and ``-LOADING`` (not ready) is a no.
     """
+    commands = [_resp(b"AUTH", password.encode()), _resp(b"PING")] if password else [_resp(b"PING")]
     try:
         with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
-            sock.sendall(b"PING\r\n")
+            sock.sendall(b"".join(commands))
             reply = b""
-            while not reply.endswith(b"\r\n") and len(reply) < 256:
+            while reply.count(b"\r\n") < len(commands) and len(reply) < 512:
                 chunk = sock.recv(256)
                 if not chunk:
                     break
                 reply += chunk
     except OSError:
         return False
-    return reply.startswith(b"+PONG")
+    return reply.split(b"\r\n")[len(commands) - 1].startswith(b"+PONG")
 
 
 class LocalRedis:
@@ -169,7 +188,7 @@ class LocalRedis:
 
     def answers(self, timeout_s: float = 0.5) -> bool:
         """True when the server answers PING."""
-        return ping(self.config.port, timeout_s)
+        return ping(self.config.port, timeout_s, self.config.password)
 
     def start(self, timeout_s: float = 10.0) -> float:
         """Start redis-server (or find this home's running one) and wait until it answers PING.
@@ -209,8 +228,15 @@ class LocalRedis:
     def _launch(self, executable: str) -> int:
         cfg = self.config
         cfg.home.mkdir(parents=True, exist_ok=True)
-        argv = [
-            executable,
+        argv = [executable]
+        if cfg.password:
+            # A config file (the first argument), not --requirepass: argv is readable by every user.
+            cfg.config_file.unlink(missing_ok=True)
+            fd = os.open(cfg.config_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as conf:
+                conf.write(f'requirepass "{_quoted(cfg.password)}"\n')
+            argv.append(str(cfg.config_file))
+        argv += [
             "--port",
             str(cfg.port),
             "--bind",

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from services.dispatcher.next_start import NextStart
 from services.dispatcher.offsets import PartitionOffsets
 from services.dispatcher.policies import Clock, Scheduler
 from services.dispatcher.waiting import WaitingRoom
@@ -169,28 +170,27 @@ class Simulation:
                 )
 
     def _start_ready(self) -> None:
-        """Start what the scheduler allows, one request at a time, as `Dispatcher._start_ready`."""
+        """Start what the scheduler allows, one request at a time, with the dispatcher's own
+        `NextStart` (its token pool, exact here, never refuses)."""
+        next_start = NextStart(self.room, self.scheduler)
         while True:
-            demand = self.room.demand()
-            if not any(demand.waiting.values()):
-                return
-            tier = self.scheduler.next_tier(self.in_use, demand, self.config.budget)
+            tier = next_start.tier(self.in_use, self.config.budget)
             if tier is None:
                 return
-            work = self.room.pop(tier)
-            if work is None:
+            start = next_start.take(tier, self.now_ms)
+            if start is None:
                 raise RuntimeError(f"{self.scheduler.name} chose {tier} with nothing waiting in it")
-            index = work.offset
+            index = start.work.offset
             self.in_room.discard(index)
-            self._fetch(work.tier)
-            if self.room.check(work, self.now_ms) is not None:
+            self._fetch(start.work.tier)
+            if start.expired is not None:
                 self._answer(index, "EXPIRED")
                 continue
             self.in_use[tier] += 1
             self.token_tier[index] = tier
             self.max_in_flight = max(self.max_in_flight, sum(self.in_use.values()))
             self.dispatched[index] = self.now_ms
-            self._push(self.now_ms + self._latency_ms(work.tier), _COMPLETE, index)
+            self._push(self.now_ms + self._latency_ms(start.work.tier), _COMPLETE, index)
 
     def _latency_ms(self, tier: Tier) -> int:
         mean = self.latency_ms[tier]

@@ -1,0 +1,36 @@
+"""What ``/healthz`` reports about a running dispatcher (read-only views over its parts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.dispatcher.adaptive import Budget
+from services.dispatcher.checkpoint import Checkpoint
+from services.dispatcher.consumer import TierConsumer
+from services.dispatcher.policies import Scheduler
+from services.dispatcher.tokens import TokenPool
+from services.dispatcher.waiting import WaitingRoom
+from services.messaging.tiers import Tier
+
+
+@dataclass(frozen=True)
+class Health:
+    checkpoint: Checkpoint
+    pool: TokenPool
+    room: WaitingRoom
+    consumer: TierConsumer
+    budget: Budget
+    scheduler: Scheduler
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            # > 0 means this member joined the group and will consume.
+            "assigned": self.checkpoint.assigned_count(),
+            "tokens_in_use": sum(self.pool.held_locally().values()),
+            "waiting": len(self.room),
+            "held_by_tier": {t.value: self.room.held(t) for t in Tier},
+            "paused_partitions": len(self.consumer.paused()),
+            "effective_budget": self.budget.effective,
+            "window": self.scheduler.window().name,
+            "policy": self.scheduler.name,
+        }

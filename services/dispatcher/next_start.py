@@ -1,0 +1,54 @@
+"""What starts next: the one decision the dispatcher and the simulator share.
+
+Pure and synchronous. Given the read-ahead (`WaitingRoom`), the scheduling policy, the tokens in use
+and the effective budget, `NextStart.tier` names the tier whose oldest waiting request may take a
+token now; `NextStart.take` then removes that request and says whether it must be answered EXPIRED
+instead (its deadline came while it waited). Between the two the dispatcher asks its token pool for
+the token, which may refuse (another dispatcher was quicker); the simulator, whose tokens are exact,
+takes it at once. `services.tools.analysis` replays traces through this very class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.dispatcher.policies import Scheduler
+from services.dispatcher.waiting import WaitingRoom
+from services.dispatcher.work import Work
+from services.messaging.tiers import Tier
+
+
+@dataclass(frozen=True)
+class Start:
+    """A request taken from the read-ahead to start with a token of `tier` (its scheduling tier)."""
+
+    work: Work
+    tier: Tier
+    # Why it must be answered EXPIRED rather than called (None: call it).
+    expired: str | None
+
+
+class NextStart:
+    def __init__(self, room: WaitingRoom, scheduler: Scheduler) -> None:
+        self._room = room
+        self._scheduler = scheduler
+
+    def waiting(self) -> bool:
+        """Anything in the read-ahead at all."""
+        return len(self._room) > 0
+
+    def tier(self, in_use: Mapping[Tier, int], budget: int) -> Tier | None:
+        """The tier that may start one request now; None when nothing waits or the policy says wait."""
+        demand = self._room.demand()
+        if not any(demand.waiting.values()):
+            return None
+        return self._scheduler.next_tier(in_use, demand, budget)
+
+    def take(self, tier: Tier, now_ms: int) -> Start | None:
+        """Remove the oldest request waiting as `tier`; None if there is none (its partition was
+        revoked meanwhile)."""
+        work = self._room.pop(tier)
+        if work is None:
+            return None
+        return Start(work, tier, self._room.check(work, now_ms))

@@ -1,0 +1,92 @@
+"""Back-pressure as paused partitions: the backlog waits in Kafka, not in this process.
+
+Pausing is desired state, computed from the read-ahead and re-applied to whatever the consumer owns
+(aiokafka forgets pauses across a rebalance, so the checkpoint calls `apply` on every assignment):
+
+- a tier whose read-ahead holds `readahead` requests or more has its request partitions paused;
+- the retry topic is paused while the whole read-ahead (every tier's share) is full;
+- a retry partition whose head record is not due yet is held back, paused, until it is; a timer
+  releases it then (it is fetched again and the head admitted, or held back again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from services.dispatcher.consumer import Partition, TierConsumer
+from services.dispatcher.metrics import DispatcherMetrics
+from services.dispatcher.waiting import WaitingRoom
+from services.messaging.tiers import Tier
+from services.messaging.topics import TopicNames
+
+
+class Pauses:
+    def __init__(
+        self,
+        consumer: TierConsumer,
+        topics: TopicNames,
+        room: WaitingRoom,
+        metrics: DispatcherMetrics,
+        *,
+        readahead: int,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._consumer = consumer
+        self._topics = topics
+        self._room = room
+        self._metrics = metrics
+        self._readahead = readahead
+        self._monotonic = monotonic
+        self._full_tiers: set[Tier] = set()
+        self._retries_full = False
+        self._everything = False
+        # Retry partitions held back until their head record's not-before time (monotonic seconds).
+        self._held_back: dict[Partition, float] = {}
+
+    def tier_is_full(self, tier: Tier) -> bool:
+        return self._room.held(tier) >= self._readahead
+
+    def room_is_full(self) -> bool:
+        """The whole read-ahead is taken: retries wait in Kafka too."""
+        return len(self._room) >= len(Tier) * self._readahead
+
+    def update(self) -> None:
+        """Pause exactly the tiers whose read-ahead is full (and retries if all of it is)."""
+        full = {t for t in Tier if self.tier_is_full(t)}
+        retries = self.room_is_full()
+        if full != self._full_tiers or retries != self._retries_full:
+            self._full_tiers, self._retries_full = full, retries
+            self.apply()
+        self._metrics.observe_room(self._room, len(self._consumer.paused()))
+
+    def hold_back(self, partition: Partition, delay_s: float) -> None:
+        """Pause a retry partition for `delay_s`, until its head record is due."""
+        self._held_back[partition] = self._monotonic() + delay_s
+        self.apply()
+        asyncio.get_running_loop().call_later(delay_s, self.release, partition)
+
+    def release(self, partition: Partition) -> None:
+        self._held_back.pop(partition, None)
+        self.apply()
+
+    def pause_everything(self) -> None:
+        """Shutdown: nothing more is fetched (the fetcher would otherwise keep prefetching)."""
+        self._everything = True
+        self.apply()
+
+    def apply(self) -> None:
+        """Make the consumer's paused set match the desired state, over what it owns now."""
+        owned = self._consumer.assignment()
+        now = self._monotonic()
+        for partition in [p for p, until in self._held_back.items() if until <= now or p not in owned]:
+            del self._held_back[partition]
+        pause = {p for p in owned if self._everything or self._held(p)}
+        self._consumer.pause(pause)
+        self._consumer.resume(owned - pause)
+
+    def _held(self, partition: Partition) -> bool:
+        if partition.topic == self._topics.retry:
+            return self._retries_full or partition in self._held_back
+        return self._topics.tier_of(partition.topic) in self._full_tiers

@@ -1,0 +1,155 @@
+"""The dispatcher's run loop: fetch, hand each batch to intake, wake the starter, update pauses.
+
+Everything else is a step of its own (intake, starting, execution, checkpoint, housekeeping) built
+by ``bootstrap.py``. `run` starts the parts in order and stops them in reverse under one
+`AsyncExitStack`, which makes the shutdown order (below, in `run`) the mirror of the start-up.
+Signals only call `request_stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from services.dispatcher.backend import Backend
+from services.dispatcher.checkpoint import Checkpoint
+from services.dispatcher.consumer import TierConsumer
+from services.dispatcher.inflight import InFlight
+from services.dispatcher.intake import Intake
+from services.dispatcher.pausing import Pauses
+from services.dispatcher.starting import Starter
+from services.dispatcher.tokens import TokenPool
+from services.dispatcher.waiting import WaitingRoom
+
+log = logging.getLogger("inferq.dispatcher")
+
+FETCH_TIMEOUT_MS = 100
+# Helper tasks are cancelled at shutdown; this bounds the wait for them to unwind.
+HELPER_STOP_S = 5.0
+
+
+class Resource(Protocol):
+    """Something started before the loop runs and stopped after it (a client, a thread)."""
+
+    async def start(self) -> object: ...
+
+    async def stop(self) -> object: ...
+
+
+@dataclass(frozen=True)
+class Helper:
+    """A task that runs beside the loop until shutdown (the committer, the starter, timers)."""
+
+    name: str
+    run: Callable[[], Coroutine[object, object, None]]
+
+
+class RunLoop:
+    def __init__(
+        self,
+        *,
+        consumer: TierConsumer,
+        producer: Resource,
+        backend: Backend,
+        pool: TokenPool,
+        intake: Intake,
+        checkpoint: Checkpoint,
+        starter: Starter,
+        pauses: Pauses,
+        room: WaitingRoom,
+        inflight: InFlight,
+        helpers: Sequence[Helper],
+        drain_timeout_s: float,
+        describe: Callable[[], str],
+        pool_companions: Sequence[Resource] = (),
+    ) -> None:
+        self._consumer = consumer
+        self._producer = producer
+        self._backend = backend
+        self._pool = pool
+        self._pool_companions = pool_companions
+        self._intake = intake
+        self._checkpoint = checkpoint
+        self._starter = starter
+        self._pauses = pauses
+        self._room = room
+        self._inflight = inflight
+        self._helpers = helpers
+        self._drain_timeout_s = drain_timeout_s
+        self._describe = describe
+        self._stop = asyncio.Event()
+        self._failure: BaseException | None = None
+
+    def request_stop(self) -> None:
+        """Signal handlers only call this; shutdown itself happens in `run`."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Start every part, fetch until asked to stop, shut down in order; re-raises a helper's crash."""
+        async with contextlib.AsyncExitStack() as stack:
+            # Started top to bottom; the stack stops them bottom to top, and that is the shutdown:
+            #  1. stop starting and fetching: helpers cancelled, every partition paused, the read-ahead
+            #     forgotten (never started: the next owner reads it again from the commit);
+            #  2. drain: running calls get `drain_timeout_s` to finish and produce their outcomes;
+            #  3. commit what is durable;
+            #  4. leave the group, so a peer takes the partitions over at once;
+            #  5. flush the producer, close the backend client;
+            #  6. give the budget tokens back (and stop what the pool relies on).
+            for companion in self._pool_companions:
+                await _started(stack, companion)  # 6
+            await _started(stack, self._pool)  # 6
+            stack.push_async_callback(self._backend.close)  # 5
+            await _started(stack, self._producer)  # 5
+            await self._consumer.start(self._checkpoint)
+            stack.push_async_callback(self._consumer.stop)  # 4
+            stack.push_async_callback(self._checkpoint.commit)  # 3
+            stack.push_async_callback(self._drain)  # 2
+            stack.push_async_callback(self._stop_taking_work, self._start_helpers())  # 1
+            log.info("%s started", self._describe())
+            while not self._stop.is_set():
+                await self._fetch_once()
+        if self._failure is not None:
+            raise self._failure
+        log.info("%s stopped cleanly", self._describe())
+
+    async def _fetch_once(self) -> None:
+        batches = await self._consumer.fetch(self._intake.fetch_size(), FETCH_TIMEOUT_MS)
+        if batches:
+            await self._checkpoint.settled()
+            for partition, records in batches.items():
+                self._intake.admit(partition, records)
+            self._starter.wake()
+        self._pauses.update()
+
+    def _start_helpers(self) -> list[asyncio.Task[None]]:
+        tasks = [asyncio.create_task(helper.run(), name=helper.name) for helper in self._helpers]
+        for task in tasks:
+            task.add_done_callback(self._helper_ended)
+        return tasks
+
+    def _helper_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        # A helper never returns by itself: the dispatcher cannot work without it, so it stops.
+        self._failure = task.exception() or RuntimeError(f"helper {task.get_name()} returned")
+        log.error("helper %s ended; stopping the dispatcher", task.get_name(), exc_info=self._failure)
+        self._stop.set()
+
+    async def _stop_taking_work(self, helpers: list[asyncio.Task[None]]) -> None:
+        for task in helpers:
+            task.cancel()
+        await asyncio.wait(helpers, timeout=HELPER_STOP_S)
+        self._pauses.pause_everything()
+        self._room.clear()
+
+    async def _drain(self) -> None:
+        await self._inflight.drain(self._drain_timeout_s)
+
+
+async def _started(stack: contextlib.AsyncExitStack, resource: Resource) -> None:
+    await resource.start()
+    stack.push_async_callback(resource.stop)

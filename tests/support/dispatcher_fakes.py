@@ -1,0 +1,356 @@
+"""Fakes (not mocks) of the dispatcher's edges, so its steps run in unit tests without a broker:
+
+- `InMemoryConsumer`: one member of a consumer group over in-memory partition logs, keeping the
+  `TierConsumer` contract (positions, seek, pause, commits with metadata, eager rebalances that
+  forget pauses, refused commits on request);
+- `HeldProducer`: acknowledges records, or holds every acknowledgement until the test releases them;
+- `HeldBackend`: answers calls OK at once, or holds them, or fails them, as the test says;
+- `RecordingTokenPool`: the exact local pool, its start and stop recorded.
+
+They share an `events` list, so a test can read the order in which the dispatcher used its edges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from services.dispatcher.backend import Completion
+from services.dispatcher.bootstrap import Dispatcher, TokenSupply, bootstrap
+from services.dispatcher.consumer import Batches, CommitPoint, FetchedRecord, Partition, RebalanceListener
+from services.dispatcher.errors import BackendError, CommitFailedError
+from services.dispatcher.settings import DispatcherSettings
+from services.dispatcher.tokens import LocalTokenPool
+from services.messaging.codec import request_codec, result_codec
+from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import InferenceRequest, InferenceResult
+from services.messaging.topics import TopicNames
+
+Headers = list[tuple[str, str | bytes | None]]
+
+
+@dataclass(frozen=True)
+class Record:
+    offset: int
+    value: bytes | None
+
+
+class InMemoryConsumer:
+    """Partition logs in memory and one group member consuming them (every partition, at first)."""
+
+    def __init__(self, partitions: Mapping[str, int], events: list[str] | None = None) -> None:
+        self.logs: dict[Partition, list[bytes | None]] = {
+            Partition(topic, p): [] for topic, count in partitions.items() for p in range(count)
+        }
+        self.events = events if events is not None else []
+        self.group_commits: dict[Partition, CommitPoint] = {}
+        self.refuse_commits = 0  # the next this many commits raise CommitFailedError
+        self.seeks: list[tuple[Partition, int]] = []
+        self._positions: dict[Partition, int] = {}
+        self._assigned: set[Partition] = set()
+        self._paused: set[Partition] = set()
+        self._listener: RebalanceListener | None = None
+        self._changed: asyncio.Event | None = None
+
+    @classmethod
+    def for_topics(
+        cls, topics: TopicNames, events: list[str] | None = None, partitions_each: int = 1
+    ) -> InMemoryConsumer:
+        return cls(dict.fromkeys([*topics.all_requests, topics.retry], partitions_each), events)
+
+    # -- what a test does ------------------------------------------------------------------------
+
+    def produce(self, partition: Partition, value: bytes | None) -> int:
+        log = self.logs[partition]
+        log.append(value)
+        self._notify()
+        return len(log) - 1
+
+    def position(self, partition: Partition) -> int:
+        return self._positions[partition]
+
+    def committed_offset(self, partition: Partition) -> int | None:
+        point = self.group_commits.get(partition)
+        return point.offset if point is not None else None
+
+    async def rebalance(self, assigned: Collection[Partition]) -> None:
+        """An eager rebalance: everything revoked, then `assigned` given (pauses are forgotten)."""
+        if self._listener is None:
+            raise RuntimeError("rebalance before start")
+        if self._assigned:
+            await self._listener.on_revoked(sorted(self._assigned))
+        self._assigned = set(assigned)
+        self._paused.clear()
+        for partition in self._assigned:
+            point = self.group_commits.get(partition)
+            self._positions[partition] = point.offset if point is not None else 0
+        await self._listener.on_assigned(sorted(self._assigned))
+        self._notify()
+
+    # -- TierConsumer ----------------------------------------------------------------------------
+
+    async def start(self, listener: RebalanceListener) -> None:
+        self.events.append("consumer.start")
+        self._listener = listener
+        await self.rebalance(self.logs)
+
+    async def stop(self) -> None:
+        self.events.append("consumer.stop")
+        self._assigned = set()
+
+    def assignment(self) -> set[Partition]:
+        return set(self._assigned)
+
+    async def fetch(self, max_records: int, timeout_ms: int) -> Batches:
+        batches = self._take(max_records)
+        if not batches:
+            changed = self._changed = asyncio.Event()
+            try:
+                await asyncio.wait_for(changed.wait(), timeout_ms / 1000)
+            except TimeoutError:
+                return {}
+            batches = self._take(max_records)
+        return batches
+
+    def _take(self, max_records: int) -> dict[Partition, list[FetchedRecord]]:
+        batches: dict[Partition, list[FetchedRecord]] = {}
+        for partition in sorted(self._assigned - self._paused):
+            log, position = self.logs[partition], self._positions[partition]
+            records = [Record(o, log[o]) for o in range(position, min(len(log), position + max_records))]
+            if records:
+                batches[partition] = records
+                self._positions[partition] = records[-1].offset + 1
+                max_records -= len(records)
+            if max_records <= 0:
+                break
+        return batches
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    def seek(self, partition: Partition, offset: int) -> None:
+        if partition not in self._assigned:
+            raise AssertionError(f"seek on {partition}, which is not assigned")
+        self.seeks.append((partition, offset))
+        self._positions[partition] = offset
+
+    def pause(self, partitions: Collection[Partition]) -> None:
+        self._paused |= set(partitions) & self._assigned
+
+    def resume(self, partitions: Collection[Partition]) -> None:
+        self._paused -= set(partitions)
+        self._notify()
+
+    def paused(self) -> set[Partition]:
+        return set(self._paused)
+
+    async def commit(self, offsets: Mapping[Partition, tuple[int, str]]) -> None:
+        names = [str(p) for p in offsets]
+        if self.refuse_commits > 0:
+            self.refuse_commits -= 1
+            raise CommitFailedError("the group is rebalancing", partitions=names, retriable=False)
+        if not set(offsets) <= self._assigned:
+            raise CommitFailedError("not assigned", partitions=names, retriable=False)
+        for partition, (offset, metadata) in offsets.items():
+            self.group_commits[partition] = CommitPoint(offset, metadata)
+            self.events.append(f"commit {partition}@{offset}")
+
+    async def committed(self, partitions: Collection[Partition]) -> dict[Partition, CommitPoint | None]:
+        return {p: self.group_commits.get(p) for p in partitions}
+
+    async def beginning_offsets(self, partitions: Collection[Partition]) -> dict[Partition, int]:
+        return dict.fromkeys(partitions, 0)
+
+    async def unfetched(self, topics: Collection[str], timeout_s: float) -> dict[Partition, int]:
+        return {p: len(self.logs[p]) - self._positions[p] for p in self._assigned if p.topic in topics}
+
+    def partition_count(self, topic: str) -> int:
+        return sum(1 for p in self.logs if p.topic == topic)
+
+
+@dataclass(frozen=True)
+class Produced:
+    topic: str
+    value: bytes
+    key: bytes | None
+    headers: dict[str, bytes]
+
+
+class HeldProducer:
+    """Acknowledges every record at once, or, after `hold()`, none until `release()`."""
+
+    def __init__(self, events: list[str] | None = None) -> None:
+        self.events = events if events is not None else []
+        self.sent: list[Produced] = []
+        self._open = asyncio.Event()
+        self._open.set()
+
+    def hold(self) -> None:
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
+
+    def on(self, topic: str) -> list[Produced]:
+        return [p for p in self.sent if p.topic == topic]
+
+    async def start(self) -> None:
+        self.events.append("producer.start")
+
+    async def stop(self) -> None:
+        self.events.append("producer.stop")
+
+    async def produce(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers | None = None
+    ) -> object:
+        await self._open.wait()
+        encoded = {k: v if isinstance(v, bytes) else (v or "").encode() for k, v in headers or []}
+        self.sent.append(Produced(topic, value, key, encoded))
+        self.events.append(f"produce {topic}")
+        return None
+
+
+class HeldBackend:
+    """Answers every call OK at once; after `hold()` calls (of one model, or all) wait for
+    `release()`; with `failure` set they raise it."""
+
+    def __init__(self, events: list[str] | None = None) -> None:
+        self.events = events if events is not None else []
+        self.models: list[str] = []
+        self.in_flight = 0
+        self.failure: BackendError | None = None
+        self._held_models: set[str] | None = set()  # None: every model
+        self._released = asyncio.Event()
+
+    def hold(self, model: str | None = None) -> None:
+        """Hold the calls of `model` (every call when None) until `release()`."""
+        self._released = asyncio.Event()
+        if model is None:
+            self._held_models = None
+        elif self._held_models is not None:
+            self._held_models.add(model)
+
+    def release(self) -> None:
+        self._held_models = set()
+        self._released.set()
+
+    async def complete(
+        self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
+    ) -> Completion:
+        self.models.append(model)
+        self.in_flight += 1
+        try:
+            if self._held_models is None or model in self._held_models:
+                await self._released.wait()
+        finally:
+            self.in_flight -= 1
+        if self.failure is not None:
+            raise self.failure
+        return Completion(output="hi", model=model, prompt_tokens=1, completion_tokens=1, total_tokens=2)
+
+    async def close(self) -> None:
+        self.events.append("backend.close")
+
+
+class RecordingTokenPool(LocalTokenPool):
+    """The exact single-process pool, with its start and stop in the event log."""
+
+    def __init__(self, events: list[str]) -> None:
+        super().__init__()
+        self.events = events
+
+    async def start(self) -> None:
+        self.events.append("pool.start")
+        await super().start()
+
+    async def stop(self) -> None:
+        self.events.append(f"pool.stop holding {sum(self.held_locally().values())}")
+        await super().stop()
+
+
+# -- the whole dispatcher on these fakes -----------------------------------------------------------
+
+
+@dataclass
+class Rig:
+    """A dispatcher built by the real `bootstrap`, every edge a fake from this module."""
+
+    settings: DispatcherSettings
+    events: list[str]
+    consumer: InMemoryConsumer
+    producer: HeldProducer
+    backend: HeldBackend
+    pool: RecordingTokenPool
+    dispatcher: Dispatcher
+
+    @property
+    def topics(self) -> TopicNames:
+        return self.settings.kafka.topics
+
+    def partition(self, tier: str, index: int = 0) -> Partition:
+        return Partition(self.topics.requests_by_name(tier), index)
+
+    def results(self) -> dict[str, InferenceResult]:
+        codec = result_codec()
+        decoded = [codec.decode(p.value) for p in self.producer.on(self.topics.results)]
+        return {r.request_id: r for r in decoded}
+
+
+def rig(*, pool_class: type[RecordingTokenPool] | None = None, **overrides: Any) -> Rig:
+    """Settings for quick unit runs (a pinned window, short timers) with `overrides` applied; the
+    token pool a `RecordingTokenPool` (or `pool_class`)."""
+    values: dict[str, Any] = {
+        "kafka": KafkaSettings(topic_prefix="unit"),
+        "dispatcher_id": "unit",
+        "schedule_pin": "normal",
+        "commit_interval_s": 0.02,
+        "housekeeping_interval_s": 0.02,
+        "adaptive": False,
+        "drain_timeout_s": 5.0,
+    } | overrides
+    settings = DispatcherSettings(**values)
+    events: list[str] = []
+    consumer = InMemoryConsumer.for_topics(settings.kafka.topics, events)
+    producer, backend = HeldProducer(events), HeldBackend(events)
+    pool = (pool_class or RecordingTokenPool)(events)
+    dispatcher = bootstrap(
+        settings,
+        consumer=consumer,
+        producer=producer,
+        backend=backend,
+        tokens=TokenSupply(pool, shared=False),
+    )
+    return Rig(settings, events, consumer, producer, backend, pool, dispatcher)
+
+
+@contextlib.asynccontextmanager
+async def running(test_rig: Rig) -> AsyncIterator[Rig]:
+    """The rig's dispatcher running until the block ends, then stopped as SIGTERM would stop it."""
+    task = asyncio.create_task(test_rig.dispatcher.run())
+    try:
+        await eventually(lambda: test_rig.dispatcher.health()["assigned"] != 0 or task.done(), "assignment")
+        if task.done():
+            task.result()
+        yield test_rig
+    finally:
+        test_rig.dispatcher.request_stop()
+        async with asyncio.timeout(30):
+            await task
+
+
+async def eventually(condition: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    """Poll `condition` (no event announces it) until true; fail after `timeout_s`."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not condition():
+                await asyncio.sleep(0.005)
+    except TimeoutError:
+        raise AssertionError(f"{what}: not within {timeout_s} s") from None
+
+
+def encoded(request: InferenceRequest) -> bytes:
+    return request_codec().encode(request)

@@ -1,0 +1,93 @@
+"""NextStart, the one "what starts next" decision of the dispatcher and the simulator, and the
+model choice beside it. Pure: no Kafka, no clock but the numbers given."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.dispatcher.models import ModelChoice
+from services.dispatcher.next_start import NextStart
+from services.dispatcher.offsets import PartitionOffsets
+from services.dispatcher.policies import TieredScheduler
+from services.dispatcher.schedule import Schedule
+from services.dispatcher.waiting import TOO_LATE, WaitingRoom
+from services.dispatcher.work import Work
+from services.messaging.records import ChatMessage, InferenceRequest
+from services.messaging.tiers import Tier
+
+H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
+IDLE = dict.fromkeys(Tier, 0)
+
+
+def work(tier: Tier, created: int, expire: int = 99_999, model: str | None = None) -> Work:
+    request = InferenceRequest(
+        request_id=f"{tier}-{created}",
+        scenario="test",
+        tier=tier,
+        created_at_ms=created,
+        expire_at_ms=expire,
+        messages=(ChatMessage("user", "hi"),),
+        model=model,
+    )
+    return Work(request=request, tier=tier, offsets=PartitionOffsets(f"t.{tier}", 0), offset=created)
+
+
+def next_start(*waiting: Work, promotion_age_ms: int = 60_000) -> tuple[NextStart, WaitingRoom]:
+    room = WaitingRoom(promotion_age_ms=promotion_age_ms)
+    for item in waiting:
+        room.add(item)
+    return NextStart(room, TieredScheduler(Schedule.default(budget=10).pin("peak"))), room
+
+
+def test_nothing_waiting_starts_nothing() -> None:
+    decide, _ = next_start()
+    assert not decide.waiting()
+    assert decide.tier(IDLE, budget=10) is None
+
+
+def test_floors_first_in_priority_order_then_arrival_order_within_a_tier() -> None:
+    decide, room = next_start(work(L, 1), work(H, 3), work(H, 2), work(M, 4))
+    assert decide.tier(IDLE, budget=10) is H
+    start = decide.take(H, now_ms=10)
+    assert start is not None and start.work.created_at_ms == 3 and start.expired is None
+    assert len(room) == 3
+
+
+def test_the_policy_may_say_wait_while_work_waits() -> None:
+    decide, _ = next_start(work(L, 1))
+    # At peak LOW's ceiling is 1: one brief running already, the next waits with free tokens.
+    assert decide.waiting()
+    assert decide.tier({H: 0, M: 0, L: 1}, budget=10) is None
+    assert decide.tier(IDLE, budget=10) is L
+
+
+def test_a_request_whose_deadline_passed_while_waiting_is_taken_as_expired() -> None:
+    decide, room = next_start(work(H, 1, expire=100))
+    start = decide.take(H, now_ms=100)
+    assert start is not None and start.expired == TOO_LATE
+    assert len(room) == 0  # taken either way: answered EXPIRED, never called
+
+
+def test_taking_from_an_empty_tier_says_so() -> None:
+    decide, _ = next_start(work(H, 1))
+    assert decide.take(L, now_ms=0) is None  # its partition was revoked while the pool was asked
+
+
+def test_a_promoted_brief_takes_a_medium_token() -> None:
+    decide, room = next_start(work(L, 0), promotion_age_ms=1_000)
+    room.sweep(now_ms=5_000)
+    assert decide.tier({H: 0, M: 0, L: 1}, budget=10) is M
+    start = decide.take(M, now_ms=5_000)
+    assert start is not None and start.tier is M and start.work.tier is L
+
+
+def test_models_by_tier_with_the_request_as_override() -> None:
+    models = ModelChoice.of(fast="f", accurate="a", cheap="c")
+    assert models.model_for(work(H, 0)) == "f"
+    assert models.model_for(work(M, 0)) == "a"
+    assert models.model_for(work(L, 0, model="special")) == "special"
+    promoted = work(L, 0)
+    promoted.promoted = True
+    assert models.model_for(promoted) == "c"  # scheduled as MEDIUM, still a brief
+    with pytest.raises(ValueError, match="LOW"):
+        ModelChoice({H: "f", M: "a"})

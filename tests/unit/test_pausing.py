@@ -1,0 +1,95 @@
+"""Back-pressure as desired paused state, applied to the in-memory consumer."""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.dispatcher.consumer import Partition
+from services.dispatcher.metrics import DispatcherMetrics
+from services.dispatcher.offsets import PartitionOffsets
+from services.dispatcher.pausing import Pauses
+from services.dispatcher.waiting import WaitingRoom
+from services.dispatcher.work import Work
+from services.messaging.records import ChatMessage, InferenceRequest
+from services.messaging.tiers import Tier
+from services.messaging.topics import TopicNames
+from tests.support.dispatcher_fakes import InMemoryConsumer
+
+TOPICS = TopicNames("unit")
+
+
+class Listener:
+    def __init__(self, pauses: Pauses) -> None:
+        self.pauses = pauses
+
+    async def on_revoked(self, revoked: list[Partition]) -> None:
+        return None
+
+    async def on_assigned(self, assigned: list[Partition]) -> None:
+        self.pauses.apply()
+
+
+def waiting(tier: Tier, n: int) -> list[Work]:
+    request = InferenceRequest(
+        request_id="r",
+        scenario="s",
+        tier=tier,
+        created_at_ms=0,
+        expire_at_ms=1,
+        messages=(ChatMessage("u", "x"),),
+    )
+    return [Work(request=request, tier=tier, offsets=PartitionOffsets("t", 0), offset=i) for i in range(n)]
+
+
+def setup(readahead: int = 2) -> tuple[InMemoryConsumer, WaitingRoom, Pauses]:
+    consumer = InMemoryConsumer.for_topics(TOPICS, partitions_each=2)
+    room = WaitingRoom(promotion_age_ms=60_000)
+    metrics = DispatcherMetrics(tokens_in_use=dict, tokens_held=dict, effective_budget=lambda: 1)
+    return consumer, room, Pauses(consumer, TOPICS, room, metrics, readahead=readahead)
+
+
+def partitions(topic: str) -> set[Partition]:
+    return {Partition(topic, 0), Partition(topic, 1)}
+
+
+def test_a_full_tier_is_paused_and_stays_paused_across_a_rebalance() -> None:
+    async def scenario() -> None:
+        consumer, room, pauses = setup()
+        await consumer.start(Listener(pauses))
+        for item in waiting(Tier.LOW, 2):
+            room.add(item)
+        pauses.update()
+        assert consumer.paused() == partitions(TOPICS.requests(Tier.LOW))
+        await consumer.rebalance(set(consumer.logs))  # the consumer forgets its pauses
+        assert consumer.paused() == partitions(TOPICS.requests(Tier.LOW))
+        room.pop(Tier.LOW)
+        pauses.update()
+        assert consumer.paused() == set()
+
+    asyncio.run(scenario())
+
+
+def test_retries_pause_only_when_the_whole_read_ahead_is_full() -> None:
+    async def scenario() -> None:
+        consumer, room, pauses = setup(readahead=1)
+        await consumer.start(Listener(pauses))
+        for tier in Tier:
+            room.add(waiting(tier, 1)[0])
+        pauses.update()
+        assert partitions(TOPICS.retry) <= consumer.paused()
+
+    asyncio.run(scenario())
+
+
+def test_a_held_back_retry_partition_is_released_when_due() -> None:
+    async def scenario() -> None:
+        consumer, _, pauses = setup()
+        await consumer.start(Listener(pauses))
+        held = Partition(TOPICS.retry, 1)
+        pauses.hold_back(held, 0.05)
+        assert consumer.paused() == {held}
+        async with asyncio.timeout(2):
+            while consumer.paused():
+                await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())

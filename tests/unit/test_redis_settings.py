@@ -1,0 +1,52 @@
+"""One Redis block for the dispatcher: ``INFERQ_REDIS_*`` → `DispatcherSettings.redis`."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio.connection import SSLConnection
+
+from services.dispatcher.settings import DispatcherSettings, renamed_variables_in
+from services.dispatcher.tokens.redis_pool import redis_client
+from services.dispatcher.tokens.settings import RedisBudgetSettings, redacted_url
+
+
+def test_every_redis_variable_lands_in_the_one_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERQ_REDIS_URL", "rediss://redis.example:6380/2")
+    monkeypatch.setenv("INFERQ_REDIS_PASSWORD", "hunter2")
+    monkeypatch.setenv("INFERQ_REDIS_KEY_PREFIX", "team-a:budget")
+    monkeypatch.setenv("INFERQ_REDIS_LEASE_TTL_S", "3")
+    monkeypatch.setenv("INFERQ_REDIS_CALL_TIMEOUT_S", "0.25")
+    redis = DispatcherSettings().redis
+    assert redis.url == "rediss://redis.example:6380/2"
+    assert redis.password is not None and redis.password.get_secret_value() == "hunter2"
+    assert redis.key_prefix_for("inferq") == "team-a:budget"
+    assert (redis.lease_ttl_s, redis.call_timeout_s) == (3.0, 0.25)
+    # No second copy of these fields beside the block.
+    assert not {"redis_url", "lease_ttl_s"} & set(DispatcherSettings.model_fields)
+
+
+def test_the_key_prefix_follows_the_topic_prefix_unless_set() -> None:
+    assert RedisBudgetSettings().key_prefix_for("staging") == "staging:budget"
+    assert RedisBudgetSettings(key_prefix="shared:budget").key_prefix_for("staging") == "shared:budget"
+
+
+def test_a_password_shows_in_no_repr_even_inside_the_url() -> None:
+    settings = RedisBudgetSettings(url="redis://admin:inurl@h:6379/0", password="apart")  # noqa: S106
+    for text in (repr(settings), str(settings), repr(DispatcherSettings(redis=settings))):
+        assert "inurl" not in text and "apart" not in text
+        assert "redis://admin:***@h:6379/0" in text
+    assert redacted_url("redis://h:6379/0") == "redis://h:6379/0"
+
+
+def test_a_rediss_url_means_tls() -> None:
+    tls = redis_client("rediss://h:6380/0", password=None, call_timeout_s=0.5, name="t")
+    plain = redis_client("redis://h:6379/0", password=None, call_timeout_s=0.5, name="t")
+    assert tls.connection_pool.connection_class is SSLConnection
+    assert plain.connection_pool.connection_class is not SSLConnection
+
+
+def test_the_old_lease_ttl_variable_is_named_not_silently_ignored() -> None:
+    assert renamed_variables_in({"INFERQ_LEASE_TTL_S": "3"}) == [
+        "INFERQ_LEASE_TTL_S is no longer read: use INFERQ_REDIS_LEASE_TTL_S"
+    ]
+    assert renamed_variables_in({"INFERQ_REDIS_LEASE_TTL_S": "3"}) == []
