@@ -1,8 +1,8 @@
 """The LLM backend client: OpenAI chat-completions over HTTP, on aiohttp.
 
 Messages are forwarded unchanged. Each call is bounded by a timeout the caller computes from the
-request's remaining deadline. Failures become `BackendError` with `retriable` set as the mission
-says: timeouts, connection errors, 429 and 5xx may be retried; other 4xx may not.
+request's remaining deadline. Failures become `BackendError` with `retriable` set by one rule
+(docs/architecture.md, "Retries"): timeouts, connection errors, 429 and 5xx may be retried; other 4xx may not.
 
 aiohttp, not httpx: measured on this machine (`inferq bench throughput`), httpx's connection pool
 spends most of the dispatcher's CPU once many calls are in flight (1,841 calls/s with one caller,

@@ -12,7 +12,8 @@ Policies:
   capacity is lent in priority order up to each tier's ceiling, except the HIGH headroom: MEDIUM
   and LOW never take the last `high_headroom` free slots. At night LOW may use `low_idle_ceiling`
   (the whole budget) when HIGH and MEDIUM have nothing waiting or running.
-- `StaticScheduler` (the seed): each tier capped at its floor, nothing lent. A baseline.
+- `StaticScheduler` (hard slots, e.g. the peak split 6/3/1): each tier capped at its floor, nothing
+  lent. A baseline.
 - `FifoScheduler`: one queue in arrival order under the global budget. A baseline.
 
 The effective budget may be below the schedule's (adaptive limits): the window is then squeezed,
@@ -104,7 +105,7 @@ class TieredScheduler(_ScheduledPolicy):
 
 
 class StaticScheduler(_ScheduledPolicy):
-    """The seed's hard slots: each tier capped at its floor; idle slots are not lent."""
+    """Hard slots (a baseline): each tier capped at its floor; idle slots are not lent."""
 
     name = "static"
 

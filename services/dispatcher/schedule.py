@@ -1,8 +1,9 @@
 """The budget schedule: for each window of the day, each tier's guaranteed floor and ceiling.
 
-The seed's slot numbers become floors (peak 20-22: HIGH 6 / MEDIUM 3 / LOW 1; normal: 5 / 3 / 2;
-night 0-6: LOW 8). Ceilings say how far a tier may borrow capacity another tier leaves idle: HIGH
-up to the whole budget, MEDIUM up to the budget minus the HIGH headroom, LOW as the seed wants it
+The default table (`infra/schedule.toml`) gives each tier a floor (peak 20-22: HIGH 6 / MEDIUM 3 /
+LOW 1; normal: 5 / 3 / 2; night 0-6: LOW 8). Ceilings say how far a tier may borrow capacity
+another tier leaves idle: HIGH up to the whole budget, MEDIUM up to the budget minus the HIGH
+headroom, LOW as the table says
 (1 at peak, 2 normally, 8 at night, and the whole budget at night when nothing else waits or runs).
 Users edit the table as a TOML file (`Schedule.from_toml`); `pinned` forces one window by name,
 for tests and load tests.
@@ -138,9 +139,9 @@ class Schedule:
 
     @classmethod
     def default(cls, budget: int = 10, timezone: str = "UTC", headroom: int | None = None) -> Schedule:
-        """The mission's table. Its numbers are for a budget of 10; other budgets scale them in
-        proportion (floors rounded down so they fit, LOW's ceilings at least 1 so LOW can borrow),
-        and the HIGH headroom defaults to 20% of the budget (2 of 10)."""
+        """The built-in table (written out in `infra/schedule.toml`). Its numbers are for a budget of
+        10; other budgets scale them in proportion (floors rounded down so they fit, LOW's ceilings
+        at least 1 so LOW can borrow), and the HIGH headroom defaults to 20% of the budget (2 of 10)."""
         b = budget
 
         def scaled(slots: int) -> int:

@@ -31,14 +31,14 @@ class DispatcherSettings(BaseSettings):
     dispatcher_id: str = Field(default_factory=_default_dispatcher_id)
     # The LLM API's concurrency limit, shared by the whole dispatcher group.
     budget: int = Field(default=10, ge=1, le=10_000)
-    # inferq: tiered and work-conserving; static: the seed's hard 6/3/1; fifo: one queue.
+    # inferq: tiered and work-conserving; static: the default peak split 6/3/1 as hard caps; fifo: one queue.
     policy: Literal["inferq", "static", "fifo"] = "inferq"
     # A TOML schedule (see infra/schedule.toml); None: the built-in table scaled to the budget.
     schedule_file: Path | None = None
     # Force one window by name ("peak", "normal", "night"), e.g. for tests and load tests.
     schedule_pin: str | None = None
     timezone: str = "UTC"
-    # Lift LOW's ceiling in the peak window (the seed caps it at 1) so briefs borrow idle capacity.
+    # Lift LOW's ceiling in the peak window (infra/schedule.toml caps it at 1) so briefs borrow idle capacity.
     low_peak_ceiling: int | None = Field(default=None, ge=0)
     # Requests held in memory per tier beyond those running; past it the tier's partitions pause.
     # None: twice the budget, at least 20 (enough to keep every slot fed between fetches).

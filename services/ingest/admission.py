@@ -1,6 +1,6 @@
 """Admission control: whether a new request may join its tier's backlog (pure, no Kafka, no clock).
 
-Policy (mission.md, "Queue sizing, deadlines, overflow"):
+Policy (docs/architecture.md, "Admission"):
 
 - Each tier has a backlog capacity: budget x target wait / mean latency, where the target wait is
   60% of the tier's deadline (queue wait under 60% of the latency tolerance, 40% left for inference).
@@ -65,7 +65,7 @@ class Refusal:
 class AdmissionPolicy:
     """Per-tier capacities and drain rates; `decide()` admits or refuses one new request.
 
-    `capacity` must name every tier; build it with `from_deadlines()` to get the mission's defaults.
+    `capacity` must name every tier; build it with `from_deadlines()` to get the defaults.
     """
 
     capacity: Mapping[Tier, int]

@@ -51,7 +51,7 @@ class IngestSettings(BaseSettings):
     queue_wait_fraction: float = Field(default=DEFAULT_QUEUE_WAIT_FRACTION, gt=0, lt=1)
     # Explicit backlog capacity per tier (records); tiers left out get budget x target wait / latency.
     backlog_capacity: dict[Tier, int] = Field(default_factory=dict)
-    # Fill ratio above which a tier is alerted on (warning log, gauge); the mission's 70%.
+    # Fill ratio above which a tier is alerted on (warning log, gauge); 70% by default.
     backlog_alert_ratio: float = Field(default=0.7, gt=0, le=1)
     # How often the lag is re-read; admission must not act on a backlog older than a second.
     backlog_refresh_s: float = Field(default=0.5, gt=0, le=1.0)

@@ -1,4 +1,4 @@
-"""Backlog capacity per tier (mission.md): consumers x target wait / mean latency.
+"""Backlog capacity per tier: consumers x target wait / mean latency.
 
 The target wait is 60% of the tier's deadline, leaving 40% for inference: with a budget of 10,
 a 5 s chat deadline and 0.5 s chats, 10 x 3 s / 0.5 s = 60 requests may wait. Ingest refuses

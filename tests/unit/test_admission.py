@@ -20,7 +20,7 @@ from tests.support.fakes import FakeBacklog, RecordingProducer
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 
-# Small capacities so the table reads easily: HIGH 60 (the mission's example), MEDIUM 20, LOW 100.
+# Small capacities so the table reads easily: HIGH 60 (the documented example), MEDIUM 20, LOW 100.
 POLICY = AdmissionPolicy(capacity={H: 60, M: 20, L: 100})
 
 

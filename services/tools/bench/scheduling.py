@@ -1,7 +1,7 @@
 """`inferq bench scheduling`: every policy on the same compressed evening peak; tables and targets.
 
 Writes `<out>/scheduling.json` (every number, the trace, the machine) and `<out>/scheduling.md`
-(the tables with a PASS/MISS column per mission target), and prints the markdown.
+(the tables with a PASS/MISS column per target), and prints the markdown.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The mission's targets checked against the runs, and the markdown tables (pure)."""
+"""The scheduling targets (BENCHMARKS.md) checked against the runs, and the markdown tables (pure)."""
 
 from __future__ import annotations
 

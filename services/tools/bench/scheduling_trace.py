@@ -2,7 +2,7 @@
 scenario and generated once by the one trace generator (`services.tools.traces.generator`), then
 replayed identically for every policy.
 
-Real-time shape (the seed's numbers): about 60 requests a minute, two thirds realtime chat and one
+Real-time shape (the evening peak): about 60 requests a minute, two thirds realtime chat and one
 third emotion analysis, arriving in Poisson clusters (on average 3 requests spread over 2 s); a
 burst of analyses partway through; a dump of morning briefs at the start. Time is compressed by
 `compress` (S): the trace lasts `duration_s` of wall clock, i.e. `duration_s x S` seconds of the

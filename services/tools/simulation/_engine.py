@@ -138,7 +138,7 @@ class Simulation:
 
     def _fetch(self, tier: Tier) -> None:
         """Take `tier`'s backlog into the read-ahead up to its bound; expired requests are answered
-        at intake, as `Dispatcher._admit` does."""
+        at intake, as the dispatcher's `Intake.admit` does."""
         backlog = self.kafka[tier]
         while backlog and self.room.held(tier) < self.config.readahead_per_tier:
             index = backlog.popleft()

@@ -1,7 +1,7 @@
 """A discrete-event simulation of the dispatcher: the trace's arrivals, the real scheduling code.
 
 What is the dispatcher's own code, imported, not re-implemented: the policy (`Scheduler.next_tier`,
-asked one start at a time after every arrival and completion, as `Dispatcher._start_ready` does),
+asked one start at a time after every arrival and completion through `NextStart`, as the dispatcher does),
 the schedule and its windows (the scheduler reads the simulated clock), and the `WaitingRoom`
 (expiry at intake, at start and by the housekeeping sweep; early drop; LOW promotion).
 
