@@ -38,8 +38,9 @@ def _unicode_text(value: str) -> str:
 
 
 def _identifier_check(max_chars: int) -> Any:
+    # fullmatch: the pattern's `$` alone would let a trailing newline through.
     def check(value: str) -> str:
-        if len(value) > max_chars or not limits.ID_PATTERN.match(value):
+        if len(value) > max_chars or not limits.ID_PATTERN.fullmatch(value):
             raise ValueError(f"must be 1-{max_chars} characters of {_ID_RULE}")
         return value
 

@@ -39,7 +39,7 @@ class ResultRoutes:
         """200 with `public_view` of the first result for the id; 404 while there is none (or past
         retention); 422 for an id no request can have, which is not echoed back."""
         request_id = request.path_params["request_id"]
-        if not isinstance(request_id, str) or not ID_PATTERN.match(request_id):
+        if not isinstance(request_id, str) or not ID_PATTERN.fullmatch(request_id):
             return JSONResponse({"error": _BAD_ID}, status_code=422)
         result = await self._store.get(request_id)
         if result is None:

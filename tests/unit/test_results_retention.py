@@ -17,7 +17,7 @@ from services.results.retention import RetentionTask
 from services.results.settings import ResultsSettings
 from services.results.store import ResultStore
 from services.results.table import ResultsTable
-from tests.support.fakes import FakeResultFeed, a_result
+from tests.support.fakes import DyingResultFeed, FakeResultFeed, a_result
 
 DAY_MS = 86_400_000
 CODEC = result_codec()
@@ -123,15 +123,8 @@ def test_the_retention_task_purges_on_its_interval_and_stops(tmp_path):
     assert asyncio.run(scenario()) == 0
 
 
-class DyingFeed(FakeResultFeed):
-    """A feed whose fetch fails with an error the consumer cannot go on after."""
-
-    async def getmany(self, **kwargs):
-        raise RuntimeError("the consumer's loop broke")
-
-
 def test_healthz_is_503_once_the_consumer_has_died(tmp_path, caplog):
-    app = create_app(ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=DyingFeed)
+    app = create_app(ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=DyingResultFeed)
     with TestClient(app) as client:
         deadline = time.monotonic() + 5
         while (response := client.get("/healthz")).status_code == 200:
