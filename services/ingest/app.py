@@ -5,8 +5,10 @@ A request is answered 202 only after the broker acknowledged the record (acks=al
 promise the pipeline keeps; the refusals are listed in `services.ingest.submit`. The parts, each in
 its own module:
 
-- `submit.SubmitEndpoint`: the POST handler (`body` reads and validates, `envelope` builds the record)
-- `publisher.Publisher`: admission (`admission`), idempotency (`idempotency`) and the produce
+- `submit.SubmitEndpoint`: the POST handler (`body` reads within a size and a deadline, `json_guard`
+  parses within bounds, `validation` checks every field, `envelope` builds the record)
+- `publisher.Publisher`: the record's size (`record_limit`), admission (`admission`), idempotency
+  (`idempotency`) and the produce
 - `backlog.KafkaBacklogReader`: the dispatcher group's lag, refreshed in the background
 - `backlog_watch`: the 70% alarm, on every request and on a timer
 - `backlog_view.BacklogEndpoint`: ``GET /v1/backlog``
