@@ -63,7 +63,9 @@ TenantName = Annotated[
 ModelName = Annotated[
     str, _identifier_field(limits.MAX_MODEL_CHARS), _identifier_check(limits.MAX_MODEL_CHARS)
 ]
-Text = Annotated[str, Field(strict=True), AfterValidator(_unicode_text)]
+MessageText = Annotated[
+    str, Field(strict=True, max_length=limits.MAX_MESSAGE_CHARS), AfterValidator(_unicode_text)
+]
 StopText = Annotated[
     str, Field(strict=True, min_length=1, max_length=limits.MAX_STOP_CHARS), AfterValidator(_unicode_text)
 ]
@@ -72,11 +74,12 @@ StopText = Annotated[
 class Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Role
-    content: Annotated[Text, Field(max_length=limits.MAX_MESSAGE_CHARS)]
+    content: MessageText
 
 
 class ResponseFormat(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    # limits.RESPONSE_FORMATS, spelt out for the type checker and the JSON schema.
     type: Literal["text", "json_object"]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from starlette.testclient import TestClient
 
 from services.ingest.app import create_app
+from services.ingest.record_limit import read_topics_max_message_bytes
 from services.ingest.settings import IngestSettings
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import Tier
@@ -29,19 +31,23 @@ pytestmark = pytest.mark.kafka
 
 
 def set_topic_max_message_bytes(kafka: KafkaSettings, topic: str, size: int) -> None:
+    """Set the topic's max.message.bytes and wait (bounded) until the broker reports it."""
     admin = AdminClient(kafka.admin_config())
     entry = ConfigEntry("max.message.bytes", str(size), incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=15)
+    deadline = time.monotonic() + 15
+    while read_topics_max_message_bytes(kafka, [topic]) != size:
+        assert time.monotonic() < deadline, f"the broker never reported max.message.bytes={size}"
+        time.sleep(0.1)
 
 
 def chat(content: str) -> dict[str, Any]:
-    return {
-        "scenario": "realtime_chat",
-        "session_id": "s",
-        "messages": [{"role": "user", "content": content}],
-    }
+    """A request whose messages carry `content` (split: one message holds at most 512,000 chars)."""
+    half = len(content) // 2
+    messages = [{"role": "user", "content": part} for part in (content[:half], content[half:])]
+    return {"scenario": "realtime_chat", "session_id": "s", "messages": messages}
 
 
 def written(kafka: KafkaSettings) -> int:
