@@ -30,3 +30,26 @@ MAX_CLOCK_SKEW_MS = 60_000
 
 # Kafka topic names: legal characters, at most 249 of them.
 TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
+
+# Chat-completions parameters a request may carry (`params`), and their bounds. Anything else
+# (`model`, `messages`, `stream`, `n`, unknown names) is refused: the dispatcher owns those.
+ALLOWED_PARAMS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "stop",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "response_format",
+    }
+)
+MAX_TEMPERATURE = 2.0
+MAX_TOP_P = 1.0
+# presence_penalty and frequency_penalty lie in [-MAX_PENALTY, MAX_PENALTY].
+MAX_PENALTY = 2.0
+MAX_COMPLETION_TOKENS = 32_768
+MAX_STOP_SEQUENCES = 4
+MAX_STOP_CHARS = 128
+RESPONSE_FORMATS = frozenset({"text", "json_object"})
