@@ -15,6 +15,7 @@ def _registrars() -> list[Register]:
     from services.ingest.cli import register as ingest
     from services.messaging.cli import register as topics
     from services.results.cli import register as results
+    from services.tenancy.cli import register as tenants
     from services.tools.bench.cli import register as bench
     from services.tools.broker.cli import register as broker
     from services.tools.demo.cli import register as demo
@@ -31,6 +32,7 @@ def _registrars() -> list[Register]:
         ingest,
         dispatcher,
         results,
+        tenants,
         sim_backend,
         demo,
         loadtest,

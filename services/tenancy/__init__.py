@@ -1,0 +1,16 @@
+"""Tenants: API keys, entitlements and quotas, shared by ingest, results and (later) the dispatcher.
+
+- `keys`: new keys, their ``sha256:<hex>`` hashes, the ``Authorization: Bearer`` parse
+- `model`: `Tenant`, `Entitlements`, `TenantDirectory` (frozen values), `OPEN_TENANT`
+- `loading`: the tenants file (TOML, ``infra/tenants.example.toml``) → a directory, or errors
+  naming their lines
+- `entitlements`: `apply_entitlements`, the one pure check of a request against a tenant's
+  entitlements (ingest now, the dispatcher for records written straight to Kafka)
+- `auth`: `Principal` and `authenticate` (401 reasons)
+- `rate`: requests per minute, a token bucket per tenant on an injected clock
+- `registry`: `TenantRegistry`, the tenants in force, reloaded on file change and SIGHUP
+- `bind`: open mode (no file) only on loopback addresses
+- `settings`: `TenancySettings` (``INFERQ_TENANTS_FILE``, ``INFERQ_TENANTS_RELOAD_INTERVAL_S``)
+- `cli`: ``inferq tenants key`` and ``inferq tenants check FILE``
+- `errors`: the exception tree
+"""

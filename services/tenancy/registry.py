@@ -1,0 +1,198 @@
+"""The tenants in force for one service process, reloaded without a restart.
+
+`TenantRegistry` loads the tenants file at start (a bad file stops the service: `TenantsFileError`
+names the lines) and then re-reads it every `reload_interval_s` and on SIGHUP. A file whose bytes
+changed is parsed again; a valid one replaces the directory at once (a new key works from then on,
+a removed key or tenant gets 401), an invalid or unreadable one is logged as an error and the
+previous tenants stay in force. Open mode (no file) is decided at start and never entered later:
+a deleted file keeps the last tenants.
+
+Listeners (`on_change`) run on the event loop after each swap: ingest re-sizes its rate buckets.
+The SIGHUP handler only wakes the watcher (it runs on the loop, via `add_signal_handler`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from services.messaging.topics import TopicNames
+from services.tenancy.auth import ANONYMOUS, Principal, authenticate
+from services.tenancy.errors import TenantsFileError
+from services.tenancy.loading import decode_tenants, read_tenants_file
+from services.tenancy.model import OPEN_TENANT, TenantDirectory
+
+log = logging.getLogger("inferq.tenancy")
+
+_STOP_WAIT_S = 1.0
+# The label of a result whose tenant the file does not list (removed, or written straight to Kafka).
+OTHER_LABEL = "other"
+
+
+class TenantRegistry:
+    """The current `TenantDirectory` of the file at `path` (None: open mode).
+
+    `load()` must succeed once before the service serves; `start()`/`stop()` run the watcher
+    (idempotent). `reload()` re-reads the file now; it returns whether the tenants changed.
+    """
+
+    def __init__(
+        self,
+        path: Path | None,
+        *,
+        topics: TopicNames | None = None,
+        reload_interval_s: float = 2.0,
+    ) -> None:
+        if reload_interval_s <= 0:
+            raise ValueError(f"reload_interval_s must be > 0, got {reload_interval_s}")
+        self._path = path
+        self._topics = topics
+        self._interval_s = reload_interval_s
+        self._directory: TenantDirectory | None = None
+        self._fingerprint: bytes | None = None
+        self._listeners: list[Callable[[TenantDirectory], None]] = []
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._sighup_loop: asyncio.AbstractEventLoop | None = None
+        self.reloads = 0
+        self.failed_reloads = 0
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    @property
+    def open_mode(self) -> bool:
+        return self._path is None
+
+    @property
+    def directory(self) -> TenantDirectory | None:
+        """The tenants in force; None in open mode."""
+        return self._directory
+
+    def load(self) -> TenantDirectory | None:
+        """Read the file for the first time; `TenantsFileError` when it cannot be used."""
+        if self._path is None:
+            log.warning(
+                "OPEN MODE: no tenants file (INFERQ_TENANTS_FILE); every caller is tenant %r with the "
+                "global rules, no key asked; loopback addresses only",
+                OPEN_TENANT.name,
+            )
+            return None
+        data = read_tenants_file(self._path)
+        directory = decode_tenants(data, self._path, topics=self._topics)
+        self._swap(directory, hashlib.sha256(data).digest())
+        log.info("tenants loaded from %s: %s", self._path, _names(directory))
+        return directory
+
+    def on_change(self, listener: Callable[[TenantDirectory], None]) -> None:
+        """Call `listener` with every new directory (and now, with the current one)."""
+        self._listeners.append(listener)
+        if self._directory is not None:
+            listener(self._directory)
+
+    def authenticate(self, authorization: Sequence[str]) -> Principal:
+        """The caller of a request with these Authorization values; `AuthenticationError` (401)."""
+        if self.open_mode:
+            return ANONYMOUS
+        return authenticate(self._directory, authorization)
+
+    def weights(self) -> Mapping[str, float] | None:
+        """Each tenant's weight; None in open mode (no per-tenant shares)."""
+        return None if self._directory is None else self._directory.weights
+
+    def label(self, tenant: str) -> str:
+        """The metrics label of `tenant`: its name when the file lists it, ``default`` in open mode,
+        else ``other`` (the label set stays bounded by the file)."""
+        if self._directory is None:
+            return OPEN_TENANT.name
+        return tenant if self._directory.get(tenant) is not None else OTHER_LABEL
+
+    def request_reload(self) -> None:
+        """Reload at the watcher's next turn, changed or not (the SIGHUP handler)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def reload(self, *, force: bool = False) -> bool:
+        """Re-read the file; True when a new directory is in force. An invalid or unreadable file is
+        logged (once per content) and the previous tenants stay."""
+        path = self._path
+        if path is None:
+            return False
+        try:
+            data = await asyncio.to_thread(read_tenants_file, path)
+        except TenantsFileError as exc:
+            if self._fingerprint != b"unreadable":
+                self._fingerprint = b"unreadable"
+                self.failed_reloads += 1
+                # The reason is the whole story; a traceback per failed read is noise.
+                log.error("tenants file unreadable, keeping the previous tenants: %s", exc)  # noqa: TRY400
+            return False
+        fingerprint = hashlib.sha256(data).digest()
+        if fingerprint == self._fingerprint and not force:
+            return False
+        try:
+            directory = decode_tenants(data, path, topics=self._topics)
+        except TenantsFileError as exc:
+            self._fingerprint = fingerprint
+            self.failed_reloads += 1
+            log.error("tenants file invalid, keeping the previous tenants:\n%s", exc)  # noqa: TRY400
+            return False
+        self._swap(directory, fingerprint)
+        self.reloads += 1
+        log.info("tenants reloaded from %s: %s", path, _names(directory))
+        return True
+
+    async def start(self, *, sighup: bool = False) -> None:
+        """Watch the file (nothing to watch in open mode); with `sighup`, SIGHUP reloads at once."""
+        if self._task is not None or self._path is None:
+            return
+        self._wake = asyncio.Event()
+        if sighup:
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+            self._sighup_loop = loop
+        self._task = asyncio.create_task(self._watch(self._wake), name="tenants-reload")
+        self._task.add_done_callback(_log_end)
+
+    async def stop(self) -> None:
+        if self._sighup_loop is not None:
+            self._sighup_loop.remove_signal_handler(signal.SIGHUP)
+            self._sighup_loop = None
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.remove_done_callback(_log_end)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({task}, timeout=_STOP_WAIT_S)
+
+    async def _watch(self, wake: asyncio.Event) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), self._interval_s)
+            forced = wake.is_set()
+            wake.clear()
+            if forced:
+                log.info("SIGHUP: reloading the tenants file")
+            await self.reload(force=forced)
+
+    def _swap(self, directory: TenantDirectory, fingerprint: bytes) -> None:
+        self._directory = directory
+        self._fingerprint = fingerprint
+        for listener in self._listeners:
+            listener(directory)
+
+
+def _names(directory: TenantDirectory) -> str:
+    return f"{len(directory)} tenants ({', '.join(sorted(directory.tenants)) or 'none'})"
+
+
+def _log_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        log.error("tenants watcher stopped: the file is no longer reloaded", exc_info=task.exception())

@@ -1,0 +1,195 @@
+"""The tenants in force: loaded at start, reloaded on change and on request, an invalid file keeping
+the previous tenants; authentication and labels over them; open mode's bind rule; `inferq tenants`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from services.cli import main
+from services.tenancy.auth import ANONYMOUS
+from services.tenancy.bind import is_loopback, require_tenants_or_loopback
+from services.tenancy.errors import AuthenticationError, OpenModeRefusedError, TenantsFileError
+from services.tenancy.keys import hash_key
+from services.tenancy.registry import TenantRegistry
+from tests.support.tenants import TenantSpec, write_tenants
+
+
+def registry_with(path: Path, *specs: TenantSpec, interval_s: float = 0.05) -> TenantRegistry:
+    write_tenants(path, *specs)
+    registry = TenantRegistry(path, reload_interval_s=interval_s)
+    registry.load()
+    return registry
+
+
+def bearer(key: str) -> list[str]:
+    return [f"Bearer {key}"]
+
+
+def test_authentication_names_the_tenant_or_says_why_not(tmp_path):
+    acme, other = TenantSpec("acme"), TenantSpec("other")
+    registry = registry_with(tmp_path / "t.toml", acme, other)
+    assert registry.authenticate(bearer(acme.key)).name == "acme"
+    assert registry.authenticate(bearer(other.key)).authenticated
+    for values, reason in ([], "missing"), (["Bearer a b"], "malformed"), (bearer("iq_nobody"), "unknown"):
+        with pytest.raises(AuthenticationError) as refused:
+            registry.authenticate(values)
+        assert refused.value.reason == reason
+    assert (registry.label("acme"), registry.label("removed")) == ("acme", "other")
+    assert registry.weights() == {"acme": 1.0, "other": 1.0}
+
+
+def test_open_mode_is_anonymous_with_one_label_and_no_weights():
+    registry = TenantRegistry(None)
+    assert registry.load() is None and registry.open_mode
+    assert registry.authenticate([]) is ANONYMOUS
+    assert registry.authenticate(["Bearer whatever"]) is ANONYMOUS
+    assert (ANONYMOUS.label, registry.label("loadtest"), registry.weights()) == ("default", "default", None)
+
+
+def test_a_bad_file_at_start_is_an_error_naming_the_line(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text('[[tenants]]\nname = "a"\nweight = 0\n')
+    with pytest.raises(TenantsFileError, match=r"t.toml:3: \[\[tenants\]\] #1 'a' \(line 1\): weight"):
+        TenantRegistry(path).load()
+
+
+def test_a_changed_file_is_reloaded_by_the_watcher_and_listeners_hear_of_it(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="inferq.tenancy")
+    path = tmp_path / "t.toml"
+    old, new = TenantSpec("acme"), TenantSpec("acme")
+
+    async def scenario() -> None:
+        registry = registry_with(path, old)
+        seen: list[list[str]] = []
+        registry.on_change(lambda d: seen.append(sorted(d.tenants)))
+        await registry.start()
+        try:
+            # Rotation: the new key first, both valid for a while, then the old one removed.
+            write_tenants(path, TenantSpec("acme", keys=[new.key, old.key]), TenantSpec("beta"))
+            async with asyncio.timeout(5):
+                while registry.reloads < 1:
+                    await asyncio.sleep(0.01)
+            assert registry.authenticate(bearer(new.key)).name == "acme"
+            assert registry.authenticate(bearer(old.key)).name == "acme"
+            write_tenants(path, TenantSpec("acme", keys=[new.key]))
+            async with asyncio.timeout(5):
+                while registry.reloads < 2:
+                    await asyncio.sleep(0.01)
+            with pytest.raises(AuthenticationError):
+                registry.authenticate(bearer(old.key))
+            assert seen == [["acme"], ["acme", "beta"], ["acme"]]
+        finally:
+            await registry.stop()
+
+    asyncio.run(scenario())
+    assert "tenants reloaded from" in caplog.text
+    assert old.key not in caplog.text and hash_key(old.key)[7:] not in caplog.text
+
+
+def test_an_invalid_or_deleted_file_keeps_the_previous_tenants_and_logs_once(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="inferq.tenancy")
+    path = tmp_path / "t.toml"
+    acme = TenantSpec("acme")
+
+    async def scenario() -> None:
+        registry = registry_with(path, acme)
+        path.write_text(acme.toml().replace("weight = 1", "weight = -1"))
+        assert await registry.reload() is False
+        assert await registry.reload() is False  # the same bad content: no second error line
+        assert registry.authenticate(bearer(acme.key)).name == "acme"
+        path.unlink()
+        assert await registry.reload() is False
+        assert registry.authenticate(bearer(acme.key)).name == "acme"  # never open mode
+        write_tenants(path, acme)
+        assert await registry.reload() is True
+        assert registry.failed_reloads == 2
+
+    asyncio.run(scenario())
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 2
+    assert "tenants file invalid, keeping the previous tenants" in errors[0] and "weight" in errors[0]
+    assert "t.toml:4" in errors[0]
+    assert "unreadable, keeping the previous tenants" in errors[1]
+    assert hash_key(acme.key)[7:] not in caplog.text
+
+
+def test_sighup_reloads_at_once_even_unchanged(tmp_path):
+    path = tmp_path / "t.toml"
+
+    before = signal.getsignal(signal.SIGHUP)
+
+    async def scenario() -> None:
+        registry = registry_with(path, TenantSpec("acme"), interval_s=3_600)
+        await registry.start(sighup=True)
+        try:
+            os.kill(os.getpid(), signal.SIGHUP)
+            async with asyncio.timeout(5):
+                while registry.reloads < 1:
+                    await asyncio.sleep(0.01)
+        finally:
+            await registry.stop()
+
+    asyncio.run(scenario())
+    # The handler left with the watcher (not tested by sending one: the default would end pytest).
+    assert signal.getsignal(signal.SIGHUP) == before
+
+
+def test_start_and_stop_are_idempotent_and_open_mode_watches_nothing(tmp_path):
+    async def scenario() -> None:
+        registry = registry_with(tmp_path / "t.toml", TenantSpec("a"))
+        await registry.start()
+        await registry.start()
+        await registry.stop()
+        await registry.stop()
+        open_registry = TenantRegistry(None)
+        await open_registry.start(sighup=True)
+        await open_registry.stop()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"])
+def test_loopback_hosts(host):
+    assert is_loopback(host)
+    require_tenants_or_loopback(host, None)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "", "10.0.0.1", "192.168.1.5", "no-such-host.invalid"])
+def test_open_mode_refuses_any_other_address_but_a_tenants_file_allows_it(host):
+    with pytest.raises(OpenModeRefusedError, match="open mode serves anyone without a key"):
+        require_tenants_or_loopback(host, None)
+    require_tenants_or_loopback(host, Path("tenants.toml"))
+
+
+def test_tenants_key_prints_a_key_once_and_its_hash_line(capsys):
+    assert main(["tenants", "key"]) == 0
+    out = capsys.readouterr().out
+    [key] = [w for w in out.split() if w.startswith("iq_")]
+    assert f'keys = ["{hash_key(key)}"]' in out
+    assert out.count(key) == 1
+
+
+def test_tenants_check_summarises_a_valid_file_without_hashes(tmp_path, capsys):
+    spec = TenantSpec("acme", extra={"requests_per_minute": 60}, params={"max_tokens": 100})
+    path = write_tenants(tmp_path / "t.toml", spec)
+    assert main(["tenants", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "valid, 1 tenant(s)" in out and "acme: 1 key(s), weight 1 (100%)" in out
+    assert "rate 60/min burst 60" in out and "params max_tokens<=100" in out
+    assert hash_key(spec.key)[7:] not in out
+
+
+def test_tenants_check_lists_every_problem_and_exits_1(tmp_path, capsys):
+    path = tmp_path / "t.toml"
+    path.write_text(TenantSpec("acme", weight=0).toml() + TenantSpec("b", extra={"burst": 2}).toml())
+    assert main(["tenants", "check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "2 problem(s)" in err
+    assert f"{path}:4: [[tenants]] #1 'acme' (line 1): weight" in err
+    assert f"{path}:13: [[tenants]] #2 'b' (line 9): burst: needs requests_per_minute" in err
