@@ -33,6 +33,7 @@ class OutcomeBuilder:
             dispatcher_id=self.dispatcher_id,
             error=error,
             dispatched_at_ms=dispatched_at_ms,
+            tenant=request.tenant,
         )
 
     def ok(
@@ -50,6 +51,7 @@ class OutcomeBuilder:
             output=completion.output,
             usage=Usage(completion.prompt_tokens, completion.completion_tokens, completion.total_tokens),
             dispatched_at_ms=dispatched_at_ms,
+            tenant=request.tenant,
         )
 
     def expired(self, request: InferenceRequest, model: str, *, now_ms: int) -> InferenceResult:

@@ -105,6 +105,13 @@ def load_schema(name: str) -> dict[str, Any]:
     return loaded
 
 
+def earlier_schemas(name: str) -> list[dict[str, Any]]:
+    """The earlier versions of `schemas/<name>.avsc` kept in `schemas/history/<name>.v<N>.avsc`:
+    records written by a process not yet upgraded still decode (a rolling upgrade)."""
+    paths = sorted((SCHEMA_DIR / "history").glob(f"{name}.v*.avsc"))
+    return [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+
+
 class TypedCodec(Generic[T]):
     """Encodes and decodes one typed record (`InferenceRequest`, `InferenceResult`); `avro` is the
     dict-level codec underneath, for tools that copy records field by field."""
@@ -136,6 +143,7 @@ def request_codec() -> TypedCodec[InferenceRequest]:
 @cache
 def result_codec() -> TypedCodec[InferenceResult]:
     """The process-wide codec of `InferenceResult`, parsed once on first use."""
-    return TypedCodec(
-        AvroCodec(load_schema("inference_result")), InferenceResult.to_record, InferenceResult.from_record
-    )
+    avro = AvroCodec(load_schema("inference_result"))
+    for earlier in earlier_schemas("inference_result"):
+        avro.add_writer(earlier)
+    return TypedCodec(avro, InferenceResult.to_record, InferenceResult.from_record)

@@ -167,6 +167,8 @@ class InferenceResult:
     usage: Usage | None = None
     # When it took a concurrency token; None if it never did.
     dispatched_at_ms: int | None = None
+    # The request's tenant: (tenant, request_id) names a result.
+    tenant: str = "default"
 
     @property
     def queue_wait_ms(self) -> int | None:
@@ -197,6 +199,7 @@ class InferenceResult:
             "completed_at_ms": self.completed_at_ms,
             "attempts": self.attempts,
             "dispatcher_id": self.dispatcher_id,
+            "tenant": self.tenant,
         }
 
     @classmethod
@@ -217,4 +220,5 @@ class InferenceResult:
             if usage is None
             else Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]),
             dispatched_at_ms=record.get("dispatched_at_ms"),
+            tenant=record.get("tenant", "default"),
         )

@@ -7,7 +7,7 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from services.messaging.codec import AvroCodec, load_schema, request_codec, result_codec
+from services.messaging.codec import AvroCodec, earlier_schemas, load_schema, request_codec, result_codec
 from services.messaging.errors import DecodeError, UnknownSchemaError
 from services.messaging.records import ChatMessage, InferenceRequest, InferenceResult, Status, Usage
 from services.messaging.tiers import Tier
@@ -70,6 +70,7 @@ def test_result_round_trip():
         "completed_at_ms": 5,
         "attempts": 1,
         "dispatcher_id": "d",
+        "tenant": "acme",
     }
     result = InferenceResult.from_record(record)
     assert codec.decode(codec.encode(result)) == result
@@ -167,3 +168,25 @@ def test_reader_without_the_writer_schema_refuses():
         AvroCodec(load_schema("inference_request")).decode(
             AvroCodec(_v2_schema()).encode(a_record(priority_reason=None))
         )
+
+
+def test_a_result_written_before_tenants_decodes_as_tenant_default():
+    """A dispatcher not yet upgraded writes schema v1 (no tenant): the results service still reads it."""
+    [v1] = earlier_schemas("inference_result")
+    assert "tenant" not in {f["name"] for f in v1["fields"]}
+    old_record = {
+        "request_id": "r-1",
+        "tier": "HIGH",
+        "status": "OK",
+        "model": "m",
+        "enqueued_at_ms": 1,
+        "completed_at_ms": 2,
+        "attempts": 1,
+        "dispatcher_id": "d",
+    }
+    old_bytes = AvroCodec(v1).encode(old_record)
+    decoded = result_codec().decode(old_bytes)
+    assert (decoded.request_id, decoded.tenant) == ("r-1", "default")
+    # And a v2 result with its tenant keeps it through the round trip.
+    new_bytes = result_codec().encode(InferenceResult.from_record(old_record | {"tenant": "acme"}))
+    assert result_codec().decode(new_bytes).tenant == "acme"
