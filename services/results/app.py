@@ -2,10 +2,12 @@
 
 The parts, each in its own module: `store.ResultStore` (SQLite behind one worker thread; the table
 itself in `table`), `consumer.ResultConsumer` (reply topic → store, commit after the write),
-`routes.ResultRoutes` (the HTTP answers, `view.public_view` their body), `retention.RetentionTask`
-(expired results deleted every `purge_interval_s`). `create_app` builds them from the settings; its
-lifespan opens the store, then starts the consumer and the retention task, and stops them in the
-reverse order, so the last batch is written before the database closes.
+`routes.ResultRoutes` (the HTTP answers, `view.public_view` their body; who is calling from
+`services.tenancy`), `retention.RetentionTask` (expired results deleted every `purge_interval_s`).
+`create_app` builds them from the settings (and reads the tenants file: a bad one stops the service
+before anything starts); its lifespan opens the store, then starts the consumer, the retention task
+and the tenants' reloader, and stops them in the reverse order, so the last batch is written before
+the database closes.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from services.messaging.admin import require_topics
 from services.messaging.codec import result_codec
 from services.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
 from services.results.retention import RetentionTask
-from services.results.routes import Health, ResultRoutes
+from services.results.routes import Health, ReadMetrics, ResultRoutes
 from services.results.settings import ResultsSettings
 from services.results.store import ResultStore
 from services.telemetry import meter, metrics_endpoint
+from services.tenancy.registry import TenantRegistry
 
 log = logging.getLogger("inferq.results")
 
@@ -54,11 +57,13 @@ async def serve_parts(
     store: ResultStore,
     consumer: ResultConsumer,
     retention: RetentionTask,
+    tenants: TenantRegistry,
     *,
     check_topics: bool = True,
+    reload_on_sighup: bool = False,
 ) -> AsyncIterator[None]:
-    """Open the store, then start the consumer and the retention task; on exit (or a failed start)
-    stop in the reverse order."""
+    """Open the store, then start the consumer, the retention task and the tenants' reloader (with
+    `reload_on_sighup`, SIGHUP reloads too); on exit (or a failed start) stop in the reverse order."""
     async with AsyncExitStack() as started:
         if check_topics:
             await asyncio.to_thread(require_topics, settings.kafka, [settings.kafka.topics.results])
@@ -68,12 +73,15 @@ async def serve_parts(
         started.push_async_callback(consumer.stop)
         await retention.start()
         started.push_async_callback(retention.stop)
+        await tenants.start(sighup=reload_on_sighup)
+        started.push_async_callback(tenants.stop)
         log.info(
-            "results ready, consuming %s into %s; kept %g s, at most %d",
+            "results ready, consuming %s into %s; kept %g s, at most %d; %s",
             settings.kafka.topics.results,
             store.path,
             settings.retention_s,
             settings.max_results,
+            "OPEN MODE (no keys)" if tenants.open_mode else f"tenants from {tenants.path}",
         )
         yield
 
@@ -93,9 +101,17 @@ def create_app(
     *,
     check_topics: bool = True,
     feed: Callable[[], ResultFeed] | None = None,
+    reload_on_sighup: bool = False,
 ) -> Starlette:
     """The results ASGI app. `feed` makes the reply topic's consumer (tests inject a fake); by
-    default `kafka_result_feed(settings)`, built when the lifespan starts."""
+    default `kafka_result_feed(settings)`, built when the lifespan starts. The tenants file is read
+    now (`TenantsFileError`); `reload_on_sighup` (the command sets it) installs the SIGHUP handler."""
+    tenants = TenantRegistry(
+        settings.tenants.file,
+        topics=settings.kafka.topics,
+        reload_interval_s=settings.tenants.reload_interval_s,
+    )
+    tenants.load()
     store = ResultStore(settings.db_path, retention_s=settings.retention_s, max_results=settings.max_results)
     consumer = ResultConsumer(
         feed or functools.partial(kafka_result_feed, settings),
@@ -104,12 +120,25 @@ def create_app(
         ResultsMetrics(meter("inferq.results")),
     )
     retention = RetentionTask(store, interval_s=settings.purge_interval_s)
-    routes = ResultRoutes(store, health=lambda: service_health(consumer, retention))
+    routes = ResultRoutes(
+        store,
+        health=lambda: service_health(consumer, retention),
+        tenants=tenants,
+        metrics=ReadMetrics(meter("inferq.results")),
+    )
     return Starlette(
         routes=[
             Route("/v1/requests/{request_id}", routes.get_result, methods=["GET"]),
             Route("/healthz", routes.healthz, methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
-        lifespan=lambda _: serve_parts(settings, store, consumer, retention, check_topics=check_topics),
+        lifespan=lambda _: serve_parts(
+            settings,
+            store,
+            consumer,
+            retention,
+            tenants,
+            check_topics=check_topics,
+            reload_on_sighup=reload_on_sighup,
+        ),
     )

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from services.results.app import create_app
 from services.results.settings import ResultsSettings
 from services.serving import configure_logging, run_asgi
 from services.telemetry import setup_metrics
+from services.tenancy.bind import require_tenants_or_loopback
+from services.tenancy.errors import OpenModeRefusedError, TenantsFileError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,5 +23,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     configure_logging()
     settings = ResultsSettings()
+    host = args.host or settings.host
+    try:
+        require_tenants_or_loopback(host, settings.tenants.file)
+        app = create_app(settings, reload_on_sighup=True)
+    except (OpenModeRefusedError, TenantsFileError) as exc:
+        print(f"inferq results: not started: {exc}", file=sys.stderr)
+        return 2
     setup_metrics("inferq-results")
-    return run_asgi(create_app(settings), args.host or settings.host, args.port or settings.port)
+    return run_asgi(app, host, args.port or settings.port)

@@ -2,7 +2,7 @@
 
 aiokafka is the consumer here: this service is one event loop that both serves HTTP and consumes,
 its volume is modest, and an async consumer needs no thread hand-off. Offsets are committed after
-the batch is in SQLite, so a crash redoes a batch (duplicates are dropped by request_id).
+the batch is in SQLite, so a crash redoes a batch (duplicates are dropped by (tenant, request_id)).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.messaging.kafka_config import KafkaSettings
+from services.tenancy.settings import TenancySettings
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3_600, "d": 86_400}
@@ -32,6 +33,8 @@ class ResultsSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8701
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # INFERQ_TENANTS_FILE and its reload interval, shared with ingest.
+    tenants: TenancySettings = Field(default_factory=TenancySettings)
     group_id: str = "inferq-results"
     db_path: Path = Path(".inferq/results.db")
     # How long a result is kept and served after it was stored ("7d", "36h" or seconds); past it

@@ -33,7 +33,7 @@ def _now_ms() -> int:
 
 
 class ResultStore:
-    """First result per request_id, in SQLite at `path` (WAL), behind coroutines.
+    """First result per (tenant, request_id), in SQLite at `path` (WAL), behind coroutines.
 
     A result is served for `retention_s` after it was stored (None: forever) and deleted by the next
     `purge()`; at most `max_results` are kept, the oldest stored deleted first (None: unbounded).
@@ -94,13 +94,14 @@ class ResultStore:
         batch = tuple(results)
         return await self._on_table(lambda table: table.put_many(batch))
 
-    async def get(self, request_id: str) -> InferenceResult | None:
-        """The first result stored for `request_id`, or None (also when it is past retention)."""
+    async def get(self, tenant: str, request_id: str) -> InferenceResult | None:
+        """The first result stored for `tenant`'s `request_id`, or None (also when it is past
+        retention, and for another tenant's id)."""
         since_ms = self._retained_since_ms()
-        return await self._on_table(lambda table: table.get(request_id, stored_since_ms=since_ms))
+        return await self._on_table(lambda table: table.get(tenant, request_id, stored_since_ms=since_ms))
 
     async def count(self) -> int:
-        """How many request_ids have a result (expired ones until they are purged)."""
+        """How many requests have a result (expired ones until they are purged)."""
         return await self._on_table(ResultsTable.count)
 
     async def purge(self) -> tuple[int, int]:

@@ -1,8 +1,14 @@
-"""The results table: SQLite in WAL mode, first terminal result per request_id wins. Synchronous.
+"""The results table: SQLite in WAL mode, first terminal result per (tenant, request_id) wins.
+Synchronous.
 
 At-least-once delivery means a result can arrive twice (a dispatcher crashed after producing and
 before committing); the primary key keeps the first and the duplicate is counted, so every caller
-sees exactly one outcome.
+sees exactly one outcome. A request id is unique per tenant only: two tenants' requests with the
+same id are two rows, and neither can read or shadow the other's.
+
+A database written before tenants (its key: request_id alone) is migrated when opened: its rows
+are copied, in one transaction, into the new table under tenant ``default`` (what every request
+was before a tenants file existed).
 
 The table is bounded two ways: by age (`purge` deletes results stored before a cut-off, and `get`
 does not serve them even before the purge ran) and by count (`max_rows`: past it, the results
@@ -25,9 +31,10 @@ from pathlib import Path
 
 from services.messaging.records import InferenceResult
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS results (
-    request_id TEXT PRIMARY KEY,
+_TABLE = """
+CREATE TABLE IF NOT EXISTS {name} (
+    tenant TEXT NOT NULL DEFAULT 'default',
+    request_id TEXT NOT NULL,
     tier TEXT NOT NULL,
     status TEXT NOT NULL,
     output TEXT,
@@ -39,11 +46,14 @@ CREATE TABLE IF NOT EXISTS results (
     completed_at_ms INTEGER NOT NULL,
     attempts INTEGER NOT NULL,
     dispatcher_id TEXT NOT NULL,
-    stored_at_ms INTEGER NOT NULL DEFAULT 0
+    stored_at_ms INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, request_id)
 )
 """
+_SCHEMA = _TABLE.format(name="results")
 _INDEX = "CREATE INDEX IF NOT EXISTS results_stored_at ON results (stored_at_ms)"
 _COLUMNS = (
+    "tenant",
     "request_id",
     "tier",
     "status",
@@ -93,6 +103,7 @@ class ResultsTable:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
         self._add_stored_at()
+        self._key_by_tenant()
         self._db.execute(_INDEX)
         # Kept up to date by every write, so the size bound and /healthz never scan the table.
         self._rows = self._count_rows()
@@ -105,6 +116,23 @@ class ResultsTable:
                 self._db.execute("BEGIN")
                 self._db.execute("ALTER TABLE results ADD COLUMN stored_at_ms INTEGER NOT NULL DEFAULT 0")
                 self._db.execute("UPDATE results SET stored_at_ms = completed_at_ms")
+
+    def _key_by_tenant(self) -> None:
+        # A database written before tenants: SQLite cannot change a primary key in place, so the
+        # rows move to a table keyed (tenant, request_id), all under "default", in one transaction.
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(results)")}
+        if "tenant" in columns:
+            return
+        kept = ", ".join(c for c in _COLUMNS if c != "tenant")
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute(_TABLE.format(name="results_by_tenant"))
+            self._db.execute(
+                f"INSERT INTO results_by_tenant (tenant, {kept}) "  # noqa: S608 - constant column names
+                f"SELECT 'default', {kept} FROM results"
+            )
+            self._db.execute("DROP TABLE results")
+            self._db.execute("ALTER TABLE results_by_tenant RENAME TO results")
 
     def close(self) -> None:
         self._db.close()
@@ -129,12 +157,14 @@ class ResultsTable:
             self._evict_oldest()
         return stored, duplicates
 
-    def get(self, request_id: str, *, stored_since_ms: int | None = None) -> InferenceResult | None:
-        """The result for `request_id`; None when there is none, or it was stored before
+    def get(
+        self, tenant: str, request_id: str, *, stored_since_ms: int | None = None
+    ) -> InferenceResult | None:
+        """`tenant`'s result for `request_id`; None when there is none, or it was stored before
         `stored_since_ms` (expired, even if not purged yet)."""
         row = self._db.execute(
-            "SELECT * FROM results WHERE request_id = ? AND stored_at_ms >= ?",
-            (request_id, stored_since_ms if stored_since_ms is not None else -(2**63)),
+            "SELECT * FROM results WHERE tenant = ? AND request_id = ? AND stored_at_ms >= ?",
+            (tenant, request_id, stored_since_ms if stored_since_ms is not None else -(2**63)),
         ).fetchone()
         if row is None:
             return None

@@ -43,7 +43,7 @@ def test_a_batch_is_stored_before_its_offsets_are_committed(tmp_path, caplog):
             feed.push([CODEC.encode(result("a", status="FAILED")), CODEC.encode(result("c"))])
             for _ in range(3):  # the third fetch finds nothing: no commit for it
                 await consumer.consume_once(feed)
-            assert (await store.get("a")).status == "OK"
+            assert (await store.get("default", "a")).status == "OK"
             return feed
 
     feed = asyncio.run(scenario())
@@ -76,7 +76,7 @@ def test_consumption_outlives_a_broker_error_and_stops_cleanly(tmp_path, monkeyp
             await consumer.start()  # idempotent
             feed.push([CODEC.encode(result("a"))])
             async with asyncio.timeout(5.0):
-                while await store.get("a") is None:
+                while await store.get("default", "a") is None:
                     await asyncio.sleep(0.01)
             ready = consumer.ready.is_set()
             await consumer.stop()

@@ -60,8 +60,8 @@ def test_an_expired_result_is_not_served_before_the_purge_and_is_deleted_by_it(t
             clock.now_ms += DAY_MS // 2
             await store.put_many([a_result("new")])
             clock.now_ms += DAY_MS // 2 + 1
-            assert await store.get("old") is None  # past retention: not served, still stored
-            assert (await store.get("new")).request_id == "new"
+            assert await store.get("default", "old") is None  # past retention: not served, still stored
+            assert (await store.get("default", "new")).request_id == "new"
             assert await store.count() == 2
             assert await store.purge() == (1, 0)
             assert await store.count() == 1
@@ -78,8 +78,8 @@ def test_the_row_cap_deletes_the_oldest_stored_first_within_the_batch(tmp_path):
         clock.now_ms += 1
     assert table.put_many([a_result("c"), a_result("d")]) == (2, 0)
     assert table.count() == 3
-    assert table.get("a") is None
-    assert [table.get(n) is not None for n in "bcd"] == [True, True, True]
+    assert table.get("default", "a") is None
+    assert [table.get("default", n) is not None for n in "bcd"] == [True, True, True]
     with sqlite3.connect(tmp_path / "r.db") as db:
         assert db.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 3
     table.close()
@@ -98,7 +98,7 @@ def test_a_database_from_before_retention_gets_stored_times_from_completion(tmp_
             "INSERT INTO results VALUES ('old', 'HIGH', 'OK', 'hi', NULL, 'm', NULL, 0, 10, 30, 1, 'd')"
         )
     table = ResultsTable(path, clock_ms=Clock())
-    assert table.get("old").output == "hi"
+    assert table.get("default", "old").output == "hi"
     assert table.purge(stored_before_ms=31) == (1, 0)
     table.close()
 

@@ -28,15 +28,15 @@ def test_first_result_wins_and_duplicates_are_counted(tmp_path):
     table = ResultsTable(tmp_path / "r.db")
     assert table.put_many([result("a"), result("b")]) == (2, 0)
     assert table.put_many([result("a", status="FAILED", completed_at_ms=99), result("c")]) == (1, 1)
-    assert table.get("a").status == "OK"
+    assert table.get("default", "a").status == "OK"
     assert table.count() == 3
-    assert table.get("zzz") is None
+    assert table.get("default", "zzz") is None
     table.close()
 
 
 def test_results_survive_reopen_in_wal_mode(tmp_path):
     ResultsTable(tmp_path / "r.db").put_many([result("a")])
-    assert ResultsTable(tmp_path / "r.db").get("a") == result("a")
+    assert ResultsTable(tmp_path / "r.db").get("default", "a") == result("a")
     with sqlite3.connect(tmp_path / "r.db") as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
@@ -68,8 +68,8 @@ def test_store_keeps_the_first_result_and_counts_duplicates(tmp_path):
         async with ResultStore(tmp_path / "r.db") as store:
             assert await store.put_many([result("a"), result("b")]) == (2, 0)
             assert await store.put_many(r for r in [result("a", status="FAILED"), result("c")]) == (1, 1)
-            assert (await store.get("a")) == result("a")
-            assert await store.get("zzz") is None
+            assert (await store.get("default", "a")) == result("a")
+            assert await store.get("default", "zzz") is None
             assert await store.count() == 3
 
     asyncio.run(scenario())
@@ -83,7 +83,7 @@ def test_reads_made_while_a_batch_is_written_wait_for_it_and_the_loop_keeps_runn
             write = asyncio.create_task(store.put_many(batch))
             await asyncio.sleep(0)  # the write is on the worker now
             counts = [asyncio.create_task(store.count()) for _ in range(10)]
-            gets = [asyncio.create_task(store.get(f"r{i}")) for i in (0, 2_500, 4_999)]
+            gets = [asyncio.create_task(store.get("default", f"r{i}")) for i in (0, 2_500, 4_999)]
             ticks = 0
             # With SQLite on the loop, nothing else would run until the write returned.
             while not write.done():
@@ -126,7 +126,7 @@ def test_a_closed_or_unopened_store_refuses_calls(tmp_path):
         await store.open()  # idempotent
         await store.close()
         with pytest.raises(StoreNotOpenError):
-            await store.get("a")
+            await store.get("default", "a")
         with pytest.raises(StoreNotOpenError):
             await store.open()
         never_opened = ResultStore(tmp_path / "other.db")
@@ -149,3 +149,64 @@ def test_a_store_that_cannot_open_leaves_no_worker_behind(tmp_path):
 
     asyncio.run(scenario())
     assert worker_threads() == before
+
+
+# --- tenants ------------------------------------------------------------------------------------
+
+
+def tenant_result(tenant: str, request_id: str, output: str) -> InferenceResult:
+    return InferenceResult.from_record(record(request_id) | {"tenant": tenant, "output": output})
+
+
+def test_the_same_id_of_two_tenants_is_two_results_each_read_by_its_own_tenant(tmp_path):
+    table = ResultsTable(tmp_path / "r.db")
+    assert table.put_many([tenant_result("acme", "x", "acme's"), tenant_result("beta", "x", "beta's")]) == (
+        2,
+        0,
+    )
+    assert table.put_many([tenant_result("acme", "x", "again")]) == (0, 1)
+    assert table.get("acme", "x").output == "acme's"
+    assert table.get("beta", "x").output == "beta's"
+    assert table.get("gamma", "x") is None
+    assert table.get("default", "x") is None
+    table.close()
+
+
+OLD_SCHEMA = """
+CREATE TABLE results (
+    request_id TEXT PRIMARY KEY, tier TEXT NOT NULL, status TEXT NOT NULL, output TEXT, error TEXT,
+    model TEXT NOT NULL, usage TEXT, enqueued_at_ms INTEGER NOT NULL, dispatched_at_ms INTEGER,
+    completed_at_ms INTEGER NOT NULL, attempts INTEGER NOT NULL, dispatcher_id TEXT NOT NULL{stored}
+)
+"""
+
+
+@pytest.mark.parametrize("with_stored_at", [True, False])
+def test_a_database_from_before_tenants_is_migrated_under_tenant_default(tmp_path, with_stored_at):
+    path = tmp_path / "r.db"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            OLD_SCHEMA.format(stored=", stored_at_ms INTEGER NOT NULL DEFAULT 0" if with_stored_at else "")
+        )
+        columns = (
+            "request_id, tier, status, output, model, usage, enqueued_at_ms, completed_at_ms, attempts, "
+            "dispatcher_id"
+        )
+        for rid in ("a", "b"):
+            db.execute(
+                f"INSERT INTO results ({columns}) VALUES (?, 'HIGH', 'OK', 'old', 'm', NULL, 0, 30, 1, 'd')",  # noqa: S608
+                (rid,),
+            )
+    table = ResultsTable(path)
+    assert table.count() == 2
+    migrated = table.get("default", "a")
+    assert migrated is not None and (migrated.tenant, migrated.output) == ("default", "old")
+    assert table.get("acme", "a") is None
+    # The new key takes the same id from another tenant, and still drops a repeat.
+    assert table.put_many([tenant_result("acme", "a", "new"), tenant_result("default", "b", "dup")]) == (1, 1)
+    table.close()
+    with sqlite3.connect(path) as db:
+        key = [row[1] for row in db.execute("PRAGMA table_info(results)") if row[5] > 0]
+        assert key == ["tenant", "request_id"]
+        assert {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")} == {"results"}
+    assert ResultsTable(path).count() == 3  # opened again: nothing left to migrate
