@@ -12,10 +12,14 @@ its own module:
 - `backlog.KafkaBacklogReader`: the dispatcher group's lag, refreshed in the background
 - `backlog_watch`: the 70% alarm, on every request and on a timer
 - `backlog_view.BacklogEndpoint`: ``GET /v1/backlog``
+- `tenants.TenantGate`: the caller's key (401), rate (429), tenant (403) and entitlements (403),
+  over `services.tenancy` (the registry reloads the tenants file; `tenant_shares` is the per-tenant
+  admission inside the publisher)
 - `metrics.IngestMetrics`: the OpenTelemetry instruments
 
-`build_parts` makes them from the settings (Kafka clients included: here, never at import time) and
-`serve_parts` starts them in dependency order and stops them in the reverse order.
+`build_parts` makes them from the settings (Kafka clients included: here, never at import time; the
+tenants file is read here, so a bad one stops the service before anything starts) and `serve_parts`
+starts them in dependency order and stops them in the reverse order.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
+from opentelemetry.metrics import Meter
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -48,11 +53,15 @@ from services.ingest.record_limit import (
 )
 from services.ingest.settings import IngestSettings
 from services.ingest.submit import SubmitEndpoint
+from services.ingest.tenant_shares import BacklogShares
+from services.ingest.tenants import TenantGate
 from services.messaging.admin import require_topics
 from services.messaging.codec import request_codec
 from services.messaging.producer import AsyncProducer
 from services.messaging.tiers import TierPolicy
 from services.telemetry import meter, metrics_endpoint
+from services.tenancy.rate import RateLimiter
+from services.tenancy.registry import TenantRegistry
 
 log = logging.getLogger("inferq.ingest")
 
@@ -78,6 +87,7 @@ class IngestParts:
     submit: SubmitEndpoint
     backlog_view: BacklogEndpoint
     record_limit: RecordLimit
+    tenants: TenantRegistry
 
 
 def build_parts(
@@ -86,10 +96,20 @@ def build_parts(
     producer: AsyncProducer | None = None,
     clock_ms: Callable[[], int] = _now_ms,
     backlog: BacklogSource | None = None,
+    rate_clock_s: Callable[[], float] = time.monotonic,
+    metrics_meter: Meter | None = None,
 ) -> IngestParts:
     """Wire ingest from `settings`. `producer` and `backlog` (the per-tier backlogs admission weighs)
     may be injected (tests); otherwise a librdkafka producer and a `KafkaBacklogReader` of the group
-    `settings.dispatcher_group` are built. Nothing connects before `serve_parts` starts them."""
+    `settings.dispatcher_group` are built. Nothing connects before `serve_parts` starts them. The
+    tenants file is read now: `TenantsFileError` when it cannot be used. `rate_clock_s` is the
+    tenants' rate limiter's clock (monotonic seconds); `metrics_meter` replaces the global meter
+    (tests read the counters back)."""
+    topics = settings.kafka.topics
+    tenants = TenantRegistry(
+        settings.tenants.file, topics=topics, reload_interval_s=settings.tenants.reload_interval_s
+    )
+    tenants.load()
     producer_config = settings.kafka.producer_config(client_id="inferq-ingest") | {
         # The client's patience (produce_timeout_s), not the shared 10 s: past it the record fails
         # and the client gets 503 instead of a hang.
@@ -107,7 +127,11 @@ def build_parts(
     )
     admission = settings.admission_policy()
     alarm = BacklogAlarm(admission, settings.backlog_alert_ratio)
-    metrics = IngestMetrics(meter("inferq.ingest"), backlogs, admission)
+    metrics = IngestMetrics(metrics_meter or meter("inferq.ingest"), backlogs, admission)
+    shares = BacklogShares(
+        admission, window=settings.tenant_share_window, from_fill=settings.tenant_share_from_fill
+    )
+    gate = TenantGate(tenants, RateLimiter(rate_clock_s), topics=topics)
     publisher = Publisher(
         producer=kafka_producer,
         codec=request_codec(),
@@ -118,6 +142,8 @@ def build_parts(
         metrics=metrics,
         ack_timeout_s=settings.produce_timeout_s + _ACK_BACKSTOP_S,
         record_limit=record_limit,
+        tenants=tenants,
+        shares=shares,
     )
     envelope_for = EnvelopeFactory(
         policy=TierPolicy(scenario_tiers=settings.scenario_tiers),
@@ -141,16 +167,21 @@ def build_parts(
             envelope_for=envelope_for,
             publisher=publisher,
             metrics=metrics,
+            tenants=gate,
         ),
-        backlog_view=BacklogEndpoint(backlogs, admission),
+        backlog_view=BacklogEndpoint(backlogs, admission, caller=gate.caller),
         record_limit=record_limit,
+        tenants=tenants,
     )
 
 
 @asynccontextmanager
-async def serve_parts(parts: IngestParts, *, check_topics: bool = True) -> AsyncIterator[None]:
-    """Start the producer, the backlog reader and the watcher, in that order; on exit (or when a
-    start fails) stop whatever started, in the reverse order, the producer last so it flushes."""
+async def serve_parts(
+    parts: IngestParts, *, check_topics: bool = True, reload_on_sighup: bool = False
+) -> AsyncIterator[None]:
+    """Start the producer, the backlog reader, the watcher and the tenants' reloader (with
+    `reload_on_sighup`, SIGHUP reloads too), in that order; on exit (or when a start fails) stop
+    whatever started, in the reverse order, the producer last so it flushes."""
     settings = parts.settings
     async with AsyncExitStack() as started:
         if check_topics:
@@ -164,12 +195,15 @@ async def serve_parts(parts: IngestParts, *, check_topics: bool = True) -> Async
         started.push_async_callback(parts.backlogs.stop)
         await parts.watcher.start()
         started.push_async_callback(parts.watcher.stop)
+        await parts.tenants.start(sighup=reload_on_sighup)
+        started.push_async_callback(parts.tenants.stop)
         log.info(
-            "ingest ready, producing to %s; admission %s, capacities %s; records up to %d bytes",
+            "ingest ready, producing to %s; admission %s, capacities %s; records up to %d bytes; %s",
             settings.kafka.bootstrap_servers,
             "on" if parts.admission.enabled else "off",
             {t.value: c for t, c in parts.admission.capacity.items()},
             parts.record_limit.max_record_bytes,
+            "OPEN MODE (no keys)" if parts.tenants.open_mode else f"tenants from {parts.tenants.path}",
         )
         yield
 
@@ -192,9 +226,20 @@ def create_app(
     clock_ms: Callable[[], int] = _now_ms,
     check_topics: bool = True,
     backlog: BacklogSource | None = None,
+    rate_clock_s: Callable[[], float] = time.monotonic,
+    metrics_meter: Meter | None = None,
+    reload_on_sighup: bool = False,
 ) -> Starlette:
-    """The ingest ASGI app; its lifespan runs `serve_parts`. See `build_parts` for the injections."""
-    parts = build_parts(settings, producer=producer, clock_ms=clock_ms, backlog=backlog)
+    """The ingest ASGI app; its lifespan runs `serve_parts`. See `build_parts` for the injections;
+    `reload_on_sighup` (the command sets it) installs the SIGHUP handler on the serving loop."""
+    parts = build_parts(
+        settings,
+        producer=producer,
+        clock_ms=clock_ms,
+        backlog=backlog,
+        rate_clock_s=rate_clock_s,
+        metrics_meter=metrics_meter,
+    )
     return Starlette(
         routes=[
             Route("/v1/requests", parts.submit.handle, methods=["POST"]),
@@ -202,5 +247,5 @@ def create_app(
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
-        lifespan=lambda _: serve_parts(parts, check_topics=check_topics),
+        lifespan=lambda _: serve_parts(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -9,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from services.ingest.admission import AdmissionPolicy
 from services.ingest.backlog import BacklogSnapshot, BacklogSource
+from services.ingest.errors import NotAuthenticatedError
 from services.messaging.tiers import TIERS_BY_PRIORITY
 
 
@@ -29,11 +31,20 @@ def describe_backlog(snapshot: BacklogSnapshot, admission: AdmissionPolicy) -> d
 
 
 class BacklogEndpoint:
-    """The ``GET /v1/backlog`` handler (`handle`): the latest snapshot; never waits for Kafka."""
+    """The ``GET /v1/backlog`` handler (`handle`): the latest snapshot; never waits for Kafka.
 
-    def __init__(self, backlogs: BacklogSource, admission: AdmissionPolicy) -> None:
+    `caller` authenticates the request (any tenant's key; 401 without one, open mode asks none)."""
+
+    def __init__(
+        self, backlogs: BacklogSource, admission: AdmissionPolicy, *, caller: Callable[[Request], object]
+    ) -> None:
         self._backlogs = backlogs
         self._admission = admission
+        self._caller = caller
 
-    async def handle(self, _: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
+        try:
+            self._caller(request)
+        except NotAuthenticatedError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers())
         return JSONResponse(describe_backlog(self._backlogs.snapshot(), self._admission))

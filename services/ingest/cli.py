@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from services.ingest.app import create_app
 from services.ingest.settings import IngestSettings
 from services.serving import configure_logging, run_asgi
 from services.telemetry import setup_metrics
+from services.tenancy.bind import require_tenants_or_loopback
+from services.tenancy.errors import OpenModeRefusedError, TenantsFileError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,5 +25,11 @@ def _run(args: argparse.Namespace) -> int:
     settings = IngestSettings()
     host = args.host or settings.host
     port = args.port or settings.port
+    try:
+        require_tenants_or_loopback(host, settings.tenants.file)
+        app = create_app(settings, reload_on_sighup=True)
+    except (OpenModeRefusedError, TenantsFileError) as exc:
+        print(f"inferq ingest: not started: {exc}", file=sys.stderr)
+        return 2
     setup_metrics("inferq-ingest")
-    return run_asgi(create_app(settings), host, port)
+    return run_asgi(app, host, port)

@@ -71,9 +71,12 @@ def build_envelope(
     deadlines_ms: Mapping[Tier, int],
     topics: TopicNames,
     region: str,
+    tenant: str | None = None,
+    max_deadline_ms: int | None = None,
 ) -> Envelope:
     """The record `body` becomes at `now_ms`: its tier from `policy`, its deadline (the caller's
-    `expire_at_ms`, else now plus the caller's `deadline_ms` or the tier's), its topic and its key.
+    `expire_at_ms`, else now plus the caller's `deadline_ms` or the tier's, the tier's cut to
+    `max_deadline_ms`), its topic, its key and its `tenant` (the body's when None).
 
     Raises a `FieldRefusedError`: `DeadlineInPastError` when the caller's `expire_at_ms` is not in
     the future, `DeadlineTooFarError` when it is more than `MAX_DEADLINE_MS` ahead,
@@ -92,10 +95,13 @@ def build_envelope(
             raise DeadlineTooFarError(f"must be at most {MAX_DEADLINE_MS} ms (7 days) from now")
         expire_at_ms = body.expire_at_ms
     else:
-        expire_at_ms = now_ms + (body.deadline_ms or deadlines_ms[tier])
+        default_ms = (
+            deadlines_ms[tier] if max_deadline_ms is None else min(deadlines_ms[tier], max_deadline_ms)
+        )
+        expire_at_ms = now_ms + (body.deadline_ms or default_ms)
     request = InferenceRequest(
         request_id=body.request_id or str(uuid.uuid4()),
-        tenant=body.tenant,
+        tenant=body.tenant if tenant is None else tenant,
         origin_region=region,
         scenario=body.scenario,
         tier=tier,
@@ -129,7 +135,9 @@ class EnvelopeFactory:
     region: str
     clock_ms: Callable[[], int]
 
-    def __call__(self, body: SubmitRequest) -> Envelope:
+    def __call__(
+        self, body: SubmitRequest, *, tenant: str | None = None, max_deadline_ms: int | None = None
+    ) -> Envelope:
         return build_envelope(
             body,
             now_ms=self.clock_ms(),
@@ -137,4 +145,6 @@ class EnvelopeFactory:
             deadlines_ms=self.deadlines_ms,
             topics=self.topics,
             region=self.region,
+            tenant=tenant,
+            max_deadline_ms=max_deadline_ms,
         )

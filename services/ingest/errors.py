@@ -2,6 +2,11 @@
 
 IngestError                  base; `status_code`, `body()`, `headers()` are the HTTP answer,
  │                           `reason` (and `tier` once it is known) label the refusal metric
+ ├── NotAuthenticatedError   401: no ``Authorization: Bearer <key>``, a malformed one, or an
+ │                           unknown key (`reason`: unauthenticated_missing|_malformed|_unknown)
+ ├── NotEntitledError        403: the key's tenant may not send this (`problems` names each field)
+ ├── TenantRateLimitedError  429: the tenant's requests per minute are spent (its own Retry-After)
+ ├── TenantOverShareError    429: the tenant is over its share of the tier's backlog
  ├── MalformedBodyError      400: not UTF-8, not JSON within the bounds, not an object, or a body
  │                           whose length is not its Content-Length
  │    └── BodyIncompleteError the client disconnected before its body ended
@@ -23,7 +28,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.ingest.admission import Refusal
+from services.ingest.tenant_shares import ShareRefusal
 from services.messaging.tiers import Tier
+from services.tenancy.rate import RateRefusal
 
 Problem = dict[str, str]
 
@@ -44,6 +51,84 @@ class IngestError(Exception):
     def headers(self) -> Mapping[str, str] | None:
         """Extra response headers (Retry-After)."""
         return None
+
+
+class NotAuthenticatedError(IngestError):
+    """No tenant could be named from the request's Authorization header: fixed text, never the key."""
+
+    status_code = 401
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = f"unauthenticated_{reason}"
+
+    def headers(self) -> Mapping[str, str]:
+        # RFC 6750: how to authenticate; `invalid_token` when a credential was sent but is no good.
+        if self.reason == "unauthenticated_missing":
+            return {"WWW-Authenticate": 'Bearer realm="inferq"'}
+        return {"WWW-Authenticate": 'Bearer realm="inferq", error="invalid_token"'}
+
+
+class NotEntitledError(IngestError):
+    """The tenant's entitlements do not cover the request; one problem per field, nothing written."""
+
+    status_code = 403
+    reason = "not_entitled"
+
+    def __init__(self, tenant: str, problems: list[Problem]) -> None:
+        summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
+        super().__init__(f"tenant {tenant!r} is not entitled to this request: {summary}")
+        self.problems = problems
+
+    def body(self) -> dict[str, Any]:
+        return super().body() | {"problems": self.problems}
+
+
+class TenantRateLimitedError(IngestError):
+    """The tenant spent its requests per minute; Retry-After is when its bucket has a token again."""
+
+    status_code = 429
+    reason = "tenant_rate_limited"
+    retriable = True
+
+    def __init__(self, refusal: RateRefusal) -> None:
+        super().__init__(
+            f"tenant {refusal.tenant!r} is over its quota of {refusal.requests_per_minute} requests per "
+            f"minute (burst {refusal.burst}); retry later"
+        )
+        self.refusal = refusal
+
+    def body(self) -> dict[str, Any]:
+        r = self.refusal
+        return super().body() | {
+            "quota": "requests_per_minute",
+            "tenant": r.tenant,
+            "limit": r.requests_per_minute,
+            "burst": r.burst,
+            "retry_after_s": r.retry_after_s,
+        }
+
+    def headers(self) -> Mapping[str, str]:
+        return {"Retry-After": str(self.refusal.retry_after_s)}
+
+
+class TenantOverShareError(IngestError):
+    """Raised inside the idempotent publish, like `OverCapacityError`: other tenants are still admitted."""
+
+    status_code = 429
+    reason = "tenant_over_share"
+    retriable = True
+
+    def __init__(self, refusal: ShareRefusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+        self.tier = refusal.tier
+
+    def body(self) -> dict[str, Any]:
+        return self.refusal.body()
+
+    def headers(self) -> Mapping[str, str]:
+        return {"Retry-After": str(self.refusal.retry_after_s)}
 
 
 class BodyTooLargeError(IngestError):

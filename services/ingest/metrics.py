@@ -1,8 +1,12 @@
 """Ingest's instruments (OpenTelemetry, exported on /metrics). The names are what dashboards use.
 
-- `inferq_ingest_accepted_total{tier}`: requests written to Kafka (a replayed resend is not counted)
-- `inferq_ingest_refused_total{reason[, tier]}`: refusals; `tier` once the tier is known
-  (over_capacity, kafka_unavailable)
+- `inferq_ingest_accepted_total{tier, tenant}`: requests written to Kafka (a replayed resend is not
+  counted)
+- `inferq_ingest_refused_total{reason[, tier][, tenant]}`: refusals; `tier` once the tier is known
+  (over_capacity, tenant_over_share, kafka_unavailable), `tenant` once the caller is (not on a 401)
+
+`tenant` is a name from the tenants file, or ``default`` in open mode, never a value a caller chose:
+the label set stays bounded by the file.
 - `inferq_backlog{tier}`: the dispatcher group's lag in records; an unknown lag is left out
 - `inferq_backlog_fill_ratio{tier}`: backlog over capacity (1 = full)
 """
@@ -51,11 +55,15 @@ class IngestMetrics:
             description="backlog over capacity per tier (1 = full)",
         )
 
-    def accepted(self, tier: Tier) -> None:
-        self._accepted.add(1, {"tier": tier.value})
+    def accepted(self, tier: Tier, tenant: str) -> None:
+        self._accepted.add(1, {"tier": tier.value, "tenant": tenant})
 
-    def refused(self, reason: str, tier: Tier | None = None) -> None:
-        attributes = {"reason": reason} if tier is None else {"reason": reason, "tier": tier.value}
+    def refused(self, reason: str, tier: Tier | None = None, *, tenant: str | None = None) -> None:
+        attributes = {"reason": reason}
+        if tier is not None:
+            attributes["tier"] = tier.value
+        if tenant is not None:
+            attributes["tenant"] = tenant
         self._refused.add(1, attributes)
 
     def _observe_backlog(self, _: CallbackOptions) -> Iterable[Observation]:

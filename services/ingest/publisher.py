@@ -1,13 +1,15 @@
 """From an envelope to a record the broker acknowledged: admission, idempotency, then the produce.
 
-Admission runs inside the idempotent step: a resend of an accepted request gets its first answer
-even when the tier has filled up since, and a refused attempt is forgotten, so the client's retry
-after Retry-After is weighed afresh.
+Admission (the tier's, then the tenant's share of it) runs inside the idempotent step: a resend of
+an accepted request gets its first answer even when the tier has filled up since, and a refused
+attempt is forgotten, so the client's retry after Retry-After is weighed afresh. Idempotency is
+per tenant: the key is (the record's tenant, the client's request_id).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from services.ingest.admission import AdmissionPolicy
@@ -19,10 +21,12 @@ from services.ingest.errors import (
     OverCapacityError,
     QueueUnavailableError,
     RecordTooLargeError,
+    TenantOverShareError,
 )
 from services.ingest.idempotency import Answer, IdempotencyCache
 from services.ingest.metrics import IngestMetrics
 from services.ingest.record_limit import RecordLimit, is_too_large
+from services.ingest.tenant_shares import BacklogShares
 from services.messaging.codec import TypedCodec
 from services.messaging.producer import ProduceError
 from services.messaging.records import InferenceRequest
@@ -39,14 +43,23 @@ class RequestProducer(Protocol):
     ) -> Any: ...
 
 
+class TenantBook(Protocol):
+    """What the publisher needs of the tenants in force (`services.tenancy.registry.TenantRegistry`)."""
+
+    def weights(self) -> Mapping[str, float] | None: ...
+
+    def label(self, tenant: str) -> str: ...
+
+
 class Publisher:
     """Admits, deduplicates and produces one request; answers what the 202 body says.
 
     The record is encoded first: over `record_limit` it raises `RecordTooLargeError` (413) before
     anything else. `ack_timeout_s` bounds the wait for the broker's acknowledgement; past it, or
     when the broker refuses the record, `publish` raises `QueueUnavailableError` (a refusal for
-    size is `RecordTooLargeError` still). A full tier raises `OverCapacityError`. Each new record
-    counts once in `inferq_ingest_accepted_total`.
+    size is `RecordTooLargeError` still). A full tier raises `OverCapacityError`, a tenant over its
+    share of it `TenantOverShareError` (never in open mode: `tenants.weights()` is None). Each new
+    record counts once in `inferq_ingest_accepted_total`, labelled `tenants.label(tenant)`.
     """
 
     def __init__(
@@ -61,6 +74,8 @@ class Publisher:
         metrics: IngestMetrics,
         ack_timeout_s: float,
         record_limit: RecordLimit,
+        tenants: TenantBook,
+        shares: BacklogShares,
     ) -> None:
         self._producer = producer
         self._codec = codec
@@ -71,6 +86,8 @@ class Publisher:
         self._metrics = metrics
         self._ack_timeout_s = ack_timeout_s
         self._record_limit = record_limit
+        self._tenants = tenants
+        self._shares = shares
 
     async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> tuple[Answer, bool]:
         """Returns (answer, replayed); replayed means the answer of an earlier request with this key.
@@ -82,7 +99,7 @@ class Publisher:
             if idempotency_key is None:
                 return await self._admit_and_produce(envelope, value), False
             return await self._recent_ids.once(
-                idempotency_key, lambda: self._admit_and_produce(envelope, value)
+                (envelope.request.tenant, idempotency_key), lambda: self._admit_and_produce(envelope, value)
             )
         except (ProduceError, TimeoutError) as exc:
             if is_too_large(exc):
@@ -111,12 +128,19 @@ class Publisher:
         return value
 
     def admit(self, envelope: Envelope) -> None:
-        """Raises `OverCapacityError` when the envelope's tier may not grow; feeds the alarm."""
+        """Raises `OverCapacityError` when the envelope's tier may not grow, `TenantOverShareError`
+        when its tenant may not grow its part of it; feeds the alarm."""
         snapshot = self._backlogs.snapshot()
         self._alarm.observe(snapshot)
         refusal = self._admission.decide(envelope.tier, snapshot.backlogs)
         if refusal is not None:
             raise OverCapacityError(refusal)
+        weights = self._tenants.weights()
+        if weights is not None:
+            tier = envelope.tier
+            over = self._shares.decide(envelope.request.tenant, tier, snapshot.backlogs.get(tier), weights)
+            if over is not None:
+                raise TenantOverShareError(over)
 
     async def _admit_and_produce(self, envelope: Envelope, value: bytes) -> Answer:
         self.admit(envelope)
@@ -126,7 +150,10 @@ class Publisher:
             key=envelope.key,
             timeout_s=self._ack_timeout_s,
         )
-        self._metrics.accepted(envelope.tier)
+        tenant = envelope.request.tenant
+        if self._tenants.weights() is not None:
+            self._shares.accepted(tenant, envelope.tier)
+        self._metrics.accepted(envelope.tier, self._tenants.label(tenant))
         return {
             "request_id": envelope.request_id,
             "tier": envelope.tier.value,

@@ -10,6 +10,7 @@ from services.ingest.admission import (
     DEFAULT_QUEUE_WAIT_FRACTION,
     AdmissionPolicy,
 )
+from services.ingest.tenant_shares import DEFAULT_FROM_FILL, DEFAULT_WINDOW
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import (
     DEFAULT_DEADLINES_MS,
@@ -18,6 +19,7 @@ from services.messaging.tiers import (
     Tier,
     complete_per_tier,
 )
+from services.tenancy.settings import TenancySettings
 
 
 class IngestSettings(BaseSettings):
@@ -26,6 +28,8 @@ class IngestSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8700
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # INFERQ_TENANTS_FILE and its reload interval, shared with the results service.
+    tenants: TenancySettings = Field(default_factory=TenancySettings)
     max_body_bytes: int = Field(default=1_048_576, ge=1_024)
     # The whole body must arrive within this (else 408 and the connection is closed): a 1 MiB body
     # at 1 Mbit/s takes 8 s. uvicorn itself never times out a slow body.
@@ -66,6 +70,10 @@ class IngestSettings(BaseSettings):
     backlog_refresh_s: float = Field(default=0.5, gt=0, le=1.0)
     # Bound of one lag read (all its Kafka calls); past it the backlog is unknown and requests are admitted.
     backlog_timeout_s: float = Field(default=1.0, gt=0, le=30.0)
+    # Per-tenant admission (services/ingest/tenant_shares.py): shares of a tier are enforced from
+    # this fill ratio up, over the tenant mix of the tier's last requests (at most this many).
+    tenant_share_from_fill: float = Field(default=DEFAULT_FROM_FILL, ge=0, le=1)
+    tenant_share_window: int = Field(default=DEFAULT_WINDOW, ge=1, le=1_000_000)
 
     @field_validator("deadlines_ms")
     @classmethod

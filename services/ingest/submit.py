@@ -3,16 +3,21 @@
 Answers (the `IngestError` subclasses carry the refusals):
 
 - 202 ``{request_id, tier, expire_at_ms, duplicate}`` once the broker acknowledged the record;
-  ``duplicate`` is true when a resent `request_id` got the first attempt's answer back
+  ``duplicate`` is true when a resent `request_id` got the first attempt's answer back (per tenant)
+- 401 no key, a malformed one or an unknown one; 403 a field the tenant is not entitled to (named
+  in ``problems``), or a body `tenant` that is not the key's
 - 400 not a JSON object within the bounds (`json_guard`), 408 the body came too slowly, 413 the
   body or its record over the limit, 422 a field breaks the contract (named in ``problems``), 429
-  with Retry-After when the tier is full, 503 with Retry-After when Kafka does not acknowledge in
-  time (a fixed message: librdkafka's reason goes to the log only)
+  with Retry-After when the tenant's rate is spent, the tenant is over its share of the tier's
+  backlog, or the tier is full, 503 with Retry-After when Kafka does not acknowledge in time (a
+  fixed message: librdkafka's reason goes to the log only)
+
+The order: authenticate (before the body is read: an unknown caller costs a header check), the
+tenant's rate, the body, its fields, the envelope, the tenant's entitlements, then the publish.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 from starlette.requests import Request
@@ -24,7 +29,17 @@ from services.ingest.errors import IngestError, InvalidRequestError
 from services.ingest.idempotency import Answer
 from services.ingest.json_guard import JsonGuard
 from services.ingest.metrics import IngestMetrics
+from services.ingest.tenants import TenantGate
 from services.ingest.validation import SubmitRequest
+from services.tenancy.auth import Principal
+
+
+class EnvelopeMaker(Protocol):
+    """Builds the record of a submission (`services.ingest.envelope.EnvelopeFactory`)."""
+
+    def __call__(
+        self, body: SubmitRequest, *, tenant: str | None = None, max_deadline_ms: int | None = None
+    ) -> Envelope: ...
 
 
 class SubmissionPublisher(Protocol):
@@ -47,9 +62,10 @@ class SubmitEndpoint:
         max_body_bytes: int,
         body_timeout_s: float,
         json_guard: JsonGuard,
-        envelope_for: Callable[[SubmitRequest], Envelope],
+        envelope_for: EnvelopeMaker,
         publisher: SubmissionPublisher,
         metrics: IngestMetrics,
+        tenants: TenantGate,
     ) -> None:
         self._max_body_bytes = max_body_bytes
         self._body_timeout_s = body_timeout_s
@@ -57,21 +73,30 @@ class SubmitEndpoint:
         self._envelope_for = envelope_for
         self._publisher = publisher
         self._metrics = metrics
+        self._tenants = tenants
 
     async def handle(self, request: Request) -> Response:
+        label: str | None = None
         try:
+            principal = self._tenants.caller(request)
+            label = principal.label
+            self._tenants.take_rate(principal)
             raw = await read_body(request, self._max_body_bytes, timeout_s=self._body_timeout_s)
             submission = parse_submission(raw, self._json_guard)
-            envelope = self._envelope(submission)
+            envelope = self._envelope(submission, principal)
             answer, replayed = await self._publisher.publish(envelope, idempotency_key=submission.request_id)
         except IngestError as exc:
-            self._metrics.refused(exc.reason, exc.tier)
+            self._metrics.refused(exc.reason, exc.tier, tenant=label)
             return refusal_response(exc)
         return JSONResponse(answer | {"duplicate": replayed}, status_code=202)
 
-    def _envelope(self, submission: SubmitRequest) -> Envelope:
+    def _envelope(self, submission: SubmitRequest, principal: Principal) -> Envelope:
+        tenant = self._tenants.tenant_of(principal, submission)
         try:
-            return self._envelope_for(submission)
+            envelope = self._envelope_for(
+                submission, tenant=tenant, max_deadline_ms=self._tenants.max_deadline_ms(principal)
+            )
         except FieldRefusedError as exc:
             problems = [{"field": exc.field, "problem": str(exc)}]
             raise InvalidRequestError(problems, reason=exc.reason) from exc
+        return self._tenants.entitle(envelope, principal, submission)

@@ -13,15 +13,20 @@ POLICY = AdmissionPolicy(capacity={Tier.HIGH: 10, Tier.MEDIUM: 20, Tier.LOW: 100
 def test_counters_keep_their_names_and_labels():
     reader = InMemoryMetrics()
     metrics = IngestMetrics(reader.meter, FakeBacklog(), POLICY)
-    metrics.accepted(Tier.HIGH)
-    metrics.accepted(Tier.HIGH)
-    metrics.accepted(Tier.LOW)
-    metrics.refused("malformed")
-    metrics.refused("over_capacity", Tier.LOW)
-    assert reader.points("inferq_ingest_accepted_total") == {labels(tier="HIGH"): 2, labels(tier="LOW"): 1}
+    metrics.accepted(Tier.HIGH, "acme")
+    metrics.accepted(Tier.HIGH, "acme")
+    metrics.accepted(Tier.LOW, "default")
+    metrics.refused("malformed", tenant="acme")
+    metrics.refused("unauthenticated_unknown")
+    metrics.refused("over_capacity", Tier.LOW, tenant="acme")
+    assert reader.points("inferq_ingest_accepted_total") == {
+        labels(tier="HIGH", tenant="acme"): 2,
+        labels(tier="LOW", tenant="default"): 1,
+    }
     assert reader.points("inferq_ingest_refused_total") == {
-        labels(reason="malformed"): 1,
-        labels(reason="over_capacity", tier="LOW"): 1,
+        labels(reason="malformed", tenant="acme"): 1,
+        labels(reason="unauthenticated_unknown"): 1,
+        labels(reason="over_capacity", tier="LOW", tenant="acme"): 1,
     }
 
 

@@ -17,11 +17,13 @@ from services.ingest.idempotency import IdempotencyCache
 from services.ingest.metrics import IngestMetrics
 from services.ingest.publisher import Publisher
 from services.ingest.record_limit import RecordLimit
+from services.ingest.tenant_shares import BacklogShares
 from services.ingest.validation import SubmitRequest
 from services.messaging.codec import request_codec
 from services.messaging.producer import ProduceError
 from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
 from services.messaging.topics import TopicNames
+from services.tenancy.registry import TenantRegistry
 from tests.support.fakes import (
     FakeBacklog,
     InMemoryMetrics,
@@ -62,6 +64,8 @@ class Parts:
             metrics=IngestMetrics(self.metrics.meter, self.backlog, POLICY),
             ack_timeout_s=ack_timeout_s,
             record_limit=RecordLimit(1_000_000),
+            tenants=TenantRegistry(None),
+            shares=BacklogShares(POLICY),
         )
 
     def publish(self, env: Envelope, key: str | None = None) -> tuple[dict[str, Any], bool]:
@@ -82,7 +86,7 @@ def test_an_admitted_request_is_produced_keyed_by_session_and_counted():
     [(topic, value, key)] = parts.producer.sent
     assert (topic, key) == ("inferq.requests.medium", b"s")
     assert request_codec().decode(value) == env.request
-    assert parts.accepted() == {labels(tier="MEDIUM"): 1}
+    assert parts.accepted() == {labels(tier="MEDIUM", tenant="default"): 1}
 
 
 def test_a_resent_key_is_answered_from_memory_without_a_second_record():
@@ -97,7 +101,7 @@ def test_a_resent_key_is_answered_from_memory_without_a_second_record():
     assert [replayed for _, replayed in answers] == [False, True, True]
     assert len({a["request_id"] for a, _ in answers}) == 1
     assert len(parts.producer.sent) == 1
-    assert parts.accepted() == {labels(tier="HIGH"): 1}
+    assert parts.accepted() == {labels(tier="HIGH", tenant="default"): 1}
 
 
 def test_a_full_tier_is_refused_unwritten_and_the_refusal_is_forgotten():

@@ -16,8 +16,11 @@ from services.ingest.errors import OverCapacityError, QueueUnavailableError
 from services.ingest.json_guard import JsonGuard
 from services.ingest.metrics import IngestMetrics
 from services.ingest.submit import SubmitEndpoint
+from services.ingest.tenants import TenantGate
 from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
 from services.messaging.topics import TopicNames
+from services.tenancy.rate import RateLimiter
+from services.tenancy.registry import TenantRegistry
 from tests.support.fakes import FakeBacklog, InMemoryMetrics, ScriptedPublisher, labels
 
 NOW_MS = 1_700_000_000_000
@@ -42,6 +45,7 @@ class Harness:
             ),
             publisher=self.publisher,
             metrics=IngestMetrics(self.metrics.meter, FakeBacklog(), POLICY),
+            tenants=TenantGate(TenantRegistry(None), RateLimiter(lambda: 0.0), topics=TopicNames("inferq")),
         )
         app = Starlette(routes=[Route("/v1/requests", endpoint.handle, methods=["POST"])])
         self.client = TestClient(app)
@@ -85,7 +89,7 @@ def test_body_over_the_limit_is_413_and_never_published(harness):
     assert response.status_code == 413
     assert response.json() == {"error": "body larger than 1000 bytes"}
     assert harness.publisher.published == []
-    assert harness.refused() == {labels(reason="too_large"): 1}
+    assert harness.refused() == {labels(reason="too_large", tenant="default"): 1}
 
 
 def test_malformed_and_invalid_bodies_are_400_and_422_naming_the_field(harness):
@@ -99,7 +103,10 @@ def test_malformed_and_invalid_bodies_are_400_and_422_naming_the_field(harness):
         "problems": [{"field": "messages", "problem": "Field required"}],
     }
     assert harness.publisher.published == []
-    assert harness.refused() == {labels(reason="malformed"): 2, labels(reason="invalid"): 1}
+    assert harness.refused() == {
+        labels(reason="malformed", tenant="default"): 2,
+        labels(reason="invalid", tenant="default"): 1,
+    }
 
 
 def test_deadline_in_the_past_is_422_on_expire_at_ms(harness):
@@ -110,7 +117,7 @@ def test_deadline_in_the_past_is_422_on_expire_at_ms(harness):
         "error": f"invalid request: expire_at_ms: {problem}",
         "problems": [{"field": "expire_at_ms", "problem": problem}],
     }
-    assert harness.refused() == {labels(reason="deadline_past"): 1}
+    assert harness.refused() == {labels(reason="deadline_past", tenant="default"): 1}
 
 
 def test_full_tier_is_429_with_retry_after(harness):
@@ -122,7 +129,7 @@ def test_full_tier_is_429_with_retry_after(harness):
     assert response.headers["retry-after"] == str(refusal.retry_after_s)
     assert response.json() == refusal.body()
     assert response.json()["tier"] == "MEDIUM"
-    assert harness.refused() == {labels(reason="over_capacity", tier="LOW"): 1}
+    assert harness.refused() == {labels(reason="over_capacity", tier="LOW", tenant="default"): 1}
 
 
 def test_unacknowledged_produce_is_503_with_retry_after(harness):
@@ -133,4 +140,4 @@ def test_unacknowledged_produce_is_503_with_retry_after(harness):
     assert response.headers["retry-after"] == "1"
     # librdkafka's words are for the log: the client gets a short fixed reason.
     assert response.json() == {"error": "queue unavailable, retry later"}
-    assert harness.refused() == {labels(reason="kafka_unavailable", tier="HIGH"): 1}
+    assert harness.refused() == {labels(reason="kafka_unavailable", tier="HIGH", tenant="default"): 1}

@@ -1,0 +1,140 @@
+"""Admission per tenant: a tenant over its share of a tier's backlog is refused (429) while the
+others are still admitted. Pure: no Kafka, no clock.
+
+Ingest knows a tier's backlog (the dispatcher group's lag, `backlog.py`) but not whose requests it
+holds: records carry their tenant, but reading them back, or the outcomes on the reply topic, would
+be a second consumer per ingest. So the tenant's part of the backlog is estimated from what this
+ingest itself accepted:
+
+- Per tier, the tenants of the last N requests this ingest accepted (N = the tier's capacity, at
+  most `window`), kept in order. The backlog drains roughly in arrival order, so it is made of
+  the most recent requests, and a tenant's part of the backlog is about its part of those N:
+  ``estimate = backlog x (tenant's among the N) / N``. With several ingest instances behind one
+  balancer each sees the same mix, so the ratio still holds; records written straight to Kafka
+  count in the backlog but not in the mix, which makes every tenant's estimate a little high.
+- A tenant's share is ``capacity x weight / (the weights of the tenants among the N, and its
+  own)``: tenants with recent traffic split the tier; a quiet one takes no room.
+- Shares are enforced only while the tier is at least `from_fill` full (half, by default): below
+  that any tenant may use the room, so one busy tenant alone is never refused before the tier is
+  full. Above it, a tenant whose estimate has reached its share is refused, the others admitted
+  until the tier itself is full (the tier-level admission, which runs first).
+- Retry-After: the time the tenant's excess takes to drain at its share of the budget, clamped like
+  the tier's (1 s to a minute, ten for LOW).
+
+An unknown backlog never refuses (as for tiers). Requests admitted concurrently are counted once
+produced, so a burst can overshoot a share by the requests in flight; the tier bound still holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.ingest.admission import AdmissionPolicy
+from services.messaging.capacity import exact_decimal
+from services.messaging.tiers import Tier
+
+DEFAULT_WINDOW = 4_096
+DEFAULT_FROM_FILL = 0.5
+
+
+@dataclass(frozen=True)
+class ShareRefusal:
+    """A tenant at its share of `tier`: its estimated backlog, its share, and when to retry."""
+
+    tenant: str
+    tier: Tier
+    estimate: int
+    share: int
+    backlog: int
+    capacity: int
+    retry_after_s: int
+
+    @property
+    def message(self) -> str:
+        return (
+            f"tenant {self.tenant!r} is over its share of tier {self.tier}'s backlog (about {self.estimate} "
+            f"of its {self.share}, the tier holds {self.backlog} of {self.capacity}); retry later"
+        )
+
+    def body(self) -> dict[str, object]:
+        return {
+            "error": self.message,
+            "quota": "tier_share",
+            "tenant": self.tenant,
+            "tier": self.tier.value,
+            "backlog_estimate": self.estimate,
+            "share": self.share,
+            "retry_after_s": self.retry_after_s,
+        }
+
+
+class BacklogShares:
+    """The recent tenant mix per tier (`accepted`) and the per-tenant decision (`decide`)."""
+
+    def __init__(
+        self,
+        admission: AdmissionPolicy,
+        *,
+        window: int = DEFAULT_WINDOW,
+        from_fill: float = DEFAULT_FROM_FILL,
+    ) -> None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        if not 0 <= from_fill <= 1:
+            raise ValueError(f"from_fill must be within 0..1, got {from_fill}")
+        self._admission = admission
+        self._from_fill = from_fill
+        self._size = {t: max(1, min(window, admission.capacity[t])) for t in Tier}
+        self._recent: dict[Tier, deque[str]] = {t: deque() for t in Tier}
+        self._counts: dict[Tier, Counter[str]] = {t: Counter() for t in Tier}
+
+    def accepted(self, tenant: str, tier: Tier) -> None:
+        """One request of `tenant` joined `tier`."""
+        recent, counts = self._recent[tier], self._counts[tier]
+        recent.append(tenant)
+        counts[tenant] += 1
+        if len(recent) > self._size[tier]:
+            oldest = recent.popleft()
+            counts[oldest] -= 1
+            if counts[oldest] == 0:
+                del counts[oldest]
+
+    def mix(self, tier: Tier) -> Mapping[str, int]:
+        """How many of the tier's recent requests each tenant sent."""
+        return dict(self._counts[tier])
+
+    def decide(
+        self, tenant: str, tier: Tier, backlog: int | None, weights: Mapping[str, float]
+    ) -> ShareRefusal | None:
+        """None admits a new `tier` request of `tenant`; a `ShareRefusal` when it is at its share."""
+        admission = self._admission
+        weight = weights.get(tenant)
+        seen = len(self._recent[tier])
+        capacity = admission.capacity[tier]
+        if not admission.enabled or backlog is None or weight is None or seen == 0:
+            return None
+        if backlog < self._from_fill * capacity:
+            return None
+        counts = self._counts[tier]
+        active = {u for u in counts if u in weights} | {tenant}
+        fraction = weight / sum(weights[u] for u in active)
+        share = capacity * fraction
+        estimate = backlog * counts.get(tenant, 0) / seen
+        if estimate < share:
+            return None
+        excess = estimate - share + 1
+        drain_s = math.ceil(
+            excess * float(exact_decimal(admission.mean_latency_s[tier])) / (admission.budget * fraction)
+        )
+        return ShareRefusal(
+            tenant=tenant,
+            tier=tier,
+            estimate=math.ceil(estimate),
+            share=math.floor(share),
+            backlog=backlog,
+            capacity=capacity,
+            retry_after_s=min(max(1, drain_s), admission.max_retry_after_s[tier]),
+        )

@@ -1,0 +1,82 @@
+"""Ingest's side of tenancy: who is calling (401), whether their rate allows it (429), which tenant
+the record belongs to (403 when the body says another) and whether their entitlements cover it (403).
+
+The rules themselves live in `services.tenancy`; this module turns their answers into `IngestError`
+refusals. In open mode (no tenants file) the caller is anonymous: no key, no rate, the global rules,
+and the body's `tenant` (default ``default``) scopes the request as before.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from services.ingest.envelope import Envelope
+from services.ingest.errors import NotAuthenticatedError, NotEntitledError, TenantRateLimitedError
+from services.ingest.validation import SubmitRequest
+from services.messaging.topics import TopicNames
+from services.tenancy.auth import Principal
+from services.tenancy.entitlements import apply_entitlements
+from services.tenancy.errors import AuthenticationError
+from services.tenancy.rate import RateLimiter
+from services.tenancy.registry import TenantRegistry
+
+
+class TenantGate:
+    """The tenant checks of one request, in the order the endpoint runs them."""
+
+    def __init__(self, registry: TenantRegistry, limiter: RateLimiter, *, topics: TopicNames) -> None:
+        self._registry = registry
+        self._limiter = limiter
+        self._topics = topics
+        registry.on_change(lambda directory: limiter.configure(directory))
+
+    @property
+    def registry(self) -> TenantRegistry:
+        return self._registry
+
+    def caller(self, request: Request) -> Principal:
+        """The principal of `request`; `NotAuthenticatedError` (401) when its key names no tenant."""
+        try:
+            return self._registry.authenticate(request.headers.getlist("authorization"))
+        except AuthenticationError as exc:
+            raise NotAuthenticatedError(exc.reason, str(exc)) from None
+
+    def take_rate(self, principal: Principal) -> None:
+        """Spend one of the tenant's requests per minute; `TenantRateLimitedError` (429) when none is left."""
+        if not principal.authenticated:
+            return
+        refusal = self._limiter.take(principal.name)
+        if refusal is not None:
+            raise TenantRateLimitedError(refusal)
+
+    def tenant_of(self, principal: Principal, submission: SubmitRequest) -> str:
+        """The record's tenant: the key's. A body naming another is refused (403); open mode keeps the
+        body's (or ``default``)."""
+        if not principal.authenticated:
+            return submission.tenant
+        if "tenant" in submission.model_fields_set and submission.tenant != principal.name:
+            problem = f"this key belongs to tenant {principal.name!r}; leave tenant out or send that"
+            raise NotEntitledError(principal.name, [{"field": "tenant", "problem": problem}])
+        return principal.name
+
+    def max_deadline_ms(self, principal: Principal) -> int:
+        """The longest deadline the tenant may have: a tier's default deadline is cut to it."""
+        return principal.tenant.entitlements.max_deadline_ms
+
+    def entitle(self, envelope: Envelope, principal: Principal, submission: SubmitRequest) -> Envelope:
+        """The envelope as the tenant may send it (tier capped, max_tokens filled, its topic with it);
+        `NotEntitledError` (403) naming every field it is not entitled to."""
+        verdict = apply_entitlements(
+            envelope.request, principal.tenant.entitlements, default_reply_topic=self._topics.results
+        )
+        if not verdict.allowed:
+            problems = [p.as_dict() for p in verdict.problems]
+            if submission.deadline_ms is not None:
+                # The caller spoke of deadline_ms: name the field it sent, not the record's.
+                for p in problems:
+                    if p["field"] == "expire_at_ms":
+                        p["field"] = "deadline_ms"
+            raise NotEntitledError(principal.name, problems)
+        if not verdict.narrowed:
+            return envelope
+        return Envelope(topic=self._topics.requests(verdict.request.tier), request=verdict.request)
