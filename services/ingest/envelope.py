@@ -72,11 +72,13 @@ def build_envelope(
     topics: TopicNames,
     region: str,
     tenant: str | None = None,
+    max_tier: Tier | None = None,
     max_deadline_ms: int | None = None,
 ) -> Envelope:
-    """The record `body` becomes at `now_ms`: its tier from `policy`, its deadline (the caller's
-    `expire_at_ms`, else now plus the caller's `deadline_ms` or the tier's, the tier's cut to
-    `max_deadline_ms`), its topic, its key and its `tenant` (the body's when None).
+    """The record `body` becomes at `now_ms`: its tier from `policy` (lowered to `max_tier`), its
+    deadline (the caller's `expire_at_ms`, else now plus the caller's `deadline_ms` or the tier's,
+    the tier's cut to `max_deadline_ms`), its topic, its key and its `tenant` (the body's when None).
+    The tier is lowered before the deadline is chosen, so a lowered request gets its new tier's.
 
     Raises a `FieldRefusedError`: `DeadlineInPastError` when the caller's `expire_at_ms` is not in
     the future, `DeadlineTooFarError` when it is more than `MAX_DEADLINE_MS` ahead,
@@ -84,6 +86,8 @@ def build_envelope(
     (`services.messaging.reply_topics`).
     """
     tier = policy.tier_for(body.scenario, body.priority)
+    if max_tier is not None and tier.rank < max_tier.rank:
+        tier = max_tier
     if body.reply_to is not None and not is_allowed_reply_topic(body.reply_to, topics):
         raise ReplyTopicRefusedError(reply_topic_rule(topics))
     if body.expire_at_ms is not None:
@@ -136,7 +140,12 @@ class EnvelopeFactory:
     clock_ms: Callable[[], int]
 
     def __call__(
-        self, body: SubmitRequest, *, tenant: str | None = None, max_deadline_ms: int | None = None
+        self,
+        body: SubmitRequest,
+        *,
+        tenant: str | None = None,
+        max_tier: Tier | None = None,
+        max_deadline_ms: int | None = None,
     ) -> Envelope:
         return build_envelope(
             body,
@@ -146,5 +155,6 @@ class EnvelopeFactory:
             topics=self.topics,
             region=self.region,
             tenant=tenant,
+            max_tier=max_tier,
             max_deadline_ms=max_deadline_ms,
         )

@@ -31,6 +31,7 @@ from services.ingest.json_guard import JsonGuard
 from services.ingest.metrics import IngestMetrics
 from services.ingest.tenants import TenantGate
 from services.ingest.validation import SubmitRequest
+from services.messaging.tiers import Tier
 from services.tenancy.auth import Principal
 
 
@@ -38,7 +39,12 @@ class EnvelopeMaker(Protocol):
     """Builds the record of a submission (`services.ingest.envelope.EnvelopeFactory`)."""
 
     def __call__(
-        self, body: SubmitRequest, *, tenant: str | None = None, max_deadline_ms: int | None = None
+        self,
+        body: SubmitRequest,
+        *,
+        tenant: str | None = None,
+        max_tier: Tier | None = None,
+        max_deadline_ms: int | None = None,
     ) -> Envelope: ...
 
 
@@ -92,9 +98,13 @@ class SubmitEndpoint:
 
     def _envelope(self, submission: SubmitRequest, principal: Principal) -> Envelope:
         tenant = self._tenants.tenant_of(principal, submission)
+        entitled = principal.tenant.entitlements
         try:
             envelope = self._envelope_for(
-                submission, tenant=tenant, max_deadline_ms=self._tenants.max_deadline_ms(principal)
+                submission,
+                tenant=tenant,
+                max_tier=entitled.max_tier,
+                max_deadline_ms=entitled.max_deadline_ms,
             )
         except FieldRefusedError as exc:
             problems = [{"field": exc.field, "problem": str(exc)}]

@@ -59,13 +59,11 @@ class TenantGate:
             raise NotEntitledError(principal.name, [{"field": "tenant", "problem": problem}])
         return principal.name
 
-    def max_deadline_ms(self, principal: Principal) -> int:
-        """The longest deadline the tenant may have: a tier's default deadline is cut to it."""
-        return principal.tenant.entitlements.max_deadline_ms
-
     def entitle(self, envelope: Envelope, principal: Principal, submission: SubmitRequest) -> Envelope:
-        """The envelope as the tenant may send it (tier capped, max_tokens filled, its topic with it);
-        `NotEntitledError` (403) naming every field it is not entitled to."""
+        """The envelope as the tenant may send it (max_tokens filled, the tier capped, its topic with
+        it: the envelope was built with the tenant's tier and deadline caps already, so that the
+        deadline is the lowered tier's); `NotEntitledError` (403) naming every field it is not
+        entitled to."""
         verdict = apply_entitlements(
             envelope.request, principal.tenant.entitlements, default_reply_topic=self._topics.results
         )

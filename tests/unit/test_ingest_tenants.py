@@ -153,6 +153,8 @@ def test_a_tier_above_the_tenants_is_lowered_with_its_topic(ingest):
     record = ingest.accepted(CHAT | {"priority": "HIGH"}, ACME)
     assert record.tier is Tier.MEDIUM
     assert ingest.producer.sent[-1][0] == "inferq.requests.medium"
+    # The deadline is the lowered tier's (MEDIUM's 30 s, cut to acme's 20 s), not HIGH's 5 s.
+    assert record.expire_at_ms == NOW_MS + 20_000
     assert ingest.post(CHAT, ACME).json()["tier"] == "MEDIUM"  # the answer says so too
 
 
