@@ -240,6 +240,7 @@ def bootstrap(
             consumer=consumer,
             topics=topics,
             policy=pressure,
+            offsets=offsets,
             room=room,
             pauses=pauses,
             writer=writer,

@@ -18,9 +18,18 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 from services.dispatcher.backend import Completion
 from services.dispatcher.bootstrap import Dispatcher, TokenSupply, bootstrap
-from services.dispatcher.consumer import Batches, CommitPoint, FetchedRecord, Partition, RebalanceListener
+from services.dispatcher.consumer import (
+    Batches,
+    CommitPoint,
+    FetchedRecord,
+    Partition,
+    RebalanceListener,
+    Unfetched,
+)
 from services.dispatcher.errors import BackendError, CommitFailedError
 from services.dispatcher.settings import DispatcherSettings
 from services.dispatcher.tokens import LocalTokenPool
@@ -165,8 +174,10 @@ class InMemoryConsumer:
     async def beginning_offsets(self, partitions: Collection[Partition]) -> dict[Partition, int]:
         return dict.fromkeys(partitions, 0)
 
-    async def unfetched(self, topics: Collection[str], timeout_s: float) -> dict[Partition, int]:
-        return {p: len(self.logs[p]) - self._positions[p] for p in self._assigned if p.topic in topics}
+    async def unfetched(self, topics: Collection[str], timeout_s: float) -> dict[Partition, Unfetched]:
+        return {
+            p: Unfetched(self._positions[p], len(self.logs[p])) for p in self._assigned if p.topic in topics
+        }
 
     def partition_count(self, topic: str) -> int:
         return sum(1 for p in self.logs if p.topic == topic)
