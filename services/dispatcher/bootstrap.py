@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("inferq.dispatcher")
 
 
+TOPIC_PROPAGATION_MS = 2_000
+
+
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -143,6 +146,10 @@ def bootstrap(
     )
     producer = producer or AsyncProducer(
         settings.kafka.producer_config(client_id=f"inferq-dispatcher-{settings.dispatcher_id}")
+        # A topic the broker does not know (auto-creation is off) fails its records with "unknown
+        # topic" after this long, before message.timeout.ms, instead of timing out like an outage
+        # would: the writer then answers FAILED instead of waiting forever (librdkafka default 30 s).
+        | {"topic.metadata.propagation.max.ms": TOPIC_PROPAGATION_MS}
     )
     if backend is None:
         api_key = settings.backend_api_key.get_secret_value() if settings.backend_api_key else None
@@ -270,7 +277,14 @@ def bootstrap(
         describe=describe,
         pool_companions=tokens.companions,
     )
+    writer.on_fatal = loop.fail
     health = Health(
-        checkpoint=checkpoint, pool=pool, room=room, consumer=consumer, budget=budget, scheduler=scheduler
+        checkpoint=checkpoint,
+        pool=pool,
+        room=room,
+        consumer=consumer,
+        budget=budget,
+        scheduler=scheduler,
+        inflight=inflight,
     )
     return Dispatcher(loop, health)

@@ -4,6 +4,18 @@ librdkafka does batching, idempotence and retries in its own threads; delivery r
 through `poll()`. One small thread polls and hands each report to the event loop, so a coroutine
 can `await` the broker's acknowledgement of exactly its record (ingest answers 202 only then; the
 dispatcher commits an offset only then).
+
+A failed produce raises `ProduceError`, classified from librdkafka's `KafkaError`:
+
+- `fatal`: the producer instance is unusable (librdkafka's `fatal()`, e.g. a fenced idempotent
+  producer); nothing it produces will ever be acknowledged;
+- not `retriable`: this record can never be written where it was sent, however long one waits (the
+  topic name is invalid or unknown, the record is too large, writing is not authorised...:
+  `PERMANENT_CODES`);
+- otherwise `retriable`: an outage or a timeout (librdkafka already retried for
+  `message.timeout.ms`), worth trying again after a pause. librdkafka's own `retriable()` flag is
+  not used for this: it is false for a message timeout, which is exactly what a broker outage
+  produces and what must be waited out.
 """
 
 from __future__ import annotations
@@ -19,13 +31,43 @@ from services.messaging.errors import MessagingError
 POLL_INTERVAL_S = 0.05
 
 
+# Errors no wait can fix: the record goes elsewhere (the dead-letter topic) instead.
+PERMANENT_CODES = frozenset(
+    {
+        KafkaError.TOPIC_EXCEPTION,  # "Invalid topic": a name Kafka refuses
+        KafkaError.UNKNOWN_TOPIC_OR_PART,  # with auto-creation off, the topic does not exist
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.MSG_SIZE_TOO_LARGE,  # over the topic's max.message.bytes
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_TIMESTAMP,
+        KafkaError.POLICY_VIOLATION,
+        KafkaError._INVALID_ARG,  # refused by librdkafka itself (e.g. over message.max.bytes)
+    }
+)
+# librdkafka reports a record over its own message.max.bytes as this code from produce().
+_LOCAL_SIZE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+
+
 class ProduceError(MessagingError):
-    """The broker did not acknowledge a record. `retriable` says whether trying again may help."""
+    """The broker did not acknowledge a record.
+
+    `retriable`: trying again later may help (an outage); `fatal`: the producer itself is unusable;
+    `too_large`: the record is over a size limit; `code`: librdkafka's error code, if there is one.
+    """
 
     def __init__(self, topic: str, error: KafkaError | str) -> None:
         super().__init__(f"produce to {topic} failed: {error}")
         self.topic = topic
-        self.retriable = bool(isinstance(error, KafkaError) and error.retriable())
+        self.code: int | None = error.code() if isinstance(error, KafkaError) else None
+        self.fatal = bool(isinstance(error, KafkaError) and error.fatal())
+        self.retriable = not self.fatal and self.code not in PERMANENT_CODES
+        self.too_large = self.code in _LOCAL_SIZE_CODES
+        # Short and free of record content: fit for a dead-letter header and a FAILED result.
+        self.reason = error.str() if isinstance(error, KafkaError) else error
 
 
 class AsyncProducer:

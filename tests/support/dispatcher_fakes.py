@@ -3,7 +3,8 @@
 - `InMemoryConsumer`: one member of a consumer group over in-memory partition logs, keeping the
   `TierConsumer` contract (positions, seek, pause, commits with metadata, eager rebalances that
   forget pauses, refused commits on request);
-- `HeldProducer`: acknowledges records, or holds every acknowledgement until the test releases them;
+- `HeldProducer`: acknowledges records, or holds every acknowledgement until the test releases them,
+  or refuses the records of a topic (or those over a size) with the `ProduceError` librdkafka would give;
 - `HeldBackend`: answers calls OK at once, or holds them, or fails them, as the test says;
 - `RecordingTokenPool`: the exact local pool, its start and stop recorded.
 
@@ -35,6 +36,7 @@ from services.dispatcher.settings import DispatcherSettings
 from services.dispatcher.tokens import LocalTokenPool
 from services.messaging.codec import request_codec, result_codec
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.producer import ProduceError
 from services.messaging.records import InferenceRequest, InferenceResult
 from services.messaging.topics import TopicNames
 
@@ -192,13 +194,21 @@ class Produced:
 
 
 class HeldProducer:
-    """Acknowledges every record at once, or, after `hold()`, none until `release()`."""
+    """Acknowledges every record at once, or, after `hold()`, none until `release()`. Records of a
+    topic in `refusals` fail with its librdkafka error, every time; records over `max_bytes` (value
+    plus headers) fail as librdkafka fails them, "message size too large"."""
 
     def __init__(self, events: list[str] | None = None) -> None:
         self.events = events if events is not None else []
         self.sent: list[Produced] = []
+        self.attempts: list[str] = []  # every topic produced to, acknowledged or not
+        self.refusals: dict[str, KafkaError] = {}
+        self.max_bytes: int | None = None
         self._open = asyncio.Event()
         self._open.set()
+
+    def refuse(self, topic: str, code: int, *, fatal: bool = False) -> None:
+        self.refusals[topic] = KafkaError(code, fatal=fatal)
 
     def hold(self) -> None:
         self._open.clear()
@@ -219,7 +229,13 @@ class HeldProducer:
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers | None = None
     ) -> object:
         await self._open.wait()
+        self.attempts.append(topic)
+        if topic in self.refusals:
+            raise ProduceError(topic, self.refusals[topic])
         encoded = {k: v if isinstance(v, bytes) else (v or "").encode() for k, v in headers or []}
+        size = len(value) + sum(len(k) + len(v) for k, v in encoded.items())
+        if self.max_bytes is not None and size > self.max_bytes:
+            raise ProduceError(topic, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
         self.sent.append(Produced(topic, value, key, encoded))
         self.events.append(f"produce {topic}")
         return None
@@ -305,10 +321,14 @@ class Rig:
     def partition(self, tier: str, index: int = 0) -> Partition:
         return Partition(self.topics.requests_by_name(tier), index)
 
-    def results(self) -> dict[str, InferenceResult]:
+    def results(self, topic: str | None = None) -> dict[str, InferenceResult]:
+        """Results acknowledged on `topic` (the default results topic), by request id."""
         codec = result_codec()
-        decoded = [codec.decode(p.value) for p in self.producer.on(self.topics.results)]
+        decoded = [codec.decode(p.value) for p in self.producer.on(topic or self.topics.results)]
         return {r.request_id: r for r in decoded}
+
+    def dead_letters(self) -> list[Produced]:
+        return self.producer.on(self.topics.dlq)
 
 
 def rig(*, pool_class: type[RecordingTokenPool] | None = None, **overrides: Any) -> Rig:

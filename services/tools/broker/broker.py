@@ -66,6 +66,7 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
 log.cleaner.dedupe.buffer.size=16777216
 """
 
