@@ -33,6 +33,7 @@ from services.dispatcher.offsets import OffsetTracker
 from services.dispatcher.outcomes import OutcomeBuilder
 from services.dispatcher.pausing import Pauses
 from services.dispatcher.policies import Scheduler, build_scheduler
+from services.dispatcher.record_rules import RecordRules
 from services.dispatcher.retries import RetryPolicy
 from services.dispatcher.run_loop import Helper, Resource, RunLoop
 from services.dispatcher.settings import DispatcherSettings, build_schedule, renamed_variables_in
@@ -41,6 +42,7 @@ from services.dispatcher.tokens import LocalTokenPool, TokenPool
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.writer import OutcomeWriter, RecordProducer
 from services.messaging.producer import AsyncProducer
+from services.messaging.tiers import TierPolicy
 
 if TYPE_CHECKING:
     from services.dispatcher.tokens.redis_pool import RedisTokenPool
@@ -167,7 +169,16 @@ def bootstrap(
     offsets = OffsetTracker()
     inflight = InFlight()
     wake = asyncio.Event()  # set by arrivals, freed tokens and housekeeping; the starter waits on it
-    pauses = Pauses(consumer, topics, room, metrics, readahead=settings.readahead)
+    pauses = Pauses(
+        consumer,
+        topics,
+        room,
+        metrics,
+        readahead=settings.readahead,
+        inflight=inflight,
+        offsets=offsets,
+        max_budget=settings.budget,
+    )
     models = ModelChoice.of(
         fast=settings.model_fast, accurate=settings.model_accurate, cheap=settings.model_cheap
     )
@@ -199,6 +210,12 @@ def bootstrap(
         writer=writer,
         inflight=inflight,
         metrics=metrics,
+        rules=RecordRules(
+            topics=topics,
+            max_attempts=settings.max_attempts,
+            max_backoff_ms=int(settings.retry_max_backoff_s * 1000),
+            tier_policy=TierPolicy(scenario_tiers=settings.scenario_tiers),
+        ),
         readahead=settings.readahead,
         poison_alarm_ratio=settings.poison_alarm_ratio,
         clock_ms=clock_ms,

@@ -248,6 +248,8 @@ class HeldBackend:
     def __init__(self, events: list[str] | None = None) -> None:
         self.events = events if events is not None else []
         self.models: list[str] = []
+        self.calls: list[tuple[list[dict[str, str]], dict[str, Any]]] = []  # messages, params
+        self.output = "hi"
         self.in_flight = 0
         self.failure: BackendError | None = None
         self._held_models: set[str] | None = set()  # None: every model
@@ -269,6 +271,7 @@ class HeldBackend:
         self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
     ) -> Completion:
         self.models.append(model)
+        self.calls.append((messages, params))
         self.in_flight += 1
         try:
             if self._held_models is None or model in self._held_models:
@@ -277,7 +280,9 @@ class HeldBackend:
             self.in_flight -= 1
         if self.failure is not None:
             raise self.failure
-        return Completion(output="hi", model=model, prompt_tokens=1, completion_tokens=1, total_tokens=2)
+        return Completion(
+            output=self.output, model=model, prompt_tokens=1, completion_tokens=1, total_tokens=2
+        )
 
     async def close(self) -> None:
         self.events.append("backend.close")
