@@ -79,9 +79,10 @@ class Intake:
         self._clock_ms = clock_ms
         self._requests = request_codec()
         self._poison = PoisonWatch(monotonic, threshold=poison_alarm_ratio)
-        # Per retry partition, the offset held back last: read again, it is due (its not-before was
-        # clamped when first read, and a clamp must not move with every read). One entry per partition.
-        self._held_head: dict[Partition, int] = {}
+        # Per retry partition, the record held back last and when it is due: read again, it keeps
+        # that time (a not-before clamped when first read must not move with every read). One entry
+        # per retry partition.
+        self._held_head: dict[Partition, tuple[int, int]] = {}
         metrics.watch_poison(self._poison.ratios)
 
     def fetch_size(self) -> int:
@@ -147,16 +148,20 @@ class Intake:
             )
             self._inflight.begin(work, self._writer.refuse(work, exc.reason), "refuse")
             return True
-        self._watch_poison(partition.topic, poison=False)
-        for name in checked.clamped:
-            self._metrics.record_clamped(name)
         if source_tier is None:
-            due_ms = self._rules.due_ms(checked.request.not_before_ms, now_ms)
-            if due_ms > now_ms and self._held_head.get(partition) != record.offset:
-                self._held_head[partition] = record.offset
+            held = self._held_head.get(partition)
+            if held is not None and held[0] == record.offset:
+                due_ms = held[1]
+            else:
+                due_ms = self._rules.due_ms(checked.request.not_before_ms, now_ms)
+            if due_ms > now_ms:
+                self._held_head[partition] = (record.offset, due_ms)
                 self._pauses.hold_back(partition, (due_ms - now_ms) / 1000)
                 return False
             self._held_head.pop(partition, None)
+        self._watch_poison(partition.topic, poison=False)
+        for name in checked.clamped:
+            self._metrics.record_clamped(name)
         offsets.track(record.offset)
         self._admit(
             Work(

@@ -375,3 +375,20 @@ def test_messages_are_forwarded_unchanged() -> None:
             ]
 
     asyncio.run(scenario())
+
+
+def test_a_held_back_retry_keeps_its_due_time_across_a_rebalance() -> None:
+    due_in_ms = 600
+    retry = a_request("MEDIUM", deadline_ms=60_000).retry(not_before_ms=int(time.time() * 1000) + due_in_ms)
+
+    async def scenario() -> None:
+        async with running(rig()) as r:
+            retries = Partition(r.topics.retry, 0)
+            sent = time.monotonic()
+            r.consumer.produce(retries, encoded(retry))
+            await eventually(lambda: retries in r.consumer.paused(), "held back")
+            await r.consumer.rebalance(set(r.consumer.logs))  # handed straight back, read again
+            await eventually(lambda: retry.request_id in r.results(), "served once due")
+            assert time.monotonic() - sent >= due_in_ms / 1000 - 0.05, "served early after the rebalance"
+
+    asyncio.run(scenario())
