@@ -17,6 +17,10 @@ No produce loops forever. A failure is handled by what `ProduceError` says of it
   counted (`inferq_unwritable_total`) and its offset completes: a partition never wedges on it;
 - fatal (the producer itself is unusable): the dispatcher stops (`on_fatal`), offsets uncommitted,
   and the next owner redoes the work with a working producer.
+
+One exception: "unknown topic" for the pipeline's own topics (results, retry, dead letters) is
+waited out like an outage. They were checked at start; the broker not knowing one is a broker still
+loading its metadata, and giving up on it would drop outcomes that a short wait would have written.
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ class OutcomeWriter:
         self._clock_ms = clock_ms
         self._requests = request_codec()
         self._results = result_codec()
+        self._own_topics = frozenset({topics.results, topics.retry, topics.dlq})
         # Set by the composition root: stops the dispatcher when the producer is unusable.
         self.on_fatal: Callable[[ProduceError], None] = _ignore_fatal
 
@@ -222,7 +227,7 @@ class OutcomeWriter:
                     log.exception("the producer failed for good, stopping the dispatcher: %s", exc.reason)
                     self.on_fatal(exc)
                     raise
-                if not exc.retriable:
+                if not exc.retriable and not (exc.unknown_topic and topic in self._own_topics):
                     log.warning("produce to %s refused for good: %s", topic, exc.reason)
                     return exc
                 log.error(  # noqa: TRY400 - the reason is the message; a traceback per retry is noise

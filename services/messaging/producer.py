@@ -48,6 +48,9 @@ PERMANENT_CODES = frozenset(
         KafkaError._INVALID_ARG,  # refused by librdkafka itself (e.g. over message.max.bytes)
     }
 )
+_UNKNOWN_TOPIC_CODES = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
 # librdkafka reports a record over its own message.max.bytes as this code from produce().
 _LOCAL_SIZE_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
@@ -56,7 +59,8 @@ class ProduceError(MessagingError):
     """The broker did not acknowledge a record.
 
     `retriable`: trying again later may help (an outage); `fatal`: the producer itself is unusable;
-    `too_large`: the record is over a size limit; `code`: librdkafka's error code, if there is one.
+    `too_large`: the record is over a size limit; `unknown_topic`: the broker does not know the topic;
+    `code`: librdkafka's error code, if there is one.
     """
 
     def __init__(self, topic: str, error: KafkaError | str) -> None:
@@ -66,6 +70,7 @@ class ProduceError(MessagingError):
         self.fatal = bool(isinstance(error, KafkaError) and error.fatal())
         self.retriable = not self.fatal and self.code not in PERMANENT_CODES
         self.too_large = self.code in _LOCAL_SIZE_CODES
+        self.unknown_topic = self.code in _UNKNOWN_TOPIC_CODES
         # Short and free of record content: fit for a dead-letter header and a FAILED result.
         self.reason = error.str() if isinstance(error, KafkaError) else error
 

@@ -392,3 +392,19 @@ def test_a_held_back_retry_keeps_its_due_time_across_a_rebalance() -> None:
             assert time.monotonic() - sent >= due_in_ms / 1000 - 0.05, "served early after the rebalance"
 
     asyncio.run(scenario())
+
+
+def test_an_unknown_topic_answer_for_the_pipelines_own_topic_is_waited_out() -> None:
+    chat = a_request("HIGH")
+
+    async def scenario() -> None:
+        async with running(rig()) as r:
+            r.producer.refuse(r.topics.results, KafkaError.UNKNOWN_TOPIC_OR_PART)  # a broker loading up
+            r.consumer.produce(r.partition("HIGH"), encoded(chat))
+            await eventually(lambda: r.producer.attempts.count(r.topics.results) >= 2, "tried again")
+            assert r.dead_letters() == []
+            del r.producer.refusals[r.topics.results]
+            await eventually(lambda: chat.request_id in r.results(), "written once the topic is known", 10)
+            assert r.results()[chat.request_id].status is Status.OK
+
+    asyncio.run(scenario())
