@@ -40,12 +40,13 @@ MAX_REASON_CHARS = 200
 
 
 def poison_reason(exc: DecodeError) -> str:
-    """Why a record is poison, without its content: a decoder's error can quote the bytes it choked
-    on (a UnicodeDecodeError carries the whole string), so only its type is kept."""
+    """Why a record is poison, as `DecodeError` says it, without the record's content: a decoder's
+    error can quote the bytes it choked on (a UnicodeDecodeError carries the whole string), so of a
+    wrapped error only its type is kept."""
     reason = exc.reason
     if exc.__cause__ is not None:
         reason = f"{reason.split(':', 1)[0]} ({type(exc.__cause__).__name__})"
-    return reason[:MAX_REASON_CHARS]
+    return f"cannot decode record ({exc.raw_size} bytes): {reason}"[:MAX_REASON_CHARS]
 
 
 class Intake:

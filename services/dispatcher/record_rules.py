@@ -4,8 +4,10 @@ Anyone who can write to a topic can write any field (architecture: "Producers ma
 directly"), so every decoded request passes these rules before it is queued, with the bounds of
 ``services/messaging/limits.py`` (ingest refuses the same with 422). Three outcomes:
 
-- **poison** (`DecodeError`): a `request_id` that is not an id. There is no caller to answer, so the
-  record goes to the dead-letter topic alone, like bytes that do not decode.
+- **poison** (`DecodeError`): a `request_id` that is not an id (there is no caller to answer), and,
+  as before these rules, a request with no messages or with `params` values that are not JSON
+  (nothing a caller could have meant). The record goes to the dead-letter topic alone, like bytes
+  that do not decode.
 - **clamped**, and the request runs: values whose honest meaning is clear, only out of range.
   `created_at_ms` in the future beyond `MAX_CLOCK_SKEW_MS` → now (a wrong clock), older than
   `MAX_DEADLINE_MS` → that bound; `expire_at_ms` → at most `MAX_DEADLINE_MS` after creation;
@@ -17,10 +19,9 @@ directly"), so every decoded request passes these rules before it is queued, wit
   dead-letter topic with the reason and its caller gets FAILED. Refused: a `reply_to` that is not
   one of the pipeline's reply topics (``reply_topics.py``; its FAILED result then goes to the
   default results topic); `attempt` above `max_attempts` (retries exhausted, whoever wrote it);
-  strings over their length (session, tenant, scenario, model, region); no messages, too many, a
-  role the chat API does not know, content too long; `params` with a key off the allow-list (the
-  reserved `model`, `messages`, `stream`, `n` included), a value that is not JSON or is out of its
-  bounds.
+  strings over their length (session, tenant, scenario, model, region); too many messages, a role
+  the chat API does not know, content too long; `params` with a key off the allow-list (the
+  reserved `model`, `messages`, `stream`, `n` included) or a value out of its bounds.
 
 Params: refused rather than the key dropped. Dropping would run a different request than the one
 asked for (and bill it), silently; a refusal says which key, and ingest refuses the same key with
@@ -85,6 +86,9 @@ class RecordRules:
         # fullmatch: the pattern's `$` would let a trailing newline through with `match`.
         if not limits.ID_PATTERN.fullmatch(request.request_id):
             raise DecodeError(f"request_id {shown(request.request_id)} is not an id", raw_size=raw_size)
+        if not request.messages:
+            raise DecodeError("messages is empty: nothing to send to the LLM", raw_size=raw_size)
+        values, too_large = _json_values(request.params, raw_size)
         request, tier, clamped = self._clamped(request, source_topic, now_ms)
         reply = request.reply_to
         if reply is not None and not is_allowed_reply_topic(reply, self.topics):
@@ -108,7 +112,8 @@ class RecordRules:
         problem = _string_problem(request) or _messages_problem(request)
         if problem is not None:
             raise refused(problem)
-        params, problem = _params(request.params)
+        params, problem = _params(values)
+        problem = too_large or problem
         if problem is not None:
             raise refused(problem)
         return Checked(request, tier, params, reply, clamped)
@@ -169,8 +174,8 @@ def _string_problem(request: InferenceRequest) -> str | None:
 
 def _messages_problem(request: InferenceRequest) -> str | None:
     messages = request.messages
-    if not 1 <= len(messages) <= limits.MAX_MESSAGES:
-        return f"messages must be 1-{limits.MAX_MESSAGES}, not {len(messages)}"
+    if len(messages) > limits.MAX_MESSAGES:
+        return f"messages must be at most {limits.MAX_MESSAGES}, not {len(messages)}"
     for index, message in enumerate(messages):
         if message.role not in limits.MESSAGE_ROLES:
             return f"messages[{index}].role is not a chat role"  # its value may be anything, a prompt too
@@ -179,28 +184,34 @@ def _messages_problem(request: InferenceRequest) -> str | None:
     return None
 
 
-def _params(params: Mapping[str, str] | None) -> tuple[dict[str, Any], str | None]:
-    """The decoded parameters, or the first problem with them."""
+def _json_values(params: Mapping[str, str] | None, raw_size: int) -> tuple[dict[str, Any], str | None]:
+    """The parameters' values JSON-decoded, or (when there are too many, or one too long to decode)
+    the problem to refuse the request for; `DecodeError` for a value that is not JSON."""
     if not params:
         return {}, None
     if len(params) > limits.MAX_PARAMS:
         return {}, f"params has {len(params)} keys, at most {limits.MAX_PARAMS} are known"
-    decoded: dict[str, Any] = {}
+    values: dict[str, Any] = {}
     for name, encoded in params.items():
+        if len(encoded) > limits.MAX_PARAM_CHARS:
+            return {}, f"a params value is over {limits.MAX_PARAM_CHARS} characters"
+        try:
+            values[name] = json.loads(encoded)
+        except ValueError as exc:
+            raise DecodeError("params is not a map of JSON values", raw_size=raw_size) from exc
+    return values, None
+
+
+def _params(values: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The parameters a request may pass to the backend, or the first problem with them."""
+    for name, value in values.items():
         if name in limits.RESERVED_PARAMS:
             return {}, f"params.{name} is set by the dispatcher, not by a request"
         if name not in limits.ALLOWED_PARAMS:
             return {}, f"params.{shown(name)[1:-1]} is not a supported parameter"
-        if len(encoded) > limits.MAX_PARAM_CHARS:
-            return {}, f"params.{name} is over {limits.MAX_PARAM_CHARS} characters"
-        try:
-            value = json.loads(encoded)
-        except ValueError:
-            return {}, f"params.{name} is not JSON"
         if not _param_ok(name, value):
             return {}, f"params.{name} is out of its bounds"
-        decoded[name] = value
-    return decoded, None
+    return dict(values), None
 
 
 def _param_ok(name: str, value: Any) -> bool:

@@ -157,7 +157,6 @@ def test_strings_over_their_bounds_are_refused(field: str, value: str) -> None:
 @pytest.mark.parametrize(
     ("messages", "problem"),
     [
-        ((), "messages must be"),
         (tuple(ChatMessage("user", "x") for _ in range(limits.MAX_MESSAGES + 1)), "messages must be"),
         ((ChatMessage("robot", "beep"),), "not a chat role"),
         ((ChatMessage("user", "x" * (limits.MAX_MESSAGE_CHARS + 1)),), "content is over"),
@@ -177,7 +176,6 @@ def test_reserved_params_are_refused(name: str) -> None:
     ("params", "problem"),
     [
         ({"logprobs": "true"}, "not a supported parameter"),
-        ({"temperature": "hot"}, "not JSON"),
         ({"temperature": "9"}, "out of its bounds"),
         ({"temperature": "NaN"}, "out of its bounds"),
         ({"temperature": "true"}, "out of its bounds"),
@@ -188,10 +186,26 @@ def test_reserved_params_are_refused(name: str) -> None:
         ({"stop": json.dumps({"a": 1})}, "out of its bounds"),
         ({"user": json.dumps("u" * 200)}, "out of its bounds"),
         ({"stop": json.dumps("x" * 3000)}, "over 2048 characters"),
+        ({f"k{i}": "1" for i in range(limits.MAX_PARAMS + 1)}, "at most"),
     ],
 )
 def test_params_off_the_allow_list_or_out_of_bounds_are_refused(params: dict[str, str], problem: str) -> None:
     assert problem in refusal(a_request(params=params)).reason
+
+
+@pytest.mark.parametrize(
+    ("request_", "reason"),
+    [
+        (a_request(messages=()), "messages is empty"),
+        (a_request(params={"temperature": "hot"}), "not a map of JSON values"),
+    ],
+)
+def test_nothing_to_send_or_params_that_are_not_json_are_poison(
+    request_: InferenceRequest, reason: str
+) -> None:
+    # As before the rules: nothing a caller could have meant; dead-lettered, not answered.
+    with pytest.raises(DecodeError, match=reason):
+        RULES.check(request_, source_topic=HIGH, now_ms=NOW)
 
 
 def test_a_refusal_reason_shows_little_of_a_hostile_value() -> None:
