@@ -20,17 +20,21 @@ Topics are created by an administrator (a super user), never by the services.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from confluent_kafka import KafkaException
 
 # Public API of confluent_kafka.admin, but re-exported without `__all__`, so mypy sees them as private.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
+    AdminClient,
     ResourcePatternType,
     ResourceType,
 )
@@ -41,6 +45,7 @@ from services.messaging.kafka_config import KafkaSettings
 from services.messaging.topics import TopicNames
 
 ACL_TIMEOUT_S = 15.0
+_ENFORCED_POLL_S = 0.1
 
 
 class Operation(StrEnum):
@@ -121,8 +126,12 @@ def service_grants(topics: TopicNames, who: ServicePrincipals) -> list[Grant]:
 def apply_grants(
     settings: KafkaSettings, grants: Iterable[Grant], *, timeout_s: float = ACL_TIMEOUT_S
 ) -> int:
-    """Create the ACLs of `grants` with `settings` (an administrator's). Returns how many were sent.
+    """Create the ACLs of `grants` with `settings` (an administrator's) and wait until the broker
+    enforces them. Returns how many there are.
 
+    The controller commits an ACL before the broker has applied it; a client let in a moment too
+    early is refused, and an idempotent producer refused its producer id stays broken (a fatal
+    error). So this returns only once the broker lists every one of them.
     Raises `KafkaAccessError` when the broker refuses our credentials, `MessagingError` otherwise.
     """
     bindings = [grant.binding() for grant in grants]
@@ -134,4 +143,33 @@ def apply_grants(
             future.result(timeout=timeout_s)
         except KafkaException as exc:
             raise MessagingError(f"cannot create ACL {binding}: {exc.args[0]}") from exc
+    _wait_until_enforced(admin, set(bindings), timeout_s)
     return len(bindings)
+
+
+def _wait_until_enforced(admin: AdminClient, bindings: set[AclBinding], timeout_s: float) -> None:
+    # None matches any name, principal and host (confluent-kafka's documented filter; its stubs say str).
+    anything: Any = None
+    everything = AclBindingFilter(
+        ResourceType.ANY,
+        anything,
+        ResourcePatternType.ANY,
+        anything,
+        anything,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    deadline = time.monotonic() + timeout_s
+    missing = bindings
+    while time.monotonic() < deadline:
+        try:
+            listed = admin.describe_acls(everything, request_timeout=timeout_s).result(timeout=timeout_s)
+        except KafkaException as exc:
+            raise MessagingError(f"cannot list the broker's ACLs: {exc.args[0]}") from exc
+        missing = bindings - set(listed)
+        if not missing:
+            return
+        time.sleep(_ENFORCED_POLL_S)  # no event says the broker applied them: poll, bounded
+    raise MessagingError(
+        f"{len(missing)} ACLs created but not enforced by the broker within {timeout_s:.0f} s"
+    )
