@@ -3,7 +3,8 @@
 librdkafka never gives up on a broker: a wrong password or an untrusted certificate looks, to a
 caller waiting on a metadata request, exactly like a broker that is still starting, and it retries
 forever. Its ``error_cb`` does say what happened, so `ConnectionWatch` listens there and turns
-``_AUTHENTICATION`` (SCRAM refused) and ``_SSL`` (handshake failed) into a typed, non-retriable
+``_AUTHENTICATION`` (SCRAM refused), ``_SSL`` (handshake failed) and a TLS alert from the broker
+(our client certificate refused or missing) into a typed, non-retriable
 `KafkaAccessError` that a start-up check raises at once. Anything else (connection refused,
 ``_ALL_BROKERS_DOWN`` of a broker that is not up yet) is only remembered, to explain a timeout.
 """
@@ -56,7 +57,10 @@ class ConnectionWatch:
             return KafkaAuthenticationError(
                 bootstrap=self._bootstrap, principal=self._principal, reason=reason
             )
-        if error.code() == KafkaError._SSL:
+        # A TLS alert from the broker (bad or missing client certificate, unknown CA) arrives as a
+        # failed receive, but it is the broker's verdict on us, not an outage.
+        tls_alert = error.code() == KafkaError._TRANSPORT and "ssl/tls alert" in reason.lower()
+        if error.code() == KafkaError._SSL or tls_alert:
             return KafkaTlsError(bootstrap=self._bootstrap, principal=self._principal, reason=reason)
         return None
 

@@ -193,6 +193,21 @@ def test_a_failed_tls_handshake_becomes_a_clear_error() -> None:
         watch.raise_if_refused()
 
 
+def test_a_tls_alert_from_the_broker_is_a_refusal_not_an_outage() -> None:
+    watch = ConnectionWatch("127.0.0.1:9094", KafkaSecurity(security_protocol=SecurityProtocol.SSL))
+    watch(KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:9094 failed: Connection refused"))
+    watch.raise_if_refused()
+    watch(
+        KafkaError(
+            KafkaError._TRANSPORT,
+            "ssl://127.0.0.1:9094/bootstrap: Receive failed: error:0A000412:SSL routines::ssl/tls alert "
+            "bad certificate: SSL alert number 42 (after 1ms in state APIVERSION_QUERY)",
+        )
+    )
+    with pytest.raises(KafkaTlsError, match="failed for an anonymous client"):
+        watch.raise_if_refused()
+
+
 def test_a_requests_own_error_counts_only_as_a_refusal() -> None:
     watch = ConnectionWatch("127.0.0.1:9092", _sasl("results"))
     watch(KafkaError(KafkaError._TRANSPORT, "Connect to ipv4#127.0.0.1:9092 failed: Connection refused"))
