@@ -37,18 +37,20 @@ def _metadata_topics(
         try:
             metadata = admin.list_topics(timeout=min(_WATCH_SLICE_S, max(0.05, deadline - time.monotonic())))
         except KafkaException as exc:
-            if exc.args and isinstance(exc.args[0], KafkaError):
-                watch.saw(exc.args[0])  # the request's own error may be the refusal
-            admin.poll(0)  # serves error_cb
-            watch.raise_if_refused()
-            if time.monotonic() >= deadline:
-                last = watch.last_error
-                raise MessagingError(
-                    f"Kafka at {bootstrap} did not answer within {timeout_s:.0f} s: "
-                    f"{last.str() if last is not None else exc}"
-                ) from exc
+            failure = exc
         else:
             return set(metadata.topics)
+        # Outside the except block: a refusal is the whole story, not "during handling of" a timeout.
+        if failure.args and isinstance(failure.args[0], KafkaError):
+            watch.saw(failure.args[0])  # the request's own error may be the refusal
+        admin.poll(0)  # serves error_cb
+        watch.raise_if_refused()
+        if time.monotonic() >= deadline:
+            last = watch.last_error
+            raise MessagingError(
+                f"Kafka at {bootstrap} did not answer within {timeout_s:.0f} s: "
+                f"{last.str() if last is not None else failure}"
+            ) from failure
 
 
 def create_topics(settings: KafkaSettings, *, timeout_s: float = ADMIN_TIMEOUT_S) -> dict[str, str]:
