@@ -86,4 +86,5 @@ def require_topics(settings: KafkaSettings, needed: list[str], *, timeout_s: flo
     """Raise `MissingTopicsError` naming every topic in `needed` that the broker lacks."""
     missing = [t for t in needed if t not in existing_topics(settings, timeout_s=timeout_s)]
     if missing:
-        raise MissingTopicsError(missing, settings.bootstrap_servers)
+        principal = settings.security.principal if settings.security.uses_tls else None
+        raise MissingTopicsError(missing, settings.bootstrap_servers, principal=principal)

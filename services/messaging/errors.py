@@ -40,9 +40,18 @@ class UnknownSchemaError(DecodeError):
 class MissingTopicsError(MessagingError):
     """A service started against a broker that lacks some of its topics."""
 
-    def __init__(self, missing: list[str], bootstrap: str) -> None:
+    def __init__(self, missing: list[str], bootstrap: str, *, principal: str | None = None) -> None:
         names = ", ".join(sorted(missing))
-        super().__init__(f"topics missing on {bootstrap}: {names}; create them with `inferq topics create`")
+        # With an authorizer, metadata hides the topics a principal may not describe: "missing" may
+        # then mean "not allowed", and creating them again would not help.
+        hint = (
+            f"; or, on a broker with ACLs, {principal} may not use them (`inferq acls apply`)"
+            if principal is not None
+            else ""
+        )
+        super().__init__(
+            f"topics missing on {bootstrap}: {names}; create them with `inferq topics create`{hint}"
+        )
         self.missing = sorted(missing)
 
 

@@ -17,7 +17,7 @@ from services.cli import main
 from services.ingest.backlog import KafkaBacklogReader
 from services.messaging.acls import ServicePrincipals, service_grants
 from services.messaging.admin import create_topics, existing_topics, require_topics
-from services.messaging.errors import KafkaAuthenticationError, KafkaTlsError
+from services.messaging.errors import KafkaAuthenticationError, KafkaTlsError, MissingTopicsError
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.producer import AsyncProducer, ProduceError
 from services.messaging.security import SaslMechanism, SecurityProtocol
@@ -199,6 +199,16 @@ def test_a_wrong_password_fails_the_start_up_check_at_once_and_clearly(
     assert wrong_password not in message
     assert secured_broker.security_material is not None
     assert secured_broker.security_material.passwords["ingest"] not in message
+
+
+def test_topics_a_principal_may_not_use_are_named_with_the_acl_hint(
+    secured_broker: LocalBroker, secured_prefix: str
+) -> None:
+    results = settings(secured_broker, "results", secured_prefix)
+    with pytest.raises(MissingTopicsError) as caught:
+        require_topics(results, results.topics.all_requests)  # they exist; results may not see them
+    assert caught.value.missing == sorted(results.topics.all_requests)
+    assert "results may not use them (`inferq acls apply`)" in str(caught.value)
 
 
 def test_an_untrusted_broker_certificate_fails_the_start_up_check_at_once(
