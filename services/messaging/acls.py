@@ -8,8 +8,8 @@ creating an ACL that exists is a no-op). ``inferq acls apply`` runs both.
 ingest         WRITE the request topics (``<prefix>.requests.*``); DESCRIBE the dispatcher
                group, whose committed offsets are the backlog admission weighs
 dispatcher     READ the request topics and ``<prefix>.retry`` in its group (READ on the group);
-               WRITE ``<prefix>.results*`` (the reply topic and any ``reply_to`` named under
-               it), ``<prefix>.retry`` and ``<prefix>.dlq``
+               WRITE ``<prefix>.results`` and ``<prefix>.results.*`` (regional reply topics, a
+               ``reply_to``), ``<prefix>.retry`` and ``<prefix>.dlq``
 results        READ ``<prefix>.results`` in its group
 =============  ===========================================================================
 
@@ -115,7 +115,9 @@ def service_grants(topics: TopicNames, who: ServicePrincipals) -> list[Grant]:
         Grant(dispatcher, read, topic, requests, prefixed=True),
         Grant(dispatcher, read, topic, topics.retry),
         Grant(dispatcher, write, topic, topics.retry),
-        Grant(dispatcher, write, topic, topics.results, prefixed=True),
+        Grant(dispatcher, write, topic, topics.results),
+        # The prefix ends with the dot: <prefix>.results.eu, never <prefix>.resultsfoo.
+        Grant(dispatcher, write, topic, f"{topics.results}.", prefixed=True),
         Grant(dispatcher, write, topic, topics.dlq),
         Grant(dispatcher, read, group, who.dispatcher_group),
         Grant(results, read, topic, topics.results),

@@ -36,7 +36,8 @@ def test_dispatchers_read_requests_and_retries_and_write_outcomes() -> None:
         ("READ", "TOPIC", "p.requests.", True),
         ("READ", "TOPIC", "p.retry", False),
         ("WRITE", "TOPIC", "p.retry", False),
-        ("WRITE", "TOPIC", "p.results", True),
+        ("WRITE", "TOPIC", "p.results", False),
+        ("WRITE", "TOPIC", "p.results.", True),
         ("WRITE", "TOPIC", "p.dlq", False),
         ("READ", "GROUP", "p-dispatcher", False),
     }
