@@ -1,15 +1,51 @@
-"""How the services run as processes: logging, an ASGI server, signals."""
+"""How the services run as processes: logging, an ASGI server with bounded connections, signals.
+
+Every HTTP server of inferq is uvicorn with `HttpLimits` (env prefix ``INFERQ_HTTP_``):
+
+- at most `limit_concurrency` connections and requests at once; past it uvicorn answers 503;
+- an idle keep-alive connection is closed after `timeout_keep_alive_s`;
+- a request's line and headers must arrive within `header_timeout_s` of its first byte (of the
+  connection, for the first request), else 408 and the connection is closed: uvicorn's httptools
+  protocol has no such deadline, so a client that connects and trickles (or sends nothing) would
+  hold a connection slot forever;
+- the request line and headers may take at most `max_header_bytes`, else 431 and the connection is
+  closed: httptools has no such bound either, and buffers one header value whole.
+
+The body's own deadline belongs to the endpoint that reads it (ingest's body reader answers 408).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import uvicorn
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.types import ASGIApp
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+
+class HttpLimits(BaseSettings):
+    """Bounds of every HTTP server (env prefix ``INFERQ_HTTP_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="INFERQ_HTTP_", extra="ignore")
+
+    # Connections plus requests in progress; past it new requests get 503 at once.
+    limit_concurrency: int = Field(default=1_000, ge=1)
+    # Connections the kernel queues before accept().
+    backlog: int = Field(default=2_048, ge=1)
+    # An idle keep-alive connection is closed after this.
+    timeout_keep_alive_s: int = Field(default=5, ge=1, le=300)
+    # A request's line and headers must arrive within this of its first byte.
+    header_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    # Request line plus headers; past it 431.
+    max_header_bytes: int = Field(default=16_384, ge=1_024, le=1_048_576)
 
 
 def configure_logging() -> None:
@@ -23,9 +59,141 @@ def configure_logging() -> None:
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
 
 
-def uvicorn_config(app: ASGIApp, host: str, port: int) -> uvicorn.Config:
+class _GuardedHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a header deadline and a header size bound (`HttpLimits`).
+
+    The bookkeeping runs in the parser's callbacks, which the protocol already has per header; a
+    refused request is answered at once and never reaches the app.
+    """
+
+    limits: HttpLimits
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._refused = False
+        self._header_bytes = 0
+        self._header_deadline: asyncio.TimerHandle | None = None
+        self._in_headers = True
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_deadline()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        super().data_received(data)
+        # One header value is buffered whole by httptools before `on_header` sees it: bound the
+        # bytes received while the headers are incomplete as well.
+        if self._in_headers and not self._refused:
+            self._header_bytes += len(data)
+            if self._header_bytes > self.limits.max_header_bytes:
+                self._refuse(431, "Request header fields too large.")
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._refused:
+            super().send_400_response(msg)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_headers = True
+        self._header_bytes = 0
+        self._arm_header_deadline()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_header_bytes(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_header_bytes(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_headers = False
+        self._disarm_header_deadline()
+        if not self._refused:
+            super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if not self._refused:
+            super().on_message_complete()
+
+    def _count_header_bytes(self, size: int) -> None:
+        # Counted per callback too: headers that complete within one read are bounded exactly.
+        self._header_bytes += size
+        if self._header_bytes > self.limits.max_header_bytes:
+            self._refuse(431, "Request header fields too large.")
+
+    def _arm_header_deadline(self) -> None:
+        if self._header_deadline is None:
+            self._header_deadline = self.loop.call_later(
+                self.limits.header_timeout_s, self._headers_timed_out
+            )
+
+    def _disarm_header_deadline(self) -> None:
+        deadline, self._header_deadline = self._header_deadline, None
+        if deadline is not None:
+            deadline.cancel()
+
+    def _headers_timed_out(self) -> None:
+        self._header_deadline = None
+        self._refuse(408, "Request headers not received in time.")
+
+    def _refuse(self, status: int, message: str) -> None:
+        if self._refused or self.transport.is_closing():
+            return
+        self._refused = True
+        self._disarm_header_deadline()
+        responding = self.cycle is not None and not self.cycle.response_complete
+        if not responding:
+            # The previous response (if any) is complete: the wire is ours to answer on.
+            body = message.encode("ascii")
+            self.transport.write(
+                b"".join(
+                    [
+                        STATUS_LINE[status],
+                        b"content-type: text/plain; charset=utf-8\r\n",
+                        b"content-length: %d\r\n" % len(body),
+                        b"connection: close\r\n\r\n",
+                        body,
+                    ]
+                )
+            )
+        self.transport.close()
+
+
+def guarded_http_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol bound to `limits` (a class, as uvicorn's `http=` takes)."""
+    protocol: type[asyncio.Protocol] = type("GuardedHttpTools", (_GuardedHttpTools,), {"limits": limits})
+    return protocol
+
+
+def uvicorn_config(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | None = None) -> uvicorn.Config:
+    """uvicorn's configuration for a service: `limits` (default: `HttpLimits` from the environment)."""
+    limits = limits if limits is not None else HttpLimits()
+    options: dict[str, Any] = {
+        "limit_concurrency": limits.limit_concurrency,
+        "backlog": limits.backlog,
+        "timeout_keep_alive": limits.timeout_keep_alive_s,
+        # h11's bound of the request line and headers, should h11 ever serve (httptools is guarded).
+        "h11_max_incomplete_event_size": limits.max_header_bytes,
+    }
     # uvicorn installs SIGTERM/SIGINT handlers that end serving and run the app's lifespan shutdown.
-    return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        http=guarded_http_protocol(limits),
+        **options,
+    )
 
 
 class ServiceServer(uvicorn.Server):
@@ -45,9 +213,9 @@ class ServiceServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def run_asgi(app: ASGIApp, host: str, port: int) -> int:
+def run_asgi(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | None = None) -> int:
     """Serve until SIGTERM/SIGINT; 0 on a clean stop, 1 when start-up failed."""
-    server = ServiceServer(uvicorn_config(app, host, port))
+    server = ServiceServer(uvicorn_config(app, host, port, limits=limits))
     server.run()
     return 0 if server.started else 1
 

@@ -8,7 +8,6 @@ Where things are::
     run_loop.py        fetch → intake → wake the starter → update pauses; start-up/shutdown order
     intake.py          decode, dead-letter poison, apply the record rules, expire, admit, rewind
     record_rules.py    what a record from Kafka may not claim: clamped, refused (DLQ + FAILED) or poison
-    reply_topics.py    which reply_to topics are allowed (ingest's rule)
     pausing.py         back-pressure: full tiers and held-back retry partitions paused
     next_start.py      what starts next (pure; the simulator uses it too)
     starting.py        the starter: NextStart around the token pool

@@ -17,11 +17,13 @@ directly"), so every decoded request passes these rules before it is queued, wit
   in ``inferq_clamped_fields_total{field}``.
 - **refused** (`RefusedRequestError`): the request must not reach the LLM as written. It goes to the
   dead-letter topic with the reason and its caller gets FAILED. Refused: a `reply_to` that is not
-  one of the pipeline's reply topics (``reply_topics.py``; its FAILED result then goes to the
-  default results topic); `attempt` above `max_attempts` (retries exhausted, whoever wrote it);
-  strings over their length (session, tenant, scenario, model, region); too many messages, a role
-  the chat API does not know, content too long; `params` with a key off the allow-list (the
-  reserved `model`, `messages`, `stream`, `n` included) or a value out of its bounds.
+  one of the pipeline's reply topics (``services/messaging/reply_topics.py``, ingest's rule; its
+  FAILED result then goes to the default results topic); `attempt` above `max_attempts` (retries
+  exhausted, whoever wrote it); identifiers (session, tenant, scenario, model) that are not 1..n
+  characters of the id pattern, as ingest refuses them, and a region over its length; too many
+  messages, a role the chat API does not know, content too long; `params` with a key off the
+  allow-list (the reserved `model`, `messages`, `stream`, `n` included) or a value out of ingest's
+  `ChatParams` bounds.
 
 Params: refused rather than the key dropped. Dropping would run a different request than the one
 asked for (and bill it), silently; a refusal says which key, and ingest refuses the same key with
@@ -43,10 +45,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from services.dispatcher.errors import RefusedRequestError
-from services.dispatcher.reply_topics import is_allowed_reply_topic
 from services.messaging import limits
 from services.messaging.errors import DecodeError
 from services.messaging.records import InferenceRequest
+from services.messaging.reply_topics import is_allowed_reply_topic
 from services.messaging.tiers import Tier, TierPolicy
 from services.messaging.topics import TopicNames
 
@@ -155,20 +157,24 @@ class RecordRules:
         return self.tier_policy.tier_for(request.scenario, explicit=request.tier)
 
 
-_STRING_BOUNDS = (
+# Identifiers, as ingest's (1..bound characters of `limits.ID_PATTERN`); the region, which ingest
+# sets itself, by length only.
+_IDENTIFIERS = (
     ("session_id", limits.MAX_ID_CHARS),
     ("tenant", limits.MAX_TENANT_CHARS),
     ("scenario", limits.MAX_SCENARIO_CHARS),
     ("model", limits.MAX_MODEL_CHARS),
-    ("origin_region", limits.MAX_ORIGIN_REGION_CHARS),
 )
 
 
 def _string_problem(request: InferenceRequest) -> str | None:
-    for name, most in _STRING_BOUNDS:
+    for name, most in _IDENTIFIERS:
         value: str | None = getattr(request, name)
-        if value is not None and not 1 <= len(value) <= most:
-            return f"{name} must be 1-{most} characters, not {len(value)}"
+        if value is not None and (len(value) > most or not limits.ID_PATTERN.fullmatch(value)):
+            return f"{name} must be 1-{most} characters of letters, digits, '.', '_', ':' or '-'"
+    region = request.origin_region
+    if not 1 <= len(region) <= limits.MAX_ORIGIN_REGION_CHARS:
+        return f"origin_region must be 1-{limits.MAX_ORIGIN_REGION_CHARS} characters, not {len(region)}"
     return None
 
 
@@ -214,19 +220,34 @@ def _params(values: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     return dict(values), None
 
 
+def _number(value: Any, low: float, high: float) -> bool:
+    # As ingest's strict floats: an int is a number, a bool is not; NaN and infinities fail the bounds.
+    return isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high
+
+
+def _integer(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _stop_text(value: Any) -> bool:
+    return isinstance(value, str) and 1 <= len(value) <= limits.MAX_STOP_CHARS
+
+
 def _param_ok(name: str, value: Any) -> bool:
-    if name in limits.NUMBER_PARAMS:
-        low, high = limits.NUMBER_PARAMS[name]
-        return isinstance(value, int | float) and not isinstance(value, bool) and low <= value <= high
-    if name in limits.INTEGER_PARAMS:
-        low_i, high_i = limits.INTEGER_PARAMS[name]
-        return isinstance(value, int) and not isinstance(value, bool) and low_i <= value <= high_i
-    if name in limits.STRING_PARAMS:
-        return isinstance(value, str) and len(value) <= limits.STRING_PARAMS[name]
+    """The bounds of ingest's `ChatParams` (services/ingest/validation.py), on a decoded JSON value."""
+    if name == "temperature":
+        return _number(value, 0.0, limits.MAX_TEMPERATURE)
+    if name == "top_p":
+        return _number(value, 0.0, limits.MAX_TOP_P)
+    if name in ("presence_penalty", "frequency_penalty"):
+        return _number(value, -limits.MAX_PENALTY, limits.MAX_PENALTY)
+    if name == "max_tokens":
+        return _integer(value, 1, limits.MAX_COMPLETION_TOKENS)
+    if name == "seed":
+        return _integer(value, -limits.AVRO_LONG_MAX - 1, limits.AVRO_LONG_MAX)
+    if name == "response_format":
+        return isinstance(value, dict) and set(value) == {"type"} and value["type"] in limits.RESPONSE_FORMATS
     # "stop": one string or a short list of them.
-    stops = [value] if isinstance(value, str) else value
-    return (
-        isinstance(stops, list)
-        and 1 <= len(stops) <= limits.MAX_STOP_SEQUENCES
-        and all(isinstance(s, str) and 0 < len(s) <= limits.MAX_STOP_CHARS for s in stops)
-    )
+    if isinstance(value, list):
+        return 1 <= len(value) <= limits.MAX_STOP_SEQUENCES and all(_stop_text(v) for v in value)
+    return _stop_text(value)

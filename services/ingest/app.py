@@ -5,8 +5,10 @@ A request is answered 202 only after the broker acknowledged the record (acks=al
 promise the pipeline keeps; the refusals are listed in `services.ingest.submit`. The parts, each in
 its own module:
 
-- `submit.SubmitEndpoint`: the POST handler (`body` reads and validates, `envelope` builds the record)
-- `publisher.Publisher`: admission (`admission`), idempotency (`idempotency`) and the produce
+- `submit.SubmitEndpoint`: the POST handler (`body` reads within a size and a deadline, `json_guard`
+  parses within bounds, `validation` checks every field, `envelope` builds the record)
+- `publisher.Publisher`: the record's size (`record_limit`), admission (`admission`), idempotency
+  (`idempotency`) and the produce
 - `backlog.KafkaBacklogReader`: the dispatcher group's lag, refreshed in the background
 - `backlog_watch`: the 70% alarm, on every request and on a timer
 - `backlog_view.BacklogEndpoint`: ``GET /v1/backlog``
@@ -36,8 +38,14 @@ from services.ingest.backlog_view import BacklogEndpoint
 from services.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
 from services.ingest.envelope import EnvelopeFactory
 from services.ingest.idempotency import IdempotencyCache
+from services.ingest.json_guard import JsonGuard
 from services.ingest.metrics import IngestMetrics
 from services.ingest.publisher import Publisher
+from services.ingest.record_limit import (
+    RecordLimit,
+    producer_max_message_bytes,
+    read_topics_max_message_bytes,
+)
 from services.ingest.settings import IngestSettings
 from services.ingest.submit import SubmitEndpoint
 from services.messaging.admin import require_topics
@@ -69,6 +77,7 @@ class IngestParts:
     watcher: BacklogWatcher
     submit: SubmitEndpoint
     backlog_view: BacklogEndpoint
+    record_limit: RecordLimit
 
 
 def build_parts(
@@ -81,11 +90,14 @@ def build_parts(
     """Wire ingest from `settings`. `producer` and `backlog` (the per-tier backlogs admission weighs)
     may be injected (tests); otherwise a librdkafka producer and a `KafkaBacklogReader` of the group
     `settings.dispatcher_group` are built. Nothing connects before `serve_parts` starts them."""
-    kafka_producer = producer or AsyncProducer(
-        settings.kafka.producer_config(client_id="inferq-ingest")
+    producer_config = settings.kafka.producer_config(client_id="inferq-ingest") | {
         # The client's patience (produce_timeout_s), not the shared 10 s: past it the record fails
         # and the client gets 503 instead of a hang.
-        | {"message.timeout.ms": int(settings.produce_timeout_s * 1000)}
+        "message.timeout.ms": int(settings.produce_timeout_s * 1000)
+    }
+    kafka_producer = producer or AsyncProducer(producer_config)
+    record_limit = RecordLimit(
+        producer_max_message_bytes(producer_config), cap_bytes=settings.max_record_bytes
     )
     backlogs = backlog or KafkaBacklogReader(
         settings.kafka,
@@ -105,6 +117,7 @@ def build_parts(
         recent_ids=IdempotencyCache(settings.idempotency_cache_size),
         metrics=metrics,
         ack_timeout_s=settings.produce_timeout_s + _ACK_BACKSTOP_S,
+        record_limit=record_limit,
     )
     envelope_for = EnvelopeFactory(
         policy=TierPolicy(scenario_tiers=settings.scenario_tiers),
@@ -121,11 +134,16 @@ def build_parts(
         watcher=BacklogWatcher(backlogs, alarm, interval_s=settings.backlog_refresh_s),
         submit=SubmitEndpoint(
             max_body_bytes=settings.max_body_bytes,
+            body_timeout_s=settings.body_timeout_s,
+            json_guard=JsonGuard(
+                max_depth=settings.max_json_depth, max_number_chars=settings.max_json_number_chars
+            ),
             envelope_for=envelope_for,
             publisher=publisher,
             metrics=metrics,
         ),
         backlog_view=BacklogEndpoint(backlogs, admission),
+        record_limit=record_limit,
     )
 
 
@@ -137,6 +155,9 @@ async def serve_parts(parts: IngestParts, *, check_topics: bool = True) -> Async
     async with AsyncExitStack() as started:
         if check_topics:
             await asyncio.to_thread(require_topics, settings.kafka, settings.kafka.topics.all_requests)
+            parts.record_limit.topic_max_bytes = await asyncio.to_thread(
+                read_topics_max_message_bytes, settings.kafka, settings.kafka.topics.all_requests
+            )
         await parts.producer.start()
         started.push_async_callback(_flush_and_stop, parts.producer)
         await parts.backlogs.start()
@@ -144,10 +165,11 @@ async def serve_parts(parts: IngestParts, *, check_topics: bool = True) -> Async
         await parts.watcher.start()
         started.push_async_callback(parts.watcher.stop)
         log.info(
-            "ingest ready, producing to %s; admission %s, capacities %s",
+            "ingest ready, producing to %s; admission %s, capacities %s; records up to %d bytes",
             settings.kafka.bootstrap_servers,
             "on" if parts.admission.enabled else "off",
             {t.value: c for t, c in parts.admission.capacity.items()},
+            parts.record_limit.max_record_bytes,
         )
         yield
 

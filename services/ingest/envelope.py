@@ -8,13 +8,39 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from services.ingest.validation import SubmitRequest
+from services.messaging.limits import MAX_DEADLINE_MS
 from services.messaging.records import ChatMessage, InferenceRequest
+from services.messaging.reply_topics import is_allowed_reply_topic, reply_topic_rule
 from services.messaging.tiers import Tier, TierPolicy
 from services.messaging.topics import TopicNames
 
 
-class DeadlineInPastError(ValueError):
+class FieldRefusedError(ValueError):
+    """A field that is well-formed but refused in context (the clock, the topic prefix); the
+    endpoint answers 422 naming `field`, counted under `reason`."""
+
+    field = "body"
+    reason = "invalid"
+
+
+class DeadlineInPastError(FieldRefusedError):
     """The caller's absolute deadline has already passed: nobody would wait for the answer."""
+
+    field = "expire_at_ms"
+    reason = "deadline_past"
+
+
+class DeadlineTooFarError(FieldRefusedError):
+    """The caller's absolute deadline is further away than any topic keeps a request."""
+
+    field = "expire_at_ms"
+
+
+class ReplyTopicRefusedError(FieldRefusedError):
+    """`reply_to` names a topic that is not one of the pipeline's reply topics."""
+
+    field = "reply_to"
+    reason = "reply_to_refused"
 
 
 @dataclass(frozen=True)
@@ -49,14 +75,21 @@ def build_envelope(
     """The record `body` becomes at `now_ms`: its tier from `policy`, its deadline (the caller's
     `expire_at_ms`, else now plus the caller's `deadline_ms` or the tier's), its topic and its key.
 
-    Raises `DeadlineInPastError` when the caller's `expire_at_ms` is not in the future.
+    Raises a `FieldRefusedError`: `DeadlineInPastError` when the caller's `expire_at_ms` is not in
+    the future, `DeadlineTooFarError` when it is more than `MAX_DEADLINE_MS` ahead,
+    `ReplyTopicRefusedError` when `reply_to` is not an allowed reply topic
+    (`services.messaging.reply_topics`).
     """
     tier = policy.tier_for(body.scenario, body.priority)
+    if body.reply_to is not None and not is_allowed_reply_topic(body.reply_to, topics):
+        raise ReplyTopicRefusedError(reply_topic_rule(topics))
     if body.expire_at_ms is not None:
         if body.expire_at_ms <= now_ms:
             raise DeadlineInPastError(
                 f"expire_at_ms {body.expire_at_ms} is {now_ms - body.expire_at_ms} ms ago"
             )
+        if body.expire_at_ms - now_ms > MAX_DEADLINE_MS:
+            raise DeadlineTooFarError(f"must be at most {MAX_DEADLINE_MS} ms (7 days) from now")
         expire_at_ms = body.expire_at_ms
     else:
         expire_at_ms = now_ms + (body.deadline_ms or deadlines_ms[tier])
@@ -74,15 +107,21 @@ def build_envelope(
         session_id=body.session_id,
         model=body.model,
         messages=tuple(ChatMessage(m.role, m.content) for m in body.messages),
-        params={k: json.dumps(v) for k, v in body.params.items()} if body.params else None,
+        params=_encoded_params(body),
     )
     return Envelope(topic=topics.requests(tier), request=request)
+
+
+def _encoded_params(body: SubmitRequest) -> dict[str, str] | None:
+    """The record's `params`: each allowed parameter set, JSON-encoded; None when none is set."""
+    values = body.params.as_json_values() if body.params is not None else {}
+    return {name: json.dumps(value) for name, value in values.items()} or None
 
 
 @dataclass(frozen=True)
 class EnvelopeFactory:
     """`build_envelope` with one service's tier policy, deadlines, topics and region bound; the clock
-    is read once per request. Raises `DeadlineInPastError` like `build_envelope`."""
+    is read once per request. Raises `FieldRefusedError` like `build_envelope`."""
 
     policy: TierPolicy
     deadlines_ms: Mapping[Tier, int]

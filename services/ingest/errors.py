@@ -2,13 +2,19 @@
 
 IngestError                  base; `status_code`, `body()`, `headers()` are the HTTP answer,
  │                           `reason` (and `tier` once it is known) label the refusal metric
+ ├── MalformedBodyError      400: not UTF-8, not JSON within the bounds, not an object, or a body
+ │                           whose length is not its Content-Length
+ │    └── BodyIncompleteError the client disconnected before its body ended
+ ├── BodyTimeoutError        408: the body did not arrive within the read deadline (connection closed)
  ├── BodyTooLargeError       413: the body is over `max_body_bytes`
- ├── MalformedBodyError      400: the body is not a JSON object
+ ├── RecordTooLargeError     413: the encoded record is over what the producer or topic accepts
  ├── InvalidRequestError     422: the body breaks the contract; `problems` names every field
  ├── OverCapacityError       429: the tier (or, for LOW, any tier) is full; carries the `Refusal`
  └── QueueUnavailableError   503: Kafka did not acknowledge the record in time (`retriable`)
 
-A refusal names what is wrong; nothing is written to Kafka for any of them.
+A refusal names what is wrong; nothing is written to Kafka for any of them. A refusal's message is
+fixed text, numbers and field names (cut to 64 characters), never the client's values or
+librdkafka's words: the client sees a short reason, the log the detail (and never a prompt).
 """
 
 from __future__ import annotations
@@ -49,11 +55,49 @@ class BodyTooLargeError(IngestError):
         self.limit_bytes = limit_bytes
 
 
+class BodyTimeoutError(IngestError):
+    """The client sent its body too slowly: the connection is closed after the answer."""
+
+    status_code = 408
+    reason = "body_timeout"
+    retriable = True
+
+    def __init__(self, timeout_s: float, received_bytes: int) -> None:
+        super().__init__(f"request body not received within {timeout_s:g} s")
+        self.timeout_s = timeout_s
+        self.received_bytes = received_bytes
+
+    def headers(self) -> Mapping[str, str]:
+        # A sender this slow holds a connection for nothing: drop it (uvicorn closes after the answer).
+        return {"Connection": "close"}
+
+
+class RecordTooLargeError(IngestError):
+    """The body was within its limit but its record is not: Kafka would refuse it (not a 503)."""
+
+    status_code = 413
+    reason = "record_too_large"
+
+    def __init__(self, record_bytes: int, limit_bytes: int) -> None:
+        super().__init__(
+            f"request too large: its record is {record_bytes} bytes, the queue takes at most {limit_bytes}"
+            " (text outside ASCII takes 2-4 bytes per character)"
+        )
+        self.record_bytes = record_bytes
+        self.limit_bytes = limit_bytes
+
+
 class MalformedBodyError(IngestError):
-    """Not JSON, not UTF-8, or JSON that is not an object."""
+    """Not UTF-8, not JSON within the bounds, JSON that is not an object, or a lying Content-Length."""
 
     status_code = 400
     reason = "malformed"
+
+
+class BodyIncompleteError(MalformedBodyError):
+    """The client went away before its body ended."""
+
+    reason = "disconnected"
 
 
 class InvalidRequestError(IngestError):
@@ -95,14 +139,15 @@ class OverCapacityError(IngestError):
 
 
 class QueueUnavailableError(IngestError):
-    """The broker did not acknowledge within the produce timeout; `detail` is librdkafka's reason."""
+    """The broker did not acknowledge within the produce timeout. `detail` is librdkafka's reason,
+    for the log only: the client gets a fixed message, not the cluster's internals."""
 
     status_code = 503
     reason = "kafka_unavailable"
     retriable = True
 
     def __init__(self, tier: Tier, detail: str) -> None:
-        super().__init__(f"queue unavailable, retry later: {detail}")
+        super().__init__("queue unavailable, retry later")
         self.tier = tier
         self.detail = detail
 

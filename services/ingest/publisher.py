@@ -14,9 +14,15 @@ from services.ingest.admission import AdmissionPolicy
 from services.ingest.backlog import BacklogSource
 from services.ingest.backlog_watch import BacklogAlarm
 from services.ingest.envelope import Envelope
-from services.ingest.errors import OverCapacityError, QueueUnavailableError
+from services.ingest.errors import (
+    InvalidRequestError,
+    OverCapacityError,
+    QueueUnavailableError,
+    RecordTooLargeError,
+)
 from services.ingest.idempotency import Answer, IdempotencyCache
 from services.ingest.metrics import IngestMetrics
+from services.ingest.record_limit import RecordLimit, is_too_large
 from services.messaging.codec import TypedCodec
 from services.messaging.producer import ProduceError
 from services.messaging.records import InferenceRequest
@@ -36,9 +42,11 @@ class RequestProducer(Protocol):
 class Publisher:
     """Admits, deduplicates and produces one request; answers what the 202 body says.
 
-    `ack_timeout_s` bounds the wait for the broker's acknowledgement; past it, or when the broker
-    refuses the record, `publish` raises `QueueUnavailableError`. A full tier raises
-    `OverCapacityError`. Each new record counts once in `inferq_ingest_accepted_total`.
+    The record is encoded first: over `record_limit` it raises `RecordTooLargeError` (413) before
+    anything else. `ack_timeout_s` bounds the wait for the broker's acknowledgement; past it, or
+    when the broker refuses the record, `publish` raises `QueueUnavailableError` (a refusal for
+    size is `RecordTooLargeError` still). A full tier raises `OverCapacityError`. Each new record
+    counts once in `inferq_ingest_accepted_total`.
     """
 
     def __init__(
@@ -52,6 +60,7 @@ class Publisher:
         recent_ids: IdempotencyCache,
         metrics: IngestMetrics,
         ack_timeout_s: float,
+        record_limit: RecordLimit,
     ) -> None:
         self._producer = producer
         self._codec = codec
@@ -61,19 +70,45 @@ class Publisher:
         self._recent_ids = recent_ids
         self._metrics = metrics
         self._ack_timeout_s = ack_timeout_s
+        self._record_limit = record_limit
 
     async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> tuple[Answer, bool]:
         """Returns (answer, replayed); replayed means the answer of an earlier request with this key.
 
         `idempotency_key` is the client's own request_id; None when ingest made the id up.
         """
+        value = self.encode(envelope)
         try:
             if idempotency_key is None:
-                return await self._admit_and_produce(envelope), False
-            return await self._recent_ids.once(idempotency_key, lambda: self._admit_and_produce(envelope))
+                return await self._admit_and_produce(envelope, value), False
+            return await self._recent_ids.once(
+                idempotency_key, lambda: self._admit_and_produce(envelope, value)
+            )
         except (ProduceError, TimeoutError) as exc:
+            if is_too_large(exc):
+                # The topic's limit changed since start-up: still the client's record, not an outage.
+                raise RecordTooLargeError(
+                    len(envelope.key) + len(value), self._record_limit.max_record_bytes
+                ) from exc
             log.warning("produce failed, answering 503: %s", exc)
             raise QueueUnavailableError(envelope.tier, str(exc)) from exc
+
+    def encode(self, envelope: Envelope) -> bytes:
+        """The record's bytes; `RecordTooLargeError` when Kafka would refuse them for size."""
+        try:
+            value = self._codec.encode(envelope.request)
+        except (ValueError, TypeError, OverflowError) as exc:
+            # Validation bounds every field to its Avro type; reaching here is a gap in them, and a
+            # 422 (with the detail in the log, no field value) beats a 500.
+            # Not log.exception: fastavro's message and traceback may quote the value (a prompt).
+            log.error(  # noqa: TRY400
+                "request %s cannot be encoded: %s", envelope.request_id, type(exc).__name__
+            )
+            problems = [{"field": "body", "problem": "cannot be encoded as a request record"}]
+            raise InvalidRequestError(problems, reason="unencodable") from exc
+        if not self._record_limit.fits(envelope.key, value):
+            raise RecordTooLargeError(len(envelope.key) + len(value), self._record_limit.max_record_bytes)
+        return value
 
     def admit(self, envelope: Envelope) -> None:
         """Raises `OverCapacityError` when the envelope's tier may not grow; feeds the alarm."""
@@ -83,11 +118,11 @@ class Publisher:
         if refusal is not None:
             raise OverCapacityError(refusal)
 
-    async def _admit_and_produce(self, envelope: Envelope) -> Answer:
+    async def _admit_and_produce(self, envelope: Envelope, value: bytes) -> Answer:
         self.admit(envelope)
         await self._producer.produce(
             envelope.topic,
-            self._codec.encode(envelope.request),
+            value,
             key=envelope.key,
             timeout_s=self._ack_timeout_s,
         )

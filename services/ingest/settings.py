@@ -26,7 +26,16 @@ class IngestSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8700
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
-    max_body_bytes: int = 1_048_576
+    max_body_bytes: int = Field(default=1_048_576, ge=1_024)
+    # The whole body must arrive within this (else 408 and the connection is closed): a 1 MiB body
+    # at 1 Mbit/s takes 8 s. uvicorn itself never times out a slow body.
+    body_timeout_s: float = Field(default=15.0, gt=0, le=600)
+    # JSON bounds of a body: nesting levels and characters per number (400 past them).
+    max_json_depth: int = Field(default=32, ge=4, le=256)
+    max_json_number_chars: int = Field(default=40, ge=20, le=1_000)
+    # An explicit bound of one record (key + value); by default the producer's message.max.bytes and
+    # the request topics' max.message.bytes, less the framing, decide (services/ingest/record_limit.py).
+    max_record_bytes: int | None = Field(default=None, ge=1_024)
     # Bounded wait for the broker's acknowledgement: past it the client gets 503, not a hang.
     produce_timeout_s: float = 5.0
     scenario_tiers: dict[str, Tier] = Field(default_factory=lambda: dict(DEFAULT_SCENARIO_TIERS))

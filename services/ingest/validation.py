@@ -1,54 +1,180 @@
-"""The ingest API's request body, validated field by field so every refusal names the field."""
+"""The ingest API's request body, validated field by field so every refusal names the field.
+
+Every bound comes from `services.messaging.limits`, the table the dispatcher applies to records
+written straight to Kafka: integers fit their Avro types, identifiers are short and plain, free text
+is valid Unicode (a lone surrogate cannot be encoded as UTF-8), and `params` is an allow-list.
+Numbers are strict: ``true``, ``"5"`` or ``5.0`` is not an integer.
+
+Rules that need the clock or the topic prefix (`expire_at_ms` against now, `reply_to` against the
+reply topics) are checked when the record is built (`services.ingest.envelope`).
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from services.messaging import limits
 from services.messaging.tiers import Tier
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
-_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+# A problem list is part of a 422 body: bounded, however many fields a hostile body breaks.
+MAX_PROBLEMS = 20
+# A field path echoes the client's keys: cut, so a 100 KB key is not sent back whole.
+MAX_FIELD_CHARS = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ID_RULE = "letters, digits, '.', '_', ':' or '-'"
+
+
+def _unicode_text(value: str) -> str:
+    # JSON may spell a lone surrogate (\ud800) that no UTF-8 encoder accepts: refuse it here, not
+    # as a failed encode later.
+    if not value.isascii() and _SURROGATE.search(value):
+        raise ValueError("must be valid Unicode text (no lone surrogate)")
+    return value
+
+
+def _identifier_check(max_chars: int) -> Any:
+    # fullmatch: the pattern's `$` alone would let a trailing newline through.
+    def check(value: str) -> str:
+        if len(value) > max_chars or not limits.ID_PATTERN.fullmatch(value):
+            raise ValueError(f"must be 1-{max_chars} characters of {_ID_RULE}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _identifier_field(max_chars: int) -> Any:
+    # The pattern is for the JSON schema; the check above says it in words.
+    pattern = limits.ID_PATTERN.pattern.replace("128", str(max_chars))
+    return Field(strict=True, min_length=1, json_schema_extra={"pattern": pattern, "maxLength": max_chars})
+
+
+Identifier = Annotated[str, _identifier_field(limits.MAX_ID_CHARS), _identifier_check(limits.MAX_ID_CHARS)]
+ScenarioName = Annotated[
+    str, _identifier_field(limits.MAX_SCENARIO_CHARS), _identifier_check(limits.MAX_SCENARIO_CHARS)
+]
+TenantName = Annotated[
+    str, _identifier_field(limits.MAX_TENANT_CHARS), _identifier_check(limits.MAX_TENANT_CHARS)
+]
+ModelName = Annotated[
+    str, _identifier_field(limits.MAX_MODEL_CHARS), _identifier_check(limits.MAX_MODEL_CHARS)
+]
+MessageText = Annotated[
+    str, Field(strict=True, max_length=limits.MAX_MESSAGE_CHARS), AfterValidator(_unicode_text)
+]
+StopText = Annotated[
+    str, Field(strict=True, min_length=1, max_length=limits.MAX_STOP_CHARS), AfterValidator(_unicode_text)
+]
 
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Role
-    content: str = Field(max_length=512_000)
+    content: MessageText
 
 
-class SubmitRequest(BaseModel):
-    """``POST /v1/requests`` body. `deadline_ms` is relative (ms from now); `expire_at_ms` absolute."""
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # limits.RESPONSE_FORMATS, spelt out for the type checker and the JSON schema.
+    type: Literal["text", "json_object"]
+
+
+class ChatParams(BaseModel):
+    """The chat-completions parameters a caller may set (`limits.ALLOWED_PARAMS`), each bounded.
+
+    `model`, `messages`, `stream`, `n` and any other name are refused: the dispatcher chooses the
+    model and reads one complete answer per request. Tenant entitlements may widen this later.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    scenario: str = Field(min_length=1, max_length=64)
-    messages: list[Message] = Field(min_length=1, max_length=256)
-    model: str | None = Field(default=None, min_length=1, max_length=128)
-    tenant: str = Field(default="default", min_length=1, max_length=64)
-    session_id: str | None = Field(default=None, min_length=1, max_length=128)
-    deadline_ms: int | None = Field(default=None, gt=0, le=7 * 24 * 3_600_000)
-    expire_at_ms: int | None = Field(default=None, gt=0)
-    priority: Tier | None = None
-    request_id: str | None = None
-    estimated_tokens: int | None = Field(default=None, ge=0)
-    reply_to: str | None = Field(default=None, min_length=1, max_length=249)
-    params: dict[str, str | int | float | bool] | None = None
+    temperature: float | None = Field(
+        default=None, strict=True, ge=0, le=limits.MAX_TEMPERATURE, allow_inf_nan=False
+    )
+    top_p: float | None = Field(default=None, strict=True, ge=0, le=limits.MAX_TOP_P, allow_inf_nan=False)
+    max_tokens: int | None = Field(default=None, strict=True, ge=1, le=limits.MAX_COMPLETION_TOKENS)
+    stop: (
+        StopText | Annotated[list[StopText], Field(min_length=1, max_length=limits.MAX_STOP_SEQUENCES)] | None
+    ) = None
+    seed: int | None = Field(default=None, strict=True, ge=-limits.AVRO_LONG_MAX - 1, le=limits.AVRO_LONG_MAX)
+    presence_penalty: float | None = Field(
+        default=None, strict=True, ge=-limits.MAX_PENALTY, le=limits.MAX_PENALTY, allow_inf_nan=False
+    )
+    frequency_penalty: float | None = Field(
+        default=None, strict=True, ge=-limits.MAX_PENALTY, le=limits.MAX_PENALTY, allow_inf_nan=False
+    )
+    response_format: ResponseFormat | None = None
 
-    @field_validator("request_id")
-    @classmethod
-    def _request_id_shape(cls, value: str | None) -> str | None:
-        if value is not None and not _ID.match(value):
-            raise ValueError("must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
-        return value
+    def as_json_values(self) -> dict[str, Any]:
+        """The parameters set, as JSON values (what the record's `params` map encodes)."""
+        return self.model_dump(exclude_none=True)
+
+
+class SubmitRequest(BaseModel):
+    """``POST /v1/requests`` body. `deadline_ms` is relative (ms from now); `expire_at_ms` absolute;
+    at most one of them (a body with both is refused: neither silently wins)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"not": {"required": ["deadline_ms", "expire_at_ms"]}},
+    )
+
+    scenario: ScenarioName
+    messages: list[Message] = Field(min_length=1, max_length=limits.MAX_MESSAGES)
+    model: ModelName | None = None
+    tenant: TenantName = "default"
+    session_id: Identifier | None = None
+    deadline_ms: int | None = Field(default=None, strict=True, gt=0, le=limits.MAX_DEADLINE_MS)
+    expire_at_ms: int | None = Field(default=None, strict=True, gt=0, le=limits.AVRO_LONG_MAX)
+    priority: Tier | None = None
+    request_id: Identifier | None = None
+    estimated_tokens: int | None = Field(default=None, strict=True, ge=0, le=limits.MAX_ESTIMATED_TOKENS)
+    reply_to: str | None = Field(
+        default=None, strict=True, min_length=1, max_length=249, pattern=limits.TOPIC_PATTERN.pattern
+    )
+    params: ChatParams | None = None
+
+
+def deadline_conflict(body: SubmitRequest) -> list[dict[str, str]]:
+    """The problems of a body that gives both deadlines (empty when it gives at most one)."""
+    if body.deadline_ms is None or body.expire_at_ms is None:
+        return []
+    problem = "give deadline_ms or expire_at_ms, not both"
+    return [{"field": "deadline_ms", "problem": problem}, {"field": "expire_at_ms", "problem": problem}]
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = ".".join(str(p) for p in loc) or "body"
+    if len(path) > MAX_FIELD_CHARS:
+        path = path[: MAX_FIELD_CHARS - 3] + "..."
+    # A key the client spelt with a lone surrogate must not break the JSON answer that names it.
+    return path.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _problem(err: Any) -> str:
+    if err["type"] == "extra_forbidden" and len(err["loc"]) == 2 and err["loc"][0] == "params":
+        allowed = ", ".join(sorted(limits.ALLOWED_PARAMS))
+        return f"not an allowed parameter (allowed: {allowed})"
+    message = str(err["msg"])
+    # pydantic prefixes our own validators' messages; the client needs only the rule.
+    return message.removeprefix("Value error, ")
 
 
 def describe(exc: ValidationError) -> list[dict[str, str]]:
-    """One entry per problem: the dotted field path and what is wrong with it."""
+    """One entry per problem (at most `MAX_PROBLEMS`): the dotted field path and what is wrong."""
     problems = []
-    for err in exc.errors(include_url=False, include_input=False):
-        field = ".".join(str(p) for p in err["loc"]) or "body"
-        problems.append({"field": field, "problem": err["msg"]})
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    for err in errors[:MAX_PROBLEMS]:
+        loc = err["loc"]
+        # A union's member name (`str`, `list[...]`) in the path says nothing to a client.
+        loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"str", "list"})))
+        problem = {"field": _field_path(loc), "problem": _problem(err)}
+        if problem not in problems:
+            problems.append(problem)
+    if len(errors) > MAX_PROBLEMS:
+        problems.append({"field": "body", "problem": f"and {len(errors) - MAX_PROBLEMS} more problems"})
     return problems

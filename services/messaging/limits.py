@@ -30,31 +30,37 @@ MAX_CLOCK_SKEW_MS = 60_000
 
 # Kafka topic names: legal characters, at most 249 of them.
 TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
-MAX_ORIGIN_REGION_CHARS = 64
 
-# The roles of chat messages (the chat-completions API refuses others).
-MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
-
-# Chat-completions parameters a request may carry in `params` (each value JSON-encoded), with their
-# bounds; any other key is refused. `model`, `messages`, `stream` and `n` are never a caller's: the
-# dispatcher sets the model and messages, reads one non-streamed choice, and pays for each.
-RESERVED_PARAMS = frozenset({"model", "messages", "stream", "n"})
-NUMBER_PARAMS: dict[str, tuple[float, float]] = {
-    "temperature": (0.0, 2.0),
-    "top_p": (0.0, 1.0),
-    "presence_penalty": (-2.0, 2.0),
-    "frequency_penalty": (-2.0, 2.0),
-}
-INTEGER_PARAMS: dict[str, tuple[int, int]] = {
-    "max_tokens": (1, MAX_ESTIMATED_TOKENS),
-    "max_completion_tokens": (1, MAX_ESTIMATED_TOKENS),
-    "seed": (-AVRO_LONG_MAX - 1, AVRO_LONG_MAX),
-}
-STRING_PARAMS: dict[str, int] = {"user": MAX_ID_CHARS}
-# "stop": one string or a list of them.
+# Chat-completions parameters a request may carry (`params`), and their bounds. Anything else
+# (`model`, `messages`, `stream`, `n`, unknown names) is refused: the dispatcher owns those.
+ALLOWED_PARAMS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "stop",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "response_format",
+    }
+)
+MAX_TEMPERATURE = 2.0
+MAX_TOP_P = 1.0
+# presence_penalty and frequency_penalty lie in [-MAX_PENALTY, MAX_PENALTY].
+MAX_PENALTY = 2.0
+MAX_COMPLETION_TOKENS = 32_768
 MAX_STOP_SEQUENCES = 4
-MAX_STOP_CHARS = 256
-ALLOWED_PARAMS = frozenset({*NUMBER_PARAMS, *INTEGER_PARAMS, *STRING_PARAMS, "stop"})
+MAX_STOP_CHARS = 128
+RESPONSE_FORMATS = frozenset({"text", "json_object"})
+
+# The dispatcher's additions (records written straight to Kafka); ingest sets the region itself.
+MAX_ORIGIN_REGION_CHARS = 64
+# The roles of chat messages (ingest's `Role`; the chat-completions API refuses others).
+MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
+# Never a caller's to set: named in a refusal's reason.
+RESERVED_PARAMS = frozenset({"model", "messages", "stream", "n"})
+# A record's `params` map holds JSON-encoded values: this many at most, each at most this long (the
+# longest allowed value, a stop list, is far shorter), checked before anything is decoded.
 MAX_PARAMS = len(ALLOWED_PARAMS)
-# One JSON-encoded value; the longest legal one ("stop") is far shorter.
 MAX_PARAM_CHARS = 2048

@@ -2,8 +2,9 @@
 
 The parts, each in its own module: `store.ResultStore` (SQLite behind one worker thread; the table
 itself in `table`), `consumer.ResultConsumer` (reply topic → store, commit after the write),
-`routes.ResultRoutes` (the HTTP answers, `view.public_view` their body). `create_app` builds them
-from the settings; its lifespan opens the store, then starts the consumer, and stops them in the
+`routes.ResultRoutes` (the HTTP answers, `view.public_view` their body), `retention.RetentionTask`
+(expired results deleted every `purge_interval_s`). `create_app` builds them from the settings; its
+lifespan opens the store, then starts the consumer and the retention task, and stops them in the
 reverse order, so the last batch is written before the database closes.
 """
 
@@ -22,7 +23,8 @@ from starlette.routing import Route
 from services.messaging.admin import require_topics
 from services.messaging.codec import result_codec
 from services.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
-from services.results.routes import ResultRoutes
+from services.results.retention import RetentionTask
+from services.results.routes import Health, ResultRoutes
 from services.results.settings import ResultsSettings
 from services.results.store import ResultStore
 from services.telemetry import meter, metrics_endpoint
@@ -48,9 +50,15 @@ def kafka_result_feed(settings: ResultsSettings) -> ResultFeed:
 
 @asynccontextmanager
 async def serve_parts(
-    settings: ResultsSettings, store: ResultStore, consumer: ResultConsumer, *, check_topics: bool = True
+    settings: ResultsSettings,
+    store: ResultStore,
+    consumer: ResultConsumer,
+    retention: RetentionTask,
+    *,
+    check_topics: bool = True,
 ) -> AsyncIterator[None]:
-    """Open the store, then start the consumer; on exit (or a failed start) stop in the reverse order."""
+    """Open the store, then start the consumer and the retention task; on exit (or a failed start)
+    stop in the reverse order."""
     async with AsyncExitStack() as started:
         if check_topics:
             await asyncio.to_thread(require_topics, settings.kafka, [settings.kafka.topics.results])
@@ -58,8 +66,26 @@ async def serve_parts(
         started.push_async_callback(store.close)
         await consumer.start()
         started.push_async_callback(consumer.stop)
-        log.info("results ready, consuming %s into %s", settings.kafka.topics.results, store.path)
+        await retention.start()
+        started.push_async_callback(retention.stop)
+        log.info(
+            "results ready, consuming %s into %s; kept %g s, at most %d",
+            settings.kafka.topics.results,
+            store.path,
+            settings.retention_s,
+            settings.max_results,
+        )
         yield
+
+
+def service_health(consumer: ResultConsumer, retention: RetentionTask) -> Health:
+    """Unhealthy once the consumer (results stop arriving) or the retention task (the disk fills)
+    has stopped; "starting" until the consumer has joined the reply topic."""
+    if consumer.failed:
+        return Health("consumer stopped", healthy=False)
+    if retention.failed:
+        return Health("retention stopped", healthy=False)
+    return Health("ok" if consumer.ready.is_set() else "starting")
 
 
 def create_app(
@@ -70,19 +96,20 @@ def create_app(
 ) -> Starlette:
     """The results ASGI app. `feed` makes the reply topic's consumer (tests inject a fake); by
     default `kafka_result_feed(settings)`, built when the lifespan starts."""
-    store = ResultStore(settings.db_path)
+    store = ResultStore(settings.db_path, retention_s=settings.retention_s, max_results=settings.max_results)
     consumer = ResultConsumer(
         feed or functools.partial(kafka_result_feed, settings),
         store,
         result_codec(),
         ResultsMetrics(meter("inferq.results")),
     )
-    routes = ResultRoutes(store, consuming=consumer.ready.is_set)
+    retention = RetentionTask(store, interval_s=settings.purge_interval_s)
+    routes = ResultRoutes(store, health=lambda: service_health(consumer, retention))
     return Starlette(
         routes=[
             Route("/v1/requests/{request_id}", routes.get_result, methods=["GET"]),
             Route("/healthz", routes.healthz, methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
-        lifespan=lambda _: serve_parts(settings, store, consumer, check_topics=check_topics),
+        lifespan=lambda _: serve_parts(settings, store, consumer, retention, check_topics=check_topics),
     )

@@ -87,7 +87,8 @@ class ResultConsumer:
 
     The feed is made by `make_feed` when the consumer starts (aiokafka binds its clients to the
     running loop). `ready` is set once the feed has started. A Kafka error pauses a second and
-    consumption goes on: results are owed to their callers. Start and stop are idempotent.
+    consumption goes on: results are owed to their callers. Any other error ends the task: it is
+    logged, and `failed` turns true (``/healthz`` answers 503). Start and stop are idempotent.
     """
 
     def __init__(
@@ -104,15 +105,22 @@ class ResultConsumer:
         self._task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
 
+    @property
+    def failed(self) -> bool:
+        """Whether the consuming task ended by itself (an error it could not go on after)."""
+        return self._task is not None and self._task.done()
+
     async def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(self._make_feed()), name="results-consumer")
+            self._task.add_done_callback(_log_end)
 
     async def stop(self) -> None:
         """Cancel the task (a batch being stored is finished by the store's worker, not committed)."""
         task, self._task = self._task, None
-        if task is None:
-            return
+        if task is None or task.done():
+            return  # a task that ended by itself was logged then (`_log_end`)
+        task.remove_done_callback(_log_end)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, STOP_TIMEOUT_S)
@@ -146,8 +154,25 @@ class ResultConsumer:
                 except DecodeError as exc:
                     self._metrics.undecodable()
                     log.error(  # noqa: TRY400 - the traceback adds nothing to the reason
-                        "undecodable result %s[%d]@%d skipped: %s", tp.topic, tp.partition, record.offset, exc
+                        "undecodable result %s[%d]@%d skipped: %s",
+                        tp.topic,
+                        tp.partition,
+                        record.offset,
+                        _loggable(exc),
                     )
         stored, duplicates = await self._store.put_many(decoded)
         self._metrics.batch_stored(stored, duplicates)
         await feed.commit()
+
+
+def _loggable(exc: DecodeError) -> str:
+    """Why a record did not decode, without quoting it: the codec's message for a wrapped error may
+    repr the value (a model's output), so only the wrapped error's kind is logged."""
+    if exc.__cause__ is None:
+        return str(exc)
+    return f"cannot decode record ({exc.raw_size} bytes): {type(exc.__cause__).__name__}"
+
+
+def _log_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        log.error("results consumer stopped; /healthz answers 503", exc_info=task.exception())

@@ -2,19 +2,52 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.messaging.kafka_config import KafkaSettings
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3_600, "d": 86_400}
+
+
+def parse_duration_s(value: Any) -> Any:
+    """Seconds from "7d", "36h", "90m", "45s" or a plain number of seconds; anything else as is
+    (pydantic then says what is wrong with it)."""
+    if isinstance(value, str):
+        match = _DURATION.match(value.lower())
+        if match is None:
+            raise ValueError(f"{value!r} is not a duration: a number of seconds, or with d, h, m or s")
+        return float(match[1]) * _UNIT_S[match[2]]
+    return value
+
 
 class ResultsSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="INFERQ_RESULTS_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="INFERQ_RESULTS_", extra="ignore", populate_by_name=True)
 
     host: str = "127.0.0.1"
     port: int = 8701
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     group_id: str = "inferq-results"
     db_path: Path = Path(".inferq/results.db")
+    # How long a result is kept and served after it was stored ("7d", "36h" or seconds); past it
+    # the result is no longer served (404) and the next purge deletes it.
+    retention_s: float = Field(
+        default=7 * 86_400,
+        ge=60,
+        validation_alias=AliasChoices("INFERQ_RESULTS_RETENTION", "retention_s"),
+    )
+    # At most this many results are kept; past it the oldest stored are deleted first. Rows, not
+    # bytes: an output is bounded by max_tokens, so rows bound the disk too, and a count is exact.
+    max_results: int = Field(default=1_000_000, ge=1)
+    # How often expired results are deleted.
+    purge_interval_s: float = Field(default=60.0, gt=0, le=3_600)
+
+    @field_validator("retention_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration_s(value)

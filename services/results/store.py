@@ -13,6 +13,7 @@ the batch in progress (the consumer writes at most 1,000 results at a time).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,16 +28,33 @@ _T = TypeVar("_T")
 WORKER_THREAD_NAME = "results-sqlite"
 
 
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 class ResultStore:
     """First result per request_id, in SQLite at `path` (WAL), behind coroutines.
+
+    A result is served for `retention_s` after it was stored (None: forever) and deleted by the next
+    `purge()`; at most `max_results` are kept, the oldest stored deleted first (None: unbounded).
 
     `open()` and `close()` are idempotent; `close()` lets every call already made finish first, then
     closes the connection and ends the worker thread. A call before `open()` or after `close()`
     raises `StoreNotOpenError`. Also an async context manager.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        retention_s: float | None = None,
+        max_results: int | None = None,
+        clock_ms: Callable[[], int] = _now_ms,
+    ) -> None:
         self._path = path
+        self._retention_ms = None if retention_s is None else int(retention_s * 1000)
+        self._max_results = max_results
+        self._clock_ms = clock_ms
         self._executor: ThreadPoolExecutor | None = None
         # Touched only on the worker thread: created, used and closed there.
         self._table: ResultsTable | None = None
@@ -77,12 +95,23 @@ class ResultStore:
         return await self._on_table(lambda table: table.put_many(batch))
 
     async def get(self, request_id: str) -> InferenceResult | None:
-        """The first result stored for `request_id`, or None."""
-        return await self._on_table(lambda table: table.get(request_id))
+        """The first result stored for `request_id`, or None (also when it is past retention)."""
+        since_ms = self._retained_since_ms()
+        return await self._on_table(lambda table: table.get(request_id, stored_since_ms=since_ms))
 
     async def count(self) -> int:
-        """How many request_ids have a result."""
+        """How many request_ids have a result (expired ones until they are purged)."""
         return await self._on_table(ResultsTable.count)
+
+    async def purge(self) -> tuple[int, int]:
+        """Delete the results past retention, then the oldest past `max_results`; returns
+        (expired, evicted)."""
+        since_ms = self._retained_since_ms()
+        cut_off_ms = since_ms if since_ms is not None else -(2**63)
+        return await self._on_table(lambda table: table.purge(stored_before_ms=cut_off_ms))
+
+    def _retained_since_ms(self) -> int | None:
+        return None if self._retention_ms is None else self._clock_ms() - self._retention_ms
 
     async def __aenter__(self) -> ResultStore:
         await self.open()
@@ -123,7 +152,7 @@ class ResultStore:
             executor.shutdown(wait=True)
 
     def _open_table(self) -> None:
-        self._table = ResultsTable(self._path)
+        self._table = ResultsTable(self._path, max_rows=self._max_results, clock_ms=self._clock_ms)
 
     def _close_table(self) -> None:
         table, self._table = self._table, None

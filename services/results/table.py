@@ -4,6 +4,11 @@ At-least-once delivery means a result can arrive twice (a dispatcher crashed aft
 before committing); the primary key keeps the first and the duplicate is counted, so every caller
 sees exactly one outcome.
 
+The table is bounded two ways: by age (`purge` deletes results stored before a cut-off, and `get`
+does not serve them even before the purge ran) and by count (`max_rows`: past it, the results
+stored first are deleted first, after every batch). Age counts from `stored_at_ms`, this service's
+own clock, not a time the record carries: a record cannot make itself immortal.
+
 A `ResultsTable` is one sqlite3 connection, which belongs to the thread that opened it (sqlite3
 refuses it anywhere else) and blocks while it works: the service reaches it only through
 `services.results.store.ResultStore`, whose worker thread owns it.
@@ -11,9 +16,11 @@ refuses it anywhere else) and blocks while it works: the service reaches it only
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from services.messaging.records import InferenceResult
@@ -31,9 +38,11 @@ CREATE TABLE IF NOT EXISTS results (
     dispatched_at_ms INTEGER,
     completed_at_ms INTEGER NOT NULL,
     attempts INTEGER NOT NULL,
-    dispatcher_id TEXT NOT NULL
+    dispatcher_id TEXT NOT NULL,
+    stored_at_ms INTEGER NOT NULL DEFAULT 0
 )
 """
+_INDEX = "CREATE INDEX IF NOT EXISTS results_stored_at ON results (stored_at_ms)"
 _COLUMNS = (
     "request_id",
     "tier",
@@ -47,21 +56,34 @@ _COLUMNS = (
     "completed_at_ms",
     "attempts",
     "dispatcher_id",
+    "stored_at_ms",
 )
 _INSERT = (
     f"INSERT OR IGNORE INTO results ({', '.join(_COLUMNS)}) "  # noqa: S608 - constant column names
     f"VALUES ({', '.join('?' for _ in _COLUMNS)})"
 )
+_RECORD_COLUMNS = _COLUMNS[:-1]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class ResultsTable:
     """One connection to the results database, created (with its directory) if missing.
 
+    `max_rows` (None: unbounded) caps how many results are kept; `clock_ms` stamps each stored row.
     Use it from the thread that built it, and close it there.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(
+        self, path: Path, *, max_rows: int | None = None, clock_ms: Callable[[], int] = _now_ms
+    ) -> None:
+        if max_rows is not None and max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._max_rows = max_rows
+        self._clock_ms = clock_ms
         self._db = sqlite3.connect(path, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         # WAL: a reader (another process: a report, a test's ledger) never blocks the writer; NORMAL
@@ -70,33 +92,92 @@ class ResultsTable:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
+        self._add_stored_at()
+        self._db.execute(_INDEX)
+        # Kept up to date by every write, so the size bound and /healthz never scan the table.
+        self._rows = self._count_rows()
+
+    def _add_stored_at(self) -> None:
+        # A database written before retention existed: its rows count as stored when they completed.
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(results)")}
+        if "stored_at_ms" not in columns:
+            with self._db:
+                self._db.execute("BEGIN")
+                self._db.execute("ALTER TABLE results ADD COLUMN stored_at_ms INTEGER NOT NULL DEFAULT 0")
+                self._db.execute("UPDATE results SET stored_at_ms = completed_at_ms")
 
     def close(self) -> None:
         self._db.close()
 
     def put_many(self, results: Iterable[InferenceResult]) -> tuple[int, int]:
-        """Store results in one transaction; returns (stored, duplicates dropped)."""
+        """Store results in one transaction; returns (stored, duplicates dropped). Past `max_rows`,
+        the oldest results are deleted in the same transaction."""
         stored = duplicates = 0
-        with self._db:
+        stored_at_ms = self._clock_ms()
+        with self._recounted_on_error(), self._db:
             self._db.execute("BEGIN")
             for result in results:
                 record = result.to_record()
-                row = [record[c] for c in _COLUMNS]
+                row = [record[c] for c in _RECORD_COLUMNS] + [stored_at_ms]
                 row[_COLUMNS.index("usage")] = json.dumps(record["usage"]) if record["usage"] else None
                 cursor = self._db.execute(_INSERT, row)
                 if cursor.rowcount == 1:
                     stored += 1
                 else:
                     duplicates += 1
+            self._rows += stored
+            self._evict_oldest()
         return stored, duplicates
 
-    def get(self, request_id: str) -> InferenceResult | None:
-        row = self._db.execute("SELECT * FROM results WHERE request_id = ?", (request_id,)).fetchone()
+    def get(self, request_id: str, *, stored_since_ms: int | None = None) -> InferenceResult | None:
+        """The result for `request_id`; None when there is none, or it was stored before
+        `stored_since_ms` (expired, even if not purged yet)."""
+        row = self._db.execute(
+            "SELECT * FROM results WHERE request_id = ? AND stored_at_ms >= ?",
+            (request_id, stored_since_ms if stored_since_ms is not None else -(2**63)),
+        ).fetchone()
         if row is None:
             return None
-        record = dict(row)
+        record = {c: row[c] for c in _RECORD_COLUMNS}
         record["usage"] = json.loads(record["usage"]) if record["usage"] else None
         return InferenceResult.from_record(record)
 
+    def purge(self, *, stored_before_ms: int) -> tuple[int, int]:
+        """Delete results stored before `stored_before_ms`, then the oldest past `max_rows`;
+        returns (expired, evicted)."""
+        with self._recounted_on_error(), self._db:
+            self._db.execute("BEGIN")
+            expired = self._db.execute(
+                "DELETE FROM results WHERE stored_at_ms < ?", (stored_before_ms,)
+            ).rowcount
+            self._rows -= expired
+            evicted = self._evict_oldest()
+        return expired, evicted
+
     def count(self) -> int:
+        """How many results the table holds (expired ones included until they are purged)."""
+        return self._rows
+
+    @contextlib.contextmanager
+    def _recounted_on_error(self) -> Iterator[None]:
+        # A transaction rolled back undoes the writes the running count already took in.
+        try:
+            yield
+        except BaseException:
+            self._rows = self._count_rows()
+            raise
+
+    def _count_rows(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0])
+
+    def _evict_oldest(self) -> int:
+        excess = self._rows - self._max_rows if self._max_rows is not None else 0
+        if excess <= 0:
+            return 0
+        evicted = self._db.execute(
+            "DELETE FROM results WHERE rowid IN "
+            "(SELECT rowid FROM results ORDER BY stored_at_ms, rowid LIMIT ?)",
+            (excess,),
+        ).rowcount
+        self._rows -= evicted
+        return evicted

@@ -62,6 +62,23 @@ class RefusingProducer(RecordingProducer):
         raise ProduceError(topic, self.reason)
 
 
+class SwitchableProducer(RecordingProducer):
+    """Keeps what it is given, or, while `refusing`, refuses it as librdkafka does after its timeout
+    (the deliberate 503 of the hostile suite); `refused` counts those."""
+
+    def __init__(self, reason: str = "Local: Message timed out") -> None:
+        super().__init__()
+        self.reason = reason
+        self.refusing = False
+        self.refused = 0
+
+    async def produce(self, topic: str, value: bytes, *, key: bytes | None = None, **kwargs: Any) -> Any:
+        if self.refusing:
+            self.refused += 1
+            raise ProduceError(topic, self.reason)
+        return await super().produce(topic, value, key=key, **kwargs)
+
+
 class SilentProducer(RecordingProducer):
     """A producer whose broker never answers: `produce` waits for `timeout_s`, then times out."""
 
@@ -224,3 +241,10 @@ class FakeResultFeed:
     async def commit(self) -> None:
         self.events.append("feed.commit")
         self.commits.append(self.handed_out)
+
+
+class DyingResultFeed(FakeResultFeed):
+    """A reply-topic feed whose every fetch fails with an error consumption cannot go on after."""
+
+    async def getmany(self, *, timeout_ms: int, max_records: int) -> Mapping[FakePartition, list[FakeRecord]]:
+        raise RuntimeError("the reply topic's consumer broke")

@@ -63,7 +63,7 @@ def test_a_valid_body_becomes_a_submission():
     ("raw", "message"),
     [
         (b"{", "body is not valid JSON: Expecting property name enclosed in double quotes"),
-        (b"\xff\xfe", "body is not valid JSON"),
+        (b"\xff\xfe", "body is not valid UTF-8 (byte 0: invalid start byte)"),
         (b"[1, 2]", "body must be a JSON object"),
         (b'"text"', "body must be a JSON object"),
     ],

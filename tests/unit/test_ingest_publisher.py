@@ -16,6 +16,7 @@ from services.ingest.errors import OverCapacityError, QueueUnavailableError
 from services.ingest.idempotency import IdempotencyCache
 from services.ingest.metrics import IngestMetrics
 from services.ingest.publisher import Publisher
+from services.ingest.record_limit import RecordLimit
 from services.ingest.validation import SubmitRequest
 from services.messaging.codec import request_codec
 from services.messaging.producer import ProduceError
@@ -60,6 +61,7 @@ class Parts:
             recent_ids=IdempotencyCache(100),
             metrics=IngestMetrics(self.metrics.meter, self.backlog, POLICY),
             ack_timeout_s=ack_timeout_s,
+            record_limit=RecordLimit(1_000_000),
         )
 
     def publish(self, env: Envelope, key: str | None = None) -> tuple[dict[str, Any], bool]:
@@ -143,7 +145,7 @@ def test_an_unacknowledged_record_times_out_after_the_ack_timeout():
         parts.publish(envelope())
     assert time.monotonic() - started < 2.0
     assert isinstance(failed.value.__cause__, TimeoutError)
-    assert str(failed.value) == "queue unavailable, retry later: "
+    assert str(failed.value) == "queue unavailable, retry later"
 
 
 def test_admission_feeds_the_alarm(caplog):

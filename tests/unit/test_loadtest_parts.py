@@ -241,7 +241,8 @@ def test_the_http_body_passes_ingest_validation() -> None:
         priority=Tier.HIGH,
     )
     body = SubmitRequest.model_validate(http_body(a, "lg-1:3"))
-    assert (body.request_id, body.priority, body.deadline_ms, body.params) == (
+    assert body.params is not None
+    assert (body.request_id, body.priority, body.deadline_ms, body.params.as_json_values()) == (
         "lg-1:3",
         Tier.HIGH,
         90_000,

@@ -40,11 +40,23 @@ def refusal(request: InferenceRequest, topic: str = HIGH) -> RefusedRequestError
 
 
 def test_a_sane_request_passes_unchanged() -> None:
-    request = a_request(params={"temperature": "0.2", "max_tokens": "100", "stop": '["\\n"]'})
+    params = {
+        "temperature": "0.2",
+        "top_p": "1",
+        "max_tokens": "100",
+        "stop": '["\\n"]',
+        "seed": "-7",
+        "presence_penalty": "-2",
+        "frequency_penalty": "1.5",
+        "response_format": '{"type": "json_object"}',
+    }
+    request = a_request(params=params)
     checked = RULES.check(request, source_topic=HIGH, now_ms=NOW)
     assert checked.request == request
     assert checked.clamped == ()
-    assert checked.params == {"temperature": 0.2, "max_tokens": 100, "stop": ["\n"]}
+    assert checked.params["stop"] == ["\n"]
+    assert checked.params["response_format"] == {"type": "json_object"}
+    assert set(checked.params) == limits.ALLOWED_PARAMS
     assert checked.reply_topic is None
 
 
@@ -144,6 +156,9 @@ def test_a_retry_claiming_a_tier_above_its_scenario_is_served_at_the_scenario_ti
     [
         ("session_id", "s" * 129),
         ("session_id", ""),
+        ("session_id", "has spaces"),
+        ("tenant", "ten/ant"),
+        ("model", "gpt 4\n"),
         ("tenant", "t" * 65),
         ("scenario", "x" * 65),
         ("model", "m" * 129),
@@ -184,7 +199,13 @@ def test_reserved_params_are_refused(name: str) -> None:
         ({"max_tokens": str(10**12)}, "out of its bounds"),
         ({"stop": json.dumps(["a"] * 5)}, "out of its bounds"),
         ({"stop": json.dumps({"a": 1})}, "out of its bounds"),
-        ({"user": json.dumps("u" * 200)}, "out of its bounds"),
+        ({"user": json.dumps("u")}, "not a supported parameter"),
+        ({"max_completion_tokens": "10"}, "not a supported parameter"),
+        ({"max_tokens": str(limits.MAX_COMPLETION_TOKENS + 1)}, "out of its bounds"),
+        ({"stop": json.dumps("x" * (limits.MAX_STOP_CHARS + 1))}, "out of its bounds"),
+        ({"stop": json.dumps("")}, "out of its bounds"),
+        ({"response_format": json.dumps({"type": "xml"})}, "out of its bounds"),
+        ({"response_format": json.dumps({"type": "text", "schema": {}})}, "out of its bounds"),
         ({"stop": json.dumps("x" * 3000)}, "over 2048 characters"),
         ({f"k{i}": "1" for i in range(limits.MAX_PARAMS + 1)}, "at most"),
     ],

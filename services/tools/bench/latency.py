@@ -176,7 +176,7 @@ def _dispatched(bootstrap: str, topic: str) -> tuple[dict[str, int], dict[str, i
         except DecodeError:
             statuses["undecodable"] = statuses.get("undecodable", 0) + 1
             continue
-        statuses[result.status] = statuses.get(result.status, 0) + 1
+        statuses[result.status.value] = statuses.get(result.status.value, 0) + 1
         if result.dispatched_at_ms is not None:
             dispatched.setdefault(result.request_id, result.dispatched_at_ms)
     return dispatched, statuses

@@ -140,7 +140,7 @@ def render(
             "",
             makespan_table(summaries, predictions),
             "",
-            "## Mission targets",
+            "## Targets",
             "",
             "The HIGH wait targets are absolute wall-clock figures of the pipeline, so they are compared "
             "with the compressed run's waits as measured (not x S). The last rows hold the real runs to "
