@@ -83,21 +83,48 @@ class AsyncProducer:
         self._producer: Producer | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Acknowledgements awaited right now: failed together when the producer dies (a fatal error
+        # reaches no delivery report, so they would wait forever).
+        self._pending: set[asyncio.Future[Message]] = set()
+        self._fatal: KafkaError | None = None
 
     async def start(self) -> None:
         if self._producer is not None:
             return
-        self._producer = Producer(self._config)
+        self._loop = asyncio.get_running_loop()
+        self._producer = Producer(self._config | {"error_cb": self._on_error})
         self._stopping.clear()
         self._thread = threading.Thread(target=self._poll_loop, name="producer-poll", daemon=True)
         self._thread.start()
+
+    def _on_error(self, error: KafkaError) -> None:
+        """librdkafka's error callback (poll thread): only a fatal error changes anything here; the
+        others (a broker down for a while...) surface as delivery reports when they matter."""
+        if error.fatal() and self._fatal is None:
+            self._fatal = error
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._fail_pending, error)
+
+    def _fail_pending(self, error: KafkaError) -> None:
+        for future in list(self._pending):
+            if not future.done():
+                future.set_exception(ProduceError("(any)", error))
+        self._pending.clear()
 
     def _poll_loop(self) -> None:
         producer = self._producer
         if producer is None:
             return
         while not self._stopping.is_set():
-            producer.poll(POLL_INTERVAL_S)
+            try:
+                producer.poll(POLL_INTERVAL_S)
+            except KafkaException as exc:
+                # Raised by poll() for an error with no callback to take it: keep polling, so
+                # delivery reports still arrive; a fatal one fails what is pending.
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is not None:
+                    self._on_error(error)
 
     async def produce(
         self,
@@ -111,8 +138,12 @@ class AsyncProducer:
         """Produce one record and wait for the broker's acknowledgement (acks=all)."""
         if self._producer is None:
             raise MessagingError("producer not started")
+        if self._fatal is not None:
+            raise ProduceError(topic, self._fatal)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Message] = loop.create_future()
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
             loop.call_soon_threadsafe(_settle, future, topic, err, msg)

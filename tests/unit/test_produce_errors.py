@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from confluent_kafka import KafkaError
 
-from services.messaging.producer import ProduceError
+from services.messaging.producer import AsyncProducer, ProduceError
 
 
 @pytest.mark.parametrize(
@@ -44,3 +46,28 @@ def test_a_full_local_queue_is_retriable() -> None:
 def test_only_size_errors_say_too_large() -> None:
     assert ProduceError("t", KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)).too_large
     assert not ProduceError("t", KafkaError(KafkaError.TOPIC_EXCEPTION)).too_large
+
+
+def test_a_fatal_error_fails_every_pending_acknowledgement_and_later_produces() -> None:
+    """A fatal error reaches no delivery report: without this, awaited acknowledgements hang."""
+
+    async def scenario() -> tuple[ProduceError, ProduceError]:
+        # Nothing listens there: the record stays queued, its acknowledgement pending.
+        producer = AsyncProducer({"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 60_000})
+        await producer.start()
+        try:
+            pending = asyncio.ensure_future(producer.produce("t", b"v"))
+            await asyncio.sleep(0.05)
+            assert not pending.done()
+            producer._on_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+            with pytest.raises(ProduceError) as first:
+                await asyncio.wait_for(pending, 5.0)
+            with pytest.raises(ProduceError) as later:
+                await producer.produce("t", b"w")
+            return first.value, later.value
+        finally:
+            await producer.stop(flush_timeout_s=0.1)
+
+    first, later = asyncio.run(scenario())
+    assert first.fatal and not first.retriable
+    assert later.fatal
