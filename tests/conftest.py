@@ -1,4 +1,5 @@
-"""Shared fixtures: one real Kafka broker per test session, uuid topic prefixes per test."""
+"""Shared fixtures: one real Kafka broker per test session (and a secured one for the security
+tests), uuid topic prefixes per test."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from services.messaging.acls import ServicePrincipals, apply_grants, service_grants
 from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
-from services.tools.broker.fixture import kafka_bootstrap_for_tests
+from services.tools.broker.broker import LocalBroker
+from services.tools.broker.fixture import kafka_bootstrap_for_tests, secured_broker_for_tests
+from services.tools.broker.security import ADMIN
 from services.tools.redis.fixture import redis_url_for_tests
 
 
@@ -36,3 +40,24 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """$INFERQ_REDIS_URL, else a fresh local redis-server for the session. Never skips."""
     with redis_url_for_tests(tmp_path_factory.mktemp("redis")) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A local broker with SASL_SSL (SCRAM) and mutual-TLS listeners and an authorizer, for the
+    session; separate from `kafka_bootstrap`. Its users: admin (super user), ingest, dispatcher,
+    results; their settings come from `LocalBroker.client_settings`. Never skips."""
+    with secured_broker_for_tests(tmp_path_factory.mktemp("kafka-secured")) as broker:
+        yield broker
+
+
+@pytest.fixture
+def secured_prefix(secured_broker: LocalBroker) -> str:
+    """A fresh topic prefix on the secured broker: topics created by admin and the services' ACLs
+    applied, with the groups `<prefix>-dispatcher` and `<prefix>-results` (as `Pipeline` names them)."""
+    prefix = f"s{uuid.uuid4().hex[:12]}"
+    admin = secured_broker.client_settings(ADMIN, topic_prefix=prefix)
+    create_topics(admin)
+    who = ServicePrincipals(dispatcher_group=f"{prefix}-dispatcher", results_group=f"{prefix}-results")
+    apply_grants(admin, service_grants(admin.topics, who))
+    return prefix

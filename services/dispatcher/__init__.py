@@ -6,12 +6,13 @@ Where things are::
     process.py         the process: topics checked, /metrics and /healthz, SIGTERM → request_stop
     bootstrap.py       the composition root: every part built from settings (edges injectable)
     run_loop.py        fetch → intake → wake the starter → update pauses; start-up/shutdown order
-    intake.py          decode, dead-letter poison, expire, admit to the read-ahead, rewind
+    intake.py          decode, dead-letter poison, apply the record rules, expire, admit, rewind
+    record_rules.py    what a record from Kafka may not claim: clamped, refused (DLQ + FAILED) or poison
     pausing.py         back-pressure: full tiers and held-back retry partitions paused
     next_start.py      what starts next (pure; the simulator uses it too)
     starting.py        the starter: NextStart around the token pool
     execution.py       the backend call, adaptive feedback, the retry decision, the outcome
-    writer.py          produce durably, then mark the offset complete (the ack path)
+    writer.py          produce durably (or to the DLQ when a topic refuses for good), then complete the offset
     checkpoint.py      commits and rebalances (adoption, done-beyond-commit metadata)
     housekeeping.py    expiry/aging/adaptive timer, LOW eviction under pressure
     inflight.py        work that left the read-ahead, drained at shutdown

@@ -62,6 +62,11 @@ class AdaptivePolicy:
             raise ValueError("window_s must be positive and cut_cooldown_s not negative")
 
 
+# Models whose latency is learnt. A request may name any model (a record written straight to Kafka
+# too), so the table is bounded: latencies of models beyond the first this many are not learnt.
+MAX_MODELS = 64
+
+
 @dataclass
 class _Window:
     sums: dict[str, float] = field(default_factory=dict)
@@ -84,6 +89,10 @@ class AdaptiveBudget:
         return self._baseline.get(model)
 
     def record_success(self, model: str, latency_s: float) -> None:
+        known = model in self._baseline or model in self._window.counts
+        if not known and len(self._baseline.keys() | self._window.counts.keys()) >= MAX_MODELS:
+            self.tick()
+            return
         self._window.sums[model] = self._window.sums.get(model, 0.0) + latency_s
         self._window.counts[model] = self._window.counts.get(model, 0) + 1
         self.tick()

@@ -4,6 +4,11 @@ Messages are forwarded unchanged. Each call is bounded by a timeout the caller c
 request's remaining deadline. Failures become `BackendError` with `retriable` set by one rule
 (docs/architecture.md, "Retries"): timeouts, connection errors, 429 and 5xx may be retried; other 4xx may not.
 
+A `BackendError`'s message ends up in a FAILED result, a dead-letter header and the logs, so it is a
+short reason and nothing else: "backend answered 503", "backend timed out after 2.0 s",
+"connection refused". Never the backend's host or URL (aiohttp's connection errors name them),
+never its body (which may echo the prompt), never a header (the API key).
+
 aiohttp, not httpx: measured on this machine (`inferq bench throughput`), httpx's connection pool
 spends most of the dispatcher's CPU once many calls are in flight (1,841 calls/s with one caller,
 263 with 200), while aiohttp keeps 9,000-15,000; the dispatcher ran at 448 requests/s on httpx
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -74,10 +80,10 @@ class ChatBackend:
                 retry_after = response.headers.get("retry-after")
         except TimeoutError as exc:
             raise BackendError(
-                f"backend timed out after {timeout_s:.2f} s", retriable=True, timed_out=True
+                f"backend timed out after {timeout_s:.1f} s", retriable=True, timed_out=True
             ) from exc
         except aiohttp.ClientError as exc:
-            raise BackendError(f"backend unreachable: {exc!r}", retriable=True) from exc
+            raise BackendError(connection_reason(exc), retriable=True) from exc
         if status != 200:
             raise _status_error(status, text, retry_after)
         try:
@@ -92,19 +98,41 @@ class ChatBackend:
             )
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise BackendError(
-                f"backend answered 200 with an unreadable body: {exc!r}", retriable=True
+                f"backend answered 200 with an unreadable body ({type(exc).__name__})", retriable=True
             ) from exc
 
 
+# The OpenAI error object's `type`/`code` (e.g. "invalid_request_error"): a token, never free text.
+_ERROR_TOKEN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+def connection_reason(exc: aiohttp.ClientError) -> str:
+    """What went wrong with the connection, without the host, port or URL aiohttp's message names."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return "connection refused"
+        return "connection to the backend failed"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "backend closed the connection"
+    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
+        return "backend sent a broken response"
+    return f"backend unreachable ({type(exc).__name__})"
+
+
 def _status_error(status: int, text: str, retry_after: str | None) -> BackendError:
-    detail = text[:300]
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        detail = str(json.loads(text)["error"]["message"])[:300]
+    # The body may quote the request (a 400 naming the offending message): only an error token of it.
+    kind = ""
+    with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+        error = json.loads(text)["error"]
+        token = str(error.get("code") or error.get("type") or "")
+        kind = f" ({token})" if _ERROR_TOKEN.fullmatch(token) else ""
     seconds: float | None = None
     with contextlib.suppress(ValueError):
         seconds = float(retry_after) if retry_after is not None else None
+    if seconds is not None and not 0 <= seconds < float("inf"):
+        seconds = None  # a negative, infinite or NaN Retry-After is no advice
     return BackendError(
-        f"backend answered {status}: {detail}",
+        f"backend answered {status}{kind}",
         retriable=status == 429 or status >= 500,
         status=status,
         retry_after_s=seconds,

@@ -33,6 +33,7 @@ from services.dispatcher.offsets import OffsetTracker
 from services.dispatcher.outcomes import OutcomeBuilder
 from services.dispatcher.pausing import Pauses
 from services.dispatcher.policies import Scheduler, build_scheduler
+from services.dispatcher.record_rules import RecordRules
 from services.dispatcher.retries import RetryPolicy
 from services.dispatcher.run_loop import Helper, Resource, RunLoop
 from services.dispatcher.settings import DispatcherSettings, build_schedule, renamed_variables_in
@@ -41,11 +42,15 @@ from services.dispatcher.tokens import LocalTokenPool, TokenPool
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.writer import OutcomeWriter, RecordProducer
 from services.messaging.producer import AsyncProducer
+from services.messaging.tiers import TierPolicy
 
 if TYPE_CHECKING:
     from services.dispatcher.tokens.redis_pool import RedisTokenPool
 
 log = logging.getLogger("inferq.dispatcher")
+
+
+TOPIC_PROPAGATION_MS = 2_000
 
 
 def wall_clock_ms() -> int:
@@ -143,6 +148,10 @@ def bootstrap(
     )
     producer = producer or AsyncProducer(
         settings.kafka.producer_config(client_id=f"inferq-dispatcher-{settings.dispatcher_id}")
+        # A topic the broker does not know (auto-creation is off) fails its records with "unknown
+        # topic" after this long, before message.timeout.ms, instead of timing out like an outage
+        # would: the writer then answers FAILED instead of waiting forever (librdkafka default 30 s).
+        | {"topic.metadata.propagation.max.ms": TOPIC_PROPAGATION_MS}
     )
     if backend is None:
         api_key = settings.backend_api_key.get_secret_value() if settings.backend_api_key else None
@@ -160,7 +169,16 @@ def bootstrap(
     offsets = OffsetTracker()
     inflight = InFlight()
     wake = asyncio.Event()  # set by arrivals, freed tokens and housekeeping; the starter waits on it
-    pauses = Pauses(consumer, topics, room, metrics, readahead=settings.readahead)
+    pauses = Pauses(
+        consumer,
+        topics,
+        room,
+        metrics,
+        readahead=settings.readahead,
+        inflight=inflight,
+        offsets=offsets,
+        max_budget=settings.budget,
+    )
     models = ModelChoice.of(
         fast=settings.model_fast, accurate=settings.model_accurate, cheap=settings.model_cheap
     )
@@ -192,6 +210,12 @@ def bootstrap(
         writer=writer,
         inflight=inflight,
         metrics=metrics,
+        rules=RecordRules(
+            topics=topics,
+            max_attempts=settings.max_attempts,
+            max_backoff_ms=int(settings.retry_max_backoff_s * 1000),
+            tier_policy=TierPolicy(scenario_tiers=settings.scenario_tiers),
+        ),
         readahead=settings.readahead,
         poison_alarm_ratio=settings.poison_alarm_ratio,
         clock_ms=clock_ms,
@@ -240,6 +264,7 @@ def bootstrap(
             consumer=consumer,
             topics=topics,
             policy=pressure,
+            offsets=offsets,
             room=room,
             pauses=pauses,
             writer=writer,
@@ -269,7 +294,14 @@ def bootstrap(
         describe=describe,
         pool_companions=tokens.companions,
     )
+    writer.on_fatal = loop.fail
     health = Health(
-        checkpoint=checkpoint, pool=pool, room=room, consumer=consumer, budget=budget, scheduler=scheduler
+        checkpoint=checkpoint,
+        pool=pool,
+        room=room,
+        consumer=consumer,
+        budget=budget,
+        scheduler=scheduler,
+        inflight=inflight,
     )
     return Dispatcher(loop, health)

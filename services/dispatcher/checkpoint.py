@@ -21,9 +21,10 @@ from collections.abc import Collection, Mapping
 
 from services.dispatcher.consumer import Partition, TierConsumer
 from services.dispatcher.errors import CommitFailedError, ConsumerError
-from services.dispatcher.offsets import OffsetTracker, PartitionOffsets, PendingCommit, parse_metadata
+from services.dispatcher.offsets import OffsetTracker, PartitionOffsets, PendingCommit
 from services.dispatcher.pausing import Pauses
 from services.dispatcher.waiting import WaitingRoom
+from services.messaging import commit_metadata
 
 log = logging.getLogger("inferq.dispatcher")
 
@@ -139,7 +140,7 @@ class Checkpoint:
             return
         for partition, point in points.items():
             if point is not None and partition in states:
-                done = parse_metadata(point.metadata, point.offset)
+                done = commit_metadata.parse(point.metadata, point.offset)
                 if done:
                     states[partition].skip_done(done)
         never_committed = [p for p in states if p in points and points[p] is None]

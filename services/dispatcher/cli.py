@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import uvloop
 
 from services.dispatcher.process import serve
 from services.dispatcher.settings import DispatcherSettings
+from services.messaging.errors import KafkaAccessError, MissingTopicsError
 from services.serving import configure_logging
 
 
@@ -38,4 +40,9 @@ def _run(args: argparse.Namespace) -> int:
         overrides["policy"] = args.policy
     settings = DispatcherSettings(**overrides)  # type: ignore[arg-type]
     # uvloop: the dispatcher's hot path is the event loop (fetch, HTTP calls, delivery reports).
-    return uvloop.run(serve(settings))
+    try:
+        return uvloop.run(serve(settings))
+    except (MissingTopicsError, KafkaAccessError) as exc:
+        # A start-up refusal the operator must act on: one line that says what, not a traceback.
+        print(f"inferq dispatcher: cannot start: {exc}", file=sys.stderr)
+        return 2

@@ -48,6 +48,13 @@ class FetchedRecord(Protocol):
 Batches = Mapping[Partition, Sequence[FetchedRecord]]
 
 
+class Unfetched(NamedTuple):
+    """Where a partition's fetching stands: the next offset to fetch and the log's end."""
+
+    position: int
+    end: int
+
+
 @dataclass(frozen=True)
 class CommitPoint:
     """The group's committed position of a partition and the metadata committed with it."""
@@ -109,8 +116,8 @@ class TierConsumer(Protocol):
         """The first offset still in each partition's log; `ConsumerError` if unreadable."""
         ...
 
-    async def unfetched(self, topics: Collection[str], timeout_s: float) -> dict[Partition, int]:
-        """Per owned partition of `topics`: records not yet fetched; `ConsumerError` if unknown."""
+    async def unfetched(self, topics: Collection[str], timeout_s: float) -> dict[Partition, Unfetched]:
+        """Per owned partition of `topics`: fetch position and log end; `ConsumerError` if unknown."""
         ...
 
     def partition_count(self, topic: str) -> int:

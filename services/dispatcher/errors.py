@@ -2,6 +2,8 @@
 
 DispatcherError
  ├── BackendError        the LLM backend failed one call; `retriable` says whether a retry may help
+ ├── RefusedRequestError a decodable request that must not run (``record_rules.py``): dead-lettered
+ │                       and answered FAILED, never sent to the LLM
  └── ConsumerError       the Kafka consumer failed one operation; `retriable` says whether a retry may help
       └── CommitFailedError  the group refused a commit (a rebalance, a lost membership): the offsets
                              stay owed and go out with the next commit, or the next owner redoes them
@@ -10,6 +12,11 @@ DispatcherError
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.messaging.records import InferenceRequest
+    from services.messaging.tiers import Tier
 
 
 class DispatcherError(Exception):
@@ -36,6 +43,20 @@ class BackendError(DispatcherError):
     def overload(self) -> bool:
         """The backend is past its limit (429, 503, a timeout): a signal to cut the budget."""
         return self.timed_out or self.status in (429, 503)
+
+
+class RefusedRequestError(DispatcherError):
+    """`request` (its fields clamped) breaks a rule no clamp can fix; `reason` says which, short and
+    free of the request's content. Its FAILED result goes to `reply_topic` (None: the default)."""
+
+    def __init__(
+        self, reason: str, *, request: InferenceRequest, tier: Tier, reply_topic: str | None
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.request = request
+        self.tier = tier
+        self.reply_topic = reply_topic
 
 
 class ConsumerError(DispatcherError):

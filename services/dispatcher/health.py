@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from services.dispatcher.adaptive import Budget
 from services.dispatcher.checkpoint import Checkpoint
 from services.dispatcher.consumer import TierConsumer
+from services.dispatcher.inflight import InFlight
 from services.dispatcher.policies import Scheduler
 from services.dispatcher.tokens import TokenPool
 from services.dispatcher.waiting import WaitingRoom
@@ -21,6 +22,7 @@ class Health:
     consumer: TierConsumer
     budget: Budget
     scheduler: Scheduler
+    inflight: InFlight
 
     def snapshot(self) -> dict[str, object]:
         return {
@@ -29,6 +31,8 @@ class Health:
             "tokens_in_use": sum(self.pool.held_locally().values()),
             "waiting": len(self.room),
             "held_by_tier": {t.value: self.room.held(t) for t in Tier},
+            # Calls, and outcomes being written (bounded per tier: inflight.py).
+            "tasks": len(self.inflight),
             "paused_partitions": len(self.consumer.paused()),
             "effective_budget": self.budget.effective,
             "window": self.scheduler.window().name,

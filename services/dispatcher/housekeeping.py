@@ -17,9 +17,11 @@ from services.dispatcher.errors import ConsumerError
 from services.dispatcher.eviction import PressurePolicy
 from services.dispatcher.inflight import InFlight
 from services.dispatcher.metrics import DispatcherMetrics
+from services.dispatcher.offsets import OffsetTracker
 from services.dispatcher.pausing import Pauses
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.writer import OutcomeWriter
+from services.messaging.lag import partition_lag
 from services.messaging.tiers import Tier
 from services.messaging.topics import TopicNames
 
@@ -86,6 +88,7 @@ class LowEviction:
         consumer: TierConsumer,
         topics: TopicNames,
         policy: PressurePolicy,
+        offsets: OffsetTracker,
         room: WaitingRoom,
         pauses: Pauses,
         writer: OutcomeWriter,
@@ -94,6 +97,7 @@ class LowEviction:
         self._consumer = consumer
         self._topics = topics
         self._policy = policy
+        self._offsets = offsets
         self._room = room
         self._pauses = pauses
         self._writer = writer
@@ -111,17 +115,21 @@ class LowEviction:
             self.evict_if_pressed(backlog)
 
     async def _backlog_by_tier(self) -> dict[Tier, tuple[int, float]]:
-        """Per tier: records not yet started here (Kafka lag plus read-ahead), and the share of the
-        tier's partitions this member owns, to compare with its share of the capacity."""
+        """Per tier: records not yet handled here (not fetched yet, less those a previous owner
+        already answered, plus the read-ahead), and the share of the tier's partitions this member
+        owns, to compare with its share of the capacity. Fetch positions, not commits: a commit held
+        back by one slow call says nothing of the records answered behind it."""
         unfetched = await self._consumer.unfetched(self._topics.all_requests, LAG_READ_TIMEOUT_S)
         if not unfetched:
             return {}
         lags: dict[Tier, int] = dict.fromkeys(Tier, 0)
         owned: dict[Tier, int] = dict.fromkeys(Tier, 0)
-        for partition, lag in unfetched.items():
+        for partition, (position, end) in unfetched.items():
             tier = self._topics.tier_of(partition.topic)
             if tier is not None:
-                lags[tier] += lag
+                state = self._offsets.owned_state(partition.topic, partition.partition)
+                done = state.done_ahead(position, end) if state is not None else 0
+                lags[tier] += partition_lag(high=end, low=0, committed=position) - done
                 owned[tier] += 1
         backlog: dict[Tier, tuple[int, float]] = {}
         for tier in Tier:

@@ -1,13 +1,22 @@
 """Work that left the read-ahead and runs until its outcome is durable: calls, expiries, evictions,
-dead letters. One task each; the set is what shutdown drains, within a bound."""
+refusals, dead letters. One task each; the set is what shutdown drains, within a bound.
+
+Bounded: tasks are counted per source tier (`pending`), and intake takes no more records of a tier
+whose count reaches its read-ahead plus the budget (``pausing.py``), so poison, refused and expired
+records count against the same bound as requests, and outcomes that cannot be written yet (a slow
+broker) pause their tier instead of piling up here.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from collections import Counter
 from collections.abc import Coroutine
 
 from services.dispatcher.work import Work
+from services.messaging.tiers import Tier
 
 log = logging.getLogger("inferq.dispatcher")
 
@@ -18,22 +27,30 @@ CANCEL_GRACE_S = 5.0
 class InFlight:
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[None]] = set()
+        # Tasks per source tier; None: records of the retry topic that have no tier (poison).
+        self._by_tier: Counter[Tier | None] = Counter()
 
     def __len__(self) -> int:
         return len(self._tasks)
 
+    def pending(self, tier: Tier | None) -> int:
+        """Tasks running for records of `tier` (None: tierless poison of the retry topic)."""
+        return self._by_tier[tier]
+
     def begin(self, work: Work, outcome: Coroutine[object, object, None], name: str) -> None:
         """`work` leaves the read-ahead for good: mark it started, then run what produces its outcome."""
         work.begin()
-        self.spawn(outcome, name)
+        self.spawn(outcome, name, work.tier)
 
-    def spawn(self, coro: Coroutine[object, object, None], name: str) -> None:
+    def spawn(self, coro: Coroutine[object, object, None], name: str, tier: Tier | None = None) -> None:
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
-        task.add_done_callback(self._done)
+        self._by_tier[tier] += 1
+        task.add_done_callback(functools.partial(self._done, tier))
 
-    def _done(self, task: asyncio.Task[None]) -> None:
+    def _done(self, tier: Tier | None, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        self._by_tier[tier] -= 1
         if not task.cancelled() and (exc := task.exception()) is not None:
             # A bug, not a failed call (those become outcomes): its offset stays uncommitted, so the
             # request is redone by the next owner; say so rather than lose the traceback.

@@ -1,11 +1,14 @@
 """Intake: fetched records into the read-ahead, or straight to their outcome.
 
 Per record, in offset order: skip what a previous owner already answered (commit metadata) or what
-this member still runs from before a rebalance; decode (a poison record goes to the dead-letter topic
-and never blocks its partition); expire what is past its deadline (answered EXPIRED, no LLM call);
-and admit the rest to the waiting room while its tier's read-ahead has room. The partition is rewound
-to the first record left over, so it is fetched again later and the read-ahead bound holds exactly.
-A retry record that is not due yet holds its partition back (paused) until it is.
+this member still runs from before a rebalance; stop at the bounds (the partition's window of
+uncommitted offsets, the tier's share of memory: every record counts, poison and expired ones too);
+decode (a poison record goes to the dead-letter topic and never blocks its partition); apply the
+record rules (``record_rules.py``: clamp what is out of range, refuse what must not run: dead letter
+and FAILED); expire what is past its deadline (answered EXPIRED, no LLM call); and admit the rest to
+the waiting room. The partition is rewound to the first record left over, so it is fetched again
+later and the bounds hold exactly. A retry record that is not due yet holds its partition back
+(paused) until it is, at most the maximum backoff from when it was first read.
 """
 
 from __future__ import annotations
@@ -15,21 +18,35 @@ import time
 from collections.abc import Callable, Sequence
 
 from services.dispatcher.consumer import FetchedRecord, Partition, TierConsumer
+from services.dispatcher.errors import RefusedRequestError
 from services.dispatcher.inflight import InFlight
 from services.dispatcher.metrics import DispatcherMetrics
-from services.dispatcher.offsets import OffsetTracker
+from services.dispatcher.offsets import OffsetTracker, PartitionOffsets
 from services.dispatcher.pausing import Pauses
 from services.dispatcher.poison import PoisonWatch
+from services.dispatcher.record_rules import RecordRules
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.work import Work
 from services.dispatcher.writer import OutcomeWriter
 from services.messaging.codec import request_codec
 from services.messaging.errors import DecodeError
-from services.messaging.records import runnable_params
 from services.messaging.tiers import Tier
 from services.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
+
+# A dead-letter reason is a header and a log line: short.
+MAX_REASON_CHARS = 200
+
+
+def poison_reason(exc: DecodeError) -> str:
+    """Why a record is poison, as `DecodeError` says it, without the record's content: a decoder's
+    error can quote the bytes it choked on (a UnicodeDecodeError carries the whole string), so of a
+    wrapped error only its type is kept."""
+    reason = exc.reason
+    if exc.__cause__ is not None:
+        reason = f"{reason.split(':', 1)[0]} ({type(exc.__cause__).__name__})"
+    return f"cannot decode record ({exc.raw_size} bytes): {reason}"[:MAX_REASON_CHARS]
 
 
 class Intake:
@@ -44,6 +61,7 @@ class Intake:
         writer: OutcomeWriter,
         inflight: InFlight,
         metrics: DispatcherMetrics,
+        rules: RecordRules,
         readahead: int,
         poison_alarm_ratio: float,
         clock_ms: Callable[[], int],
@@ -57,10 +75,15 @@ class Intake:
         self._writer = writer
         self._inflight = inflight
         self._metrics = metrics
+        self._rules = rules
         self._readahead = readahead
         self._clock_ms = clock_ms
         self._requests = request_codec()
         self._poison = PoisonWatch(monotonic, threshold=poison_alarm_ratio)
+        # Per retry partition, the record held back last and when it is due: read again, it keeps
+        # that time (a not-before clamped when first read must not move with every read). One entry
+        # per retry partition.
+        self._held_head: dict[Partition, tuple[int, int]] = {}
         metrics.watch_poison(self._poison.ratios)
 
     def fetch_size(self) -> int:
@@ -70,9 +93,9 @@ class Intake:
         return max(1, room)
 
     def admit(self, partition: Partition, records: Sequence[FetchedRecord]) -> None:
-        """Admit `records` (one fetch of `partition`) while the read-ahead has room and, on the retry
-        topic, while they are due; rewind the partition to the first record left over."""
-        retry = partition.topic == self._topics.retry
+        """Take `records` (one fetch of `partition`) while the bounds allow and, on the retry topic,
+        while they are due; rewind the partition to the first record left over."""
+        source_tier = self._topics.tier_of(partition.topic)  # None: the retry topic
         offsets = self._offsets.owned_state(partition.topic, partition.partition)
         if offsets is None:
             return  # fetched just before its partition was revoked: the new owner reads it
@@ -81,36 +104,78 @@ class Intake:
                 offsets.track(record.offset)  # its outcome is written or on its way: not redone
                 self._metrics.record_skipped_redo()
                 continue
-            raw: bytes = record.value or b""
-            try:
-                request = self._requests.decode(raw)
-                params = runnable_params(request, raw_size=len(raw))
-            except DecodeError as exc:
-                self._watch_poison(partition.topic, poison=True)
-                offsets.track(record.offset)
-                offsets.start(record.offset)
-                self._inflight.spawn(self._writer.poison(offsets, record.offset, raw, str(exc)), "dlq")
-                continue
-            self._watch_poison(partition.topic, poison=False)
-            tier = request.tier if retry else self._topics.tier_of(partition.topic) or request.tier
-            if retry:
-                wait_ms = (request.not_before_ms or 0) - self._clock_ms()
-                if wait_ms > 0:
-                    self._consumer.seek(partition, record.offset)
-                    self._pauses.hold_back(partition, wait_ms / 1000)
-                    return
-                if self._pauses.room_is_full():
-                    self._consumer.seek(partition, record.offset)
-                    return
-            elif self._pauses.tier_is_full(tier):
+            if source_tier is None:
+                full = self._pauses.room_is_full()
+            else:
+                full = self._pauses.tier_is_full(source_tier)
+            if full or offsets.window_full():
                 self._consumer.seek(partition, record.offset)
                 return
-            offsets.track(record.offset)
-            self._admit(
-                Work(
-                    request=request, tier=tier, offsets=offsets, offset=record.offset, raw=raw, params=params
-                )
+            if not self._take(partition, offsets, record, source_tier):
+                self._consumer.seek(partition, record.offset)
+                return
+
+    def _take(
+        self, partition: Partition, offsets: PartitionOffsets, record: FetchedRecord, source_tier: Tier | None
+    ) -> bool:
+        """One record to its outcome or into the read-ahead; False when it must wait (a retry not due)."""
+        raw: bytes = record.value or b""
+        now_ms = self._clock_ms()
+        try:
+            request = self._requests.decode(raw)
+            checked = self._rules.check(
+                request, source_topic=partition.topic, now_ms=now_ms, raw_size=len(raw)
             )
+        except DecodeError as exc:
+            self._watch_poison(partition.topic, poison=True)
+            offsets.track(record.offset)
+            offsets.start(record.offset)
+            reason = poison_reason(exc)
+            self._inflight.spawn(self._writer.poison(offsets, record.offset, raw, reason), "dlq", source_tier)
+            return True
+        except RefusedRequestError as exc:
+            self._watch_poison(partition.topic, poison=False)
+            offsets.track(record.offset)
+            work = Work(
+                request=exc.request,
+                tier=exc.tier,
+                offsets=offsets,
+                offset=record.offset,
+                raw=raw,
+                reply_topic=exc.reply_topic,
+            )
+            log.warning(
+                "request %s at %s@%d refused: %s", work.request_id, partition, record.offset, exc.reason
+            )
+            self._inflight.begin(work, self._writer.refuse(work, exc.reason), "refuse")
+            return True
+        if source_tier is None:
+            held = self._held_head.get(partition)
+            if held is not None and held[0] == record.offset:
+                due_ms = held[1]
+            else:
+                due_ms = self._rules.due_ms(checked.request.not_before_ms, now_ms)
+            if due_ms > now_ms:
+                self._held_head[partition] = (record.offset, due_ms)
+                self._pauses.hold_back(partition, (due_ms - now_ms) / 1000)
+                return False
+            self._held_head.pop(partition, None)
+        self._watch_poison(partition.topic, poison=False)
+        for name in checked.clamped:
+            self._metrics.record_clamped(name)
+        offsets.track(record.offset)
+        self._admit(
+            Work(
+                request=checked.request,
+                tier=checked.tier,
+                offsets=offsets,
+                offset=record.offset,
+                raw=raw,
+                params=checked.params,
+                reply_topic=checked.reply_topic,
+            )
+        )
+        return True
 
     def _admit(self, work: Work) -> None:
         reason = self._room.check(work, self._clock_ms())

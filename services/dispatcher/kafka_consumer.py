@@ -24,10 +24,10 @@ from services.dispatcher.consumer import (
     FetchedRecord,
     Partition,
     RebalanceListener,
+    Unfetched,
 )
 from services.dispatcher.errors import CommitFailedError, ConsumerError
 from services.messaging.kafka_config import KafkaSettings
-from services.messaging.lag import partition_lag
 from services.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher.consumer")
@@ -170,19 +170,19 @@ class KafkaTierConsumer:
             raise ConsumerError(f"log start offsets unreadable: {exc!r}", retriable=True) from exc
         return {_partition(tp): int(offset) for tp, offset in starts.items()}
 
-    async def unfetched(self, topics: Collection[str], timeout_s: float) -> dict[Partition, int]:
+    async def unfetched(self, topics: Collection[str], timeout_s: float) -> dict[Partition, Unfetched]:
         owned = [tp for tp in self._consumer.assignment() if tp.topic in topics]
         if not owned:
             return {}
         try:
             ends = await asyncio.wait_for(self._consumer.end_offsets(owned), timeout_s)
-            lags: dict[Partition, int] = {}
+            stands: dict[Partition, Unfetched] = {}
             for tp in owned:
                 position = await asyncio.wait_for(self._consumer.position(tp), timeout_s)
-                lags[_partition(tp)] = partition_lag(high=ends[tp], low=0, committed=position)
+                stands[_partition(tp)] = Unfetched(int(position), int(ends[tp]))
         except (KafkaError, TimeoutError) as exc:
             raise ConsumerError(f"backlog unknown: {exc!r}", retriable=True) from exc
-        return lags
+        return stands
 
     def partition_count(self, topic: str) -> int:
         return len(self._consumer.partitions_for_topic(topic) or ())

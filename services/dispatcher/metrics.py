@@ -50,6 +50,13 @@ class DispatcherMetrics:
         self._dead_letters = m.create_counter(
             "inferq_dead_letters_total", description="records sent to the DLQ"
         )
+        self._clamped = m.create_counter(
+            "inferq_clamped_fields_total", description="out-of-range record fields clamped, by field"
+        )
+        self._unwritable = m.create_counter(
+            "inferq_unwritable_total",
+            description="records no topic would take (given up; their offsets completed), by kind",
+        )
 
         def per_tier(
             source: Callable[[], Mapping[Tier, int]],
@@ -122,3 +129,9 @@ class DispatcherMetrics:
 
     def record_dead_letter(self, topic: str) -> None:
         self._dead_letters.add(1, {"topic": topic})
+
+    def record_clamped(self, field: str) -> None:
+        self._clamped.add(1, {"field": field})
+
+    def record_unwritable(self, kind: str) -> None:
+        self._unwritable.add(1, {"kind": kind})

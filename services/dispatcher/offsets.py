@@ -6,45 +6,24 @@ offset seen when nothing is outstanding), so a commit never runs ahead of work. 
 a partition gets a fresh `PartitionOffsets`; work carries the object it was tracked in, so a
 completion arriving after the partition was revoked lands in a detached object and is ignored.
 
-Offsets completed beyond the committable one travel in the commit's metadata (as Confluent's
-Parallel Consumer does), so after a rebalance the next owner skips them instead of calling the LLM
-again: ``v1:`` then comma-separated offsets or ``a-b`` ranges relative to the committed offset,
-cut to Kafka's metadata limit (an offset left out is simply redone; results are deduplicated).
+Offsets completed beyond the committable one travel in the commit's metadata, in the format of
+``services/messaging/commit_metadata.py`` (ingest's admission reads it too), so after a rebalance
+the next owner skips them instead of calling the LLM again.
+
+Bounded: a partition tracks at most `MAX_UNCOMMITTED` offsets beyond its committable one (the
+format's `MAX_SPAN`); past that `window_full` says so and intake pauses the partition until its
+head completes. Every set here holds offsets of that window (or of the metadata, bounded the same
+way), so one slow call at the head of a busy partition costs at most that many integers.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-METADATA_PREFIX = "v1:"
-# Kafka's default offset.metadata.max.bytes is 4096.
-METADATA_LIMIT = 4000
+from services.messaging import commit_metadata
 
-
-def _ranges(sorted_offsets: list[int]) -> Iterator[tuple[int, int]]:
-    start = prev = sorted_offsets[0]
-    for offset in sorted_offsets[1:]:
-        if offset != prev + 1:
-            yield start, prev
-            start = offset
-        prev = offset
-    yield start, prev
-
-
-def parse_metadata(text: str | None, committed: int) -> set[int]:
-    """Offsets completed beyond `committed`, from a commit's metadata; empty if none or not ours."""
-    if not text or not text.startswith(METADATA_PREFIX):
-        return set()
-    done: set[int] = set()
-    try:
-        for part in filter(None, text[len(METADATA_PREFIX) :].split(",")):
-            low, _, high = part.partition("-")
-            done.update(range(committed + int(low), committed + int(high or low) + 1))
-    except ValueError:
-        return set()  # foreign or damaged metadata: redo rather than skip
-    return done
+MAX_UNCOMMITTED = commit_metadata.MAX_SPAN
 
 
 @dataclass(frozen=True)
@@ -115,20 +94,22 @@ class PartitionOffsets:
         """Offsets a previous owner completed beyond its commit (from the commit metadata)."""
         self._done_elsewhere |= offsets
 
-    def metadata(self, limit_bytes: int = METADATA_LIMIT) -> str:
+    def metadata(self, limit_bytes: int = commit_metadata.LIMIT_BYTES) -> str:
         """The completed offsets beyond the committable one, encoded for the commit's metadata."""
         base = self.committable()
         if base is None or not self._done_out_of_order:
             return ""
-        parts: list[str] = []
-        size = len(METADATA_PREFIX)
-        for start, end in _ranges(sorted(self._done_out_of_order)):
-            part = f"{start - base}" if start == end else f"{start - base}-{end - base}"
-            if size + len(part) + 1 > limit_bytes:
-                break
-            parts.append(part)
-            size += len(part) + 1
-        return METADATA_PREFIX + ",".join(parts)
+        return commit_metadata.encode(self._done_out_of_order, base, limit_bytes)
+
+    def window_full(self) -> bool:
+        """`MAX_UNCOMMITTED` offsets are tracked beyond the committable one: take no more of this
+        partition until its head completes."""
+        return len(self._outstanding) >= MAX_UNCOMMITTED
+
+    def done_ahead(self, start: int, end: int) -> int:
+        """Offsets in [`start`, `end`) not fetched yet whose outcome is already written (a previous
+        owner's, from the commit metadata): not backlog."""
+        return sum(1 for offset in self._done_elsewhere if start <= offset < end)
 
     def complete(self, offset: int) -> None:
         """Mark an offset's outcome durable. Completing twice, or an unknown offset, is harmless."""

@@ -3,8 +3,12 @@
 Pausing is desired state, computed from the read-ahead and re-applied to whatever the consumer owns
 (aiokafka forgets pauses across a rebalance, so the checkpoint calls `apply` on every assignment):
 
-- a tier whose read-ahead holds `readahead` requests or more has its request partitions paused;
+- a tier whose read-ahead holds `readahead` requests or more has its request partitions paused, and
+  so has a tier with `readahead` + `max_budget` tasks running (``inflight.py``: calls, and outcomes
+  not yet written, e.g. of poison or expired records while the broker is slow);
 - the retry topic is paused while the whole read-ahead (every tier's share) is full;
+- a partition tracking `offsets.MAX_UNCOMMITTED` offsets beyond its commit point (one slow call at
+  its head, many done behind it) is paused until the head completes;
 - a retry partition whose head record is not due yet is held back, paused, until it is; a timer
   releases it then (it is fetched again and the head admitted, or held back again).
 """
@@ -16,7 +20,9 @@ import time
 from collections.abc import Callable
 
 from services.dispatcher.consumer import Partition, TierConsumer
+from services.dispatcher.inflight import InFlight
 from services.dispatcher.metrics import DispatcherMetrics
+from services.dispatcher.offsets import OffsetTracker
 from services.dispatcher.waiting import WaitingRoom
 from services.messaging.tiers import Tier
 from services.messaging.topics import TopicNames
@@ -31,6 +37,9 @@ class Pauses:
         metrics: DispatcherMetrics,
         *,
         readahead: int,
+        inflight: InFlight | None = None,
+        offsets: OffsetTracker | None = None,
+        max_budget: int = 0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._consumer = consumer
@@ -38,26 +47,35 @@ class Pauses:
         self._room = room
         self._metrics = metrics
         self._readahead = readahead
+        self._inflight = inflight if inflight is not None else InFlight()
+        self._offsets = offsets if offsets is not None else OffsetTracker()
+        # Running calls are bounded by the budget; beyond it, tasks are outcomes waiting to be written.
+        self._max_tasks = readahead + max_budget
         self._monotonic = monotonic
         self._full_tiers: set[Tier] = set()
+        self._full_windows: set[Partition] = set()
         self._retries_full = False
         self._everything = False
         # Retry partitions held back until their head record's not-before time (monotonic seconds).
         self._held_back: dict[Partition, float] = {}
 
     def tier_is_full(self, tier: Tier) -> bool:
-        return self._room.held(tier) >= self._readahead
+        return self._room.held(tier) >= self._readahead or self._inflight.pending(tier) >= self._max_tasks
 
     def room_is_full(self) -> bool:
-        """The whole read-ahead is taken: retries wait in Kafka too."""
-        return len(self._room) >= len(Tier) * self._readahead
+        """The whole read-ahead is taken (or as many tasks run as all tiers may have): retries wait
+        in Kafka too."""
+        tiers = len(Tier)
+        return len(self._room) >= tiers * self._readahead or len(self._inflight) >= tiers * self._max_tasks
 
     def update(self) -> None:
-        """Pause exactly the tiers whose read-ahead is full (and retries if all of it is)."""
+        """Pause exactly the tiers whose read-ahead is full (and retries if all of it is), and the
+        partitions whose window of uncommitted offsets is."""
         full = {t for t in Tier if self.tier_is_full(t)}
         retries = self.room_is_full()
-        if full != self._full_tiers or retries != self._retries_full:
-            self._full_tiers, self._retries_full = full, retries
+        windows = {Partition(s.topic, s.partition) for s in self._offsets.owned() if s.window_full()}
+        if full != self._full_tiers or retries != self._retries_full or windows != self._full_windows:
+            self._full_tiers, self._retries_full, self._full_windows = full, retries, windows
             self.apply()
         self._metrics.observe_room(self._room, len(self._consumer.paused()))
 
@@ -87,6 +105,8 @@ class Pauses:
         self._consumer.resume(owned - pause)
 
     def _held(self, partition: Partition) -> bool:
+        if partition in self._full_windows:
+            return True
         if partition.topic == self._topics.retry:
             return self._retries_full or partition in self._held_back
         return self._topics.tier_of(partition.topic) in self._full_tiers

@@ -2,8 +2,10 @@
 
 Retryable failures (timeouts, connection errors, 429, 5xx) are retried up to `max_attempts` in all,
 each after an exponential backoff with full jitter; a Retry-After from the backend is honoured but
-capped at half the time the request has left. A retry that could not start before the deadline is
-not scheduled: the request is answered EXPIRED (nobody waits for it), not FAILED. Non-retryable
+capped at half the time the request has left and at `max_backoff_s` (a retry record's not-before
+beyond that is out of range when read back, and clamped: ``record_rules.py``). A retry that could
+not start before the deadline is not scheduled: the request is answered EXPIRED (nobody waits for
+it), not FAILED. Non-retryable
 failures (invalid input: 4xx other than 429) and exhausted retries are dead-lettered and FAILED.
 """
 
@@ -59,7 +61,7 @@ class RetryPolicy:
         ceiling = min(self.max_backoff_s, self.base_backoff_s * 2 ** (attempt - 1))
         backoff_s = uniform(0.0, ceiling)  # full jitter: retries of one outage do not arrive together
         if error.retry_after_s is not None:
-            backoff_s = max(backoff_s, min(error.retry_after_s, remaining_s / 2))
+            backoff_s = max(backoff_s, min(error.retry_after_s, remaining_s / 2, self.max_backoff_s))
         not_before_ms = now_ms + int(backoff_s * 1000)
         if not_before_ms >= expire_at_ms:
             return Decision(Verdict.EXPIRE, reason="the deadline comes before a retry could start")

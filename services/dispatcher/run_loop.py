@@ -88,6 +88,12 @@ class RunLoop:
         """Signal handlers only call this; shutdown itself happens in `run`."""
         self._stop.set()
 
+    def fail(self, error: BaseException) -> None:
+        """A part cannot go on (the producer failed for good): stop, and `run` re-raises `error`."""
+        if self._failure is None:
+            self._failure = error
+        self._stop.set()
+
     async def run(self) -> None:
         """Start every part, fetch until asked to stop, shut down in order; re-raises a helper's crash."""
         async with contextlib.AsyncExitStack() as stack:

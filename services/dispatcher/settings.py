@@ -10,13 +10,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.dispatcher.schedule import Schedule, TierLimits
 from services.dispatcher.tokens.settings import RedisBudgetSettings
 from services.messaging.kafka_config import KafkaSettings
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier, complete_per_tier
+from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, DEFAULT_SCENARIO_TIERS, Tier, complete_per_tier
 
 
 def _default_dispatcher_id() -> str:
@@ -70,6 +70,14 @@ class DispatcherSettings(BaseSettings):
     max_attempts: int = Field(default=3, ge=1, le=20)
     retry_base_backoff_s: float = Field(default=0.5, gt=0)
     retry_max_backoff_s: float = Field(default=30.0, gt=0)
+    # Scenario → tier, as ingest's (INFERQ_INGEST_SCENARIO_TIERS is read too, so one variable sets both):
+    # a record on the retry topic is never served above its scenario's tier (record_rules.py).
+    scenario_tiers: dict[str, Tier] = Field(
+        default_factory=lambda: dict(DEFAULT_SCENARIO_TIERS),
+        validation_alias=AliasChoices(
+            "scenario_tiers", "INFERQ_SCENARIO_TIERS", "INFERQ_INGEST_SCENARIO_TIERS"
+        ),
+    )
     # Above this share of undecodable records on a topic (60 s window) the dispatcher logs an error.
     poison_alarm_ratio: float = Field(default=0.2, gt=0, le=1)
     backend_url: str = "http://127.0.0.1:8780/v1"

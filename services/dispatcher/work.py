@@ -21,6 +21,8 @@ class Work:
     params: dict[str, Any] = field(default_factory=dict)
     # A LOW request that waited past the promotion age is scheduled as MEDIUM; its tier is unchanged.
     promoted: bool = False
+    # Where its outcome goes, once intake allowed it (``reply_topics.py``); None: the default results.
+    reply_topic: str | None = None
 
     @property
     def request_id(self) -> str:

@@ -1,9 +1,26 @@
 """Everything the dispatcher writes (results, retries, dead letters), and the acknowledgement path.
 
-Each record is produced until the broker acknowledges it (an outcome is owed: a broker outage is
-waited out), and only then is its offset marked complete in its partition's `PartitionOffsets`, from
-which the checkpoint commits. That is the whole ack path: produce durably here → complete the
-offset (offsets.py) → commit the lowest incomplete one (checkpoint.py).
+Each record is produced until the broker acknowledges it, and only then is its offset marked
+complete in its partition's `PartitionOffsets`, from which the checkpoint commits. That is the whole
+ack path: produce durably here → complete the offset (offsets.py) → commit the lowest incomplete
+one (checkpoint.py).
+
+No produce loops forever. A failure is handled by what `ProduceError` says of it:
+
+- retriable (an outage, a timeout): waited out, librdkafka's retries first, then ours with a
+  growing pause (capped at `MAX_PRODUCE_PAUSE_S`); the offset stays uncommitted meanwhile, so a crash
+  means the request is redone, not lost;
+- permanent (invalid or unknown topic, record too large, not authorised): the record can never be
+  written there. An outcome or a retry that cannot be written sends the request to the dead-letter
+  topic with the reason and answers FAILED on the default results topic; a dead letter too large
+  for the DLQ is written again cut to `DLQ_TRUNCATE_BYTES`; what no topic takes is logged and
+  counted (`inferq_unwritable_total`) and its offset completes: a partition never wedges on it;
+- fatal (the producer itself is unusable): the dispatcher stops (`on_fatal`), offsets uncommitted,
+  and the next owner redoes the work with a working producer.
+
+One exception: "unknown topic" for the pipeline's own topics (results, retry, dead letters) is
+waited out like an outage. They were checked at start; the broker not knowing one is a broker still
+loading its metadata, and giving up on it would drop outcomes that a short wait would have written.
 """
 
 from __future__ import annotations
@@ -29,6 +46,9 @@ log = logging.getLogger("inferq.dispatcher")
 
 Headers = list[tuple[str, str | bytes | None]]
 MAX_PRODUCE_PAUSE_S = 10.0
+FIRST_PRODUCE_PAUSE_S = 0.5
+# A dead letter over the DLQ's size limit keeps this much of the record, and says so in a header.
+DLQ_TRUNCATE_BYTES = 64 * 1024
 
 
 class RecordProducer(Protocol):
@@ -39,6 +59,10 @@ class RecordProducer(Protocol):
     ) -> object:
         """Return once the broker acknowledged the record (acks=all); `ProduceError` if it did not."""
         ...
+
+
+def _ignore_fatal(error: ProduceError) -> None:
+    """Until the run loop installs its own: a fatal producer error still fails the task."""
 
 
 class OutcomeWriter:
@@ -59,6 +83,9 @@ class OutcomeWriter:
         self._clock_ms = clock_ms
         self._requests = request_codec()
         self._results = result_codec()
+        self._own_topics = frozenset({topics.results, topics.retry, topics.dlq})
+        # Set by the composition root: stops the dispatcher when the producer is unusable.
+        self.on_fatal: Callable[[ProduceError], None] = _ignore_fatal
 
     async def ok(self, work: Work, completion: Completion, dispatched_at_ms: int) -> None:
         now = self._clock_ms()
@@ -78,35 +105,29 @@ class OutcomeWriter:
 
     async def retry(self, work: Work, not_before_ms: int) -> None:
         """Queue the next attempt on the retry topic; the original offset completes, so its
-        partition moves on while the retry waits."""
+        partition moves on while the retry waits. A retry the topic refuses is given up on."""
         retry = work.request.retry(not_before_ms=not_before_ms)
-        await self.produce_durably(
+        failure = await self.produce_durably(
             self._topics.retry, self._requests.encode(retry), key=work.request_id.encode()
         )
+        if failure is not None:
+            await self.refuse(work, f"retry not writable: {failure.reason}")
+            return
         self._metrics.record_retry(work.tier)
         work.done()
 
     async def give_up(self, work: Work, error: BackendError, dispatched_at_ms: int, why: str) -> None:
         """Dead-letter the original record with the last error, then answer FAILED."""
-        headers: Headers = [
-            ("inferq.error", f"{why}: {error}".encode()),
-            ("inferq.status", str(error.status or "").encode()),
-            ("inferq.attempts", str(work.request.attempt).encode()),
-            ("inferq.request_id", work.request_id.encode()),
-            ("inferq.source.topic", work.offsets.topic.encode()),
-            ("inferq.source.partition", str(work.offsets.partition).encode()),
-            ("inferq.source.offset", str(work.offset).encode()),
-        ]
-        await self.produce_durably(self._topics.dlq, work.raw, key=work.request_id.encode(), headers=headers)
-        self._metrics.record_dead_letter(work.offsets.topic)
-        result = self._outcomes.failed(
-            work.request,
-            self._models.model_for(work),
-            f"{why}: {error}",
-            dispatched_at_ms=dispatched_at_ms,
-            now_ms=self._clock_ms(),
-        )
-        await self._emit(work, result)
+        reason = f"{why}: {error}"
+        await self._dead_letter(work, reason, status=str(error.status or ""))
+        await self._emit(work, self._failed(work, reason, dispatched_at_ms), dead_lettered=True)
+
+    async def refuse(self, work: Work, reason: str) -> None:
+        """A request that must not run (a rule of ``record_rules.py``, or an outcome no topic takes):
+        the original record to the dead-letter topic with `reason`, FAILED to the caller, no LLM call.
+        The FAILED result goes to the request's reply topic when that is allowed (intake decided)."""
+        await self._dead_letter(work, reason, status="")
+        await self._emit(work, self._failed(work, reason, None), dead_lettered=True)
 
     async def poison(self, offsets: PartitionOffsets, offset: int, raw: bytes, reason: str) -> None:
         """A record no retry can fix: its raw bytes to the dead-letter topic, with where it came from;
@@ -118,35 +139,101 @@ class OutcomeWriter:
             ("inferq.source.partition", str(partition).encode()),
             ("inferq.source.offset", str(offset).encode()),
         ]
-        await self.produce_durably(self._topics.dlq, raw, headers=headers)
-        log.warning("poison record %s[%d]@%d dead-lettered: %s", topic, partition, offset, reason)
-        self._metrics.record_dead_letter(topic)
+        if await self._to_dlq(raw, None, headers):
+            log.warning("poison record %s[%d]@%d dead-lettered: %s", topic, partition, offset, reason)
+            self._metrics.record_dead_letter(topic)
         offsets.complete(offset)
 
-    async def _emit(self, work: Work, result: InferenceResult) -> None:
-        topic = work.request.reply_to or self._topics.results
-        await self.produce_durably(topic, self._results.encode(result), key=work.request_id.encode())
-        self._metrics.record_outcome(work.tier, result)
+    def _failed(self, work: Work, reason: str, dispatched_at_ms: int | None) -> InferenceResult:
+        return self._outcomes.failed(
+            work.request,
+            self._models.model_for(work),
+            reason,
+            dispatched_at_ms=dispatched_at_ms,
+            now_ms=self._clock_ms(),
+        )
+
+    async def _dead_letter(self, work: Work, reason: str, *, status: str) -> None:
+        headers: Headers = [
+            ("inferq.error", reason.encode()),
+            ("inferq.status", status.encode()),
+            ("inferq.attempts", str(work.request.attempt).encode()),
+            ("inferq.request_id", work.request_id.encode()),
+            ("inferq.source.topic", work.offsets.topic.encode()),
+            ("inferq.source.partition", str(work.offsets.partition).encode()),
+            ("inferq.source.offset", str(work.offset).encode()),
+        ]
+        if await self._to_dlq(work.raw, work.request_id.encode(), headers):
+            self._metrics.record_dead_letter(work.offsets.topic)
+
+    async def _to_dlq(self, raw: bytes, key: bytes | None, headers: Headers) -> bool:
+        """Write a dead letter; one too large is written again, cut. False when the DLQ refused it."""
+        failure = await self.produce_durably(self._topics.dlq, raw, key=key, headers=headers)
+        if failure is not None and failure.too_large and len(raw) > DLQ_TRUNCATE_BYTES:
+            cut: Headers = [*headers, ("inferq.truncated_from", str(len(raw)).encode())]
+            failure = await self.produce_durably(
+                self._topics.dlq, raw[:DLQ_TRUNCATE_BYTES], key=key, headers=cut
+            )
+        if failure is not None:
+            self._metrics.record_unwritable("dead_letter")
+            log.error("dead letter not writable, given up (its offset completes): %s", failure.reason)
+            return False
+        return True
+
+    async def _emit(self, work: Work, result: InferenceResult, *, dead_lettered: bool = False) -> None:
+        """Write `result` to the request's reply topic, then complete its offset. A result the reply
+        topic cannot take (too large, a topic that does not exist...) sends the request to the
+        dead-letter topic (unless it is there already) and a FAILED result to the default results
+        topic (unless that is what was just refused)."""
+        topic = work.reply_topic or self._topics.results
+        key = work.request_id.encode()
+        failure = await self.produce_durably(topic, self._results.encode(result), key=key)
+        if failure is not None:
+            reason = f"result not writable to {topic}: {failure.reason}"
+            if not dead_lettered:
+                await self._dead_letter(work, reason, status="")
+            if topic != self._topics.results or result.error is None:
+                result = self._failed(work, reason, result.dispatched_at_ms)
+                topic = self._topics.results
+                failure = await self.produce_durably(topic, self._results.encode(result), key=key)
+        if failure is not None:
+            self._metrics.record_unwritable("result")
+            log.error(
+                "no result of request %s writable to %s, given up (its offset completes): %s",
+                work.request_id,
+                topic,
+                failure.reason,
+            )
+        else:
+            self._metrics.record_outcome(work.tier, result)
         work.done()
 
     async def produce_durably(
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers | None = None
-    ) -> None:
-        """Produce until the broker acknowledges.
+    ) -> ProduceError | None:
+        """Produce until the broker acknowledges (None), or until it says it never will (the
+        permanent `ProduceError`, returned for the caller to send the record elsewhere).
 
         librdkafka already retries for `message.timeout.ms`; past that we try again with a growing
         pause. Once shutdown has begun and the drain bound passes, the task is cancelled: the offset
         stays uncommitted and the next owner redoes the request, so nothing is lost either way.
         """
-        pause_s = 0.5
+        pause_s = FIRST_PRODUCE_PAUSE_S
         while True:
             try:
                 await self._producer.produce(topic, value, key=key, headers=headers)
             except ProduceError as exc:
+                if exc.fatal:
+                    log.exception("the producer failed for good, stopping the dispatcher: %s", exc.reason)
+                    self.on_fatal(exc)
+                    raise
+                if not exc.retriable and not (exc.unknown_topic and topic in self._own_topics):
+                    log.warning("produce to %s refused for good: %s", topic, exc.reason)
+                    return exc
                 log.error(  # noqa: TRY400 - the reason is the message; a traceback per retry is noise
-                    "produce to %s failed, trying again in %.1f s: %s", topic, pause_s, exc
+                    "produce to %s failed, trying again in %.1f s: %s", topic, pause_s, exc.reason
                 )
                 await asyncio.sleep(pause_s)
                 pause_s = min(pause_s * 2, MAX_PRODUCE_PAUSE_S)
             else:
-                return
+                return None

@@ -1,8 +1,10 @@
 """The dispatcher group's backlog per tier, read from Kafka in the background.
 
-A tier's backlog is the group's lag summed over the partitions of the tier's request topic: the
-high watermark minus the group's committed offset (minus the low watermark where the group has not
-committed yet). It is what the dispatchers still have to start, and what admission weighs.
+A tier's backlog is what the dispatchers still have to handle, summed over the partitions of the
+tier's request topic: the high watermark minus the group's committed offset (minus the low
+watermark where the group has not committed yet), less the offsets answered beyond the commit that
+the commit's metadata lists (`messaging.lag.unhandled`). So a commit held back by one slow call, with
+many requests answered behind it, does not read as a full tier and make admission refuse chat.
 
 `KafkaBacklogReader` refreshes a cached `BacklogSnapshot` from one daemon thread (every Kafka call
 bounded by a timeout), so an HTTP request only reads a reference and never waits for Kafka. When the
@@ -28,7 +30,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from services.messaging.kafka_config import KafkaSettings
-from services.messaging.lag import partition_lag
+from services.messaging.lag import unhandled
 from services.messaging.tiers import Tier
 
 log = logging.getLogger("inferq.ingest.backlog")
@@ -167,13 +169,14 @@ class KafkaBacklogReader:
             group_commits = commits.committed(every, timeout=remaining())
             high = {(tp.topic, tp.partition): _result(f, remaining()).offset for tp, f in latest.items()}
             low = {(tp.topic, tp.partition): _result(f, remaining()).offset for tp, f in earliest.items()}
-            committed: dict[tuple[str, int], int | None] = {}
+            committed: dict[tuple[str, int], tuple[int | None, str | None]] = {}
             for tp in group_commits:
                 if tp.error is not None:
                     raise BacklogUnavailableError(
                         f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}"
                     )
-                committed[(tp.topic, tp.partition)] = None if tp.offset == _NO_OFFSET else tp.offset
+                offset = None if tp.offset == _NO_OFFSET else tp.offset
+                committed[(tp.topic, tp.partition)] = (offset, tp.metadata)
         except KafkaException as exc:
             raise BacklogUnavailableError(str(exc.args[0] if exc.args else exc)) from exc
         except TimeoutError as exc:
@@ -182,7 +185,9 @@ class KafkaBacklogReader:
         for tier, tps in partitions.items():
             keys = [(tp.topic, tp.partition) for tp in tps]
             backlogs[tier] = sum(
-                partition_lag(high=high[k], low=low[k], committed=committed.get(k)) for k in keys
+                unhandled(high=high[k], low=low[k], committed=offset, metadata=metadata)
+                for k in keys
+                for offset, metadata in [committed.get(k, (None, None))]
             )
         return BacklogSnapshot(MappingProxyType(backlogs), self._wall_ms())
 

@@ -1,20 +1,62 @@
-"""Topic administration: idempotent creation and the start-up check every service runs."""
+"""Topic administration: idempotent creation and the start-up check every service runs.
+
+The start-up check (`require_topics`) is also each service's first contact with Kafka: a broker
+that refuses our credentials or certificate raises `KafkaAccessError` within a second or two (see
+`services.messaging.connection`), a broker that does not answer `MessagingError` after the timeout.
+"""
 
 from __future__ import annotations
+
+import time
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from services.messaging.connection import ConnectionWatch
 from services.messaging.errors import MessagingError, MissingTopicsError
 from services.messaging.kafka_config import KafkaSettings
 
 ADMIN_TIMEOUT_S = 15.0
+# How often a metadata wait looks at what librdkafka reported: the bound on noticing a refusal.
+_WATCH_SLICE_S = 0.5
+
+
+def watched_admin(settings: KafkaSettings) -> tuple[AdminClient, ConnectionWatch]:
+    """An AdminClient of `settings` whose connection errors land in the returned watch."""
+    watch = ConnectionWatch(settings.bootstrap_servers, settings.security)
+    return AdminClient(settings.admin_config() | watch.options()), watch
+
+
+def _metadata_topics(
+    admin: AdminClient, watch: ConnectionWatch, bootstrap: str, timeout_s: float
+) -> set[str]:
+    """The topics the broker lets us see; a refusal raises at once, silence after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            metadata = admin.list_topics(timeout=min(_WATCH_SLICE_S, max(0.05, deadline - time.monotonic())))
+        except KafkaException as exc:
+            failure = exc
+        else:
+            return set(metadata.topics)
+        # Outside the except block: a refusal is the whole story, not "during handling of" a timeout.
+        if failure.args and isinstance(failure.args[0], KafkaError):
+            watch.saw(failure.args[0])  # the request's own error may be the refusal
+        admin.poll(0)  # serves error_cb
+        watch.raise_if_refused()
+        if time.monotonic() >= deadline:
+            last = watch.last_error
+            raise MessagingError(
+                f"Kafka at {bootstrap} did not answer within {timeout_s:.0f} s: "
+                f"{last.str() if last is not None else failure}"
+            ) from failure
 
 
 def create_topics(settings: KafkaSettings, *, timeout_s: float = ADMIN_TIMEOUT_S) -> dict[str, str]:
     """Create every topic of the table; existing ones are left alone. Returns name → outcome."""
-    admin = AdminClient(settings.admin_config())
+    admin, watch = watched_admin(settings)
+    _metadata_topics(admin, watch, settings.bootstrap_servers, timeout_s)  # refused: fail fast
     specs = settings.topics.specs()
     new = [
         NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, config=s.config()) for s in specs
@@ -35,18 +77,14 @@ def create_topics(settings: KafkaSettings, *, timeout_s: float = ADMIN_TIMEOUT_S
 
 
 def existing_topics(settings: KafkaSettings, *, timeout_s: float = ADMIN_TIMEOUT_S) -> set[str]:
-    admin = AdminClient(settings.admin_config())
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise MessagingError(
-            f"Kafka at {settings.bootstrap_servers} did not answer within {timeout_s:.0f} s: {exc}"
-        ) from exc
-    return set(metadata.topics)
+    """The topics visible to us (with ACLs: those we may at least describe)."""
+    admin, watch = watched_admin(settings)
+    return _metadata_topics(admin, watch, settings.bootstrap_servers, timeout_s)
 
 
 def require_topics(settings: KafkaSettings, needed: list[str], *, timeout_s: float = ADMIN_TIMEOUT_S) -> None:
     """Raise `MissingTopicsError` naming every topic in `needed` that the broker lacks."""
     missing = [t for t in needed if t not in existing_topics(settings, timeout_s=timeout_s)]
     if missing:
-        raise MissingTopicsError(missing, settings.bootstrap_servers)
+        principal = settings.security.principal if settings.security.uses_tls else None
+        raise MissingTopicsError(missing, settings.bootstrap_servers, principal=principal)

@@ -1,9 +1,15 @@
-"""`inferq topics create|list`: the topic table on the broker."""
+"""`inferq topics create|list`: the topic table on the broker; `inferq acls apply`: who may use it.
+
+Both take their connection from the environment (``INFERQ_KAFKA_*``, ``INFERQ_TOPIC_PREFIX``): on a
+secured broker, an administrator's credentials.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 
+from services.messaging.acls import ServicePrincipals, apply_grants, service_grants
 from services.messaging.admin import create_topics, existing_topics
 from services.messaging.errors import MessagingError
 from services.messaging.kafka_config import KafkaSettings
@@ -16,6 +22,59 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     create.set_defaults(func=_create)
     listing = sub.add_parser("list", help="the topic table and whether each topic exists")
     listing.set_defaults(func=_list)
+    _register_acls(subparsers)
+
+
+def _register_acls(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("acls", help="grant each service the least access it needs (Kafka ACLs)")
+    sub = parser.add_subparsers(dest="acls_command", required=True)
+    apply = sub.add_parser(
+        "apply",
+        help="create the ACLs of ingest, dispatcher and results for the topic prefix (idempotent)",
+        description=(
+            "Create the ACLs each service needs on the topics of $INFERQ_TOPIC_PREFIX, connecting "
+            "with $INFERQ_KAFKA_* (a super user's credentials). See services/messaging/acls.py."
+        ),
+    )
+    defaults = ServicePrincipals()
+    apply.add_argument("--ingest-user", default=defaults.ingest, help="default: %(default)s")
+    apply.add_argument("--dispatcher-user", default=defaults.dispatcher, help="default: %(default)s")
+    apply.add_argument("--results-user", default=defaults.results, help="default: %(default)s")
+    apply.add_argument(
+        "--dispatcher-group",
+        default=os.environ.get("INFERQ_GROUP_ID", defaults.dispatcher_group),
+        help="the dispatchers' consumer group (default: $INFERQ_GROUP_ID, else %(default)s)",
+    )
+    apply.add_argument(
+        "--results-group",
+        default=os.environ.get("INFERQ_RESULTS_GROUP_ID", defaults.results_group),
+        help="the results service's group (default: $INFERQ_RESULTS_GROUP_ID, else %(default)s)",
+    )
+    apply.add_argument("--dry-run", action="store_true", help="print the ACLs, create nothing")
+    apply.set_defaults(func=_apply_acls)
+
+
+def _apply_acls(args: argparse.Namespace) -> int:
+    settings = KafkaSettings()
+    who = ServicePrincipals(
+        ingest=args.ingest_user,
+        dispatcher=args.dispatcher_user,
+        results=args.results_user,
+        dispatcher_group=args.dispatcher_group,
+        results_group=args.results_group,
+    )
+    grants = service_grants(settings.topics, who)
+    for grant in grants:
+        print(grant)
+    if args.dry_run:
+        return 0
+    try:
+        created = apply_grants(settings, grants)
+    except MessagingError as exc:
+        print(f"error: {exc}")
+        return 1
+    print(f"{created} ACLs in place on {settings.bootstrap_servers}")
+    return 0
 
 
 def _create(_: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """Typed Kafka settings, turned into client kwargs only at the edge.
 
 One object for every service: the bootstrap list (``KAFKA_BOOTSTRAP_SERVERS`` is honoured, as
-every Kafka tool does), the topic prefix, optional SASL credentials kept as `SecretStr`, and a
+every Kafka tool does), the topic prefix, the transport security (`security`, one block for both
+clients: TLS, SASL/SCRAM, secrets as `SecretStr`; see `services.messaging.security`), and a
 librdkafka pass-through for anything else. The returned dicts are new on every call, so no caller
 can mutate another's configuration.
 """
@@ -10,24 +11,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.messaging.security import KafkaSecurity
 from services.messaging.topics import TopicNames
 
 
 class KafkaSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="INFERQ_KAFKA_", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix="INFERQ_KAFKA_", extra="ignore", populate_by_name=True, hide_input_in_errors=True
+    )
 
     bootstrap_servers: str = Field(
         default="127.0.0.1:9092",
         validation_alias=AliasChoices("INFERQ_KAFKA_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS"),
     )
     topic_prefix: str = Field(default="inferq", validation_alias=AliasChoices("INFERQ_TOPIC_PREFIX"))
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
+    # Read from its own INFERQ_KAFKA_* variables (security_protocol, sasl_*, ssl_*).
+    security: KafkaSecurity = Field(default_factory=KafkaSecurity)
     # librdkafka pass-through (JSON object in INFERQ_KAFKA_EXTRA) for options we do not model.
     extra: dict[str, str] = Field(default_factory=dict)
 
@@ -36,16 +38,8 @@ class KafkaSettings(BaseSettings):
         return TopicNames(self.topic_prefix)
 
     def _librdkafka_common(self) -> dict[str, Any]:
-        conf: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap_servers,
-            "security.protocol": self.security_protocol,
-        }
-        if self.sasl_mechanism:
-            conf["sasl.mechanism"] = self.sasl_mechanism
-        if self.sasl_username:
-            conf["sasl.username"] = self.sasl_username
-        if self.sasl_password:
-            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        conf.update(self.security.librdkafka_options())
         conf.update(self.extra)
         return conf
 
@@ -71,15 +65,5 @@ class KafkaSettings(BaseSettings):
         return conf
 
     def aiokafka_config(self) -> dict[str, Any]:
-        """Connection kwargs for aiokafka clients."""
-        conf: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap_servers,
-            "security_protocol": self.security_protocol,
-        }
-        if self.sasl_mechanism:
-            conf["sasl_mechanism"] = self.sasl_mechanism
-            conf["sasl_plain_username"] = self.sasl_username
-            conf["sasl_plain_password"] = (
-                self.sasl_password.get_secret_value() if self.sasl_password else None
-            )
-        return conf
+        """Connection kwargs for aiokafka clients (with an `ssl.SSLContext` when TLS is on)."""
+        return {"bootstrap_servers": self.bootstrap_servers, **self.security.aiokafka_options()}

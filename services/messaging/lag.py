@@ -2,9 +2,14 @@
 
 Ingest's admission (the group's committed offsets), the dispatcher's eviction pressure (its own
 fetch positions) and the benchmarks all count the records of a partition not yet consumed this way.
+Admission also subtracts what the dispatchers answered beyond their commit point (`unhandled`):
+the commit stays at the lowest offset whose outcome is not written yet, so one slow call would
+otherwise make every record answered behind it read as backlog.
 """
 
 from __future__ import annotations
+
+from services.messaging import commit_metadata
 
 
 def partition_lag(*, high: int, low: int, committed: int | None) -> int:
@@ -17,3 +22,13 @@ def partition_lag(*, high: int, low: int, committed: int | None) -> int:
     """
     start = low if committed is None or committed < 0 else max(committed, low)
     return max(0, high - start)
+
+
+def unhandled(*, high: int, low: int, committed: int | None, metadata: str | None) -> int:
+    """Records of one partition the group has still to handle: its lag, less the offsets its commit
+    metadata (``commit_metadata.py``, bounded and distrusted) says are answered already."""
+    lag = partition_lag(high=high, low=low, committed=committed)
+    if committed is None or committed < 0 or lag == 0:
+        return lag
+    done = commit_metadata.count_done(metadata, committed, start=max(committed, low), end=high)
+    return max(0, lag - done)

@@ -53,3 +53,14 @@ MAX_COMPLETION_TOKENS = 32_768
 MAX_STOP_SEQUENCES = 4
 MAX_STOP_CHARS = 128
 RESPONSE_FORMATS = frozenset({"text", "json_object"})
+
+# The dispatcher's additions (records written straight to Kafka); ingest sets the region itself.
+MAX_ORIGIN_REGION_CHARS = 64
+# The roles of chat messages (ingest's `Role`; the chat-completions API refuses others).
+MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
+# Never a caller's to set: named in a refusal's reason.
+RESERVED_PARAMS = frozenset({"model", "messages", "stream", "n"})
+# A record's `params` map holds JSON-encoded values: this many at most, each at most this long (the
+# longest allowed value, a stop list, is far shorter), checked before anything is decoded.
+MAX_PARAMS = len(ALLOWED_PARAMS)
+MAX_PARAM_CHARS = 2048

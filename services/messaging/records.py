@@ -4,9 +4,8 @@ This module is the one place that spells out their fields (they mirror `schemas/
 service builds and reads them through these classes; `to_record` / `from_record` are the only
 conversions to and from the Avro dicts the codec writes (see `services.messaging.codec`).
 
-A request that decodes but cannot run (no messages, parameters that are not JSON) is as useless as
-one that does not decode: `runnable_params` raises `DecodeError` for both, so the dispatcher sends it
-to the dead-letter topic instead of retrying it.
+Decoding proves a record has the right types, not that its values are sane: the bounds of each
+field are in ``limits.py``, and the dispatcher's ``record_rules.py`` applies them to what it reads.
 """
 
 from __future__ import annotations
@@ -122,14 +121,6 @@ class InferenceRequest:
             params=MappingProxyType(dict(params)) if params is not None else None,
             not_before_ms=record.get("not_before_ms"),
         )
-
-
-def runnable_params(request: InferenceRequest, *, raw_size: int = 0) -> dict[str, Any]:
-    """The decoded parameters of a request that can run, or `DecodeError` for a record no retry can
-    fix (a poison record)."""
-    if not request.messages:
-        raise DecodeError("messages is empty: nothing to send to the LLM", raw_size=raw_size)
-    return request.decoded_params()
 
 
 class Status(enum.StrEnum):

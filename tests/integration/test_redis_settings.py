@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 from services.dispatcher.bootstrap import redis_pool
 from services.dispatcher.settings import DispatcherSettings
 from services.messaging.tiers import Tier
-from services.tools.redis.errors import PortInUseError
-from services.tools.redis.server import LocalRedis, RedisConfig, pick_free_port, require_redis_server
+from services.tools.redis.fixture import local_redis_for_tests
+from services.tools.redis.server import LocalRedis
 
 pytestmark = pytest.mark.redis
 
@@ -30,22 +30,8 @@ WRONG = f"nope-{uuid.uuid4().hex}"
 @pytest.fixture
 def protected_redis(tmp_path: Path) -> Iterator[LocalRedis]:
     """A fresh redis-server that requires PASSWORD."""
-    require_redis_server()
-    for attempt in range(3):
-        server = LocalRedis(
-            RedisConfig(home=tmp_path / f"redis-{attempt}", port=pick_free_port(), password=PASSWORD)
-        )
-        try:
-            server.start(timeout_s=15)
-        except PortInUseError:
-            if attempt == 2:
-                raise
-            continue
-        try:
-            yield server
-        finally:
-            server.stop()
-        return
+    with local_redis_for_tests(tmp_path, password=PASSWORD) as server:
+        yield server
 
 
 def dispatcher_settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> DispatcherSettings:

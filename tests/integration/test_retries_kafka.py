@@ -1,5 +1,5 @@
 """Retries against the simulated backend's outage switch: OK after retries, FAILED + dead letter,
-EXPIRED when the deadline comes first, invalid input dead-lettered at once."""
+EXPIRED when the deadline comes first, invalid input dead-lettered at once (no call)."""
 
 from __future__ import annotations
 
@@ -83,10 +83,11 @@ def test_interactive_request_expires_rather_than_fails_in_an_outage(kafka_settin
     assert {results[c.request_id].status for c in chats} == {"EXPIRED"}
 
 
-def test_invalid_input_is_dead_lettered_at_once(kafka_settings):
+def test_invalid_input_is_dead_lettered_at_once_without_a_call(kafka_settings):
     topics = kafka_settings.topics
     bootstrap = kafka_settings.bootstrap_servers
-    # A producer writing straight to Kafka with a role the chat-completions API refuses (400).
+    # A producer writing straight to Kafka with a role the chat-completions API refuses: the
+    # dispatcher's record rules refuse it before any call (services/dispatcher/record_rules.py).
     bad = a_request("HIGH", messages=[{"role": "robot", "content": "beep"}])
 
     async def scenario():
@@ -99,5 +100,6 @@ def test_invalid_input_is_dead_lettered_at_once(kafka_settings):
     result, dead, stats = asyncio.run(scenario())
     assert result[bad.request_id].status == "FAILED"
     assert result[bad.request_id].attempts == 1
-    assert len(dead) == 1 and dict(dead[0].headers())["inferq.status"] == b"400"
-    assert stats["total"] == 1  # not retried
+    assert "role" in result[bad.request_id].error
+    assert len(dead) == 1 and b"not a chat role" in dict(dead[0].headers())["inferq.error"]
+    assert stats["total"] == 0  # never sent to the LLM

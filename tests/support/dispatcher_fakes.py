@@ -3,7 +3,8 @@
 - `InMemoryConsumer`: one member of a consumer group over in-memory partition logs, keeping the
   `TierConsumer` contract (positions, seek, pause, commits with metadata, eager rebalances that
   forget pauses, refused commits on request);
-- `HeldProducer`: acknowledges records, or holds every acknowledgement until the test releases them;
+- `HeldProducer`: acknowledges records, or holds every acknowledgement until the test releases them,
+  or refuses the records of a topic (or those over a size) with the `ProduceError` librdkafka would give;
 - `HeldBackend`: answers calls OK at once, or holds them, or fails them, as the test says;
 - `RecordingTokenPool`: the exact local pool, its start and stop recorded.
 
@@ -18,14 +19,24 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 from services.dispatcher.backend import Completion
 from services.dispatcher.bootstrap import Dispatcher, TokenSupply, bootstrap
-from services.dispatcher.consumer import Batches, CommitPoint, FetchedRecord, Partition, RebalanceListener
+from services.dispatcher.consumer import (
+    Batches,
+    CommitPoint,
+    FetchedRecord,
+    Partition,
+    RebalanceListener,
+    Unfetched,
+)
 from services.dispatcher.errors import BackendError, CommitFailedError
 from services.dispatcher.settings import DispatcherSettings
 from services.dispatcher.tokens import LocalTokenPool
 from services.messaging.codec import request_codec, result_codec
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.producer import ProduceError
 from services.messaging.records import InferenceRequest, InferenceResult
 from services.messaging.topics import TopicNames
 
@@ -165,8 +176,10 @@ class InMemoryConsumer:
     async def beginning_offsets(self, partitions: Collection[Partition]) -> dict[Partition, int]:
         return dict.fromkeys(partitions, 0)
 
-    async def unfetched(self, topics: Collection[str], timeout_s: float) -> dict[Partition, int]:
-        return {p: len(self.logs[p]) - self._positions[p] for p in self._assigned if p.topic in topics}
+    async def unfetched(self, topics: Collection[str], timeout_s: float) -> dict[Partition, Unfetched]:
+        return {
+            p: Unfetched(self._positions[p], len(self.logs[p])) for p in self._assigned if p.topic in topics
+        }
 
     def partition_count(self, topic: str) -> int:
         return sum(1 for p in self.logs if p.topic == topic)
@@ -181,13 +194,21 @@ class Produced:
 
 
 class HeldProducer:
-    """Acknowledges every record at once, or, after `hold()`, none until `release()`."""
+    """Acknowledges every record at once, or, after `hold()`, none until `release()`. Records of a
+    topic in `refusals` fail with its librdkafka error, every time; records over `max_bytes` (value
+    plus headers) fail as librdkafka fails them, "message size too large"."""
 
     def __init__(self, events: list[str] | None = None) -> None:
         self.events = events if events is not None else []
         self.sent: list[Produced] = []
+        self.attempts: list[str] = []  # every topic produced to, acknowledged or not
+        self.refusals: dict[str, KafkaError] = {}
+        self.max_bytes: int | None = None
         self._open = asyncio.Event()
         self._open.set()
+
+    def refuse(self, topic: str, code: int, *, fatal: bool = False) -> None:
+        self.refusals[topic] = KafkaError(code, fatal=fatal)
 
     def hold(self) -> None:
         self._open.clear()
@@ -208,7 +229,13 @@ class HeldProducer:
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers | None = None
     ) -> object:
         await self._open.wait()
+        self.attempts.append(topic)
+        if topic in self.refusals:
+            raise ProduceError(topic, self.refusals[topic])
         encoded = {k: v if isinstance(v, bytes) else (v or "").encode() for k, v in headers or []}
+        size = len(value) + sum(len(k) + len(v) for k, v in encoded.items())
+        if self.max_bytes is not None and size > self.max_bytes:
+            raise ProduceError(topic, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
         self.sent.append(Produced(topic, value, key, encoded))
         self.events.append(f"produce {topic}")
         return None
@@ -221,6 +248,8 @@ class HeldBackend:
     def __init__(self, events: list[str] | None = None) -> None:
         self.events = events if events is not None else []
         self.models: list[str] = []
+        self.calls: list[tuple[list[dict[str, str]], dict[str, Any]]] = []  # messages, params
+        self.output = "hi"
         self.in_flight = 0
         self.failure: BackendError | None = None
         self._held_models: set[str] | None = set()  # None: every model
@@ -242,6 +271,7 @@ class HeldBackend:
         self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
     ) -> Completion:
         self.models.append(model)
+        self.calls.append((messages, params))
         self.in_flight += 1
         try:
             if self._held_models is None or model in self._held_models:
@@ -250,7 +280,9 @@ class HeldBackend:
             self.in_flight -= 1
         if self.failure is not None:
             raise self.failure
-        return Completion(output="hi", model=model, prompt_tokens=1, completion_tokens=1, total_tokens=2)
+        return Completion(
+            output=self.output, model=model, prompt_tokens=1, completion_tokens=1, total_tokens=2
+        )
 
     async def close(self) -> None:
         self.events.append("backend.close")
@@ -294,10 +326,14 @@ class Rig:
     def partition(self, tier: str, index: int = 0) -> Partition:
         return Partition(self.topics.requests_by_name(tier), index)
 
-    def results(self) -> dict[str, InferenceResult]:
+    def results(self, topic: str | None = None) -> dict[str, InferenceResult]:
+        """Results acknowledged on `topic` (the default results topic), by request id."""
         codec = result_codec()
-        decoded = [codec.decode(p.value) for p in self.producer.on(self.topics.results)]
+        decoded = [codec.decode(p.value) for p in self.producer.on(topic or self.topics.results)]
         return {r.request_id: r for r in decoded}
+
+    def dead_letters(self) -> list[Produced]:
+        return self.producer.on(self.topics.dlq)
 
 
 def rig(*, pool_class: type[RecordingTokenPool] | None = None, **overrides: Any) -> Rig:

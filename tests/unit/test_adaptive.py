@@ -73,3 +73,14 @@ def test_models_have_their_own_baselines():
     window(ab, clock, 2.8, model="accurate")
     window(ab, clock, 0.5, model="fast")
     assert ab.effective == 10
+
+
+def test_the_models_learnt_are_bounded() -> None:
+    from services.dispatcher.adaptive import MAX_MODELS, AdaptiveBudget, AdaptivePolicy
+
+    budget = AdaptiveBudget(AdaptivePolicy(max_budget=10, min_budget=1, window_s=5.0), lambda: 0.0)
+    for i in range(MAX_MODELS * 10):
+        budget.record_success(f"model-{i}", 0.1)
+    assert budget.baseline(f"model-{MAX_MODELS * 10 - 1}") is None
+    budget.record_success("model-0", 0.1)  # a known one is still learnt
+    assert len(budget._window.counts) == MAX_MODELS

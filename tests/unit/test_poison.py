@@ -1,3 +1,5 @@
+import pytest
+
 from services.dispatcher.poison import PoisonWatch
 
 
@@ -26,3 +28,15 @@ def test_the_alarm_rearms_after_recovery_and_old_records_leave_the_window():
     assert not any(watch.record("t", poison=False) for _ in range(10))  # the bad ones aged out
     assert watch.ratio("t") == 0.0
     assert any(watch.record("t", poison=True) for _ in range(10))
+
+
+def test_the_poison_watch_keeps_seconds_not_records() -> None:
+    clock = Clock()
+    watch = PoisonWatch(clock, window_s=60)
+    for i in range(100_000):
+        clock.now = i / 1000  # 1,000 records a second for 100 s
+        watch.record("t", poison=i % 2 == 0)
+    window = watch._windows["t"]
+    assert len(window.seconds) <= 62
+    assert window.records <= 62_000
+    assert watch.ratio("t") == pytest.approx(0.5, abs=0.01)

@@ -58,9 +58,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -70,7 +72,12 @@ from redis.exceptions import AuthenticationError, RedisError
 from services.dispatcher.tokens import lua
 from services.dispatcher.tokens.errors import UnknownLeaseError
 from services.dispatcher.tokens.pool import Lease
-from services.dispatcher.tokens.settings import DEFAULT_KEY_PREFIX, RedisBudgetSettings, redacted_url
+from services.dispatcher.tokens.settings import (
+    DEFAULT_KEY_PREFIX,
+    RedisBudgetSettings,
+    RedisTls,
+    redacted_url,
+)
 from services.messaging.tiers import Tier
 
 if TYPE_CHECKING:
@@ -103,6 +110,7 @@ class RedisTokenPool:
         lease_ttl_s: float = 6.0,
         call_timeout_s: float = 0.5,
         password: str | None = None,
+        tls: RedisTls | None = None,
         snapshot_interval_s: float = 0.5,
         reconnect_interval_s: float = 1.0,
     ) -> None:
@@ -114,6 +122,9 @@ class RedisTokenPool:
             raise ValueError("snapshot_interval_s and reconnect_interval_s must be positive")
         self._url = url
         self._password = password
+        if tls is not None and urlsplit(url).scheme != "rediss":
+            raise ValueError("TLS files are for a rediss:// URL")
+        self._tls = tls
         self._owner_id = f"{owner}-{secrets.token_hex(4)}"
         self._group_size = group_size
         self._keys = [
@@ -154,6 +165,7 @@ class RedisTokenPool:
             lease_ttl_s=settings.lease_ttl_s,
             call_timeout_s=settings.call_timeout_s,
             password=settings.password.get_secret_value() if settings.password else None,
+            tls=settings.tls(),
         )
 
     def __repr__(self) -> str:
@@ -185,7 +197,11 @@ class RedisTokenPool:
         if self._client is not None:
             return
         self._client = redis_client(
-            self._url, password=self._password, call_timeout_s=self._call_timeout_s, name=self._owner_id
+            self._url,
+            password=self._password,
+            call_timeout_s=self._call_timeout_s,
+            name=self._owner_id,
+            tls=self._tls,
         )
         await self._sync()
         self._heartbeat_task = asyncio.create_task(
@@ -317,9 +333,9 @@ class RedisTokenPool:
             return
         self._degraded = True
         self._next_probe_at = time.monotonic() + self._reconnect_interval_s
-        # A refused password is no outage, but the way out is the same: the local share until Redis
-        # takes us again (the password is not in the error; the URL is redacted).
-        what = "refused our credentials" if isinstance(exc, AuthenticationError) else "unreachable"
+        # A refused password or certificate is no outage, but the way out is the same: the local share
+        # until Redis takes us again (the password is not in the error; the URL is redacted).
+        what = _failure(exc)
         logger.warning(
             "Redis at %s %s (%s: %s): %s falls back to a local budget of total_limit // "
             "group size until Redis answers again",
@@ -363,8 +379,25 @@ class RedisTokenPool:
                 self._enter_degraded(exc)
 
 
-def redis_client(url: str, *, password: str | None, call_timeout_s: float, name: str) -> Redis:
-    """The pool's client: ``rediss://`` means TLS; every call bounded by ``call_timeout_s``."""
+def _failure(exc: BaseException) -> str:
+    """What a failed Redis call means, in words for the degraded-mode warning."""
+    if isinstance(exc, AuthenticationError):
+        return "refused our credentials"
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(cause):
+            return "presented a certificate our CA file does not trust (TLS handshake failed)"
+        if isinstance(cause, ssl.SSLError):
+            return "failed the TLS handshake"
+        cause = cause.__cause__ or cause.__context__
+    return "unreachable"
+
+
+def redis_client(
+    url: str, *, password: str | None, call_timeout_s: float, name: str, tls: RedisTls | None = None
+) -> Redis:
+    """The pool's client: ``rediss://`` means TLS (with `tls`'s files); every call bounded by
+    ``call_timeout_s``."""
     return Redis.from_url(
         url,
         password=password,  # a password in the URL takes precedence (redis-py's rule)
@@ -374,6 +407,7 @@ def redis_client(url: str, *, password: str | None, call_timeout_s: float, name:
         # one usually works. Every script is idempotent, and our own timeout still bounds the call.
         retry=Retry(NoBackoff(), 1),
         client_name=name,
+        **(tls.redis_kwargs() if tls is not None else {}),
     )
 
 

@@ -7,10 +7,12 @@ The one place the dispatcher reads Redis settings from (`DispatcherSettings.redi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -26,10 +28,35 @@ def redacted_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
+@dataclass(frozen=True, slots=True)
+class RedisTls:
+    """The files of a ``rediss://`` connection: the CA that signed the server's certificate (PEM),
+    and a client certificate and key when the server asks for one. The server's host name is
+    verified against its certificate."""
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    def redis_kwargs(self) -> dict[str, Any]:
+        """redis-py's ``ssl_*`` connection options (certificate verification is always required)."""
+        kwargs: dict[str, Any] = {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
+        if self.ca_file is not None:
+            kwargs["ssl_ca_certs"] = str(self.ca_file)
+        if self.cert_file is not None:
+            kwargs["ssl_certfile"] = str(self.cert_file)
+        if self.key_file is not None:
+            kwargs["ssl_keyfile"] = str(self.key_file)
+        return kwargs
+
+
 class RedisBudgetSettings(BaseSettings):
     """Where the dispatcher group keeps its shared budget, and how long a silent owner's tokens last.
 
-    ``url`` is ``redis://`` or, for TLS, ``rediss://``. ``password`` is sent with AUTH; kept apart
+    ``url`` is ``redis://`` or, for TLS, ``rediss://``; with TLS ``ca_file`` is the CA that signed
+    the server's certificate (else the system's store) and ``cert_file``/``key_file`` a client
+    certificate, when the server requires one (they are refused with a ``redis://`` URL, which
+    would silently not use them). ``password`` is sent with AUTH; kept apart
     from the URL, it never shows up in logs or reprs (a password written in the URL works too, and
     wins, as redis-py has it; reprs and logs redact it). ``key_prefix`` defaults to
     ``<topic prefix>:budget``, so pipelines sharing a cluster and a Redis keep separate budgets.
@@ -39,10 +66,14 @@ class RedisBudgetSettings(BaseSettings):
     a call must fit well inside that period.
     """
 
-    model_config = SettingsConfigDict(env_prefix="INFERQ_REDIS_", extra="ignore")
+    # hide_input_in_errors: a refused URL may carry a password.
+    model_config = SettingsConfigDict(env_prefix="INFERQ_REDIS_", extra="ignore", hide_input_in_errors=True)
 
     url: str = DEFAULT_URL
     password: SecretStr | None = None
+    ca_file: FilePath | None = None
+    cert_file: FilePath | None = None
+    key_file: FilePath | None = None
     key_prefix: str | None = Field(default=None, min_length=1)
     lease_ttl_s: float = Field(default=6.0, ge=0.3, le=10.0)
     call_timeout_s: float = Field(default=0.5, gt=0, le=5.0)
@@ -55,6 +86,27 @@ class RedisBudgetSettings(BaseSettings):
                 f"({self.lease_ttl_s / 3:.3f}): a renewal must finish before the next one is due"
             )
         return self
+
+    @model_validator(mode="after")
+    def _tls_files_need_tls(self) -> RedisBudgetSettings:
+        files = (self.ca_file, self.cert_file, self.key_file)
+        if any(f is not None for f in files) and not self.uses_tls:
+            raise ValueError(
+                "INFERQ_REDIS_CA_FILE/CERT_FILE/KEY_FILE are set but INFERQ_REDIS_URL is not rediss://"
+            )
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("INFERQ_REDIS_CERT_FILE and INFERQ_REDIS_KEY_FILE go together")
+        return self
+
+    @property
+    def uses_tls(self) -> bool:
+        return urlsplit(self.url).scheme == "rediss"
+
+    def tls(self) -> RedisTls | None:
+        """The TLS files of a ``rediss://`` URL; None for ``redis://``."""
+        if not self.uses_tls:
+            return None
+        return RedisTls(self.ca_file, self.cert_file, self.key_file)
 
     def key_prefix_for(self, topic_prefix: str) -> str:
         """The Redis key prefix of the budget: the configured one, else ``<topic prefix>:budget``."""

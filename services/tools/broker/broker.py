@@ -2,8 +2,10 @@
 
 Layout of a broker home folder::
 
-    <home>/server.properties   rewritten on every start from BrokerConfig
+    <home>/server.properties   rewritten on every start from BrokerConfig (mode 0600: it may hold
+                               the secured broker's passwords)
     <home>/data/               log.dirs; formatted once, kept across restarts
+    <home>/security/           a secured broker's CA, certificates and credentials (see security.py)
     <home>/logs/server.log     the broker's log4j2 log
     <home>/logs/broker.out     the JVM's stdout/stderr (crashes, early errors)
     <home>/broker.pid          pid of the running broker
@@ -20,6 +22,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -28,8 +31,11 @@ from typing import Self
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from services.messaging.kafka_config import KafkaSettings
+from services.messaging.security import KafkaSecurity, SaslMechanism, SecurityProtocol
 from services.tools.broker.errors import BrokerStartError, BrokerStopError, PortInUseError
 from services.tools.broker.jars import ensure_jars, log4j_config_path, require_java
+from services.tools.broker.security import ADMIN, BrokerSecurity, SecurityMaterial
 from services.tools.paths import find_project_root
 from services.tools.processes import (
     launched_process_exited,
@@ -44,6 +50,7 @@ from services.tools.processes import (
 HOST = "127.0.0.1"  # never "localhost": librdkafka tries ::1 first and stalls when nothing listens there
 DEFAULT_PORT = 9092
 DEFAULT_CONTROLLER_PORT = 9093
+DEFAULT_SSL_PORT = 9094  # the mutual-TLS listener of a secured broker
 _KILL_WAIT_S = 10.0
 _PROBE_INTERVAL_S = 0.2
 
@@ -66,6 +73,7 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
 log.cleaner.dedupe.buffer.size=16777216
 """
 
@@ -76,6 +84,8 @@ class BrokerConfig:
 
     ``heap`` is the JVM's -Xmx (the initial heap is kept small so an idle broker stays light on a
     laptop). ``project_root`` locates ``infra/kafka`` (pom, log4j2 config) and the shared jar cache.
+    With ``security=sasl_ssl`` the client port is a SASL_SSL listener and ``ssl_port`` a mutual-TLS
+    one (see `services.tools.broker.security`); otherwise ``ssl_port`` is unused.
     """
 
     home: Path
@@ -84,6 +94,8 @@ class BrokerConfig:
     heap: str = "1g"
     num_partitions: int = 1
     project_root: Path = field(default_factory=find_project_root)
+    security: BrokerSecurity = BrokerSecurity.PLAINTEXT
+    ssl_port: int = DEFAULT_SSL_PORT
 
     def __post_init__(self) -> None:
         # Absolute paths: the pid check matches the broker's command line against properties_file.
@@ -92,8 +104,22 @@ class BrokerConfig:
 
     @property
     def bootstrap(self) -> str:
-        """``127.0.0.1:<port>``, the address clients use."""
+        """``127.0.0.1:<port>``, the address clients use (SASL_SSL on a secured broker)."""
         return f"{HOST}:{self.port}"
+
+    @property
+    def secured(self) -> bool:
+        return self.security is BrokerSecurity.SASL_SSL
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Every port this broker binds."""
+        extra = (self.ssl_port,) if self.secured else ()
+        return (self.port, *extra, self.controller_port)
+
+    @property
+    def security_dir(self) -> Path:
+        return self.home / "security"
 
     @property
     def data_dir(self) -> Path:
@@ -145,20 +171,53 @@ def pick_free_ports(count: int = 2) -> list[int]:
         return ports
 
 
-def recorded_ports(home: Path) -> tuple[int, int] | None:
-    """The (port, controller port) written in ``<home>/server.properties`` by the last start, if any."""
+def _recorded_properties(home: Path) -> dict[str, str]:
     try:
         text = (home / "server.properties").read_text(encoding="utf-8")
     except OSError:
+        return {}
+    pairs = (line.partition("=") for line in text.splitlines() if not line.startswith("#"))
+    return {key.strip(): value.strip() for key, sep, value in pairs if sep}
+
+
+def _advertised(properties: Mapping[str, str]) -> dict[str, int]:
+    """Listener name -> port of ``advertised.listeners``, in their order."""
+    listeners: dict[str, int] = {}
+    for entry in filter(None, properties.get("advertised.listeners", "").split(",")):
+        name, _, address = entry.partition("://")
+        listeners[name] = int(address.rsplit(":", 1)[1])
+    return listeners
+
+
+def recorded_ports(home: Path) -> tuple[int, int] | None:
+    """The (client port, controller port) written in ``<home>/server.properties`` by the last start."""
+    properties = _recorded_properties(home)
+    advertised = _advertised(properties)
+    voters = properties.get("controller.quorum.voters")
+    if not advertised or not voters:
         return None
-    port = cport = None
+    return next(iter(advertised.values())), int(voters.rsplit(":", 1)[1])
+
+
+def recorded_security(home: Path) -> tuple[BrokerSecurity, int | None]:
+    """How the last start in `home` was secured, and its mutual-TLS port when it was."""
+    advertised = _advertised(_recorded_properties(home))
+    if "SASL_SSL" in advertised:
+        return BrokerSecurity.SASL_SSL, advertised.get("SSL")
+    return BrokerSecurity.PLAINTEXT, None
+
+
+def _with_overrides(text: str, overrides: Mapping[str, str]) -> str:
+    """Properties `text` with `overrides` in place of its own values; keys it lacks appended."""
+    pending = dict(overrides)
+    lines = []
     for line in text.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "advertised.listeners":
-            port = int(value.rsplit(":", 1)[1])
-        elif key.strip() == "controller.quorum.voters":
-            cport = int(value.rsplit(":", 1)[1])
-    return (port, cport) if port is not None and cport is not None else None
+        key = line.partition("=")[0].strip()
+        lines.append(f"{key}={pending.pop(key)}" if key in pending and not line.startswith("#") else line)
+    if pending:
+        lines.append("# Transport security and authorization (services.tools.broker.security)")
+        lines += [f"{key}={value}" for key, value in pending.items()]
+    return "\n".join(lines) + "\n"
 
 
 def _new_cluster_id() -> str:
@@ -180,6 +239,49 @@ class LocalBroker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.last_start_seconds: float | None = None
+
+    # -- security ------------------------------------------------------------------------------------
+
+    @property
+    def security_material(self) -> SecurityMaterial | None:
+        """The CA, certificates and passwords of a secured broker (made on its first start)."""
+        return SecurityMaterial.load(self.config.security_dir) if self.config.secured else None
+
+    def _material(self) -> SecurityMaterial:
+        material = self.security_material
+        if material is None:
+            raise BrokerStartError(
+                f"no security material in {self.config.security_dir}: start the broker first"
+            )
+        return material
+
+    def client_security(
+        self,
+        user: str = ADMIN,
+        *,
+        protocol: SecurityProtocol = SecurityProtocol.SASL_SSL,
+        mechanism: SaslMechanism = SaslMechanism.SCRAM_SHA_512,
+    ) -> KafkaSecurity:
+        """The client settings of `user` (``SSL``: its certificate); PLAINTEXT on a plaintext broker."""
+        if not self.config.secured:
+            return KafkaSecurity()
+        return self._material().client_security(user, protocol=protocol, mechanism=mechanism)
+
+    def client_settings(
+        self,
+        user: str = ADMIN,
+        *,
+        protocol: SecurityProtocol = SecurityProtocol.SASL_SSL,
+        mechanism: SaslMechanism = SaslMechanism.SCRAM_SHA_512,
+        topic_prefix: str = "inferq",
+    ) -> KafkaSettings:
+        """`KafkaSettings` reaching this broker as `user`, on the listener of `protocol`."""
+        port = self.config.ssl_port if protocol is SecurityProtocol.SSL else self.config.port
+        return KafkaSettings(
+            bootstrap_servers=f"{HOST}:{port}",
+            topic_prefix=topic_prefix,
+            security=self.client_security(user, protocol=protocol, mechanism=mechanism),
+        )
 
     # -- queries -------------------------------------------------------------------------------------
 
@@ -226,7 +328,13 @@ class LocalBroker:
         except OSError:
             return False
         remaining = max(0.5, deadline - time.monotonic())
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000})
+        security = self.client_security() if self.security_material is not None else KafkaSecurity()
+        conf: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": self.bootstrap,
+            "socket.timeout.ms": 5000,
+        }
+        conf.update(security.librdkafka_options())
+        admin = AdminClient(conf)
         try:
             metadata = admin.list_topics(timeout=remaining)
         except KafkaException:
@@ -256,33 +364,56 @@ class LocalBroker:
             # Not ours to kill if it is merely slow: only a broker launched by this call is stopped.
             self._wait_ready(pid, deadline, timeout_s, stop_on_timeout=False)
         else:
-            for port in (cfg.port, cfg.controller_port):
+            for port in cfg.ports:
                 if not port_is_free(port):
                     raise PortInUseError(f"port {HOST}:{port} is already in use; pick another (--port)")
             java = require_java()
             jars = ensure_jars(cfg.project_root)
-            self._write_properties()
-            self._format_if_needed(java, jars, deadline)
+            material = self._ensure_material()
+            self._write_properties(material)
+            self._format_if_needed(java, jars, deadline, material)
             pid = self._launch(java, jars)
             self._wait_ready(pid, deadline, timeout_s, stop_on_timeout=True)
         self.last_start_seconds = time.monotonic() - started
         return self.last_start_seconds
 
-    def _write_properties(self) -> None:
+    def _ensure_material(self) -> SecurityMaterial | None:
+        cfg = self.config
+        if not cfg.secured:
+            return None
+        formatted = (cfg.data_dir / "meta.properties").is_file()
+        if formatted and SecurityMaterial.load(cfg.security_dir) is None:
+            # SCRAM users are written at format time only; this storage has none.
+            raise BrokerStartError(
+                f"{cfg.data_dir} was formatted without SCRAM users (a plaintext broker's home); "
+                "start the secured broker in another --home"
+            )
+        return SecurityMaterial.ensure(cfg.security_dir)
+
+    def _write_properties(self, material: SecurityMaterial | None) -> None:
         cfg = self.config
         cfg.home.mkdir(parents=True, exist_ok=True)
         cfg.data_dir.mkdir(exist_ok=True)
         cfg.logs_dir.mkdir(exist_ok=True)
-        cfg.properties_file.write_text(
-            _SERVER_PROPERTIES.format(
-                host=HOST,
-                port=cfg.port,
-                cport=cfg.controller_port,
-                data=cfg.data_dir.resolve(),
-                partitions=cfg.num_partitions,
-            ),
-            encoding="utf-8",
+        text = _SERVER_PROPERTIES.format(
+            host=HOST,
+            port=cfg.port,
+            cport=cfg.controller_port,
+            data=cfg.data_dir.resolve(),
+            partitions=cfg.num_partitions,
         )
+        if material is not None:
+            text = _with_overrides(
+                text,
+                material.server_properties(
+                    host=HOST, port=cfg.port, ssl_port=cfg.ssl_port, controller_port=cfg.controller_port
+                ),
+            )
+        # 0600 before the first byte: a secured broker's file holds the admin's and keystore's passwords.
+        fd = os.open(cfg.properties_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
 
     def _java_argv(self, java: str, jars: Path, *extra_jvm: str) -> list[str]:
         cfg = self.config
@@ -296,7 +427,9 @@ class LocalBroker:
             f"{jars}/*",  # the JVM expands the wildcard itself
         ]
 
-    def _format_if_needed(self, java: str, jars: Path, deadline: float) -> None:
+    def _format_if_needed(
+        self, java: str, jars: Path, deadline: float, material: SecurityMaterial | None
+    ) -> None:
         # meta.properties marks a formatted log dir; re-formatting would fail (or wipe the restart's data).
         if (self.config.data_dir / "meta.properties").is_file():
             return
@@ -308,6 +441,8 @@ class LocalBroker:
             _new_cluster_id(),
             "--config",
             str(self.config.properties_file),
+            # A secured broker's SCRAM users exist from the first metadata record on.
+            *(material.scram_arguments() if material is not None else ()),
         ]
         try:
             proc = subprocess.run(  # noqa: S603 - fixed argv, resolved executable
@@ -320,9 +455,11 @@ class LocalBroker:
         except subprocess.TimeoutExpired as exc:
             raise BrokerStartError(f"formatting {self.config.data_dir} timed out") from exc
         if proc.returncode != 0:
+            output = (proc.stdout + proc.stderr).strip()[-4000:]
+            for secret in material.passwords.values() if material is not None else ():
+                output = output.replace(secret, "***")  # the tool may echo an --add-scram argument
             raise BrokerStartError(
-                f"formatting {self.config.data_dir} failed (exit {proc.returncode}):\n"
-                f"{(proc.stdout + proc.stderr).strip()[-4000:]}"
+                f"formatting {self.config.data_dir} failed (exit {proc.returncode}):\n{output}"
             )
 
     def _launch(self, java: str, jars: Path) -> int:

@@ -1,4 +1,9 @@
-"""``inferq broker start|stop|status``: manage the project's local Kafka broker from the shell.
+"""``inferq broker start|stop|status|env``: manage the project's local Kafka broker from the shell.
+
+``start --security sasl_ssl`` starts a secured broker (SASL_SSL with SCRAM users, mutual TLS, ACLs
+enforced; see `services.tools.broker.security`) and prints how clients connect; ``env --user <name>``
+prints that user's ``INFERQ_KAFKA_*`` settings as shell exports (passwords included: for ``eval``,
+not for a log).
 
 Exit codes: 0 success (``status``: running), 1 error, 2 bad option/environment, 3 ``status``: not running.
 """
@@ -6,17 +11,22 @@ Exit codes: 0 success (``status``: running), 1 error, 2 bad option/environment, 
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
+from services.messaging.security import SaslMechanism, SecurityProtocol
 from services.tools.broker.broker import (
     DEFAULT_CONTROLLER_PORT,
     DEFAULT_PORT,
+    DEFAULT_SSL_PORT,
     BrokerConfig,
     LocalBroker,
     recorded_ports,
+    recorded_security,
 )
 from services.tools.broker.errors import LocalBrokerError
 from services.tools.broker.jars import STATE_DIR, ensure_jars
+from services.tools.broker.security import USERS, BrokerSecurity, client_env
 from services.tools.paths import find_project_root
 from services.tools.servercli import EXIT_OK, ServerCommands, UsageError, port_from_env
 
@@ -33,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run the local Apache Kafka broker (KRaft, single node, no Docker)",
         description="Run the real Apache Kafka broker locally from Maven jars (Java 17+ and Maven needed).",
     )
-    commands = broker.add_subparsers(dest="broker_command", metavar="{start,stop,status}", required=True)
+    commands = broker.add_subparsers(
+        dest="broker_command", metavar="{start,stop,status,env,jars}", required=True
+    )
 
     start = commands.add_parser("start", help="start the broker (idempotent) and wait until it answers")
     _add_common(start)
@@ -41,7 +53,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for readiness (default: %(default)s)"
     )
-    start.set_defaults(func=COMMANDS.start)
+    start.add_argument(
+        "--security",
+        choices=[s.value for s in BrokerSecurity],
+        default=None,
+        help="plaintext, or sasl_ssl: SCRAM over TLS on --port, mutual TLS on --ssl-port, ACLs enforced "
+        "(default: the last start's in --home, else plaintext)",
+    )
+    start.set_defaults(func=_cmd_start)
 
     stop = commands.add_parser("stop", help="stop the broker: SIGTERM, then SIGKILL after --timeout")
     _add_common(stop)
@@ -53,6 +72,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     status = commands.add_parser("status", help="show whether the broker runs (exit 3 when it does not)")
     _add_common(status)
     status.set_defaults(func=COMMANDS.status)
+
+    env = commands.add_parser(
+        "env", help="print a user's client settings of a secured broker as shell exports (with password)"
+    )
+    _add_common(env)
+    env.add_argument("--user", choices=USERS, required=True, help="whose settings")
+    env.add_argument(
+        "--listener",
+        choices=["sasl_ssl", "ssl"],
+        default="sasl_ssl",
+        help="sasl_ssl: SCRAM user and password; ssl: the user's client certificate (default: %(default)s)",
+    )
+    env.add_argument(
+        "--mechanism",
+        choices=[m.value for m in SaslMechanism],
+        default=SaslMechanism.SCRAM_SHA_512.value,
+        help="SCRAM mechanism on the sasl_ssl listener (default: %(default)s)",
+    )
+    env.set_defaults(func=_cmd_env)
 
     jars = commands.add_parser("jars", help="fetch the broker's jars from Maven Central (once; cached)")
     jars.set_defaults(func=_cmd_jars)
@@ -75,6 +113,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help=f"KRaft controller port (default: the last start's in --home, else {DEFAULT_CONTROLLER_PORT})",
     )
     parser.add_argument(
+        "--ssl-port",
+        type=int,
+        default=None,
+        help=f"mutual-TLS port of a secured broker (default: the last start's, else {DEFAULT_SSL_PORT})",
+    )
+    parser.add_argument(
         "--home",
         type=Path,
         default=None,
@@ -94,11 +138,23 @@ def _broker_from_args(args: argparse.Namespace, *, heap: str = "1g") -> LocalBro
     if port is None:
         port = recorded[0] if recorded else DEFAULT_PORT
     cport: int = args.controller_port or (recorded[1] if recorded else DEFAULT_CONTROLLER_PORT)
-    for value in (port, cport):
+    recorded_mode, recorded_ssl_port = recorded_security(home)
+    chosen = getattr(args, "security", None)
+    security = BrokerSecurity(chosen) if chosen else recorded_mode
+    ssl_port: int = args.ssl_port or recorded_ssl_port or DEFAULT_SSL_PORT
+    for value in (port, cport, ssl_port):
         if not 0 < value < 65536:
             raise UsageError(f"port out of range: {value}")
     return LocalBroker(
-        BrokerConfig(home=home, port=port, controller_port=cport, heap=heap, project_root=project_root)
+        BrokerConfig(
+            home=home,
+            port=port,
+            controller_port=cport,
+            heap=heap,
+            project_root=project_root,
+            security=security,
+            ssl_port=ssl_port,
+        )
     )
 
 
@@ -114,6 +170,55 @@ COMMANDS = ServerCommands[LocalBroker](
     address=lambda broker: broker.bootstrap,
     log_path=lambda broker: broker.config.server_log,
 )
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    code = COMMANDS.start(args)
+    if code != EXIT_OK:
+        return code
+    return COMMANDS.run(_print_client_settings, args)
+
+
+def _print_client_settings(args: argparse.Namespace) -> int:
+    broker = _build(args)
+    material = broker.security_material
+    if material is None:
+        print(f"clients connect with KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap} (PLAINTEXT)")
+        return EXIT_OK
+    cfg = broker.config
+    print(
+        f"secured: SASL_SSL (SCRAM-SHA-512, SCRAM-SHA-256) on {cfg.bootstrap}, mutual TLS on "
+        f"127.0.0.1:{cfg.ssl_port}; ACLs enforced, nothing allowed without one\n"
+        f"  INFERQ_KAFKA_BOOTSTRAP_SERVERS={cfg.bootstrap}\n"
+        f"  INFERQ_KAFKA_SECURITY_PROTOCOL=SASL_SSL\n"
+        f"  INFERQ_KAFKA_SASL_MECHANISM=SCRAM-SHA-512\n"
+        f"  INFERQ_KAFKA_SSL_CA_FILE={material.ca_file}\n"
+        f"  INFERQ_KAFKA_SASL_USERNAME=one of {', '.join(USERS)} (admin is a super user)\n"
+        f"passwords: {material.folder / 'credentials.json'} (mode 0600); one user's settings as exports:\n"
+        f'  eval "$(inferq broker env --home {cfg.home} --user ingest)"\n'
+        f"then, as admin: inferq topics create && inferq acls apply"
+    )
+    return EXIT_OK
+
+
+def _cmd_env(args: argparse.Namespace) -> int:
+    def action(ns: argparse.Namespace) -> int:
+        broker = _build(ns)
+        if broker.security_material is None:
+            raise UsageError(
+                f"the broker of {broker.config.home} is not secured (start it with --security sasl_ssl)"
+            )
+        protocol = SecurityProtocol.SSL if ns.listener == "ssl" else SecurityProtocol.SASL_SSL
+        settings = broker.client_settings(ns.user, protocol=protocol, mechanism=SaslMechanism(ns.mechanism))
+        exports = {
+            "INFERQ_KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+            **client_env(settings.security),
+        }
+        for name, value in exports.items():
+            print(f"export {name}={shlex.quote(value)}")
+        return EXIT_OK
+
+    return COMMANDS.run(action, args)
 
 
 def _cmd_jars(args: argparse.Namespace) -> int:

@@ -3,7 +3,9 @@
 What the test fixture and the benchmarks both need: a broker nobody else uses, in a home of its own
 (a reused home formatted for another cluster fails with "Invalid cluster.id"), on ports picked free
 just before the start. Another process can take a picked port before the broker binds it, so a
-port clash (`PortInUseError`) is retried on newly picked ports a few times.
+port clash (`PortInUseError`) is retried on newly picked ports a few times. With
+``security=sasl_ssl`` the broker is secured (see `services.tools.broker.security`): its CA and
+users are made in its fresh home.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
 from services.tools.broker.errors import PortInUseError
+from services.tools.broker.security import BrokerSecurity
 
 PORT_ATTEMPTS = 3
 START_TIMEOUT_S = 180.0  # generous: a cold 2-core machine may also be compiling or fetching jars
@@ -23,14 +26,18 @@ START_TIMEOUT_S = 180.0  # generous: a cold 2-core machine may also be compiling
 
 @contextmanager
 def broker_on_free_ports(
-    parent: Path, *, timeout_s: float = START_TIMEOUT_S, keep_home: bool = False
+    parent: Path,
+    *,
+    timeout_s: float = START_TIMEOUT_S,
+    keep_home: bool = False,
+    security: BrokerSecurity = BrokerSecurity.PLAINTEXT,
 ) -> Iterator[LocalBroker]:
     """A started `LocalBroker` in a new home under `parent`; stopped when the block ends, and its
     home deleted unless `keep_home` (its logs are then there to read)."""
     parent.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="kafka-", dir=parent))
     try:
-        broker = _start(home, timeout_s)
+        broker = _start(home, timeout_s, security)
         try:
             yield broker
         finally:
@@ -40,11 +47,14 @@ def broker_on_free_ports(
             shutil.rmtree(home, ignore_errors=True)
 
 
-def _start(home: Path, timeout_s: float) -> LocalBroker:
+def _start(home: Path, timeout_s: float, security: BrokerSecurity) -> LocalBroker:
     attempt = 1
     while True:
-        port, controller_port = pick_free_ports(2)
-        broker = LocalBroker(BrokerConfig(home=home, port=port, controller_port=controller_port))
+        port, controller_port, ssl_port = pick_free_ports(3)
+        config = BrokerConfig(
+            home=home, port=port, controller_port=controller_port, security=security, ssl_port=ssl_port
+        )
+        broker = LocalBroker(config)
         try:
             broker.start(timeout_s=timeout_s)
         except PortInUseError:

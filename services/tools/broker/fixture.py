@@ -15,8 +15,10 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+from services.tools.broker.broker import LocalBroker
 from services.tools.broker.ephemeral import broker_on_free_ports
 from services.tools.broker.errors import LocalBrokerError, NoKafkaAvailableError
+from services.tools.broker.security import BrokerSecurity
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 _DOCKER_PING_TIMEOUT_S = 3
@@ -95,3 +97,18 @@ def kafka_bootstrap_for_tests(tmp_root: Path) -> Iterator[str]:
                 f"and the local broker failed: {exc}"
             ) from exc
         yield bootstrap  # the stack stops the broker however the block ends
+
+
+@contextmanager
+def secured_broker_for_tests(tmp_root: Path) -> Iterator[LocalBroker]:
+    """A local broker with SASL_SSL and mutual-TLS listeners, its CA and users made in a fresh home
+    under ``tmp_root``; stopped on exit. Always the project's own broker: an external or containerised
+    one would not have our users, certificates and authorizer. Never skips."""
+    with ExitStack() as stack:
+        try:
+            broker = stack.enter_context(
+                broker_on_free_ports(tmp_root, keep_home=True, security=BrokerSecurity.SASL_SSL)
+            )
+        except LocalBrokerError as exc:
+            raise NoKafkaAvailableError(f"the secured local broker failed to start: {exc}") from exc
+        yield broker

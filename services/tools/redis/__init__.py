@@ -14,7 +14,7 @@ from services.tools.redis.errors import (
     RedisStartError,
     RedisStopError,
 )
-from services.tools.redis.server import LocalRedis, RedisConfig, RedisStatus, pick_free_port
+from services.tools.redis.server import LocalRedis, RedisConfig, RedisServerTls, RedisStatus, pick_free_port
 
 __all__ = [
     "LocalRedis",
@@ -22,6 +22,7 @@ __all__ = [
     "PortInUseError",
     "RedisConfig",
     "RedisServerMissingError",
+    "RedisServerTls",
     "RedisStartError",
     "RedisStatus",
     "RedisStopError",

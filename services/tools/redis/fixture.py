@@ -13,7 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from services.tools.redis.errors import PortInUseError
-from services.tools.redis.server import LocalRedis, RedisConfig, pick_free_port, require_redis_server
+from services.tools.redis.server import (
+    LocalRedis,
+    RedisConfig,
+    RedisServerTls,
+    pick_free_port,
+    require_redis_server,
+)
 
 URL_ENV = "INFERQ_REDIS_URL"
 _PORT_ATTEMPTS = 3
@@ -21,17 +27,28 @@ _START_TIMEOUT_S = 15.0
 
 
 @contextmanager
-def local_redis_for_tests(tmp_root: Path) -> Iterator[LocalRedis]:
+def local_redis_for_tests(
+    tmp_root: Path,
+    *,
+    password: str | None = None,
+    tls: bool = False,
+    require_client_cert: bool = False,
+) -> Iterator[LocalRedis]:
     """A fresh LocalRedis on a free port, its home under ``tmp_root``; stopped on exit.
 
-    For tests that must stop and restart the server themselves. Raises RedisServerMissingError (naming
+    For tests that must stop and restart the server themselves, or need a password or TLS (its
+    certificates made in ``<home>/tls``, see `RedisServerTls`). Raises RedisServerMissingError (naming
     ``infra/redis/ensure-redis.sh``) when redis-server is not installed.
     """
     require_redis_server()
     tmp_root.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="redis-", dir=tmp_root))
+    certificates = (
+        RedisServerTls.generate(home / "tls", require_client_cert=require_client_cert) if tls else None
+    )
     for attempt in range(1, _PORT_ATTEMPTS + 1):
-        server = LocalRedis(RedisConfig(home=home, port=pick_free_port()))
+        config = RedisConfig(home=home, port=pick_free_port(), password=password, tls=certificates)
+        server = LocalRedis(config)
         try:
             server.start(timeout_s=_START_TIMEOUT_S)
         except PortInUseError:

@@ -6,6 +6,10 @@ Layout of a home folder::
     <home>/redis.port   the port of the last start, so ``stop``/``status`` need no --port
     <home>/redis.log    the server's stdout/stderr
     <home>/redis.conf   only with a password: ``requirepass`` (mode 0600, never on the command line)
+    <home>/tls/         only with TLS: the CA, the server's and a client's certificates (see `RedisServerTls`)
+
+With TLS the server listens on its port with TLS only (``--port 0 --tls-port <port>``), clients use
+``rediss://`` and verify its certificate against ``tls/ca.pem``.
 
 The server keeps everything in memory (``--save '' --appendonly no``): the token budget's leases live
 at most a few seconds, so a restart losing them is the documented recovery path, not a loss.
@@ -19,12 +23,14 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from services.tools.certs import KeyPair, issue, make_ca
 from services.tools.processes import launched_process_exited, pid_alive, port_is_free, reap, wait_pid_exit
 from services.tools.redis.errors import (
     PortInUseError,
@@ -41,13 +47,44 @@ _LOG_TAIL_BYTES = 8 * 1024
 
 
 @dataclass(frozen=True, slots=True)
+class RedisServerTls:
+    """A TLS redis-server's certificates: the CA clients trust, the server's own (IP:127.0.0.1,
+    DNS:localhost) and one client certificate it accepts; `require_client_cert` makes it refuse
+    clients without one."""
+
+    ca: KeyPair
+    server: KeyPair
+    client: KeyPair
+    require_client_cert: bool = False
+
+    @classmethod
+    def generate(cls, folder: Path, *, require_client_cert: bool = False) -> RedisServerTls:
+        """A fresh CA and certificates in `folder`."""
+        ca = make_ca(folder, "inferq local Redis CA")
+        return cls(
+            ca=ca,
+            server=issue(ca, folder, "redis-server", server=True),
+            client=issue(ca, folder, "redis-client"),
+            require_client_cert=require_client_cert,
+        )
+
+    def client_context(self) -> ssl.SSLContext:
+        """What a client of this server uses: trusts the CA, verifies the host, shows its certificate."""
+        context = ssl.create_default_context(cafile=str(self.ca.cert))
+        context.load_cert_chain(self.client.cert, self.client.key)
+        return context
+
+
+@dataclass(frozen=True, slots=True)
 class RedisConfig:
-    """Where one local redis-server runs: its home folder (pid, port and log files), its port, and
-    the password clients must AUTH with (None: no password; never in the URL, logs or repr)."""
+    """Where one local redis-server runs: its home folder (pid, port and log files), its port, the
+    password clients must AUTH with (None: no password; never in the URL, logs or repr), and its
+    certificates when it speaks TLS only."""
 
     home: Path
     port: int = DEFAULT_PORT
     password: str | None = field(default=None, repr=False)
+    tls: RedisServerTls | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "home", Path(self.home).resolve())
@@ -56,8 +93,8 @@ class RedisConfig:
 
     @property
     def url(self) -> str:
-        """``redis://127.0.0.1:<port>/0``, the URL clients use."""
-        return f"redis://{HOST}:{self.port}/0"
+        """``redis://127.0.0.1:<port>/0`` (``rediss://`` with TLS), the URL clients use."""
+        return f"{'rediss' if self.tls else 'redis'}://{HOST}:{self.port}/0"
 
     @property
     def pid_file(self) -> Path:
@@ -122,15 +159,20 @@ def _resp(*parts: bytes) -> bytes:
     return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
 
 
-def ping(port: int, timeout_s: float = 0.5, password: str | None = None) -> bool:
+def ping(
+    port: int, timeout_s: float = 0.5, password: str | None = None, tls: ssl.SSLContext | None = None
+) -> bool:
     """True when a server on 127.0.0.1:<port> answers PING with PONG within ``timeout_s`` (after
-    AUTH with ``password`` when given).
+    AUTH with ``password`` when given; over TLS with the client context ``tls`` when given).
 
     Raw RESP over a socket: the probe needs no client library, and ``-LOADING`` (not ready) is a no.
     """
     commands = [_resp(b"AUTH", password.encode()), _resp(b"PING")] if password else [_resp(b"PING")]
     try:
-        with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
+        with contextlib.ExitStack() as stack:
+            sock = stack.enter_context(socket.create_connection((HOST, port), timeout=timeout_s))
+            if tls is not None:
+                sock = stack.enter_context(tls.wrap_socket(sock, server_hostname=HOST))
             sock.sendall(b"".join(commands))
             reply = b""
             while reply.count(b"\r\n") < len(commands) and len(reply) < 512:
@@ -138,7 +180,7 @@ def ping(port: int, timeout_s: float = 0.5, password: str | None = None) -> bool
                 if not chunk:
                     break
                 reply += chunk
-    except OSError:
+    except OSError:  # ssl.SSLError included
         return False
     return reply.split(b"\r\n")[len(commands) - 1].startswith(b"+PONG")
 
@@ -153,6 +195,7 @@ class LocalRedis:
 
     def __init__(self, config: RedisConfig) -> None:
         self.config = config
+        self._tls_context = config.tls.client_context() if config.tls else None
 
     @property
     def url(self) -> str:
@@ -188,7 +231,7 @@ class LocalRedis:
 
     def answers(self, timeout_s: float = 0.5) -> bool:
         """True when the server answers PING."""
-        return ping(self.config.port, timeout_s, self.config.password)
+        return ping(self.config.port, timeout_s, self.config.password, self._tls_context)
 
     def start(self, timeout_s: float = 10.0) -> float:
         """Start redis-server (or find this home's running one) and wait until it answers PING.
@@ -236,9 +279,24 @@ class LocalRedis:
             with os.fdopen(fd, "w", encoding="utf-8") as conf:
                 conf.write(f'requirepass "{_quoted(cfg.password)}"\n')
             argv.append(str(cfg.config_file))
+        if cfg.tls is None:
+            argv += ["--port", str(cfg.port)]
+        else:
+            argv += [
+                "--port",
+                "0",  # TLS only: no plaintext port at all
+                "--tls-port",
+                str(cfg.port),
+                "--tls-cert-file",
+                str(cfg.tls.server.cert),
+                "--tls-key-file",
+                str(cfg.tls.server.key),
+                "--tls-ca-cert-file",
+                str(cfg.tls.ca.cert),
+                "--tls-auth-clients",
+                "yes" if cfg.tls.require_client_cert else "no",
+            ]
         argv += [
-            "--port",
-            str(cfg.port),
             "--bind",
             HOST,
             "--dir",

@@ -2,7 +2,9 @@
 
 Each service reads its settings from the environment, exactly as when a user starts it by hand;
 this class only chooses the ports, the topic prefix and the data paths, so several pipelines
-(a demo, a test) can share one broker without touching each other's topics.
+(a demo, a test) can share one broker without touching each other's topics. On a secured broker
+each service connects as its own principal: `service_env` holds, per service, the variables only
+that service gets (its ``INFERQ_KAFKA_SASL_USERNAME`` and password, its certificate).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class Pipeline:
     budget: int = 10
     backend_args: list[str] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Per service ("ingest", "dispatcher", "results", "sim-backend"): on top of extra_env, for it only.
+    service_env: dict[str, dict[str, str]] = field(default_factory=dict)
     processes: list[ServiceProcess] = field(default_factory=list)
     dispatchers: list[ServiceProcess] = field(default_factory=list)
 
@@ -77,8 +81,9 @@ class Pipeline:
             **self.extra_env,
         }
 
-    def _process(self, name: str, args: list[str]) -> ServiceProcess:
-        proc = ServiceProcess(name, args, self.work_dir / "logs" / f"{name}.log", env=self._env())
+    def _process(self, name: str, args: list[str], *, service: str | None = None) -> ServiceProcess:
+        env = self._env() | self.service_env.get(service or name, {})
+        proc = ServiceProcess(name, args, self.work_dir / "logs" / f"{name}.log", env=env)
         self.processes.append(proc)
         return proc
 
@@ -122,7 +127,7 @@ class Pipeline:
         """Start one more member of the dispatcher group (not waiting for its assignment)."""
         index = len(self.dispatchers)
         port = self.ports.dispatcher + 10 * index
-        proc = self._process(f"dispatcher-{index}", ["dispatcher", "--port", str(port)])
+        proc = self._process(f"dispatcher-{index}", ["dispatcher", "--port", str(port)], service="dispatcher")
         proc.env["INFERQ_DISPATCHER_ID"] = f"{self.topic_prefix}-d{index}"
         proc.start()
         self.dispatchers.append(proc)

@@ -1,0 +1,234 @@
+"""The record rules, pure: what a request read from Kafka may not claim, clamped or refused."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from services.dispatcher.errors import RefusedRequestError
+from services.dispatcher.record_rules import RecordRules
+from services.messaging import limits
+from services.messaging.errors import DecodeError
+from services.messaging.records import ChatMessage, InferenceRequest
+from services.messaging.tiers import Tier
+from services.messaging.topics import TopicNames
+
+TOPICS = TopicNames("unit")
+NOW = 1_800_000_000_000
+RULES = RecordRules(topics=TOPICS, max_attempts=3, max_backoff_ms=30_000)
+HIGH = TOPICS.requests(Tier.HIGH)
+
+
+def a_request(**overrides: object) -> InferenceRequest:
+    request = InferenceRequest(
+        request_id="r-1",
+        scenario="realtime_chat",
+        tier=Tier.HIGH,
+        created_at_ms=NOW - 100,
+        expire_at_ms=NOW + 5_000,
+        messages=(ChatMessage("user", "hello"),),
+    )
+    return replace(request, **overrides)  # type: ignore[arg-type]
+
+
+def refusal(request: InferenceRequest, topic: str = HIGH) -> RefusedRequestError:
+    with pytest.raises(RefusedRequestError) as caught:
+        RULES.check(request, source_topic=topic, now_ms=NOW)
+    return caught.value
+
+
+def test_a_sane_request_passes_unchanged() -> None:
+    params = {
+        "temperature": "0.2",
+        "top_p": "1",
+        "max_tokens": "100",
+        "stop": '["\\n"]',
+        "seed": "-7",
+        "presence_penalty": "-2",
+        "frequency_penalty": "1.5",
+        "response_format": '{"type": "json_object"}',
+    }
+    request = a_request(params=params)
+    checked = RULES.check(request, source_topic=HIGH, now_ms=NOW)
+    assert checked.request == request
+    assert checked.clamped == ()
+    assert checked.params["stop"] == ["\n"]
+    assert checked.params["response_format"] == {"type": "json_object"}
+    assert set(checked.params) == limits.ALLOWED_PARAMS
+    assert checked.reply_topic is None
+
+
+@pytest.mark.parametrize("request_id", ["", "a b", "x" * 129, "id\n", "../../etc"])
+def test_a_request_id_that_is_not_an_id_is_poison(request_id: str) -> None:
+    with pytest.raises(DecodeError, match="request_id"):
+        RULES.check(a_request(request_id=request_id), source_topic=HIGH, now_ms=NOW)
+
+
+@pytest.mark.parametrize(
+    "reply_to",
+    [
+        "bad/name",
+        "unit.requests.high",
+        "unit.requests.low",
+        "unit.retry",
+        "unit.dlq",
+        "unit.results.",
+        "x" * 300,
+    ],
+)
+def test_a_reply_topic_outside_the_pipeline_is_refused_and_answered_on_the_default(reply_to: str) -> None:
+    refused = refusal(a_request(reply_to=reply_to))
+    assert "reply_to" in refused.reason
+    assert refused.reply_topic is None  # the FAILED result goes to the default results topic
+    assert len(refused.reason) < 120
+
+
+@pytest.mark.parametrize("reply_to", ["unit.results", "unit.results.eu-west-1"])
+def test_the_results_topics_are_allowed_reply_topics(reply_to: str) -> None:
+    assert RULES.check(a_request(reply_to=reply_to), source_topic=HIGH, now_ms=NOW).reply_topic == reply_to
+
+
+def test_an_attempt_beyond_the_maximum_is_exhausted_not_obeyed() -> None:
+    refused = refusal(a_request(attempt=1_000_000), TOPICS.retry)
+    assert "exhausted" in refused.reason
+    assert refused.request.attempt == 3
+    assert RULES.check(a_request(attempt=3), source_topic=TOPICS.retry, now_ms=NOW).request.attempt == 3
+
+
+def test_an_attempt_below_one_is_clamped() -> None:
+    checked = RULES.check(a_request(attempt=-5), source_topic=HIGH, now_ms=NOW)
+    assert checked.request.attempt == 1
+    assert checked.clamped == ("attempt",)
+
+
+def test_times_out_of_range_are_clamped() -> None:
+    future = RULES.check(a_request(created_at_ms=NOW + 3_600_000), source_topic=HIGH, now_ms=NOW)
+    assert future.request.created_at_ms == NOW
+    slight = RULES.check(a_request(created_at_ms=NOW + 1_000), source_topic=HIGH, now_ms=NOW)
+    assert slight.request.created_at_ms == NOW + 1_000  # within the clock skew allowed
+    ancient = RULES.check(a_request(created_at_ms=0), source_topic=HIGH, now_ms=NOW)
+    assert ancient.request.created_at_ms == NOW - limits.MAX_DEADLINE_MS
+    endless = RULES.check(a_request(expire_at_ms=2**62), source_topic=HIGH, now_ms=NOW)
+    assert endless.request.expire_at_ms == NOW - 100 + limits.MAX_DEADLINE_MS
+    assert endless.clamped == ("expire_at_ms",)
+
+
+def test_a_retry_is_due_at_most_the_maximum_backoff_from_now() -> None:
+    assert RULES.due_ms(2**62, NOW) == NOW + 30_000
+    assert RULES.due_ms(NOW + 1_000, NOW) == NOW + 1_000
+    assert RULES.due_ms(None, NOW) == 0
+
+
+def test_estimated_tokens_are_clamped() -> None:
+    assert (
+        RULES.check(a_request(estimated_tokens=-1), source_topic=HIGH, now_ms=NOW).request.estimated_tokens
+        is None
+    )
+    big = RULES.check(a_request(estimated_tokens=2**31 - 1), source_topic=HIGH, now_ms=NOW)
+    assert big.request.estimated_tokens == limits.MAX_ESTIMATED_TOKENS
+
+
+def test_on_a_request_topic_the_topic_is_the_tier() -> None:
+    checked = RULES.check(a_request(tier=Tier.HIGH), source_topic=TOPICS.requests(Tier.LOW), now_ms=NOW)
+    assert checked.tier is Tier.LOW
+    assert checked.request.tier is Tier.LOW
+
+
+def test_a_retry_claiming_a_tier_above_its_scenario_is_served_at_the_scenario_tier() -> None:
+    brief = a_request(scenario="morning_brief", tier=Tier.HIGH)
+    checked = RULES.check(brief, source_topic=TOPICS.retry, now_ms=NOW)
+    assert checked.tier is Tier.LOW
+    assert checked.clamped == ("tier",)
+    # A lower claim is kept, but never below the scenario's floor.
+    chat = RULES.check(a_request(tier=Tier.LOW), source_topic=TOPICS.retry, now_ms=NOW)
+    assert chat.tier is Tier.LOW
+    emotion = a_request(scenario="emotion_analysis", tier=Tier.LOW)
+    assert RULES.check(emotion, source_topic=TOPICS.retry, now_ms=NOW).tier is Tier.MEDIUM
+    # An unknown scenario is HIGH, as ingest has it.
+    odd = a_request(scenario="something_new", tier=Tier.HIGH)
+    assert RULES.check(odd, source_topic=TOPICS.retry, now_ms=NOW).tier is Tier.HIGH
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("session_id", "s" * 129),
+        ("session_id", ""),
+        ("session_id", "has spaces"),
+        ("tenant", "ten/ant"),
+        ("model", "gpt 4\n"),
+        ("tenant", "t" * 65),
+        ("scenario", "x" * 65),
+        ("model", "m" * 129),
+        ("origin_region", "r" * 65),
+    ],
+)
+def test_strings_over_their_bounds_are_refused(field: str, value: str) -> None:
+    assert field in refusal(a_request(**{field: value})).reason
+
+
+@pytest.mark.parametrize(
+    ("messages", "problem"),
+    [
+        (tuple(ChatMessage("user", "x") for _ in range(limits.MAX_MESSAGES + 1)), "messages must be"),
+        ((ChatMessage("robot", "beep"),), "not a chat role"),
+        ((ChatMessage("user", "x" * (limits.MAX_MESSAGE_CHARS + 1)),), "content is over"),
+    ],
+)
+def test_messages_out_of_bounds_are_refused(messages: tuple[ChatMessage, ...], problem: str) -> None:
+    assert problem in refusal(a_request(messages=messages)).reason
+
+
+@pytest.mark.parametrize("name", sorted(limits.RESERVED_PARAMS))
+def test_reserved_params_are_refused(name: str) -> None:
+    value = json.dumps(True if name == "stream" else 5)
+    assert "set by the dispatcher" in refusal(a_request(params={name: value})).reason
+
+
+@pytest.mark.parametrize(
+    ("params", "problem"),
+    [
+        ({"logprobs": "true"}, "not a supported parameter"),
+        ({"temperature": "9"}, "out of its bounds"),
+        ({"temperature": "NaN"}, "out of its bounds"),
+        ({"temperature": "true"}, "out of its bounds"),
+        ({"max_tokens": "0"}, "out of its bounds"),
+        ({"max_tokens": "1.5"}, "out of its bounds"),
+        ({"max_tokens": str(10**12)}, "out of its bounds"),
+        ({"stop": json.dumps(["a"] * 5)}, "out of its bounds"),
+        ({"stop": json.dumps({"a": 1})}, "out of its bounds"),
+        ({"user": json.dumps("u")}, "not a supported parameter"),
+        ({"max_completion_tokens": "10"}, "not a supported parameter"),
+        ({"max_tokens": str(limits.MAX_COMPLETION_TOKENS + 1)}, "out of its bounds"),
+        ({"stop": json.dumps("x" * (limits.MAX_STOP_CHARS + 1))}, "out of its bounds"),
+        ({"stop": json.dumps("")}, "out of its bounds"),
+        ({"response_format": json.dumps({"type": "xml"})}, "out of its bounds"),
+        ({"response_format": json.dumps({"type": "text", "schema": {}})}, "out of its bounds"),
+        ({"stop": json.dumps("x" * 3000)}, "over 2048 characters"),
+        ({f"k{i}": "1" for i in range(limits.MAX_PARAMS + 1)}, "at most"),
+    ],
+)
+def test_params_off_the_allow_list_or_out_of_bounds_are_refused(params: dict[str, str], problem: str) -> None:
+    assert problem in refusal(a_request(params=params)).reason
+
+
+@pytest.mark.parametrize(
+    ("request_", "reason"),
+    [
+        (a_request(messages=()), "messages is empty"),
+        (a_request(params={"temperature": "hot"}), "not a map of JSON values"),
+    ],
+)
+def test_nothing_to_send_or_params_that_are_not_json_are_poison(
+    request_: InferenceRequest, reason: str
+) -> None:
+    # As before the rules: nothing a caller could have meant; dead-lettered, not answered.
+    with pytest.raises(DecodeError, match=reason):
+        RULES.check(request_, source_topic=HIGH, now_ms=NOW)
+
+
+def test_a_refusal_reason_shows_little_of_a_hostile_value() -> None:
+    refused = refusal(a_request(messages=(ChatMessage("secret prompt " * 20, "x"),)))
+    assert len(refused.reason) < 100
