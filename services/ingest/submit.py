@@ -60,7 +60,8 @@ def refusal_response(error: IngestError) -> JSONResponse:
 
 
 class SubmitEndpoint:
-    """The ``POST /v1/requests`` handler (`handle`); counts each refusal by reason and tier."""
+    """The ``POST /v1/requests`` handler (`handle`); counts each refusal by reason, tier and tenant
+    (as far as they are known when it is refused)."""
 
     def __init__(
         self,

@@ -28,11 +28,8 @@ class TenantGate:
         self._registry = registry
         self._limiter = limiter
         self._topics = topics
-        registry.on_change(lambda directory: limiter.configure(directory))
-
-    @property
-    def registry(self) -> TenantRegistry:
-        return self._registry
+        # The buckets follow the file: sized at start, re-sized at every reload.
+        registry.on_change(limiter.configure)
 
     def caller(self, request: Request) -> Principal:
         """The principal of `request`; `NotAuthenticatedError` (401) when its key names no tenant."""
