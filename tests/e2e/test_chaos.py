@@ -584,8 +584,8 @@ def test_poison_records_are_dead_lettered_and_never_block_valid_ones(
             bad[len(plan)] = (kind, reason)
             plan.append((topic, partition, value))
             plan.append((topic, partition, request_codec().encode(after)))
-            ledger.accept(before.request_id)
-            ledger.accept(after.request_id)
+            ledger.accept(before.request_id, {"tenant": before.tenant})
+            ledger.accept(after.request_id, {"tenant": after.tenant})
     with running(stack):
         landed = produce_tracked(kafka_bootstrap, plan)
         where_bad = {landed[i]: (plan[i][2], kind, reason) for i, (kind, reason) in bad.items()}

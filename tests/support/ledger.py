@@ -105,7 +105,8 @@ class Ledger:
     # -- what was promised ------------------------------------------------------------------------
 
     def accept(self, request_id: str, info: dict[str, Any] | None = None) -> None:
-        """A request the pipeline now owes an outcome (a 202, or a record the broker acknowledged)."""
+        """A request the pipeline now owes an outcome (a 202, or a record the broker acknowledged).
+        A `tenant` in `info` is the tenant the outcome is read as (open mode's ``?tenant=``)."""
         with self._lock:
             self.accepted[request_id] = info or {}
 
@@ -163,8 +164,11 @@ class Ledger:
         async with httpx.AsyncClient(base_url=results_url, timeout=5.0) as client:
 
             async def read(rid: str) -> tuple[str, dict[str, Any] | None]:
+                tenant = self.accepted.get(rid, {}).get("tenant")
                 async with gate:
-                    response = await client.get(f"/v1/requests/{rid}")
+                    response = await client.get(
+                        f"/v1/requests/{rid}", params={"tenant": tenant} if tenant else None
+                    )
                 if response.status_code == 200 and response.json()["status"] in TERMINAL:
                     view: dict[str, Any] = response.json()
                     return rid, view
