@@ -21,7 +21,7 @@ import fastavro
 from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
 
 from services.messaging.errors import DecodeError, UnknownSchemaError
-from services.messaging.records import InferenceRequest, InferenceResult
+from services.messaging.records import InferenceChunk, InferenceRequest, InferenceResult
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
@@ -135,9 +135,10 @@ class TypedCodec(Generic[T]):
 @cache
 def request_codec() -> TypedCodec[InferenceRequest]:
     """The process-wide codec of `InferenceRequest`, parsed once on first use."""
-    return TypedCodec(
-        AvroCodec(load_schema("inference_request")), InferenceRequest.to_record, InferenceRequest.from_record
-    )
+    avro = AvroCodec(load_schema("inference_request"))
+    for earlier in earlier_schemas("inference_request"):
+        avro.add_writer(earlier)
+    return TypedCodec(avro, InferenceRequest.to_record, InferenceRequest.from_record)
 
 
 @cache
@@ -147,3 +148,11 @@ def result_codec() -> TypedCodec[InferenceResult]:
     for earlier in earlier_schemas("inference_result"):
         avro.add_writer(earlier)
     return TypedCodec(avro, InferenceResult.to_record, InferenceResult.from_record)
+
+
+@cache
+def chunk_codec() -> TypedCodec[InferenceChunk]:
+    """The process-wide codec of `InferenceChunk` (a streamed answer's pieces on the reply topic)."""
+    return TypedCodec(
+        AvroCodec(load_schema("inference_chunk")), InferenceChunk.to_record, InferenceChunk.from_record
+    )

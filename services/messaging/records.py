@@ -1,4 +1,5 @@
-"""The two records on inferq's topics, typed: `InferenceRequest` and `InferenceResult`.
+"""The records on inferq's topics, typed: `InferenceRequest`, `InferenceResult` and, for a streamed
+answer, `InferenceChunk` (on the reply topic before the result, marked by a header).
 
 This module is the one place that spells out their fields (they mirror `schemas/*.avsc`). Every
 service builds and reads them through these classes; `to_record` / `from_record` are the only
@@ -59,6 +60,10 @@ class InferenceRequest:
     params: Mapping[str, str] | None = None
     # A retry waits until this instant (epoch ms); None for a first attempt.
     not_before_ms: int | None = None
+    # The caller streams: chunks go to the reply topic before the result.
+    stream: bool = False
+    # Where the outcome is POSTed as a signed webhook; None for none.
+    callback_url: str | None = None
 
     @property
     def key(self) -> bytes:
@@ -98,6 +103,8 @@ class InferenceRequest:
             "messages": [{"role": m.role, "content": m.content} for m in self.messages],
             "params": dict(self.params) if self.params is not None else None,
             "not_before_ms": self.not_before_ms,
+            "stream": self.stream,
+            "callback_url": self.callback_url,
         }
 
     @classmethod
@@ -120,6 +127,8 @@ class InferenceRequest:
             model=record.get("model"),
             params=MappingProxyType(dict(params)) if params is not None else None,
             not_before_ms=record.get("not_before_ms"),
+            stream=record.get("stream", False),
+            callback_url=record.get("callback_url"),
         )
 
 
@@ -212,4 +221,59 @@ class InferenceResult:
             else Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]),
             dispatched_at_ms=record.get("dispatched_at_ms"),
             tenant=record.get("tenant", "default"),
+        )
+
+
+# A record on a reply topic with this header set to `CHUNK_KIND` is an `InferenceChunk`; any other is
+# an `InferenceResult` (results written before streaming existed carry no header).
+KIND_HEADER = "inferq-kind"
+CHUNK_KIND = b"chunk"
+
+
+def is_chunk(headers: list[tuple[str, bytes | str | None]] | None) -> bool:
+    """Whether a reply-topic record with these Kafka headers is a chunk rather than a result."""
+    return any(
+        name == KIND_HEADER and value in (CHUNK_KIND, CHUNK_KIND.decode()) for name, value in headers or ()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceChunk:
+    """A piece of a streamed answer (`schemas/inference_chunk.avsc`), keyed like the request's result."""
+
+    request_id: str
+    tenant: str
+    # The attempt that produced it: a retry's stream starts again at seq 0.
+    attempt: int
+    # 0, 1, 2... within one attempt.
+    seq: int
+    # The tokens since the previous chunk.
+    delta: str
+    model: str
+    created_at_ms: int
+    dispatcher_id: str
+
+    def to_record(self) -> Record:
+        return {
+            "request_id": self.request_id,
+            "tenant": self.tenant,
+            "attempt": self.attempt,
+            "seq": self.seq,
+            "delta": self.delta,
+            "model": self.model,
+            "created_at_ms": self.created_at_ms,
+            "dispatcher_id": self.dispatcher_id,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> InferenceChunk:
+        return cls(
+            request_id=record["request_id"],
+            tenant=record.get("tenant", "default"),
+            attempt=record["attempt"],
+            seq=record["seq"],
+            delta=record["delta"],
+            model=record["model"],
+            created_at_ms=record["created_at_ms"],
+            dispatcher_id=record["dispatcher_id"],
         )

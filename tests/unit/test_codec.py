@@ -7,9 +7,26 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from services.messaging.codec import AvroCodec, earlier_schemas, load_schema, request_codec, result_codec
+from services.messaging.codec import (
+    AvroCodec,
+    chunk_codec,
+    earlier_schemas,
+    load_schema,
+    request_codec,
+    result_codec,
+)
 from services.messaging.errors import DecodeError, UnknownSchemaError
-from services.messaging.records import ChatMessage, InferenceRequest, InferenceResult, Status, Usage
+from services.messaging.records import (
+    CHUNK_KIND,
+    KIND_HEADER,
+    ChatMessage,
+    InferenceChunk,
+    InferenceRequest,
+    InferenceResult,
+    Status,
+    Usage,
+    is_chunk,
+)
 from services.messaging.tiers import Tier
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -33,6 +50,8 @@ def a_record(**overrides):
         "messages": [{"role": "user", "content": "你好, how are you?"}],
         "params": {"temperature": "0.2"},
         "not_before_ms": None,
+        "stream": False,
+        "callback_url": None,
     }
     record.update(overrides)
     return record
@@ -190,3 +209,29 @@ def test_a_result_written_before_tenants_decodes_as_tenant_default():
     # And a v2 result with its tenant keeps it through the round trip.
     new_bytes = result_codec().encode(InferenceResult.from_record(old_record | {"tenant": "acme"}))
     assert result_codec().decode(new_bytes).tenant == "acme"
+
+
+def test_a_request_written_before_streaming_decodes_without_stream_or_callback():
+    """A producer not yet upgraded writes request v1: the dispatcher reads it as not streamed."""
+    [v1] = earlier_schemas("inference_request")
+    assert {"stream", "callback_url"}.isdisjoint(f["name"] for f in v1["fields"])
+    old = a_record()
+    del old["stream"], old["callback_url"]
+    decoded = request_codec().decode(AvroCodec(v1).encode(old))
+    assert (decoded.stream, decoded.callback_url) == (False, None)
+    streamed = InferenceRequest.from_record(a_record(stream=True, callback_url="https://hooks.example/x"))
+    assert request_codec().decode(request_codec().encode(streamed)) == streamed
+
+
+def test_chunk_round_trip_and_its_header():
+    chunk = InferenceChunk(
+        "r-1", "acme", attempt=2, seq=7, delta="你好", model="m", created_at_ms=5, dispatcher_id="d"
+    )
+    assert chunk_codec().decode(chunk_codec().encode(chunk)) == chunk
+    assert is_chunk([(KIND_HEADER, CHUNK_KIND)])
+    assert is_chunk([("other", b"x"), (KIND_HEADER, "chunk")])
+    assert not is_chunk(None) and not is_chunk([]) and not is_chunk([(KIND_HEADER, b"result")])
+    # A chunk's bytes are not a result: the fingerprints differ, so a reader that ignores the header
+    # gets a clear refusal rather than a garbled result.
+    with pytest.raises(UnknownSchemaError):
+        result_codec().decode(chunk_codec().encode(chunk))

@@ -44,12 +44,23 @@ def expected_replay(request: InferenceRequest, run_id: str, now_ms: int) -> Infe
         expire_at_ms=now_ms + request.expire_at_ms - request.created_at_ms,
         attempt=1,
         not_before_ms=None,
+        callback_url=None,
     )
 
 
 @settings(max_examples=300, deadline=None)
 # A retry's not_before_ms of 0 ends the record in 02 00: the fast path must not mistake it for null.
-@example(request_id="0", tenant="0", created=2**34, deadline=0, attempt=1, not_before=0, tier="HIGH")
+@example(
+    request_id="0",
+    tenant="0",
+    created=2**34,
+    deadline=0,
+    attempt=1,
+    not_before=0,
+    tier="HIGH",
+    stream=False,
+    callback=None,
+)
 @given(
     request_id=st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=90),
     tenant=st.text(min_size=1, max_size=70),
@@ -58,9 +69,19 @@ def expected_replay(request: InferenceRequest, run_id: str, now_ms: int) -> Infe
     attempt=st.integers(min_value=1, max_value=200),
     not_before=st.none() | st.integers(min_value=0, max_value=2**45),
     tier=st.sampled_from(["HIGH", "MEDIUM", "LOW"]),
+    stream=st.booleans(),
+    callback=st.none() | st.sampled_from(["", "https://hooks.example/a", "x"]),
 )
 def test_the_rewrite_is_exactly_a_fresh_first_attempt_in_the_run_namespace(
-    request_id: str, tenant: str, created: int, deadline: int, attempt: int, not_before: int | None, tier: str
+    request_id: str,
+    tenant: str,
+    created: int,
+    deadline: int,
+    attempt: int,
+    not_before: int | None,
+    tier: str,
+    stream: bool,
+    callback: str | None,
 ) -> None:
     """Fast path or slow path, the bytes decode to the record a full decode/encode would produce."""
     record = a_request(
@@ -72,6 +93,8 @@ def test_the_rewrite_is_exactly_a_fresh_first_attempt_in_the_run_namespace(
         attempt=attempt,
         not_before_ms=not_before,
         session_id="s-1",
+        stream=stream,
+        callback_url=callback,
     )
     codec = request_codec()
     fresh = Rewriter("run-7").rewrite(codec.encode(record), NOW)

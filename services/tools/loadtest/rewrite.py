@@ -5,11 +5,13 @@ it is created now, it keeps its deadline length (``expire_at_ms - created_at_ms`
 first attempt. Decoding and re-encoding the whole record with fastavro costs ~30 µs a record on
 a 2-core machine, which caps replay far below 100,000 records/s. But the fields to change are the
 first ones of the record: request_id, tenant, origin_region, scenario, tier, created_at_ms,
-expire_at_ms, attempt, then everything else unchanged. So the fast path reads three short string
+expire_at_ms, attempt, then everything else unchanged (a recorded webhook is dropped: a load test
+never calls a caller's endpoint). So the fast path reads three short string
 lengths, two 6-byte varints and one byte, and splices new bytes in front of the untouched tail
 (~2 µs). Anything unusual takes the slow, exact path: another writer schema version, a string of
 64 bytes or more (2-byte length), a timestamp whose varint is not 6 bytes (before 1974 or after
-2039), an attempt over 63, or a `not_before_ms` set (a retry record).
+2039), an attempt over 63, a `not_before_ms` set (a retry record), a streamed request or a
+`callback_url`.
 """
 
 from __future__ import annotations
@@ -103,9 +105,11 @@ class Rewriter:
             except IndexError:
                 return slow(raw, now_ms)
             v = from_bytes(raw[q + 1 : q + 1 + _VARINTS], "little")
-            # raw[-2:] is 00 00 exactly when not_before_ms is null: params ends in a 0 (null, or a map's
-            # end) and a null union branch is a 0; a set value ends 02 00 (zero) or a non-zero byte.
-            if (n | a | b | c) & 0x80 or (v & _MASK) != _SHAPE or raw[-1] or raw[-2] or raw[:10] != header:
+            # The record ends params, not_before_ms, stream, callback_url. raw[-4:] is 00 00 00 00 exactly
+            # when not_before_ms and callback_url are null and stream is false: params ends in a 0
+            # (null, or a map's end), a null union branch and `false` are a 0, a set not_before_ms ends
+            # 02 00 (zero) or a non-zero byte, and a set callback_url ends in its last character.
+            if (n | a | b | c) & 0x80 or (v & _MASK) != _SHAPE or any(raw[-4:]) or raw[:10] != header:
                 return slow(raw, now_ms)
             if wanted is not None and raw[s0:q] not in wanted:
                 return None
@@ -137,5 +141,6 @@ class Rewriter:
             expire_at_ms=now_ms + (request.expire_at_ms - request.created_at_ms),
             attempt=1,
             not_before_ms=None,
+            callback_url=None,
         )
         return self.codec.encode(fresh)
