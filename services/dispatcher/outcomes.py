@@ -34,6 +34,7 @@ class OutcomeBuilder:
             error=error,
             dispatched_at_ms=dispatched_at_ms,
             tenant=request.tenant,
+            callback_url=request.callback_url,
         )
 
     def ok(
@@ -52,6 +53,7 @@ class OutcomeBuilder:
             usage=Usage(completion.prompt_tokens, completion.completion_tokens, completion.total_tokens),
             dispatched_at_ms=dispatched_at_ms,
             tenant=request.tenant,
+            callback_url=request.callback_url,
         )
 
     def expired(self, request: InferenceRequest, model: str, *, now_ms: int) -> InferenceResult:

@@ -169,6 +169,8 @@ class InferenceResult:
     dispatched_at_ms: int | None = None
     # The request's tenant: (tenant, request_id) names a result.
     tenant: str = "default"
+    # The request's webhook, copied from it: where the results service POSTs this outcome.
+    callback_url: str | None = None
 
     @property
     def queue_wait_ms(self) -> int | None:
@@ -200,6 +202,7 @@ class InferenceResult:
             "attempts": self.attempts,
             "dispatcher_id": self.dispatcher_id,
             "tenant": self.tenant,
+            "callback_url": self.callback_url,
         }
 
     @classmethod
@@ -221,6 +224,7 @@ class InferenceResult:
             else Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]),
             dispatched_at_ms=record.get("dispatched_at_ms"),
             tenant=record.get("tenant", "default"),
+            callback_url=record.get("callback_url"),
         )
 
 

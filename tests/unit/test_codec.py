@@ -90,6 +90,7 @@ def test_result_round_trip():
         "attempts": 1,
         "dispatcher_id": "d",
         "tenant": "acme",
+        "callback_url": None,
     }
     result = InferenceResult.from_record(record)
     assert codec.decode(codec.encode(result)) == result
@@ -191,7 +192,7 @@ def test_reader_without_the_writer_schema_refuses():
 
 def test_a_result_written_before_tenants_decodes_as_tenant_default():
     """A dispatcher not yet upgraded writes schema v1 (no tenant): the results service still reads it."""
-    [v1] = earlier_schemas("inference_result")
+    v1, _v2 = earlier_schemas("inference_result")
     assert "tenant" not in {f["name"] for f in v1["fields"]}
     old_record = {
         "request_id": "r-1",
@@ -235,3 +236,22 @@ def test_chunk_round_trip_and_its_header():
     # gets a clear refusal rather than a garbled result.
     with pytest.raises(UnknownSchemaError):
         result_codec().decode(chunk_codec().encode(chunk))
+
+
+def test_a_result_keeps_its_webhook_and_one_written_before_webhooks_has_none():
+    _v1, v2 = earlier_schemas("inference_result")
+    assert "callback_url" not in {f["name"] for f in v2["fields"]}
+    old_record = {
+        "request_id": "r-1",
+        "tier": "LOW",
+        "status": "OK",
+        "model": "m",
+        "enqueued_at_ms": 1,
+        "completed_at_ms": 2,
+        "attempts": 1,
+        "dispatcher_id": "d",
+        "tenant": "acme",
+    }
+    assert result_codec().decode(AvroCodec(v2).encode(old_record)).callback_url is None
+    hooked = InferenceResult.from_record(old_record | {"callback_url": "https://hooks.example/r"})
+    assert result_codec().decode(result_codec().encode(hooked)).callback_url == "https://hooks.example/r"
