@@ -59,6 +59,7 @@ class TenantRegistry:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._sighup_loop: asyncio.AbstractEventLoop | None = None
+        self._sighup_before: signal._HANDLER = signal.SIG_DFL
         self.reloads = 0
         self.failed_reloads = 0
 
@@ -155,6 +156,7 @@ class TenantRegistry:
         self._wake = asyncio.Event()
         if sighup:
             loop = asyncio.get_running_loop()
+            self._sighup_before = signal.getsignal(signal.SIGHUP)
             loop.add_signal_handler(signal.SIGHUP, self.request_reload)
             self._sighup_loop = loop
         self._task = asyncio.create_task(self._watch(self._wake), name="tenants-reload")
@@ -164,6 +166,8 @@ class TenantRegistry:
         if self._sighup_loop is not None:
             self._sighup_loop.remove_signal_handler(signal.SIGHUP)
             self._sighup_loop = None
+            # remove_signal_handler leaves SIG_DFL; put back what the process had (SIG_IGN under nohup).
+            signal.signal(signal.SIGHUP, self._sighup_before)
         task, self._task = self._task, None
         if task is None:
             return
