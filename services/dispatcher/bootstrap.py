@@ -185,6 +185,7 @@ def bootstrap(
     writer = OutcomeWriter(
         producer, topics, OutcomeBuilder(settings.dispatcher_id), models, metrics, clock_ms
     )
+    next_start = NextStart(room, scheduler)
     execution = Execution(
         backend=backend,
         pool=pool,
@@ -200,6 +201,7 @@ def bootstrap(
         clock_ms=clock_ms,
         backend_timeout_s=settings.backend_timeout_s,
         token_freed=wake,
+        call_ended=next_start.ended,
     )
     intake = Intake(
         consumer=consumer,
@@ -221,7 +223,7 @@ def bootstrap(
         clock_ms=clock_ms,
     )
     starter = Starter(
-        next_start=NextStart(room, scheduler),
+        next_start=next_start,
         pool=pool,
         pool_is_shared=tokens.shared,
         budget=budget,

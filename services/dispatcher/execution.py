@@ -38,6 +38,7 @@ class Execution:
         clock_ms: Callable[[], int],
         backend_timeout_s: float,
         token_freed: asyncio.Event,
+        call_ended: Callable[[Work], None] = lambda _: None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._backend = backend
@@ -50,6 +51,8 @@ class Execution:
         self._clock_ms = clock_ms
         self._backend_timeout_s = backend_timeout_s
         self._token_freed = token_freed
+        # The tenant's concurrency cap counts the call until its token is back (`NextStart.ended`).
+        self._call_ended = call_ended
         self._monotonic = monotonic
 
     async def call(self, work: Work, lease: Lease) -> None:
@@ -70,6 +73,7 @@ class Execution:
         except BackendError as exc:
             failure = exc
         finally:
+            self._call_ended(work)
             await self._pool.release(lease)
             self._token_freed.set()
         if failure is not None:
