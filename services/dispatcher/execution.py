@@ -57,7 +57,9 @@ class Execution:
 
     async def call(self, work: Work, lease: Lease) -> None:
         dispatched_at = self._clock_ms()
-        self._metrics.record_queue_wait(work.tier, (dispatched_at - work.created_at_ms) / 1000)
+        self._metrics.record_queue_wait(
+            work.tier, (dispatched_at - work.created_at_ms) / 1000, work.request.tenant
+        )
         model = self._models.model_for(work)
         remaining_s = (work.expire_at_ms - dispatched_at) / 1000
         timeout_s = max(0.001, min(self._backend_timeout_s, remaining_s))

@@ -64,6 +64,13 @@ class WaitingRoom:
         """The tenants with requests of `source_tier` held."""
         return [t for (tier, t), n in self._held_by_tenant.items() if tier is source_tier and n > 0]
 
+    def held_by_tenant(self) -> dict[str, int]:
+        """Requests held per tenant, every tier."""
+        held: dict[str, int] = {}
+        for (_, tenant), n in self._held_by_tenant.items():
+            held[tenant] = held.get(tenant, 0) + n
+        return held
+
     def running(self, tenant: str) -> int:
         return self._running[tenant]
 
