@@ -261,6 +261,7 @@ def bootstrap(
             enabled=lambda: registry.directory is not None and len(registry.directory) > 1,
         ),
     )
+    pauses.rereading = intake.rereading
     metrics.watch_tenants(room.running_by_tenant, room.held_by_tenant, lambda: len(intake.deferred))
     starter = Starter(
         next_start=next_start,

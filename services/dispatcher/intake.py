@@ -139,6 +139,13 @@ class Intake:
                 self._seek(partition, record.offset)
                 return
 
+    def rereading(self, partition: Partition) -> bool:
+        """The consumer reads `partition` behind its newest record: deferred records, again."""
+        offsets = self._offsets.owned_state(partition.topic, partition.partition)
+        at = self._reading_at.get(partition)
+        newest = offsets.next_to_read if offsets is not None else None
+        return at is not None and newest is not None and at < newest
+
     def rewind(self) -> None:
         """Seek each partition back to its first deferred record whose tenant has room again
         (enough of it to be worth the re-fetch)."""
@@ -153,6 +160,7 @@ class Intake:
             target = self.deferred.next_offset(partition, 0, worth)
             if target is not None and target < self._reading_at.get(partition, target + 1):
                 self._seek(partition, target)
+                self._pauses.update()  # a partition paused for its full window is read again
 
     def _reread(
         self, partition: Partition, offsets: PartitionOffsets, record: FetchedRecord, source_tier: Tier | None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from services.dispatcher import offsets as offsets_module
 from services.dispatcher.errors import RefusedRequestError
 from services.dispatcher.record_rules import Checked
 from services.dispatcher.tenant_gate import TenantGate
@@ -177,3 +178,27 @@ def test_open_mode_accepts_every_tenant_with_the_global_rules() -> None:
     original = checked("anyone", int(time.time() * 1000))
     assert gate.check(original) is original
     assert gate.label("anyone") == "default"
+
+
+def test_deferred_records_are_read_again_when_their_partitions_window_is_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window of uncommitted offsets pauses a partition; when it is full of deferred records,
+    the rewind must still read them (else nothing completes and the window never moves)."""
+    monkeypatch.setattr(offsets_module, "MAX_UNCOMMITTED", 30)
+    flood = [a_request("LOW", tenant="a", deadline_ms=600_000) for _ in range(100)]
+
+    async def scenario() -> None:
+        path = tmp_path / "t.toml"
+        test_rig = tenants_rig(
+            path, TenantSpec("a"), TenantSpec("b"), budget=1, readahead_per_tier=10, schedule_pin="night"
+        )
+        async with running(test_rig) as r:
+            low = r.partition("LOW")
+            for request in flood:
+                r.consumer.produce(low, encoded(request))
+            await eventually(lambda: len(r.results()) == 100, "every request answered", timeout_s=20)
+            assert len(r.backend.models) == 100
+            await eventually(lambda: r.consumer.committed_offset(low) == 100, "the commit to the end")
+
+    asyncio.run(scenario())
