@@ -347,5 +347,6 @@ def bootstrap(
         budget=budget,
         scheduler=scheduler,
         inflight=inflight,
+        deferred=lambda: len(intake.deferred),
     )
     return Dispatcher(loop, health)
