@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from services.dispatcher.waiting import WaitingRoom
 from services.messaging.records import InferenceResult
@@ -26,8 +26,9 @@ class DispatcherMetrics:
         tokens_held: Callable[[], Mapping[Tier, int]],
         effective_budget: Callable[[], int],
         tenant_label: Callable[[str], str] = lambda _: "default",
+        otel_meter: Meter | None = None,
     ) -> None:
-        m = meter("inferq.dispatcher")
+        m = self._meter = otel_meter or meter("inferq.dispatcher")
         self._tenant_label = tenant_label
         self._waiting: dict[Tier, int] = dict.fromkeys(Tier, 0)
         self._paused_partitions = 0
@@ -108,7 +109,7 @@ class DispatcherMetrics:
         def observe(_: CallbackOptions) -> Iterable[Observation]:
             return [Observation(r, {"topic": topic}) for topic, r in ratios().items()]
 
-        meter("inferq.dispatcher").create_observable_gauge(
+        self._meter.create_observable_gauge(
             "inferq_poison_ratio", [observe], description="share of undecodable records, last 60 s, by topic"
         )
 
@@ -133,7 +134,7 @@ class DispatcherMetrics:
 
             return observe
 
-        m = meter("inferq.dispatcher")
+        m = self._meter
         m.create_observable_gauge(
             "inferq_tenant_tokens_in_use",
             [per_tenant(calls)],

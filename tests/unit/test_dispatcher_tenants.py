@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from services.dispatcher import offsets as offsets_module
 from services.dispatcher.errors import RefusedRequestError
+from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.record_rules import Checked
 from services.dispatcher.tenant_gate import TenantGate
 from services.messaging.records import Status
@@ -19,6 +21,7 @@ from services.messaging.topics import TopicNames
 from services.tenancy.registry import TenantRegistry
 from services.tenancy.settings import TenancySettings
 from tests.support.dispatcher_fakes import encoded, eventually, rig, running
+from tests.support.fakes import InMemoryMetrics, a_result, labels
 from tests.support.kafka import a_request
 from tests.support.tenants import TenantSpec, write_tenants
 
@@ -202,3 +205,35 @@ def test_deferred_records_are_read_again_when_their_partitions_window_is_full(
             await eventually(lambda: r.consumer.committed_offset(low) == 100, "the commit to the end")
 
     asyncio.run(scenario())
+
+
+def test_dispatcher_metrics_label_tenants_from_the_file_only(tmp_path: Path) -> None:
+    path = write_tenants(tmp_path / "t.toml", TenantSpec("a"), TenantSpec("b"))
+    registry = TenantRegistry(path, topics=TopicNames())
+    registry.load()
+    gate = TenantGate(registry, default_reply_topic="inferq.results", clock_ms=lambda: 0)
+    reader = InMemoryMetrics()
+    metrics = DispatcherMetrics(
+        tokens_in_use=dict,
+        tokens_held=dict,
+        effective_budget=lambda: 10,
+        tenant_label=gate.label,
+        otel_meter=reader.meter,
+    )
+    metrics.record_refused("a", "not_entitled")
+    for stranger in ("x1", "x2", "x3"):  # whatever a producer writes, one label
+        metrics.record_refused(stranger, "unknown_tenant")
+    metrics.record_outcome(Tier.LOW, replace(a_result("r1"), tenant="b"))
+    metrics.record_outcome(Tier.LOW, replace(a_result("r2"), tenant="gone-or-never-there"))
+    metrics.watch_tenants(lambda: {"a": 2, "x1": 1, "x2": 1}, lambda: {"b": 4}, lambda: 7)
+    assert reader.points("inferq_refused_total") == {
+        labels(tenant="a", cause="not_entitled"): 1,
+        labels(tenant="other", cause="unknown_tenant"): 3,
+    }
+    assert reader.points("inferq_outcomes_total") == {
+        labels(tier="LOW", status="OK", tenant="b"): 1,
+        labels(tier="LOW", status="OK", tenant="other"): 1,
+    }
+    assert reader.points("inferq_tenant_tokens_in_use") == {labels(tenant="a"): 2, labels(tenant="other"): 2}
+    assert reader.points("inferq_tenant_readahead_waiting") == {labels(tenant="b"): 4}
+    assert reader.points("inferq_readahead_deferred") == {labels(): 7}
