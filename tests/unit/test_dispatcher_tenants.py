@@ -237,3 +237,64 @@ def test_dispatcher_metrics_label_tenants_from_the_file_only(tmp_path: Path) -> 
     assert reader.points("inferq_tenant_tokens_in_use") == {labels(tenant="a"): 2, labels(tenant="other"): 2}
     assert reader.points("inferq_tenant_readahead_waiting") == {labels(tenant="b"): 4}
     assert reader.points("inferq_readahead_deferred") == {labels(): 7}
+
+
+def test_deferred_records_survive_a_rebalance_and_the_commit_never_passes_them(tmp_path: Path) -> None:
+    """While A's records are deferred, the partition is revoked and handed back (an eager
+    rebalance): the commit made inside the rebalance stops at the first deferred record, the new
+    assignment reads them again, and every request is called once."""
+    flood = [a_request("LOW", tenant="a", deadline_ms=600_000) for _ in range(40)]
+    few = [a_request("LOW", tenant="b", deadline_ms=600_000) for _ in range(3)]
+
+    async def scenario() -> None:
+        test_rig = tenants_rig(
+            tmp_path / "t.toml",
+            TenantSpec("a"),
+            TenantSpec("b"),
+            budget=1,
+            readahead_per_tier=10,
+            schedule_pin="night",
+        )
+        async with running(test_rig) as r:
+            r.backend.hold()
+            low = r.partition("LOW")
+            for request in [*flood, *few]:
+                r.consumer.produce(low, encoded(request))
+            await eventually(lambda: r.dispatcher.health()["deferred"] > 0, "deferred records")
+            await eventually(lambda: r.dispatcher.health()["held_by_tier"]["LOW"] >= 5, "B's held too")
+            await r.consumer.rebalance(set(r.consumer.logs))
+            committed = r.consumer.committed_offset(low)
+            assert committed is not None and committed <= 1  # at most the call running, not beyond
+            r.backend.release()
+            await eventually(lambda: len(r.results()) == 43, "every request answered", timeout_s=20)
+            assert len(r.backend.models) == 43  # none called twice
+            await eventually(lambda: r.consumer.committed_offset(low) == 43, "the commit to the end")
+
+    asyncio.run(scenario())
+
+
+def test_deferred_records_that_run_out_of_time_are_answered_expired(tmp_path: Path) -> None:
+    doomed = [a_request("LOW", tenant="a", deadline_ms=400) for _ in range(30)]
+
+    async def scenario() -> None:
+        test_rig = tenants_rig(
+            tmp_path / "t.toml",
+            TenantSpec("a"),
+            TenantSpec("b"),
+            budget=1,
+            readahead_per_tier=10,
+            schedule_pin="night",
+            early_drop=False,
+        )
+        async with running(test_rig) as r:
+            r.backend.hold()
+            low = r.partition("LOW")
+            for request in doomed:
+                r.consumer.produce(low, encoded(request))
+            await eventually(lambda: len(r.results()) == 29, "all but the running one answered")
+            assert {res.status for res in r.results().values()} == {Status.EXPIRED}
+            assert r.dispatcher.health()["deferred"] == 0
+            r.backend.release()
+            await eventually(lambda: r.consumer.committed_offset(low) == 30, "the commit to the end")
+
+    asyncio.run(scenario())
