@@ -298,3 +298,17 @@ def test_deferred_records_that_run_out_of_time_are_answered_expired(tmp_path: Pa
             await eventually(lambda: r.consumer.committed_offset(low) == 30, "the commit to the end")
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("name", ["x" * 64, "other", "default", "a\nb", "ü" * 10, ""])
+def test_a_hostile_tenant_name_is_refused_without_being_echoed_whole(tmp_path: Path, name: str) -> None:
+    path = write_tenants(tmp_path / "t.toml", TenantSpec("a"), TenantSpec("b"))
+    registry = TenantRegistry(path, topics=TopicNames())
+    registry.load()
+    gate = TenantGate(registry, default_reply_topic="inferq.results", clock_ms=lambda: 0)
+    with pytest.raises(RefusedRequestError) as refused:
+        gate.check(checked(name, 1_000))
+    reason = refused.value.reason
+    assert refused.value.cause == "unknown_tenant" and "not in the tenants file" in reason
+    assert len(reason) <= 120 and "\n" not in reason
+    assert gate.label(name) == "other"
