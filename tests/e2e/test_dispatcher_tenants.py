@@ -4,6 +4,7 @@ written straight to the request topics as a Kafka-native producer would.
 - a tenant the file does not list goes to the dead-letter topic with the reason;
 - a record its tenant is not entitled to goes there too; one above its tier is served at its
   `max_tier`;
+- a tenant removed from the file: what it asked before the reload runs, what it asks after does not;
 - a flood: tenant A writes 200 LOW requests, then B 10; B's complete among the first, within
   their weighted share, not after A's backlog. Asserted on the order in which calls started
   (the results' `dispatched_at_ms`), never on how long anything took.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,3 +142,25 @@ def test_a_flooding_tenant_does_not_push_a_small_one_behind_its_backlog(pipeline
     # start within about twenty starts of being found (A's starts before that, while B was not yet
     # written, are the rest of the margin). In arrival order they would be the last ten (200..209).
     assert max(positions) < 80, positions
+
+
+def test_a_removed_tenant_keeps_what_it_asked_before_the_reload(pipeline: Pipeline) -> None:
+    """The file loses tenant "small": its record made before the dispatcher applied the reload
+    still runs, one made after goes to the dead-letter topic as an unknown tenant's."""
+    path = Path(pipeline.extra_env["INFERQ_TENANTS_FILE"])
+    before = a_request("HIGH", tenant="small")  # created now, written after the reload
+    [dispatcher] = pipeline.dispatchers
+    write_tenants(path, FLOOD, NARROW)
+    try:
+        deadline = time.monotonic() + 30
+        while "tenant 'small' removed from the tenants file" not in dispatcher.log_path.read_text():
+            assert time.monotonic() < deadline, "the dispatcher did not reload the file"
+            time.sleep(0.1)
+        after = a_request("HIGH", tenant="small")
+        produce_requests(pipeline.bootstrap, topics(pipeline).requests_by_name("HIGH"), [before, after])
+        results = results_of(pipeline, {before.request_id, after.request_id})
+        assert results[before.request_id].status.value == "OK"
+        assert results[after.request_id].status.value == "FAILED"
+        assert "tenant 'small' is not in the tenants file" in (results[after.request_id].error or "")
+    finally:
+        write_tenants(path, FLOOD, SMALL, NARROW)
