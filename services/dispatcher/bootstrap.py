@@ -180,7 +180,8 @@ def bootstrap(
     registry = TenantRegistry(
         settings.tenants.file, topics=topics, reload_interval_s=settings.tenants.reload_interval_s
     )
-    registry.load()
+    if registry.load() is None:
+        log.warning("dispatcher in open mode: every tenant a record names runs, with the global rules")
     gate = TenantGate(registry, default_reply_topic=topics.results, clock_ms=clock_ms)
     limits = RegistryLimits(registry)
     metrics = DispatcherMetrics(
