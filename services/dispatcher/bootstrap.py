@@ -38,6 +38,7 @@ from services.dispatcher.retries import RetryPolicy
 from services.dispatcher.run_loop import Helper, Resource, RunLoop
 from services.dispatcher.settings import DispatcherSettings, build_schedule, renamed_variables_in
 from services.dispatcher.starting import Starter
+from services.dispatcher.streaming import ChunkPolicy
 from services.dispatcher.tokens import LocalTokenPool, TokenPool
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.writer import OutcomeWriter, RecordProducer
@@ -200,6 +201,9 @@ def bootstrap(
         clock_ms=clock_ms,
         backend_timeout_s=settings.backend_timeout_s,
         token_freed=wake,
+        chunk_policy=ChunkPolicy(
+            tokens=settings.stream_chunk_tokens, linger_ms=settings.stream_chunk_linger_ms
+        ),
     )
     intake = Intake(
         consumer=consumer,
