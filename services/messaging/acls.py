@@ -10,7 +10,9 @@ ingest         WRITE the request topics (``<prefix>.requests.*``); DESCRIBE the 
 dispatcher     READ the request topics and ``<prefix>.retry`` in its group (READ on the group);
                WRITE ``<prefix>.results`` and ``<prefix>.results.*`` (regional reply topics, a
                ``reply_to``), ``<prefix>.retry`` and ``<prefix>.dlq``
-results        READ ``<prefix>.results`` in its group
+results        READ ``<prefix>.results`` and ``<prefix>.results.*`` (a results service may serve one
+               region or all, ``inferq results --region``) in its group or a regional one
+               (``<group>-<region>``, ``<group>-all``: READ on the group prefix ``<group>-``)
 =============  ===========================================================================
 
 READ and WRITE imply DESCRIBE in Kafka, so metadata and offsets of those topics come with them.
@@ -121,7 +123,10 @@ def service_grants(topics: TopicNames, who: ServicePrincipals) -> list[Grant]:
         Grant(dispatcher, write, topic, topics.dlq),
         Grant(dispatcher, read, group, who.dispatcher_group),
         Grant(results, read, topic, topics.results),
+        Grant(results, read, topic, f"{topics.results}.", prefixed=True),
         Grant(results, read, group, who.results_group),
+        # The groups of regional results services: <group>-eu, <group>-all (results settings).
+        Grant(results, read, group, f"{who.results_group}-", prefixed=True),
     ]
 
 
