@@ -68,11 +68,10 @@ class ResultsSettings(BaseSettings):
 
     @property
     def consumer_group(self) -> str:
-        """The consumer group: `group_id`, with the region appended unless the group was set
-        explicitly, so that services of different regions never share (and split) one group."""
-        if self.region is None or "group_id" in self.model_fields_set:
-            return self.group_id
-        return f"{self.group_id}-{self.region}"
+        """The consumer group: `group_id`, with ``-<region>`` (or ``-all``) appended for a regional
+        service, so that services of different regions never share (and split) one group; the
+        results principal's ACLs grant the groups ``<group_id>-*`` for them (``acls.py``)."""
+        return self.group_id if self.region is None else f"{self.group_id}-{self.region}"
 
     @property
     def reply_topics(self) -> list[str]:

@@ -169,10 +169,8 @@ def test_a_results_service_serves_one_region_or_all_in_a_group_of_its_own(
     assert (everything.reply_topics, everything.consumer_group) == (["inferq.results"], "inferq-results-all")
     monkeypatch.setenv("INFERQ_RESULTS_REGION", "us")
     monkeypatch.setenv("INFERQ_RESULTS_GROUP_ID", "mine")
-    assert (ResultsSettings().reply_topics, ResultsSettings().consumer_group) == (
-        ["inferq.results.us"],
-        "mine",
-    )
+    us = ResultsSettings()
+    assert (us.reply_topics, us.consumer_group) == (["inferq.results.us"], "mine-us")
 
 
 @pytest.mark.parametrize("region", ["ALL", "EU", "dlq", "eu.west"])
