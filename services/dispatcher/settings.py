@@ -84,8 +84,9 @@ class DispatcherSettings(BaseSettings):
     backend_api_key: SecretStr | None = None
     # Upper bound of one backend call; the remaining deadline bounds it further.
     backend_timeout_s: float = Field(default=120.0, gt=0)
-    # A streamed answer's tokens go to the reply topic as one chunk per this many tokens, or once
-    # the oldest waiting token is this old, whichever comes first (services/dispatcher/streaming.py).
+    # After its first token (written at once), a streamed answer's tokens go to the reply topic as one
+    # chunk per this many tokens, or once the oldest waiting token is this old, whichever comes first
+    # (services/dispatcher/streaming.py).
     stream_chunk_tokens: int = Field(default=8, ge=1, le=10_000)
     stream_chunk_linger_ms: float = Field(default=5.0, ge=0, le=10_000)
     model_fast: str = "inferq-fast"

@@ -1,8 +1,9 @@
 """A streamed answer's chunks: the backend's tokens batched and written to the reply topic in order.
 
 When a request has `stream` set, the backend hands each token to `ChunkStream.add` as it arrives
-(synchronously: reading the stream never waits for Kafka). One flusher task writes what has
-gathered as one `InferenceChunk` once `ChunkPolicy.tokens` tokens wait or the oldest has waited
+(synchronously: reading the stream never waits for Kafka). One flusher task writes the first token
+at once (the time to the first token is what a caller feels), then what has gathered as one
+`InferenceChunk` once `ChunkPolicy.tokens` tokens wait or the oldest has waited
 `ChunkPolicy.linger_ms`, whichever comes first, and waits for the broker's acknowledgement before
 the next: so chunks are written one at a time, in order (seq 0, 1, 2...), and while one is being
 acknowledged the next grows. Chunks are keyed by request id like the result, so they share its
@@ -30,8 +31,9 @@ ChunkSink = Callable[[int, str], Awaitable[ProduceError | None]]
 
 @dataclass(frozen=True)
 class ChunkPolicy:
-    """When gathered tokens become a chunk: at `tokens` tokens, or `linger_ms` after the first of
-    them arrived. `ChunkPolicy(tokens=1)` writes every token as it comes."""
+    """When gathered tokens become a chunk (after the first, which goes at once): at `tokens` tokens,
+    or `linger_ms` after the first of them arrived. `ChunkPolicy(tokens=1)` writes every token as it
+    comes."""
 
     tokens: int = 8
     linger_ms: float = 5.0
@@ -106,7 +108,9 @@ class ChunkStream:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self._buffer and len(self._buffer) < self._policy.tokens and not self._closing:
+            # The first chunk goes at once: the time to the first token is what a caller feels.
+            lingers = self.started and not self._closing
+            if self._buffer and len(self._buffer) < self._policy.tokens and lingers:
                 wait_s = self._first_at + linger_s - self._monotonic()
                 if wait_s > 0:
                     # Woken early by a full chunk or the end of the call.

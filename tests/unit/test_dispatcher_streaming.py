@@ -104,15 +104,49 @@ def test_a_refused_chunk_stops_the_stream_and_is_reported() -> None:
     assert written == 1
 
 
+def test_the_first_token_goes_at_once_and_later_ones_wait_for_their_batch() -> None:
+    async def scenario() -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        sink = Sink()
+        stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
+        stream.start()
+        stream.add("first")
+        await eventually(lambda: len(sink.chunks) == 1, "the first token written without its batch")
+        stream.add("second")
+        stream.add("third")
+        await asyncio.sleep(0.05)  # far below the 10 s linger: nothing more may have been written
+        before_end = list(sink.chunks)
+        await stream.finish()
+        return before_end, sink.chunks
+
+    before_end, chunks = asyncio.run(scenario())
+    assert before_end == [(0, "first")]
+    assert chunks == [(0, "first"), (1, "secondthird")]
+
+
 def test_abort_drops_gathered_tokens_and_ends_the_flusher() -> None:
     async def scenario() -> tuple[list[tuple[int, str]], bool]:
         sink = Sink()
         stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
         stream.start()
+        stream.add("first")
+        await eventually(lambda: len(sink.chunks) == 1, "the first chunk")
         stream.add("never")
         await asyncio.sleep(0.01)
         await stream.abort()
         stream.add("after")
+        return sink.chunks, stream.started
+
+    assert asyncio.run(scenario()) == ([(0, "first")], True)
+
+
+def test_abort_before_any_chunk_writes_nothing() -> None:
+    async def scenario() -> tuple[list[tuple[int, str]], bool]:
+        sink = Sink()
+        stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
+        stream.start()
+        await stream.abort()
+        stream.add("after")
+        await asyncio.sleep(0.01)
         return sink.chunks, stream.started
 
     assert asyncio.run(scenario()) == ([], False)
