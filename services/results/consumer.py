@@ -156,7 +156,7 @@ class ResultConsumer:
         decoded: list[InferenceResult] = []
         for tp, records in batches.items():
             for record in records:
-                if is_chunk(record.headers):
+                if is_chunk(list(record.headers or ())):
                     continue
                 try:
                     decoded.append(self._codec.decode(record.value or b""))

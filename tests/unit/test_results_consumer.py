@@ -115,23 +115,24 @@ def test_chunks_of_a_streamed_answer_are_passed_over_not_stored_nor_poison(tmp_p
         async with ResultStore(tmp_path / "r.db") as store:
             feed = FakeResultFeed()
             consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(reader.meter))
-            feed.push_records(
+            feed.push(
                 [
-                    (chunk_codec().encode(chunk), marked),
-                    (chunk_codec().encode(replace(chunk, seq=1, delta="tial")), marked),
-                    (CODEC.encode(result("a")), [("traceparent", b"00-x")]),
-                ]
+                    chunk_codec().encode(chunk),
+                    chunk_codec().encode(replace(chunk, seq=1, delta="tial")),
+                ],
+                headers=marked,
             )
+            feed.push([CODEC.encode(result("a"))], headers=[("traceparent", b"00-x")])
             # A chunk-marked record that is not a chunk is still not a result: passed over too.
-            feed.push_records([(b"\x00not avro", marked)])
-            await consumer.consume_once(feed)
-            await consumer.consume_once(feed)
+            feed.push([b"\x00not avro"], headers=marked)
+            for _ in range(3):
+                await consumer.consume_once(feed)
             return await store.get("default", "a"), await store.count(), feed
 
     stored, count, feed = asyncio.run(scenario())
     assert stored is not None and stored.status == "OK"
     assert count == 1
-    assert feed.commits == [1, 2], "chunks are committed past like everything else"
+    assert feed.commits == [1, 2, 3], "chunks are committed past like everything else"
     assert reader.points("inferq_results_undecodable_total") == {}
     assert reader.points("inferq_results_stored_total") == {frozenset(): 1}
     assert "undecodable" not in caplog.text
