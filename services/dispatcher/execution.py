@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from services.dispatcher.adaptive import AdaptiveBudget, warn_on_change
-from services.dispatcher.backend import Backend
+from services.dispatcher.backend import Backend, Completion
 from services.dispatcher.errors import BackendError
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.models import ModelChoice
@@ -41,10 +41,10 @@ class Execution:
         retry_policy: RetryPolicy,
         adaptive: AdaptiveBudget | None,
         metrics: DispatcherMetrics,
+        chunk_policy: ChunkPolicy | None = None,
         clock_ms: Callable[[], int],
         backend_timeout_s: float,
         token_freed: asyncio.Event,
-        chunk_policy: ChunkPolicy | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._backend = backend
@@ -54,10 +54,10 @@ class Execution:
         self._retry_policy = retry_policy
         self._adaptive = adaptive
         self._metrics = metrics
+        self._chunk_policy = chunk_policy or ChunkPolicy()
         self._clock_ms = clock_ms
         self._backend_timeout_s = backend_timeout_s
         self._token_freed = token_freed
-        self._chunk_policy = chunk_policy or ChunkPolicy()
         self._monotonic = monotonic
 
     async def call(self, work: Work, lease: Lease) -> None:
@@ -73,40 +73,43 @@ class Execution:
         started = self._monotonic()
         failure: BackendError | None = None
         try:
-            try:
-                if stream is None:
-                    completion = await self._backend.complete(
-                        model, work.request.openai_messages(), work.params, timeout_s=timeout_s
-                    )
-                else:
-                    stream.start()
-                    completion = await self._backend.stream(
-                        model,
-                        work.request.openai_messages(),
-                        work.params,
-                        timeout_s=timeout_s,
-                        on_delta=stream.add,
-                    )
-            except BackendError as exc:
-                failure = exc
-            finally:
-                await self._pool.release(lease)
-                self._token_freed.set()
-            if failure is not None and failure.overload and not (failure.timed_out and deadline_bound):
+            completion = await self._complete(work, model, timeout_s, stream)
+        except BackendError as exc:
+            failure = exc
+        finally:
+            await self._pool.release(lease)
+            self._token_freed.set()
+        if failure is not None:
+            if failure.overload and not (failure.timed_out and deadline_bound):
                 self._feedback_overload()
             if stream is not None and await self._stream_ended(work, stream, failure, dispatched_at):
                 return
-            if failure is not None:
-                await self._failed(work, failure, dispatched_at)
-                return
-            if self._adaptive is not None:
-                before = self._adaptive.effective
-                self._adaptive.record_success(model, self._monotonic() - started)
-                warn_on_change(self._adaptive, before)
-            await self._writer.ok(work, completion, dispatched_at)
-        finally:
-            if stream is not None:
-                await stream.abort()  # a no-op once finished; on cancellation, stops the flusher
+            await self._failed(work, failure, dispatched_at)
+            return
+        if stream is not None and await self._stream_ended(work, stream, None, dispatched_at):
+            return
+        if self._adaptive is not None:
+            before = self._adaptive.effective
+            self._adaptive.record_success(model, self._monotonic() - started)
+            warn_on_change(self._adaptive, before)
+        await self._writer.ok(work, completion, dispatched_at)
+
+    async def _complete(
+        self, work: Work, model: str, timeout_s: float, stream: ChunkStream | None
+    ) -> Completion:
+        """The backend call: streamed into `stream` (its flusher running meanwhile) when there is one."""
+        if stream is None:
+            return await self._backend.complete(
+                model, work.request.openai_messages(), work.params, timeout_s=timeout_s
+            )
+        stream.start()
+        try:
+            return await self._backend.stream(
+                model, work.request.openai_messages(), work.params, timeout_s=timeout_s, on_delta=stream.add
+            )
+        except asyncio.CancelledError:
+            await stream.abort()  # shutdown past the drain bound: the flusher goes with the call
+            raise
 
     def _chunk_stream(self, work: Work, model: str) -> ChunkStream:
         async def write(seq: int, delta: str) -> ProduceError | None:
@@ -121,8 +124,9 @@ class Execution:
 
         Nothing handed to the producer yet: the tokens gathered are dropped and the call's outcome
         is decided as for any call (a failure may be retried). Otherwise the remaining chunks are
-        written first; then a failed call is FAILED and dead-lettered, never retried, so a caller
-        never sees a token twice; and a chunk the reply topic refused fails the request likewise.
+        written first (a cancellation meanwhile cancels the flusher with it); then a failed call is
+        FAILED and dead-lettered, never retried, so a caller never sees a token twice; and a chunk
+        the reply topic refused fails the request likewise.
         """
         if failure is not None and not stream.started:
             await stream.abort()

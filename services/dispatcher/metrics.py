@@ -41,6 +41,13 @@ class DispatcherMetrics:
         self._retries = m.create_counter(
             "inferq_retries_total", description="failed calls queued for a retry"
         )
+        self._chunks = m.create_counter(
+            "inferq_stream_chunks_total", description="chunks of streamed answers written, by tier"
+        )
+        self._failed_mid_stream = m.create_counter(
+            "inferq_stream_failed_mid_stream_total",
+            description="streamed calls failed after chunks were written (FAILED, no retry), by tier",
+        )
         self._evicted = m.create_counter(
             "inferq_evicted_total", description="LOW requests answered EVICTED under pressure"
         )
@@ -52,13 +59,6 @@ class DispatcherMetrics:
         )
         self._clamped = m.create_counter(
             "inferq_clamped_fields_total", description="out-of-range record fields clamped, by field"
-        )
-        self._chunks = m.create_counter(
-            "inferq_stream_chunks_total", description="chunks of streamed answers written, by tier"
-        )
-        self._failed_mid_stream = m.create_counter(
-            "inferq_stream_failed_mid_stream_total",
-            description="streamed calls failed after chunks were written (FAILED, no retry), by tier",
         )
         self._unwritable = m.create_counter(
             "inferq_unwritable_total",
@@ -128,6 +128,12 @@ class DispatcherMetrics:
     def record_retry(self, tier: Tier) -> None:
         self._retries.add(1, {"tier": tier.value})
 
+    def record_chunk(self, tier: Tier) -> None:
+        self._chunks.add(1, {"tier": tier.value})
+
+    def record_failed_mid_stream(self, tier: Tier) -> None:
+        self._failed_mid_stream.add(1, {"tier": tier.value})
+
     def record_evicted(self, tier: Tier) -> None:
         self._evicted.add(1, {"tier": tier.value})
 
@@ -139,12 +145,6 @@ class DispatcherMetrics:
 
     def record_clamped(self, field: str) -> None:
         self._clamped.add(1, {"field": field})
-
-    def record_chunk(self, tier: Tier) -> None:
-        self._chunks.add(1, {"tier": tier.value})
-
-    def record_failed_mid_stream(self, tier: Tier) -> None:
-        self._failed_mid_stream.add(1, {"tier": tier.value})
 
     def record_unwritable(self, kind: str) -> None:
         self._unwritable.add(1, {"kind": kind})

@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.dispatcher.schedule import Schedule, TierLimits
+from services.dispatcher.streaming import ChunkPolicy
 from services.dispatcher.tokens.settings import RedisBudgetSettings
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, DEFAULT_SCENARIO_TIERS, Tier, complete_per_tier
@@ -112,6 +113,11 @@ RENAMED_VARIABLES = {"INFERQ_LEASE_TTL_S": "INFERQ_REDIS_LEASE_TTL_S"}
 def renamed_variables_in(environ: Mapping[str, str]) -> list[str]:
     """A line per variable of `environ` that is no longer read, naming the one to use instead."""
     return [f"{old} is no longer read: use {new}" for old, new in RENAMED_VARIABLES.items() if old in environ]
+
+
+def chunk_policy(settings: DispatcherSettings) -> ChunkPolicy:
+    """How a streamed answer's tokens are batched into chunks (``INFERQ_STREAM_CHUNK_*``)."""
+    return ChunkPolicy(tokens=settings.stream_chunk_tokens, linger_ms=settings.stream_chunk_linger_ms)
 
 
 def build_schedule(settings: DispatcherSettings) -> Schedule:
