@@ -10,10 +10,12 @@ ingest         WRITE the request topics (``<prefix>.requests.*``); DESCRIBE the 
 dispatcher     READ the request topics and ``<prefix>.retry`` in its group (READ on the group);
                WRITE ``<prefix>.results`` and ``<prefix>.results.*`` (regional reply topics, a
                ``reply_to``), ``<prefix>.retry`` and ``<prefix>.dlq``
-results        READ ``<prefix>.results`` and ``<prefix>.results.*`` (a results service may serve one
-               region or all, ``inferq results --region``) in its group or a regional one
-               (``<group>-<region>``, ``<group>-all``: READ on the group prefix ``<group>-``)
+results        READ ``<prefix>.results`` in its group
 =============  ===========================================================================
+
+A results service may serve one region or all (``inferq results --region``): ``results`` also
+READs ``<prefix>.results.*`` (the regional reply topics) in the group of such a service,
+``<group>-<region>`` or ``<group>-all`` (READ on the group prefix ``<group>-``).
 
 READ and WRITE imply DESCRIBE in Kafka, so metadata and offsets of those topics come with them.
 An idempotent producer needs no cluster ACL since Kafka 3.0 (KIP-679: WRITE on a topic suffices).

@@ -27,7 +27,7 @@ from services.messaging.codec import result_codec
 from services.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
 from services.results.retention import RetentionTask
 from services.results.routes import Health, ReadMetrics, ResultRoutes
-from services.results.settings import ALL_REGIONS, ResultsSettings
+from services.results.settings import ResultsSettings
 from services.results.store import ResultStore
 from services.telemetry import meter, metrics_endpoint
 from services.tenancy.registry import TenantRegistry
@@ -42,7 +42,7 @@ PATTERN_METADATA_MAX_AGE_MS = 30_000
 def kafka_result_feed(settings: ResultsSettings) -> ResultFeed:
     """The aiokafka consumer of the reply topics the settings' region names (the results topic, a
     region's, or all of them by pattern); call it inside the running loop (aiokafka binds to it)."""
-    by_pattern = settings.region == ALL_REGIONS
+    by_pattern = settings.all_regions
     consumer = AIOKafkaConsumer(
         *([] if by_pattern else settings.reply_topics),
         **settings.kafka.aiokafka_config(),
@@ -89,7 +89,7 @@ async def serve_parts(
         log.info(
             "results ready, consuming %s into %s; kept %g s, at most %d; %s",
             settings.kafka.topics.results_pattern
-            if settings.region == ALL_REGIONS
+            if settings.all_regions
             else ", ".join(settings.reply_topics),
             store.path,
             settings.retention_s,

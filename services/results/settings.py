@@ -74,6 +74,11 @@ class ResultsSettings(BaseSettings):
         return self.group_id if self.region is None else f"{self.group_id}-{self.region}"
 
     @property
+    def all_regions(self) -> bool:
+        """Whether this service serves the results topic and every regional one (by pattern)."""
+        return self.region == ALL_REGIONS
+
+    @property
     def reply_topics(self) -> list[str]:
         """The topics this service must find at start: the results topic or the region's."""
         topics = self.kafka.topics
