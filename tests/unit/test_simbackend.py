@@ -522,6 +522,12 @@ def test_cli_options_override_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.api_key.get_secret_value() == "sk-env"
 
 
+def test_the_stream_drop_rate_comes_from_env_or_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERQ_SIM_STREAM_DROP_RATE", "0.25")
+    assert settings_from_args(parse_cli(["sim-backend"])).stream_drop_rate == 0.25
+    assert settings_from_args(parse_cli(["sim-backend", "--stream-drop-rate", "1"])).stream_drop_rate == 1.0
+
+
 @pytest.mark.parametrize("bad", ["inferq-fast", "=1", "inferq-fast=-1", "inferq-fast=soon"])
 def test_cli_rejects_a_malformed_latency(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
@@ -535,6 +541,8 @@ def test_cli_refuses_invalid_settings_before_serving(capsys: pytest.CaptureFixtu
 
     assert run(args) == 2
     assert "speed" in capsys.readouterr().err
+    assert run(parse_cli(["sim-backend", "--stream-drop-rate", "1.5", "--port", "1"])) == 2
+    assert "stream_drop_rate" in capsys.readouterr().err
 
 
 # --- streaming --------------------------------------------------------------------------------------------
