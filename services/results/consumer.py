@@ -3,6 +3,10 @@
 aiokafka is the consumer here: this service is one event loop that both serves HTTP and consumes,
 its volume is modest, and an async consumer needs no thread hand-off. Offsets are committed after
 the batch is in SQLite, so a crash redoes a batch (duplicates are dropped by (tenant, request_id)).
+
+A streamed answer's chunks share the reply topic with the results (header ``inferq-kind: chunk``,
+`services.messaging.records.is_chunk`); they are not results and are passed over, neither stored
+nor counted as poison.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from opentelemetry.metrics import Meter
 
 from services.messaging.codec import TypedCodec
 from services.messaging.errors import DecodeError
-from services.messaging.records import InferenceResult
+from services.messaging.records import InferenceResult, is_chunk
 from services.results.store import ResultStore
 
 log = logging.getLogger("inferq.results")
@@ -45,6 +49,9 @@ class FeedRecord(Protocol):
 
     @property
     def offset(self) -> int: ...
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
 
 
 class ResultFeed(Protocol):
@@ -149,6 +156,8 @@ class ResultConsumer:
         decoded: list[InferenceResult] = []
         for tp, records in batches.items():
             for record in records:
+                if is_chunk(list(record.headers or ())):
+                    continue
                 try:
                     decoded.append(self._codec.decode(record.value or b""))
                 except DecodeError as exc:
