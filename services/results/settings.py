@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.messaging.kafka_config import KafkaSettings
 from services.tenancy.settings import TenancySettings
+from services.webhooks.settings import WebhookSettings
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3_600, "d": 86_400}
@@ -35,6 +36,8 @@ class ResultsSettings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     # INFERQ_TENANTS_FILE and its reload interval, shared with ingest.
     tenants: TenancySettings = Field(default_factory=TenancySettings)
+    # INFERQ_WEBHOOK_* and INFERQ_CALLBACK_HOSTS: delivery of callback_url webhooks, shared with ingest.
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     group_id: str = "inferq-results"
     db_path: Path = Path(".inferq/results.db")
     # How long a result is kept and served after it was stored ("7d", "36h" or seconds); past it

@@ -16,6 +16,8 @@ class WebhookSettings(BaseSettings):
         env_prefix="INFERQ_WEBHOOK_", extra="ignore", populate_by_name=True, hide_input_in_errors=True
     )
 
+    # Off: the results service delivers no webhook (ingest still checks callback_url).
+    enabled: bool = True
     # Open mode only (no tenants file): the hosts a callback_url may name, comma-separated
     # ("hooks.example.com,hooks.example.com:8443"; "*" for any host the SSRF guard lets through).
     # With a tenants file each tenant's `callback_hosts` decides instead. Empty: no webhooks.

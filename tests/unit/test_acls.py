@@ -43,9 +43,10 @@ def test_dispatchers_read_requests_and_retries_and_write_outcomes() -> None:
     }
 
 
-def test_the_results_service_reads_results_in_its_group() -> None:
+def test_the_results_service_reads_results_in_its_group_and_dead_letters_webhooks() -> None:
     assert grants_of("results") == {
         ("READ", "TOPIC", "p.results", False),
+        ("WRITE", "TOPIC", "p.dlq", False),
         ("READ", "GROUP", "p-results", False),
     }
 
