@@ -2,7 +2,7 @@
 
 Paths choose the answer: ``/ok/...`` 200; ``/flaky/N/...`` 503 for the first N attempts of each
 delivery id, then 200; ``/down/...`` 500 always; ``/gone/...`` 410; ``/hold/...`` 503 while `held`
-is set, 200 after.
+is set, 200 after; ``/redirect/...`` 302 to ``/ok/``; ``/slow/...`` 200 after 3 s.
 """
 
 from __future__ import annotations
@@ -73,11 +73,16 @@ def webhook_receiver() -> Iterator[Receiver]:
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", "0"))
             body = self.rfile.read(min(length, 1_048_576))
-            status = receiver.answer(self.path, self.headers.get("inferq-delivery", ""))
-            receiver.record(
-                Delivery(self.path, {k.lower(): v for k, v in self.headers.items()}, body, status)
-            )
+            kind = self.path.strip("/").split("/")[0]
+            delivery_id = self.headers.get("inferq-delivery", "")
+            status = 302 if kind == "redirect" else receiver.answer(self.path, delivery_id)
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            receiver.record(Delivery(self.path, headers, body, status))
+            if kind == "slow":
+                time.sleep(3)
             self.send_response(status)
+            if status == 302:
+                self.send_header("location", receiver.url("/ok/redirected"))
             self.send_header("content-length", "0")
             self.end_headers()
 
