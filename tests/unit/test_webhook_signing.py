@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +66,24 @@ def test_errors_never_carry_the_secret():
     with pytest.raises(SignatureError) as caught:
         verify(SECRET, header, b"tampered", now_s=NOW)
     assert SECRET.decode() not in str(caught.value)
+
+
+def readme_verifier():
+    """The receiver's snippet in README.md ("Webhooks"), run as a user would paste it."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("<!-- webhook-verify -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
+    return namespace["verify_inferq_webhook"]
+
+
+def test_the_readme_snippet_verifies_what_inferq_signs_and_refuses_the_rest():
+    verify_snippet = readme_verifier()
+    now = int(time.time())
+    header = signature_header(SECRET, now, BODY)
+    assert verify_snippet(SECRET, header, BODY) is True
+    assert verify_snippet(SECRET, header, BODY + b"x") is False
+    assert verify_snippet(b"another secret", header, BODY) is False
+    assert verify_snippet(SECRET, signature_header(SECRET, now - 600, BODY), BODY) is False
+    assert verify_snippet(SECRET, "garbage", BODY) is False
+    assert verify_snippet(SECRET, f"t={now}", BODY) is False
