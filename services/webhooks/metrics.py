@@ -6,11 +6,14 @@
 - `inferq_webhook_attempts_total{result}`: attempts by result: 2xx, 3xx, 4xx, 5xx, timeout,
   connection, refused
 - `inferq_webhook_delivery_delay_seconds`: from the result being stored to its delivery (2xx)
+- `inferq_webhook_outbox_pending`: deliveries owed (due or waiting for a retry), as last read
 """
 
 from __future__ import annotations
 
-from opentelemetry.metrics import Meter
+from collections.abc import Iterable
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 
 class WebhookMetrics:
@@ -26,6 +29,15 @@ class WebhookMetrics:
             unit="s",
             description="from the result being stored to its webhook delivered",
         )
+        self.pending = 0
+        meter.create_observable_gauge(
+            "inferq_webhook_outbox_pending",
+            callbacks=[self._observe_pending],
+            description="webhook deliveries owed (due or waiting for a retry)",
+        )
+
+    def _observe_pending(self, _: CallbackOptions) -> Iterable[Observation]:
+        yield Observation(self.pending)
 
     def attempt(self, result: str) -> None:
         self._attempts.add(1, {"result": result})

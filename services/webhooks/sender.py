@@ -156,8 +156,11 @@ class WebhookSender:
             return 0
         now_ms = self._clock_ms()
         busy = set(self._in_flight)
-        due = await self._store.on_connection(
-            lambda db: self._outbox.due(db, now_ms=now_ms, limit=free, exclude=busy)
+        due, self._metrics.pending = await self._store.on_connection(
+            lambda db: (
+                self._outbox.due(db, now_ms=now_ms, limit=free, exclude=busy),
+                self._outbox.pending(db),
+            )
         )
         for delivery in due:
             task = asyncio.create_task(self._deliver(delivery), name=f"webhook-{delivery.delivery_id}")

@@ -180,6 +180,7 @@ def test_a_failing_receiver_gets_it_again_later_with_the_same_delivery_id(tmp_pa
             await rig.run_due()
             await rig.run_due()  # not due yet: the backoff holds it
             assert len(rig.receiver.calls) == 1
+            assert rig.metrics.points("inferq_webhook_outbox_pending") == {labels(): 1}
             rig.now_ms += 1_000  # first backoff (the jitter at its highest)
             await rig.run_due()
             rig.now_ms += 2_000
