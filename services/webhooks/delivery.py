@@ -15,11 +15,13 @@ refuses: refused for good.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import socket
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import yarl
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from services.webhooks.errors import CallbackRefusedError
@@ -113,6 +115,7 @@ class WebhookPoster:
         if self._session is None:
             raise RuntimeError("the webhook poster is not started")
         try:
+            _check_same_host(target)
             if target.ip is not None:
                 self._guard.check(target.ip)
             headers = {
@@ -135,6 +138,20 @@ class WebhookPoster:
             return AttemptResult(Outcome.RETRY, "timeout", "timeout")
         except aiohttp.ClientError as exc:
             return AttemptResult(Outcome.RETRY, f"connection failed ({_kind(exc)})", "connection")
+
+
+def _check_same_host(target: CallbackTarget) -> None:
+    """The HTTP client must call the very host the rules checked: refuse a URL it reads otherwise."""
+    host = yarl.URL(target.url).host or ""
+    if target.ip is not None:
+        try:
+            same = ipaddress.ip_address(host.strip("[]")) == target.ip
+        except ValueError:
+            same = False
+    else:
+        same = host.lower() == target.host
+    if not same:
+        raise CallbackRefusedError("the URL's host reads differently to the HTTP client")
 
 
 def _from_status(status: int) -> AttemptResult:

@@ -56,6 +56,9 @@ def parse_callback_url(
         raise CallbackRefusedError(f"must be at most {max_chars} characters")
     if not _PRINTABLE_ASCII.fullmatch(url):
         raise CallbackRefusedError("must be printable ASCII without spaces (percent-encode the rest)")
+    if "\\" in url:
+        # Parsers disagree on a backslash (some read it as '/'): the host checked must be the host called.
+        raise CallbackRefusedError("must not contain a backslash")
     try:
         parts = urlsplit(url)
         port = parts.port

@@ -184,3 +184,8 @@ def test_a_refusal_never_quotes_the_urls_query():
     with pytest.raises(CallbackRefusedError) as caught:
         parse_callback_url("https://hooks.example:99999/x?token=s3cr3t")
     assert "s3cr3t" not in str(caught.value)
+
+
+def test_a_backslash_is_refused_so_no_parser_reads_another_host():
+    with pytest.raises(CallbackRefusedError, match="backslash"):
+        parse_callback_url("https://hooks.example\\@127.0.0.1/x")
