@@ -16,9 +16,10 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from services.messaging import limits
 from services.webhooks.errors import CallbackRefusedError
 
-MAX_URL_CHARS = 2_048
+MAX_URL_CHARS = limits.MAX_CALLBACK_URL_CHARS
 DEFAULT_PORTS = {"https": 443, "http": 80}
 _PRINTABLE_ASCII = re.compile(r"[\x21-\x7e]+")
 _LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
