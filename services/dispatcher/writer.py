@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import services.messaging.dead_letters as dead_letters
 from services.dispatcher.backend import Completion
 from services.dispatcher.errors import BackendError
 from services.dispatcher.metrics import DispatcherMetrics
@@ -37,21 +38,19 @@ from services.dispatcher.offsets import PartitionOffsets
 from services.dispatcher.outcomes import OutcomeBuilder
 from services.dispatcher.work import Work
 from services.messaging.codec import request_codec, result_codec
-from services.messaging.dead_letters import (
-    ERROR_HEADER,
-    REQUEST_ID_HEADER,
-    DeadLetters,
-    DurableProducer,
-    Headers,
-    RecordProducer,
-)
 from services.messaging.producer import ProduceError
 from services.messaging.records import InferenceResult
 from services.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
 
-__all__ = ["OutcomeWriter", "RecordProducer"]
+# One home for both, shared with the results service's webhook dead letters.
+Headers = dead_letters.Headers
+RecordProducer = dead_letters.RecordProducer
+
+
+def _ignore_fatal(error: ProduceError) -> None:
+    """Until the run loop installs its own: a fatal producer error still fails the task."""
 
 
 class OutcomeWriter:
@@ -72,19 +71,15 @@ class OutcomeWriter:
         self._clock_ms = clock_ms
         self._requests = request_codec()
         self._results = result_codec()
-        self._durable = DurableProducer(producer, own_topics=(topics.results, topics.retry, topics.dlq))
-        self._dead_letters = DeadLetters(
+        self._own_topics = frozenset({topics.results, topics.retry, topics.dlq})
+        # Set by the composition root: stops the dispatcher when the producer is unusable.
+        self.on_fatal: Callable[[ProduceError], None] = _ignore_fatal
+        self._durable = dead_letters.DurableProducer(producer, own_topics=self._own_topics)
+        # Read at call time: the composition root sets on_fatal after construction.
+        self._durable.on_fatal = lambda error: self.on_fatal(error)
+        self._dead_letters = dead_letters.DeadLetters(
             self._durable, topics.dlq, on_unwritable=lambda: metrics.record_unwritable("dead_letter")
         )
-
-    @property
-    def on_fatal(self) -> Callable[[ProduceError], None]:
-        """Set by the composition root: stops the dispatcher when the producer is unusable."""
-        return self._durable.on_fatal
-
-    @on_fatal.setter
-    def on_fatal(self, handler: Callable[[ProduceError], None]) -> None:
-        self._durable.on_fatal = handler
 
     async def ok(self, work: Work, completion: Completion, dispatched_at_ms: int) -> None:
         now = self._clock_ms()
@@ -133,7 +128,7 @@ class OutcomeWriter:
         then its offset is complete (a poison record has no caller to answer)."""
         topic, partition = offsets.topic, offsets.partition
         headers: Headers = [
-            (ERROR_HEADER, reason.encode()),
+            (dead_letters.ERROR_HEADER, reason.encode()),
             ("inferq.source.topic", topic.encode()),
             ("inferq.source.partition", str(partition).encode()),
             ("inferq.source.offset", str(offset).encode()),
@@ -154,10 +149,10 @@ class OutcomeWriter:
 
     async def _dead_letter(self, work: Work, reason: str, *, status: str) -> None:
         headers: Headers = [
-            (ERROR_HEADER, reason.encode()),
+            (dead_letters.ERROR_HEADER, reason.encode()),
             ("inferq.status", status.encode()),
             ("inferq.attempts", str(work.request.attempt).encode()),
-            (REQUEST_ID_HEADER, work.request_id.encode()),
+            (dead_letters.REQUEST_ID_HEADER, work.request_id.encode()),
             ("inferq.source.topic", work.offsets.topic.encode()),
             ("inferq.source.partition", str(work.offsets.partition).encode()),
             ("inferq.source.offset", str(work.offset).encode()),

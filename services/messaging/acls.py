@@ -121,8 +121,9 @@ def service_grants(topics: TopicNames, who: ServicePrincipals) -> list[Grant]:
         Grant(dispatcher, write, topic, f"{topics.results}.", prefixed=True),
         Grant(dispatcher, write, topic, topics.dlq),
         Grant(dispatcher, read, group, who.dispatcher_group),
-        Grant(results, read, topic, topics.results),
+        # Webhooks the results service could not deliver.
         Grant(results, write, topic, topics.dlq),
+        Grant(results, read, topic, topics.results),
         Grant(results, read, group, who.results_group),
     ]
 

@@ -69,15 +69,13 @@ async def serve_parts(
     """Open the store, then start the webhook sender, the consumer, the retention task and the
     tenants' reloader (with `reload_on_sighup`, SIGHUP reloads too); on exit (or a failed start)
     stop in the reverse order."""
-    topics = settings.kafka.topics
     async with AsyncExitStack() as started:
         if check_topics:
-            needed = [topics.results] + ([topics.dlq] if webhooks is not None else [])
-            await asyncio.to_thread(require_topics, settings.kafka, needed)
+            await asyncio.to_thread(require_topics, settings.kafka, [settings.kafka.topics.results])
         await store.open()
         started.push_async_callback(store.close)
         if webhooks is not None:
-            await webhooks.start(store)
+            await webhooks.start(store, check_topics=check_topics)
             started.push_async_callback(webhooks.stop)
         await consumer.start()
         started.push_async_callback(consumer.stop)

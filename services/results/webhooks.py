@@ -9,9 +9,11 @@ most processes never write one, and need no idle connection for it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Protocol
 
+from services.messaging.admin import require_topics
 from services.messaging.dead_letters import DeadLetters, DurableProducer, Headers, RecordProducer
 from services.messaging.producer import AsyncProducer
 from services.messaging.records import InferenceResult
@@ -67,6 +69,7 @@ class ResultWebhooks:
         self, settings: ResultsSettings, tenants: TenantLookup, *, producer: StoppableProducer | None = None
     ) -> None:
         hooks = settings.webhooks
+        self._kafka = settings.kafka
         self.outbox = WebhookOutbox(result_body)
         self._tenants = tenants
         self._producer = _StartedOnFirstUse(
@@ -94,7 +97,11 @@ class ResultWebhooks:
     def failed(self) -> bool:
         return self.sender is not None and self.sender.failed
 
-    async def start(self, store: OutboxStore) -> None:
+    async def start(self, store: OutboxStore, *, check_topics: bool = True) -> None:
+        """Start the sender on `store`; with `check_topics`, first check that the DLQ exists
+        (`MissingTopicsError` naming it, as for the reply topic)."""
+        if check_topics:
+            await asyncio.to_thread(require_topics, self._kafka, [self._kafka.topics.dlq])
         await self._poster.start()
         self.sender = WebhookSender(
             store,
