@@ -3,12 +3,18 @@ shared by ingest (submission checks) and the results service (delivery)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.webhooks.urls import MAX_URL_CHARS
+
+# An entry of INFERQ_CALLBACK_HOSTS: the tenants file's `callback_hosts` rule (a name, maybe a port).
+_HOST_ENTRY = re.compile(
+    r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*(:[0-9]{1,5})?"
+)
 
 
 class WebhookSettings(BaseSettings):
@@ -51,6 +57,14 @@ class WebhookSettings(BaseSettings):
     def _comma_separated(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(h.strip().lower() for h in value.split(",") if h.strip())
+        return value
+
+    @field_validator("callback_hosts")
+    @classmethod
+    def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for host in value:
+            if host != "*" and not _HOST_ENTRY.fullmatch(host):
+                raise ValueError(f"{host[:80]!r} is not a host or host:port (lowercase DNS name or IPv4)")
         return value
 
     @field_validator("secret", mode="before")

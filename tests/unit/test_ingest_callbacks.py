@@ -136,3 +136,12 @@ def test_the_settings_read_the_documented_variables(monkeypatch):
     assert settings.callback_hosts == ("hooks.example", "hooks.example:8443")
     assert settings.retry_period_s == 90
     assert SECRET not in repr(settings) and settings.secret is not None
+
+
+@pytest.mark.parametrize(
+    "entry", ["https://hooks.example", "hooks.example/path", "user@hooks.example", "a b"]
+)
+def test_a_malformed_open_mode_host_stops_the_service_at_start(monkeypatch, entry):
+    monkeypatch.setenv("INFERQ_CALLBACK_HOSTS", f"hooks.example,{entry}")
+    with pytest.raises(ValueError, match="is not a host or host:port"):
+        WebhookSettings()
