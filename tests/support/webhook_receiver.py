@@ -22,6 +22,8 @@ class Delivery:
     headers: dict[str, str]
     body: bytes
     status: int
+    # When it arrived (time.time_ns(), the machine's clock, as the results' timings use).
+    received_at_ns: int = 0
 
 
 class Receiver:
@@ -77,7 +79,7 @@ def webhook_receiver() -> Iterator[Receiver]:
             delivery_id = self.headers.get("inferq-delivery", "")
             status = 302 if kind == "redirect" else receiver.answer(self.path, delivery_id)
             headers = {k.lower(): v for k, v in self.headers.items()}
-            receiver.record(Delivery(self.path, headers, body, status))
+            receiver.record(Delivery(self.path, headers, body, status, time.time_ns()))
             if kind == "slow":
                 time.sleep(3)
             self.send_response(status)
