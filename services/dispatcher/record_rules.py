@@ -175,6 +175,11 @@ def _string_problem(request: InferenceRequest) -> str | None:
     region = request.origin_region
     if not 1 <= len(region) <= limits.MAX_ORIGIN_REGION_CHARS:
         return f"origin_region must be 1-{limits.MAX_ORIGIN_REGION_CHARS} characters, not {len(region)}"
+    # Only its length here: the results service applies the webhook rules (hosts, SSRF guard) at
+    # delivery, where the tenant's current entitlements are.
+    url = request.callback_url
+    if url is not None and not 1 <= len(url) <= limits.MAX_CALLBACK_URL_CHARS:
+        return f"callback_url must be 1-{limits.MAX_CALLBACK_URL_CHARS} characters, not {len(url)}"
     return None
 
 

@@ -9,12 +9,13 @@ one (checkpoint.py).
 No produce loops forever. A failure is handled by what `ProduceError` says of it:
 
 - retriable (an outage, a timeout): waited out, librdkafka's retries first, then ours with a
-  growing pause (capped at `MAX_PRODUCE_PAUSE_S`); the offset stays uncommitted meanwhile, so a crash
+  growing pause (`services.messaging.dead_letters.DurableProducer`, shared with the results
+  service's webhook dead letters); the offset stays uncommitted meanwhile, so a crash
   means the request is redone, not lost;
 - permanent (invalid or unknown topic, record too large, not authorised): the record can never be
   written there. An outcome or a retry that cannot be written sends the request to the dead-letter
   topic with the reason and answers FAILED on the default results topic; a dead letter too large
-  for the DLQ is written again cut to `DLQ_TRUNCATE_BYTES`; what no topic takes is logged and
+  for the DLQ is written again cut (`dead_letters.DeadLetters`); what no topic takes is logged and
   counted (`inferq_unwritable_total`) and its offset completes: a partition never wedges on it;
 - fatal (the producer itself is unusable): the dispatcher stops (`on_fatal`), offsets uncommitted,
   and the next owner redoes the work with a working producer.
@@ -26,11 +27,10 @@ loading its metadata, and giving up on it would drop outcomes that a short wait 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
+import services.messaging.dead_letters as dead_letters
 from services.dispatcher.backend import Completion
 from services.dispatcher.errors import BackendError
 from services.dispatcher.metrics import DispatcherMetrics
@@ -45,21 +45,9 @@ from services.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
 
-Headers = list[tuple[str, str | bytes | None]]
-MAX_PRODUCE_PAUSE_S = 10.0
-FIRST_PRODUCE_PAUSE_S = 0.5
-# A dead letter over the DLQ's size limit keeps this much of the record, and says so in a header.
-DLQ_TRUNCATE_BYTES = 64 * 1024
-
-
-class RecordProducer(Protocol):
-    """What the writer needs of a producer (`messaging.producer.AsyncProducer` in production)."""
-
-    async def produce(
-        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers | None = None
-    ) -> object:
-        """Return once the broker acknowledged the record (acks=all); `ProduceError` if it did not."""
-        ...
+# One home for both, shared with the results service's webhook dead letters.
+Headers = dead_letters.Headers
+RecordProducer = dead_letters.RecordProducer
 
 
 def _ignore_fatal(error: ProduceError) -> None:
@@ -88,6 +76,12 @@ class OutcomeWriter:
         self._own_topics = frozenset({topics.results, topics.retry, topics.dlq})
         # Set by the composition root: stops the dispatcher when the producer is unusable.
         self.on_fatal: Callable[[ProduceError], None] = _ignore_fatal
+        self._durable = dead_letters.DurableProducer(producer, own_topics=self._own_topics)
+        # Read at call time: the composition root sets on_fatal after construction.
+        self._durable.on_fatal = lambda error: self.on_fatal(error)
+        self._dead_letters = dead_letters.DeadLetters(
+            self._durable, topics.dlq, on_unwritable=lambda: metrics.record_unwritable("dead_letter")
+        )
 
     async def ok(self, work: Work, completion: Completion, dispatched_at_ms: int) -> None:
         now = self._clock_ms()
@@ -162,7 +156,7 @@ class OutcomeWriter:
         then its offset is complete (a poison record has no caller to answer)."""
         topic, partition = offsets.topic, offsets.partition
         headers: Headers = [
-            ("inferq.error", reason.encode()),
+            (dead_letters.ERROR_HEADER, reason.encode()),
             ("inferq.source.topic", topic.encode()),
             ("inferq.source.partition", str(partition).encode()),
             ("inferq.source.offset", str(offset).encode()),
@@ -183,10 +177,10 @@ class OutcomeWriter:
 
     async def _dead_letter(self, work: Work, reason: str, *, status: str) -> None:
         headers: Headers = [
-            ("inferq.error", reason.encode()),
+            (dead_letters.ERROR_HEADER, reason.encode()),
             ("inferq.status", status.encode()),
             ("inferq.attempts", str(work.request.attempt).encode()),
-            ("inferq.request_id", work.request_id.encode()),
+            (dead_letters.REQUEST_ID_HEADER, work.request_id.encode()),
             ("inferq.source.topic", work.offsets.topic.encode()),
             ("inferq.source.partition", str(work.offsets.partition).encode()),
             ("inferq.source.offset", str(work.offset).encode()),
@@ -195,18 +189,9 @@ class OutcomeWriter:
             self._metrics.record_dead_letter(work.offsets.topic)
 
     async def _to_dlq(self, raw: bytes, key: bytes | None, headers: Headers) -> bool:
-        """Write a dead letter; one too large is written again, cut. False when the DLQ refused it."""
-        failure = await self.produce_durably(self._topics.dlq, raw, key=key, headers=headers)
-        if failure is not None and failure.too_large and len(raw) > DLQ_TRUNCATE_BYTES:
-            cut: Headers = [*headers, ("inferq.truncated_from", str(len(raw)).encode())]
-            failure = await self.produce_durably(
-                self._topics.dlq, raw[:DLQ_TRUNCATE_BYTES], key=key, headers=cut
-            )
-        if failure is not None:
-            self._metrics.record_unwritable("dead_letter")
-            log.error("dead letter not writable, given up (its offset completes): %s", failure.reason)
-            return False
-        return True
+        """Write a dead letter (`services.messaging.dead_letters`). False when the DLQ refused it;
+        the caller's offset completes either way."""
+        return await self._dead_letters.write(raw, key=key, headers=headers)
 
     async def _emit(self, work: Work, result: InferenceResult, *, dead_lettered: bool = False) -> None:
         """Write `result` to the request's reply topic, then complete its offset. A result the reply
@@ -240,28 +225,8 @@ class OutcomeWriter:
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers | None = None
     ) -> ProduceError | None:
         """Produce until the broker acknowledges (None), or until it says it never will (the
-        permanent `ProduceError`, returned for the caller to send the record elsewhere).
-
-        librdkafka already retries for `message.timeout.ms`; past that we try again with a growing
-        pause. Once shutdown has begun and the drain bound passes, the task is cancelled: the offset
-        stays uncommitted and the next owner redoes the request, so nothing is lost either way.
-        """
-        pause_s = FIRST_PRODUCE_PAUSE_S
-        while True:
-            try:
-                await self._producer.produce(topic, value, key=key, headers=headers)
-            except ProduceError as exc:
-                if exc.fatal:
-                    log.exception("the producer failed for good, stopping the dispatcher: %s", exc.reason)
-                    self.on_fatal(exc)
-                    raise
-                if not exc.retriable and not (exc.unknown_topic and topic in self._own_topics):
-                    log.warning("produce to %s refused for good: %s", topic, exc.reason)
-                    return exc
-                log.error(  # noqa: TRY400 - the reason is the message; a traceback per retry is noise
-                    "produce to %s failed, trying again in %.1f s: %s", topic, pause_s, exc.reason
-                )
-                await asyncio.sleep(pause_s)
-                pause_s = min(pause_s * 2, MAX_PRODUCE_PAUSE_S)
-            else:
-                return None
+        permanent `ProduceError`, returned for the caller to send the record elsewhere): see
+        `services.messaging.dead_letters.DurableProducer`. Once shutdown has begun and the drain
+        bound passes, the task is cancelled: the offset stays uncommitted and the next owner redoes
+        the request, so nothing is lost either way."""
+        return await self._durable.produce(topic, value, key=key, headers=headers)

@@ -41,6 +41,7 @@ from services.ingest.admission import AdmissionPolicy
 from services.ingest.backlog import BacklogSource, KafkaBacklogReader
 from services.ingest.backlog_view import BacklogEndpoint
 from services.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
+from services.ingest.callbacks import CallbackCheck
 from services.ingest.envelope import EnvelopeFactory
 from services.ingest.idempotency import IdempotencyCache
 from services.ingest.json_guard import JsonGuard
@@ -62,6 +63,8 @@ from services.messaging.tiers import TierPolicy
 from services.telemetry import meter, metrics_endpoint
 from services.tenancy.rate import RateLimiter
 from services.tenancy.registry import TenantRegistry
+from services.webhooks.guard import AddressGuard
+from services.webhooks.policy import CallbackPolicy
 
 log = logging.getLogger("inferq.ingest")
 
@@ -172,6 +175,15 @@ def build_parts(
             publisher=publisher,
             metrics=metrics,
             tenants=gate,
+            callbacks=CallbackCheck(
+                CallbackPolicy(
+                    settings.webhooks,
+                    AddressGuard(
+                        allow_private=settings.webhooks.allow_private_addresses,
+                        resolve_timeout_s=settings.webhooks.resolve_timeout_s,
+                    ),
+                )
+            ),
         ),
         backlog_view=BacklogEndpoint(backlogs, admission, caller=gate.caller),
         record_limit=record_limit,

@@ -120,6 +120,7 @@ def build_envelope(
         model=body.model,
         messages=tuple(ChatMessage(m.role, m.content) for m in body.messages),
         params=_encoded_params(body),
+        callback_url=body.callback_url,
     )
     return Envelope(topic=topics.requests(tier), request=request)
 

@@ -21,6 +21,7 @@ from services.messaging.tiers import (
     complete_per_tier,
 )
 from services.tenancy.settings import TenancySettings
+from services.webhooks.settings import WebhookSettings
 
 
 class IngestSettings(BaseSettings):
@@ -31,6 +32,8 @@ class IngestSettings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     # INFERQ_TENANTS_FILE and its reload interval, shared with the results service.
     tenants: TenancySettings = Field(default_factory=TenancySettings)
+    # INFERQ_CALLBACK_HOSTS, INFERQ_WEBHOOK_*: the callback_url rules, shared with the results service.
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     max_body_bytes: int = Field(default=1_048_576, ge=1_024)
     # The whole body must arrive within this (else 408 and the connection is closed): a 1 MiB body
     # at 1 Mbit/s takes 8 s. uvicorn itself never times out a slow body.

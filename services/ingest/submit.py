@@ -7,7 +7,8 @@ Answers (the `IngestError` subclasses carry the refusals):
 - 401 no key, a malformed one or an unknown one; 403 a field the tenant is not entitled to (named
   in ``problems``), or a body `tenant` that is not the key's
 - 400 not a JSON object within the bounds (`json_guard`), 408 the body came too slowly, 413 the
-  body or its record over the limit, 422 a field breaks the contract (named in ``problems``), 429
+  body or its record over the limit, 422 a field breaks the contract (named in ``problems``; a
+  `callback_url` the webhook rules refuse: `services.ingest.callbacks`), 429
   with Retry-After when the tenant's rate is spent, the tenant is over its share of the tier's
   backlog, or the tier is full, 503 with Retry-After when Kafka does not acknowledge in time (a
   fixed message: librdkafka's reason goes to the log only)
@@ -24,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from services.ingest.body import parse_submission, read_body
+from services.ingest.callbacks import CallbackCheck
 from services.ingest.envelope import Envelope, FieldRefusedError
 from services.ingest.errors import IngestError, InvalidRequestError
 from services.ingest.idempotency import Answer
@@ -73,6 +75,7 @@ class SubmitEndpoint:
         publisher: SubmissionPublisher,
         metrics: IngestMetrics,
         tenants: TenantGate,
+        callbacks: CallbackCheck | None = None,
     ) -> None:
         self._max_body_bytes = max_body_bytes
         self._body_timeout_s = body_timeout_s
@@ -81,6 +84,7 @@ class SubmitEndpoint:
         self._publisher = publisher
         self._metrics = metrics
         self._tenants = tenants
+        self._callbacks = callbacks
 
     async def handle(self, request: Request) -> Response:
         label: str | None = None
@@ -90,6 +94,8 @@ class SubmitEndpoint:
             self._tenants.take_rate(principal)
             raw = await read_body(request, self._max_body_bytes, timeout_s=self._body_timeout_s)
             submission = parse_submission(raw, self._json_guard)
+            if self._callbacks is not None:
+                await self._callbacks.check(submission, principal)
             envelope = self._envelope(submission, principal)
             answer, replayed = await self._publisher.publish(envelope, idempotency_key=submission.request_id)
         except IngestError as exc:

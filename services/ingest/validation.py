@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from services.messaging import limits
 from services.messaging.tiers import Tier
+from services.webhooks.urls import MAX_URL_CHARS
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 
@@ -137,6 +138,9 @@ class SubmitRequest(BaseModel):
         default=None, strict=True, min_length=1, max_length=249, pattern=limits.TOPIC_PATTERN.pattern
     )
     params: ChatParams | None = None
+    # Where the outcome is POSTed, signed (services/webhooks: https, an allowed host, a public
+    # address); the form here, the rules in services.ingest.callbacks.
+    callback_url: str | None = Field(default=None, strict=True, min_length=1, max_length=MAX_URL_CHARS)
 
 
 def deadline_conflict(body: SubmitRequest) -> list[dict[str, str]]:

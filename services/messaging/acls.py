@@ -10,7 +10,8 @@ ingest         WRITE the request topics (``<prefix>.requests.*``); DESCRIBE the 
 dispatcher     READ the request topics and ``<prefix>.retry`` in its group (READ on the group);
                WRITE ``<prefix>.results`` and ``<prefix>.results.*`` (regional reply topics, a
                ``reply_to``), ``<prefix>.retry`` and ``<prefix>.dlq``
-results        READ ``<prefix>.results`` in its group
+results        READ ``<prefix>.results`` in its group; WRITE ``<prefix>.dlq`` (webhooks that could
+               not be delivered)
 =============  ===========================================================================
 
 A results service may serve one region or all (``inferq results --region``): ``results`` also
@@ -124,6 +125,8 @@ def service_grants(topics: TopicNames, who: ServicePrincipals) -> list[Grant]:
         Grant(dispatcher, write, topic, f"{topics.results}.", prefixed=True),
         Grant(dispatcher, write, topic, topics.dlq),
         Grant(dispatcher, read, group, who.dispatcher_group),
+        # Webhooks the results service could not deliver.
+        Grant(results, write, topic, topics.dlq),
         Grant(results, read, topic, topics.results),
         Grant(results, read, topic, f"{topics.results}.", prefixed=True),
         Grant(results, read, group, who.results_group),

@@ -28,6 +28,9 @@ MAX_DEADLINE_MS = 7 * 24 * 3_600_000
 # A created_at_ms this far in the future is a wrong clock, not a request.
 MAX_CLOCK_SKEW_MS = 60_000
 
+# A webhook's URL (`callback_url`); its other rules are services/webhooks' (the tenant's hosts...).
+MAX_CALLBACK_URL_CHARS = 2_048
+
 # Kafka topic names: legal characters, at most 249 of them.
 TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 

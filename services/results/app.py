@@ -3,7 +3,9 @@
 The parts, each in its own module: `store.ResultStore` (SQLite behind one worker thread; the table
 itself in `table`), `consumer.ResultConsumer` (reply topic → store, commit after the write),
 `routes.ResultRoutes` (the HTTP answers, `view.public_view` their body; who is calling from
-`services.tenancy`), `retention.RetentionTask` (expired results deleted every `purge_interval_s`).
+`services.tenancy`), `retention.RetentionTask` (expired results deleted every `purge_interval_s`),
+`webhooks.ResultWebhooks` (a result's `callback_url` POSTed, signed, from an outbox the store
+writes with the result).
 `create_app` builds them from the settings (and reads the tenants file: a bad one stops the service
 before anything starts); its lifespan opens the store, then starts the consumer, the retention task
 and the tenants' reloader, and stops them in the reverse order, so the last batch is written before
@@ -29,6 +31,7 @@ from services.results.retention import RetentionTask
 from services.results.routes import Health, ReadMetrics, ResultRoutes
 from services.results.settings import ResultsSettings
 from services.results.store import ResultStore
+from services.results.webhooks import ResultWebhooks, StoppableProducer
 from services.telemetry import meter, metrics_endpoint
 from services.tenancy.registry import TenantRegistry
 
@@ -72,14 +75,19 @@ async def serve_parts(
     *,
     check_topics: bool = True,
     reload_on_sighup: bool = False,
+    webhooks: ResultWebhooks | None = None,
 ) -> AsyncIterator[None]:
-    """Open the store, then start the consumer, the retention task and the tenants' reloader (with
-    `reload_on_sighup`, SIGHUP reloads too); on exit (or a failed start) stop in the reverse order."""
+    """Open the store, then start the webhook sender, the consumer, the retention task and the
+    tenants' reloader (with `reload_on_sighup`, SIGHUP reloads too); on exit (or a failed start)
+    stop in the reverse order."""
     async with AsyncExitStack() as started:
         if check_topics:
             await asyncio.to_thread(require_topics, settings.kafka, settings.reply_topics)
         await store.open()
         started.push_async_callback(store.close)
+        if webhooks is not None:
+            await webhooks.start(store, check_topics=check_topics)
+            started.push_async_callback(webhooks.stop)
         await consumer.start()
         started.push_async_callback(consumer.stop)
         await retention.start()
@@ -99,13 +107,17 @@ async def serve_parts(
         yield
 
 
-def service_health(consumer: ResultConsumer, retention: RetentionTask) -> Health:
-    """Unhealthy once the consumer (results stop arriving) or the retention task (the disk fills)
-    has stopped; "starting" until the consumer has joined the reply topic."""
+def service_health(
+    consumer: ResultConsumer, retention: RetentionTask, webhooks: ResultWebhooks | None = None
+) -> Health:
+    """Unhealthy once the consumer (results stop arriving), the retention task (the disk fills) or
+    the webhook sender has stopped; "starting" until the consumer has joined the reply topic."""
     if consumer.failed:
         return Health("consumer stopped", healthy=False)
     if retention.failed:
         return Health("retention stopped", healthy=False)
+    if webhooks is not None and webhooks.failed:
+        return Health("webhook sender stopped", healthy=False)
     return Health("ok" if consumer.ready.is_set() else "starting")
 
 
@@ -115,17 +127,30 @@ def create_app(
     check_topics: bool = True,
     feed: Callable[[], ResultFeed] | None = None,
     reload_on_sighup: bool = False,
+    dead_letter_producer: StoppableProducer | None = None,
 ) -> Starlette:
     """The results ASGI app. `feed` makes the reply topic's consumer (tests inject a fake); by
     default `kafka_result_feed(settings)`, built when the lifespan starts. The tenants file is read
-    now (`TenantsFileError`); `reload_on_sighup` (the command sets it) installs the SIGHUP handler."""
+    now (`TenantsFileError`); `reload_on_sighup` (the command sets it) installs the SIGHUP handler.
+    With ``INFERQ_WEBHOOK_ENABLED`` (the default) webhooks are delivered; their dead letters go
+    through `dead_letter_producer` (default: a librdkafka producer, started on first use)."""
     tenants = TenantRegistry(
         settings.tenants.file,
         topics=settings.kafka.topics,
         reload_interval_s=settings.tenants.reload_interval_s,
     )
     tenants.load()
-    store = ResultStore(settings.db_path, retention_s=settings.retention_s, max_results=settings.max_results)
+    webhooks = (
+        ResultWebhooks(settings, tenants, producer=dead_letter_producer)
+        if settings.webhooks.enabled
+        else None
+    )
+    store = ResultStore(
+        settings.db_path,
+        retention_s=settings.retention_s,
+        max_results=settings.max_results,
+        hooks=[webhooks.outbox] if webhooks is not None else [],
+    )
     consumer = ResultConsumer(
         feed or functools.partial(kafka_result_feed, settings),
         store,
@@ -135,7 +160,7 @@ def create_app(
     retention = RetentionTask(store, interval_s=settings.purge_interval_s)
     routes = ResultRoutes(
         store,
-        health=lambda: service_health(consumer, retention),
+        health=lambda: service_health(consumer, retention, webhooks),
         tenants=tenants,
         metrics=ReadMetrics(meter("inferq.results")),
     )
@@ -153,5 +178,6 @@ def create_app(
             tenants,
             check_topics=check_topics,
             reload_on_sighup=reload_on_sighup,
+            webhooks=webhooks,
         ),
     )

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.reply_topics import region_problem
 from services.tenancy.settings import TenancySettings
+from services.webhooks.settings import WebhookSettings
 
 # `INFERQ_RESULTS_REGION=all`: the results topic and every regional one, by pattern.
 ALL_REGIONS = "all"
@@ -38,6 +39,8 @@ class ResultsSettings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     # INFERQ_TENANTS_FILE and its reload interval, shared with ingest.
     tenants: TenancySettings = Field(default_factory=TenancySettings)
+    # INFERQ_WEBHOOK_* and INFERQ_CALLBACK_HOSTS: delivery of callback_url webhooks, shared with ingest.
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     group_id: str = "inferq-results"
     # Which reply topics this service serves: None, the results topic; a region's name, that
     # region's (<prefix>.results.<region>); "all", the results topic and every regional one.

@@ -13,8 +13,9 @@ the batch in progress (the consumer writes at most 1,000 results at a time).
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -22,7 +23,7 @@ from typing import TypeVar
 
 from services.messaging.records import InferenceResult
 from services.results.errors import StoreNotOpenError
-from services.results.table import ResultsTable
+from services.results.table import ResultsTable, StoredHook
 
 _T = TypeVar("_T")
 WORKER_THREAD_NAME = "results-sqlite"
@@ -35,6 +36,7 @@ def _now_ms() -> int:
 class ResultStore:
     """First result per (tenant, request_id), in SQLite at `path` (WAL), behind coroutines.
 
+    `hooks` (`table.StoredHook`) write beside each newly stored result, in its transaction.
     A result is served for `retention_s` after it was stored (None: forever) and deleted by the next
     `purge()`; at most `max_results` are kept, the oldest stored deleted first (None: unbounded).
 
@@ -50,8 +52,10 @@ class ResultStore:
         retention_s: float | None = None,
         max_results: int | None = None,
         clock_ms: Callable[[], int] = _now_ms,
+        hooks: Sequence[StoredHook] = (),
     ) -> None:
         self._path = path
+        self._hooks = tuple(hooks)
         self._retention_ms = None if retention_s is None else int(retention_s * 1000)
         self._max_results = max_results
         self._clock_ms = clock_ms
@@ -99,6 +103,11 @@ class ResultStore:
         retention, and for another tenant's id)."""
         since_ms = self._retained_since_ms()
         return await self._on_table(lambda table: table.get(tenant, request_id, stored_since_ms=since_ms))
+
+    async def on_connection(self, call: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run `call` with the database's connection on the worker thread, in turn with every other
+        call (what lives beside the results: the webhook outbox)."""
+        return await self._on_table(lambda table: call(table.connection))
 
     async def count(self) -> int:
         """How many requests have a result (expired ones until they are purged)."""
@@ -153,7 +162,9 @@ class ResultStore:
             executor.shutdown(wait=True)
 
     def _open_table(self) -> None:
-        self._table = ResultsTable(self._path, max_rows=self._max_results, clock_ms=self._clock_ms)
+        self._table = ResultsTable(
+            self._path, max_rows=self._max_results, clock_ms=self._clock_ms, hooks=self._hooks
+        )
 
     def _close_table(self) -> None:
         table, self._table = self._table, None

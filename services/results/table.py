@@ -26,8 +26,9 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from services.messaging.records import InferenceResult
 
@@ -79,15 +80,32 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class StoredHook(Protocol):
+    """Something kept beside the results in the same database, written in the same transaction as
+    each newly stored result (the webhook outbox: `services.webhooks.outbox`)."""
+
+    def prepare(self, db: sqlite3.Connection) -> None:
+        """Create what it needs (once the results table exists)."""
+
+    def stored(self, db: sqlite3.Connection, result: InferenceResult, stored_at_ms: int) -> None:
+        """`result` was just stored (not a duplicate), inside the still open transaction."""
+
+
 class ResultsTable:
     """One connection to the results database, created (with its directory) if missing.
 
-    `max_rows` (None: unbounded) caps how many results are kept; `clock_ms` stamps each stored row.
-    Use it from the thread that built it, and close it there.
+    `max_rows` (None: unbounded) caps how many results are kept; `clock_ms` stamps each stored row;
+    `hooks` are told of each stored result inside its transaction. Use it from the thread that
+    built it, and close it there.
     """
 
     def __init__(
-        self, path: Path, *, max_rows: int | None = None, clock_ms: Callable[[], int] = _now_ms
+        self,
+        path: Path,
+        *,
+        max_rows: int | None = None,
+        clock_ms: Callable[[], int] = _now_ms,
+        hooks: Sequence[StoredHook] = (),
     ) -> None:
         if max_rows is not None and max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -105,6 +123,9 @@ class ResultsTable:
         self._add_stored_at()
         self._key_by_tenant()
         self._db.execute(_INDEX)
+        self._hooks = tuple(hooks)
+        for hook in self._hooks:
+            hook.prepare(self._db)
         # Kept up to date by every write, so the size bound and /healthz never scan the table.
         self._rows = self._count_rows()
 
@@ -137,6 +158,11 @@ class ResultsTable:
     def close(self) -> None:
         self._db.close()
 
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The connection, for what lives beside the results (`hooks`): same thread rules."""
+        return self._db
+
     def put_many(self, results: Iterable[InferenceResult]) -> tuple[int, int]:
         """Store results in one transaction; returns (stored, duplicates dropped). Past `max_rows`,
         the oldest results are deleted in the same transaction."""
@@ -151,6 +177,8 @@ class ResultsTable:
                 cursor = self._db.execute(_INSERT, row)
                 if cursor.rowcount == 1:
                     stored += 1
+                    for hook in self._hooks:
+                        hook.stored(self._db, result, stored_at_ms)
                 else:
                     duplicates += 1
             self._rows += stored

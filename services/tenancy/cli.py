@@ -1,8 +1,10 @@
-"""`inferq tenants key` and `inferq tenants check FILE`: make a key, check a tenants file."""
+"""`inferq tenants key`, `inferq tenants webhook-secret` and `inferq tenants check FILE`: make a key or
+a webhook secret, check a tenants file."""
 
 from __future__ import annotations
 
 import argparse
+import secrets
 import sys
 from pathlib import Path
 
@@ -18,6 +20,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     commands = parser.add_subparsers(dest="tenants_command", required=True)
     key = commands.add_parser("key", help="print a new random API key once, and its hash for the file")
     key.set_defaults(func=_key)
+    secret = commands.add_parser(
+        "webhook-secret", help="print a new random webhook signing secret for a tenant's webhook_secret"
+    )
+    secret.set_defaults(func=_webhook_secret)
     check = commands.add_parser("check", help="validate a tenants file and summarise it")
     check.add_argument("file", type=Path, help="the tenants file (TOML)")
     check.add_argument(
@@ -34,6 +40,12 @@ def _key(_: argparse.Namespace) -> int:
     print(f"  {key}")
     print("Its hash, for the tenant's `keys` in the tenants file (the current key first, at most two):")
     print(f'  keys = ["{hash_key(key)}"]')
+    return 0
+
+
+def _webhook_secret(_: argparse.Namespace) -> int:
+    print("Webhook secret (give it to the tenant's receiver; the tenants file holds it too):")
+    print(f'  webhook_secret = "whsec_{secrets.token_urlsafe(32)}"')
     return 0
 
 

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from services.messaging import limits
 from services.messaging.reply_topics import MAX_TOPIC_CHARS, is_allowed_reply_topic
 from services.messaging.tiers import Tier
@@ -45,8 +47,21 @@ MAX_RATE = 10_000_000
 MAX_CONCURRENCY = 100_000
 _TOP_LEVEL = frozenset({"tenants"})
 _TENANT_FIELDS = frozenset(
-    {"name", "keys", "weight", "max_concurrency", "requests_per_minute", "burst", "entitlements"}
+    {
+        "name",
+        "keys",
+        "weight",
+        "max_concurrency",
+        "requests_per_minute",
+        "burst",
+        "entitlements",
+        "webhook_secret",
+    }
 )
+# A webhook secret: printable ASCII without spaces, long enough not to be guessed from a signature.
+MIN_WEBHOOK_SECRET_CHARS = 32
+MAX_WEBHOOK_SECRET_CHARS = 512
+_SECRET_TEXT = re.compile(r"[\x21-\x7e]+")
 _ENTITLEMENT_FIELDS = frozenset(
     {
         "max_tier",
@@ -227,6 +242,7 @@ class _EntryCheck:
         if burst is not None and rpm is None and "requests_per_minute" not in entry:
             self.fail("burst", "needs requests_per_minute")
         entitlements = self._entitlements(entry.get("entitlements"))
+        webhook_secret = self._webhook_secret(entry.get("webhook_secret"))
         if self.problems or name is None or digests is None or weight is None or entitlements is None:
             return None
         try:
@@ -238,6 +254,7 @@ class _EntryCheck:
                 max_concurrency=max_concurrency,
                 requests_per_minute=rpm,
                 burst=burst,
+                webhook_secret=webhook_secret,
             )
         except ValueError as exc:  # every rule is checked above; this is a backstop
             self.fail("name", str(exc))
@@ -257,6 +274,23 @@ class _EntryCheck:
             self.fail(key, f"must be 1-{max_chars} letters, digits, '.', '_', ':' or '-'")
             return None
         return value
+
+    def _webhook_secret(self, value: Any) -> SecretStr | None:
+        # Said without the value: this message goes to logs.
+        if value is None:
+            return None
+        if (
+            not isinstance(value, str)
+            or not MIN_WEBHOOK_SECRET_CHARS <= len(value) <= MAX_WEBHOOK_SECRET_CHARS
+            or not _SECRET_TEXT.fullmatch(value)
+        ):
+            self.fail(
+                "webhook_secret",
+                f"must be {MIN_WEBHOOK_SECRET_CHARS}-{MAX_WEBHOOK_SECRET_CHARS} printable ASCII characters "
+                "without spaces (inferq tenants webhook-secret prints one)",
+            )
+            return None
+        return SecretStr(value)
 
     def _keys(self, value: Any) -> tuple[bytes, ...] | None:
         if value is None:

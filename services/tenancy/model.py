@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from pydantic import SecretStr
+
 from services.messaging import limits
 from services.messaging.tiers import Tier
 from services.tenancy.keys import key_digest
@@ -133,6 +135,7 @@ class Tenant:
 
     `requests_per_minute` None means no rate limit; `burst` (default: a minute's worth) is how many
     requests may arrive at once. `max_concurrency` None means no cap below the shared budget.
+    `webhook_secret` signs its webhooks (`services.webhooks.signing`); None: it gets none.
     """
 
     name: str
@@ -142,6 +145,7 @@ class Tenant:
     max_concurrency: int | None = None
     requests_per_minute: int | None = None
     burst: int | None = None
+    webhook_secret: SecretStr | None = None
 
     def __post_init__(self) -> None:
         if len(self.name) > limits.MAX_TENANT_CHARS or not limits.ID_PATTERN.fullmatch(self.name):

@@ -36,7 +36,8 @@ from tests.support.fakes import FakeBacklog, SwitchableProducer
 TOPICS = TopicNames("inferq")
 ALLOWED = {202, 400, 413, 422, 429, 503}
 # Refusals a schema-valid body may still get: rules the schema cannot state.
-CONTEXT_FIELDS = {"expire_at_ms", "reply_to"}
+# callback_url: the tenant's hosts, its secret and what the host resolves to (services/webhooks).
+CONTEXT_FIELDS = {"expire_at_ms", "reply_to", "callback_url"}
 DOC = yaml.safe_load(
     (Path(__file__).resolve().parents[2] / "schemas" / "ingest.openapi.yaml").read_text(encoding="utf-8")
 )

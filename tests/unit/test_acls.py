@@ -43,8 +43,9 @@ def test_dispatchers_read_requests_and_retries_and_write_outcomes() -> None:
     }
 
 
-def test_the_results_service_reads_results_in_its_group() -> None:
+def test_the_results_service_reads_results_in_its_group_and_dead_letters_webhooks() -> None:
     assert grants_of("results") == {
+        ("WRITE", "TOPIC", "p.dlq", False),  # webhooks not delivered
         ("READ", "TOPIC", "p.results", False),
         # Regional reply topics (the dot ends the prefix: never p.resultsfoo) and regional groups.
         ("READ", "TOPIC", "p.results.", True),

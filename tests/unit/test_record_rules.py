@@ -163,6 +163,8 @@ def test_a_retry_claiming_a_tier_above_its_scenario_is_served_at_the_scenario_ti
         ("scenario", "x" * 65),
         ("model", "m" * 129),
         ("origin_region", "r" * 65),
+        ("callback_url", "https://hooks.example/" + "a" * 2_048),
+        ("callback_url", ""),
     ],
 )
 def test_strings_over_their_bounds_are_refused(field: str, value: str) -> None:

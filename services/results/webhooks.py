@@ -1,0 +1,124 @@
+"""The results service's webhook delivery, composed: the outbox (a hook of the results table, so a
+delivery is queued in the same transaction as its result), the dead-letter producer, the poster
+and the sender (`services.webhooks`). `app.create_app` builds one and starts it after the consumer.
+
+The body POSTed is the result as ``GET /v1/requests/{id}`` shows it (`view.public_view`), frozen
+when the result is stored. The Kafka producer (dead letters only) starts on its first dead letter:
+most processes never write one, and need no idle connection for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Protocol
+
+from services.messaging.admin import require_topics
+from services.messaging.dead_letters import DeadLetters, DurableProducer, Headers, RecordProducer
+from services.messaging.producer import AsyncProducer
+from services.messaging.records import InferenceResult
+from services.results.settings import ResultsSettings
+from services.results.view import public_view
+from services.telemetry import meter
+from services.webhooks.backoff import Backoff
+from services.webhooks.delivery import WebhookPoster
+from services.webhooks.guard import AddressGuard
+from services.webhooks.metrics import WebhookMetrics
+from services.webhooks.outbox import WebhookOutbox
+from services.webhooks.policy import CallbackPolicy
+from services.webhooks.sender import OutboxStore, TenantLookup, WebhookSender
+
+
+class StoppableProducer(RecordProducer, Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> object: ...
+
+
+class _StartedOnFirstUse:
+    """A producer started by its first `produce`, stopped only if it was started."""
+
+    def __init__(self, producer: StoppableProducer) -> None:
+        self._producer = producer
+        self._started = False
+
+    async def produce(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers | None = None
+    ) -> object:
+        if not self._started:
+            await self._producer.start()
+            self._started = True
+        return await self._producer.produce(topic, value, key=key, headers=headers)
+
+    async def stop(self) -> None:
+        if self._started:
+            self._started = False
+            await self._producer.stop()
+
+
+def result_body(result: InferenceResult) -> bytes:
+    """What a webhook POSTs: the result as ``GET /v1/requests/{id}`` answers it, as JSON."""
+    return json.dumps(public_view(result), separators=(",", ":")).encode()
+
+
+class ResultWebhooks:
+    """`outbox` goes to the store (`ResultStore(hooks=[webhooks.outbox])`); `start(store)` starts the
+    sender on it, `stop()` stops it (deliveries in flight stay in the outbox)."""
+
+    def __init__(
+        self, settings: ResultsSettings, tenants: TenantLookup, *, producer: StoppableProducer | None = None
+    ) -> None:
+        hooks = settings.webhooks
+        self._kafka = settings.kafka
+        self.outbox = WebhookOutbox(result_body)
+        self._tenants = tenants
+        self._producer = _StartedOnFirstUse(
+            producer or AsyncProducer(settings.kafka.producer_config(client_id="inferq-results"))
+        )
+        dlq = settings.kafka.topics.dlq
+        self._dead_letters = DeadLetters(DurableProducer(self._producer, own_topics=[dlq]), dlq)
+        self._guard = AddressGuard(
+            allow_private=hooks.allow_private_addresses, resolve_timeout_s=hooks.resolve_timeout_s
+        )
+        self._policy = CallbackPolicy(hooks, self._guard)
+        self._poster = WebhookPoster(
+            self._guard, timeout_s=hooks.timeout_s, connect_timeout_s=hooks.connect_timeout_s
+        )
+        self._backoff = Backoff(
+            first_backoff_s=hooks.first_backoff_s,
+            max_backoff_s=max(hooks.first_backoff_s, hooks.max_backoff_s),
+            retry_period_s=hooks.retry_period_s,
+        )
+        self._settings = hooks
+        self._metrics = WebhookMetrics(meter("inferq.results"))
+        self.sender: WebhookSender | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.sender is not None and self.sender.failed
+
+    async def start(self, store: OutboxStore, *, check_topics: bool = True) -> None:
+        """Start the sender on `store`; with `check_topics`, first check that the DLQ exists
+        (`MissingTopicsError` naming it, as for the reply topic)."""
+        if check_topics:
+            await asyncio.to_thread(require_topics, self._kafka, [self._kafka.topics.dlq])
+        await self._poster.start()
+        self.sender = WebhookSender(
+            store,
+            self.outbox,
+            self._policy,
+            self._poster,
+            self._dead_letters,
+            self._tenants,
+            self._backoff,
+            self._metrics,
+            max_in_flight=self._settings.max_in_flight,
+            poll_interval_s=self._settings.poll_interval_s,
+        )
+        await self.sender.start()
+
+    async def stop(self) -> None:
+        if self.sender is not None:
+            await self.sender.stop()
+        await self._poster.stop()
+        await self._producer.stop()

@@ -1,0 +1,19 @@
+"""Signed webhooks: a request's outcome POSTed to its `callback_url`.
+
+Submission (ingest, `services.ingest.callbacks`) and delivery (the results service) apply the same
+rules, so a record written straight to Kafka gets no more than an HTTP caller:
+
+- `urls`: what a callback URL may look like (https, or http when allowed; no userinfo, no
+  fragment, a plain host name or a canonical IP literal, bounded length);
+- `hosts`: whose hosts it may name (the tenant's `callback_hosts`, or in open mode
+  ``INFERQ_CALLBACK_HOSTS``);
+- `guard`: the SSRF guard, which resolves the host and refuses loopback, private, link-local,
+  multicast, unspecified and reserved addresses (and their IPv4-mapped forms) unless
+  ``INFERQ_WEBHOOK_ALLOW_PRIVATE_ADDRESSES`` is set; delivery connects only to the addresses it
+  checked (`delivery.CheckedResolver`), so a DNS answer that changes in between (rebinding) is
+  never connected to;
+- `signing`: ``Inferq-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "t.body">``, and its verification;
+- `backoff`, `outbox`, `delivery`, `sender`: the durable delivery in the results service (an outbox
+  row written in the same SQLite transaction as the result, drained with retries; a dead letter
+  when the retry period is over).
+"""

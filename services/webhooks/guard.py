@@ -1,0 +1,124 @@
+"""The SSRF guard: a webhook is never sent to an address inside the network inferq runs in.
+
+Refused unless ``INFERQ_WEBHOOK_ALLOW_PRIVATE_ADDRESSES`` is set: loopback (127/8, ::1), private
+(10/8, 172.16/12, 192.168/16, fc00::/7), shared (100.64/10), link-local (169.254/16, fe80::/10,
+where cloud metadata services answer), multicast, unspecified (0.0.0.0, ::), and every other block
+IANA marks as not globally reachable. An IPv6 address that embeds an IPv4 one is judged by that
+one (IPv4-mapped ``::ffff:127.0.0.1``, NAT64 ``64:ff9b::/96``, 6to4, Teredo).
+
+A host name is resolved and judged by every address it resolves to: one refused address refuses
+the name (a name that mixes public and private answers is not to be trusted with either). The
+same check runs at submission (422) and at delivery, where the connection is made only to the
+addresses checked here (`services.webhooks.delivery`), so a DNS answer that changes between the
+check and the connect (rebinding) gains nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+
+from services.webhooks.errors import CallbackRefusedError
+from services.webhooks.urls import CallbackTarget, IPAddress
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+# host, port -> the addresses it resolves to (getaddrinfo's answers).
+Resolve = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
+
+
+def embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one stands for (mapped, NAT64, 6to4, Teredo client), else None."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return None
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    return None
+
+
+def address_problem(ip: IPAddress) -> str | None:
+    """Why a webhook may not go to `ip` (its kind of address), or None for a public address."""
+    inner = embedded_ipv4(ip)
+    if inner is not None:
+        problem = address_problem(inner)
+        return None if problem is None else f"{problem} (inside an IPv6 address)"
+    if ip.is_unspecified:
+        return "an unspecified address"
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.is_private:
+        return "a private address"
+    if not ip.is_global:
+        return "an address that is not globally reachable"
+    return None
+
+
+async def system_resolve(host: str, port: int) -> Sequence[IPAddress]:
+    """The addresses `host` resolves to, through the system resolver (off the event loop)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses: list[IPAddress] = []
+    for _family, _type, _proto, _name, sockaddr in infos:
+        ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        if ip not in addresses:
+            addresses.append(ip)
+    return addresses
+
+
+class AddressGuard:
+    """Resolves a target's host and refuses what `address_problem` refuses (unless
+    `allow_private`). `resolve` is injectable (tests: a name resolving to a private address)."""
+
+    def __init__(
+        self,
+        *,
+        allow_private: bool = False,
+        resolve_timeout_s: float = 5.0,
+        resolve: Resolve = system_resolve,
+    ) -> None:
+        self._allow_private = allow_private
+        self._resolve_timeout_s = resolve_timeout_s
+        self._resolve = resolve
+
+    @property
+    def allow_private(self) -> bool:
+        return self._allow_private
+
+    def check(self, ip: IPAddress) -> None:
+        """`CallbackRefusedError` when `ip` may not be called."""
+        problem = None if self._allow_private else address_problem(ip)
+        if problem is not None:
+            raise CallbackRefusedError(f"host is or resolves to {problem}")
+
+    async def addresses(self, target: CallbackTarget) -> list[IPAddress]:
+        """The addresses a delivery to `target` may connect to: its IP literal, or every address its
+        host resolves to, each checked. `CallbackRefusedError` when one is refused (permanent), or
+        when the name does not resolve in time (not permanent: DNS may come back)."""
+        if target.ip is not None:
+            self.check(target.ip)
+            return [target.ip]
+        return await self.resolve_checked(target.host, target.port)
+
+    async def resolve_checked(self, host: str, port: int) -> list[IPAddress]:
+        try:
+            async with asyncio.timeout(self._resolve_timeout_s):
+                found = list(await self._resolve(host, port))
+        except (OSError, TimeoutError, UnicodeError) as exc:
+            kind = "timed out" if isinstance(exc, TimeoutError) else "failed"
+            raise CallbackRefusedError(f"host does not resolve (lookup {kind})", permanent=False) from None
+        if not found:
+            raise CallbackRefusedError("host does not resolve (no address)", permanent=False)
+        for ip in found:
+            self.check(ip)
+        return found

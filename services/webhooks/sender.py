@@ -1,0 +1,274 @@
+"""The webhook sender: drains the outbox in the results service, one task, a bounded number of
+deliveries in flight.
+
+Each due row (`outbox.WebhookOutbox.due`) is attempted: the tenant's rules again
+(`policy.CallbackPolicy.allowed`: the record may have come straight from Kafka, and the tenants
+file may have changed), then the signed POST through the SSRF guard (`delivery.WebhookPoster`).
+Then:
+
+- delivered (2xx) or gone (410): the row is deleted;
+- refused (a rule, the guard): a dead letter, then the row is deleted;
+- anything else: the row is rescheduled by `backoff.Backoff` (attempts + 1, the error kept), or,
+  past the retry period, dead-lettered and deleted.
+
+A row is deleted only after its delivery is over and, for a dead letter, after the broker
+acknowledged it; a crash before that means the attempt is made again after the restart, with the
+same delivery id (at least once: receivers deduplicate by ``Inferq-Delivery``). The sender is woken
+when a result with a callback is stored, and otherwise reads the outbox every `poll_interval_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from services.messaging.dead_letters import (
+    ERROR_HEADER,
+    KIND_HEADER,
+    REQUEST_ID_HEADER,
+    TENANT_HEADER,
+    DeadLetters,
+    Headers,
+)
+from services.tenancy.model import Tenant, TenantDirectory
+from services.webhooks.backoff import Backoff
+from services.webhooks.delivery import AttemptResult, Outcome, WebhookPoster
+from services.webhooks.errors import CallbackRefusedError
+from services.webhooks.metrics import WebhookMetrics
+from services.webhooks.outbox import PendingDelivery, WebhookOutbox
+from services.webhooks.policy import CallbackPolicy
+
+log = logging.getLogger("inferq.webhooks")
+
+_T = TypeVar("_T")
+DEAD_LETTER_KIND = b"webhook"
+DELIVERY_ID_HEADER = "inferq.webhook.delivery_id"
+ATTEMPTS_HEADER = "inferq.webhook.attempts"
+TARGET_HEADER = "inferq.webhook.target"
+STOP_TIMEOUT_S = 10.0
+
+
+class OutboxStore(Protocol):
+    """Where the outbox lives (`services.results.store.ResultStore`)."""
+
+    async def on_connection(self, call: Callable[[sqlite3.Connection], _T]) -> _T: ...
+
+
+class TenantLookup(Protocol):
+    """Whose rules apply (`services.tenancy.registry.TenantRegistry`)."""
+
+    @property
+    def open_mode(self) -> bool: ...
+
+    @property
+    def directory(self) -> TenantDirectory | None: ...
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class WebhookSender:
+    def __init__(
+        self,
+        store: OutboxStore,
+        outbox: WebhookOutbox,
+        policy: CallbackPolicy,
+        poster: WebhookPoster,
+        dead_letters: DeadLetters,
+        tenants: TenantLookup,
+        backoff: Backoff,
+        metrics: WebhookMetrics,
+        *,
+        max_in_flight: int = 16,
+        poll_interval_s: float = 1.0,
+        clock_ms: Callable[[], int] = _now_ms,
+        uniform: Callable[[float, float], float] = random.uniform,
+    ) -> None:
+        self._store = store
+        self._outbox = outbox
+        self._policy = policy
+        self._poster = poster
+        self._dead_letters = dead_letters
+        self._tenants = tenants
+        self._backoff = backoff
+        self._metrics = metrics
+        self._max_in_flight = max_in_flight
+        self._poll_interval_s = poll_interval_s
+        self._clock_ms = clock_ms
+        self._uniform = uniform
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the sending task ended by itself (an error it could not go on after)."""
+        return self._task is not None and self._task.done()
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def wake_from_worker() -> None:
+            # Called on the store's worker thread when a delivery is queued.
+            loop.call_soon_threadsafe(self._wake.set)
+
+        self._outbox.on_enqueued = wake_from_worker
+        self._task = asyncio.create_task(self._run(), name="webhook-sender")
+        self._task.add_done_callback(_log_end)
+
+    async def stop(self) -> None:
+        """Stop taking deliveries and cancel those in flight: their rows stay, to be sent again."""
+        self._outbox.on_enqueued = lambda: None
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.remove_done_callback(_log_end)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(task, STOP_TIMEOUT_S)
+        in_flight = list(self._in_flight.values())
+        for running in in_flight:
+            running.cancel()
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=STOP_TIMEOUT_S)
+
+    async def _run(self) -> None:
+        while True:
+            # Cleared before the read: a row queued during it wakes the next wait at once.
+            self._wake.clear()
+            await self.send_due()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._poll_interval_s)
+
+    async def send_due(self) -> int:
+        """Start the deliveries due now, as many as there are free slots; returns how many."""
+        free = self._max_in_flight - len(self._in_flight)
+        if free <= 0:
+            return 0
+        now_ms = self._clock_ms()
+        busy = set(self._in_flight)
+        due, self._metrics.pending = await self._store.on_connection(
+            lambda db: (
+                self._outbox.due(db, now_ms=now_ms, limit=free, exclude=busy),
+                self._outbox.pending(db),
+            )
+        )
+        for delivery in due:
+            task = asyncio.create_task(self._deliver(delivery), name=f"webhook-{delivery.delivery_id}")
+            self._in_flight[delivery.delivery_id] = task
+            task.add_done_callback(functools.partial(self._finished, delivery.delivery_id))
+        return len(due)
+
+    def _finished(self, delivery_id: str, task: asyncio.Task[None]) -> None:
+        self._in_flight.pop(delivery_id, None)
+        self._wake.set()  # a slot is free
+        if not task.cancelled() and task.exception() is not None:
+            log.error("webhook delivery %s failed unexpectedly", delivery_id, exc_info=task.exception())
+
+    async def _deliver(self, delivery: PendingDelivery) -> None:
+        attempt = delivery.attempts + 1
+        try:
+            target, secret = self._policy.allowed(
+                delivery.callback_url, self._tenant(delivery.tenant), open_mode=self._tenants.open_mode
+            )
+        except CallbackRefusedError as exc:
+            self._metrics.attempt("refused")
+            await self._give_up(delivery, "refused", f"callback refused at delivery: {exc.problem}", None)
+            return
+        result = await self._poster.post(
+            target, delivery, secret=secret, attempt=attempt, now_s=self._clock_ms() // 1000
+        )
+        self._metrics.attempt(result.kind)
+        if result.outcome is Outcome.DELIVERED:
+            await self._remove(delivery)
+            self._metrics.delivered((self._clock_ms() - delivery.stored_at_ms) / 1000)
+            log.info(
+                "webhook %s of request %s delivered to %s (attempt %d)",
+                delivery.delivery_id,
+                delivery.request_id,
+                target.origin,
+                attempt,
+            )
+        elif result.outcome is Outcome.GONE:
+            await self._remove(delivery)
+            self._metrics.ended("gone")
+            log.info("webhook %s: %s answered 410 Gone, not retried", delivery.delivery_id, target.origin)
+        elif result.outcome is Outcome.REFUSED:
+            await self._give_up(
+                delivery, "refused", f"callback refused at delivery: {result.detail}", target.origin
+            )
+        else:
+            await self._retry_or_give_up(delivery, attempt, result, target.origin)
+
+    def _tenant(self, name: str) -> Tenant | None:
+        directory = self._tenants.directory
+        return None if directory is None else directory.get(name)
+
+    async def _retry_or_give_up(
+        self, delivery: PendingDelivery, attempt: int, result: AttemptResult, origin: str
+    ) -> None:
+        now_ms = self._clock_ms()
+        next_ms = self._backoff.next_attempt_ms(
+            attempt, now_ms=now_ms, first_stored_ms=delivery.stored_at_ms, uniform=self._uniform
+        )
+        if next_ms is None:
+            reason = f"not delivered within the retry period after {attempt} attempts; last: {result.detail}"
+            await self._give_up(delivery, "expired", reason, origin, attempts=attempt)
+            return
+        await self._store.on_connection(
+            lambda db: self._outbox.reschedule(
+                db, delivery.delivery_id, attempts=attempt, next_attempt_at_ms=next_ms, error=result.detail
+            )
+        )
+        log.warning(
+            "webhook %s to %s failed (%s), attempt %d; next in %.1f s",
+            delivery.delivery_id,
+            origin,
+            result.detail,
+            attempt,
+            (next_ms - now_ms) / 1000,
+        )
+
+    async def _give_up(
+        self,
+        delivery: PendingDelivery,
+        outcome: str,
+        reason: str,
+        origin: str | None,
+        *,
+        attempts: int | None = None,
+    ) -> None:
+        """A dead letter (the body, the reason and the delivery in headers), then the row goes."""
+        headers: Headers = [
+            (ERROR_HEADER, reason.encode()),
+            (KIND_HEADER, DEAD_LETTER_KIND),
+            (REQUEST_ID_HEADER, delivery.request_id.encode()),
+            (TENANT_HEADER, delivery.tenant.encode()),
+            (DELIVERY_ID_HEADER, delivery.delivery_id.encode()),
+            (ATTEMPTS_HEADER, str(attempts if attempts is not None else delivery.attempts).encode()),
+        ]
+        if origin is not None:
+            headers.append((TARGET_HEADER, origin.encode()))
+        await self._dead_letters.write(delivery.body, key=delivery.request_id.encode(), headers=headers)
+        await self._remove(delivery)
+        self._metrics.ended(outcome)
+        log.warning(
+            "webhook %s of request %s dead-lettered: %s", delivery.delivery_id, delivery.request_id, reason
+        )
+
+    async def _remove(self, delivery: PendingDelivery) -> None:
+        await self._store.on_connection(lambda db: self._outbox.remove(db, delivery.delivery_id))
+
+
+def _log_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        log.error("webhook sender stopped; /healthz answers 503", exc_info=task.exception())

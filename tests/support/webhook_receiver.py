@@ -1,0 +1,103 @@
+"""A local webhook receiver for tests: a threaded HTTP server on 127.0.0.1 recording every POST.
+
+Paths choose the answer: ``/ok/...`` 200; ``/flaky/N/...`` 503 for the first N attempts of each
+delivery id, then 200; ``/down/...`` 500 always; ``/gone/...`` 410; ``/hold/...`` 503 while `held`
+is set, 200 after; ``/redirect/...`` 302 to ``/ok/``; ``/slow/...`` 200 after 3 s.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass(frozen=True)
+class Delivery:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    status: int
+    # When it arrived (time.time_ns(), the machine's clock, as the results' timings use).
+    received_at_ns: int = 0
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+        self.held = threading.Event()
+        self._lock = threading.Lock()
+        self._attempts: Counter[str] = Counter()
+        self.port = 0
+
+    def answer(self, path: str, delivery_id: str) -> int:
+        with self._lock:
+            self._attempts[delivery_id] += 1
+            attempt = self._attempts[delivery_id]
+        kind = path.strip("/").split("/")
+        if kind[0] == "flaky":
+            return 503 if attempt <= int(kind[1]) else 200
+        return {"ok": 200, "down": 500, "gone": 410}.get(kind[0], 503 if self.held.is_set() else 200)
+
+    def record(self, delivery: Delivery) -> None:
+        with self._lock:
+            self.deliveries.append(delivery)
+
+    def to(self, path: str) -> list[Delivery]:
+        with self._lock:
+            return [d for d in self.deliveries if d.path == path]
+
+    def wait_for(
+        self, path: str, *, count: int = 1, status: int | None = None, timeout_s: float = 30.0
+    ) -> list[Delivery]:
+        """The deliveries to `path` once at least `count` (answered `status`, if given) arrived."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = [d for d in self.to(path) if status is None or d.status == status]
+            if len(found) >= count:
+                return self.to(path)
+            time.sleep(0.05)
+        raise AssertionError(f"{count} deliveries to {path} not within {timeout_s} s: {self.to(path)}")
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@contextmanager
+def webhook_receiver() -> Iterator[Receiver]:
+    receiver = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length", "0"))
+            body = self.rfile.read(min(length, 1_048_576))
+            kind = self.path.strip("/").split("/")[0]
+            delivery_id = self.headers.get("inferq-delivery", "")
+            status = 302 if kind == "redirect" else receiver.answer(self.path, delivery_id)
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            receiver.record(Delivery(self.path, headers, body, status, time.time_ns()))
+            if kind == "slow":
+                time.sleep(3)
+            self.send_response(status)
+            if status == 302:
+                self.send_header("location", receiver.url("/ok/redirected"))
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    receiver.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, name="webhook-receiver", daemon=True)
+    thread.start()
+    try:
+        yield receiver
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
