@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 
 import httpx
 
@@ -23,20 +24,30 @@ def wall_ms() -> int:
 
 
 def submit_in_process(
-    ingest_url: str, trace: list[Arrival], tag: str, start_wall_s: float
+    ingest_url: str,
+    trace: list[Arrival],
+    tag: str,
+    start_wall_s: float,
+    keys: Mapping[str, str] | None = None,
 ) -> list[Submission]:
     """`submit_trace` in a process of its own (the entry point of a child process)."""
-    return asyncio.run(submit_trace(ingest_url, trace, tag, start_wall_s))
+    return asyncio.run(submit_trace(ingest_url, trace, tag, start_wall_s, keys))
 
 
 async def submit_trace(
-    ingest_url: str, trace: list[Arrival], tag: str, start_wall_s: float
+    ingest_url: str,
+    trace: list[Arrival],
+    tag: str,
+    start_wall_s: float,
+    keys: Mapping[str, str] | None = None,
 ) -> list[Submission]:
     """POST every arrival at its time after `start_wall_s` (epoch seconds, so that two processes
     replaying parts of one trace share the same start).
 
     Every request carries its own `request_id` (`<tag>-<index>`), so its result can be found on the
     reply topic. A 429 or 503 is recorded as the run's outcome; only a missing answer is an error.
+    With `keys` (tenant -> API key), each request is sent with its tenant's key; without, the
+    pipeline is in open mode and the body's `tenant` names it.
     """
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
     async with httpx.AsyncClient(base_url=ingest_url, timeout=HTTP_TIMEOUT_S, limits=limits) as client:
@@ -46,11 +57,12 @@ async def submit_trace(
             await asyncio.sleep(max(0.0, start_wall_s + arrival.offset_ms / 1000 - time.time()))
             request_id = f"{tag}-{arrival.index:05d}"
             body = http_body(arrival, request_id)  # the body `inferq loadgen` sends
+            headers = {"authorization": f"Bearer {keys[arrival.tenant]}"} if keys else None
             sent = wall_ms()
             status: int | None = None
             error: str | None = None
             try:
-                response = await client.post("/v1/requests", json=body)
+                response = await client.post("/v1/requests", json=body, headers=headers)
                 status = response.status_code
                 if status != 202:
                     error = response.text[:200]
@@ -67,6 +79,7 @@ async def submit_trace(
                 answered_ms=wall_ms(),
                 status=status,
                 error=error,
+                tenant=arrival.tenant,
             )
 
         return list(await asyncio.gather(*(one(a) for a in trace)))
