@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from services.messaging.records import InferenceResult, Status
 from services.messaging.tiers import Tier
 from services.tenancy.loading import load_tenants
-from services.tools.bench.fairness import tenant_specs
+from services.tools.bench.fairness import ALONE, WITH_A, report, tenant_specs
 from services.tools.bench.fairness_report import (
     MISS,
     PASS,
@@ -18,11 +19,13 @@ from services.tools.bench.fairness_report import (
     lost_target,
     low_completions_over_time,
     low_split_while_both_wait,
+    refusals,
     series_table,
     share_target,
     tenant_rows,
 )
 from services.tools.bench.fairness_trace import TENANT_A, TENANT_B, FairnessSpec
+from services.tools.bench.pipeline_run import PipelineRun
 from services.tools.bench.summary import Submission
 from services.tools.measures import Outcome
 from services.tools.stack.tenants import write_tenants
@@ -161,3 +164,66 @@ def test_targets_pass_and_miss_at_their_thresholds() -> None:
     assert share_target(LowSplit(TENANT_B, {TENANT_B: 0, TENANT_A: 0}, None), 0.75).verdict == MISS
     assert lost_target({"x": 0, "y": 0}).verdict == PASS and lost_target({"x": 1}).verdict == MISS
     assert backend_target({"x": 10}, 10).verdict == PASS and backend_target({"x": 11}, 10).verdict == MISS
+
+
+def test_refusals_are_told_apart_by_the_quota_ingest_names() -> None:
+    share = "{\"error\":\"tenant 'a' is over its share of tier HIGH's backlog (about 20 of its 15, ..."
+    full = '{"error":"tier HIGH is over capacity (backlog 61, capacity 60)","retry_after_s":1}'
+    rate = '{"error":"tenant \'a\' is over its quota of 60 requests per minute (burst 60); retry later"}'
+    subs = [
+        Submission(0, "1", "s", "poisson", H, 0, 0, 0, 429, share, TENANT_A),
+        Submission(1, "2", "s", "poisson", H, 0, 0, 0, 429, share, TENANT_A),
+        Submission(2, "3", "s", "poisson", H, 0, 0, 0, 429, full, TENANT_A),
+        Submission(3, "4", "s", "poisson", L, 0, 0, 0, 429, rate, TENANT_A),
+        Submission(4, "5", "s", "poisson", L, 0, 0, 0, 503, "kafka did not answer", TENANT_A),
+        Submission(5, "6", "s", "poisson", H, 0, 0, 0, 429, full, TENANT_B),
+        Submission(6, "7", "s", "poisson", H, 0, 0, 0, 202, None, TENANT_A),
+    ]
+    assert refusals(subs, TENANT_A) == {H: {"share": 2, "tier full": 1}, L: {"kafka": 1, "rate": 1}}
+    assert refusals(subs, TENANT_B) == {H: {"tier full": 1}}
+
+
+def result(o: Outcome) -> InferenceResult:
+    return InferenceResult(
+        request_id=o.request_id,
+        tier=o.tier,
+        status=Status(o.status),
+        model="m",
+        enqueued_at_ms=o.enqueued_ms,
+        completed_at_ms=o.completed_ms,
+        attempts=1,
+        dispatcher_id="d",
+        dispatched_at_ms=o.dispatched_ms,
+        tenant=o.tenant,
+    )
+
+
+def pipeline_run(
+    name: str, subs: list[Submission], outcomes: dict[str, Outcome], max_in_flight: int
+) -> PipelineRun:
+    return PipelineRun(
+        name=name,
+        topic_prefix=f"bench.{name}",
+        env={},
+        seconds=1.0,
+        submissions=subs,
+        results={rid: result(o) for rid, o in outcomes.items()},
+        backend_stats={"max_in_flight": max_in_flight, "by_status": {"200": 4}},
+        effective_budget_samples=[(0, 10)],
+        duplicates_on_reply_topic=0,
+        missing_ids=["b9"] if name == WITH_A else [],
+    )
+
+
+def test_the_report_puts_both_runs_and_every_target_in_its_tables() -> None:
+    b_subs = [s for s in SUBS if s.tenant == TENANT_B]
+    b_out = {rid: o for rid, o in OUT.items() if o.tenant == TENANT_B}
+    runs = {ALONE: pipeline_run(ALONE, b_subs, b_out, 2), WITH_A: pipeline_run(WITH_A, SUBS, OUT, 11)}
+    document, markdown = report(FairnessSpec(duration_s=10), [], runs, seconds=3.0)
+    # B 1 of 1 start while both waited: 100%, not 75% +- 10%; one lost; 11 in flight over 10.
+    assert [t["verdict"] for t in document["targets"]] == [PASS, MISS, MISS, MISS]
+    assert "| b-with-a | HIGH | 1 | 1 | 0 | OK 1 | 0 | 20.0 | 20.0 | 1 |" in markdown
+    assert "| b-with-a | HIGH | 1 | 0 | 1 (other 1) | - | 0 | - | - | - |" in markdown  # A's 429
+    assert "| b-with-a | 1 | 11 | 0 | 10 | 0 | 1 / 0 |" in markdown
+    assert "b-alone 0, b-with-a 1" in markdown  # the lost request is named per run
+    assert document["low_split_while_both_wait"]["counted"] == {TENANT_B: 1, TENANT_A: 0}

@@ -21,12 +21,12 @@ from typing import Any
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 from services.tools.bench.fairness_report import (
     LowSplit,
-    Target,
     backend_target,
     high_p95_target,
     lost_target,
     low_completions_over_time,
     low_split_while_both_wait,
+    refusals,
     series_table,
     share_target,
     target_table,
@@ -118,6 +118,8 @@ def report(
     }
     b_rows = {name: tenant_rows(run.submissions, outcomes[name], TENANT_B) for name, run in runs.items()}
     a_rows = {WITH_A: tenant_rows(runs[WITH_A].submissions, outcomes[WITH_A], TENANT_A)}
+    b_refused = {name: refusals(run.submissions, TENANT_B) for name, run in runs.items()}
+    a_refused = {WITH_A: refusals(runs[WITH_A].submissions, TENANT_A)}
     bins = math.ceil(spec.duration_s / BIN_S) + 1
 
     def series(name: str, tenant: str) -> list[int]:
@@ -148,13 +150,24 @@ def report(
         "tenants": [{"name": t, "weight_share": spec.weight_share(t)} for t in (TENANT_A, TENANT_B)],
         "b_rows": {name: [asdict(r) for r in rows] for name, rows in b_rows.items()},
         "a_rows": {name: [asdict(r) for r in rows] for name, rows in a_rows.items()},
+        "refusals": {
+            tenant: {run: {t.value: kinds for t, kinds in by_tier.items()} for run, by_tier in runs_.items()}
+            for tenant, runs_ in ((TENANT_B, b_refused), (TENANT_A, a_refused))
+        },
         "low_completions_bin_s": BIN_S,
         "low_completions": low_series,
         "low_split_while_both_wait": asdict(split),
         "targets": [asdict(t) for t in targets],
         "run_details": [raw_records(run) for run in runs.values()],
     }
-    return document, render(document, spec, runs, b_rows, a_rows, low_series, split, targets)
+    tables = {
+        "b": tier_table(b_rows, b_refused),
+        "a": tier_table(a_rows, a_refused),
+        "low": series_table(low_series, BIN_S),
+        "runs": _run_table(runs, split),
+        "targets": target_table(targets),
+    }
+    return document, render(document, spec, tables)
 
 
 def _tier(rows: list[TierRow], tier: Tier) -> TierRow:
@@ -184,16 +197,7 @@ def _run_table(runs: dict[str, PipelineRun], split: LowSplit) -> str:
     return "\n".join(lines)
 
 
-def render(
-    document: dict[str, Any],
-    spec: FairnessSpec,
-    runs: dict[str, PipelineRun],
-    b_rows: dict[str, list[TierRow]],
-    a_rows: dict[str, list[TierRow]],
-    low_series: dict[str, list[int]],
-    split: LowSplit,
-    targets: list[Target],
-) -> str:
+def render(document: dict[str, Any], spec: FairnessSpec, tables: dict[str, str]) -> str:
     m = document["machine"]
     trace = document["trace"]
     rates = trace["rates_per_s"]
@@ -221,23 +225,23 @@ def render(
             "",
             "## B, per tier",
             "",
-            tier_table(b_rows),
+            tables["b"],
             "",
             f"## B's LOW completions over time ({BIN_S:g} s bins from the trace's start)",
             "",
-            series_table(low_series, BIN_S),
+            tables["low"],
             "",
             "## A (with B)",
             "",
-            tier_table(a_rows),
+            tables["a"],
             "",
             "## Per run",
             "",
-            _run_table(runs, split),
+            tables["runs"],
             "",
             "## Targets",
             "",
-            target_table(targets),
+            tables["targets"],
             "",
         ]
     )

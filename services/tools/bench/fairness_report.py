@@ -11,11 +11,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from services.messaging.tiers import Tier
-from services.tools.bench.summary import Submission, TierRow, tier_rows
+from services.tools.bench.summary import REFUSED, Submission, TierRow, tier_rows
 from services.tools.measures import Outcome, Stats
 
 PASS, MISS = "PASS", "MISS"
@@ -54,6 +55,30 @@ def tenant_rows(
     submissions: Sequence[Submission], outcomes: Mapping[str, Outcome], tenant: str
 ) -> list[TierRow]:
     return tier_rows(of_tenant(submissions, tenant), outcomes)
+
+
+def refusal_kind(submission: Submission) -> str:
+    """Why ingest refused: the tenant's share of the tier's backlog, the tier full, the tenant's rate,
+    or what else (from the answer's text, which names its quota)."""
+    text = submission.error or ""
+    if submission.status == 503:
+        return "kafka"
+    if "over its share" in text:
+        return "share"
+    if "over capacity" in text:
+        return "tier full"
+    if "requests per minute" in text:
+        return "rate"
+    return "other"
+
+
+def refusals(submissions: Sequence[Submission], tenant: str) -> dict[Tier, dict[str, int]]:
+    """Per tier, the tenant's refusals by kind."""
+    counts: dict[Tier, Counter[str]] = {}
+    for s in of_tenant(submissions, tenant):
+        if s.status in REFUSED:
+            counts.setdefault(s.tier, Counter())[refusal_kind(s)] += 1
+    return {tier: dict(sorted(c.items())) for tier, c in counts.items()}
 
 
 def _briefs(submissions: Sequence[Submission], outcomes: Mapping[str, Outcome]) -> list[Outcome]:
@@ -150,10 +175,13 @@ def _wait(s: Stats | None) -> list[str]:
     return ["-"] * 3 if s is None else [_num(s.mean), _num(s.p95), str(s.count)]
 
 
-def tier_table(rows: Mapping[str, Sequence[TierRow]]) -> str:
-    """One line per (run, tier): requests, ingest's refusals, outcomes, queue wait."""
+def tier_table(
+    rows: Mapping[str, Sequence[TierRow]], refused: Mapping[str, Mapping[Tier, Mapping[str, int]]]
+) -> str:
+    """One line per (run, tier): requests, ingest's refusals (by kind), outcomes, queue wait."""
     lines = [
-        "| run | tier | sent | accepted | 429 | outcomes | missing | wait mean ms | wait p95 ms | waits |",
+        "| run | tier | sent | accepted | 429/503 (why) | outcomes | missing | wait mean ms | wait p95 ms "
+        "| waits |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run, tiers in rows.items():
@@ -161,7 +189,16 @@ def tier_table(rows: Mapping[str, Sequence[TierRow]]) -> str:
             if not row.submitted:
                 continue
             outcomes = ", ".join(f"{k} {v}" for k, v in row.by_status.items()) or "-"
-            cells = [run, row.tier.value, str(row.submitted), str(row.accepted), str(row.refused), outcomes]
+            kinds = refused.get(run, {}).get(row.tier, {})
+            why = f" ({', '.join(f'{k} {n}' for k, n in kinds.items())})" if kinds else ""
+            cells = [
+                run,
+                row.tier.value,
+                str(row.submitted),
+                str(row.accepted),
+                f"{row.refused}{why}",
+                outcomes,
+            ]
             cells += [str(row.missing), *_wait(row.wait_ms)]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
