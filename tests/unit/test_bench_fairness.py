@@ -224,6 +224,6 @@ def test_the_report_puts_both_runs_and_every_target_in_its_tables() -> None:
     assert [t["verdict"] for t in document["targets"]] == [PASS, MISS, MISS, MISS]
     assert "| b-with-a | HIGH | 1 | 1 | 0 | OK 1 | 0 | 20.0 | 20.0 | 1 |" in markdown
     assert "| b-with-a | HIGH | 1 | 0 | 1 (other 1) | - | 0 | - | - | - |" in markdown  # A's 429
-    assert "| b-with-a | 1 | 11 | 0 | 10 | 0 | 1 / 0 |" in markdown
+    assert "| b-with-a | 1 | 11 | 0 | 10 | 0 | 1 / 0 | 0.0 / 0.0 |" in markdown
     assert "b-alone 0, b-with-a 1" in markdown  # the lost request is named per run
     assert document["low_split_while_both_wait"]["counted"] == {TENANT_B: 1, TENANT_A: 0}

@@ -26,6 +26,7 @@ from services.tools.bench.fairness_report import (
     lost_target,
     low_completions_over_time,
     low_split_while_both_wait,
+    of_tenant,
     refusals,
     series_table,
     share_target,
@@ -38,7 +39,7 @@ from services.tools.bench.kafka import bench_broker
 from services.tools.bench.machine import code_line, command_line, machine, results_dir
 from services.tools.bench.pipeline_run import BenchConfig, PipelineRun, raw_records, run_pipeline
 from services.tools.bench.scheduling_run import RunSpec, compressed_env
-from services.tools.bench.summary import TierRow
+from services.tools.bench.summary import TierRow, submit_stats
 from services.tools.measures import Outcome
 from services.tools.stack.tenants import TenantSpec, write_tenants
 from services.tools.traces.generator import generate
@@ -177,13 +178,15 @@ def _tier(rows: list[TierRow], tier: Tier) -> TierRow:
 def _run_table(runs: dict[str, PipelineRun], split: LowSplit) -> str:
     lines = [
         "| run | seconds | backend max in flight | backend 429s | min effective budget "
-        "| duplicates on reply topic | LOW starts while both waited (B / A) |",
-        "|---|---|---|---|---|---|---|",
+        "| duplicates on reply topic | LOW starts while both waited (B / A) | B's 202 p50 / p95 ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, run in runs.items():
         by_status = dict(run.backend_stats.get("by_status") or {})
         budget = min((b for _, b in run.effective_budget_samples), default=None)
         both = f"{split.counted[TENANT_B]} / {split.counted[TENANT_A]}" if name == WITH_A else "-"
+        # How long ingest took to answer B: the machine's load shows here first.
+        _, answer, _ = submit_stats(of_tenant(run.submissions, TENANT_B))
         cells = [
             name,
             f"{run.seconds:.0f}",
@@ -192,6 +195,7 @@ def _run_table(runs: dict[str, PipelineRun], split: LowSplit) -> str:
             "-" if budget is None else str(budget),
             str(run.duplicates_on_reply_topic),
             both,
+            "-" if answer is None else f"{answer.p50:.1f} / {answer.p95:.1f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
