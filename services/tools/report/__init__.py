@@ -5,8 +5,7 @@ generator left them, its request records (`services.tools.traces.files`); a simu
 JSON document `inferq simulate --json` wrote. Both become a `documents.RunDocument` (outcomes +
 summary). Pure modules: `stats` (per-tier numbers), `timeseries` (tokens in use, backlog,
 utilization), `table` (the terminal table), `documents` (the JSON format), `tenants` (one tenant's
-part, `--tenant`); edges: `results_source`
-(Kafka), `plots` (matplotlib), `cli` with `command`.
+part, `--tenant`); edges: `results_source` (Kafka), `plots` (matplotlib), `cli` with `command`.
 
 Errors (``errors``)::
 
