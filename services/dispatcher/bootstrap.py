@@ -33,16 +33,20 @@ from services.dispatcher.offsets import OffsetTracker
 from services.dispatcher.outcomes import OutcomeBuilder
 from services.dispatcher.pausing import Pauses
 from services.dispatcher.policies import Scheduler, build_scheduler
+from services.dispatcher.readahead_shares import ReadaheadShares
 from services.dispatcher.record_rules import RecordRules
 from services.dispatcher.retries import RetryPolicy
 from services.dispatcher.run_loop import Helper, Resource, RunLoop
 from services.dispatcher.settings import DispatcherSettings, build_schedule, renamed_variables_in
 from services.dispatcher.starting import Starter
+from services.dispatcher.tenant_gate import TenantGate
+from services.dispatcher.tenant_limits import RegistryLimits
 from services.dispatcher.tokens import LocalTokenPool, TokenPool
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.writer import OutcomeWriter, RecordProducer
 from services.messaging.producer import AsyncProducer
 from services.messaging.tiers import TierPolicy
+from services.tenancy.registry import TenantRegistry
 
 if TYPE_CHECKING:
     from services.dispatcher.tokens.redis_pool import RedisTokenPool
@@ -55,6 +59,20 @@ TOPIC_PROPAGATION_MS = 2_000
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class TenantsWatch:
+    """The tenants file watched while the dispatcher runs: reloaded on change and on SIGHUP."""
+
+    def __init__(self, registry: TenantRegistry, *, sighup: bool) -> None:
+        self._registry = registry
+        self._sighup = sighup
+
+    async def start(self) -> None:
+        await self._registry.start(sighup=self._sighup)
+
+    async def stop(self) -> None:
+        await self._registry.stop()
 
 
 class ProducerEdge(RecordProducer, Resource, Protocol):
@@ -133,8 +151,11 @@ def bootstrap(
     tokens: TokenSupply | None = None,
     scheduler: Scheduler | None = None,
     clock_ms: Callable[[], int] = wall_clock_ms,
+    sighup: bool = False,
 ) -> Dispatcher:
-    """Build every part of one dispatcher from `settings`; the keyword arguments replace an edge."""
+    """Build every part of one dispatcher from `settings`; the keyword arguments replace an edge.
+    The tenants file is read here (`TenantsFileError` when it cannot be used); `sighup`: SIGHUP
+    reloads it (the process's choice, not a test's)."""
     for line in renamed_variables_in(os.environ):
         log.warning("%s", line)
     topics = settings.kafka.topics
@@ -156,8 +177,18 @@ def bootstrap(
     if backend is None:
         api_key = settings.backend_api_key.get_secret_value() if settings.backend_api_key else None
         backend = ChatBackend(settings.backend_url, api_key=api_key, max_connections=settings.budget)
+    registry = TenantRegistry(
+        settings.tenants.file, topics=topics, reload_interval_s=settings.tenants.reload_interval_s
+    )
+    if registry.load() is None:
+        log.warning("dispatcher in open mode: every tenant a record names runs, with the global rules")
+    gate = TenantGate(registry, default_reply_topic=topics.results, clock_ms=clock_ms)
+    limits = RegistryLimits(registry)
     metrics = DispatcherMetrics(
-        tokens_in_use=pool.in_use, tokens_held=pool.held_locally, effective_budget=lambda: budget.effective
+        tokens_in_use=pool.in_use,
+        tokens_held=pool.held_locally,
+        effective_budget=lambda: budget.effective,
+        tenant_label=gate.label,
     )
 
     room = WaitingRoom(
@@ -165,6 +196,7 @@ def bootstrap(
         early_drop_ms={t: int(s * 1000) for t, s in settings.typical_latency_s.items()}
         if settings.early_drop
         else None,
+        tenants=limits,
     )
     offsets = OffsetTracker()
     inflight = InFlight()
@@ -185,6 +217,7 @@ def bootstrap(
     writer = OutcomeWriter(
         producer, topics, OutcomeBuilder(settings.dispatcher_id), models, metrics, clock_ms
     )
+    next_start = NextStart(room, scheduler)
     execution = Execution(
         backend=backend,
         pool=pool,
@@ -200,6 +233,7 @@ def bootstrap(
         clock_ms=clock_ms,
         backend_timeout_s=settings.backend_timeout_s,
         token_freed=wake,
+        call_ended=next_start.ended,
     )
     intake = Intake(
         consumer=consumer,
@@ -219,9 +253,19 @@ def bootstrap(
         readahead=settings.readahead,
         poison_alarm_ratio=settings.poison_alarm_ratio,
         clock_ms=clock_ms,
+        gate=gate,
+        shares=ReadaheadShares(
+            room=room,
+            pauses=pauses,
+            limits=limits,
+            readahead=settings.readahead,
+            enabled=lambda: registry.directory is not None and len(registry.directory) > 1,
+        ),
     )
+    pauses.rereading = intake.rereading
+    metrics.watch_tenants(room.running_by_tenant, room.held_by_tenant, lambda: len(intake.deferred))
     starter = Starter(
-        next_start=NextStart(room, scheduler),
+        next_start=next_start,
         pool=pool,
         pool_is_shared=tokens.shared,
         budget=budget,
@@ -293,6 +337,7 @@ def bootstrap(
         drain_timeout_s=settings.drain_timeout_s,
         describe=describe,
         pool_companions=tokens.companions,
+        watchers=(TenantsWatch(registry, sighup=sighup),),
     )
     writer.on_fatal = loop.fail
     health = Health(
@@ -303,5 +348,6 @@ def bootstrap(
         budget=budget,
         scheduler=scheduler,
         inflight=inflight,
+        deferred=lambda: len(intake.deferred),
     )
     return Dispatcher(loop, health)

@@ -11,6 +11,7 @@ from services.dispatcher.process import serve
 from services.dispatcher.settings import DispatcherSettings
 from services.messaging.errors import KafkaAccessError, MissingTopicsError
 from services.serving import configure_logging
+from services.tenancy.errors import TenantsFileError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     # uvloop: the dispatcher's hot path is the event loop (fetch, HTTP calls, delivery reports).
     try:
         return uvloop.run(serve(settings))
-    except (MissingTopicsError, KafkaAccessError) as exc:
+    except (MissingTopicsError, KafkaAccessError, TenantsFileError) as exc:
         # A start-up refusal the operator must act on: one line that says what, not a traceback.
         print(f"inferq dispatcher: cannot start: {exc}", file=sys.stderr)
         return 2

@@ -2,8 +2,9 @@
 
 DispatcherError
  ├── BackendError        the LLM backend failed one call; `retriable` says whether a retry may help
- ├── RefusedRequestError a decodable request that must not run (``record_rules.py``): dead-lettered
- │                       and answered FAILED, never sent to the LLM
+ ├── RefusedRequestError a decodable request that must not run (``record_rules.py``, or its tenant's
+ │                       ``tenant_gate.py``; `cause` says which): dead-lettered and answered FAILED,
+ │                       never sent to the LLM
  └── ConsumerError       the Kafka consumer failed one operation; `retriable` says whether a retry may help
       └── CommitFailedError  the group refused a commit (a rebalance, a lost membership): the offsets
                              stay owed and go out with the next commit, or the next owner redoes them
@@ -47,13 +48,21 @@ class BackendError(DispatcherError):
 
 class RefusedRequestError(DispatcherError):
     """`request` (its fields clamped) breaks a rule no clamp can fix; `reason` says which, short and
-    free of the request's content. Its FAILED result goes to `reply_topic` (None: the default)."""
+    free of the request's content. Its FAILED result goes to `reply_topic` (None: the default).
+    `cause` is a metrics label: ``invalid`` (the record rules), ``unknown_tenant``, ``not_entitled``."""
 
     def __init__(
-        self, reason: str, *, request: InferenceRequest, tier: Tier, reply_topic: str | None
+        self,
+        reason: str,
+        *,
+        request: InferenceRequest,
+        tier: Tier,
+        reply_topic: str | None,
+        cause: str = "invalid",
     ) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.cause = cause
         self.request = request
         self.tier = tier
         self.reply_topic = reply_topic

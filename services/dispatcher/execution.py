@@ -38,6 +38,7 @@ class Execution:
         clock_ms: Callable[[], int],
         backend_timeout_s: float,
         token_freed: asyncio.Event,
+        call_ended: Callable[[Work], None] = lambda _: None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._backend = backend
@@ -50,11 +51,15 @@ class Execution:
         self._clock_ms = clock_ms
         self._backend_timeout_s = backend_timeout_s
         self._token_freed = token_freed
+        # The tenant's concurrency cap counts the call until its token is back (`NextStart.ended`).
+        self._call_ended = call_ended
         self._monotonic = monotonic
 
     async def call(self, work: Work, lease: Lease) -> None:
         dispatched_at = self._clock_ms()
-        self._metrics.record_queue_wait(work.tier, (dispatched_at - work.created_at_ms) / 1000)
+        self._metrics.record_queue_wait(
+            work.tier, (dispatched_at - work.created_at_ms) / 1000, work.request.tenant
+        )
         model = self._models.model_for(work)
         remaining_s = (work.expire_at_ms - dispatched_at) / 1000
         timeout_s = max(0.001, min(self._backend_timeout_s, remaining_s))
@@ -70,6 +75,7 @@ class Execution:
         except BackendError as exc:
             failure = exc
         finally:
+            self._call_ended(work)
             await self._pool.release(lease)
             self._token_freed.set()
         if failure is not None:

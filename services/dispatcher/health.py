@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.dispatcher.adaptive import Budget
@@ -23,6 +24,8 @@ class Health:
     budget: Budget
     scheduler: Scheduler
     inflight: InFlight
+    # Records left in Kafka because their tenant was over its read-ahead share (``deferred.py``).
+    deferred: Callable[[], int] = lambda: 0
 
     def snapshot(self) -> dict[str, object]:
         return {
@@ -31,6 +34,7 @@ class Health:
             "tokens_in_use": sum(self.pool.held_locally().values()),
             "waiting": len(self.room),
             "held_by_tier": {t.value: self.room.held(t) for t in Tier},
+            "deferred": self.deferred(),
             # Calls, and outcomes being written (bounded per tier: inflight.py).
             "tasks": len(self.inflight),
             "paused_partitions": len(self.consumer.paused()),

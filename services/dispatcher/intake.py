@@ -9,6 +9,12 @@ and FAILED); expire what is past its deadline (answered EXPIRED, no LLM call); a
 the waiting room. The partition is rewound to the first record left over, so it is fetched again
 later and the bounds hold exactly. A retry record that is not due yet holds its partition back
 (paused) until it is, at most the maximum backoff from when it was first read.
+
+Tenants (``tenant_gate.py``): after the record rules, the tenant gate refuses a tenant the file
+does not list and what the tenant is not entitled to (dead letter and FAILED, like the rules'
+refusals) and narrows the rest. A request of a tenant over its share of the tier's read-ahead
+(``readahead_shares.py``) is *deferred* (``deferred.py``): tracked as not done, left in Kafka, and
+the partition read on for the others; `rewind` seeks back to it once the tenant has room.
 """
 
 from __future__ import annotations
@@ -18,13 +24,16 @@ import time
 from collections.abc import Callable, Sequence
 
 from services.dispatcher.consumer import FetchedRecord, Partition, TierConsumer
+from services.dispatcher.deferred import DeferredRecords
 from services.dispatcher.errors import RefusedRequestError
 from services.dispatcher.inflight import InFlight
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.offsets import OffsetTracker, PartitionOffsets
 from services.dispatcher.pausing import Pauses
 from services.dispatcher.poison import PoisonWatch
+from services.dispatcher.readahead_shares import ReadaheadShares
 from services.dispatcher.record_rules import RecordRules
+from services.dispatcher.tenant_gate import TenantGate
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.work import Work
 from services.dispatcher.writer import OutcomeWriter
@@ -37,6 +46,9 @@ log = logging.getLogger("inferq.dispatcher")
 
 # A dead-letter reason is a header and a log line: short.
 MAX_REASON_CHARS = 200
+# Re-reading deferred records, tracked records between them are skipped; a gap longer than this is
+# jumped over with a seek instead (a seek drops the fetched buffer, so short gaps are read through).
+REREAD_JUMP = 200
 
 
 def poison_reason(exc: DecodeError) -> str:
@@ -65,6 +77,8 @@ class Intake:
         readahead: int,
         poison_alarm_ratio: float,
         clock_ms: Callable[[], int],
+        gate: TenantGate | None = None,
+        shares: ReadaheadShares | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._consumer = consumer
@@ -84,6 +98,11 @@ class Intake:
         # that time (a not-before clamped when first read must not move with every read). One entry
         # per retry partition.
         self._held_head: dict[Partition, tuple[int, int]] = {}
+        self._gate = gate
+        self._shares = shares
+        self.deferred = DeferredRecords()
+        # Per partition with deferred records: the next offset the consumer returns (where it reads).
+        self._reading_at: dict[Partition, int] = {}
         metrics.watch_poison(self._poison.ratios)
 
     def fetch_size(self) -> int:
@@ -100,6 +119,11 @@ class Intake:
         if offsets is None:
             return  # fetched just before its partition was revoked: the new owner reads it
         for record in records:
+            self._reading_at[partition] = record.offset + 1
+            if offsets.seen(record.offset):
+                if not self._reread(partition, offsets, record, source_tier):
+                    return
+                continue
             if offsets.handled_already(record.offset):
                 offsets.track(record.offset)  # its outcome is written or on its way: not redone
                 self._metrics.record_skipped_redo()
@@ -109,33 +133,102 @@ class Intake:
             else:
                 full = self._pauses.tier_is_full(source_tier)
             if full or offsets.window_full():
-                self._consumer.seek(partition, record.offset)
+                self._seek(partition, record.offset)
                 return
             if not self._take(partition, offsets, record, source_tier):
-                self._consumer.seek(partition, record.offset)
+                self._seek(partition, record.offset)
                 return
 
-    def _take(
+    def rereading(self, partition: Partition) -> bool:
+        """The consumer reads `partition` behind its newest record: deferred records, again."""
+        offsets = self._offsets.owned_state(partition.topic, partition.partition)
+        at = self._reading_at.get(partition)
+        newest = offsets.next_to_read if offsets is not None else None
+        return at is not None and newest is not None and at < newest
+
+    def rewind(self) -> None:
+        """Seek each partition back to its first deferred record whose tenant has room again
+        (enough of it to be worth the re-fetch)."""
+        if self._shares is None:
+            return
+        shares = self._shares
+
+        def worth(tier: Tier, tenant: str) -> bool:
+            return shares.worth_rereading(tier, tenant, self.deferred.tenants(tier))
+
+        for partition, _ in self.deferred.partitions():
+            target = self.deferred.next_offset(partition, 0, worth)
+            if target is not None and target < self._reading_at.get(partition, target + 1):
+                self._seek(partition, target)
+                self._pauses.update()  # a partition paused for its full window is read again
+
+    def _reread(
         self, partition: Partition, offsets: PartitionOffsets, record: FetchedRecord, source_tier: Tier | None
     ) -> bool:
-        """One record to its outcome or into the read-ahead; False when it must wait (a retry not due)."""
+        """A record read again after a rewind: a deferred one whose tenant has room is taken, the
+        rest skipped; False when the partition was sought elsewhere (stop reading this batch)."""
+        key = self.deferred.key_at(partition, offsets, record.offset)
+        if key is not None and source_tier is not None and self._has_room(*key):
+            if self._pauses.tier_is_full(source_tier):
+                self._seek(partition, record.offset)
+                return False
+            self._take(partition, offsets, record, source_tier, reread=True)
+            return True
+        target = self.deferred.next_offset(partition, record.offset + 1, self._has_room)
+        if target is None:
+            target = offsets.next_to_read
+        if target is not None and target > record.offset + REREAD_JUMP:
+            self._seek(partition, target)
+            return False
+        return True
+
+    def _has_room(self, tier: Tier, tenant: str) -> bool:
+        if self._shares is None:
+            return not self._pauses.tier_is_full(tier)
+        return self._shares.has_room(tier, tenant, self.deferred.tenants(tier))
+
+    def _seek(self, partition: Partition, offset: int) -> None:
+        self._consumer.seek(partition, offset)
+        self._reading_at[partition] = offset
+
+    def _take(
+        self,
+        partition: Partition,
+        offsets: PartitionOffsets,
+        record: FetchedRecord,
+        source_tier: Tier | None,
+        *,
+        reread: bool = False,
+    ) -> bool:
+        """One record to its outcome or into the read-ahead (or deferred, its tenant over its share);
+        False when it must wait (a retry not due). `reread`: a deferred record read again, tracked
+        already."""
         raw: bytes = record.value or b""
         now_ms = self._clock_ms()
+
+        def track() -> None:
+            if reread:
+                self.deferred.take(partition, record.offset)
+            else:
+                offsets.track(record.offset)
+
         try:
             request = self._requests.decode(raw)
             checked = self._rules.check(
                 request, source_topic=partition.topic, now_ms=now_ms, raw_size=len(raw)
             )
+            if self._gate is not None:
+                checked = self._gate.check(checked)
         except DecodeError as exc:
             self._watch_poison(partition.topic, poison=True)
-            offsets.track(record.offset)
+            track()
             offsets.start(record.offset)
             reason = poison_reason(exc)
             self._inflight.spawn(self._writer.poison(offsets, record.offset, raw, reason), "dlq", source_tier)
             return True
         except RefusedRequestError as exc:
             self._watch_poison(partition.topic, poison=False)
-            offsets.track(record.offset)
+            track()
             work = Work(
                 request=exc.request,
                 tier=exc.tier,
@@ -147,6 +240,7 @@ class Intake:
             log.warning(
                 "request %s at %s@%d refused: %s", work.request_id, partition, record.offset, exc.reason
             )
+            self._metrics.record_refused(work.request.tenant, exc.cause)
             self._inflight.begin(work, self._writer.refuse(work, exc.reason), "refuse")
             return True
         if source_tier is None:
@@ -160,29 +254,31 @@ class Intake:
                 self._pauses.hold_back(partition, (due_ms - now_ms) / 1000)
                 return False
             self._held_head.pop(partition, None)
+        work = Work(
+            request=checked.request,
+            tier=checked.tier,
+            offsets=offsets,
+            offset=record.offset,
+            raw=raw,
+            params=checked.params,
+            reply_topic=checked.reply_topic,
+        )
+        expired = self._room.check(work, now_ms)
+        tenant = checked.request.tenant
+        if expired is None and source_tier is not None and not self._has_room(checked.tier, tenant):
+            if not reread:
+                offsets.track(record.offset)
+                self.deferred.defer(partition, offsets, record.offset, (checked.tier, tenant))
+            return True
         self._watch_poison(partition.topic, poison=False)
         for name in checked.clamped:
             self._metrics.record_clamped(name)
-        offsets.track(record.offset)
-        self._admit(
-            Work(
-                request=checked.request,
-                tier=checked.tier,
-                offsets=offsets,
-                offset=record.offset,
-                raw=raw,
-                params=checked.params,
-                reply_topic=checked.reply_topic,
-            )
-        )
-        return True
-
-    def _admit(self, work: Work) -> None:
-        reason = self._room.check(work, self._clock_ms())
-        if reason is not None:
-            self._inflight.begin(work, self._writer.expire(work, reason), "expire")
+        track()
+        if expired is not None:
+            self._inflight.begin(work, self._writer.expire(work, expired), "expire")
         else:
             self._room.add(work)
+        return True
 
     def _watch_poison(self, topic: str, *, poison: bool) -> None:
         if self._poison.record(topic, poison=poison):

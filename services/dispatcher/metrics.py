@@ -1,10 +1,16 @@
-"""The dispatcher's instruments (OpenTelemetry; exported on /metrics)."""
+"""The dispatcher's instruments (OpenTelemetry; exported on /metrics).
+
+Per tenant: queue waits and outcomes carry a `tenant` label beside the tier; refusals, calls in
+flight and the read-ahead have their own instruments. The label is `tenant_label`'s (the tenant's
+name when the tenants file lists it, ``other`` otherwise, ``default`` in open mode), so the label
+set stays bounded by the file whatever a producer writes.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from services.dispatcher.waiting import WaitingRoom
 from services.messaging.records import InferenceResult
@@ -19,8 +25,11 @@ class DispatcherMetrics:
         tokens_in_use: Callable[[], Mapping[Tier, int]],
         tokens_held: Callable[[], Mapping[Tier, int]],
         effective_budget: Callable[[], int],
+        tenant_label: Callable[[str], str] = lambda _: "default",
+        otel_meter: Meter | None = None,
     ) -> None:
-        m = meter("inferq.dispatcher")
+        m = self._meter = otel_meter or meter("inferq.dispatcher")
+        self._tenant_label = tenant_label
         self._waiting: dict[Tier, int] = dict.fromkeys(Tier, 0)
         self._paused_partitions = 0
         self._queue_wait = m.create_histogram(
@@ -52,6 +61,11 @@ class DispatcherMetrics:
         )
         self._clamped = m.create_counter(
             "inferq_clamped_fields_total", description="out-of-range record fields clamped, by field"
+        )
+        self._refused = m.create_counter(
+            "inferq_refused_total",
+            description="records refused (dead letter and FAILED) by tenant, cause: invalid, "
+            "unknown_tenant, not_entitled",
         )
         self._unwritable = m.create_counter(
             "inferq_unwritable_total",
@@ -95,8 +109,46 @@ class DispatcherMetrics:
         def observe(_: CallbackOptions) -> Iterable[Observation]:
             return [Observation(r, {"topic": topic}) for topic, r in ratios().items()]
 
-        meter("inferq.dispatcher").create_observable_gauge(
+        self._meter.create_observable_gauge(
             "inferq_poison_ratio", [observe], description="share of undecodable records, last 60 s, by topic"
+        )
+
+    def watch_tenants(
+        self,
+        calls: Callable[[], Mapping[str, int]],
+        waiting: Callable[[], Mapping[str, int]],
+        deferred: Callable[[], int],
+    ) -> None:
+        """Per tenant label: backend calls running here (its concurrency tokens in use) and requests
+        held in the read-ahead; and how many records wait deferred in Kafka."""
+
+        def per_tenant(
+            source: Callable[[], Mapping[str, int]],
+        ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+            def observe(_: CallbackOptions) -> Iterable[Observation]:
+                labelled: dict[str, int] = {}
+                for tenant, value in source().items():
+                    label = self._tenant_label(tenant)
+                    labelled[label] = labelled.get(label, 0) + value
+                return [Observation(v, {"tenant": label}) for label, v in labelled.items()]
+
+            return observe
+
+        m = self._meter
+        m.create_observable_gauge(
+            "inferq_tenant_tokens_in_use",
+            [per_tenant(calls)],
+            description="backend calls in flight by tenant, this process",
+        )
+        m.create_observable_gauge(
+            "inferq_tenant_readahead_waiting",
+            [per_tenant(waiting)],
+            description="requests held in memory by tenant",
+        )
+        m.create_observable_gauge(
+            "inferq_readahead_deferred",
+            [lambda _: [Observation(deferred())]],
+            description="records left in Kafka because their tenant was over its read-ahead share",
         )
 
     def observe_room(self, room: WaitingRoom, paused_partitions: int) -> None:
@@ -104,11 +156,15 @@ class DispatcherMetrics:
             self._waiting[tier] = room.held(tier)
         self._paused_partitions = paused_partitions
 
-    def record_queue_wait(self, tier: Tier, seconds: float) -> None:
-        self._queue_wait.record(max(0.0, seconds), {"tier": tier.value})
+    def record_queue_wait(self, tier: Tier, seconds: float, tenant: str) -> None:
+        self._queue_wait.record(max(0.0, seconds), {"tier": tier.value, "tenant": self._tenant_label(tenant)})
 
     def record_outcome(self, tier: Tier, result: InferenceResult) -> None:
-        labels = {"tier": tier.value, "status": result.status.value}
+        labels = {
+            "tier": tier.value,
+            "status": result.status.value,
+            "tenant": self._tenant_label(result.tenant),
+        }
         self._outcomes.add(1, labels)
         self._end_to_end.record(max(0.0, result.end_to_end_ms / 1000), labels)
 
@@ -132,6 +188,9 @@ class DispatcherMetrics:
 
     def record_clamped(self, field: str) -> None:
         self._clamped.add(1, {"field": field})
+
+    def record_refused(self, tenant: str, cause: str) -> None:
+        self._refused.add(1, {"tenant": self._tenant_label(tenant), "cause": cause})
 
     def record_unwritable(self, kind: str) -> None:
         self._unwritable.add(1, {"kind": kind})

@@ -2,7 +2,8 @@
 
 Pure and synchronous. Given the read-ahead (`WaitingRoom`), the scheduling policy, the tokens in use
 and the effective budget, `NextStart.tier` names the tier whose oldest waiting request may take a
-token now; `NextStart.take` then removes that request and says whether it must be answered EXPIRED
+token now; `NextStart.take` then removes that request (within the tier, the next tenant's by fair
+share, ``fair_queue.py``) and says whether it must be answered EXPIRED
 instead (its deadline came while it waited). Between the two the dispatcher asks its token pool for
 the token, which may refuse (another dispatcher was quicker); the simulator, whose tokens are exact,
 takes it at once. `services.tools.analysis` replays traces through this very class.
@@ -46,9 +47,17 @@ class NextStart:
         return self._scheduler.next_tier(in_use, demand, budget)
 
     def take(self, tier: Tier, now_ms: int) -> Start | None:
-        """Remove the oldest request waiting as `tier`; None if there is none (its partition was
-        revoked meanwhile)."""
+        """Remove the next request waiting as `tier` (its tenant's turn by fair share, below its
+        concurrency cap); None if there is none (its partition was revoked meanwhile). A request
+        that will be called counts against its tenant's cap until `ended` is called for it."""
         work = self._room.pop(tier)
         if work is None:
             return None
-        return Start(work, tier, self._room.check(work, now_ms))
+        expired = self._room.check(work, now_ms)
+        if expired is None:
+            self._room.call_started(work)
+        return Start(work, tier, expired)
+
+    def ended(self, work: Work) -> None:
+        """The call of a request `take` started gave its token back."""
+        self._room.call_ended(work)

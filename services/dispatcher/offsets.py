@@ -86,6 +86,15 @@ class PartitionOffsets:
         else:
             self._done_elsewhere.add(offset)  # finished before it was fetched again
 
+    def seen(self, offset: int) -> bool:
+        """`offset` was consumed (tracked) already: read again, it is a rewind's (``deferred.py``)."""
+        return self._next_after_seen is not None and offset < self._next_after_seen
+
+    @property
+    def next_to_read(self) -> int | None:
+        """One past the last offset consumed (None before any)."""
+        return self._next_after_seen
+
     def handled_already(self, offset: int) -> bool:
         """Written by a previous owner, or still running from this member's previous assignment."""
         return offset in self._done_elsewhere or offset in self._adopted

@@ -8,7 +8,9 @@ Pausing is desired state, computed from the read-ahead and re-applied to whateve
   not yet written, e.g. of poison or expired records while the broker is slow);
 - the retry topic is paused while the whole read-ahead (every tier's share) is full;
 - a partition tracking `offsets.MAX_UNCOMMITTED` offsets beyond its commit point (one slow call at
-  its head, many done behind it) is paused until the head completes;
+  its head, many done behind it) is paused until the head completes, except while intake reads it
+  again for its deferred records (``deferred.py``): those are in the window already, and the head
+  may be one of them;
 - a retry partition whose head record is not due yet is held back, paused, until it is; a timer
   releases it then (it is fetched again and the head admitted, or held back again).
 """
@@ -58,6 +60,9 @@ class Pauses:
         self._everything = False
         # Retry partitions held back until their head record's not-before time (monotonic seconds).
         self._held_back: dict[Partition, float] = {}
+        # Whether intake reads a partition again for deferred records (set by the composition root).
+        self.rereading: Callable[[Partition], bool] = lambda _: False
+        self._rereading: set[Partition] = set()
 
     def tier_is_full(self, tier: Tier) -> bool:
         return self._room.held(tier) >= self._readahead or self._inflight.pending(tier) >= self._max_tasks
@@ -74,8 +79,15 @@ class Pauses:
         full = {t for t in Tier if self.tier_is_full(t)}
         retries = self.room_is_full()
         windows = {Partition(s.topic, s.partition) for s in self._offsets.owned() if s.window_full()}
-        if full != self._full_tiers or retries != self._retries_full or windows != self._full_windows:
+        rereading = {p for p in windows if self.rereading(p)}
+        if (
+            full != self._full_tiers
+            or retries != self._retries_full
+            or windows != self._full_windows
+            or rereading != self._rereading
+        ):
             self._full_tiers, self._retries_full, self._full_windows = full, retries, windows
+            self._rereading = rereading
             self.apply()
         self._metrics.observe_room(self._room, len(self._consumer.paused()))
 
@@ -105,7 +117,7 @@ class Pauses:
         self._consumer.resume(owned - pause)
 
     def _held(self, partition: Partition) -> bool:
-        if partition in self._full_windows:
+        if partition in self._full_windows and partition not in self._rereading:
             return True
         if partition.topic == self._topics.retry:
             return self._retries_full or partition in self._held_back

@@ -33,7 +33,7 @@ async def serve(settings: DispatcherSettings) -> int:
     """Run one dispatcher until SIGTERM or SIGINT; 0 after a clean shutdown."""
     await asyncio.to_thread(require_topics, settings.kafka, settings.kafka.topics.all_requests)
     setup_metrics("inferq-dispatcher")
-    dispatcher = bootstrap(settings)
+    dispatcher = bootstrap(settings, sighup=True)
     # The dispatcher owns the signals; the metrics server just stops when told.
     metrics_server = EmbeddedServer(
         uvicorn_config(metrics_app(dispatcher), settings.metrics_host, settings.metrics_port)

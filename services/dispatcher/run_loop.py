@@ -66,12 +66,14 @@ class RunLoop:
         drain_timeout_s: float,
         describe: Callable[[], str],
         pool_companions: Sequence[Resource] = (),
+        watchers: Sequence[Resource] = (),
     ) -> None:
         self._consumer = consumer
         self._producer = producer
         self._backend = backend
         self._pool = pool
         self._pool_companions = pool_companions
+        self._watchers = watchers
         self._intake = intake
         self._checkpoint = checkpoint
         self._starter = starter
@@ -104,7 +106,10 @@ class RunLoop:
             #  3. commit what is durable;
             #  4. leave the group, so a peer takes the partitions over at once;
             #  5. flush the producer, close the backend client;
-            #  6. give the budget tokens back (and stop what the pool relies on).
+            #  6. give the budget tokens back (and stop what the pool relies on);
+            #  7. stop watching the tenants file.
+            for watcher in self._watchers:
+                await _started(stack, watcher)  # 7
             for companion in self._pool_companions:
                 await _started(stack, companion)  # 6
             await _started(stack, self._pool)  # 6
@@ -123,6 +128,8 @@ class RunLoop:
         log.info("%s stopped cleanly", self._describe())
 
     async def _fetch_once(self) -> None:
+        # Deferred records whose tenant has room again are read first (``deferred.py``).
+        self._intake.rewind()
         batches = await self._consumer.fetch(self._intake.fetch_size(), FETCH_TIMEOUT_MS)
         if batches:
             await self._checkpoint.settled()

@@ -17,6 +17,7 @@ from services.dispatcher.schedule import Schedule, TierLimits
 from services.dispatcher.tokens.settings import RedisBudgetSettings
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, DEFAULT_SCENARIO_TIERS, Tier, complete_per_tier
+from services.tenancy.settings import TenancySettings
 
 
 def _default_dispatcher_id() -> str:
@@ -27,6 +28,9 @@ class DispatcherSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="INFERQ_", extra="ignore")
 
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    # INFERQ_TENANTS_FILE (ingest's and results' file): the tenants whose Kafka records run, their
+    # entitlements, weights and caps; unset: open mode, every tenant accepted with the global rules.
+    tenants: TenancySettings = Field(default_factory=TenancySettings)
     group_id: str = "inferq-dispatcher"
     dispatcher_id: str = Field(default_factory=_default_dispatcher_id)
     # The LLM API's concurrency limit, shared by the whole dispatcher group.

@@ -1,18 +1,24 @@
 """The read-ahead: requests taken from Kafka that wait for a token, by scheduling tier.
 
-Small by design (bounded per tier by the dispatcher's pause rule): the real backlog waits in
-Kafka. Two timers act on it: expiry (a request past its deadline, or with less time left than its
-tier's typical inference takes, is answered EXPIRED and never costs an LLM call) and aging (a LOW
-request older than the promotion age is scheduled as MEDIUM, so briefs always progress).
+Small by design (bounded per tier by the dispatcher's pause rule, and per tenant within a tier by
+``readahead_shares.py``): the real backlog waits in Kafka. Within a tier, tenants are served by
+weight (``fair_queue.py``); a tenant with as many calls running as its `max_concurrency` is
+skipped in favour of the others of the tier, and its waiting work does not count as demand.
+Two timers act on it: expiry (a request past its deadline, or with less time left than its tier's
+typical inference takes, is answered EXPIRED and never costs an LLM call) and aging (a LOW request
+older than the promotion age is scheduled as MEDIUM, first in its tenant's MEDIUM queue, so briefs
+always progress).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from services.dispatcher.fair_queue import FairQueue
 from services.dispatcher.policies import Demand
+from services.dispatcher.tenant_limits import EqualTenants, TenantLimits
 from services.dispatcher.work import Work
 from services.messaging.tiers import Tier
 
@@ -27,11 +33,21 @@ class Expired:
 
 
 class WaitingRoom:
-    def __init__(self, *, promotion_age_ms: int, early_drop_ms: Mapping[Tier, int] | None = None) -> None:
-        self._queues: dict[Tier, deque[Work]] = {t: deque() for t in Tier}
+    def __init__(
+        self,
+        *,
+        promotion_age_ms: int,
+        early_drop_ms: Mapping[Tier, int] | None = None,
+        tenants: TenantLimits | None = None,
+    ) -> None:
+        self._tenants: TenantLimits = tenants or EqualTenants()
+        self._queues: dict[Tier, FairQueue] = {t: FairQueue(self._tenants.weight) for t in Tier}
         self._promotion_age_ms = promotion_age_ms
         self._early_drop_ms = dict(early_drop_ms or {})
         self._held_by_source_tier: dict[Tier, int] = dict.fromkeys(Tier, 0)
+        self._held_by_tenant: Counter[tuple[Tier, str]] = Counter()
+        # Backend calls running per tenant (this process's), for the tenants' concurrency caps.
+        self._running: Counter[str] = Counter()
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -40,23 +56,58 @@ class WaitingRoom:
         """Requests read from `source_tier`'s topic and not yet started (promoted ones included)."""
         return self._held_by_source_tier[source_tier]
 
+    def held_by(self, source_tier: Tier, tenant: str) -> int:
+        """Requests of `tenant` read from `source_tier`'s topic and not yet started."""
+        return self._held_by_tenant[(source_tier, tenant)]
+
+    def holders(self, source_tier: Tier) -> list[str]:
+        """The tenants with requests of `source_tier` held."""
+        return [t for (tier, t), n in self._held_by_tenant.items() if tier is source_tier and n > 0]
+
+    def held_by_tenant(self) -> dict[str, int]:
+        """Requests held per tenant, every tier."""
+        held: dict[str, int] = {}
+        for (_, tenant), n in self._held_by_tenant.items():
+            held[tenant] = held.get(tenant, 0) + n
+        return held
+
+    def running(self, tenant: str) -> int:
+        return self._running[tenant]
+
+    def running_by_tenant(self) -> dict[str, int]:
+        return {t: n for t, n in self._running.items() if n > 0}
+
+    def may_start(self, tenant: str) -> bool:
+        """Below its concurrency cap (or without one)."""
+        cap = self._tenants.max_concurrency(tenant)
+        return cap is None or self._running[tenant] < cap
+
     def add(self, work: Work) -> None:
         self._queues[work.scheduling_tier].append(work)
-        self._held_by_source_tier[work.tier] += 1
+        self._count(work, 1)
 
     def demand(self) -> Demand:
-        return Demand(
-            {t: len(q) for t, q in self._queues.items()},
-            {t: (q[0].created_at_ms if q else None) for t, q in self._queues.items()},
-        )
+        """Per tier, the requests that may start (their tenant below its cap) and the oldest of them."""
+        heads = {t: q.heads(self.may_start) for t, q in self._queues.items()}
+        return Demand({t: h[0] for t, h in heads.items()}, {t: h[1] for t, h in heads.items()})
 
     def pop(self, scheduling_tier: Tier) -> Work | None:
-        queue = self._queues[scheduling_tier]
-        if not queue:
-            return None
-        work = queue.popleft()
-        self._held_by_source_tier[work.tier] -= 1
+        """The next request of the tier by fair share among tenants below their cap."""
+        work = self._queues[scheduling_tier].pop(self.may_start)
+        if work is not None:
+            self._count(work, -1)
         return work
+
+    def call_started(self, work: Work) -> None:
+        """`work` took a token and calls the backend: it counts against its tenant's cap."""
+        self._running[work.request.tenant] += 1
+
+    def call_ended(self, work: Work) -> None:
+        """`work`'s call gave its token back."""
+        tenant = work.request.tenant
+        self._running[tenant] -= 1
+        if self._running[tenant] <= 0:
+            del self._running[tenant]
 
     def check(self, work: Work, now_ms: int) -> str | None:
         """Why `work` must not start now (a reason to answer EXPIRED), or None if it may."""
@@ -70,49 +121,51 @@ class WaitingRoom:
     def sweep(self, now_ms: int) -> tuple[list[Expired], int]:
         """Remove expired requests and promote starved LOW ones; returns (expired, promoted count)."""
         expired: list[Expired] = []
-        for tier, queue in self._queues.items():
-            keep: deque[Work] = deque()
-            for work in queue:
+        for queue in self._queues.values():
+            reasons: dict[int, str] = {}
+
+            def too_late(work: Work, reasons: dict[int, str] = reasons) -> bool:
                 reason = self.check(work, now_ms)
-                if reason is None:
-                    keep.append(work)
-                else:
-                    expired.append(Expired(work, reason))
-                    self._held_by_source_tier[work.tier] -= 1
-            self._queues[tier] = keep
-        starved = [w for w in self._queues[Tier.LOW] if now_ms - w.created_at_ms >= self._promotion_age_ms]
-        if starved:
-            starved_ids = {id(w) for w in starved}
-            self._queues[Tier.LOW] = deque(w for w in self._queues[Tier.LOW] if id(w) not in starved_ids)
-            for work in starved:
-                work.promoted = True
-            # Promoted requests are older than any MEDIUM one waiting: they go to the front, oldest first.
-            merged = sorted(
-                [*starved, *self._queues[Tier.MEDIUM]], key=lambda w: (not w.promoted, w.created_at_ms)
-            )
-            self._queues[Tier.MEDIUM] = deque(merged)
+                if reason is not None:
+                    reasons[id(work)] = reason
+                return reason is not None
+
+            for work in queue.remove_if(too_late):
+                expired.append(Expired(work, reasons[id(work)]))
+                self._count(work, -1)
+        age = self._promotion_age_ms
+        starved = self._queues[Tier.LOW].remove_if(lambda w: now_ms - w.created_at_ms >= age)
+        for work in starved:
+            work.promoted = True
+        # Promoted requests are older than any MEDIUM one of their tenant: first in its queue.
+        self._queues[Tier.MEDIUM].extend_front(starved)
         return expired, len(starved)
 
     def take_unpromoted_low(self) -> list[Work]:
         """Remove and return the LOW requests waiting in their own tier (never promoted ones)."""
-        taken = list(self._queues[Tier.LOW])
-        self._queues[Tier.LOW].clear()
-        self._held_by_source_tier[Tier.LOW] -= len(taken)
+        taken = self._queues[Tier.LOW].clear()
+        for work in taken:
+            self._count(work, -1)
         return taken
 
     def drop_sources(self, gone: set[tuple[str, int]]) -> int:
         """Forget requests of revoked partitions (their new owner reads them again); returns how many."""
         dropped = 0
-        for tier, queue in self._queues.items():
-            keep = deque(w for w in queue if w.source not in gone)
-            for work in queue:
-                if work.source in gone:
-                    self._held_by_source_tier[work.tier] -= 1
-                    dropped += 1
-            self._queues[tier] = keep
+        for queue in self._queues.values():
+            for work in queue.remove_if(lambda w: w.source in gone):
+                self._count(work, -1)
+                dropped += 1
         return dropped
 
     def clear(self) -> None:
         for queue in self._queues.values():
             queue.clear()
         self._held_by_source_tier = dict.fromkeys(Tier, 0)
+        self._held_by_tenant.clear()
+
+    def _count(self, work: Work, delta: int) -> None:
+        self._held_by_source_tier[work.tier] += delta
+        key = (work.tier, work.request.tenant)
+        self._held_by_tenant[key] += delta
+        if self._held_by_tenant[key] <= 0:
+            del self._held_by_tenant[key]

@@ -1,11 +1,11 @@
-"""Tenants: API keys, entitlements and quotas, shared by ingest, results and (later) the dispatcher.
+"""Tenants: API keys, entitlements and quotas, shared by ingest, results and the dispatcher.
 
 - `keys`: new keys, their ``sha256:<hex>`` hashes, the ``Authorization: Bearer`` parse
 - `model`: `Tenant`, `Entitlements`, `TenantDirectory` (frozen values), `OPEN_TENANT`
 - `loading`: the tenants file (TOML, ``infra/tenants.example.toml``) → a directory, or errors
   naming their lines
 - `entitlements`: `apply_entitlements`, the one pure check of a request against a tenant's
-  entitlements (ingest now, the dispatcher for records written straight to Kafka)
+  entitlements (ingest, and the dispatcher for records written straight to Kafka)
 - `auth`: `Principal` and `authenticate` (401 reasons)
 - `rate`: requests per minute, a token bucket per tenant on an injected clock
 - `registry`: `TenantRegistry`, the tenants in force, reloaded on file change and SIGHUP

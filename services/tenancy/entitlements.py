@@ -10,8 +10,8 @@ becomes: no I/O, no clock, no logging; the same input always gives the same `Ver
 - Refused (a `Problem` per field, in this order): a scenario, a model, a message role, an
   `estimated_tokens` or a deadline (``expire_at_ms - created_at_ms``) over the tenant's, a
   `reply_to` other than `default_reply_topic` that the tenant does not list, a parameter it may not
-  set or whose value is over its cap. Ingest answers 403 with them; the dispatcher would answer the
-  request REJECTED.
+  set or whose value is over its cap. Ingest answers 403 with them; the dispatcher sends the
+  record to the dead-letter topic with them and answers FAILED (``services/dispatcher/tenant_gate.py``).
 - Narrowed (`Verdict.narrowed` names each): a tier above `max_tier` becomes `max_tier` (the
   record's `tier`, hence its topic at ingest); a tenant with a `max_tokens` cap that sets none gets
   the cap. A refused request is never narrowed.

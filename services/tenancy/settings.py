@@ -1,4 +1,4 @@
-"""Tenancy settings (env prefix ``INFERQ_TENANTS_``), shared by ingest and results."""
+"""Tenancy settings (env prefix ``INFERQ_TENANTS_``), shared by ingest, results and the dispatcher."""
 
 from __future__ import annotations
 

@@ -96,6 +96,8 @@ class Simulation:
         self.status: list[str | None] = [None] * len(arrivals)
         # The tier each running call took its token as (MEDIUM for a promoted LOW request).
         self.token_tier: dict[int, Tier] = {}
+        # Each running call's request: its end frees its tenant's share (`WaitingRoom.call_ended`).
+        self.calls: dict[int, Work] = {}
         self.max_in_flight = self.promoted = self.batches = 0
 
     def _clock(self) -> datetime:
@@ -188,6 +190,7 @@ class Simulation:
                 continue
             self.in_use[tier] += 1
             self.token_tier[index] = tier
+            self.calls[index] = start.work
             self.max_in_flight = max(self.max_in_flight, sum(self.in_use.values()))
             self.dispatched[index] = self.now_ms
             self._push(self.now_ms + self._latency_ms(start.work.tier), _COMPLETE, index)
@@ -202,6 +205,7 @@ class Simulation:
 
     def _complete(self, index: int) -> None:
         self.in_use[self.token_tier.pop(index)] -= 1
+        self.room.call_ended(self.calls.pop(index))
         self._answer(index, "OK")
 
     def _sweep(self) -> None:
