@@ -80,6 +80,8 @@ def test_b_alone_is_exactly_bs_part_of_the_trace_with_a() -> None:
         {"flood": 0},
         {"budget": 0},
         {"b_chat_share": 1.5},
+        {"a_max_concurrency": 0},
+        {"a_max_concurrency": 11},
     ],
 )
 def test_a_spec_that_cannot_run_is_refused(kwargs: dict[str, float]) -> None:
@@ -95,7 +97,12 @@ def test_the_tenants_file_the_bench_writes_is_one_the_services_accept(tmp_path: 
     assert {t.name: t.weight for t in directory} == {TENANT_A: 1, TENANT_B: 3}
     text = path.read_text()
     assert all(t.key not in text for t in tenants)  # hashes only
-    assert {directory.tenant_for_key(t.key).name for t in tenants} == {TENANT_A, TENANT_B}
+    assert {directory.tenant_for_key(t.key).name for t in tenants} == {TENANT_A, TENANT_B}  # type: ignore[union-attr]
+    assert {t.name: t.max_concurrency for t in directory} == {TENANT_A: None, TENANT_B: None}
+    capped = load_tenants(
+        write_tenants(tmp_path / "capped.toml", *tenant_specs(FairnessSpec(a_max_concurrency=8)))
+    )
+    assert {t.name: t.max_concurrency for t in capped} == {TENANT_A: 8, TENANT_B: None}
 
 
 # -- the figures ----------------------------------------------------------------------------------

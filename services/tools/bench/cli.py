@@ -91,6 +91,9 @@ def _register_fairness(kinds: argparse._SubParsersAction[argparse.ArgumentParser
     fair.add_argument(
         "--weight-b", type=float, default=d.weight_b, help=f"B's weight (default {d.weight_b:g})"
     )
+    fair.add_argument(
+        "--cap-a", type=int, default=None, metavar="N", help="A's max_concurrency (default none: the budget)"
+    )
     fair.add_argument("--seed", type=int, default=d.seed, help=f"seed of the trace (default {d.seed})")
     fair.add_argument(
         "--budget", type=int, default=d.budget, help=f"the backend's concurrency limit B (default {d.budget})"
@@ -229,6 +232,7 @@ def _fairness(args: argparse.Namespace) -> int:
             flood=args.flood,
             weight_a=args.weight_a,
             weight_b=args.weight_b,
+            a_max_concurrency=args.cap_a,
         )
     except ValueError as exc:
         raise SystemExit(f"inferq bench fairness: {exc}") from exc

@@ -55,11 +55,12 @@ def default_timeout_s(spec: FairnessSpec, briefs: int) -> float:
 
 
 def tenant_specs(spec: FairnessSpec) -> list[TenantSpec]:
-    # max_tokens: the load generator's body sets it; any scenario; no cap of concurrency or rate, so
-    # what holds A back is the fair share alone (and ingest's share of the backlog).
+    # max_tokens: the load generator's body sets it; any scenario; no rate limit, and no concurrency
+    # cap unless asked for, so what holds A back is the fair share (and ingest's share of the backlog).
     params = {"max_tokens": True}
+    cap = {} if spec.a_max_concurrency is None else {"max_concurrency": spec.a_max_concurrency}
     return [
-        TenantSpec(TENANT_A, weight=spec.weight_a, params=params),
+        TenantSpec(TENANT_A, weight=spec.weight_a, params=params, extra=cap),
         TenantSpec(TENANT_B, weight=spec.weight_b, params=params),
     ]
 
@@ -217,7 +218,8 @@ def render(document: dict[str, Any], spec: FairnessSpec, tables: dict[str, str])
             "",
             f"Trace (seed {spec.seed}, {spec.duration_s:g} s of wall clock, time compressed S = "
             f"{spec.compress:g}, budget {spec.budget}, peak pinned): {trace['total']} requests: {counts}. "
-            f"Weights A {spec.weight_a:g}, B {spec.weight_b:g} (B's share {b_share:.0f}%). A floods "
+            f"Weights A {spec.weight_a:g}, B {spec.weight_b:g} (B's share {b_share:.0f}%); A's "
+            f"max_concurrency {spec.a_max_concurrency or 'none (the budget)'}. A floods "
             f"{spec.flood:g} x its share of each tier's peak floor: HIGH {rates['a_high']:.0f}/s (the floor "
             f"serves {rates['high_peak_floor_calls']:.0f}/s), LOW {rates['a_low']:.2f}/s (of "
             f"{rates['low_peak_floor_calls']:.2f}/s). B: chat and analysis "

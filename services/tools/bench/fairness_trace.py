@@ -41,6 +41,8 @@ class FairnessSpec:
     b_rate_per_min_real: float = 60.0
     b_chat_share: float = 2 / 3
     b_low_over_share: float = 1.2
+    # A's max_concurrency in the tenants file (None: no cap, the budget bounds it).
+    a_max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if min(self.duration_s, self.compress, self.weight_a, self.weight_b) <= 0 or self.budget < 1:
@@ -49,6 +51,8 @@ class FairnessSpec:
             raise ValueError("flood must be positive; B's rates not negative")
         if not 0 <= self.b_chat_share <= 1:
             raise ValueError("b_chat_share must be in [0, 1]")
+        if self.a_max_concurrency is not None and not 1 <= self.a_max_concurrency <= self.budget:
+            raise ValueError(f"A's max_concurrency must be 1-{self.budget} (the budget)")
 
     def weight_share(self, tenant: str) -> float:
         """The tenant's weight over both tenants' weights."""
