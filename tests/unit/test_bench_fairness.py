@@ -14,7 +14,9 @@ from services.tools.bench.fairness_report import (
     MISS,
     PASS,
     LowSplit,
+    arrivals_at_full_backend,
     backend_target,
+    full_backend_table,
     high_p95_target,
     lost_target,
     low_completions_over_time,
@@ -234,3 +236,21 @@ def test_the_report_puts_both_runs_and_every_target_in_its_tables() -> None:
     assert "| b-with-a | 1 | 11 | 0 | 10 | 0 | 1 / 0 | 0.0 / 0.0 |" in markdown
     assert "b-alone 0, b-with-a 1" in markdown  # the lost request is named per run
     assert document["low_split_while_both_wait"]["counted"] == {TENANT_B: 1, TENANT_A: 0}
+
+
+def test_chats_arriving_with_every_slot_busy_wait_for_the_first_call_to_end() -> None:
+    # Budget 2: A's two calls hold both slots 0-100 and 0-150. B's first chat arrives at 50 and
+    # starts at 100, when the first ends; its second arrives at 200 to a free backend.
+    subs = [sub("a1", TENANT_A, H), sub("a2", TENANT_A, H), sub("b1", TENANT_B, H), sub("b2", TENANT_B, H)]
+    outcomes = {
+        "a1": out("a1", TENANT_A, H, 0, 0, 100),
+        "a2": out("a2", TENANT_A, H, 0, 0, 150),
+        "b1": out("b1", TENANT_B, H, 50, 100, 200),
+        "b2": out("b2", TENANT_B, H, 200, 205, 300),
+    }
+    r = arrivals_at_full_backend(subs, outcomes, TENANT_B, H, budget=2)
+    assert (r.dispatched, r.at_full) == (2, 1)
+    assert r.wait_ms is not None and r.wait_ms.mean == 50.0
+    assert r.to_first_end_ms is not None and r.to_first_end_ms.mean == 50.0
+    assert arrivals_at_full_backend(subs, outcomes, TENANT_B, H, budget=3).at_full == 0
+    assert "| x | 2 | 1 | 50.0 / 50.0 | 50.0 / 50.0 |" in full_backend_table({"x": r}, 2)

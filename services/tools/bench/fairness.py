@@ -21,7 +21,9 @@ from typing import Any
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 from services.tools.bench.fairness_report import (
     LowSplit,
+    arrivals_at_full_backend,
     backend_target,
+    full_backend_table,
     high_p95_target,
     lost_target,
     low_completions_over_time,
@@ -136,6 +138,10 @@ def report(
         "B with A": series(WITH_A, TENANT_B),
         "A": series(WITH_A, TENANT_A),
     }
+    at_full = {
+        name: arrivals_at_full_backend(run.submissions, outcomes[name], TENANT_B, Tier.HIGH, spec.budget)
+        for name, run in runs.items()
+    }
     split = low_split_while_both_wait(runs[WITH_A].submissions, outcomes[WITH_A], TENANT_B, TENANT_A)
     max_in_flight = {name: int(run.backend_stats["max_in_flight"]) for name, run in runs.items()}
     targets = [
@@ -159,6 +165,7 @@ def report(
         "low_completions_bin_s": BIN_S,
         "low_completions": low_series,
         "low_split_while_both_wait": asdict(split),
+        "b_high_at_full_backend": {name: asdict(r) for name, r in at_full.items()},
         "targets": [asdict(t) for t in targets],
         "run_details": [raw_records(run) for run in runs.values()],
     }
@@ -167,6 +174,7 @@ def report(
         "a": tier_table(a_rows, a_refused),
         "low": series_table(low_series, BIN_S),
         "runs": _run_table(runs, split),
+        "full": full_backend_table(at_full, spec.budget),
         "targets": target_table(targets),
     }
     return document, render(document, spec, tables)
@@ -244,6 +252,13 @@ def render(document: dict[str, Any], spec: FairnessSpec, tables: dict[str, str])
             "## Per run",
             "",
             tables["runs"],
+            "",
+            "## B's chats and a full backend",
+            "",
+            "A call is never interrupted: a chat that arrives while every slot is busy waits for the "
+            "first call to end, whoever's it is and however fairly the next start is chosen.",
+            "",
+            tables["full"],
             "",
             "## Targets",
             "",

@@ -11,13 +11,15 @@
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from services.messaging.tiers import Tier
 from services.tools.bench.summary import REFUSED, Submission, TierRow, tier_rows
-from services.tools.measures import Outcome, Stats
+from services.tools.measures import Outcome, Stats, stats
+from services.tools.report.timeseries import tokens_in_use
 
 PASS, MISS = "PASS", "MISS"
 # Targets (issue 10): B's HIGH p95 wait with A present at most this much above B alone (ms of the
@@ -55,6 +57,43 @@ def tenant_rows(
     submissions: Sequence[Submission], outcomes: Mapping[str, Outcome], tenant: str
 ) -> list[TierRow]:
     return tier_rows(of_tenant(submissions, tenant), outcomes)
+
+
+@dataclass(frozen=True)
+class FullBackendArrivals:
+    """A tenant's dispatched requests of a tier, and those enqueued while every slot was busy."""
+
+    dispatched: int
+    at_full: int
+    wait_ms: Stats | None  # of those at full
+    to_first_end_ms: Stats | None  # enqueue -> the first call's end after it, of those at full
+
+
+def arrivals_at_full_backend(
+    submissions: Sequence[Submission],
+    outcomes: Mapping[str, Outcome],
+    tenant: str,
+    tier: Tier,
+    budget: int,
+) -> FullBackendArrivals:
+    everything = list(outcomes.values())
+    in_use = tokens_in_use(everything)
+    ends = sorted(o.completed_ms for o in everything if o.status == "OK" and o.dispatched_ms is not None)
+    mine = [
+        outcomes[s.request_id]
+        for s in of_tenant(submissions, tenant)
+        if s.tier is tier and s.request_id in outcomes and outcomes[s.request_id].dispatched_ms is not None
+    ]
+    waits: list[float] = []
+    to_end: list[float] = []
+    for o in mine:
+        if in_use.at(o.enqueued_ms) < budget or o.dispatched_ms is None:
+            continue
+        waits.append(float(o.dispatched_ms - o.enqueued_ms))
+        after = bisect.bisect_right(ends, o.enqueued_ms)
+        if after < len(ends):
+            to_end.append(float(ends[after] - o.enqueued_ms))
+    return FullBackendArrivals(len(mine), len(waits), stats(waits), stats(to_end))
 
 
 def refusal_kind(submission: Submission) -> str:
@@ -201,6 +240,22 @@ def tier_table(
             ]
             cells += [str(row.missing), *_wait(row.wait_ms)]
             lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def full_backend_table(rows: Mapping[str, FullBackendArrivals], budget: int) -> str:
+    lines = [
+        f"| run | B's chats dispatched | enqueued with all {budget} slots busy | their wait p50 / p95 ms "
+        "| enqueue to the first call's end p50 / p95 ms |",
+        "|---|---|---|---|---|",
+    ]
+
+    def pair(s: Stats | None) -> str:
+        return "-" if s is None else f"{s.p50:.1f} / {s.p95:.1f}"
+
+    for run, r in rows.items():
+        cells = [run, str(r.dispatched), str(r.at_full), pair(r.wait_ms), pair(r.to_first_end_ms)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
