@@ -50,6 +50,10 @@ async def submit_trace(
     pipeline is in open mode and the body's `tenant` names it.
     """
     limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+    # Requests beyond the connections wait here, not in httpcore's pool: the pool scans every queued
+    # request on each change, so once the client falls behind a flood (thousands queued) its CPU
+    # grows with the square of the queue and it never catches up.
+    slots = asyncio.Semaphore(MAX_CONNECTIONS)
     async with httpx.AsyncClient(base_url=ingest_url, timeout=HTTP_TIMEOUT_S, limits=limits) as client:
         start_wall_ms = int(start_wall_s * 1000)
 
@@ -58,16 +62,18 @@ async def submit_trace(
             request_id = f"{tag}-{arrival.index:05d}"
             body = http_body(arrival, request_id)  # the body `inferq loadgen` sends
             headers = {"authorization": f"Bearer {keys[arrival.tenant]}"} if keys else None
-            sent = wall_ms()
             status: int | None = None
             error: str | None = None
-            try:
-                response = await client.post("/v1/requests", json=body, headers=headers)
-                status = response.status_code
-                if status != 202:
-                    error = response.text[:200]
-            except httpx.HTTPError as exc:
-                error = f"{type(exc).__name__}: {exc}"
+            async with slots:
+                sent = wall_ms()
+                try:
+                    response = await client.post("/v1/requests", json=body, headers=headers)
+                    status = response.status_code
+                    if status != 202:
+                        error = response.text[:200]
+                except httpx.HTTPError as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                answered = wall_ms()
             return Submission(
                 index=arrival.index,
                 request_id=request_id,
@@ -76,7 +82,7 @@ async def submit_trace(
                 tier=arrival.tier,
                 due_ms=start_wall_ms + arrival.offset_ms,
                 sent_ms=sent,
-                answered_ms=wall_ms(),
+                answered_ms=answered,
                 status=status,
                 error=error,
                 tenant=arrival.tenant,

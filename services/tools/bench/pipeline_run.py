@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -92,7 +93,14 @@ async def _drive(
                 pool, submit_in_process, url, child, tag, start_wall_s, dict(keys or {})
             )
             sent = await submit_trace(url, here, tag, start_wall_s, keys)
-            from_child = await asyncio.wait_for(posted, timeout=child_bound_s)
+            try:
+                from_child = await asyncio.wait_for(posted, timeout=child_bound_s)
+            except TimeoutError as exc:
+                load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+                raise RuntimeError(
+                    f"the process posting {len(child)} requests had not finished {child_bound_s:.0f} s after "
+                    f"the rest of the trace (load average {load}): the machine cannot post this trace"
+                ) from exc
         submissions = sorted([*sent, *from_child], key=lambda s: s.index)
         accepted = {s.request_id for s in submissions if s.accepted}
         results = await asyncio.to_thread(collector.wait_for, accepted, timeout_s)
