@@ -172,7 +172,9 @@ def test_targets_pass_and_miss_at_their_thresholds() -> None:
     assert share_target(LowSplit(TENANT_B, {TENANT_B: 6, TENANT_A: 4}, 0.6), 0.75).verdict == MISS
     assert share_target(LowSplit(TENANT_B, {TENANT_B: 0, TENANT_A: 0}, None), 0.75).verdict == MISS
     assert lost_target({"x": 0, "y": 0}).verdict == PASS and lost_target({"x": 1}).verdict == MISS
-    assert backend_target({"x": 10}, 10).verdict == PASS and backend_target({"x": 11}, 10).verdict == MISS
+    assert backend_target({"x": 10}, {"x": 0}, 10).verdict == PASS
+    assert backend_target({"x": 11}, {"x": 0}, 10).verdict == MISS
+    assert backend_target({"x": 10}, {"x": 1}, 10).verdict == MISS  # it refused an 11th call
 
 
 def test_refusals_are_told_apart_by_the_quota_ingest_names() -> None:
@@ -217,7 +219,7 @@ def pipeline_run(
         seconds=1.0,
         submissions=subs,
         results={rid: result(o) for rid, o in outcomes.items()},
-        backend_stats={"max_in_flight": max_in_flight, "by_status": {"200": 4}},
+        backend_stats={"max_in_flight": max_in_flight, "by_status": {"200": 4, "429": int(name == ALONE)}},
         effective_budget_samples=[(0, 10)],
         duplicates_on_reply_topic=0,
         missing_ids=["b9"] if name == WITH_A else [],
@@ -234,6 +236,7 @@ def test_the_report_puts_both_runs_and_every_target_in_its_tables() -> None:
     assert "| b-with-a | HIGH | 1 | 1 | 0 | OK 1 | 0 | 20.0 | 20.0 | 1 |" in markdown
     assert "| b-with-a | HIGH | 1 | 0 | 1 (other 1) | - | 0 | - | - | - |" in markdown  # A's 429
     assert "| b-with-a | 1 | 11 | 0 | 10 | 0 | 1 / 0 | 0.0 / 0.0 |" in markdown
+    assert "b-alone max 2, 429s 1, b-with-a max 11, 429s 0" in markdown
     assert "b-alone 0, b-with-a 1" in markdown  # the lost request is named per run
     assert document["low_split_while_both_wait"]["counted"] == {TENANT_B: 1, TENANT_A: 0}
 

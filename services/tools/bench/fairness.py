@@ -144,11 +144,12 @@ def report(
     }
     split = low_split_while_both_wait(runs[WITH_A].submissions, outcomes[WITH_A], TENANT_B, TENANT_A)
     max_in_flight = {name: int(run.backend_stats["max_in_flight"]) for name, run in runs.items()}
+    backend_429s = {name: _backend_429s(run) for name, run in runs.items()}
     targets = [
         high_p95_target(_tier(b_rows[ALONE], Tier.HIGH), _tier(b_rows[WITH_A], Tier.HIGH)),
         share_target(split, spec.weight_share(TENANT_B)),
         lost_target({name: len(run.missing_ids) for name, run in runs.items()}),
-        backend_target(max_in_flight, spec.budget),
+        backend_target(max_in_flight, backend_429s, spec.budget),
     ]
     document = {
         "command": command_line("fairness"),
@@ -180,6 +181,10 @@ def report(
     return document, render(document, spec, tables)
 
 
+def _backend_429s(run: PipelineRun) -> int:
+    return int(dict(run.backend_stats.get("by_status") or {}).get("429", 0))
+
+
 def _tier(rows: list[TierRow], tier: Tier) -> TierRow:
     return next(r for r in rows if r.tier is tier)
 
@@ -191,7 +196,6 @@ def _run_table(runs: dict[str, PipelineRun], split: LowSplit) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, run in runs.items():
-        by_status = dict(run.backend_stats.get("by_status") or {})
         budget = min((b for _, b in run.effective_budget_samples), default=None)
         both = f"{split.counted[TENANT_B]} / {split.counted[TENANT_A]}" if name == WITH_A else "-"
         # How long ingest took to answer B: the machine's load shows here first.
@@ -200,7 +204,7 @@ def _run_table(runs: dict[str, PipelineRun], split: LowSplit) -> str:
             name,
             f"{run.seconds:.0f}",
             str(run.backend_stats["max_in_flight"]),
-            str(by_status.get("429", 0)),
+            str(_backend_429s(run)),
             "-" if budget is None else str(budget),
             str(run.duplicates_on_reply_topic),
             both,
