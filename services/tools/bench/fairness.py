@@ -181,6 +181,13 @@ def report(
     return document, render(document, spec, tables)
 
 
+def abandoned_calls(run: PipelineRun) -> int:
+    """Calls the backend finished with 200 that gave no OK outcome: the dispatcher gave up on them
+    (a call bounded by its request's deadline) while the backend still ran them, holding a slot."""
+    answered = int(dict(run.backend_stats.get("by_status") or {}).get("200", 0))
+    return answered - sum(1 for r in run.results.values() if r.status.value == "OK")
+
+
 def _backend_429s(run: PipelineRun) -> int:
     return int(dict(run.backend_stats.get("by_status") or {}).get("429", 0))
 
@@ -192,8 +199,9 @@ def _tier(rows: list[TierRow], tier: Tier) -> TierRow:
 def _run_table(runs: dict[str, PipelineRun], split: LowSplit) -> str:
     lines = [
         "| run | seconds | backend max in flight | backend 429s | min effective budget "
-        "| duplicates on reply topic | LOW starts while both waited (B / A) | B's 202 p50 / p95 ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| calls answered 200 whose request did not end OK | duplicates on reply topic "
+        "| LOW starts while both waited (B / A) | B's 202 p50 / p95 ms |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, run in runs.items():
         budget = min((b for _, b in run.effective_budget_samples), default=None)
@@ -206,6 +214,7 @@ def _run_table(runs: dict[str, PipelineRun], split: LowSplit) -> str:
             str(run.backend_stats["max_in_flight"]),
             str(_backend_429s(run)),
             "-" if budget is None else str(budget),
+            str(abandoned_calls(run)),
             str(run.duplicates_on_reply_topic),
             both,
             "-" if answer is None else f"{answer.p50:.1f} / {answer.p95:.1f}",
