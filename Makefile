@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 
-.PHONY: setup jars redis-server demo test bench bench-scheduling bench-memory bench-latency bench-throughput bench-replay test-unit check lint format typecheck broker-up broker-down clean
+.PHONY: setup jars redis-server demo test bench bench-scheduling bench-fairness bench-memory bench-latency bench-throughput bench-replay test-unit check lint format typecheck broker-up broker-down clean
 
 setup: $(STAMP)
 
@@ -48,10 +48,13 @@ typecheck: setup
 check: lint typecheck test
 
 # Benchmarks write bench-results/*.md and *.json; they are never timed assertions in tests.
-bench: bench-scheduling bench-memory bench-latency bench-throughput bench-replay
+bench: bench-scheduling bench-fairness bench-memory bench-latency bench-throughput bench-replay
 
 bench-scheduling: setup jars
 	$(BIN)/inferq bench scheduling
+
+bench-fairness: setup jars
+	$(BIN)/inferq bench fairness
 
 bench-memory: setup jars
 	$(BIN)/inferq bench memory

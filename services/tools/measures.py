@@ -35,6 +35,8 @@ class Outcome:
     enqueued_ms: int
     dispatched_ms: int | None
     completed_ms: int
+    # The request's tenant (the result's; "default" for open mode and records from before tenants).
+    tenant: str = "default"
 
     @classmethod
     def from_result(cls, result: InferenceResult) -> Outcome:
@@ -45,6 +47,7 @@ class Outcome:
             enqueued_ms=result.enqueued_at_ms,
             dispatched_ms=result.dispatched_at_ms,
             completed_ms=result.completed_at_ms,
+            tenant=result.tenant,
         )
 
 

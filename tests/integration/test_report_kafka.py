@@ -124,3 +124,50 @@ def test_report_of_an_unknown_run_says_so(kafka_settings: KafkaSettings, tmp_pat
     )
     assert code == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_report_for_one_tenant_counts_only_its_results_and_requests(
+    kafka_settings: KafkaSettings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    t0 = 1_700_000_000_000
+    # One run, two tenants: a's chats waited 1 s, b's 20 ms; b sent one more chat that was refused.
+    a = [a_result(f"runT:{i}", "HIGH", t0, t0 + 1_000) | {"tenant": "a"} for i in range(5)]
+    b = [a_result(f"runT:{i}", "HIGH", t0, t0 + 20) | {"tenant": "b"} for i in range(5, 8)]
+    produce(kafka_settings, [*a, *b])
+    runs_dir = tmp_path / "runs"
+    (runs_dir / "runT").mkdir(parents=True)
+    records = [
+        {"request_id": r["request_id"], "tier": "HIGH", "sent_at_ms": t0, "created_at_ms": t0}
+        | {"tenant": r["tenant"]}
+        for r in [*a, *b]
+    ]
+    records.append({"request_id": "runT:99", "tier": "HIGH", "sent_at_ms": t0, "tenant": "b"})
+    (runs_dir / "runT" / "requests.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in records), encoding="utf-8"
+    )
+    common = [
+        "--bootstrap",
+        kafka_settings.bootstrap_servers,
+        "--topic-prefix",
+        kafka_settings.topic_prefix,
+        "--runs-dir",
+        str(runs_dir),
+    ]
+
+    assert report(["runT", "--tenant", "b", *common]) == 0
+
+    out = runs_dir / "runT" / "report-b"
+    doc = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert sorted(o["request_id"] for o in doc["outcomes"]) == ["runT:5", "runT:6", "runT:7"]
+    assert {o["tenant"] for o in doc["outcomes"]} == {"b"}
+    assert doc["requests"]["HIGH"] == {"submitted": 4, "accepted": 3, "missing": 0}
+    assert doc["summary"]["tiers"][0]["queue_wait_s"]["mean"] == pytest.approx(0.02)
+    lines = (out / "results-runT.jsonl").read_text(encoding="utf-8").splitlines()
+    assert {json.loads(line)["tenant"] for line in lines} == {"b"} and len(lines) == 3
+    printed = capsys.readouterr().out
+    assert "tenants of runT: a 5, b 3" in printed
+
+    # A tenant with nothing in the run is an error, not an empty report.
+    assert report(["runT", "--tenant", "c", *common]) == 1
+    assert "no results of tenant 'c' for run runT" in capsys.readouterr().out
+    assert not (runs_dir / "runT" / "report-c").exists()

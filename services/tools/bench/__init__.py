@@ -2,6 +2,8 @@
 
 - `inferq bench scheduling`: the real pipeline on a time-compressed evening peak, one run per
   policy on the same arrival trace, each beside the simulator's prediction;
+- `inferq bench fairness`: a steady tenant alone, then with a tenant flooding HIGH and LOW, through
+  the real pipeline with a tenants file;
 - `inferq bench memory`: the dispatcher's RSS with a million LOW requests waiting in Kafka;
 - `inferq bench latency`: time from ingest's 202 to the backend receiving the call, with its steps;
 - `inferq bench throughput`: requests/s end to end against a bare confluent-kafka + aiohttp loop;
@@ -10,9 +12,11 @@
 Each `inferq bench <name>` is the module `<name>`. Beside `scheduling`: `scheduling_run` (one
 policy against the real pipeline), `scheduling_trace` (its trace, a scenario of the one generator),
 `load` (posting it to ingest), `summary` and `scheduling_report` (numbers, targets, tables),
-`prediction` (the simulator's figures beside each run). Beside the others: `latency_report`,
-`throughput_report`, `replay_rate`. Shared: `kafka` (the broker, the reply-topic reader), `machine`,
-`cpu`, `procs`, `topicio`; processes the benchmarks start: `recorder`, `bareloop`, `probe`.
+`prediction` (the simulator's figures beside each run). Beside `fairness`: `fairness_trace` and
+`fairness_report`. Shared by both: `pipeline_run` (one trace through fresh topics and processes).
+Beside the others: `latency_report`, `throughput_report`, `replay_rate`. Shared: `kafka` (the
+broker, the reply-topic reader), `machine`, `cpu`, `procs`, `topicio`; processes the benchmarks
+start: `recorder`, `bareloop`, `probe`.
 
 Benchmarks write results to files (`bench-results/*.json`, `*.md`); they are never timed assertions
 in tests. The pure parts (the trace, statistics, utilization replay, the reports) are separate

@@ -1,4 +1,4 @@
-"""`inferq bench scheduling|memory|latency|throughput`: benchmarks that write results to files
+"""`inferq bench scheduling|fairness|memory|latency|throughput|replay`: benchmarks that write results to files
 (bench-results/); `recorder`, `bareloop` and `probe-dispatcher` are processes those benchmarks start."""
 
 from __future__ import annotations
@@ -55,10 +55,54 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     mem.add_argument("--speed", type=float, default=0.5, help="simulated backend speed (default 0.5: slow)")
     _common(mem)
     mem.set_defaults(func=_memory)
+    _register_fairness(kinds)
     _register_latency(kinds)
     _register_throughput(kinds)
     _register_replay(kinds)
     _register_helpers(kinds)
+
+
+def _register_fairness(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from services.tools.bench.fairness_trace import FairnessSpec
+
+    d = FairnessSpec()
+    fair = kinds.add_parser(
+        "fairness",
+        help="a steady tenant alone, then with a tenant flooding HIGH and LOW, against the real pipeline",
+    )
+    fair.add_argument(
+        "--compress", type=float, default=d.compress, help=f"time compression S (default {d.compress:g})"
+    )
+    fair.add_argument(
+        "--duration",
+        type=float,
+        default=d.duration_s,
+        help=f"wall-clock seconds of arrivals (default {d.duration_s:g})",
+    )
+    fair.add_argument(
+        "--flood",
+        type=float,
+        default=d.flood,
+        help=f"A sends this many times its weighted share of HIGH's and LOW's peak floors ({d.flood:g})",
+    )
+    fair.add_argument(
+        "--weight-a", type=float, default=d.weight_a, help=f"A's weight (default {d.weight_a:g})"
+    )
+    fair.add_argument(
+        "--weight-b", type=float, default=d.weight_b, help=f"B's weight (default {d.weight_b:g})"
+    )
+    fair.add_argument(
+        "--cap-a", type=int, default=None, metavar="N", help="A's max_concurrency (default none: the budget)"
+    )
+    fair.add_argument("--seed", type=int, default=d.seed, help=f"seed of the trace (default {d.seed})")
+    fair.add_argument(
+        "--budget", type=int, default=d.budget, help=f"the backend's concurrency limit B (default {d.budget})"
+    )
+    fair.add_argument(
+        "--timeout", type=float, default=None, help="bound of the wait for every outcome, per run"
+    )
+    _common(fair)
+    fair.set_defaults(func=_fairness)
 
 
 def _register_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -173,6 +217,26 @@ def _scheduling(args: argparse.Namespace) -> int:
     return scheduling.run(
         spec, runs, budget=args.budget, out=args.out, home=args.home.resolve(), timeout_s=args.timeout
     )
+
+
+def _fairness(args: argparse.Namespace) -> int:
+    from services.tools.bench import fairness
+    from services.tools.bench.fairness_trace import FairnessSpec
+
+    try:
+        spec = FairnessSpec(
+            seed=args.seed,
+            duration_s=args.duration,
+            compress=args.compress,
+            budget=args.budget,
+            flood=args.flood,
+            weight_a=args.weight_a,
+            weight_b=args.weight_b,
+            a_max_concurrency=args.cap_a,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"inferq bench fairness: {exc}") from exc
+    return fairness.run(spec, out=args.out, home=args.home.resolve(), timeout_s=args.timeout)
 
 
 def _memory(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 from services.tools.bench.kafka import bench_broker
 from services.tools.bench.machine import code_line, command_line, machine, results_dir
+from services.tools.bench.pipeline_run import BenchConfig
 from services.tools.bench.prediction import (
     TOLERANCE_MS,
     Prediction,
@@ -24,7 +25,7 @@ from services.tools.bench.prediction import (
     prediction_targets,
 )
 from services.tools.bench.scheduling_report import evaluate, run_table, target_table, tier_table
-from services.tools.bench.scheduling_run import BenchConfig, run_one, run_specs
+from services.tools.bench.scheduling_run import run_one, run_specs
 from services.tools.bench.scheduling_trace import TraceSpec, describe
 from services.tools.bench.summary import RunSummary
 from services.tools.traces.generator import generate

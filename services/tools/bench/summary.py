@@ -27,6 +27,7 @@ class Submission:
     answered_ms: int
     status: int | None  # None: no HTTP answer (a transport error)
     error: str | None = None
+    tenant: str = ""  # the tenant it was sent for (the arrival's)
 
     @property
     def accepted(self) -> bool:

@@ -101,6 +101,7 @@ async def run_load(
                 expire_at_ms=answer.expire_at_ms,
                 retry_after_s=answer.retry_after_s,
                 error=answer.error,
+                tenant=arrival.tenant,
             )
             result.observe(record)
             on_record(record)

@@ -62,6 +62,7 @@ class RequestRecord:
     expire_at_ms: int | None = None
     retry_after_s: float | None = None
     error: str | None = None
+    tenant: str | None = None  # the tenant it was sent for; None in files from before tenants
 
 
 class RunWriter:

@@ -4,8 +4,8 @@ A recorded run is read from the results topic (`results_source`, the Kafka edge)
 generator left them, its request records (`services.tools.traces.files`); a simulated one from the
 JSON document `inferq simulate --json` wrote. Both become a `documents.RunDocument` (outcomes +
 summary). Pure modules: `stats` (per-tier numbers), `timeseries` (tokens in use, backlog,
-utilization), `table` (the terminal table), `documents` (the JSON format); edges: `results_source`
-(Kafka), `plots` (matplotlib), `cli` with `command`.
+utilization), `table` (the terminal table), `documents` (the JSON format), `tenants` (one tenant's
+part, `--tenant`); edges: `results_source` (Kafka), `plots` (matplotlib), `cli` with `command`.
 
 Errors (``errors``)::
 

@@ -43,6 +43,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--runs-dir", type=Path, default=Path(".inferq/runs"), help="where run records live")
     parser.add_argument("--out", type=Path, help="output folder (default <runs-dir>/<RUN_ID>/report/)")
     parser.add_argument("--timeout", type=float, default=60.0, help="bound of the topic read, seconds")
+    parser.add_argument(
+        "--tenant",
+        type=_tenant,
+        default=None,
+        metavar="NAME",
+        help="only this tenant's results (and request records): its waits, outcomes, tokens in use",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from services.tools.report.command import (
@@ -52,3 +59,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         return run_report(args)
 
     parser.set_defaults(func=run)
+
+
+def _tenant(name: str) -> str:
+    from services.tools.report.tenants import check_tenant
+
+    try:
+        return check_tenant(name)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc

@@ -1,8 +1,9 @@
 """`inferq report`: a recorded run (or several, or simulations) as a table, JSON and PNG plots.
 
-Output folder (default `<runs-dir>/<RUN_ID>/report/`): `report.json` (every run's document),
-`results-<run_id>.jsonl` (the results read from Kafka, without their output text; usable as
-`inferq simulate --latency-from`), `queue_wait.png`, `tokens_in_use.png`, `backlog.png`.
+Output folder (default `<runs-dir>/<RUN_ID>/report/`, or `report-<TENANT>/` with `--tenant`):
+`report.json` (every run's document), `results-<run_id>.jsonl` (the results read from Kafka, without
+their output text; usable as `inferq simulate --latency-from`), `queue_wait.png`,
+`tokens_in_use.png`, `backlog.png`. With `--tenant`, all of it is that tenant's part of each run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from services.tools.report.plots import write_plots
 from services.tools.report.results_source import ResultsRead, read_results
 from services.tools.report.stats import request_counts
 from services.tools.report.table import render
+from services.tools.report.tenants import describe_tenants, document_of_tenant, tenant_counts
 from services.tools.traces.errors import TraceError
 from services.tools.traces.files import load_trace
 
@@ -34,27 +36,36 @@ def is_document(item: str) -> bool:
     return item.endswith(".json") and Path(item).is_file()
 
 
-def default_out(first: str, runs_dir: Path) -> Path:
+def default_out(first: str, runs_dir: Path, tenant: str | None = None) -> Path:
+    name = "report" if tenant is None else f"report-{tenant}"
     if is_document(first):
         path = Path(first)
-        return path.with_name(f"{path.stem}-report")
-    return runs_dir / first / "report"
+        return path.with_name(f"{path.stem}-{name}")
+    return runs_dir / first / name
 
 
-def run_document(run_id: str, results: list[InferenceResult], budget: int, runs_dir: Path) -> RunDocument:
-    """A recorded run: its results, and its request records when the load generator left them."""
+def run_document(
+    run_id: str, results: list[InferenceResult], budget: int, runs_dir: Path, tenant: str | None = None
+) -> RunDocument:
+    """A recorded run: its results, and its request records when the load generator left them.
+    With `tenant`, `results` are that tenant's and so are the request records counted."""
     outcomes = [Outcome.from_result(r) for r in results]
     requests_path = runs_dir / run_id / "requests.jsonl"
     requests = None
     if requests_path.is_file():
-        requests = request_counts(load_trace(requests_path, start_ms=0), outcomes)
+        trace = load_trace(requests_path, start_ms=0, tenant=tenant)
+        if trace.without_tenant:
+            print(
+                f"note: {requests_path} has {trace.without_tenant} records naming no tenant "
+                "(written before records carried one): requests sent and accepted are not counted"
+            )
+        else:
+            requests = request_counts(trace, outcomes)
+    params: dict[str, object] = {"requests_file": str(requests_path) if requests is not None else None}
+    if tenant is not None:
+        params["tenant"] = tenant
     return RunDocument(
-        kind="run",
-        name=run_id,
-        budget=budget,
-        outcomes=outcomes,
-        requests=requests,
-        params={"requests_file": str(requests_path) if requests is not None else None},
+        kind="run", name=run_id, budget=budget, outcomes=outcomes, requests=requests, params=params
     )
 
 
@@ -67,6 +78,7 @@ def write_results(path: Path, results: Sequence[InferenceResult]) -> None:
 
 
 def collect(args: argparse.Namespace, items: Sequence[str], out: Path) -> list[RunDocument]:
+    tenant: str | None = args.tenant
     run_ids = [item for item in items if not is_document(item)]
     read: ResultsRead | None = None
     if run_ids:
@@ -80,13 +92,24 @@ def collect(args: argparse.Namespace, items: Sequence[str], out: Path) -> list[R
         empty = [r for r in run_ids if not read.by_run[r]]
         if empty:
             raise ReportError(f"no results for run {', '.join(empty)} on {settings.topics.results}")
+        for run_id in run_ids:
+            counts = tenant_counts(Outcome.from_result(r) for r in read.by_run[run_id])
+            print(f"tenants of {run_id}: {describe_tenants(counts)}")
+            if tenant is not None and tenant not in counts:
+                raise ReportError(f"no results of tenant {tenant!r} for run {run_id}")
     docs: list[RunDocument] = []
     for item in items:
         if read is not None and item in read.by_run:
-            docs.append(run_document(item, read.by_run[item], args.budget, args.runs_dir))
-            write_results(out / f"results-{item}.jsonl", read.by_run[item])
+            results = [r for r in read.by_run[item] if tenant is None or r.tenant == tenant]
+            docs.append(run_document(item, results, args.budget, args.runs_dir, tenant))
+            write_results(out / f"results-{item}.jsonl", results)
         else:
-            docs.extend(load_documents(Path(item)))
+            for doc in load_documents(Path(item)):
+                if tenant is not None:
+                    doc = document_of_tenant(doc, tenant)
+                    if not doc.outcomes:
+                        raise ReportError(f"no outcomes of tenant {tenant!r} in {item} ({doc.name})")
+                docs.append(doc)
     return docs
 
 
@@ -98,12 +121,14 @@ def run_report(args: argparse.Namespace) -> int:
             print(f"error: INFERQ_BUDGET is not a number: {os.environ['INFERQ_BUDGET']!r}")
             return 2
     items = [args.run_id, *args.compare]
-    out: Path = args.out or default_out(args.run_id, args.runs_dir)
+    out: Path = args.out or default_out(args.run_id, args.runs_dir, args.tenant)
     try:
         docs = collect(args, items, out)
     except (ReportError, TraceError) as exc:
         print(f"error: {exc}")
         return 1
+    if args.tenant is not None:
+        print(f"tenant {args.tenant} only: its waits, outcomes and tokens in use (of the whole budget)")
     print(render([(doc.name, doc.summary()) for doc in docs]))
     write_documents(out / "report.json", docs)
     plots = write_plots(docs, out)

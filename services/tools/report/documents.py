@@ -4,10 +4,11 @@
      "requests": {"HIGH": {"submitted": .., "accepted": .., "missing": ..}, ...} | null,
      "summary": {...},            # for readers; recomputed from the outcomes when loaded
      "outcomes": [{"request_id", "tier", "status", "enqueued_at_ms", "dispatched_at_ms",
-                   "completed_at_ms"}, ...]}
+                   "completed_at_ms", "tenant"}, ...]}
 
 Outcomes use the result schema's field names, so a document's outcomes read like results. A
-report file holds several documents as {"runs": [...]}; `load_documents` accepts either shape.
+report file holds several documents as {"runs": [...]}; `load_documents` accepts either shape. An
+outcome without `tenant` (a document from before tenants, a simulation) is tenant "default".
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def outcome_from_record(record: Mapping[str, Any]) -> Outcome:
         enqueued_ms=int(record["enqueued_at_ms"]),
         dispatched_ms=None if dispatched is None else int(dispatched),
         completed_ms=int(record["completed_at_ms"]),
+        tenant=str(record.get("tenant") or "default"),
     )
 
 
@@ -58,6 +60,7 @@ def outcome_record(o: Outcome) -> dict[str, Any]:
         "enqueued_at_ms": o.enqueued_ms,
         "dispatched_at_ms": o.dispatched_ms,
         "completed_at_ms": o.completed_ms,
+        "tenant": o.tenant,
     }
 
 

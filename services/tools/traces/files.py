@@ -15,6 +15,7 @@ Two file formats, told apart by their first bytes:
   | `scenario` | e.g. `realtime_chat`; default `unknown` |
   | `request_id` | default `line-<n>` |
   | `outcome` | a load generator's answer: only `accepted` requests queued |
+  | `tenant` | the request's tenant (what `--tenant` of `inferq report` selects by) |
 
   A request ingest refused never queued: it is not an arrival, it is counted in
   `Trace.unaccepted`. A record is refused when its `outcome` is not `accepted`, or, without an
@@ -47,6 +48,9 @@ AVRO_MAGIC = b"Obj\x01"
 class Trace:
     arrivals: list[Arrival]
     unaccepted: dict[Tier, int] = field(default_factory=lambda: dict.fromkeys(Tier, 0))
+    # Read for one tenant: the records left out because they name no tenant (written before records
+    # carried one), so whether they were that tenant's is unknown.
+    without_tenant: int = 0
 
     def submitted(self, tier: Tier) -> int:
         return self.unaccepted[tier] + sum(1 for a in self.arrivals if a.tier is tier)
@@ -101,10 +105,23 @@ def _first(record: Mapping[str, Any], *names: str) -> int | None:
 
 
 def build_trace(
-    records: Iterable[Mapping[str, Any]], *, path: Path, start_ms: int, policy: TierPolicy | None = None
+    records: Iterable[Mapping[str, Any]],
+    *,
+    path: Path,
+    start_ms: int,
+    policy: TierPolicy | None = None,
+    tenant: str | None = None,
 ) -> Trace:
+    """The trace of `records`; with `tenant`, of that tenant's records only."""
     trace = Trace([])
     for index, record in enumerate(records, start=1):
+        if tenant is not None:
+            named = record.get("tenant")
+            if named is None:
+                trace.without_tenant += 1
+                continue
+            if named != tenant:
+                continue
         try:
             tier, arrival = parse_record(record, index=index, start_ms=start_ms, policy=policy)
         except (KeyError, TypeError, ValueError) as exc:
@@ -148,12 +165,15 @@ def read_avro(path: Path) -> list[dict[str, Any]]:
     return [dict(r["request"]) if isinstance(r.get("request"), dict) else dict(r) for r in records]
 
 
-def load_trace(path: Path, *, start_ms: int, policy: TierPolicy | None = None) -> Trace:
-    """Read a JSONL or Avro container trace; `start_ms` anchors `offset_ms` arrivals."""
+def load_trace(
+    path: Path, *, start_ms: int, policy: TierPolicy | None = None, tenant: str | None = None
+) -> Trace:
+    """Read a JSONL or Avro container trace; `start_ms` anchors `offset_ms` arrivals; with `tenant`,
+    only that tenant's records."""
     try:
         with path.open("rb") as stream:
             head = stream.read(len(AVRO_MAGIC))
     except OSError as exc:
         raise TraceError(path, exc.strerror or str(exc)) from exc
     records = read_avro(path) if head == AVRO_MAGIC else read_jsonl(path)
-    return build_trace(records, path=path, start_ms=start_ms, policy=policy)
+    return build_trace(records, path=path, start_ms=start_ms, policy=policy, tenant=tenant)

@@ -1,0 +1,231 @@
+"""One trace through the real pipeline: fresh topics and processes, the trace posted to ingest at its
+times, every accepted request's outcome read from the reply topic. What the scheduling and fairness
+benches share; each turns the `PipelineRun` into its own figures.
+
+Every run gets a fresh topic prefix (no leftover backlog) and fresh processes (simulated backend with
+limit B, results, one dispatcher, ingest). Part of the trace (a batch dump, a flooding tenant) is
+posted by a process of its own, as a separate producer would be: posting hundreds of requests at once
+from one event loop delays the arrivals due at the same moment (measured: 0.7 s late, then sent as
+one artificial burst).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from services.messaging.admin import create_topics
+from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import InferenceResult
+from services.tools.bench.kafka import ResultCollector
+from services.tools.bench.load import sample_health, submit_in_process, submit_trace
+from services.tools.bench.summary import Submission
+from services.tools.broker.broker import pick_free_ports
+from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from services.tools.traces.arrival import Arrival
+
+CHILD_START_LEAD_S = 3.0  # a spawned Python child takes about a second to import httpx on 2 cores
+CHILD_TIMEOUT_S = 120.0  # bound of the child's posting beyond the trace's own duration
+
+
+def is_dump(arrival: Arrival) -> bool:
+    return arrival.kind == "dump"
+
+
+@dataclass
+class BenchConfig:
+    compress: float
+    budget: int
+    timeout_s: float
+    work_dir: Path
+    log: Callable[[str], None] = print
+
+
+@dataclass
+class PipelineRun:
+    """What one run recorded. `results` are the first outcome per request id on the reply topic."""
+
+    name: str
+    topic_prefix: str
+    env: dict[str, str]
+    seconds: float
+    submissions: list[Submission]
+    results: dict[str, InferenceResult]
+    backend_stats: dict[str, Any]
+    effective_budget_samples: list[tuple[int, int]]
+    duplicates_on_reply_topic: int
+    missing_ids: list[str] = field(default_factory=list)
+
+
+async def _drive(
+    pipeline: Pipeline,
+    trace: list[Arrival],
+    tag: str,
+    collector: ResultCollector,
+    timeout_s: float,
+    in_child: Callable[[Arrival], bool],
+    keys: Mapping[str, str] | None,
+) -> tuple[list[Submission], dict[str, InferenceResult], list[tuple[int, int]]]:
+    samples: list[tuple[int, int]] = []
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(sample_health(pipeline.dispatcher_url(0), samples, stop))
+    child = [a for a in trace if in_child(a)]
+    here = [a for a in trace if not in_child(a)]
+    # Both processes start the trace at the same instant, late enough for the child to be up.
+    start_wall_s = time.time() + CHILD_START_LEAD_S
+    child_bound_s = CHILD_START_LEAD_S + max((a.offset_ms for a in child), default=0) / 1000 + CHILD_TIMEOUT_S
+    loop = asyncio.get_running_loop()
+    url = pipeline.ingest_url
+    try:
+        # spawn, not fork: this process runs librdkafka threads (the result reader), unsafe to fork.
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            posted = loop.run_in_executor(
+                pool, submit_in_process, url, child, tag, start_wall_s, dict(keys or {})
+            )
+            sent = await submit_trace(url, here, tag, start_wall_s, keys)
+            try:
+                from_child = await asyncio.wait_for(posted, timeout=child_bound_s)
+            except TimeoutError as exc:
+                load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+                raise RuntimeError(
+                    f"the process posting {len(child)} requests had not finished {child_bound_s:.0f} s after "
+                    f"the rest of the trace (load average {load}): the machine cannot post this trace"
+                ) from exc
+        submissions = sorted([*sent, *from_child], key=lambda s: s.index)
+        accepted = {s.request_id for s in submissions if s.accepted}
+        results = await asyncio.to_thread(collector.wait_for, accepted, timeout_s)
+    finally:
+        stop.set()
+        await asyncio.wait({sampler}, timeout=5.0)
+    return submissions, results, samples
+
+
+def run_pipeline(
+    bootstrap: str,
+    name: str,
+    trace: list[Arrival],
+    config: BenchConfig,
+    *,
+    env: Callable[[str], dict[str, str]],
+    in_child: Callable[[Arrival], bool] = is_dump,
+    keys: Mapping[str, str] | None = None,
+) -> PipelineRun:
+    """`trace` through fresh topics and processes; `env(prefix)` is every service's environment,
+    `keys` the API key of each tenant of the trace (None: open mode)."""
+    tag = f"{name}-{uuid.uuid4().hex[:8]}"
+    prefix = f"bench.{tag}"
+    kafka = KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix)
+    create_topics(kafka)
+    service_env = env(prefix)
+    pipeline = Pipeline(
+        bootstrap=bootstrap,
+        work_dir=config.work_dir / tag,
+        ports=PipelinePorts(*pick_free_ports(4)),
+        topic_prefix=prefix,
+        budget=config.budget,
+        backend_args=["--speed", f"{config.compress:g}"],
+        extra_env=service_env,
+    )
+    collector = ResultCollector(bootstrap, kafka.topics.results, group_id=f"{prefix}-bench")
+    started = time.monotonic()
+    try:
+        ready = pipeline.start(timeout_s=120.0)
+        config.log(f"[{name}] services ready: " + ", ".join(f"{n} {s:.1f} s" for n, s in ready.items()))
+        httpx.post(f"{pipeline.backend_url}/admin/reset", timeout=5.0).raise_for_status()
+        collector.start()
+        submissions, results, samples = asyncio.run(
+            _drive(pipeline, trace, tag, collector, config.timeout_s, in_child, keys)
+        )
+        backend = pipeline.backend_stats()
+    finally:
+        collector.stop()
+        pipeline.stop()
+    run = PipelineRun(
+        name=name,
+        topic_prefix=prefix,
+        env=service_env,
+        seconds=time.monotonic() - started,
+        submissions=submissions,
+        results=results,
+        backend_stats=backend,
+        effective_budget_samples=samples,
+        duplicates_on_reply_topic=collector.duplicates,
+        missing_ids=sorted(s.request_id for s in submissions if s.accepted and s.request_id not in results),
+    )
+    config.log(
+        f"[{name}] done in {run.seconds:.0f} s: {len(results)} outcomes, {len(run.missing_ids)} missing"
+    )
+    return run
+
+
+def raw_records(run: PipelineRun) -> dict[str, Any]:
+    """Every submission and outcome, compact, so tables can be recomputed or dug into without a rerun."""
+    return {
+        "run": run.name,
+        "topic_prefix": run.topic_prefix,
+        "seconds": run.seconds,
+        "env": run.env,
+        "backend_stats": run.backend_stats,
+        "effective_budget_samples": run.effective_budget_samples,
+        "duplicates_on_reply_topic": run.duplicates_on_reply_topic,
+        "submission_errors": [s.error for s in run.submissions if s.status is None][:20],
+        "submissions_columns": [
+            "index",
+            "request_id",
+            "kind",
+            "tier",
+            "due_ms",
+            "sent_ms",
+            "answered_ms",
+            "status",
+            "tenant",
+        ],
+        "submissions": [
+            [
+                s.index,
+                s.request_id,
+                s.kind,
+                s.tier.value,
+                s.due_ms,
+                s.sent_ms,
+                s.answered_ms,
+                s.status,
+                s.tenant,
+            ]
+            for s in run.submissions
+        ],
+        "outcomes_columns": [
+            "request_id",
+            "tier",
+            "status",
+            "enqueued_ms",
+            "dispatched_ms",
+            "completed_ms",
+            "attempts",
+            "tenant",
+        ],
+        "outcomes": [
+            [
+                r.request_id,
+                r.tier.value,
+                r.status.value,
+                r.enqueued_at_ms,
+                r.dispatched_at_ms,
+                r.completed_at_ms,
+                r.attempts,
+                r.tenant,
+            ]
+            for r in run.results.values()
+        ],
+        "retried": sum(1 for r in run.results.values() if r.attempts > 1),
+    }
