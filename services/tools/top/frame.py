@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -137,32 +138,46 @@ def _seconds(value: float | None) -> str:
 def render(frame: Frame) -> RenderableType:
     head = Text()
     head.append("inferq top", style="bold")
-    head.append(f"   window {frame.window or '-'}")
-    head.append(f"   budget {_num(frame.effective_budget)}/{_num(frame.budget)} effective")
-    if (
+    head.append(f"  window {frame.window or '-'}")
+    head.append(f"  effective budget {_num(frame.effective_budget)}/{_num(frame.budget)}")
+    cut = (
         frame.budget is not None
         and frame.effective_budget is not None
         and frame.effective_budget < frame.budget
-    ):
-        head.append("  (cut by the adaptive controller)", style="bold yellow")
-    head.append(f"   rates over {frame.span_s:.0f} s" if frame.span_s else "   rates: need a second scrape")
+    )
+    if cut:
+        head.append(" (cut)", style="bold yellow")
+    head.append(f"  rates over {frame.span_s:.0f} s" if frame.span_s else "  rates: next frame")
+    legend = Text(
+        "waiting: backlog at ingest (else lag + ahead); ahead: read, in memory; run: calls in flight; "
+        "share: of the effective budget; min/max: the window's floor and ceiling",
+        style="dim",
+    )
 
-    table = Table(expand=False, header_style="bold")
+    # Fits 80 columns: short headers, no vertical rules.
+    table = Table(
+        expand=False,
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 0),
+    )
     for name, justify in (
         ("tier", "left"),
         ("waiting", "right"),
-        ("read ahead", "right"),
-        ("running", "right"),
-        ("budget share", "right"),
-        ("floor/ceiling", "right"),
-        ("wait P95", "right"),
+        ("ahead", "right"),
+        ("run", "right"),
+        ("share", "right"),
+        ("min/max", "right"),
+        ("p95 wait", "right"),
         ("done/s", "right"),
         ("in/s", "right"),
         ("lag", "right"),
         ("paused", "right"),
         ("fill", "right"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for row in frame.rows:
         fill_style = "red" if (row.fill_ratio or 0) > 0.7 else ""
         table.add_row(
@@ -179,7 +194,7 @@ def render(frame: Frame) -> RenderableType:
             _num(row.paused),
             Text(_num(row.fill_ratio, "{:.0%}"), style=fill_style),
         )
-    parts: list[RenderableType] = [head, table]
+    parts: list[RenderableType] = [head, table, legend]
     if frame.outcomes_per_s:
         parts.append(
             Text("outcomes/s  " + "  ".join(f"{k} {v:.1f}" for k, v in frame.outcomes_per_s.items()))
