@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 
-.PHONY: setup jars redis-server prometheus demo test bench bench-scheduling bench-memory bench-latency bench-throughput bench-replay test-unit check lint format typecheck broker-up broker-down clean
+.PHONY: setup jars redis-server demo test bench bench-scheduling bench-memory bench-latency bench-throughput bench-replay test-unit check lint format typecheck broker-up broker-down clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,7 @@ redis-server:
 	bash infra/redis/ensure-redis.sh
 
 # Debian's prometheus (and promtool) when missing: the alert rules' tests and the real-Prometheus test.
+.PHONY: prometheus
 prometheus:
 	bash infra/prometheus/ensure-prometheus.sh
 

@@ -21,6 +21,7 @@ from services.tools.report.documents import (
     load_documents,
     write_documents,
 )
+from services.tools.report.effective import attach_effective_budget
 from services.tools.report.errors import ReportError
 from services.tools.report.plots import write_plots
 from services.tools.report.results_source import ResultsRead, read_results
@@ -105,6 +106,8 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"error: {exc}")
         return 1
     print(render([(doc.name, doc.summary()) for doc in docs]))
+    for note in attach_effective_budget(docs, args.prometheus):
+        print(f"note: {note}")
     write_documents(out / "report.json", docs)
     plots = write_plots(docs, out)
     print(f"\nwrote {out / 'report.json'}, " + ", ".join(p.name for p in plots))

@@ -1,4 +1,5 @@
-"""PNG plots of one or several runs: queue wait, tokens in use and backlog over time, per tier.
+"""PNG plots of one or several runs: queue wait and backlog over time, per tier (tokens in use and
+the wait percentiles are drawn by ``pictures``).
 
 One panel per run, stacked, the x axis in seconds since the run's first enqueue, so runs recorded
 at different times line up. Figures are drawn on matplotlib's Agg canvas directly (no pyplot, no
@@ -16,7 +17,7 @@ from matplotlib.figure import Figure
 
 from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
 from services.tools.report.documents import RunDocument
-from services.tools.report.timeseries import Step, backlog, tokens_in_use, wait_points
+from services.tools.report.timeseries import Step, backlog, wait_points
 
 TIER_COLORS = {Tier.HIGH: "tab:red", Tier.MEDIUM: "tab:blue", Tier.LOW: "tab:green"}
 _PANEL_HEIGHT_IN = 2.8
@@ -67,21 +68,6 @@ def queue_wait_plot(runs: Sequence[RunDocument], path: Path) -> Path:
     return _save(figure, path)
 
 
-def tokens_plot(runs: Sequence[RunDocument], path: Path) -> Path:
-    figure, axes = _panels(len(runs), "Tokens in use (OK requests, dispatched..completed)")
-    for ax, doc in zip(axes, runs, strict=True):
-        origin = _origin_ms(doc)
-        for tier in TIERS_BY_PRIORITY:
-            _step(ax, tokens_in_use(doc.outcomes, tier), origin, color=TIER_COLORS[tier], label=tier.value)
-        _step(ax, tokens_in_use(doc.outcomes), origin, color="black", linewidth=0.6, label="all")
-        ax.axhline(doc.budget, color="grey", linestyle="--", linewidth=0.8, label=f"budget {doc.budget}")
-        ax.set_title(doc.name, loc="left")
-        ax.set_ylabel("tokens")
-        ax.legend(loc="upper right")
-    axes[-1].set_xlabel("s since the run's first enqueue")
-    return _save(figure, path)
-
-
 def backlog_plot(runs: Sequence[RunDocument], path: Path) -> Path:
     figure, axes = _panels(len(runs), "Backlog (enqueued, not yet dispatched)")
     for ax, doc in zip(axes, runs, strict=True):
@@ -96,11 +82,15 @@ def backlog_plot(runs: Sequence[RunDocument], path: Path) -> Path:
 
 
 def write_plots(runs: Sequence[RunDocument], out: Path) -> list[Path]:
-    """queue_wait.png, tokens_in_use.png and backlog.png in `out`; one panel per run."""
+    """queue_wait.png and backlog.png (one panel per run) and, from ``pictures``, tokens_in_use.png
+    and wait_percentiles.png (the runs side by side) in `out`."""
+    from services.tools.report.pictures import tokens_area_plot, wait_percentiles_plot
+
     if not runs:
         raise ValueError("nothing to plot")
     return [
         queue_wait_plot(runs, out / "queue_wait.png"),
-        tokens_plot(runs, out / "tokens_in_use.png"),
+        tokens_area_plot(runs, out / "tokens_in_use.png"),
+        wait_percentiles_plot(runs, out / "wait_percentiles.png"),
         backlog_plot(runs, out / "backlog.png"),
     ]
