@@ -185,8 +185,8 @@ class ResultConsumer:
                     )
         stored, duplicates = await self._store.put_many(decoded)
         self._metrics.batch_stored(stored, duplicates)
-        self._metrics.delivered(decoded, time.time_ns() // 1_000_000)
         await feed.commit()
+        self._metrics.delivered(decoded, time.time_ns() // 1_000_000)
 
 
 def _loggable(exc: DecodeError) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
 from services.tools.demo.workload import evening_mix, submit_all, wait_outcomes
+from services.tools.report.effective import query_range
 from services.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
 from tests.support.kafka import produce
@@ -150,6 +152,17 @@ def test_every_scraped_inferq_metric_is_documented(prometheus: Prometheus, traff
     scraped = {re.sub(r"_(bucket|count|sum)$", "", n) for n in names if n.startswith("inferq_")}
     assert len(scraped) >= 20, scraped
     assert scraped - documented == set()
+
+
+def test_the_report_reads_the_effective_budget_from_this_prometheus(
+    pipeline: Pipeline, prometheus: Prometheus, traffic: dict[str, Any]
+) -> None:
+    now_ms = int(time.time() * 1000)
+    with httpx.Client(timeout=10) as client:
+        steps = query_range(prometheus.url, now_ms - 20_000, now_ms, client=client)
+    assert steps is not None
+    # The adaptive controller is off here: the effective budget is the configured one throughout.
+    assert set(steps.values) == {float(pipeline.budget)}
 
 
 def test_backlog_alert_goes_pending_or_firing_when_low_piles_up(
