@@ -55,7 +55,7 @@ class DispatcherMetrics:
         self._consumer_lag: dict[Tier, int] = {}
         self._backend_calls = m.create_counter(
             "inferq_backend_calls_total",
-            description="backend calls ended, by tier, status (HTTP status, timeout, connection_error)",
+            description="backend calls ended by tier, status (HTTP code, timeout, connection_error), tenant",
         )
         self._backend_duration = m.create_histogram(
             "inferq_backend_call_duration_seconds", unit="s", description="backend call durations, by tier"
@@ -243,8 +243,11 @@ class DispatcherMetrics:
     def observe_consumer_lag(self, by_tier: Mapping[Tier, int]) -> None:
         self._consumer_lag = dict(by_tier)
 
-    def record_backend_call(self, tier: Tier, failure: BackendError | None, seconds: float) -> None:
-        self._backend_calls.add(1, {"tier": tier.value, "status": call_status(failure)})
+    def record_backend_call(
+        self, tier: Tier, failure: BackendError | None, seconds: float, tenant: str = "default"
+    ) -> None:
+        labels = {"tier": tier.value, "status": call_status(failure), "tenant": self._tenant_label(tenant)}
+        self._backend_calls.add(1, labels)
         self._backend_duration.record(max(0.0, seconds), {"tier": tier.value})
 
     def record_queue_wait(self, tier: Tier, seconds: float, tenant: str) -> None:

@@ -56,15 +56,33 @@ def test_backend_calls_are_counted_by_bounded_status():
     # A status outside HTTP's range is never a label of its own.
     metrics.record_backend_call(Tier.LOW, BackendError("odd", retriable=True, status=70000), -1.0)
     assert reader.points("inferq_backend_calls_total") == {
-        labels(tier="HIGH", status="200"): 1,
-        labels(tier="HIGH", status="429"): 1,
-        labels(tier="HIGH", status="503"): 1,
-        labels(tier="LOW", status="timeout"): 1,
-        labels(tier="LOW", status="connection_error"): 2,
+        labels(tier="HIGH", status="200", tenant="default"): 1,
+        labels(tier="HIGH", status="429", tenant="default"): 1,
+        labels(tier="HIGH", status="503", tenant="default"): 1,
+        labels(tier="LOW", status="timeout", tenant="default"): 1,
+        labels(tier="LOW", status="connection_error", tenant="default"): 2,
     }
     durations = histogram(reader, "inferq_backend_call_duration_seconds")
     assert durations[labels(tier="HIGH")][0] == 3
     assert durations[labels(tier="LOW")] == (3, 2.0)  # a negative duration counts as 0
+
+
+def test_backend_calls_label_tenants_from_the_file_only():
+    reader = InMemoryMetrics()
+    metrics = DispatcherMetrics(
+        tokens_in_use=dict,
+        tokens_held=dict,
+        effective_budget=lambda: 10,
+        tenant_label=lambda name: name if name == "acme" else "other",
+        otel_meter=reader.meter,
+    )
+    metrics.record_backend_call(Tier.HIGH, None, 0.1, "acme")
+    for stranger in ("x" * 200, "evil\ntenant", ""):  # whatever a producer wrote: one label
+        metrics.record_backend_call(Tier.HIGH, None, 0.1, stranger)
+    assert reader.points("inferq_backend_calls_total") == {
+        labels(tier="HIGH", status="200", tenant="acme"): 1,
+        labels(tier="HIGH", status="200", tenant="other"): 3,
+    }
 
 
 def test_call_status_of_a_timeout_wins_over_its_status():
