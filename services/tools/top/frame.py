@@ -132,7 +132,9 @@ def _num(value: float | None, fmt: str = "{:.0f}") -> str:
 def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.2f} s" if value < 10 else f"{value:.0f} s"
 
 
 def render(frame: Frame) -> RenderableType:
