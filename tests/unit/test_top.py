@@ -139,6 +139,23 @@ def test_scraper_names_a_service_that_does_not_answer():
     assert scrape.total("inferq_budget") == 10
 
 
+def test_a_page_that_is_not_the_prometheus_format_counts_as_no_answer():
+    pages = {8702: 'inferq_budget{tier="HIGH" 10\n', 8700: "\x00" * 64, 8710: "x" * 10_000 + "{"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=pages[request.url.port or 0])
+
+    urls = [f"http://127.0.0.1:{port}" for port in pages]
+    scraper = Scraper(urls, clock=lambda: 1.0)
+    scraper._client = httpx.Client(transport=httpx.MockTransport(handler))
+    scrape = scraper.scrape()
+    assert scraper.down == [f"{url}/metrics" for url in urls]
+    assert scrape.samples == ()
+    text = Console(record=True, width=80, color_system=None)
+    text.print(render(build_frame([scrape], scraper.down)))
+    assert "no answer from http://127.0.0.1:8702/metrics" in text.export_text()
+
+
 def test_bad_options_are_refused(capsys: pytest.CaptureFixture[str]):
     from services.cli import main
 
