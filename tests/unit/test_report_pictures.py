@@ -107,6 +107,16 @@ def test_pictures_side_by_side_share_their_axes(tmp_path: Path):
     assert imread(str(waits)).shape[0] > h1  # a row per tier
 
 
+def test_queue_wait_and_backlog_put_compared_runs_side_by_side(tmp_path: Path):
+    from services.tools.report.plots import backlog_plot, queue_wait_plot
+
+    for plot in (queue_wait_plot, backlog_plot):
+        one = imread(str(plot([run("a")], tmp_path / "one.png")))
+        three = imread(str(plot([run("a"), run("b"), run("c", slow=True)], tmp_path / "three.png")))
+        assert one.shape[0] == three.shape[0]  # as tall: not stacked
+        assert three.shape[1] > 1.5 * one.shape[1]
+
+
 def test_pictures_share_x_and_y_between_runs():
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401 - the canvas the module uses
 
