@@ -153,7 +153,10 @@ def test_a_page_that_is_not_the_prometheus_format_counts_as_no_answer():
     assert scrape.samples == ()
     text = Console(record=True, width=80, color_system=None)
     text.print(render(build_frame([scrape], scraper.down)))
-    assert "no answer from http://127.0.0.1:8702/metrics" in text.export_text()
+    shown = text.export_text()
+    assert "no answer from http://127.0.0.1:8702/metrics" in shown
+    # Nothing known reads as unknown, never as an idle pipeline's zeros.
+    assert row(shown, "HIGH") == ["HIGH", "-", "-", "-", "-", "-/-", "-", "-", "-", "-", "-", "-"]
 
 
 def test_bad_options_are_refused(capsys: pytest.CaptureFixture[str]):

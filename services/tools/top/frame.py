@@ -23,8 +23,8 @@ TIERS = ("HIGH", "MEDIUM", "LOW")
 class TierRow:
     tier: str
     waiting: float | None  # backlog at ingest (group lag), else read-ahead + consumer lag
-    readahead: float
-    running: float
+    readahead: float | None
+    running: float | None
     share: float | None  # running over the effective budget
     floor: float | None
     ceiling: float | None
@@ -49,7 +49,9 @@ class Frame:
 
 
 def _rate(newer: Scrape, older: Scrape | None, name: str, **match: str) -> float | None:
-    if older is None or newer.at <= older.at:
+    """Increase per second between the scrapes; None when there is no second scrape or neither has
+    the metric (no service reports it: nothing to say, not zero)."""
+    if older is None or newer.at <= older.at or not (newer.has(name) or older.has(name)):
         return None
     now, before = newer.total(name, **match), older.total(name, **match)
     increase = now - before if now >= before else now
@@ -90,7 +92,7 @@ def build_frame(scrapes: Sequence[Scrape], sources_down: Sequence[str] = ()) -> 
         waits = newest.buckets("inferq_queue_wait_seconds", tier=tier)
         if oldest is not None:
             waits = delta(waits, oldest.buckets("inferq_queue_wait_seconds", tier=tier))
-        in_use = running.get(tier, 0.0)
+        in_use = running.get(tier)
         waiting = backlog.get(tier)
         if waiting is None and (tier in lag or tier in readahead):
             waiting = lag.get(tier, 0.0) + readahead.get(tier, 0.0)
@@ -98,9 +100,9 @@ def build_frame(scrapes: Sequence[Scrape], sources_down: Sequence[str] = ()) -> 
             TierRow(
                 tier=tier,
                 waiting=waiting,
-                readahead=readahead.get(tier, 0.0),
+                readahead=readahead.get(tier),
                 running=in_use,
-                share=in_use / effective if effective else None,
+                share=in_use / effective if effective and in_use is not None else None,
                 floor=floors.get(tier),
                 ceiling=ceilings.get(tier),
                 wait_p95_s=quantile(0.95, waits),
@@ -149,7 +151,8 @@ def render(frame: Frame) -> RenderableType:
     )
     if cut:
         head.append(" (cut)", style="bold yellow")
-    head.append(f"  rates over {frame.span_s:.0f} s" if frame.span_s else "  rates: next frame")
+    span = f"{frame.span_s:.0f}" if frame.span_s >= 10 else f"{frame.span_s:.1f}"
+    head.append(f"  rates over {span} s" if frame.span_s else "  rates: next frame")
     legend = Text(
         "waiting: backlog at ingest (else lag + ahead); ahead: read, in memory; run: calls in flight; "
         "share: of the effective budget; min/max: the window's floor and ceiling",
