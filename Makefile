@@ -25,10 +25,15 @@ jars: setup
 redis-server:
 	bash infra/redis/ensure-redis.sh
 
+# Debian's prometheus (and promtool) when missing: the alert rules' tests and the real-Prometheus test.
+.PHONY: prometheus
+prometheus:
+	bash infra/prometheus/ensure-prometheus.sh
+
 demo: setup jars
 	$(BIN)/inferq demo
 
-test: setup jars redis-server
+test: setup jars redis-server prometheus
 	$(BIN)/pytest
 
 test-unit: setup

@@ -24,6 +24,7 @@ def _registrars() -> list[Register]:
     from services.tools.report.cli import register as report
     from services.tools.simbackend.cli import register as sim_backend
     from services.tools.simulation.cli import register as simulate
+    from services.tools.top.cli import register as top
 
     return [
         broker,
@@ -38,6 +39,7 @@ def _registrars() -> list[Register]:
         loadtest,
         simulate,
         report,
+        top,
         bench,
     ]
 

@@ -26,6 +26,7 @@ from services.dispatcher.housekeeping import Housekeeping, LowEviction
 from services.dispatcher.inflight import InFlight
 from services.dispatcher.intake import Intake
 from services.dispatcher.kafka_consumer import KafkaTierConsumer
+from services.dispatcher.lag_probe import LagProbe
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.models import ModelChoice
 from services.dispatcher.next_start import NextStart
@@ -270,6 +271,9 @@ def bootstrap(
     )
     pauses.rereading = intake.rereading
     metrics.watch_tenants(room.running_by_tenant, room.held_by_tenant, lambda: len(intake.deferred))
+    metrics.watch_schedule(
+        budget=settings.budget, window=scheduler.window, effective=lambda: budget.effective
+    )
     starter = Starter(
         next_start=next_start,
         pool=pool,
@@ -305,6 +309,7 @@ def bootstrap(
         Helper("committer", checkpoint.run),
         Helper("starter", starter.run),
         Helper("housekeeping", housekeeping.run),
+        Helper("lag-probe", LagProbe(consumer, topics, metrics).run),
     ]
     if settings.evict_low_under_pressure:
         pressure = PressurePolicy.from_budget(

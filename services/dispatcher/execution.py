@@ -85,6 +85,9 @@ class Execution:
             self._call_ended(work)
             await self._pool.release(lease)
             self._token_freed.set()
+        self._metrics.record_backend_call(
+            work.tier, failure, self._monotonic() - started, work.request.tenant
+        )
         if failure is not None:
             if failure.overload and not (failure.timed_out and deadline_bound):
                 self._feedback_overload()

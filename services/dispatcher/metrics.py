@@ -12,10 +12,29 @@ from collections.abc import Callable, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
+from services.dispatcher.errors import BackendError
+from services.dispatcher.schedule import Window
 from services.dispatcher.waiting import WaitingRoom
 from services.messaging.records import InferenceResult
 from services.messaging.tiers import Tier
 from services.telemetry import meter
+
+# The `status` of a backend call: its HTTP status, or one of these when no answer came.
+CALL_OK = "200"
+CALL_TIMEOUT = "timeout"
+CALL_CONNECTION_ERROR = "connection_error"
+
+
+def call_status(failure: BackendError | None) -> str:
+    """A bounded label for one backend call's end: ``200``, the HTTP status of a refusal (an integer
+    of 100-599, so at most 500 values), ``timeout`` or ``connection_error``."""
+    if failure is None:
+        return CALL_OK
+    if failure.timed_out:
+        return CALL_TIMEOUT
+    if failure.status is not None and 100 <= failure.status <= 599:
+        return str(failure.status)
+    return CALL_CONNECTION_ERROR
 
 
 class DispatcherMetrics:
@@ -32,6 +51,15 @@ class DispatcherMetrics:
         self._tenant_label = tenant_label
         self._waiting: dict[Tier, int] = dict.fromkeys(Tier, 0)
         self._paused_partitions = 0
+        self._paused_by_tier: dict[str, int] = {}
+        self._consumer_lag: dict[Tier, int] = {}
+        self._backend_calls = m.create_counter(
+            "inferq_backend_calls_total",
+            description="backend calls ended by tier, status (HTTP code, timeout, connection_error), tenant",
+        )
+        self._backend_duration = m.create_histogram(
+            "inferq_backend_call_duration_seconds", unit="s", description="backend call durations, by tier"
+        )
         self._queue_wait = m.create_histogram(
             "inferq_queue_wait_seconds", unit="s", description="from enqueue to taking a concurrency token"
         )
@@ -111,6 +139,52 @@ class DispatcherMetrics:
             [lambda _: [Observation(self._paused_partitions)]],
             description="request partitions paused for back-pressure",
         )
+        m.create_observable_gauge(
+            "inferq_paused_partitions_by_tier",
+            [lambda _: [Observation(n, {"tier": t}) for t, n in self._paused_by_tier.items()]],
+            description="paused partitions by tier (HIGH, MEDIUM, LOW, or retry for the retry topic)",
+        )
+        m.create_observable_gauge(
+            "inferq_consumer_lag",
+            [lambda _: [Observation(n, {"tier": t.value}) for t, n in self._consumer_lag.items()]],
+            description="records on this dispatcher's request partitions not fetched yet, by tier",
+        )
+
+    def watch_schedule(
+        self, *, budget: int, window: Callable[[], Window], effective: Callable[[], int]
+    ) -> None:
+        """The configured budget, the schedule's window in force and each tier's floor and ceiling
+        in it once the adaptive cut is applied (as the scheduler squeezes the window)."""
+
+        def squeezed() -> Window:
+            return window().squeezed(budget - min(budget, effective()))
+
+        def limits(pick: Callable[[Window, Tier], int]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+            def observe(_: CallbackOptions) -> Iterable[Observation]:
+                current = squeezed()
+                return [Observation(pick(current, t), {"tier": t.value}) for t in Tier]
+
+            return observe
+
+        m = self._meter
+        m.create_observable_gauge(
+            "inferq_budget", [lambda _: [Observation(budget)]], description="configured concurrency budget"
+        )
+        m.create_observable_gauge(
+            "inferq_schedule_window_info",
+            [lambda _: [Observation(1, {"window": window().name})]],
+            description="the schedule's window in force (value 1, name in the label)",
+        )
+        m.create_observable_gauge(
+            "inferq_tier_floor",
+            [limits(lambda w, t: w.limits[t].floor)],
+            description="slots guaranteed to a tier in the window in force, after adaptive cuts",
+        )
+        m.create_observable_gauge(
+            "inferq_tier_ceiling",
+            [limits(lambda w, t: w.limits[t].ceiling)],
+            description="most slots a tier may hold in the window in force, after adaptive cuts",
+        )
 
     def watch_poison(self, ratios: Callable[[], Mapping[str, float]]) -> None:
         def observe(_: CallbackOptions) -> Iterable[Observation]:
@@ -162,6 +236,19 @@ class DispatcherMetrics:
         for tier in Tier:
             self._waiting[tier] = room.held(tier)
         self._paused_partitions = paused_partitions
+
+    def observe_paused(self, by_tier: Mapping[str, int]) -> None:
+        self._paused_by_tier = dict(by_tier)
+
+    def observe_consumer_lag(self, by_tier: Mapping[Tier, int]) -> None:
+        self._consumer_lag = dict(by_tier)
+
+    def record_backend_call(
+        self, tier: Tier, failure: BackendError | None, seconds: float, tenant: str = "default"
+    ) -> None:
+        labels = {"tier": tier.value, "status": call_status(failure), "tenant": self._tenant_label(tenant)}
+        self._backend_calls.add(1, labels)
+        self._backend_duration.record(max(0.0, seconds), {"tier": tier.value})
 
     def record_queue_wait(self, tier: Tier, seconds: float, tenant: str) -> None:
         self._queue_wait.record(max(0.0, seconds), {"tier": tier.value, "tenant": self._tenant_label(tenant)})

@@ -89,7 +89,9 @@ class Pauses:
             self._full_tiers, self._retries_full, self._full_windows = full, retries, windows
             self._rereading = rereading
             self.apply()
-        self._metrics.observe_room(self._room, len(self._consumer.paused()))
+        paused = self._consumer.paused()
+        self._metrics.observe_room(self._room, len(paused))
+        self._metrics.observe_paused(self._paused_by_tier(paused))
 
     def hold_back(self, partition: Partition, delay_s: float) -> None:
         """Pause a retry partition for `delay_s`, until its head record is due."""
@@ -122,3 +124,14 @@ class Pauses:
         if partition.topic == self._topics.retry:
             return self._retries_full or partition in self._held_back
         return self._topics.tier_of(partition.topic) in self._full_tiers
+
+    def _paused_by_tier(self, paused: set[Partition]) -> dict[str, int]:
+        """Paused partitions per tier's request topic, and ``retry`` for the retry topic's."""
+        counts = {t.value: 0 for t in Tier} | {"retry": 0}
+        for partition in paused:
+            tier = self._topics.tier_of(partition.topic)
+            if tier is not None:
+                counts[tier.value] += 1
+            elif partition.topic == self._topics.retry:
+                counts["retry"] += 1
+        return counts

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -46,6 +46,23 @@ _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def readable_metadata(tp: Any) -> str | None:
+    """A commit's metadata as text, or None when it cannot be read.
+
+    confluent-kafka 2.16 reads the metadata that aiokafka (the dispatchers) committed as a
+    NUL-terminated C string although it is not terminated: the bytes after it come along (``v1:2``
+    read back as ``v1:2}U``, measured), and when they are not UTF-8 reading `tp.metadata` raises
+    UnicodeDecodeError, which ended the backlog thread, and admission's backlog with it. Unreadable
+    or with garbage behind, the metadata is ignored (`commit_metadata.parse` trusts nothing): those
+    records count as backlog, never as done.
+    """
+    try:
+        metadata = tp.metadata
+    except UnicodeDecodeError:
+        return None
+    return metadata if isinstance(metadata, str) else None
 
 
 @dataclass(frozen=True)
@@ -176,7 +193,7 @@ class KafkaBacklogReader:
                         f"committed offset of {tp.topic}[{tp.partition}]: {tp.error}"
                     )
                 offset = None if tp.offset == _NO_OFFSET else tp.offset
-                committed[(tp.topic, tp.partition)] = (offset, tp.metadata)
+                committed[(tp.topic, tp.partition)] = (offset, readable_metadata(tp))
         except KafkaException as exc:
             raise BacklogUnavailableError(str(exc.args[0] if exc.args else exc)) from exc
         except TimeoutError as exc:

@@ -9,6 +9,7 @@
 the label set stays bounded by the file.
 - `inferq_backlog{tier}`: the dispatcher group's lag in records; an unknown lag is left out
 - `inferq_backlog_fill_ratio{tier}`: backlog over capacity (1 = full)
+- `inferq_backlog_capacity{tier}`: the capacity admission compares the backlog with, in records
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ class IngestMetrics:
             [self._observe_fill],
             description="backlog over capacity per tier (1 = full)",
         )
+        meter.create_observable_gauge(
+            "inferq_backlog_capacity",
+            [self._observe_capacity],
+            description="backlog capacity per tier, in records (admission refuses at it)",
+        )
 
     def accepted(self, tier: Tier, tenant: str) -> None:
         self._accepted.add(1, {"tier": tier.value, "tenant": tenant})
@@ -68,6 +74,9 @@ class IngestMetrics:
 
     def _observe_backlog(self, _: CallbackOptions) -> Iterable[Observation]:
         return backlog_observations(self._backlogs.snapshot())
+
+    def _observe_capacity(self, _: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(self._admission.capacity[t], {"tier": t.value}) for t in Tier]
 
     def _observe_fill(self, _: CallbackOptions) -> Iterable[Observation]:
         return fill_observations(self._backlogs.snapshot(), self._admission)

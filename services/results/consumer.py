@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -70,7 +71,8 @@ class ResultFeed(Protocol):
 
 class ResultsMetrics:
     """The consumer's counters: `inferq_results_stored_total` (first results stored),
-    `inferq_results_duplicates_total` (dropped repeats), `inferq_results_undecodable_total` (poison)."""
+    `inferq_results_duplicates_total` (dropped repeats), `inferq_results_undecodable_total` (poison);
+    and `inferq_result_delivery_delay_seconds{tier}`, outcome written to result stored."""
 
     def __init__(self, meter: Meter) -> None:
         self._stored = meter.create_counter("inferq_results_stored_total", description="first results stored")
@@ -80,10 +82,22 @@ class ResultsMetrics:
         self._undecodable = meter.create_counter(
             "inferq_results_undecodable_total", description="poison results"
         )
+        self._delivery = meter.create_histogram(
+            "inferq_result_delivery_delay_seconds",
+            unit="s",
+            description="from the dispatcher's outcome (completed_at) to the result stored here, by tier",
+        )
 
     def batch_stored(self, stored: int, duplicates: int) -> None:
         self._stored.add(stored)
         self._duplicates.add(duplicates)
+
+    def delivered(self, results: Sequence[InferenceResult], now_ms: int) -> None:
+        """The delay of each result read, from its completion to now (clocks apart may make it
+        negative: counted as 0)."""
+        for result in results:
+            delay_s = max(0.0, (now_ms - result.completed_at_ms) / 1000)
+            self._delivery.record(delay_s, {"tier": result.tier.value})
 
     def undecodable(self) -> None:
         self._undecodable.add(1)
@@ -172,6 +186,7 @@ class ResultConsumer:
         stored, duplicates = await self._store.put_many(decoded)
         self._metrics.batch_stored(stored, duplicates)
         await feed.commit()
+        self._metrics.delivered(decoded, time.time_ns() // 1_000_000)
 
 
 def _loggable(exc: DecodeError) -> str:

@@ -68,3 +68,25 @@ def test_watcher_alerts_without_any_request_and_stops_cleanly(caplog):
 def test_watcher_needs_a_positive_interval():
     with pytest.raises(ValueError, match="interval_s"):
         BacklogWatcher(FakeBacklog(), BacklogAlarm(POLICY, alert_ratio=0.7), interval_s=0)
+
+
+class _Committed:
+    """A committed TopicPartition whose metadata reads as confluent-kafka's does."""
+
+    def __init__(self, metadata: object) -> None:
+        self._metadata = metadata
+
+    @property
+    def metadata(self) -> object:
+        if isinstance(self._metadata, bytes):
+            return self._metadata.decode("utf-8")  # raises as confluent-kafka's C code does
+        return self._metadata
+
+
+def test_commit_metadata_that_is_not_utf8_reads_as_none_instead_of_ending_the_reader():
+    from services.ingest.backlog import readable_metadata
+
+    assert readable_metadata(_Committed("v1:2-4,7")) == "v1:2-4,7"
+    assert readable_metadata(_Committed(b"v1:2\x96\xff")) is None
+    assert readable_metadata(_Committed(None)) is None
+    assert readable_metadata(_Committed(42)) is None

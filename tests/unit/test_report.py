@@ -207,7 +207,12 @@ def test_result_records_become_outcomes() -> None:
 def test_plots_write_non_empty_pngs(tmp_path: Path) -> None:
     runs = [RunDocument("run", "a", 2, SMALL), RunDocument("simulation", "b", 2, SMALL[:2])]
     paths = write_plots(runs, tmp_path / "out")
-    assert sorted(p.name for p in paths) == ["backlog.png", "queue_wait.png", "tokens_in_use.png"]
+    assert sorted(p.name for p in paths) == [
+        "backlog.png",
+        "queue_wait.png",
+        "tokens_in_use.png",
+        "wait_percentiles.png",
+    ]
     for path in paths:
         data = path.read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 5_000

@@ -40,6 +40,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         help="the budget utilization is measured against (default $INFERQ_BUDGET or 10)",
     )
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        default=os.environ.get("INFERQ_PROMETHEUS_URL") or None,
+        help="a Prometheus that scraped the dispatchers: the effective budget over each run is read from it "
+        "and drawn (default $INFERQ_PROMETHEUS_URL; none: not drawn)",
+    )
     parser.add_argument("--runs-dir", type=Path, default=Path(".inferq/runs"), help="where run records live")
     parser.add_argument("--out", type=Path, help="output folder (default <runs-dir>/<RUN_ID>/report/)")
     parser.add_argument("--timeout", type=float, default=60.0, help="bound of the topic read, seconds")

@@ -22,6 +22,7 @@ from services.tools.report.documents import (
     load_documents,
     write_documents,
 )
+from services.tools.report.effective import attach_effective_budget
 from services.tools.report.errors import ReportError
 from services.tools.report.plots import write_plots
 from services.tools.report.results_source import ResultsRead, read_results
@@ -130,6 +131,8 @@ def run_report(args: argparse.Namespace) -> int:
     if args.tenant is not None:
         print(f"tenant {args.tenant} only: its waits, outcomes and tokens in use (of the whole budget)")
     print(render([(doc.name, doc.summary()) for doc in docs]))
+    for note in attach_effective_budget(docs, args.prometheus):
+        print(f"note: {note}")
     write_documents(out / "report.json", docs)
     plots = write_plots(docs, out)
     print(f"\nwrote {out / 'report.json'}, " + ", ".join(p.name for p in plots))

@@ -1,8 +1,10 @@
-"""PNG plots of one or several runs: queue wait, tokens in use and backlog over time, per tier.
+"""PNG plots of one or several runs: queue wait and backlog over time, per tier (tokens in use and
+the wait percentiles are drawn by ``pictures``).
 
-One panel per run, stacked, the x axis in seconds since the run's first enqueue, so runs recorded
-at different times line up. Figures are drawn on matplotlib's Agg canvas directly (no pyplot, no
-display, no global figure state), so this works headless and from several threads.
+One panel per run, side by side on the same axes, the x axis in seconds since the run's first
+enqueue, so runs recorded at different times line up. Figures are drawn on matplotlib's Agg canvas
+directly (no pyplot, no display, no global figure state), so this works headless and from several
+threads.
 """
 
 from __future__ import annotations
@@ -16,16 +18,19 @@ from matplotlib.figure import Figure
 
 from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
 from services.tools.report.documents import RunDocument
-from services.tools.report.timeseries import Step, backlog, tokens_in_use, wait_points
+from services.tools.report.timeseries import Step, backlog, wait_points
 
 TIER_COLORS = {Tier.HIGH: "tab:red", Tier.MEDIUM: "tab:blue", Tier.LOW: "tab:green"}
-_PANEL_HEIGHT_IN = 2.8
+_PANEL_HEIGHT_IN = 3.6
+_PANEL_WIDTH_IN = 5.5
 
 
 def _panels(count: int, title: str) -> tuple[Figure, list[Axes]]:
-    figure = Figure(figsize=(11, 0.8 + _PANEL_HEIGHT_IN * count), layout="constrained")
+    """One panel per run, side by side, sharing both axes: the runs compare at a glance."""
+    width = 11.0 if count == 1 else 1.0 + _PANEL_WIDTH_IN * count
+    figure = Figure(figsize=(width, 0.8 + _PANEL_HEIGHT_IN), layout="constrained")
     FigureCanvasAgg(figure)
-    axes = list(figure.subplots(count, 1, squeeze=False)[:, 0])
+    axes = list(figure.subplots(1, count, squeeze=False, sharex=True, sharey=True)[0, :])
     figure.suptitle(title)
     return figure, axes
 
@@ -61,24 +66,9 @@ def queue_wait_plot(runs: Sequence[RunDocument], path: Path) -> Path:
         # Chat waits tenths of a second, briefs minutes: linear below 1 s, logarithmic above.
         ax.set_yscale("symlog", linthresh=1.0)
         ax.set_title(doc.name, loc="left")
-        ax.set_ylabel("wait s")
+        ax.set_xlabel("s since the run's first enqueue")
         ax.legend(loc="upper right", markerscale=3)
-    axes[-1].set_xlabel("s since the run's first enqueue")
-    return _save(figure, path)
-
-
-def tokens_plot(runs: Sequence[RunDocument], path: Path) -> Path:
-    figure, axes = _panels(len(runs), "Tokens in use (OK requests, dispatched..completed)")
-    for ax, doc in zip(axes, runs, strict=True):
-        origin = _origin_ms(doc)
-        for tier in TIERS_BY_PRIORITY:
-            _step(ax, tokens_in_use(doc.outcomes, tier), origin, color=TIER_COLORS[tier], label=tier.value)
-        _step(ax, tokens_in_use(doc.outcomes), origin, color="black", linewidth=0.6, label="all")
-        ax.axhline(doc.budget, color="grey", linestyle="--", linewidth=0.8, label=f"budget {doc.budget}")
-        ax.set_title(doc.name, loc="left")
-        ax.set_ylabel("tokens")
-        ax.legend(loc="upper right")
-    axes[-1].set_xlabel("s since the run's first enqueue")
+    axes[0].set_ylabel("wait s")
     return _save(figure, path)
 
 
@@ -89,18 +79,22 @@ def backlog_plot(runs: Sequence[RunDocument], path: Path) -> Path:
         for tier in TIERS_BY_PRIORITY:
             _step(ax, backlog(doc.outcomes, tier), origin, color=TIER_COLORS[tier], label=tier.value)
         ax.set_title(doc.name, loc="left")
-        ax.set_ylabel("requests")
+        ax.set_xlabel("s since the run's first enqueue")
         ax.legend(loc="upper right")
-    axes[-1].set_xlabel("s since the run's first enqueue")
+    axes[0].set_ylabel("requests")
     return _save(figure, path)
 
 
 def write_plots(runs: Sequence[RunDocument], out: Path) -> list[Path]:
-    """queue_wait.png, tokens_in_use.png and backlog.png in `out`; one panel per run."""
+    """queue_wait.png and backlog.png (one panel per run) and, from ``pictures``, tokens_in_use.png
+    and wait_percentiles.png (the runs side by side) in `out`."""
+    from services.tools.report.pictures import tokens_area_plot, wait_percentiles_plot
+
     if not runs:
         raise ValueError("nothing to plot")
     return [
         queue_wait_plot(runs, out / "queue_wait.png"),
-        tokens_plot(runs, out / "tokens_in_use.png"),
+        tokens_area_plot(runs, out / "tokens_in_use.png"),
+        wait_percentiles_plot(runs, out / "wait_percentiles.png"),
         backlog_plot(runs, out / "backlog.png"),
     ]

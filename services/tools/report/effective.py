@@ -1,0 +1,67 @@
+"""The effective budget over a run, read from Prometheus (`inferq report --prometheus URL`).
+
+Results do not say what the adaptive controller did; the dispatchers' `inferq_effective_budget`
+does, and a Prometheus that scraped them during the run has it. `attach_effective_budget` asks it
+for `max(inferq_effective_budget)` over each run's span and keeps the answer in the run document
+(`params["effective_budget"]`, [[t_ms, value], ...]), so a report's JSON carries it to a later
+`--compare`. A Prometheus that does not answer, or has nothing for a run, leaves the run as it was
+and says so: the plots then note that the effective budget was not recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import httpx
+
+from services.tools.report.binned import BudgetSteps
+from services.tools.report.documents import RunDocument
+
+QUERY = "max(inferq_effective_budget)"
+MAX_POINTS = 10_000  # Prometheus refuses a range query of more than 11,000 points
+QUERY_TIMEOUT_S = 10.0
+
+
+def query_range(url: str, start_ms: int, end_ms: int, *, client: httpx.Client) -> BudgetSteps | None:
+    step_s = max(1, math.ceil((end_ms - start_ms) / 1000 / MAX_POINTS))
+    response = client.get(
+        f"{url.rstrip('/')}/api/v1/query_range",
+        params={
+            "query": QUERY,
+            "start": f"{start_ms / 1000:.3f}",
+            "end": f"{end_ms / 1000:.3f}",
+            "step": f"{step_s}s",
+        },
+    )
+    response.raise_for_status()
+    body = response.json()
+    series = body.get("data", {}).get("result", []) if body.get("status") == "success" else []
+    if not series:
+        return None
+    return BudgetSteps.from_pairs([float(t) * 1000, float(v)] for t, v in series[0]["values"])
+
+
+def attach_effective_budget(runs: Sequence[RunDocument], prometheus_url: str | None) -> list[str]:
+    """Fill each run's effective budget from Prometheus; returns notes for the user."""
+    if prometheus_url is None:
+        return []
+    notes: list[str] = []
+    with httpx.Client(timeout=QUERY_TIMEOUT_S) as client:
+        for doc in runs:
+            if not doc.outcomes or "effective_budget" in doc.params:
+                continue
+            start = min(o.enqueued_ms for o in doc.outcomes)
+            end = max(o.completed_ms for o in doc.outcomes)
+            try:
+                steps = query_range(prometheus_url, start, end, client=client)
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                notes.append(
+                    f"effective budget of {doc.name}: Prometheus did not answer ({type(exc).__name__})"
+                )
+                continue
+            if steps is None:
+                notes.append(f"effective budget of {doc.name}: no inferq_effective_budget in Prometheus then")
+                continue
+            doc.params["effective_budget"] = steps.as_pairs()
+    return notes
