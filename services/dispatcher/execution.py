@@ -65,6 +65,10 @@ class Execution:
 
     async def call(self, work: Work, lease: Lease) -> None:
         dispatched_at = self._clock_ms()
+        with work.traced(dispatched_at):
+            await self._call(work, lease, dispatched_at)
+
+    async def _call(self, work: Work, lease: Lease, dispatched_at: int) -> None:
         self._metrics.record_queue_wait(
             work.tier, (dispatched_at - work.created_at_ms) / 1000, work.request.tenant
         )
