@@ -140,6 +140,7 @@ class OutcomeWriter:
         """Queue the next attempt on the retry topic; the original offset completes, so its
         partition moves on while the retry waits. A retry the topic refuses is given up on."""
         retry = work.request.retry(not_before_ms=not_before_ms)
+        tracing.annotate(tracing.OUTCOME, "RETRY")
         failure = await self.produce_durably(
             self._topics.retry, self._requests.encode(retry), key=work.request_id.encode()
         )
