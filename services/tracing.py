@@ -152,6 +152,7 @@ def traced_asgi(app: ASGIApp) -> ASGIApp:
         exclude_spans=["receive", "send"],
         # HTTP metrics are the services' own (`services.telemetry`), not the middleware's.
         meter_provider=NoOpMeterProvider(),
+        tracer_provider=_provider,
     )
     return traced
 
@@ -163,7 +164,7 @@ def aiohttp_trace_configs() -> list[aiohttp.TraceConfig]:
         return []
     from opentelemetry.instrumentation.aiohttp_client import create_trace_config
 
-    return [create_trace_config(meter_provider=NoOpMeterProvider())]
+    return [create_trace_config(meter_provider=NoOpMeterProvider(), tracer_provider=_provider)]
 
 
 # --- Kafka headers ---------------------------------------------------------------------------------

@@ -102,7 +102,10 @@ class ChatBackend:
     async def complete(
         self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
     ) -> Completion:
+        if not tracing.enabled():  # nothing more than this check per call
+            return await self._complete(model, messages, params, timeout_s)
         with tracing.chat_span(model, self._server) as span:
+            assert span is not None  # noqa: S101 - tracing is on
             return _traced(span, await _observed(span, self._complete(model, messages, params, timeout_s)))
 
     async def _complete(
@@ -149,8 +152,11 @@ class ChatBackend:
         timeout_s: float,
         on_delta: Callable[[str], None],
     ) -> Completion:
+        call = self._stream(model, messages, params, timeout_s, on_delta)
+        if not tracing.enabled():
+            return await call
         with tracing.chat_span(model, self._server) as span:
-            call = self._stream(model, messages, params, timeout_s, on_delta)
+            assert span is not None  # noqa: S101 - tracing is on
             return _traced(span, await _observed(span, call))
 
     async def _stream(
@@ -271,7 +277,7 @@ def _finish_reason(choice: Any) -> str | None:
     return reason if isinstance(reason, str) and _ERROR_TOKEN.fullmatch(reason) else None
 
 
-async def _observed(span: Span | None, call: Awaitable[Completion]) -> Completion:
+async def _observed(span: Span, call: Awaitable[Completion]) -> Completion:
     """`call`'s completion; a `BackendError` marks the chat span failed (its status, or the kind)."""
     try:
         return await call
@@ -281,7 +287,7 @@ async def _observed(span: Span | None, call: Awaitable[Completion]) -> Completio
         raise
 
 
-def _traced(span: Span | None, completion: Completion) -> Completion:
+def _traced(span: Span, completion: Completion) -> Completion:
     tracing.chat_result(
         span,
         response_model=completion.model,
