@@ -7,14 +7,15 @@ and travels in Kafka record headers through the request, retry and reply topics 
     ingest    SERVER  POST /v1/requests            (opentelemetry-instrumentation-asgi)
               PRODUCER  send <request topic>       traceparent into the record's headers
     dispatcher CONSUMER process <request topic>    child of the record's context and linked to it;
-                                                   inferq.queue_wait_seconds, inferq.tier
+                                                   inferq.queue_wait_seconds, inferq.tier,
+                                                   inferq.attempt, inferq.outcome; the outcome's
+                                                   record (reply, retry, chunk) carries its context
               CLIENT    chat <model>               gen_ai.* (model, tokens, finish reason)
                 CLIENT    POST                     (opentelemetry-instrumentation-aiohttp-client)
-              PRODUCER  send <reply or retry topic>
     results   CONSUMER process <reply topic>       ends once the result is stored
 
-A retried request is one trace: the retry record carries the context of its ``send`` span, so the
-next attempt's process span is a child of the previous attempt's and links to it.
+A retried request is one trace: the retry record carries the context of the attempt's process
+span, so the next attempt's process span is its child and links to it.
 
 Configuration is OpenTelemetry's own environment: tracing is on when ``OTEL_TRACES_EXPORTER`` names
 an exporter (``otlp``: OTLP over HTTP/protobuf, ``console``: JSON lines on stdout) or an OTLP
@@ -38,10 +39,10 @@ from contextvars import ContextVar
 from typing import Any, Protocol
 
 import aiohttp
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import NoOpMeterProvider
-from opentelemetry.propagators.textmap import Getter, Setter
+from opentelemetry.propagators.textmap import Getter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
@@ -49,6 +50,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from opentelemetry.semconv._incubating.attributes import messaging_attributes as messaging
 from opentelemetry.semconv.attributes import error_attributes, server_attributes
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.types import ASGIApp
 
 log = logging.getLogger("inferq.tracing")
@@ -179,13 +181,10 @@ class _HeaderGetter(Getter[Sequence[tuple[str, HeaderValue]]]):
         return [k for k, _ in carrier]
 
 
-class _HeaderSetter(Setter[Headers]):
-    def set(self, carrier: Headers, key: str, value: str) -> None:
-        carrier.append((key, value.encode("ascii")))
-
-
 _GETTER = _HeaderGetter()
-_SETTER = _HeaderSetter()
+# The W3C format alone: the Kafka headers carry trace context, not baggage (whatever OTEL_PROPAGATORS
+# says for HTTP), and its injection is formatted here directly, a fraction of the propagator's cost.
+_W3C = TraceContextTextMapPropagator()
 
 
 def _text(value: HeaderValue) -> str:
@@ -202,7 +201,7 @@ def extract(headers: Iterable[tuple[str, HeaderValue]] | None) -> Context | None
     pairs = [(k, v) for k, v in headers if k in (TRACEPARENT, TRACESTATE)]
     if not pairs:
         return None
-    ctx = propagate.extract(pairs, getter=_GETTER)
+    ctx = _W3C.extract(pairs, getter=_GETTER)
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
 
 
@@ -212,7 +211,14 @@ def inject(headers: Headers | None, ctx: Context | None = None) -> Headers | Non
     if _tracer is None:
         return headers
     out: Headers = [(k, v) for k, v in headers or () if k not in (TRACEPARENT, TRACESTATE)]
-    propagate.inject(out, context=ctx, setter=_SETTER)
+    span = trace.get_current_span(ctx).get_span_context()
+    if not span.is_valid:
+        return out
+    out.append(
+        (TRACEPARENT, f"00-{span.trace_id:032x}-{span.span_id:016x}-{span.trace_flags:02x}".encode("ascii"))
+    )
+    if span.trace_state:
+        out.append((TRACESTATE, span.trace_state.to_header().encode("ascii")))
     return out
 
 
@@ -233,14 +239,18 @@ class _Producer(Protocol):
 
 
 class TracedProducer:
-    """A producer whose every record gets a ``send <topic>`` PRODUCER span (child of the current
-    context) and that span's context in its headers. Built by a composition root only when tracing
-    is on; `key_is_message_id`: the record's key is its message id (the dispatcher keys by
-    request_id), else `MESSAGE_ID` says it."""
+    """A producer whose every record carries the trace context in its headers. Built by a
+    composition root only when tracing is on.
 
-    def __init__(self, producer: _Producer, *, key_is_message_id: bool = False) -> None:
+    `send_spans`: each record gets a ``send <topic>`` PRODUCER span (child of the current context),
+    whose context the record carries, its message id from `MESSAGE_ID`. Without `send_spans` the
+    record carries the current context as it is: the dispatcher writes its outcomes inside the
+    request's process span, which names the request, and a span per outcome would add a third to
+    the dispatcher's tracing cost for nothing a reader needs."""
+
+    def __init__(self, producer: _Producer, *, send_spans: bool = True) -> None:
         self._producer = producer
-        self._key_is_message_id = key_is_message_id
+        self._send_spans = send_spans
 
     async def produce(
         self,
@@ -256,6 +266,8 @@ class TracedProducer:
         tracer = _tracer
         if tracer is None:
             return await self._producer.produce(topic, value, key=key, headers=headers, **options)
+        if not self._send_spans:
+            return await self._producer.produce(topic, value, key=key, headers=inject(headers), **options)
         attributes: dict[str, Any] = {
             messaging.MESSAGING_SYSTEM: KAFKA,
             messaging.MESSAGING_OPERATION_TYPE: "send",
@@ -263,7 +275,7 @@ class TracedProducer:
             messaging.MESSAGING_DESTINATION_NAME: topic,
             messaging.MESSAGING_MESSAGE_BODY_SIZE: len(value),
         }
-        message_id = key.decode("utf-8", "replace") if self._key_is_message_id and key else MESSAGE_ID.get()
+        message_id = MESSAGE_ID.get()
         if message_id:
             attributes[messaging.MESSAGING_MESSAGE_ID] = message_id
         with tracer.start_as_current_span(

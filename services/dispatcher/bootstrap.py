@@ -222,8 +222,8 @@ def bootstrap(
         fast=settings.model_fast, accurate=settings.model_accurate, cheap=settings.model_cheap
     )
     writer = OutcomeWriter(
-        # Tracing on: each record gets a send span and its context in the headers.
-        TracedProducer(producer, key_is_message_id=True) if tracing.enabled() else producer,
+        # Tracing on: each record carries the context of the request's process span.
+        TracedProducer(producer, send_spans=False) if tracing.enabled() else producer,
         topics,
         OutcomeBuilder(settings.dispatcher_id),
         models,

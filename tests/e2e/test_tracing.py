@@ -124,11 +124,19 @@ def test_one_connected_trace_per_request_across_the_three_services(
             ("inferq-ingest", PRODUCER),
             ("inferq-dispatcher", CONSUMER),
             ("inferq-dispatcher", CLIENT),
-            ("inferq-dispatcher", PRODUCER),
             ("inferq-results", CONSUMER),
         } <= by_kind
+        (send,) = [s for s in trace if s.kind == PRODUCER]
+        assert send.service == "inferq-ingest"
+        assert (
+            send.attributes["messaging.destination.name"]
+            == f"{pipeline.topic_prefix}.requests.{outcomes[request_id]['tier'].lower()}"
+        )
         (process,) = [s for s in trace if s.service == "inferq-dispatcher" and s.kind == CONSUMER]
         assert process.attributes["messaging.system"] == "kafka"
+        # Ingest's record → the dispatcher → the result record → the results service.
+        assert process.parent_span_id == send.span_id
+        assert process.links == ((send.trace_id, send.span_id),)
         assert process.attributes["messaging.destination.name"].startswith(
             f"{pipeline.topic_prefix}.requests."
         )
@@ -150,6 +158,7 @@ def test_one_connected_trace_per_request_across_the_three_services(
         assert http[0].attributes.get("http.request.method", http[0].attributes.get("http.method")) == "POST"
         (stored,) = [s for s in trace if s.service == "inferq-results"]
         assert stored.attributes["messaging.message.id"] == request_id
+        assert stored.parent_span_id == process.span_id
         assert stored.attributes["messaging.destination.name"] == f"{pipeline.topic_prefix}.results"
 
 
@@ -179,15 +188,11 @@ def test_a_retried_request_is_one_trace_with_its_attempts_linked(pipeline: Pipel
     assert [s.attributes["inferq.attempt"] for s in attempts] == list(range(1, outcome["attempts"] + 1))
     assert {s.attributes["inferq.outcome"] for s in attempts[:-1]} == {"RETRY"}
     assert attempts[-1].attributes["inferq.outcome"] == "OK"
-    by_id = {s.span_id: s for s in trace}
     for earlier, later in itertools.pairwise(attempts):
         assert later.attributes["messaging.destination.name"] == f"{pipeline.topic_prefix}.retry"
-        # Linked to the send of the retry record, which the earlier attempt's span made.
-        (link,) = later.links
-        assert link[0] == later.trace_id
-        retry_send = by_id[link[1]]
-        assert retry_send.kind == PRODUCER and retry_send.parent_span_id == earlier.span_id
-        assert retry_send.attributes["messaging.destination.name"] == f"{pipeline.topic_prefix}.retry"
+        # The retry record carried the earlier attempt's context: a child of it, and linked to it.
+        assert later.links == ((earlier.trace_id, earlier.span_id),)
+        assert later.parent_span_id == earlier.span_id
     failed_chat = [s for s in trace if s.name.startswith("chat ") and s.status_code == 2]
     assert failed_chat and failed_chat[0].attributes["error.type"] == "503"
     # The retry record carried the trace in its headers.
