@@ -17,8 +17,10 @@ fresh topics and fresh processes:
 - inferq, 1 dispatcher with tracing on: the same single dispatcher with 100% sampling and the OTLP
   exporter (``OTEL_EXPORTER_OTLP_ENDPOINT``) sending to a receiver this bench runs
   (`services.tools.otlp_sink`); the spans received are counted once the dispatcher has exited
-  (its exporter flushes then). Tracing off is the plain measurement above; what its hooks cost is
-  measured apart (`tracing_cost.py`), since no run can hold the hooks out.
+  (its exporter flushes then). Once more with 10% of the traces sampled
+  (`parentbased_traceidratio`), what an operator who cannot pay for every trace would run. Tracing
+  off is the plain measurement above; what its hooks cost is measured apart (`tracing_cost.py`),
+  since no run can hold the hooks out.
 
 The order of the first three alternates between runs. `--profile` adds one single-dispatcher measurement
 under cProfile (not in the medians) and writes its top functions.
@@ -54,7 +56,9 @@ from services.tools.bench.throughput_report import (
     BACKEND,
     BACKEND_HTTPX,
     BARE,
+    SAMPLED_SHARE,
     TRACED,
+    TRACED_SAMPLED,
     Measurement,
     dispatchers_label,
     rate_per_s,
@@ -69,7 +73,7 @@ from services.tools.otlp_sink import OtlpSink
 from services.tools.stack.process import ServiceProcess
 
 Log = Callable[[str], None]
-# ("group", size) | ("traced", 1) | ("bare", 0) | ("backend-aiohttp" | "backend-httpx", 0)
+# ("group", size) | ("traced" | "sampled", 1) | ("bare", 0) | ("backend-aiohttp" | "backend-httpx", 0)
 Step = tuple[str, int]
 PROFILE_TOP = 30
 
@@ -137,8 +141,10 @@ class Bench:
         *,
         profile: Path | None = None,
         sink: OtlpSink | None = None,
+        sampled: float = 1.0,
     ) -> tuple[Measurement, dict[str, Any]]:
-        """`size` dispatchers; with `sink`, traced: every span exported to it over OTLP/HTTP."""
+        """`size` dispatchers; with `sink`, traced: the `sampled` share of the traces exported to it
+        over OTLP/HTTP."""
         kafka = self._topics(f"{run}-x{size}{'-traced' if sink else ''}")
         prefix = kafka.topic_prefix
         topics = kafka.topics
@@ -157,7 +163,11 @@ class Bench:
                     backend_url=f"{self.backend_url}/v1",
                     budget=per_member,
                     dispatcher_id=f"{prefix}-d{i}",
-                    extra={"INFERQ_SCHEDULE_PIN": "peak", **self.spec.dispatcher_env, **_tracing_env(sink)},
+                    extra={
+                        "INFERQ_SCHEDULE_PIN": "peak",
+                        **self.spec.dispatcher_env,
+                        **_tracing_env(sink, sampled),
+                    },
                 ),
                 self.work_dir / prefix,
                 profile=profile if i == 0 else None,
@@ -184,7 +194,7 @@ class Bench:
         finally:
             codes = [proc.stop() for proc in procs]
         stamps, writers, duplicates = self._results(topics.results)
-        label = TRACED if sink is not None else dispatchers_label(size)
+        label = dispatchers_label(size) if sink is None else (TRACED if sampled == 1 else TRACED_SAMPLED)
         measured = Measurement(label, len(stamps), _span_s(stamps), rate_per_s(stamps))
         detail = {
             "what": label,
@@ -282,11 +292,18 @@ class Bench:
         }
 
 
-def _tracing_env(sink: OtlpSink | None) -> dict[str, str]:
-    """The standard OpenTelemetry variables a user sets for 100% sampling to an OTLP collector."""
+def _tracing_env(sink: OtlpSink | None, sampled: float) -> dict[str, str]:
+    """The standard OpenTelemetry variables a user sets to export to an OTLP collector: every trace,
+    or the `sampled` share of them (a new trace's sampling decided by its trace id, as usual)."""
     if sink is None:
         return {}
-    return {"OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint, "OTEL_TRACES_SAMPLER": "always_on"}
+    if sampled == 1:
+        return {"OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint, "OTEL_TRACES_SAMPLER": "always_on"}
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint,
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": str(sampled),
+    }
 
 
 def _changes(spec: dict[str, Any]) -> list[str]:
@@ -358,7 +375,8 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
             for index in range(spec.runs):
                 name = f"run{index + 1}"
                 # Alternated, so neither the dispatcher nor the bare loop always runs on a fresher machine.
-                first: list[Step] = [("group", 1), *([("traced", 1)] if spec.tracing else []), ("bare", 0)]
+                traced: list[Step] = [("traced", 1), ("sampled", 1)] if spec.tracing else []
+                first: list[Step] = [("group", 1), *traced, ("bare", 0)]
                 steps = (first if index % 2 == 0 else first[::-1]) + [
                     *(("group", size) for size in spec.group_sizes if size != 1),
                     ("backend-aiohttp", 0),
@@ -371,6 +389,8 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
                         m, d = bench.group(size, name)
                     elif kind == "traced":
                         m, d = bench.group(size, name, sink=sink)
+                    elif kind == "sampled":
+                        m, d = bench.group(size, name, sink=sink, sampled=SAMPLED_SHARE)
                     elif kind == "bare":
                         m, d = bench.bare_loop(name)
                     else:
@@ -392,7 +412,7 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
         finally:
             backend.stop()
     took = time.monotonic() - started
-    order = [dispatchers_label(1), *([TRACED] if spec.tracing else [])]
+    order = [dispatchers_label(1), *([TRACED, TRACED_SAMPLED] if spec.tracing else [])]
     order += [dispatchers_label(n) for n in spec.group_sizes if n != 1] + [BARE, BACKEND, BACKEND_HTTPX]
     document = {
         "command": command_line("throughput"),
