@@ -140,10 +140,18 @@ def shutdown() -> None:
 # --- HTTP: the maintained instrumentation, installed only when tracing is on -----------------------
 
 
+def _disabled(instrumentation: str) -> bool:
+    """Whether ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS`` (OpenTelemetry's own variable, a comma-separated
+    list of instrumentation names) leaves `instrumentation` out."""
+    names = os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "")
+    return instrumentation in {name.strip() for name in names.split(",")}
+
+
 def traced_asgi(app: ASGIApp) -> ASGIApp:
     """`app` behind OpenTelemetry's ASGI middleware (server spans, context from the caller's
-    ``traceparent``), or `app` itself when tracing is off. Probes are not traced."""
-    if _tracer is None:
+    ``traceparent``), or `app` itself when tracing is off (or ``asgi`` is a disabled
+    instrumentation: a trace then starts at the record). Probes are not traced."""
+    if _tracer is None or _disabled("asgi"):
         return app
     from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
@@ -161,8 +169,9 @@ def traced_asgi(app: ASGIApp) -> ASGIApp:
 
 def aiohttp_trace_configs() -> list[aiohttp.TraceConfig]:
     """For an aiohttp client session: HTTP client spans with ``traceparent`` sent along; none when
-    tracing is off."""
-    if _tracer is None:
+    tracing is off or ``aiohttp-client`` is a disabled instrumentation (the backend call keeps its
+    gen_ai ``chat`` span)."""
+    if _tracer is None or _disabled("aiohttp-client"):
         return []
     from opentelemetry.instrumentation.aiohttp_client import create_trace_config
 

@@ -157,3 +157,15 @@ def test_the_process_span_is_current_once_per_request(spans: InMemorySpanExporte
     assert done.attributes is not None
     assert done.attributes["inferq.outcome"] == "OK"
     assert done.attributes["inferq.tier"] == "HIGH"
+
+
+def test_the_http_instrumentations_follow_otel_python_disabled_instrumentations(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None: ...
+
+    assert tracing.traced_asgi(app) is not app
+    assert len(tracing.aiohttp_trace_configs()) == 1
+    monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "redis, aiohttp-client,asgi")
+    assert tracing.traced_asgi(app) is app
+    assert tracing.aiohttp_trace_configs() == []
