@@ -482,8 +482,8 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
             "",
             "## Tracing off: what the hooks cost",
             "",
-            f"A request's tracing hooks with tracing off (the checks at intake, around the call, the "
-            f"backend call's span helpers and the outcome's annotation), timed in process: "
+            f"A request's tracing hooks with tracing off (the header check at intake, the flag checks "
+            f"around the call and the backend call, the outcome's annotation), timed in process: "
             f"{hooks['ns_per_request']:,.0f} ns per request against "
             f"{hooks['baseline_ns_per_request']:,.0f} ns for the same awaits without them "
             f"({hooks['iterations']:,} iterations, best of "
