@@ -11,14 +11,16 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from confluent_kafka import Producer
 
 from services.messaging.admin import create_topics
+from services.messaging.codec import request_codec
 from services.messaging.kafka_config import KafkaSettings
 from services.tools.demo.workload import wait_outcomes
 from services.tools.otlp_sink import OtlpSink, ReceivedSpan
 from services.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
-from tests.support.kafka import read_all
+from tests.support.kafka import a_request, read_all
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -201,3 +203,39 @@ def test_a_retried_request_is_one_trace_with_its_attempts_linked(pipeline: Pipel
     for record in mine:
         traceparent = dict(record.headers() or [])["traceparent"].decode()
         assert traceparent.split("-")[1] == trace[0].trace_id
+
+
+def test_a_record_written_straight_to_kafka_keeps_its_trace_through_the_chunks(
+    pipeline: Pipeline, sink: OtlpSink
+) -> None:
+    """A producer that bypasses ingest sets `traceparent` itself; a streamed answer's chunks and its
+    result carry the trace on to the results service."""
+    trace_id, span_id = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    request = a_request("HIGH", tenant="default", stream=True)
+    producer = Producer({"bootstrap.servers": pipeline.bootstrap})
+    producer.produce(
+        f"{pipeline.topic_prefix}.requests.high",
+        value=request_codec().encode(request),
+        key=request.request_id.encode(),
+        headers=[("traceparent", f"00-{trace_id}-{span_id}-01".encode())],
+    )
+    assert producer.flush(15) == 0
+    outcome = asyncio.run(wait_outcomes(pipeline.results_url, [request.request_id], timeout_s=60))
+    assert outcome[request.request_id]["status"] == "OK"
+
+    replies = read_all(pipeline.bootstrap, f"{pipeline.topic_prefix}.results", expect=10_000, timeout_s=5)
+    mine = [m for m in replies if m.key() == request.request_id.encode()]
+    kinds = [dict(m.headers() or []).get("inferq-kind") for m in mine]
+    assert b"chunk" in kinds and None in kinds, "chunks and the result"
+    for record in mine:
+        assert dict(record.headers() or [])["traceparent"].decode().split("-")[1] == trace_id
+
+    def done(spans: list[ReceivedSpan]) -> bool:
+        return any(s.trace_id == trace_id and s.service == "inferq-results" for s in spans)
+
+    trace = [s for s in sink.wait_for(done, timeout_s=60) if s.trace_id == trace_id]
+    (process,) = [s for s in trace if s.service == "inferq-dispatcher" and s.kind == CONSUMER]
+    assert process.parent_span_id == span_id
+    assert process.attributes["messaging.message.id"] == request.request_id
+    (stored,) = [s for s in trace if s.service == "inferq-results"]
+    assert stored.parent_span_id == process.span_id
