@@ -107,13 +107,17 @@ def setup_tracing(
 ) -> bool:
     """Install the tracer provider when the environment asks for traces (or `exporter` is given:
     tests); True when tracing is on. Idempotent per process. Spans are exported in batches
-    (``OTEL_BSP_*``) and flushed when the process exits."""
+    (``OTEL_BSP_*``) and flushed when the process exits. An exporter or protocol inferq does not
+    ship stops the process at start (`SystemExit` naming the variable), never silently untraced."""
     global _tracer, _provider, _consumer_group
     if _tracer is not None:
         return True
     if exporter is None and not configured():
         return False
-    exporter = exporter or _exporter(os.environ)
+    try:
+        exporter = exporter or _exporter(os.environ)
+    except ValueError as exc:
+        raise SystemExit(f"{service_name}: not started: {exc}") from exc
     name = os.environ.get("OTEL_SERVICE_NAME") or service_name
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
     provider.add_span_processor(BatchSpanProcessor(exporter))

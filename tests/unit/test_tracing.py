@@ -169,3 +169,20 @@ def test_the_http_instrumentations_follow_otel_python_disabled_instrumentations(
     monkeypatch.setenv("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "redis, aiohttp-client,asgi")
     assert tracing.traced_asgi(app) is app
     assert tracing.aiohttp_trace_configs() == []
+
+
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER='zipkin'"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "'grpc'"),
+    ],
+)
+def test_an_exporter_inferq_does_not_ship_stops_the_service_at_start(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], named: str
+) -> None:
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit, match=named):
+        tracing.setup_tracing("inferq-test")
+    assert not tracing.enabled()
