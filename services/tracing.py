@@ -404,9 +404,16 @@ def annotate(name: str, value: str | int | float | bool) -> None:
 
 def chat_span(model: str, server_address: str | None) -> contextlib.AbstractContextManager[Span | None]:
     """The gen_ai ``chat <model>`` CLIENT span around one backend call (the aiohttp instrumentation's
-    HTTP span is its child); finish it with `chat_result`."""
+    HTTP span is its child); finish it with `chat_result`. None in a request the sampler left out
+    (its process span records nothing): no chat span, and the HTTP instrumentation is suppressed
+    for the call, the costliest part of a request nobody will see."""
     if _tracer is None:
         return NO_SPAN
+    if not trace.get_current_span().is_recording():
+        from opentelemetry.instrumentation.utils import suppress_http_instrumentation
+
+        suppressed: contextlib.AbstractContextManager[None] = suppress_http_instrumentation()
+        return suppressed
     attributes: dict[str, Any] = {
         gen_ai.GEN_AI_OPERATION_NAME: "chat",
         gen_ai.GEN_AI_PROVIDER_NAME: "openai",

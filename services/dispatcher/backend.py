@@ -105,8 +105,8 @@ class ChatBackend:
         if not tracing.enabled():  # nothing more than this check per call
             return await self._complete(model, messages, params, timeout_s)
         with tracing.chat_span(model, self._server) as span:
-            assert span is not None  # noqa: S101 - tracing is on
-            return _traced(span, await _observed(span, self._complete(model, messages, params, timeout_s)))
+            call = self._complete(model, messages, params, timeout_s)
+            return await call if span is None else _traced(span, await _observed(span, call))
 
     async def _complete(
         self, model: str, messages: list[dict[str, str]], params: dict[str, Any], timeout_s: float
@@ -156,8 +156,7 @@ class ChatBackend:
         if not tracing.enabled():
             return await call
         with tracing.chat_span(model, self._server) as span:
-            assert span is not None  # noqa: S101 - tracing is on
-            return _traced(span, await _observed(span, call))
+            return await call if span is None else _traced(span, await _observed(span, call))
 
     async def _stream(
         self,

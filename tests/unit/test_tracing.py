@@ -186,3 +186,29 @@ def test_an_exporter_inferq_does_not_ship_stops_the_service_at_start(
     with pytest.raises(SystemExit, match=named):
         tracing.setup_tracing("inferq-test")
     assert not tracing.enabled()
+
+
+def test_an_unsampled_request_gets_no_chat_span_and_no_http_span(spans: InMemorySpanExporter) -> None:
+    from opentelemetry.instrumentation.utils import is_http_instrumentation_enabled
+
+    unsampled = tracing.extract([("traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-00")])
+    assert unsampled is not None
+    with tracing.processing(
+        object(), topic="t", partition=0, offset=0, parent=unsampled, message_id="r", attributes={}
+    ) as process:
+        assert process is not None and not process.is_recording()
+        with tracing.chat_span("m", "backend") as chat:
+            assert chat is None
+            assert not is_http_instrumentation_enabled()
+        headers = tracing.inject(None)
+    # The decision travels on: the outcome's record says "not sampled".
+    assert headers is not None and headers[0][1].endswith(b"-00")
+    with (
+        tracing.processing(
+            object(), topic="t", partition=0, offset=0, parent=None, message_id="r", attributes={}
+        ),
+        tracing.chat_span("m", "backend") as chat,
+    ):
+        assert chat is not None and chat.is_recording()
+    tracing.shutdown()
+    assert sorted(s.name for s in spans.get_finished_spans()) == ["chat m", "process t"]
