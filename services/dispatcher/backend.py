@@ -28,12 +28,15 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
+from opentelemetry.trace import Span
 
+from services import tracing
 from services.dispatcher.errors import BackendError
 
 
@@ -44,6 +47,8 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    # The first choice's `finish_reason` ("stop", "length"...), when the backend says it.
+    finish_reason: str | None = None
 
 
 class Backend(Protocol):
@@ -78,12 +83,15 @@ class ChatBackend:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._server = urlsplit(self._url).hostname
 
     def _client(self) -> aiohttp.ClientSession:
         # Built on first use: an aiohttp session belongs to the running event loop.
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._max_connections)
-            self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers=self._headers, trace_configs=tracing.aiohttp_trace_configs()
+            )
         return self._session
 
     async def close(self) -> None:
@@ -93,6 +101,15 @@ class ChatBackend:
 
     async def complete(
         self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
+    ) -> Completion:
+        if not tracing.enabled():  # nothing more than this check per call
+            return await self._complete(model, messages, params, timeout_s)
+        with tracing.chat_span(model, self._server) as span:
+            call = self._complete(model, messages, params, timeout_s)
+            return await call if span is None else _traced(span, await _observed(span, call))
+
+    async def _complete(
+        self, model: str, messages: list[dict[str, str]], params: dict[str, Any], timeout_s: float
     ) -> Completion:
         payload = {"model": model, "messages": messages, **params}
         try:
@@ -112,12 +129,14 @@ class ChatBackend:
         try:
             body = json.loads(text)
             usage = body.get("usage") or {}
+            choice = body["choices"][0]
             return Completion(
-                output=str(body["choices"][0]["message"]["content"]),
+                output=str(choice["message"]["content"]),
                 model=str(body.get("model", model)),
                 prompt_tokens=int(usage.get("prompt_tokens", 0)),
                 completion_tokens=int(usage.get("completion_tokens", 0)),
                 total_tokens=int(usage.get("total_tokens", 0)),
+                finish_reason=_finish_reason(choice),
             )
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise BackendError(
@@ -130,6 +149,20 @@ class ChatBackend:
         messages: list[dict[str, str]],
         params: dict[str, Any],
         *,
+        timeout_s: float,
+        on_delta: Callable[[str], None],
+    ) -> Completion:
+        call = self._stream(model, messages, params, timeout_s, on_delta)
+        if not tracing.enabled():
+            return await call
+        with tracing.chat_span(model, self._server) as span:
+            return await call if span is None else _traced(span, await _observed(span, call))
+
+    async def _stream(
+        self,
+        model: str,
+        messages: list[dict[str, str]],
+        params: dict[str, Any],
         timeout_s: float,
         on_delta: Callable[[str], None],
     ) -> Completion:
@@ -190,6 +223,7 @@ class _StreamReader:
         self._on_delta = on_delta
         self._pieces: list[str] = []
         self._usage: dict[str, Any] = {}
+        self._finish_reason: str | None = None
 
     def read(self, data: str) -> bool:
         """Take one event's data; True at ``[DONE]``. `BackendError` for an unreadable event or an
@@ -211,6 +245,7 @@ class _StreamReader:
                     text = str(piece)
                     self._pieces.append(text)
                     self._on_delta(text)
+                self._finish_reason = _finish_reason(choice) or self._finish_reason
             self._model = str(event.get("model") or self._model)
             self._usage = event.get("usage") or self._usage
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -228,11 +263,38 @@ class _StreamReader:
                 prompt_tokens=int(usage.get("prompt_tokens", 0)),
                 completion_tokens=int(usage.get("completion_tokens", 0)),
                 total_tokens=int(usage.get("total_tokens", 0)),
+                finish_reason=self._finish_reason,
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise BackendError(
                 f"backend sent an unreadable usage ({type(exc).__name__})", retriable=True
             ) from exc
+
+
+def _finish_reason(choice: Any) -> str | None:
+    reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+    return reason if isinstance(reason, str) and _ERROR_TOKEN.fullmatch(reason) else None
+
+
+async def _observed(span: Span, call: Awaitable[Completion]) -> Completion:
+    """`call`'s completion; a `BackendError` marks the chat span failed (its status, or the kind)."""
+    try:
+        return await call
+    except BackendError as exc:
+        kind = str(exc.status) if exc.status else ("timeout" if exc.timed_out else "backend_error")
+        tracing.chat_failed(span, kind, str(exc))
+        raise
+
+
+def _traced(span: Span, completion: Completion) -> Completion:
+    tracing.chat_result(
+        span,
+        response_model=completion.model,
+        input_tokens=completion.prompt_tokens,
+        output_tokens=completion.completion_tokens,
+        finish_reason=completion.finish_reason,
+    )
+    return completion
 
 
 # The OpenAI error object's `type`/`code` (e.g. "invalid_request_error"): a token, never free text.

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from services import tracing
 from services.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy, Budget, FixedBudget
 from services.dispatcher.backend import Backend, ChatBackend
 from services.dispatcher.checkpoint import Checkpoint
@@ -53,6 +54,7 @@ from services.dispatcher.writer import OutcomeWriter, RecordProducer
 from services.messaging.producer import AsyncProducer
 from services.messaging.tiers import TierPolicy
 from services.tenancy.registry import TenantRegistry
+from services.tracing import TracedProducer
 
 if TYPE_CHECKING:
     from services.dispatcher.tokens.redis_pool import RedisTokenPool
@@ -221,7 +223,13 @@ def bootstrap(
         fast=settings.model_fast, accurate=settings.model_accurate, cheap=settings.model_cheap
     )
     writer = OutcomeWriter(
-        producer, topics, OutcomeBuilder(settings.dispatcher_id), models, metrics, clock_ms
+        # Tracing on: each record carries the context of the request's process span.
+        TracedProducer(producer, send_spans=False) if tracing.enabled() else producer,
+        topics,
+        OutcomeBuilder(settings.dispatcher_id),
+        models,
+        metrics,
+        clock_ms,
     )
     next_start = NextStart(room, scheduler)
     execution = Execution(

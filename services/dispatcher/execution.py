@@ -17,6 +17,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from services import tracing
 from services.dispatcher.adaptive import AdaptiveBudget, warn_on_change
 from services.dispatcher.backend import Backend, Completion
 from services.dispatcher.errors import BackendError
@@ -65,6 +66,13 @@ class Execution:
 
     async def call(self, work: Work, lease: Lease) -> None:
         dispatched_at = self._clock_ms()
+        if not tracing.enabled():  # nothing more than this check per call
+            await self._call(work, lease, dispatched_at)
+            return
+        with work.traced(dispatched_at):
+            await self._call(work, lease, dispatched_at)
+
+    async def _call(self, work: Work, lease: Lease, dispatched_at: int) -> None:
         self._metrics.record_queue_wait(
             work.tier, (dispatched_at - work.created_at_ms) / 1000, work.request.tenant
         )

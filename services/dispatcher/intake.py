@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from services import tracing
 from services.dispatcher.consumer import FetchedRecord, Partition, TierConsumer
 from services.dispatcher.deferred import DeferredRecords
 from services.dispatcher.errors import RefusedRequestError
@@ -236,6 +237,7 @@ class Intake:
                 offset=record.offset,
                 raw=raw,
                 reply_topic=exc.reply_topic,
+                trace=tracing.extract(getattr(record, "headers", None)),
             )
             log.warning(
                 "request %s at %s@%d refused: %s", work.request_id, partition, record.offset, exc.reason
@@ -262,6 +264,7 @@ class Intake:
             raw=raw,
             params=checked.params,
             reply_topic=checked.reply_topic,
+            trace=tracing.extract(getattr(record, "headers", None)),
         )
         expired = self._room.check(work, now_ms)
         tenant = checked.request.tenant

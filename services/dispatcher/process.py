@@ -18,6 +18,7 @@ from services.dispatcher.settings import DispatcherSettings
 from services.messaging.admin import require_topics
 from services.serving import EmbeddedServer, uvicorn_config
 from services.telemetry import metrics_endpoint, setup_metrics
+from services.tracing import setup_tracing
 
 METRICS_STOP_S = 5.0
 
@@ -33,6 +34,7 @@ async def serve(settings: DispatcherSettings) -> int:
     """Run one dispatcher until SIGTERM or SIGINT; 0 after a clean shutdown."""
     await asyncio.to_thread(require_topics, settings.kafka, settings.kafka.topics.all_requests)
     setup_metrics("inferq-dispatcher")
+    setup_tracing("inferq-dispatcher", consumer_group=settings.group_id)
     dispatcher = bootstrap(settings, sighup=True)
     # The dispatcher owns the signals; the metrics server just stops when told.
     metrics_server = EmbeddedServer(

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.context import Context
+from opentelemetry.trace import Span
+
+from services import tracing
 from services.dispatcher.offsets import PartitionOffsets
 from services.messaging.records import InferenceRequest
 from services.messaging.tiers import Tier
@@ -23,6 +28,8 @@ class Work:
     promoted: bool = False
     # Where its outcome goes, once intake allowed it (``reply_topics.py``); None: the default results.
     reply_topic: str | None = None
+    # The trace context its record's headers carried (None when tracing is off or there was none).
+    trace: Context | None = None
 
     @property
     def request_id(self) -> str:
@@ -43,6 +50,25 @@ class Work:
     @property
     def source(self) -> tuple[str, int]:
         return (self.offsets.topic, self.offsets.partition)
+
+    def traced(self, now_ms: int) -> AbstractContextManager[Span | None]:
+        """Its process span (``services/tracing.py``), current while the block runs: around the
+        backend call and the outcome's produce. A no-op when tracing is off or the span is open."""
+        if not tracing.enabled():
+            return tracing.NO_SPAN
+        return tracing.processing(
+            self,
+            topic=self.offsets.topic,
+            partition=self.offsets.partition,
+            offset=self.offset,
+            parent=self.trace,
+            message_id=self.request_id,
+            attributes={
+                tracing.TIER: self.tier.value,
+                tracing.ATTEMPT: self.request.attempt,
+                tracing.QUEUE_WAIT_SECONDS: max(0, now_ms - self.created_at_ms) / 1000,
+            },
+        )
 
     def begin(self) -> None:
         """The request left the read-ahead: it is being called, expired or evicted."""

@@ -31,6 +31,7 @@ import logging
 from collections.abc import Callable
 
 import services.messaging.dead_letters as dead_letters
+from services import tracing
 from services.dispatcher.backend import Completion
 from services.dispatcher.errors import BackendError
 from services.dispatcher.metrics import DispatcherMetrics
@@ -118,17 +119,22 @@ class OutcomeWriter:
     async def expire(self, work: Work, reason: str) -> None:
         self._metrics.record_expired(work.tier, reason)
         model = self._models.model_for(work)
-        await self._emit(work, self._outcomes.expired(work.request, model, now_ms=self._clock_ms()))
+        now = self._clock_ms()
+        with work.traced(now):
+            await self._emit(work, self._outcomes.expired(work.request, model, now_ms=now))
 
     async def evict(self, work: Work) -> None:
         self._metrics.record_evicted(work.tier)
         model = self._models.model_for(work)
-        await self._emit(work, self._outcomes.evicted(work.request, model, now_ms=self._clock_ms()))
+        now = self._clock_ms()
+        with work.traced(now):
+            await self._emit(work, self._outcomes.evicted(work.request, model, now_ms=now))
 
     async def retry(self, work: Work, not_before_ms: int) -> None:
         """Queue the next attempt on the retry topic; the original offset completes, so its
         partition moves on while the retry waits. A retry the topic refuses is given up on."""
         retry = work.request.retry(not_before_ms=not_before_ms)
+        tracing.annotate(tracing.OUTCOME, "RETRY")
         failure = await self.produce_durably(
             self._topics.retry, self._requests.encode(retry), key=work.request_id.encode()
         )
@@ -148,8 +154,9 @@ class OutcomeWriter:
         """A request that must not run (a rule of ``record_rules.py``, or an outcome no topic takes):
         the original record to the dead-letter topic with `reason`, FAILED to the caller, no LLM call.
         The FAILED result goes to the request's reply topic when that is allowed (intake decided)."""
-        await self._dead_letter(work, reason, status="")
-        await self._emit(work, self._failed(work, reason, None), dead_lettered=True)
+        with work.traced(self._clock_ms()):
+            await self._dead_letter(work, reason, status="")
+            await self._emit(work, self._failed(work, reason, None), dead_lettered=True)
 
     async def poison(self, offsets: PartitionOffsets, offset: int, raw: bytes, reason: str) -> None:
         """A record no retry can fix: its raw bytes to the dead-letter topic, with where it came from;
@@ -200,6 +207,7 @@ class OutcomeWriter:
         topic (unless that is what was just refused)."""
         topic = work.reply_topic or self._topics.results
         key = work.request_id.encode()
+        tracing.annotate(tracing.OUTCOME, result.status.value)
         failure = await self.produce_durably(topic, self._results.encode(result), key=key)
         if failure is not None:
             reason = f"result not writable to {topic}: {failure.reason}"

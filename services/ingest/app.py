@@ -37,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from services import tracing
 from services.ingest.admission import AdmissionPolicy
 from services.ingest.backlog import BacklogSource, KafkaBacklogReader
 from services.ingest.backlog_view import BacklogEndpoint
@@ -63,6 +64,7 @@ from services.messaging.tiers import TierPolicy
 from services.telemetry import meter, metrics_endpoint
 from services.tenancy.rate import RateLimiter
 from services.tenancy.registry import TenantRegistry
+from services.tracing import TracedProducer
 from services.webhooks.guard import AddressGuard
 from services.webhooks.policy import CallbackPolicy
 
@@ -138,7 +140,7 @@ def build_parts(
         tenants, RateLimiter(rate_clock_s), topics=topics, default_reply_topic=settings.default_reply_topic
     )
     publisher = Publisher(
-        producer=kafka_producer,
+        producer=TracedProducer(kafka_producer) if tracing.enabled() else kafka_producer,
         codec=request_codec(),
         backlogs=backlogs,
         admission=admission,

@@ -11,6 +11,7 @@ from services.serving import configure_logging, run_asgi
 from services.telemetry import setup_metrics
 from services.tenancy.bind import require_tenants_or_loopback
 from services.tenancy.errors import OpenModeRefusedError, TenantsFileError
+from services.tracing import setup_tracing, traced_asgi
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,9 +28,10 @@ def _run(args: argparse.Namespace) -> int:
     port = args.port or settings.port
     try:
         require_tenants_or_loopback(host, settings.tenants.file)
+        setup_tracing("inferq-ingest")
         app = create_app(settings, reload_on_sighup=True)
     except (OpenModeRefusedError, TenantsFileError) as exc:
         print(f"inferq ingest: not started: {exc}", file=sys.stderr)
         return 2
     setup_metrics("inferq-ingest")
-    return run_asgi(app, host, port)
+    return run_asgi(traced_asgi(app), host, port)

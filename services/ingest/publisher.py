@@ -30,6 +30,7 @@ from services.ingest.tenant_shares import BacklogShares
 from services.messaging.codec import TypedCodec
 from services.messaging.producer import ProduceError
 from services.messaging.records import InferenceRequest
+from services.tracing import MESSAGE_ID
 
 log = logging.getLogger("inferq.ingest")
 
@@ -144,6 +145,7 @@ class Publisher:
 
     async def _admit_and_produce(self, envelope: Envelope, value: bytes) -> Answer:
         self.admit(envelope)
+        MESSAGE_ID.set(envelope.request_id)  # the send span's message id, when tracing is on
         await self._producer.produce(
             envelope.topic,
             value,

@@ -13,6 +13,7 @@ from services.serving import configure_logging, run_asgi
 from services.telemetry import setup_metrics
 from services.tenancy.bind import require_tenants_or_loopback
 from services.tenancy.errors import OpenModeRefusedError, TenantsFileError
+from services.tracing import setup_tracing, traced_asgi
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,9 +42,10 @@ def _run(args: argparse.Namespace) -> int:
     host = args.host or settings.host
     try:
         require_tenants_or_loopback(host, settings.tenants.file)
+        setup_tracing("inferq-results", consumer_group=settings.consumer_group)
         app = create_app(settings, reload_on_sighup=True)
     except (OpenModeRefusedError, TenantsFileError) as exc:
         print(f"inferq results: not started: {exc}", file=sys.stderr)
         return 2
     setup_metrics("inferq-results")
-    return run_asgi(app, host, args.port or settings.port)
+    return run_asgi(traced_asgi(app), host, args.port or settings.port)

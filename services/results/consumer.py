@@ -20,7 +20,9 @@ from typing import Protocol
 
 from aiokafka.errors import KafkaError
 from opentelemetry.metrics import Meter
+from opentelemetry.trace import Span
 
+from services import tracing
 from services.messaging.codec import TypedCodec
 from services.messaging.errors import DecodeError
 from services.messaging.records import InferenceResult, is_chunk
@@ -168,13 +170,21 @@ class ResultConsumer:
         if not batches:
             return
         decoded: list[InferenceResult] = []
+        # Per record, when tracing is on: its process span, ended once the batch is stored.
+        spans: list[tuple[Span, str]] = []
         for tp, records in batches.items():
             for record in records:
                 if is_chunk(list(record.headers or ())):
                     continue
+                span = tracing.start_process(
+                    tp.topic, tp.partition, record.offset, tracing.extract(record.headers)
+                )
                 try:
                     decoded.append(self._codec.decode(record.value or b""))
+                    if span is not None:
+                        spans.append((span, decoded[-1].request_id))
                 except DecodeError as exc:
+                    tracing.end_process(span, error="undecodable")
                     self._metrics.undecodable()
                     log.error(  # noqa: TRY400 - the traceback adds nothing to the reason
                         "undecodable result %s[%d]@%d skipped: %s",
@@ -184,6 +194,8 @@ class ResultConsumer:
                         _loggable(exc),
                     )
         stored, duplicates = await self._store.put_many(decoded)
+        for span, request_id in spans:
+            tracing.end_process(span, message_id=request_id)
         self._metrics.batch_stored(stored, duplicates)
         await feed.commit()
         self._metrics.delivered(decoded, time.time_ns() // 1_000_000)

@@ -13,6 +13,7 @@ import fastavro
 import httpx
 import pytest
 
+from services import tracing
 from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
 from services.tools.demo.workload import evening_mix, submit_all, wait_outcomes
@@ -83,6 +84,24 @@ def test_records_on_the_topic_decode_with_plain_fastavro(pipeline: Pipeline, kaf
     mine = [d for d in decoded if d["request_id"] == answer["request_id"]]
     assert len(mine) == 1
     assert mine[0]["messages"] == [{"role": "user", "content": "plain avro?"}]
+
+
+def test_no_otel_settings_means_no_trace_headers(pipeline: Pipeline, kafka_bootstrap: str) -> None:
+    """Tracing is off unless the OTEL_* environment asks for it: then ingest and the dispatcher add
+    no header to what they write (the services inherit this environment)."""
+    assert not tracing.configured(), "this test needs an environment without OTEL_* trace settings"
+    caller = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+    body = {"scenario": "realtime_chat", "messages": [{"role": "user", "content": "untraced"}]}
+    answer = httpx.post(f"{pipeline.ingest_url}/v1/requests", json=body, headers=caller, timeout=10).json()
+    request_id = answer["request_id"]
+    outcome = asyncio.run(wait_outcomes(pipeline.results_url, [request_id], timeout_s=60))[request_id]
+    assert outcome["status"] == "OK"
+    key = request_id.encode()
+    for topic in (f"{pipeline.topic_prefix}.requests.high", f"{pipeline.topic_prefix}.results"):
+        records = read_all(kafka_bootstrap, topic, expect=10_000, timeout_s=5)
+        mine = [m for m in records if request_id.encode() in (m.value() or b"") or m.key() == key]
+        assert mine, f"no record of {request_id} on {topic}"
+        assert [m.headers() for m in mine if m.headers()] == []
 
 
 @pytest.mark.parametrize(

@@ -90,7 +90,7 @@ def test_a_stream_hands_over_each_piece_in_order_and_returns_the_whole_answer() 
     completion = asyncio.run(call(handler, pieces))
 
     assert pieces == ["Hel", "lo"]
-    assert completion == Completion("Hello", "served-model", 3, 2, 5)
+    assert completion == Completion("Hello", "served-model", 3, 2, 5, finish_reason="stop")
     (sent,) = seen
     assert sent["stream"] is True
     assert sent["stream_options"] == {"include_usage": True}

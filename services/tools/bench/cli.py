@@ -150,6 +150,11 @@ def _register_throughput(kinds: argparse._SubParsersAction[argparse.ArgumentPars
         metavar="NAME=VALUE",
         help="a setting for every dispatcher, e.g. INFERQ_READAHEAD_PER_TIER=200; repeatable",
     )
+    thr.add_argument(
+        "--no-tracing",
+        action="store_true",
+        help="leave out the single dispatcher with tracing on (100%% sampled, OTLP to a local receiver)",
+    )
     _common(thr)
     thr.set_defaults(func=_throughput)
 
@@ -284,6 +289,7 @@ def _throughput(args: argparse.Namespace) -> int:
         group_sizes=tuple(sizes),
         profile=args.profile,
         dispatcher_env=env,
+        tracing=not args.no_tracing,
     )
     return throughput.run(spec, out=args.out, home=args.home.resolve())
 

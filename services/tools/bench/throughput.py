@@ -1,5 +1,5 @@
 """`inferq bench throughput`: requests/s through the dispatcher on a zero-latency backend, against a
-bare loop and the backend alone, in the same run.
+bare loop and the backend alone, and with tracing on against off, in the same run.
 
 One simulated backend serves the whole invocation (every model at zero latency, limit = the budget,
 so a group that exceeded its budget would be answered 429 and show it). Each run measures, each on
@@ -14,7 +14,15 @@ fresh topics and fresh processes:
 - the backend alone (`bareloop.py blast`): `records` calls straight at it, `budget` at a time, with
   aiohttp; then a fifth as many through httpx configured as the dispatcher configures it.
 
-The order of the first two alternates between runs. `--profile` adds one single-dispatcher measurement
+- inferq, 1 dispatcher with tracing on: the same single dispatcher with 100% sampling and the OTLP
+  exporter (``OTEL_EXPORTER_OTLP_ENDPOINT``) sending to a receiver this bench runs
+  (`services.tools.otlp_sink`); the spans received are counted once the dispatcher has exited
+  (its exporter flushes then). Once more with 10% of the traces sampled
+  (`parentbased_traceidratio`), what an operator who cannot pay for every trace would run. Tracing
+  off is the plain measurement above; what its hooks cost is measured apart (`tracing_cost.py`),
+  since no run can hold the hooks out.
+
+The order of the first three alternates between runs. `--profile` adds one single-dispatcher measurement
 under cProfile (not in the medians) and writes its top functions.
 """
 
@@ -48,18 +56,25 @@ from services.tools.bench.throughput_report import (
     BACKEND,
     BACKEND_HTTPX,
     BARE,
+    SAMPLED_SHARE,
+    TRACED,
+    TRACED_SAMPLED,
     Measurement,
     dispatchers_label,
     rate_per_s,
     rates_table,
     target_rows,
+    tracing_rows,
 )
 from services.tools.bench.topicio import RecordCounter, bulk_produce, chat_requests, read_topic
+from services.tools.bench.tracing_cost import tracing_off_cost
 from services.tools.broker.broker import pick_free_ports
+from services.tools.otlp_sink import OtlpSink
 from services.tools.stack.process import ServiceProcess
 
 Log = Callable[[str], None]
-Step = tuple[str, int]  # ("group", size) | ("bare", 0) | ("backend-aiohttp" | "backend-httpx", 0)
+# ("group", size) | ("traced" | "sampled", 1) | ("bare", 0) | ("backend-aiohttp" | "backend-httpx", 0)
+Step = tuple[str, int]
 PROFILE_TOP = 30
 
 
@@ -73,6 +88,8 @@ class ThroughputSpec:
     profile: bool = False
     # Extra dispatcher settings (e.g. INFERQ_READAHEAD_PER_TIER), to try a change without a rebuild.
     dispatcher_env: dict[str, str] = field(default_factory=dict)
+    # A single dispatcher with tracing on (100% sampled, OTLP to a local receiver) in every run.
+    tracing: bool = True
 
     @property
     def bound_s(self) -> float:
@@ -118,9 +135,17 @@ class Bench:
         return kafka
 
     def group(
-        self, size: int, run: str, *, profile: Path | None = None
+        self,
+        size: int,
+        run: str,
+        *,
+        profile: Path | None = None,
+        sink: OtlpSink | None = None,
+        sampled: float = 1.0,
     ) -> tuple[Measurement, dict[str, Any]]:
-        kafka = self._topics(f"{run}-x{size}")
+        """`size` dispatchers; with `sink`, traced: the `sampled` share of the traces exported to it
+        over OTLP/HTTP."""
+        kafka = self._topics(f"{run}-x{size}{'-traced' if sink else ''}")
         prefix = kafka.topic_prefix
         topics = kafka.topics
         partitions = sum(
@@ -138,7 +163,11 @@ class Bench:
                     backend_url=f"{self.backend_url}/v1",
                     budget=per_member,
                     dispatcher_id=f"{prefix}-d{i}",
-                    extra={"INFERQ_SCHEDULE_PIN": "peak", **self.spec.dispatcher_env},
+                    extra={
+                        "INFERQ_SCHEDULE_PIN": "peak",
+                        **self.spec.dispatcher_env,
+                        **_tracing_env(sink, sampled),
+                    },
                 ),
                 self.work_dir / prefix,
                 profile=profile if i == 0 else None,
@@ -148,6 +177,7 @@ class Bench:
         urls = [f"http://127.0.0.1:{p}" for p in ports]
         self.reset_backend()
         budgets: set[int] = set()
+        spans_before = sink.count() if sink is not None else 0
         try:
             for proc in procs:
                 proc.start()
@@ -164,10 +194,12 @@ class Bench:
         finally:
             codes = [proc.stop() for proc in procs]
         stamps, writers, duplicates = self._results(topics.results)
-        label = dispatchers_label(size)
+        label = dispatchers_label(size) if sink is None else (TRACED if sampled == 1 else TRACED_SAMPLED)
         measured = Measurement(label, len(stamps), _span_s(stamps), rate_per_s(stamps))
         detail = {
             "what": label,
+            # Exported by the dispatcher (flushed at its exit); None: tracing off.
+            "spans_received": sink.count() - spans_before if sink is not None else None,
             "topic_prefix": prefix,
             "budget_per_member": per_member,
             "group_stable_after_s": stable_s,
@@ -260,6 +292,20 @@ class Bench:
         }
 
 
+def _tracing_env(sink: OtlpSink | None, sampled: float) -> dict[str, str]:
+    """The standard OpenTelemetry variables a user sets to export to an OTLP collector: every trace,
+    or the `sampled` share of them (a new trace's sampling decided by its trace id, as usual)."""
+    if sink is None:
+        return {}
+    if sampled == 1:
+        return {"OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint, "OTEL_TRACES_SAMPLER": "always_on"}
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint,
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": str(sampled),
+    }
+
+
 def _changes(spec: dict[str, Any]) -> list[str]:
     """What differs from the dispatcher as it ships, said before the numbers it changes."""
     changes = [f"`{name}={value}`" for name, value in spec["dispatcher_env"].items()]
@@ -308,7 +354,8 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
     runs: list[dict[str, Measurement]] = []
     details: list[list[dict[str, Any]]] = []
     profile: dict[str, Any] | None = None
-    with bench_broker(home, log) as bootstrap:
+    hooks = tracing_off_cost() if spec.tracing else None
+    with bench_broker(home, log) as bootstrap, OtlpSink(keep=False) as sink:
         port = pick_free_ports(1)[0]
         backend_url = f"http://127.0.0.1:{port}"
         zero = [
@@ -328,8 +375,9 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
             for index in range(spec.runs):
                 name = f"run{index + 1}"
                 # Alternated, so neither the dispatcher nor the bare loop always runs on a fresher machine.
-                first_two: list[Step] = [("group", 1), ("bare", 0)]
-                steps = (first_two if index % 2 == 0 else first_two[::-1]) + [
+                traced: list[Step] = [("traced", 1), ("sampled", 1)] if spec.tracing else []
+                first: list[Step] = [("group", 1), *traced, ("bare", 0)]
+                steps = (first if index % 2 == 0 else first[::-1]) + [
                     *(("group", size) for size in spec.group_sizes if size != 1),
                     ("backend-aiohttp", 0),
                     ("backend-httpx", 0),
@@ -339,6 +387,10 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
                 for kind, size in steps:
                     if kind == "group":
                         m, d = bench.group(size, name)
+                    elif kind == "traced":
+                        m, d = bench.group(size, name, sink=sink)
+                    elif kind == "sampled":
+                        m, d = bench.group(size, name, sink=sink, sampled=SAMPLED_SHARE)
                     elif kind == "bare":
                         m, d = bench.bare_loop(name)
                     else:
@@ -360,13 +412,15 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
         finally:
             backend.stop()
     took = time.monotonic() - started
-    order = [dispatchers_label(n) for n in spec.group_sizes] + [BARE, BACKEND, BACKEND_HTTPX]
+    order = [dispatchers_label(1), *([TRACED, TRACED_SAMPLED] if spec.tracing else [])]
+    order += [dispatchers_label(n) for n in spec.group_sizes if n != 1] + [BARE, BACKEND, BACKEND_HTTPX]
     document = {
         "command": command_line("throughput"),
         "machine": machine(),
         "seconds": took,
         "spec": asdict(spec),
-        "targets": target_rows(runs),
+        "targets": target_rows(runs) + tracing_rows(runs, hooks),
+        "tracing_off_hooks": hooks,
         "runs": [
             {"measurements": {k: asdict(v) for k, v in r.items()}, "details": d}
             for r, d in zip(runs, details, strict=True)
@@ -409,8 +463,8 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
         "## Per measurement",
         "",
         "| run | configuration | results | seconds | duplicates | by writer | effective budgets | backend "
-        "max in flight | backend answers |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "max in flight | backend answers | spans exported |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, run in zip(labels, document["runs"], strict=True):
         for d in run["details"]:
@@ -419,8 +473,22 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
                 f"| {label} | {d['what']} | {meas['count']} | "
                 f"{_num(meas['seconds'], '.2f')} | {d.get('duplicates', '-')} "
                 f"| {d.get('results_by_dispatcher', '-')} | {d.get('effective_budgets_seen', '-')} "
-                f"| {d['backend']['max_in_flight']} | {d['backend']['by_status']} |"
+                f"| {d['backend']['max_in_flight']} | {d['backend']['by_status']} "
+                f"| {d.get('spans_received') if d.get('spans_received') is not None else '-'} |"
             )
+    hooks = document.get("tracing_off_hooks")
+    if hooks:
+        lines += [
+            "",
+            "## Tracing off: what the hooks cost",
+            "",
+            f"A request's tracing hooks with tracing off (the header check at intake, the flag checks "
+            f"around the call and the backend call, the outcome's annotation), timed in process: "
+            f"{hooks['ns_per_request']:,.0f} ns per request against "
+            f"{hooks['baseline_ns_per_request']:,.0f} ns for the same awaits without them "
+            f"({hooks['iterations']:,} iterations, best of "
+            f"{hooks['repeats']}).",
+        ]
     profile = document.get("profile")
     if profile:
         lines += ["", "## Profile of one dispatcher (cProfile, event-loop thread)", ""]

@@ -11,6 +11,13 @@ TARGET_RATIO = 0.6
 BARE = "bare loop"
 BACKEND = "backend alone (aiohttp)"
 BACKEND_HTTPX = "backend alone via httpx (the dispatcher's client until aiohttp replaced it)"
+TRACED = "inferq, 1 dispatcher, tracing on (100% sampled, OTLP)"
+SAMPLED_SHARE = 0.1
+TRACED_SAMPLED = "inferq, 1 dispatcher, tracing on (10% sampled, OTLP)"
+# Tracing on keeps at least this share of the untraced dispatcher's rate (median of per-run ratios).
+TARGET_TRACED_RATIO = 0.9
+# Tracing off: its hooks take at most this share of one request's time at the measured rate.
+TARGET_OFF_SHARE = 0.01
 
 
 def dispatchers_label(size: int) -> str:
@@ -95,5 +102,38 @@ def target_rows(runs: Sequence[Mapping[str, Measurement]]) -> list[tuple[str, st
             _ratio(ratio),
             f">= {TARGET_RATIO:g}",
             "n/a" if ratio is None else ("PASS" if ratio >= TARGET_RATIO else "MISS"),
+        ),
+    ]
+
+
+def tracing_rows(
+    runs: Sequence[Mapping[str, Measurement]], hooks: Mapping[str, float] | None
+) -> list[tuple[str, str, str, str]]:
+    """(target, measured, threshold, verdict) for tracing on against off, and the hooks' cost when off."""
+    if hooks is None:
+        return []
+    ratio = median_ratio(runs, TRACED, dispatchers_label(1))
+    sampled = median_ratio(runs, TRACED_SAMPLED, dispatchers_label(1))
+    rate = median_rate(runs, dispatchers_label(1))
+    extra_ns = max(0.0, hooks["ns_per_request"] - hooks["baseline_ns_per_request"])
+    share = None if not rate else extra_ns / (1e9 / rate)
+    return [
+        (
+            "tracing on / off, one dispatcher, same run (median of runs)",
+            _ratio(ratio),
+            f">= {TARGET_TRACED_RATIO:g}",
+            "n/a" if ratio is None else ("PASS" if ratio >= TARGET_TRACED_RATIO else "MISS"),
+        ),
+        (
+            "tracing on at 10% sampling / off (for information: the target is at 100%)",
+            _ratio(sampled),
+            f">= {TARGET_TRACED_RATIO:g}",
+            "n/a" if sampled is None else ("PASS" if sampled >= TARGET_TRACED_RATIO else "MISS"),
+        ),
+        (
+            "tracing off: hooks' time per request / a request's time at the median rate",
+            "-" if share is None else f"{share:.2%} ({extra_ns:,.0f} ns)",
+            f"<= {TARGET_OFF_SHARE:.0%}",
+            "n/a" if share is None else ("PASS" if share <= TARGET_OFF_SHARE else "MISS"),
         ),
     ]
