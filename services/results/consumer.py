@@ -18,7 +18,7 @@ from opentelemetry.metrics import Meter
 
 from services.messaging.codec import TypedCodec
 from services.messaging.errors import DecodeError
-from services.messaging.records import InferenceResult
+from services.messaging.records import InferenceResult, is_chunk
 from services.results.store import ResultStore
 
 log = logging.getLogger("inferq.results")
@@ -45,6 +45,9 @@ class FeedRecord(Protocol):
 
     @property
     def offset(self) -> int: ...
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
 
 
 class ResultFeed(Protocol):
@@ -89,6 +92,9 @@ class ResultConsumer:
     running loop). `ready` is set once the feed has started. A Kafka error pauses a second and
     consumption goes on: results are owed to their callers. Any other error ends the task: it is
     logged, and `failed` turns true (``/healthz`` answers 503). Start and stop are idempotent.
+    Chunks of streamed answers on the same topic are not results: skipped. `stored` is told of
+    each batch's results once they are in the store (the waiter hub, so a long poll that looked in
+    the store a moment before they were written is still woken).
     """
 
     def __init__(
@@ -97,8 +103,11 @@ class ResultConsumer:
         store: ResultStore,
         codec: TypedCodec[InferenceResult],
         metrics: ResultsMetrics,
+        *,
+        stored: Callable[[InferenceResult], None] | None = None,
     ) -> None:
         self._make_feed = make_feed
+        self._stored = stored
         self._store = store
         self._codec = codec
         self._metrics = metrics
@@ -149,6 +158,8 @@ class ResultConsumer:
         decoded: list[InferenceResult] = []
         for tp, records in batches.items():
             for record in records:
+                if is_chunk(list(record.headers or ())):
+                    continue
                 try:
                     decoded.append(self._codec.decode(record.value or b""))
                 except DecodeError as exc:
@@ -162,6 +173,9 @@ class ResultConsumer:
                     )
         stored, duplicates = await self._store.put_many(decoded)
         self._metrics.batch_stored(stored, duplicates)
+        if self._stored is not None:
+            for result in decoded:
+                self._stored(result)
         await feed.commit()
 
 
