@@ -81,16 +81,21 @@ class KafkaReplyFeed:
             # A waiting caller is woken within this of the record's write when the topic is quiet.
             fetch_max_wait_ms=20,
         )
+        try:
+            await consumer.start()
+            async with asyncio.timeout(READY_TIMEOUT_S):
+                # aiokafka assigns a group-less subscription from its metadata, with no event to await.
+                while not consumer.assignment():  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+                # Resolving each position now (to the end) fixes where following starts: a record
+                # written after this returns is read.
+                for tp in consumer.assignment():
+                    await consumer.position(tp)
+        except BaseException:
+            # A start that failed (or was cancelled) leaves nothing open.
+            await consumer.stop()
+            raise
         self._consumer = consumer
-        await consumer.start()
-        async with asyncio.timeout(READY_TIMEOUT_S):
-            # aiokafka assigns a group-less subscription from its metadata, with no event to await.
-            while not consumer.assignment():  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-            # Resolving each position now (to the end) fixes where following starts: a record
-            # written after this returns is read.
-            for tp in consumer.assignment():
-                await consumer.position(tp)
 
     async def stop(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -107,8 +112,9 @@ class KafkaReplyFeed:
 
 
 class ReplyFollower:
-    """Runs `make_feed()` into `hub` in one task. `start` returns once the feed reads from the end
-    (`ready`); `stop` is idempotent."""
+    """Runs `make_feed()` into `hub` in one task. `start` starts the task and returns; `ready` is
+    set once the feed reads from the end (a feed that cannot start, Kafka being down, is retried
+    every second meanwhile). `stop` is idempotent."""
 
     def __init__(self, make_feed: Callable[[], ReplyFeed], hub: WaiterHub) -> None:
         self._make_feed = make_feed
@@ -124,13 +130,9 @@ class ReplyFollower:
         return self._task is not None and self._task.done()
 
     async def start(self) -> None:
-        if self._task is not None:
-            return
-        feed = self._make_feed()
-        await feed.start()
-        self.ready.set()
-        self._task = asyncio.create_task(self._run(feed), name="reply-follower")
-        self._task.add_done_callback(_log_end)
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="reply-follower")
+            self._task.add_done_callback(_log_end)
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -141,7 +143,18 @@ class ReplyFollower:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, STOP_TIMEOUT_S)
 
-    async def _run(self, feed: ReplyFeed) -> None:
+    async def _run(self) -> None:
+        feed = self._make_feed()
+        while True:
+            try:
+                await feed.start()
+                break
+            except (KafkaError, TimeoutError) as exc:
+                log.error(  # noqa: TRY400 - a traceback per retry is noise
+                    "cannot follow the reply topic yet, trying again in 1 s: %s", exc or type(exc).__name__
+                )
+                await asyncio.sleep(RETRY_PAUSE_S)
+        self.ready.set()
         try:
             while True:
                 try:

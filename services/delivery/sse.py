@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from starlette.requests import Request
@@ -42,14 +42,21 @@ def sse_comment(text: str) -> bytes:
 
 
 class EventStreamResponse(Response):
-    """``text/event-stream`` from `events`; the client's disconnect cancels the stream."""
+    """``text/event-stream`` from `events`; the client's disconnect cancels the stream. `on_close`
+    runs once the response is over, however it ended."""
 
     media_type = "text/event-stream"
 
     def __init__(
-        self, events: AsyncIterator[bytes], *, status_code: int = 200, headers: dict[str, str] | None = None
+        self,
+        events: AsyncIterator[bytes],
+        *,
+        status_code: int = 200,
+        headers: dict[str, str] | None = None,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self._events = events
+        self._on_close = on_close
         self.status_code = status_code
         self.background = None
         self.init_headers(SSE_HEADERS | (headers or {}))
@@ -70,6 +77,9 @@ class EventStreamResponse(Response):
             if aclose is not None:
                 with contextlib.suppress(RuntimeError):
                     await aclose()
+            # What the stream holds is released even if the stream never started.
+            if self._on_close is not None:
+                self._on_close()
 
     async def _stream(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
