@@ -31,7 +31,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -178,7 +178,8 @@ def build_parts(
         follow_feed = functools.partial(
             KafkaReplyFeed, settings.kafka, reply_topic, client_id="inferq-ingest"
         )
-    hub = hub or WaiterHub(max_waiters=settings.max_waiters)
+    # No history of streams: a completion's waiter exists before its request is produced.
+    hub = hub or WaiterHub(max_waiters=settings.max_waiters, history_max_bytes=0)
     submit = SubmitEndpoint(
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
@@ -273,8 +274,16 @@ async def _flush_and_stop(producer: AsyncProducer) -> None:
         log.error("%d records not acknowledged at shutdown", left)
 
 
-async def healthz(_: Request) -> Response:
-    return JSONResponse({"status": "ok"})
+def health_endpoint(follower: ReplyFollower | None) -> Callable[[Request], Awaitable[Response]]:
+    """``GET /healthz``: 200 "ok"; 503 "follower stopped" once the reply topic's follower has died
+    (chat completions would wait for outcomes nobody reads)."""
+
+    async def healthz(_: Request) -> Response:
+        if follower is not None and follower.failed:
+            return JSONResponse({"status": "follower stopped"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    return healthz
 
 
 def create_app(
@@ -308,7 +317,7 @@ def create_app(
             Route("/v1/chat/completions", parts.chat.handle, methods=["POST"]),
             Route("/v1/models", parts.chat.models, methods=["GET"]),
             Route("/v1/backlog", parts.backlog_view.handle, methods=["GET"]),
-            Route("/healthz", healthz, methods=["GET"]),
+            Route("/healthz", health_endpoint(parts.follower), methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
         lifespan=lambda _: serve_parts(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup),

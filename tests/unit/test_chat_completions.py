@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from starlette.testclient import TestClient
 
 from services.delivery.hub import WaiterHub
 from services.ingest.app import create_app
@@ -34,7 +36,7 @@ from services.messaging.records import (
     Usage,
 )
 from services.tenancy.settings import TenancySettings
-from tests.support.fakes import FakeBacklog, FakeResultFeed, RecordingProducer
+from tests.support.fakes import DyingResultFeed, FakeBacklog, FakeResultFeed, RecordingProducer
 from tests.support.inprocess import served
 from tests.support.tenants import TenantSpec, write_tenants
 
@@ -604,3 +606,20 @@ async def test_a_caller_that_goes_away_frees_its_waiter_and_tasks(tmp_path: Path
                 await asyncio.sleep(0.02)
         # Their requests were queued all the same: the outcome is read from the results service.
         assert len(svc.producer.sent) == 2
+
+
+def test_ingest_is_unhealthy_once_its_reply_follower_died() -> None:
+    app = create_app(
+        IngestSettings(),
+        producer=RecordingProducer(),
+        check_topics=False,
+        backlog=FakeBacklog(),
+        follow_feed=DyingResultFeed,
+    )
+    with TestClient(app) as client:
+        deadline = time.monotonic() + 10
+        while (health := client.get("/healthz")).status_code == 200:
+            assert time.monotonic() < deadline, "the follower's death was not noticed"
+            time.sleep(0.01)
+        assert health.status_code == 503
+        assert health.json() == {"status": "follower stopped"}
