@@ -623,3 +623,29 @@ def test_ingest_is_unhealthy_once_its_reply_follower_died() -> None:
             time.sleep(0.01)
         assert health.status_code == 503
         assert health.json() == {"status": "follower stopped"}
+
+
+class NeverReadyFeed(FakeResultFeed):
+    """A reply topic whose consumer never gets going (Kafka down when ingest started)."""
+
+    async def start(self) -> None:
+        await asyncio.Event().wait()
+
+
+def test_completions_are_refused_until_the_reply_topic_is_followed_and_nothing_is_queued() -> None:
+    producer = RecordingProducer()
+    app = create_app(
+        IngestSettings(),
+        producer=producer,
+        check_topics=False,
+        backlog=FakeBacklog(),
+        follow_feed=NeverReadyFeed,
+    )
+    with TestClient(app) as client:
+        refused = client.post("/v1/chat/completions", json=body())
+        assert refused.status_code == 503
+        assert refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["code"] == "not_following"
+        # inferq's own API does not wait for outcomes: it is served as before.
+        assert client.post("/v1/requests", json={"scenario": "chat", "messages": HI}).status_code == 202
+    assert len(producer.sent) == 1

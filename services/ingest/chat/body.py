@@ -215,7 +215,7 @@ def parse_chat_call(
         fields["deadline_ms"] = int(deadline)
     if body.model != AUTO_MODEL:
         if body.model not in models:
-            raise ModelNotFoundError(body.model)
+            raise ModelNotFoundError()
         fields["model"] = body.model
     end_user = body.safety_identifier or body.user
     if end_user:

@@ -40,9 +40,11 @@ class ModelNotFoundError(ChatRefusal):
     code = "model_not_found"
     param = "model"
 
-    def __init__(self, model: str) -> None:
-        # Cut: the name is the client's text (at most 128 characters passed validation).
-        super().__init__(f"The model `{model[:128]}` does not exist or you do not have access to it.")
+    def __init__(self) -> None:
+        # Unlike OpenAI, the name is not echoed: a refusal never quotes the client's values.
+        super().__init__(
+            "The model does not exist or you do not have access to it; GET /v1/models lists them."
+        )
 
 
 class WaitersFullError(ChatRefusal):
