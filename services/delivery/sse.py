@@ -95,14 +95,24 @@ async def _disconnected(receive: Receive) -> None:
             return
 
 
-async def until_disconnected(request: Request, work: Awaitable[T]) -> T | None:
-    """`work`'s value, or None as soon as the client disconnects (`work` is then cancelled, as it is
-    when the caller is cancelled). The request's body must have been read already."""
+class ClientGoneError(Exception):
+    """The client disconnected while its answer was being waited for; nobody will read one."""
+
+
+# The status logged for an answer nobody receives (nginx's "client closed request").
+CLIENT_GONE_STATUS = 499
+
+
+async def until_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """`work`'s value; `ClientGoneError` as soon as the client disconnects (`work` is then
+    cancelled, as it is when the caller is cancelled). The request's body must have been read."""
     task = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_disconnected(request.receive))
     try:
         await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-        return task.result() if task.done() else None
+        if not task.done():
+            raise ClientGoneError
+        return task.result()
     finally:
         for pending in (task, watch):
             if not pending.done():

@@ -43,6 +43,7 @@ from starlette.routing import Route
 
 from services.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower
 from services.delivery.hub import WaiterHub
+from services.delivery.metrics import DeliveryMetrics
 from services.ingest.admission import AdmissionPolicy
 from services.ingest.backlog import BacklogSource, KafkaBacklogReader
 from services.ingest.backlog_view import BacklogEndpoint
@@ -195,6 +196,7 @@ def build_parts(
         hub,
         gate,
         following=(lambda: True) if follower is None else follower.ready.is_set,
+        delivery=DeliveryMetrics(metrics_meter or meter("inferq.ingest"), hub, service="ingest"),
         guard=json_guard,
         limits=ChatLimits(
             models=frozenset(settings.chat_models),

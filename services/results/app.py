@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from services.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower
 from services.delivery.hub import WaiterHub
+from services.delivery.metrics import DeliveryMetrics
 from services.messaging.admin import require_topics
 from services.messaging.codec import result_codec
 from services.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
@@ -153,6 +154,7 @@ def create_app(
         tenants=tenants,
         metrics=ReadMetrics(meter("inferq.results")),
         hub=hub,
+        delivery=DeliveryMetrics(meter("inferq.results"), hub, service="results"),
         limits=WaitLimits(
             max_wait_s=settings.max_wait_s,
             events_max_s=settings.events_max_s,

@@ -14,7 +14,9 @@ from services.tenancy.errors import OpenModeRefusedError, TenantsFileError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("results", help="results service: reply topic → GET /v1/requests/{id}")
+    parser = subparsers.add_parser(
+        "results", help="results service: reply topic → GET /v1/requests/{id} (?wait= long poll, /events SSE)"
+    )
     parser.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default 8701)")
     parser.set_defaults(func=_run)

@@ -24,7 +24,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from services.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, WaiterHub
-from services.delivery.sse import EventStreamResponse, sse_comment, sse_event, until_disconnected
+from services.delivery.metrics import DeliveryMetrics
+from services.delivery.sse import (
+    CLIENT_GONE_STATUS,
+    ClientGoneError,
+    EventStreamResponse,
+    sse_comment,
+    sse_event,
+    until_disconnected,
+)
 from services.messaging.limits import ID_PATTERN, MAX_ID_CHARS, MAX_TENANT_CHARS
 from services.messaging.records import InferenceChunk, InferenceResult
 from services.results.store import ResultStore
@@ -104,6 +112,7 @@ class ResultRoutes:
         metrics: ReadMetrics,
         hub: WaiterHub | None = None,
         limits: WaitLimits | None = None,
+        delivery: DeliveryMetrics | None = None,
     ) -> None:
         self._store = store
         self._health = health
@@ -111,6 +120,7 @@ class ResultRoutes:
         self._metrics = metrics
         self._hub = hub or WaiterHub()
         self._limits = limits or WaitLimits()
+        self._delivery = delivery
 
     async def get_result(self, request: Request) -> Response:
         """200 with `public_view` of the caller's first result for the id; 401 without a valid key;
@@ -136,6 +146,10 @@ class ResultRoutes:
                     result = await until_disconnected(request, waiter.result(wait_s))
         except HubFullError:
             return _busy()
+        except ClientGoneError:
+            self._ended("long_poll", "disconnected")
+            return Response(status_code=CLIENT_GONE_STATUS)
+        self._ended("long_poll", "bound" if result is None else "outcome")
         self._metrics.read(scope.label, found=result is not None)
         if result is None:
             body = {"request_id": scope.request_id, "status": "PENDING", "waited_s": wait_s}
@@ -157,14 +171,20 @@ class ResultRoutes:
             return _busy()
         return EventStreamResponse(self._event_stream(scope))
 
+    def _ended(self, endpoint: str, how: str) -> None:
+        if self._delivery is not None:
+            self._delivery.ended(endpoint, how)
+
     async def _event_stream(self, scope: _Scope) -> AsyncIterator[bytes]:
         loop = asyncio.get_running_loop()
         ends_at = loop.time() + self._limits.events_max_s
+        how = "disconnected"
         try:
             with self._hub.waiting(scope.tenant, scope.request_id, replay=True) as waiter:
                 stored = await self._store.get(scope.tenant, scope.request_id)
                 if stored is not None:
                     self._metrics.read(scope.label, found=True)
+                    how = "outcome"
                     yield sse_event(public_view(stored), event="result")
                     return
                 tracker = ChunkTracker()
@@ -174,6 +194,7 @@ class ResultRoutes:
                         yield sse_comment("waiting")
                     elif isinstance(item, InferenceResult):
                         self._metrics.read(scope.label, found=True)
+                        how = "outcome"
                         yield sse_event(public_view(item), event="result")
                         return
                     else:
@@ -185,9 +206,13 @@ class ResultRoutes:
                         if order is not ChunkOrder.REPEAT:
                             yield sse_event(_chunk_view(item), event="chunk")
                 self._metrics.read(scope.label, found=False)
+                how = "bound"
                 yield sse_event({"request_id": scope.request_id, "status": "PENDING"}, event="timeout")
         except HubFullError:
+            how = "error"
             yield sse_event({"error": "too many callers are waiting; reconnect later"}, event="error")
+        finally:
+            self._ended("events", how)
 
     async def _read_now(self, scope: _Scope) -> Response:
         result = await self._store.get(scope.tenant, scope.request_id)

@@ -36,7 +36,14 @@ from services.messaging.records import (
     Usage,
 )
 from services.tenancy.settings import TenancySettings
-from tests.support.fakes import DyingResultFeed, FakeBacklog, FakeResultFeed, RecordingProducer
+from tests.support.fakes import (
+    DyingResultFeed,
+    FakeBacklog,
+    FakeResultFeed,
+    InMemoryMetrics,
+    RecordingProducer,
+    labels,
+)
 from tests.support.inprocess import served
 from tests.support.tenants import TenantSpec, write_tenants
 
@@ -129,11 +136,9 @@ class Ingest:
 @contextlib.asynccontextmanager
 async def ingest(tmp_path: Path, **settings: Any) -> AsyncIterator[Ingest]:
     tenants = write_tenants(tmp_path / "tenants.toml", ACME, BETA, NARROW, SLOW)
-    producer, replies, hub = (
-        RecordingProducer(),
-        FakeResultFeed(),
-        WaiterHub(max_waiters=settings.pop("max_waiters", 100)),
-    )
+    producer, replies = RecordingProducer(), FakeResultFeed()
+    hub = WaiterHub(max_waiters=settings.pop("max_waiters", 100))
+    metrics: InMemoryMetrics | None = settings.pop("metrics", None)
     app = create_app(
         IngestSettings(tenants=TenancySettings(file=tenants), **settings),
         producer=producer,
@@ -141,6 +146,7 @@ async def ingest(tmp_path: Path, **settings: Any) -> AsyncIterator[Ingest]:
         backlog=FakeBacklog(),
         follow_feed=lambda: replies,
         hub=hub,
+        metrics_meter=metrics.meter if metrics is not None else None,
     )
     async with served(app) as url:
         yield Ingest(url, hub, producer, replies)
@@ -589,7 +595,8 @@ async def test_too_many_waiting_callers_is_503_and_nothing_is_queued(tmp_path: P
 
 @run
 async def test_a_caller_that_goes_away_frees_its_waiter_and_tasks(tmp_path: Path) -> None:
-    async with ingest(tmp_path) as svc:
+    metrics = InMemoryMetrics()
+    async with ingest(tmp_path, metrics=metrics) as svc:
         baseline = len(asyncio.all_tasks())
         client = svc.sdk()
         waiting = asyncio.ensure_future(client.chat.completions.create(model="inferq", messages=HI))
@@ -606,6 +613,10 @@ async def test_a_caller_that_goes_away_frees_its_waiter_and_tasks(tmp_path: Path
                 await asyncio.sleep(0.02)
         # Their requests were queued all the same: the outcome is read from the results service.
         assert len(svc.producer.sent) == 2
+        ended = metrics.points("inferq_waits_total")
+        for endpoint in ("completion", "stream"):
+            assert ended[labels(service="ingest", endpoint=endpoint, ended="disconnected")] == 1
+        assert metrics.points("inferq_waiters") == {labels(service="ingest"): 0}
 
 
 def test_ingest_is_unhealthy_once_its_reply_follower_died() -> None:

@@ -32,7 +32,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from services.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, Waiter, WaiterHub
-from services.delivery.sse import EventStreamResponse, sse_comment, sse_event, until_disconnected
+from services.delivery.metrics import DeliveryMetrics
+from services.delivery.sse import (
+    CLIENT_GONE_STATUS,
+    ClientGoneError,
+    EventStreamResponse,
+    sse_comment,
+    sse_event,
+    until_disconnected,
+)
 from services.ingest.chat import answers
 from services.ingest.chat.body import AUTO_MODEL, ChatCall, parse_chat_call
 from services.ingest.chat.errors import NotFollowingError, WaitersFullError
@@ -43,6 +51,7 @@ from services.ingest.submit import Admitted, SubmitEndpoint
 from services.ingest.tenants import TenantGate
 from services.messaging.records import InferenceResult
 
+_DONE = sse_event("[DONE]")
 _RESULTS_HINT = "GET /v1/requests/{id} on the results service gives its outcome"
 
 
@@ -78,8 +87,10 @@ class ChatCompletionsEndpoint:
         guard: JsonGuard,
         limits: ChatLimits,
         following: Callable[[], bool] = lambda: True,
+        delivery: DeliveryMetrics | None = None,
     ) -> None:
         self._following = following
+        self._delivery = delivery
         self._submit = submit
         self._hub = hub
         self._gate = gate
@@ -149,14 +160,23 @@ class ChatCompletionsEndpoint:
         if call.stream:
             events = self._stream(call, waiter, admitted, bound_s)
             return EventStreamResponse(events, headers=headers, on_close=held.close)
-        with held:
-            result = await until_disconnected(request, waiter.result(bound_s))
+        try:
+            with held:
+                result = await until_disconnected(request, waiter.result(bound_s))
+        except ClientGoneError:
+            self._ended("completion", "disconnected")
+            return Response(status_code=CLIENT_GONE_STATUS)
+        self._ended("completion", "bound" if result is None else "outcome")
         if result is None:
             return answers.wait_exceeded(request_id, bound_s, self._hint(request_id)).response(headers)
         error = answers.outcome_error(result)
         if error is not None:
             return error.response(headers)
         return JSONResponse(answers.completion(result), headers=headers)
+
+    def _ended(self, endpoint: str, how: str) -> None:
+        if self._delivery is not None:
+            self._delivery.ended(endpoint, how)
 
     def _bound_s(self, admitted: Admitted) -> float:
         request = admitted.envelope.request
@@ -168,6 +188,20 @@ class ChatCompletionsEndpoint:
         return _RESULTS_HINT.replace("{id}", request_id)
 
     async def _stream(
+        self, call: ChatCall, waiter: Waiter, admitted: Admitted, bound_s: float
+    ) -> AsyncIterator[bytes]:
+        how = "disconnected"
+        try:
+            async for event in self._events(call, waiter, admitted, bound_s):
+                if event.startswith(b'data: {"error"'):
+                    how = "error"
+                elif event == _DONE:
+                    how = "outcome"
+                yield event
+        finally:
+            self._ended("stream", how)
+
+    async def _events(
         self, call: ChatCall, waiter: Waiter, admitted: Admitted, bound_s: float
     ) -> AsyncIterator[bytes]:
         loop = asyncio.get_running_loop()
@@ -228,7 +262,7 @@ class ChatCompletionsEndpoint:
         yield sse_event(answers.chunk(rid, created_s, result.model, finish_reason="stop"))
         if call.include_usage:
             yield sse_event(answers.usage_chunk(result, created_s))
-        yield sse_event("[DONE]")
+        yield _DONE
 
 
 def _error_event(error: answers.ChatError) -> bytes:
