@@ -403,7 +403,10 @@ async def test_the_sdks_timeout_cuts_the_deadline(tmp_path: Path) -> None:
         await client.close()
 
 
-@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "1e9", "9" * 40, "", "2.5s", "\u0661"])
+# "NOT_GIVEN": what some Stainless SDK versions really sent (anthropic-sdk-python issue 1676).
+@pytest.mark.parametrize(
+    "value", ["-1", "0", "nan", "inf", "1e9", "9" * 40, "", "2.5s", "\u0661", "NOT_GIVEN"]
+)
 def test_a_malformed_sdk_timeout_is_ignored(tmp_path: Path, value: str) -> None:
     async def scenario() -> None:
         async with ingest(tmp_path) as svc, svc.http() as http:

@@ -15,9 +15,9 @@ Where inferq's own choices come from (a header wins; the same choice in both is 
 | tier | ``X-Inferq-Priority`` (HIGH, MEDIUM, LOW) | ``inferq_priority`` | the scenario's |
 | deadline | ``X-Inferq-Deadline-Ms`` (ms from now) | ``inferq_deadline_ms`` | the tier's |
 
-The SDK's own timeout (``X-Stainless-Read-Timeout``, seconds; ``X-Stainless-Timeout`` too) only ever
-shortens the deadline: past it the caller has stopped waiting. A malformed one is ignored (it is the
-SDK's header, not the caller's choice). `user` (or `safety_identifier`) becomes the session key, as a
+The SDK's own timeout (``X-Stainless-Read-Timeout`` in seconds from the Python SDK,
+``X-Stainless-Timeout`` from the Node one) only ever shortens the deadline: past it the caller has
+stopped waiting. A malformed one is ignored (it is the SDK's header, not the caller's choice). `user` (or `safety_identifier`) becomes the session key, as a
 hash: one end user's requests stay in order.
 """
 
