@@ -17,8 +17,9 @@ Where inferq's own choices come from (a header wins; the same choice in both is 
 
 The SDK's own timeout (``X-Stainless-Read-Timeout`` in seconds from the Python SDK,
 ``X-Stainless-Timeout`` from the Node one) only ever shortens the deadline: past it the caller has
-stopped waiting. A malformed one is ignored (it is the SDK's header, not the caller's choice). `user` (or `safety_identifier`) becomes the session key, as a
-hash: one end user's requests stay in order.
+stopped waiting. A malformed one is ignored (it is the SDK's header, not the caller's choice).
+`user` (or `safety_identifier`) becomes the session key, as a hash: one end user's requests stay in
+order.
 """
 
 from __future__ import annotations
