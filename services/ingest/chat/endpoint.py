@@ -150,6 +150,10 @@ class ChatCompletionsEndpoint:
         except IngestError as exc:
             held.close()
             return answers.refusal_error(exc).response()
+        except BaseException:
+            # Cancelled (shutdown) or broken while publishing: the waiter must not outlive us.
+            held.close()
+            raise
         call, waiter = calls[0], waiters[0]
         headers = {
             "x-inferq-request-id": request_id,
