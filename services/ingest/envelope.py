@@ -118,6 +118,7 @@ def build_envelope(
         model=body.model,
         messages=tuple(ChatMessage(m.role, m.content) for m in body.messages),
         params=_encoded_params(body),
+        stream=body.stream,
     )
     return Envelope(topic=topics.requests(tier), request=request)
 

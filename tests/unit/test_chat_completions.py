@@ -663,3 +663,16 @@ def test_completions_are_refused_until_the_reply_topic_is_followed_and_nothing_i
         # inferq's own API does not wait for outcomes: it is served as before.
         assert client.post("/v1/requests", json={"scenario": "chat", "messages": HI}).status_code == 202
     assert len(producer.sent) == 1
+
+
+@pytest.mark.parametrize("value", ["true", 1, None, [True]])
+def test_a_submission_asks_for_streaming_with_a_json_boolean_only(value: Any) -> None:
+    producer = RecordingProducer()
+    app = create_app(IngestSettings(), producer=producer, check_topics=False, backlog=FakeBacklog())
+    with TestClient(app) as client:
+        request = {"scenario": "realtime_chat", "messages": HI}
+        refused = client.post("/v1/requests", json=request | {"stream": value})
+        assert refused.status_code == 422
+        assert refused.json()["problems"][0]["field"] == "stream"
+        assert client.post("/v1/requests", json=request | {"stream": True}).status_code == 202
+    assert [request_codec().decode(v).stream for _, v, _ in producer.sent] == [True]

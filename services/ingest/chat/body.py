@@ -159,14 +159,13 @@ class ChatCall:
     patience_ms: int | None
 
     def finish(self, envelope: Envelope) -> Envelope:
-        """The record as queued: streamed when asked, its deadline cut to the caller's patience."""
+        """The record as queued: its deadline cut to the caller's patience."""
         request = envelope.request
-        expire_at_ms = request.expire_at_ms
-        if self.patience_ms is not None:
-            expire_at_ms = min(expire_at_ms, request.created_at_ms + self.patience_ms)
-        if request.stream == self.stream and expire_at_ms == request.expire_at_ms:
+        if self.patience_ms is None or request.created_at_ms + self.patience_ms >= request.expire_at_ms:
             return envelope
-        return Envelope(envelope.topic, replace(request, stream=self.stream, expire_at_ms=expire_at_ms))
+        return Envelope(
+            envelope.topic, replace(request, expire_at_ms=request.created_at_ms + self.patience_ms)
+        )
 
 
 def parse_chat_call(
@@ -234,6 +233,8 @@ def parse_chat_call(
         sources["params.max_tokens"] = "max_completion_tokens"
     if params:
         fields["params"] = params
+    if body.stream:
+        fields["stream"] = True
     try:
         submission = SubmitRequest.model_validate(fields)
     except ValidationError as exc:
