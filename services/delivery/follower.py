@@ -34,6 +34,8 @@ RETRY_PAUSE_S = 1.0
 STOP_TIMEOUT_S = 10.0
 # Bound of the start: the topic's partitions assigned and each position at the end resolved.
 READY_TIMEOUT_S = 30.0
+# Following by pattern: how soon a reply topic created later is followed.
+PATTERN_METADATA_MAX_AGE_MS = 30_000
 
 
 class FollowRecord(Protocol):
@@ -60,17 +62,26 @@ class ReplyFeed(Protocol):
 
 
 class KafkaReplyFeed:
-    """`ReplyFeed` over aiokafka: no group, every partition of `topic`, positioned at the end."""
+    """`ReplyFeed` over aiokafka: no group, every partition of `topics` (or of the topics matching
+    `pattern`, the results service serving all regions), positioned at the end."""
 
-    def __init__(self, kafka: KafkaSettings, topic: str, *, client_id: str) -> None:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        topics: str | Sequence[str],
+        *,
+        client_id: str,
+        pattern: str | None = None,
+    ) -> None:
         self._kafka = kafka
-        self._topic = topic
+        self._topics = [topics] if isinstance(topics, str) else list(topics)
+        self._pattern = pattern
         self._client_id = client_id
         self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(
-            self._topic,
+            *([] if self._pattern else self._topics),
             **self._kafka.aiokafka_config(),
             client_id=self._client_id,
             # No group: every partition is ours, nothing is committed.
@@ -80,7 +91,11 @@ class KafkaReplyFeed:
             auto_offset_reset="latest",
             # A waiting caller is woken within this of the record's write when the topic is quiet.
             fetch_max_wait_ms=20,
+            # A pattern is matched at each metadata refresh: a reply topic created later is found.
+            **({"metadata_max_age_ms": PATTERN_METADATA_MAX_AGE_MS} if self._pattern else {}),
         )
+        if self._pattern:
+            consumer.subscribe(pattern=self._pattern)
         try:
             await consumer.start()
             async with asyncio.timeout(READY_TIMEOUT_S):

@@ -65,3 +65,25 @@ def test_the_follower_wakes_waiters_with_chunks_in_order_then_the_result(
             await follower.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 90))
+
+
+def test_a_follower_by_pattern_follows_every_matching_reply_topic(kafka_settings: KafkaSettings) -> None:
+    async def scenario() -> None:
+        hub = WaiterHub()
+        pattern = rf"^{kafka_settings.topics.results.replace('.', '[.]')}$"
+        follower = ReplyFollower(
+            lambda: KafkaReplyFeed(kafka_settings, [], client_id="test-follower", pattern=pattern), hub
+        )
+        await follower.start()
+        try:
+            await asyncio.wait_for(follower.ready.wait(), 30)
+            with hub.waiting("acme", "p1") as waiter:
+                await asyncio.to_thread(
+                    produce, kafka_settings, "p1", [(result_codec().encode(a_result("p1")), False)]
+                )
+                result = await waiter.result(20)
+                assert result is not None and result.request_id == "p1"
+        finally:
+            await follower.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 90))
