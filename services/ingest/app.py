@@ -153,7 +153,9 @@ def build_parts(
     shares = BacklogShares(
         admission, window=settings.tenant_share_window, from_fill=settings.tenant_share_from_fill
     )
-    gate = TenantGate(tenants, RateLimiter(rate_clock_s), topics=topics)
+    gate = TenantGate(
+        tenants, RateLimiter(rate_clock_s), topics=topics, default_reply_topic=settings.default_reply_topic
+    )
     publisher = Publisher(
         producer=kafka_producer,
         codec=request_codec(),
@@ -172,8 +174,10 @@ def build_parts(
         policy=TierPolicy(scenario_tiers=settings.scenario_tiers),
         deadlines_ms=settings.deadlines_ms,
         topics=settings.kafka.topics,
-        region=settings.region,
+        region=settings.origin_region,
         clock_ms=clock_ms,
+        # A regional ingest's requests are answered on its region's reply topic unless they name one.
+        default_reply_to=settings.default_reply_topic if settings.region else None,
     )
     if follow_feed is None and producer is None:
         follow_feed = functools.partial(

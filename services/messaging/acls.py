@@ -15,6 +15,10 @@ dispatcher     READ the request topics and ``<prefix>.retry`` in its group (READ
 results        READ ``<prefix>.results`` in its group (and without one, to wake waiting callers)
 =============  ===========================================================================
 
+A results service may serve one region or all (``inferq results --region``): ``results`` also
+READs ``<prefix>.results.*`` (the regional reply topics) in the group of such a service,
+``<group>-<region>`` or ``<group>-all`` (READ on the group prefix ``<group>-``).
+
 READ and WRITE imply DESCRIBE in Kafka, so metadata and offsets of those topics come with them.
 An idempotent producer needs no cluster ACL since Kafka 3.0 (KIP-679: WRITE on a topic suffices).
 Topics are created by an administrator (a super user), never by the services.
@@ -126,7 +130,10 @@ def service_grants(topics: TopicNames, who: ServicePrincipals) -> list[Grant]:
         Grant(dispatcher, write, topic, topics.dlq),
         Grant(dispatcher, read, group, who.dispatcher_group),
         Grant(results, read, topic, topics.results),
+        Grant(results, read, topic, f"{topics.results}.", prefixed=True),
         Grant(results, read, group, who.results_group),
+        # The groups of regional results services: <group>-eu, <group>-all (results settings).
+        Grant(results, read, group, f"{who.results_group}-", prefixed=True),
     ]
 
 

@@ -40,19 +40,30 @@ from services.tenancy.registry import TenantRegistry
 log = logging.getLogger("inferq.results")
 
 
+# With `--region all`, how soon a regional reply topic created later is found and consumed.
+PATTERN_METADATA_MAX_AGE_MS = 30_000
+
+
 def kafka_result_feed(settings: ResultsSettings) -> ResultFeed:
-    """The aiokafka consumer of the reply topic; call it inside the running loop (aiokafka binds to it)."""
-    feed: ResultFeed = AIOKafkaConsumer(
-        settings.kafka.topics.results,
+    """The aiokafka consumer of the reply topics the settings' region names (the results topic, a
+    region's, or all of them by pattern); call it inside the running loop (aiokafka binds to it)."""
+    by_pattern = settings.all_regions
+    consumer = AIOKafkaConsumer(
+        *([] if by_pattern else settings.reply_topics),
         **settings.kafka.aiokafka_config(),
-        group_id=settings.group_id,
+        group_id=settings.consumer_group,
         # Committed only after the batch is stored.
         enable_auto_commit=False,
         # Every result ever produced is owed to its caller, including those before we started.
         auto_offset_reset="earliest",
         # The broker holds a fetch that finds nothing new for at most 50 ms (aiokafka's default: 500).
         fetch_max_wait_ms=50,
+        # A pattern is matched against the topics of each metadata refresh (default every 5 min).
+        **({"metadata_max_age_ms": PATTERN_METADATA_MAX_AGE_MS} if by_pattern else {}),
     )
+    if by_pattern:
+        consumer.subscribe(pattern=settings.kafka.topics.results_pattern)
+    feed: ResultFeed = consumer
     return feed
 
 
@@ -73,7 +84,7 @@ async def serve_parts(
     reverse order."""
     async with AsyncExitStack() as started:
         if check_topics:
-            await asyncio.to_thread(require_topics, settings.kafka, [settings.kafka.topics.results])
+            await asyncio.to_thread(require_topics, settings.kafka, settings.reply_topics)
         await store.open()
         started.push_async_callback(store.close)
         await consumer.start()
@@ -87,7 +98,9 @@ async def serve_parts(
         started.push_async_callback(tenants.stop)
         log.info(
             "results ready, consuming %s into %s; kept %g s, at most %d; %s",
-            settings.kafka.topics.results,
+            settings.kafka.topics.results_pattern
+            if settings.all_regions
+            else ", ".join(settings.reply_topics),
             store.path,
             settings.retention_s,
             settings.max_results,

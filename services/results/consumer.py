@@ -3,6 +3,10 @@
 aiokafka is the consumer here: this service is one event loop that both serves HTTP and consumes,
 its volume is modest, and an async consumer needs no thread hand-off. Offsets are committed after
 the batch is in SQLite, so a crash redoes a batch (duplicates are dropped by (tenant, request_id)).
+
+A streamed answer's chunks share the reply topic with the results (header ``inferq-kind: chunk``,
+`services.messaging.records.is_chunk`); they are not results and are passed over, neither stored
+nor counted as poison.
 """
 
 from __future__ import annotations
