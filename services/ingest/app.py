@@ -66,7 +66,6 @@ from services.ingest.tenants import TenantGate
 from services.messaging.admin import require_topics
 from services.messaging.codec import request_codec
 from services.messaging.producer import AsyncProducer
-from services.messaging.reply_topics import is_allowed_reply_topic, reply_topic_rule
 from services.messaging.tiers import TierPolicy
 from services.telemetry import meter, metrics_endpoint
 from services.tenancy.rate import RateLimiter
@@ -122,12 +121,9 @@ def build_parts(
     tenants file is read now: `TenantsFileError` when it cannot be used. `rate_clock_s` is the
     tenants' rate limiter's clock (monotonic seconds); `metrics_meter` replaces the global meter
     (tests read the counters back). `follow_feed` makes the reply topic's follower (default: a
-    `KafkaReplyFeed` of `settings.reply_topic`, or none when `producer` is injected); `hub` the
-    waiters' hub (tests count its waiters). `ValueError` for a reply topic that is not one."""
+    `KafkaReplyFeed` of `settings.default_reply_topic`, or none when `producer` is injected); `hub`
+    the waiters' hub (tests count its waiters)."""
     topics = settings.kafka.topics
-    reply_topic = settings.reply_topic or topics.results
-    if not is_allowed_reply_topic(reply_topic, topics):
-        raise ValueError(f"INFERQ_INGEST_REPLY_TOPIC {reply_topic_rule(topics)}")
     tenants = TenantRegistry(
         settings.tenants.file, topics=topics, reload_interval_s=settings.tenants.reload_interval_s
     )
@@ -181,7 +177,7 @@ def build_parts(
     )
     if follow_feed is None and producer is None:
         follow_feed = functools.partial(
-            KafkaReplyFeed, settings.kafka, reply_topic, client_id="inferq-ingest"
+            KafkaReplyFeed, settings.kafka, settings.default_reply_topic, client_id="inferq-ingest"
         )
     # No history of streams: a completion's waiter exists before its request is produced.
     hub = hub or WaiterHub(max_waiters=settings.max_waiters, history_max_bytes=0)
@@ -205,7 +201,6 @@ def build_parts(
         limits=ChatLimits(
             models=frozenset(settings.chat_models),
             default_scenario=settings.chat_default_scenario,
-            reply_to=None if reply_topic == topics.results else reply_topic,
             max_wait_s=settings.chat_max_wait_s,
             grace_s=settings.chat_grace_s,
             stream_idle_s=settings.chat_stream_idle_s,
@@ -237,7 +232,7 @@ async def serve_parts(
     settings = parts.settings
     async with AsyncExitStack() as started:
         if check_topics:
-            followed = [settings.reply_topic or settings.kafka.topics.results]
+            followed = [settings.default_reply_topic]
             await asyncio.to_thread(
                 require_topics, settings.kafka, settings.kafka.topics.all_requests + followed
             )

@@ -54,9 +54,8 @@ class IngestSettings(BaseSettings):
         default=None, validation_alias=AliasChoices("INFERQ_REGION", "INFERQ_INGEST_REGION", "region")
     )
 
-    # The OpenAI-compatible endpoint (services/ingest/chat/). The reply topic ingest follows for the
-    # outcomes of chat completions, and names as their reply_to: by default the default one.
-    reply_topic: str | None = Field(default=None, min_length=1, max_length=249)
+    # The OpenAI-compatible endpoint (services/ingest/chat/); its outcomes are read from this
+    # ingest's reply topic (`default_reply_topic`: its region's, else the results topic).
     # The models `model` may name besides "inferq" (the tier's model), listed by GET /v1/models.
     chat_models: list[str] = Field(
         default_factory=lambda: ["inferq-fast", "inferq-accurate", "inferq-cheap"], max_length=1_000

@@ -155,8 +155,13 @@ def create_app(
         stored=hub.publish_result,
     )
     if follow_feed is None and feed is None:
+        # The same reply topics as the store's consumer: the region's, or all of them by pattern.
         follow_feed = functools.partial(
-            KafkaReplyFeed, settings.kafka, settings.kafka.topics.results, client_id="inferq-results-follower"
+            KafkaReplyFeed,
+            settings.kafka,
+            settings.reply_topics,
+            client_id="inferq-results-follower",
+            pattern=settings.kafka.topics.results_pattern if settings.all_regions else None,
         )
     # A test that injects only the results feed gets no follower: stored results wake the waiters.
     follower = ReplyFollower(follow_feed, hub) if follow_feed is not None else None

@@ -176,11 +176,10 @@ def parse_chat_call(
     models: frozenset[str],
     default_scenario: str,
     request_id: str,
-    reply_to: str | None = None,
 ) -> ChatCall:
-    """The `ChatCall` of a body and its headers, queued as `request_id` with its outcome to
-    `reply_to` (None: the default reply topic); `ChatBodyError` (400), `ModelNotFoundError` (404),
-    `MalformedBodyError` (400) for what is not JSON within the bounds."""
+    """The `ChatCall` of a body and its headers, queued as `request_id` (its outcome goes to the
+    ingest's default reply topic, the one it follows); `ChatBodyError` (400), `ModelNotFoundError`
+    (404), `MalformedBodyError` (400) for what is not JSON within the bounds."""
     try:
         data = guard.loads(raw)
     except JsonRefusedError as exc:
@@ -199,9 +198,6 @@ def parse_chat_call(
         "scenario": _choice(headers, body.metadata, HEADER_SCENARIO, META_SCENARIO, "scenario", sources)
         or default_scenario,
     }
-    if reply_to is not None:
-        # The reply topic this ingest follows (a regional one), not the caller's choice.
-        fields["reply_to"] = reply_to
     priority = _choice(headers, body.metadata, HEADER_PRIORITY, META_PRIORITY, "priority", sources)
     if priority is not None:
         fields["priority"] = priority.upper() if priority.isascii() else priority

@@ -61,8 +61,6 @@ class ChatLimits:
 
     models: frozenset[str]
     default_scenario: str = "realtime_chat"
-    # The reply topic ingest follows, when it is not the default one.
-    reply_to: str | None = None
     # A connection waits at most this long for its outcome.
     max_wait_s: float = 300.0
     # After the request's deadline, how long the dispatcher's EXPIRED is still awaited.
@@ -124,7 +122,6 @@ class ChatCompletionsEndpoint:
                 models=self._limits.models,
                 default_scenario=self._limits.default_scenario,
                 request_id=request_id,
-                reply_to=self._limits.reply_to,
             )
             calls.append(call)
             return call
