@@ -132,6 +132,8 @@ def test_the_sdk_streams_and_the_text_is_the_outcome(pipeline: Pipeline) -> None
                 finish.append(choice.finish_reason)
     assert finish[-1] == "stop"
     assert request_id is not None
+    # The dispatcher streamed: the text came in pieces (the role chunk and the end carry none).
+    assert len([p for p in pieces if p]) > 1, pieces
     outcome = stored(pipeline, request_id, ACME)
     assert outcome.status_code == 200
     assert "".join(pieces) == outcome.json()["output"] != ""
@@ -207,3 +209,25 @@ def test_events_carry_the_outcome_as_sse(pipeline: Pipeline) -> None:
     assert events[-1][1]["request_id"] == request_id
     assert events[-1][1]["tier"] == "MEDIUM"
     assert all(name == "chunk" for name, _ in events[:-1])
+
+
+def test_events_relay_a_streamed_requests_chunks_in_order_then_its_result(pipeline: Pipeline) -> None:
+    request_id = f"streamed-{uuid.uuid4().hex}"
+    events: list[tuple[str, Any]] = []
+    # Listening before the request exists: every piece is seen live.
+    with httpx.stream(
+        "GET", f"{pipeline.results_url}/v1/requests/{request_id}/events", headers=ACME.headers(), timeout=60
+    ) as response:
+        assert response.status_code == 200
+        assert submit(pipeline, scenario="emotion_analysis", stream=True, request_id=request_id) == request_id
+        name = "message"
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                events.append((name, json.loads(line[6:])))
+    chunks = [data for name, data in events if name == "chunk"]
+    assert len(chunks) > 1, "a streamed request's pieces are relayed as they come"
+    assert [c["seq"] for c in chunks] == list(range(len(chunks)))
+    assert events[-1][0] == "result"
+    assert "".join(c["delta"] for c in chunks) == events[-1][1]["output"]
