@@ -231,3 +231,26 @@ def test_events_relay_a_streamed_requests_chunks_in_order_then_its_result(pipeli
     assert [c["seq"] for c in chunks] == list(range(len(chunks)))
     assert events[-1][0] == "result"
     assert "".join(c["delta"] for c in chunks) == events[-1][1]["output"]
+
+
+def test_a_backend_that_drops_the_stream_is_an_error_event_and_a_failed_outcome(pipeline: Pipeline) -> None:
+    faults = f"{pipeline.backend_url}/admin/faults"
+    assert httpx.post(faults, json={"stream_drop_rate": 1.0}, timeout=5).status_code == 200
+    client = sdk(pipeline)
+    pieces: list[str] = []
+    try:
+        stream = client.chat.completions.create(
+            model="inferq",
+            messages=HI,
+            stream=True,
+            extra_headers={"X-Inferq-Scenario": "emotion_analysis", "X-Inferq-Deadline-Ms": "30000"},
+        )
+        request_id = stream.response.headers["x-inferq-request-id"]
+        with pytest.raises(openai.APIError) as raised:
+            for chunk in stream:
+                pieces.extend(c.delta.content or "" for c in chunk.choices)
+    finally:
+        httpx.post(faults, json={"stream_drop_rate": 0.0}, timeout=5)
+        client.close()
+    assert raised.value.body["code"] == "backend_failed"  # type: ignore[index]
+    assert stored(pipeline, request_id, ACME).json()["status"] == "FAILED"
