@@ -11,7 +11,9 @@ only the waiters of that key. Bounds:
 - chunks of streams still in progress are kept for callers who join late (the results service's
   event stream opened after the request started), up to `history_max_bytes` of deltas over at most
   `history_max_streams` streams, the oldest stream forgotten first; a stream's history is dropped
-  when its result arrives (the result carries the whole output).
+  when its result arrives (the result carries the whole output);
+- the last results read are kept too, up to `recent_max_bytes` (outputs and errors), so a caller who
+  registers a moment after its result went by (before the store has it) is answered at once.
 
 `ChunkOrder` tells a caller which chunks are new, repeated or the start of a restarted answer.
 """
@@ -33,6 +35,7 @@ DEFAULT_MAX_WAITERS = 10_000
 DEFAULT_MAX_PENDING_CHUNKS = 4_096
 DEFAULT_HISTORY_MAX_BYTES = 8 * 1024 * 1024
 DEFAULT_HISTORY_MAX_STREAMS = 1_024
+DEFAULT_RECENT_MAX_BYTES = 4 * 1024 * 1024
 
 
 class HubFullError(Exception):
@@ -127,6 +130,7 @@ class WaiterHub:
         max_pending_chunks: int = DEFAULT_MAX_PENDING_CHUNKS,
         history_max_bytes: int = DEFAULT_HISTORY_MAX_BYTES,
         history_max_streams: int = DEFAULT_HISTORY_MAX_STREAMS,
+        recent_max_bytes: int = DEFAULT_RECENT_MAX_BYTES,
     ) -> None:
         if max_waiters < 1 or max_pending_chunks < 1 or history_max_bytes < 0 or history_max_streams < 0:
             raise ValueError("hub bounds must be positive (the history's may be 0: no history)")
@@ -138,6 +142,9 @@ class WaiterHub:
         self._count = 0
         self._history: OrderedDict[Key, _History] = OrderedDict()
         self._history_bytes = 0
+        self._recent_max_bytes = max(recent_max_bytes, 0)
+        self._recent: OrderedDict[Key, tuple[InferenceResult, int]] = OrderedDict()
+        self._recent_bytes = 0
 
     @property
     def waiters(self) -> int:
@@ -163,6 +170,9 @@ class WaiterHub:
         if chunks and replay and key in self._history:
             for chunk in self._history[key].chunks:
                 waiter._push_chunk(chunk)
+        recent = self._recent.get(key)
+        if recent is not None:
+            waiter._push_result(recent[0])
         self._waiters.setdefault(key, set()).add(waiter)
         self._count += 1
         try:
@@ -189,8 +199,21 @@ class WaiterHub:
         history = self._history.pop(key, None)
         if history is not None:
             self._history_bytes -= history.size_bytes
+        self._keep_recent(key, result)
         for waiter in self._waiters.get(key, ()):
             waiter._push_result(result)
+
+    def _keep_recent(self, key: Key, result: InferenceResult) -> None:
+        if key in self._recent:
+            return  # the first result wins
+        size = len((result.output or "").encode("utf-8", "replace")) + len(result.error or "") + 256
+        if size > self._recent_max_bytes:
+            return
+        self._recent[key] = (result, size)
+        self._recent_bytes += size
+        while self._recent_bytes > self._recent_max_bytes:
+            _, (_, oldest) = self._recent.popitem(last=False)
+            self._recent_bytes -= oldest
 
     def _remember(self, key: Key, chunk: InferenceChunk) -> None:
         if self._history_max_streams == 0 or self._history_max_bytes == 0:

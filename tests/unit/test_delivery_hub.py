@@ -168,3 +168,19 @@ def test_chunk_tracker_tells_new_repeated_and_restarted_chunks() -> None:
     assert tracker.accept(a_chunk(seq=1, dispatcher_id="d2")) is ChunkOrder.NEW
     assert tracker.accept(a_chunk(seq=0, dispatcher_id="d2", attempt=2)) is ChunkOrder.RESTART
     assert tracker.accept(a_chunk(seq=0, dispatcher_id="d2", attempt=2)) is ChunkOrder.RESTART
+
+
+@in_loop
+async def test_a_caller_just_after_its_result_went_by_is_answered_at_once_within_a_bound() -> None:
+    hub = WaiterHub(recent_max_bytes=4_000)
+    hub.publish_result(a_result("gone-by", output="early"))
+    with hub.waiting("acme", "gone-by", chunks=False) as late, hub.waiting("beta", "gone-by") as other:
+        result = await late.result(0)
+        assert result is not None and result.output == "early"
+        assert await other.result(0.01) is None  # another tenant's id stays unknown
+    for n in range(50):
+        hub.publish_result(a_result(f"r{n}", output="x" * 500))
+    with hub.waiting("acme", "gone-by") as forgotten:
+        assert await forgotten.result(0.01) is None  # the oldest went first: memory stays bounded
+    with hub.waiting("acme", "r49") as latest:
+        assert await latest.result(0) is not None
