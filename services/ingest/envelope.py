@@ -121,6 +121,7 @@ def build_envelope(
         messages=tuple(ChatMessage(m.role, m.content) for m in body.messages),
         params=_encoded_params(body),
         callback_url=body.callback_url,
+        stream=body.stream,
     )
     return Envelope(topic=topics.requests(tier), request=request)
 

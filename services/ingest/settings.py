@@ -57,6 +57,23 @@ class IngestSettings(BaseSettings):
         default=None, validation_alias=AliasChoices("INFERQ_REGION", "INFERQ_INGEST_REGION", "region")
     )
 
+    # The OpenAI-compatible endpoint (services/ingest/chat/); its outcomes are read from this
+    # ingest's reply topic (`default_reply_topic`: its region's, else the results topic).
+    # The models `model` may name besides "inferq" (the tier's model), listed by GET /v1/models.
+    chat_models: list[str] = Field(
+        default_factory=lambda: ["inferq-fast", "inferq-accurate", "inferq-cheap"], max_length=1_000
+    )
+    # The scenario of a completion that names none (X-Inferq-Scenario, metadata.inferq_scenario).
+    chat_default_scenario: str = Field(default="realtime_chat", min_length=1, max_length=64)
+    # A completion's connection waits at most this long for its outcome (then 504, still queued).
+    chat_max_wait_s: float = Field(default=300.0, gt=0, le=3_600)
+    # Past the request's deadline, the dispatcher's EXPIRED is awaited this much longer.
+    chat_grace_s: float = Field(default=5.0, ge=0, le=300)
+    # A stream whose chunks stop this long (a dispatcher died mid-answer) ends with an error event.
+    chat_stream_idle_s: float = Field(default=30.0, gt=0, le=3_600)
+    # Callers waiting for outcomes at once; past it 503 with Retry-After.
+    max_waiters: int = Field(default=10_000, ge=1, le=1_000_000)
+
     # Admission (services/ingest/admission.py): refuse with 429 when a tier's backlog is at capacity.
     admission_enabled: bool = True
     # The group whose lag is the backlog: the dispatchers' INFERQ_GROUP_ID unless set for ingest.

@@ -141,6 +141,8 @@ class SubmitRequest(BaseModel):
     # Where the outcome is POSTed, signed (services/webhooks: https, an allowed host, a public
     # address); the form here, the rules in services.ingest.callbacks.
     callback_url: str | None = Field(default=None, strict=True, min_length=1, max_length=MAX_URL_CHARS)
+    # The answer's pieces go to the reply topic as they come (the results service's /events relays them).
+    stream: bool = Field(default=False, strict=True)
 
 
 def deadline_conflict(body: SubmitRequest) -> list[dict[str, str]]:

@@ -6,12 +6,14 @@ creating an ACL that exists is a no-op). ``inferq acls apply`` runs both.
 
 =============  ===========================================================================
 ingest         WRITE the request topics (``<prefix>.requests.*``); DESCRIBE the dispatcher
-               group, whose committed offsets are the backlog admission weighs
+               group, whose committed offsets are the backlog admission weighs; READ the reply
+               topics (``<prefix>.results`` and ``<prefix>.results.*``), followed without a group
+               for the outcomes of chat completions
 dispatcher     READ the request topics and ``<prefix>.retry`` in its group (READ on the group);
                WRITE ``<prefix>.results`` and ``<prefix>.results.*`` (regional reply topics, a
                ``reply_to``), ``<prefix>.retry`` and ``<prefix>.dlq``
-results        READ ``<prefix>.results`` in its group; WRITE ``<prefix>.dlq`` (webhooks that could
-               not be delivered)
+results        READ ``<prefix>.results`` in its group (and without one, to wake waiting callers);
+               WRITE ``<prefix>.dlq`` (webhooks that could not be delivered)
 =============  ===========================================================================
 
 A results service may serve one region or all (``inferq results --region``): ``results`` also
@@ -117,6 +119,9 @@ def service_grants(topics: TopicNames, who: ServicePrincipals) -> list[Grant]:
     return [
         Grant(ingest, write, topic, requests, prefixed=True),
         Grant(ingest, describe, group, who.dispatcher_group),
+        # The outcomes of chat completions, followed with no group (so no group ACL).
+        Grant(ingest, read, topic, topics.results),
+        Grant(ingest, read, topic, f"{topics.results}.", prefixed=True),
         Grant(dispatcher, read, topic, requests, prefixed=True),
         Grant(dispatcher, read, topic, topics.retry),
         Grant(dispatcher, write, topic, topics.retry),

@@ -17,7 +17,9 @@ from services.tracing import setup_tracing, traced_asgi
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("results", help="results service: reply topic → GET /v1/requests/{id}")
+    parser = subparsers.add_parser(
+        "results", help="results service: reply topic → GET /v1/requests/{id} (?wait= long poll, /events SSE)"
+    )
     parser.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default 8701)")
     parser.add_argument(

@@ -112,6 +112,9 @@ class ResultConsumer:
     running loop). `ready` is set once the feed has started. A Kafka error pauses a second and
     consumption goes on: results are owed to their callers. Any other error ends the task: it is
     logged, and `failed` turns true (``/healthz`` answers 503). Start and stop are idempotent.
+    Chunks of streamed answers on the same topic are not results: skipped. `stored` is told of
+    each batch's results once they are in the store (the waiter hub, so a long poll that looked in
+    the store a moment before they were written is still woken).
     """
 
     def __init__(
@@ -120,8 +123,11 @@ class ResultConsumer:
         store: ResultStore,
         codec: TypedCodec[InferenceResult],
         metrics: ResultsMetrics,
+        *,
+        stored: Callable[[InferenceResult], None] | None = None,
     ) -> None:
         self._make_feed = make_feed
+        self._stored = stored
         self._store = store
         self._codec = codec
         self._metrics = metrics
@@ -197,6 +203,9 @@ class ResultConsumer:
         for span, request_id in spans:
             tracing.end_process(span, message_id=request_id)
         self._metrics.batch_stored(stored, duplicates)
+        if self._stored is not None:
+            for result in decoded:
+                self._stored(result)
         await feed.commit()
         self._metrics.delivered(decoded, time.time_ns() // 1_000_000)
 

@@ -58,6 +58,14 @@ class ResultsSettings(BaseSettings):
     max_results: int = Field(default=1_000_000, ge=1)
     # How often expired results are deleted.
     purge_interval_s: float = Field(default=60.0, gt=0, le=3_600)
+    # The largest ?wait= of a long poll (seconds); a larger one is refused (422).
+    max_wait_s: int = Field(default=60, ge=1, le=600)
+    # An event stream ends (event: timeout) after this long without the outcome; the client reconnects.
+    events_max_s: float = Field(default=300.0, gt=0, le=3_600)
+    # A comment line on a quiet event stream this often: proxies keep it open, a gone client is noticed.
+    events_keepalive_s: float = Field(default=15.0, gt=0, le=300)
+    # Callers waiting at once (long polls and event streams); past it 503 with Retry-After.
+    max_waiters: int = Field(default=10_000, ge=1, le=1_000_000)
 
     @field_validator("region")
     @classmethod

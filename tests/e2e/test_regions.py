@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import httpx
+import openai
 import pytest
 
 from services.messaging.admin import create_topics
@@ -140,3 +141,31 @@ def test_topics_list_shows_the_regional_topics(regions: Regions, kafka_bootstrap
     for region in ("eu", "us"):
         (line,) = [line for line in lines if line.startswith(f"{regions.prefix}.results.{region} ")]
         assert "present" in line and f"results of region {region}" in line
+
+
+def test_a_regional_ingests_chat_completions_wait_on_its_regions_reply_topic(
+    regions: Regions, kafka_bootstrap: str
+) -> None:
+    answers = {}
+    for region in ("eu", "us"):
+        client = openai.OpenAI(
+            base_url=f"{regions.urls[f'ingest-{region}']}/v1", api_key="open", max_retries=0
+        )
+        answers[region] = client.chat.completions.create(
+            model="inferq", messages=[{"role": "user", "content": f"hello from {region}"}]
+        )
+        client.close()
+        assert answers[region].choices[0].message.content == f"sim reply to: hello from {region}"
+    # The eu answer went to eu's topic (its ingest followed it), the us one to us's, and the
+    # results service of all regions can read each with a long poll.
+    for region, answer in answers.items():
+        stored = httpx.get(
+            f"{regions.urls['results-all']}/v1/requests/{answer.id}", params={"wait": 30}, timeout=40
+        )
+        assert stored.status_code == 200
+        assert stored.json()["output"] == answer.choices[0].message.content
+        keys = {
+            m.key().decode()
+            for m in read_all(kafka_bootstrap, f"{regions.prefix}.results.{region}", expect=10, timeout_s=5)
+        }
+        assert answer.id in keys

@@ -24,10 +24,12 @@ def grants_of(principal: str) -> set[tuple[str, str, str, bool]]:
     }
 
 
-def test_ingest_writes_requests_and_reads_the_dispatchers_progress_only() -> None:
+def test_ingest_writes_requests_and_reads_the_dispatchers_progress_and_the_reply_topics_only() -> None:
     assert grants_of("ingest") == {
         ("WRITE", "TOPIC", "p.requests.", True),
         ("DESCRIBE", "GROUP", "p-dispatcher", False),
+        ("READ", "TOPIC", "p.results", False),
+        ("READ", "TOPIC", "p.results.", True),
     }
 
 

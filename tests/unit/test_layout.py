@@ -16,6 +16,7 @@ PRODUCT = (
     "messaging",
     "tenancy",
     "webhooks",
+    "delivery",
     "telemetry",
     "tracing",
     "serving",

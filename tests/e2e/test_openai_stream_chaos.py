@@ -1,0 +1,121 @@
+"""The openai SDK streaming through inferq while the dispatcher serving it is SIGKILLed: the services
+as processes on the real broker. The caller never hangs: each stream either ends with the complete
+answer (the redo continued what was sent: with the simulated backend, which answers a prompt the
+same way twice, that is what happens) or with an error event the SDK raises (the unit tests cover a
+redo that diverges); the outcome is stored, OK."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from services.messaging.admin import create_topics
+from services.messaging.kafka_config import KafkaSettings
+from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from tests.support.inprocess import free_port
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+STREAMS = 3
+
+
+@pytest.fixture
+def stack(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Pipeline]:
+    prefix = f"ochaos{uuid.uuid4().hex[:10]}"
+    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
+    pipeline = Pipeline(
+        bootstrap=kafka_bootstrap,
+        work_dir=tmp_path,
+        ports=PipelinePorts(
+            ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
+        ),
+        topic_prefix=prefix,
+        # At speed 1 an analysis takes 2.8 s: its tokens come about a quarter of a second apart.
+        backend_args=["--speed", "1"],
+        extra_env={
+            "INFERQ_SCHEDULE_PIN": "normal",
+            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_STREAM_CHUNK_TOKENS": "1",
+            "INFERQ_STREAM_CHUNK_LINGER_MS": "0",
+            # Longer than the takeover (the group notices the dead member, a new one is assigned).
+            "INFERQ_INGEST_CHAT_STREAM_IDLE_S": "120",
+        },
+    )
+    try:
+        pipeline.start()
+        yield pipeline
+    finally:
+        pipeline.stop()
+
+
+def stream_into(url: str, n: int, events: queue.Queue[tuple[int, str, Any]]) -> None:
+    """One SDK stream; every piece, the end or the error goes to `events` as (n, kind, value)."""
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="open-mode", max_retries=0, timeout=180)
+    try:
+        stream = client.chat.completions.create(
+            model="inferq",
+            messages=[{"role": "user", "content": f"tell me a long story number {n}"}],
+            stream=True,
+            extra_headers={"X-Inferq-Scenario": "emotion_analysis", "X-Inferq-Deadline-Ms": "120000"},
+        )
+        for chunk in stream:
+            for choice in chunk.choices:
+                if choice.delta.content:
+                    events.put((n, "text", (chunk.id, choice.delta.content)))
+        events.put((n, "end", None))
+    except openai.APIError as exc:
+        events.put((n, "error", exc.body))
+    finally:
+        client.close()
+
+
+def test_sdk_streams_survive_a_dispatcher_killed_mid_stream_without_hanging(stack: Pipeline) -> None:
+    events: queue.Queue[tuple[int, str, Any]] = queue.Queue()
+    threads = [
+        threading.Thread(target=stream_into, args=(stack.ingest_url, n, events), daemon=True)
+        for n in range(STREAMS)
+    ]
+    for thread in threads:
+        thread.start()
+    text: dict[int, str] = {n: "" for n in range(STREAMS)}
+    ids: dict[int, str] = {}
+    ended: dict[int, tuple[str, Any]] = {}
+    deadline = time.monotonic() + 60
+    # Every stream under way (some text received), none finished: then the dispatcher dies.
+    while len(ids) < STREAMS:
+        n, kind, value = events.get(timeout=max(0.1, deadline - time.monotonic()))
+        assert kind == "text", (n, kind, value)
+        ids[n] = value[0]
+        text[n] += value[1]
+    stack.dispatchers[0].kill()
+    stack.add_dispatcher()
+    stack.wait_dispatcher_assigned(1, 60)
+    deadline = time.monotonic() + 150
+    while len(ended) < STREAMS:
+        n, kind, value = events.get(timeout=max(0.1, deadline - time.monotonic()))
+        if kind == "text":
+            text[n] += value[1]
+        else:
+            ended[n] = (kind, value)
+    for thread in threads:
+        thread.join(10)
+    for n in range(STREAMS):
+        stored = httpx.get(f"{stack.results_url}/v1/requests/{ids[n]}", params={"wait": 30}, timeout=40)
+        assert stored.status_code == 200
+        outcome = stored.json()
+        assert outcome["status"] == "OK"
+        kind, value = ended[n]
+        if kind == "end":
+            assert text[n] == outcome["output"], "a stream that ended normally carries the whole answer"
+        else:
+            assert value["code"] == "stream_restarted", value
+            assert outcome["output"].startswith(text[n]) is False
