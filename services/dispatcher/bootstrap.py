@@ -240,6 +240,7 @@ def bootstrap(
         backend_timeout_s=settings.backend_timeout_s,
         token_freed=wake,
         call_ended=next_start.ended,
+        linger=inflight.linger,
     )
     intake = Intake(
         consumer=consumer,
