@@ -55,6 +55,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.budget < 1 or self.readahead_per_tier < 1 or self.housekeeping_interval_ms < 1:
             raise ValueError("budget, readahead_per_tier and housekeeping_interval_ms must be at least 1")
+        if self.tenant_headroom_slots < 0 or self.tenant_active_window_ms < 0:
+            raise ValueError("tenant_headroom_slots and tenant_active_window_ms must not be negative")
         if self.promotion_age_ms <= 0 or self.jitter < 0:
             raise ValueError("promotion_age_ms must be positive and jitter not negative")
 
