@@ -47,6 +47,7 @@ from services.dispatcher.settings import (
 )
 from services.dispatcher.starting import Starter
 from services.dispatcher.tenant_gate import TenantGate
+from services.dispatcher.tenant_headroom import TenantHeadroom
 from services.dispatcher.tenant_limits import RegistryLimits
 from services.dispatcher.tokens import LocalTokenPool, TokenPool
 from services.dispatcher.waiting import WaitingRoom
@@ -205,6 +206,11 @@ def bootstrap(
         if settings.early_drop
         else None,
         tenants=limits,
+        headroom=TenantHeadroom(
+            slots=settings.tenant_headroom_slots,
+            window_ms=int(settings.tenant_active_window_s * 1000),
+            weight_of=limits.weight,
+        ),
     )
     offsets = OffsetTracker()
     inflight = InFlight()
@@ -249,6 +255,7 @@ def bootstrap(
         backend_timeout_s=settings.backend_timeout_s,
         token_freed=wake,
         call_ended=next_start.ended,
+        linger=inflight.linger,
     )
     intake = Intake(
         consumer=consumer,

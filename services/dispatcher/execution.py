@@ -1,10 +1,18 @@
 """Execution: one started request from its token to its durable outcome.
 
-The backend call is bounded by the smaller of `backend_timeout_s` and the request's remaining
-deadline. The token comes back the moment the call ends, however it ends (it is the backend's
-concurrency, not the outcome's), and the starter is woken for it. Then the adaptive budget hears
-how the call went, and the outcome is written: OK, or what the retry policy decides for a failure
-(a retry on the retry topic, EXPIRED, or a dead letter and FAILED).
+The backend call is bounded by `backend_timeout_s`; the request waits for it no longer than its
+remaining deadline. The token is the backend's concurrency, not the outcome's: it comes back when
+the backend call ends, however it ends, and the starter is woken for it. Then the adaptive budget
+hears how the call went, and the outcome is written: OK, or what the retry policy decides for a
+failure (a retry on the retry topic, EXPIRED, or a dead letter and FAILED).
+
+When the request's deadline cuts the wait, its outcome is written at once as for a timeout, but the
+call is not dropped: an HTTP server (the simulated backend, a real LLM API) goes on working on a call
+whose client went away, so releasing its token then would let the next start be one call more than
+the backend allows (a 429, and the adaptive budget cut for it). The call goes on in a lingering task
+(`linger`, ``inflight.py``), its answer discarded, and its token comes back when it ends or when
+`backend_timeout_s` has passed since it started, whichever is first; shutdown cancels it at the end
+of the drain, and the token comes back then.
 
 A request with `stream` set is called with streaming on; its tokens go to the reply topic as chunks
 (``streaming.py``) before its result. Once a chunk is out, a failure is terminal (FAILED, "failed
@@ -14,8 +22,9 @@ mid-stream after N chunks"), never retried: a caller must not see the same token
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 
 from services import tracing
 from services.dispatcher.adaptive import AdaptiveBudget, warn_on_change
@@ -48,6 +57,7 @@ class Execution:
         token_freed: asyncio.Event,
         call_ended: Callable[[Work], None] = lambda _: None,
         monotonic: Callable[[], float] = time.monotonic,
+        linger: Callable[[Coroutine[object, object, None], str], None] | None = None,
     ) -> None:
         self._backend = backend
         self._pool = pool
@@ -63,6 +73,8 @@ class Execution:
         # The tenant's concurrency cap counts the call until its token is back (`NextStart.ended`).
         self._call_ended = call_ended
         self._monotonic = monotonic
+        # Where a call the deadline cut goes on until the backend ends it (``inflight.py``).
+        self._linger = linger or _own_task
 
     async def call(self, work: Work, lease: Lease) -> None:
         dispatched_at = self._clock_ms()
@@ -78,21 +90,26 @@ class Execution:
         )
         model = self._models.model_for(work)
         remaining_s = (work.expire_at_ms - dispatched_at) / 1000
-        timeout_s = max(0.001, min(self._backend_timeout_s, remaining_s))
         # A timeout the request's own deadline imposed says the request ran out of time, not that
         # the backend is overloaded: it must not cut the budget.
         deadline_bound = remaining_s < self._backend_timeout_s
         stream = self._chunk_stream(work, model) if work.request.stream else None
         started = self._monotonic()
         failure: BackendError | None = None
+        cut = _Cut()
+        backend_call = asyncio.create_task(
+            self._complete(work, model, self._backend_timeout_s, stream, cut), name="backend-call"
+        )
         try:
-            completion = await self._complete(work, model, timeout_s, stream)
+            completion = await self._within(backend_call, remaining_s, cut)
         except BackendError as exc:
             failure = exc
         finally:
-            self._call_ended(work)
-            await self._pool.release(lease)
-            self._token_freed.set()
+            if backend_call.done():
+                await self._call_over(work, lease)
+            else:
+                # The deadline cut it (or shutdown cancelled this task): the backend still runs it.
+                self._linger(self._lingering(backend_call, work, lease, started), "abandoned-call")
         self._metrics.record_backend_call(
             work.tier, failure, self._monotonic() - started, work.request.tenant
         )
@@ -111,18 +128,60 @@ class Execution:
             warn_on_change(self._adaptive, before)
         await self._writer.ok(work, completion, dispatched_at)
 
-    async def _complete(
-        self, work: Work, model: str, timeout_s: float, stream: ChunkStream | None
+    async def _within(
+        self, backend_call: asyncio.Task[Completion], remaining_s: float, cut: _Cut
     ) -> Completion:
-        """The backend call: streamed into `stream` (its flusher running meanwhile) when there is one."""
+        """The call's answer if it comes within the request's remaining time; a timeout otherwise."""
+        try:
+            done, _ = await asyncio.wait({backend_call}, timeout=max(0.001, remaining_s))
+        except asyncio.CancelledError:
+            backend_call.cancel()  # shutdown past the drain bound: the call goes too (and its token)
+            with contextlib.suppress(BaseException):
+                await backend_call
+            raise
+        if not done:
+            cut.cut = True  # tokens still coming are not the request's any more
+            seconds = min(self._backend_timeout_s, max(0.001, remaining_s))
+            raise BackendError(f"backend timed out after {seconds:.1f} s", retriable=True, timed_out=True)
+        return backend_call.result()
+
+    async def _lingering(
+        self, backend_call: asyncio.Task[Completion], work: Work, lease: Lease, started: float
+    ) -> None:
+        """Hold `lease` while the backend still runs the call, bounded by `backend_timeout_s`."""
+        try:
+            left_s = self._backend_timeout_s - (self._monotonic() - started)
+            await asyncio.wait({backend_call}, timeout=max(0.0, left_s))
+        finally:
+            if not backend_call.done():
+                backend_call.cancel()
+            with contextlib.suppress(BaseException):
+                await backend_call  # its answer (or failure) is nobody's any more
+            await self._call_over(work, lease)
+
+    async def _call_over(self, work: Work, lease: Lease) -> None:
+        self._call_ended(work)
+        await self._pool.release(lease)
+        self._token_freed.set()
+
+    async def _complete(
+        self, work: Work, model: str, timeout_s: float, stream: ChunkStream | None, cut: _Cut
+    ) -> Completion:
+        """The backend call: streamed into `stream` (its flusher running meanwhile) when there is one;
+        once the deadline has `cut` the call, the pieces still arriving are dropped."""
         if stream is None:
             return await self._backend.complete(
                 model, work.request.openai_messages(), work.params, timeout_s=timeout_s
             )
         stream.start()
+
+        def on_delta(delta: str) -> None:
+            if not cut.cut:
+                stream.add(delta)
+
         try:
             return await self._backend.stream(
-                model, work.request.openai_messages(), work.params, timeout_s=timeout_s, on_delta=stream.add
+                model, work.request.openai_messages(), work.params, timeout_s=timeout_s, on_delta=on_delta
             )
         except asyncio.CancelledError:
             await stream.abort()  # shutdown past the drain bound: the flusher goes with the call
@@ -176,3 +235,19 @@ class Execution:
             await self._writer.expire(work, decision.reason)
         else:
             await self._writer.give_up(work, error, dispatched_at_ms, decision.reason)
+
+
+class _Cut:
+    """Set when the request's deadline has cut its wait for the backend call."""
+
+    cut = False
+
+
+_detached: set[asyncio.Task[None]] = set()
+
+
+def _own_task(coro: Coroutine[object, object, None], name: str) -> None:
+    """A lingering call without an `InFlight` to hold it (an `Execution` built alone, in tests)."""
+    task = asyncio.create_task(coro, name=name)
+    _detached.add(task)
+    task.add_done_callback(_detached.discard)

@@ -5,6 +5,11 @@ Bounded: tasks are counted per source tier (`pending`), and intake takes no more
 whose count reaches its read-ahead plus the budget (``pausing.py``), so poison, refused and expired
 records count against the same bound as requests, and outcomes that cannot be written yet (a slow
 broker) pause their tier instead of piling up here.
+
+Lingering calls (`linger`) are backend calls whose request already has its outcome (its deadline
+cut the wait, ``execution.py``) and that still hold their token until the backend ends them. They
+count against no tier and are not waited for by the drain: it cancels them when it ends, and each
+gives its token back as it unwinds.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ class InFlight:
         self._tasks: set[asyncio.Task[None]] = set()
         # Tasks per source tier; None: records of the retry topic that have no tier (poison).
         self._by_tier: Counter[Tier | None] = Counter()
+        self._lingering: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -48,6 +54,16 @@ class InFlight:
         self._by_tier[tier] += 1
         task.add_done_callback(functools.partial(self._done, tier))
 
+    def linger(self, coro: Coroutine[object, object, None], name: str) -> None:
+        """Run an abandoned backend call until it ends (it bounds itself); cancelled at drain end."""
+        task = asyncio.create_task(coro, name=name)
+        self._lingering.add(task)
+        task.add_done_callback(self._lingering.discard)
+
+    @property
+    def lingering(self) -> int:
+        return len(self._lingering)
+
     def _done(self, tier: Tier | None, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._by_tier[tier] -= 1
@@ -57,7 +73,21 @@ class InFlight:
             log.error("%s task failed; its request is left to the next owner", task.get_name(), exc_info=exc)
 
     async def drain(self, timeout_s: float) -> int:
-        """Let running work finish for up to `timeout_s`, then cancel the rest; returns how many."""
+        """Let running work finish for up to `timeout_s`, then cancel the rest and the lingering
+        calls; returns how many of the running work were cancelled."""
+        try:
+            return await self._drain_work(timeout_s)
+        finally:
+            await self._cancel_lingering()
+
+    async def _cancel_lingering(self) -> None:
+        lingering = set(self._lingering)
+        for task in lingering:
+            task.cancel()
+        if lingering:
+            await asyncio.wait(lingering, timeout=CANCEL_GRACE_S)
+
+    async def _drain_work(self, timeout_s: float) -> int:
         if not self._tasks:
             return 0
         _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)

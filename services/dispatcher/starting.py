@@ -74,7 +74,7 @@ class Starter:
                 return False
             in_use = self._pool.in_use()
             budget = self._budget.effective
-            tier = self._next.tier(in_use, budget)
+            tier = self._next.tier(in_use, budget, self._clock_ms())
             if tier is None:
                 return True
             lease = await self._pool.try_acquire(tier, total_limit=budget, tier_limit=in_use.get(tier, 0) + 1)

@@ -2,8 +2,10 @@
 
 Small by design (bounded per tier by the dispatcher's pause rule, and per tenant within a tier by
 ``readahead_shares.py``): the real backlog waits in Kafka. Within a tier, tenants are served by
-weight (``fair_queue.py``); a tenant with as many calls running as its `max_concurrency` is
-skipped in favour of the others of the tier, and its waiting work does not count as demand.
+weight (``fair_queue.py``); a tenant with as many calls running as its `max_concurrency`, or
+holding its weighted share when only the tenant headroom is free (``tenant_headroom.py``,
+`start_gate`), is skipped in favour of the others of the tier, and its waiting work does not count
+as demand.
 Two timers act on it: expiry (a request past its deadline, or with less time left than its tier's
 typical inference takes, is answered EXPIRED and never costs an LLM call) and aging (a LOW request
 older than the promotion age is scheduled as MEDIUM, first in its tenant's MEDIUM queue, so briefs
@@ -13,11 +15,12 @@ always progress).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from services.dispatcher.fair_queue import FairQueue
 from services.dispatcher.policies import Demand
+from services.dispatcher.tenant_headroom import TenantHeadroom
 from services.dispatcher.tenant_limits import EqualTenants, TenantLimits
 from services.dispatcher.work import Work
 from services.messaging.tiers import Tier
@@ -39,6 +42,7 @@ class WaitingRoom:
         promotion_age_ms: int,
         early_drop_ms: Mapping[Tier, int] | None = None,
         tenants: TenantLimits | None = None,
+        headroom: TenantHeadroom | None = None,
     ) -> None:
         self._tenants: TenantLimits = tenants or EqualTenants()
         self._queues: dict[Tier, FairQueue] = {t: FairQueue(self._tenants.weight) for t in Tier}
@@ -48,6 +52,7 @@ class WaitingRoom:
         self._held_by_tenant: Counter[tuple[Tier, str]] = Counter()
         # Backend calls running per tenant (this process's), for the tenants' concurrency caps.
         self._running: Counter[str] = Counter()
+        self._headroom = headroom
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -82,18 +87,40 @@ class WaitingRoom:
         cap = self._tenants.max_concurrency(tenant)
         return cap is None or self._running[tenant] < cap
 
+    def start_gate(self, *, free: int, budget: int, now_ms: int | None) -> Callable[[str], bool]:
+        """Which tenants may start a request now, with `free` of `budget` tokens free: below their
+        cap, and not holding their weighted share when only the tenant headroom is left."""
+        headroom = self._headroom
+        if headroom is None or headroom.slots == 0 or free > headroom.slots:
+            return self.may_start
+        busy = set(self.running_by_tenant()) | {t for (_, t), n in self._held_by_tenant.items() if n > 0}
+        active = headroom.active(now_ms, busy)
+
+        def gate(tenant: str) -> bool:
+            running = self._running[tenant]
+            return self.may_start(tenant) and headroom.allows(
+                tenant, running=running, free=free, budget=budget, active=active
+            )
+
+        return gate
+
     def add(self, work: Work) -> None:
         self._queues[work.scheduling_tier].append(work)
         self._count(work, 1)
+        if self._headroom is not None:
+            self._headroom.seen(work.request.tenant, work.created_at_ms)
 
-    def demand(self) -> Demand:
-        """Per tier, the requests that may start (their tenant below its cap) and the oldest of them."""
-        heads = {t: q.heads(self.may_start) for t, q in self._queues.items()}
+    def demand(self, may_start: Callable[[str], bool] | None = None) -> Demand:
+        """Per tier, the requests that may start (their tenant passes `may_start`, by default below
+        its cap) and the oldest of them."""
+        gate = may_start or self.may_start
+        heads = {t: q.heads(gate) for t, q in self._queues.items()}
         return Demand({t: h[0] for t, h in heads.items()}, {t: h[1] for t, h in heads.items()})
 
-    def pop(self, scheduling_tier: Tier) -> Work | None:
-        """The next request of the tier by fair share among tenants below their cap."""
-        work = self._queues[scheduling_tier].pop(self.may_start)
+    def pop(self, scheduling_tier: Tier, may_start: Callable[[str], bool] | None = None) -> Work | None:
+        """The next request of the tier by fair share among tenants that may start (`may_start`,
+        by default below their cap)."""
+        work = self._queues[scheduling_tier].pop(may_start or self.may_start)
         if work is not None:
             self._count(work, -1)
         return work

@@ -152,7 +152,10 @@ def build_parts(
     alarm = BacklogAlarm(admission, settings.backlog_alert_ratio)
     metrics = IngestMetrics(metrics_meter or meter("inferq.ingest"), backlogs, admission)
     shares = BacklogShares(
-        admission, window=settings.tenant_share_window, from_fill=settings.tenant_share_from_fill
+        admission,
+        window=settings.tenant_share_window,
+        from_fill=settings.tenant_share_from_fill,
+        active_s=settings.tenant_share_active_s,
     )
     gate = TenantGate(
         tenants, RateLimiter(rate_clock_s), topics=topics, default_reply_topic=settings.default_reply_topic

@@ -10,7 +10,7 @@ from services.ingest.admission import (
     DEFAULT_QUEUE_WAIT_FRACTION,
     AdmissionPolicy,
 )
-from services.ingest.tenant_shares import DEFAULT_FROM_FILL, DEFAULT_WINDOW
+from services.ingest.tenant_shares import DEFAULT_ACTIVE_S, DEFAULT_FROM_FILL, DEFAULT_WINDOW
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.reply_topics import region_problem
 from services.messaging.tiers import (
@@ -100,6 +100,8 @@ class IngestSettings(BaseSettings):
     # this fill ratio up, over the tenant mix of the tier's last requests (at most this many).
     tenant_share_from_fill: float = Field(default=DEFAULT_FROM_FILL, ge=0, le=1)
     tenant_share_window: int = Field(default=DEFAULT_WINDOW, ge=1, le=1_000_000)
+    # A tenant with a request accepted within this many seconds takes part in the split of a tier.
+    tenant_share_active_s: float = Field(default=DEFAULT_ACTIVE_S, ge=0, le=86_400)
 
     @field_validator("region")
     @classmethod

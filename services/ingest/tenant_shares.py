@@ -1,5 +1,5 @@
 """Admission per tenant: a tenant over its share of a tier's backlog is refused (429) while the
-others are still admitted. Pure: no Kafka, no clock.
+others are still admitted. Pure: no Kafka; the clock is injected.
 
 Ingest knows a tier's backlog (the dispatcher group's lag, `backlog.py`) but not whose requests it
 holds: records carry their tenant, but reading them back, or the outcomes on the reply topic, would
@@ -12,8 +12,12 @@ ingest itself accepted:
   ``estimate = backlog x (tenant's among the N) / N``. With several ingest instances behind one
   balancer each sees the same mix, so the ratio still holds; records written straight to Kafka
   count in the backlog but not in the mix, which makes every tenant's estimate a little high.
-- A tenant's share is ``capacity x weight / (the weights of the tenants among the N, and its
-  own)``: tenants with recent traffic split the tier; a quiet one takes no room.
+- A tenant's share is ``capacity x weight / (the weights of the tenants active in the tier, and
+  its own)``: tenants with recent traffic split the tier; a quiet one takes no room. Active: among
+  the N, or with a request accepted within the last `active_s` seconds (30 by default). The time
+  window matters next to a flood: a steady tenant's 3 chats a second among another's 150 are
+  often absent from the last 60 requests, and the flooder's share was then the whole tier (it
+  filled it, and the steady tenant got "tier full").
 - Shares are enforced only while the tier is at least `from_fill` full (half, by default): below
   that any tenant may use the room, so one busy tenant alone is never refused before the tier is
   full. Above it, a tenant whose estimate has reached its share is refused, the others admitted
@@ -28,8 +32,9 @@ produced, so a burst can overshoot a share by the requests in flight; the tier b
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from services.ingest.admission import AdmissionPolicy
@@ -38,6 +43,7 @@ from services.messaging.tiers import Tier
 
 DEFAULT_WINDOW = 4_096
 DEFAULT_FROM_FILL = 0.5
+DEFAULT_ACTIVE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -80,11 +86,19 @@ class BacklogShares:
         *,
         window: int = DEFAULT_WINDOW,
         from_fill: float = DEFAULT_FROM_FILL,
+        active_s: float = DEFAULT_ACTIVE_S,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         if not 0 <= from_fill <= 1:
             raise ValueError(f"from_fill must be within 0..1, got {from_fill}")
+        if not 0 <= active_s < math.inf:
+            raise ValueError(f"active_s must be a finite number >= 0, got {active_s}")
+        self._active_s = active_s
+        self._monotonic = monotonic
+        # Per tier, when each tenant's last request was accepted (monotonic s); pruned past active_s.
+        self._last_seen: dict[Tier, dict[str, float]] = {t: {} for t in Tier}
         self._admission = admission
         self._from_fill = from_fill
         self._size = {t: max(1, min(window, admission.capacity[t])) for t in Tier}
@@ -94,6 +108,7 @@ class BacklogShares:
     def accepted(self, tenant: str, tier: Tier) -> None:
         """One request of `tenant` joined `tier`."""
         recent, counts = self._recent[tier], self._counts[tier]
+        self._last_seen[tier][tenant] = self._monotonic()
         recent.append(tenant)
         counts[tenant] += 1
         if len(recent) > self._size[tier]:
@@ -105,6 +120,14 @@ class BacklogShares:
     def mix(self, tier: Tier) -> Mapping[str, int]:
         """How many of the tier's recent requests each tenant sent."""
         return dict(self._counts[tier])
+
+    def active(self, tier: Tier) -> set[str]:
+        """The tenants among the tier's last N requests or with one accepted within `active_s`."""
+        since = self._monotonic() - self._active_s
+        seen = self._last_seen[tier]
+        for tenant in [t for t, at in seen.items() if at < since]:
+            del seen[tenant]
+        return set(self._counts[tier]) | seen.keys()
 
     def decide(
         self, tenant: str, tier: Tier, backlog: int | None, weights: Mapping[str, float]
@@ -119,7 +142,7 @@ class BacklogShares:
         if backlog < self._from_fill * capacity:
             return None
         counts = self._counts[tier]
-        active = {u for u in counts if u in weights} | {tenant}
+        active = {u for u in self.active(tier) if u in weights} | {tenant}
         fraction = weight / sum(weights[u] for u in active)
         share = capacity * fraction
         estimate = backlog * counts.get(tenant, 0) / seen

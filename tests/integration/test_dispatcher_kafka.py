@@ -205,3 +205,37 @@ def test_every_partition_is_committed_even_one_that_never_had_a_record(kafka_set
 
     # Without a commit, a partition's group offset reads "none" (-1001) even though nothing is owed.
     asyncio.run(scenario())
+
+
+def test_calls_cut_by_their_deadline_keep_their_tokens_so_the_backend_never_answers_429(kafka_settings):
+    # The backend takes 2 s a chat and keeps running a call whose client gave up; each request has
+    # less than its 1 s deadline left when it starts. Were a token given back at the deadline, the next start
+    # would be a call more than the backend's limit of 3, answered 429.
+    topics = kafka_settings.topics
+    budget = 3
+
+    async def scenario():
+        async with (
+            sim_backend(limit=budget, latency_s={"inferq-fast": 2.0}) as url,
+            running_dispatcher(
+                kafka_settings, url, budget=budget, early_drop=False, backend_timeout_s=10.0
+            ) as dispatcher,
+        ):
+            sent = []
+            for _ in range(6):  # waves of short-lived chats, each wave more than the budget
+                wave = [a_request("HIGH", deadline_ms=1000) for _ in range(2 * budget)]
+                sent += wave
+                produce_requests(kafka_settings.bootstrap_servers, topics.requests_by_name("HIGH"), wave)
+                await asyncio.sleep(0.3)
+            results = await asyncio.to_thread(
+                results_by_id, kafka_settings.bootstrap_servers, topics.results, len(sent)
+            )
+            return sent, results, await backend_stats(url), dispatcher.effective_budget
+
+    sent, results, stats, effective = asyncio.run(scenario())
+    assert set(results) == {r.request_id for r in sent}
+    assert {r.status for r in results.values()} == {"EXPIRED"}
+    assert stats["total"] > 0, "no call reached the backend"
+    assert stats["by_status"].get("429", 0) == 0
+    assert stats["max_in_flight"] <= budget
+    assert effective == budget

@@ -86,3 +86,41 @@ def test_retry_after_is_the_excess_drained_at_the_tenants_share_of_the_budget_an
 def test_bad_settings_are_refused(window, from_fill):
     with pytest.raises(ValueError):
         BacklogShares(POLICY, window=window, from_fill=from_fill)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_steady_tenant_missing_from_the_last_requests_still_keeps_its_share_of_the_tier():
+    clock = FakeClock()
+    shares = BacklogShares(POLICY, active_s=30.0, monotonic=clock)
+    shares.accepted("b", H)  # B's chat, then 60 of A's flood: B is out of the last 60
+    clock.now += 0.3
+    for _ in range(60):
+        shares.accepted("a", H)
+    assert "b" not in shares.mix(H)
+    refusal = shares.decide("a", H, 40, {"a": 1.0, "b": 3.0})
+    assert refusal is not None and refusal.share == 15  # a quarter of 60, not the whole tier
+    assert shares.decide("b", H, 40, {"a": 1.0, "b": 3.0}) is None
+
+
+def test_a_tenant_quiet_for_longer_than_the_window_leaves_the_split():
+    clock = FakeClock()
+    shares = BacklogShares(POLICY, active_s=30.0, monotonic=clock)
+    shares.accepted("b", H)
+    clock.now += 31
+    for _ in range(60):
+        shares.accepted("a", H)
+    assert shares.decide("a", H, 40, {"a": 1.0, "b": 3.0}) is None  # alone: the whole tier
+    assert shares.active(H) == {"a"}
+
+
+@pytest.mark.parametrize("active_s", [-1.0, float("inf"), float("nan")])
+def test_a_nonsense_activity_window_is_refused(active_s: float):
+    with pytest.raises(ValueError):
+        BacklogShares(POLICY, active_s=active_s)

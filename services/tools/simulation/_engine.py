@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from services.dispatcher.next_start import NextStart
 from services.dispatcher.offsets import PartitionOffsets
 from services.dispatcher.policies import Clock, Scheduler
+from services.dispatcher.tenant_headroom import TenantHeadroom
+from services.dispatcher.tenant_limits import EqualTenants
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.work import Work
 from services.messaging.records import InferenceRequest
@@ -43,6 +45,9 @@ class SimConfig:
         default_factory=lambda: {t: round(s * 1000) for t, s in DEFAULT_MEAN_LATENCY_S.items()}
     )
     readahead_per_tier: int = 20
+    # The dispatcher's tenant headroom (``tenant_headroom.py``); every tenant weighs 1 here.
+    tenant_headroom_slots: int = 1
+    tenant_active_window_ms: int = 10_000
     housekeeping_interval_ms: int = 250
     jitter: float = 0.0
     seed: int = 0
@@ -50,6 +55,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if self.budget < 1 or self.readahead_per_tier < 1 or self.housekeeping_interval_ms < 1:
             raise ValueError("budget, readahead_per_tier and housekeeping_interval_ms must be at least 1")
+        if self.tenant_headroom_slots < 0 or self.tenant_active_window_ms < 0:
+            raise ValueError("tenant_headroom_slots and tenant_active_window_ms must not be negative")
         if self.promotion_age_ms <= 0 or self.jitter < 0:
             raise ValueError("promotion_age_ms must be positive and jitter not negative")
 
@@ -81,7 +88,14 @@ class Simulation:
         self.now_ms = arrivals[self.order[0]].created_at_ms if arrivals else 0
         self.origin_ms = self.now_ms
         self.scheduler = scheduler(self._clock)
-        self.room = WaitingRoom(promotion_age_ms=config.promotion_age_ms, early_drop_ms=config.early_drop_ms)
+        headroom = TenantHeadroom(
+            slots=config.tenant_headroom_slots,
+            window_ms=config.tenant_active_window_ms,
+            weight_of=EqualTenants().weight,
+        )
+        self.room = WaitingRoom(
+            promotion_age_ms=config.promotion_age_ms, early_drop_ms=config.early_drop_ms, headroom=headroom
+        )
         self.sources = {t: PartitionOffsets(f"sim.{t.value.lower()}", 0) for t in Tier}
         self.kafka: dict[Tier, deque[int]] = {t: deque() for t in Tier}
         self.in_room: set[int] = set()
@@ -176,7 +190,7 @@ class Simulation:
         `NextStart` (its token pool, exact here, never refuses)."""
         next_start = NextStart(self.room, self.scheduler)
         while True:
-            tier = next_start.tier(self.in_use, self.config.budget)
+            tier = next_start.tier(self.in_use, self.config.budget, self.now_ms)
             if tier is None:
                 return
             start = next_start.take(tier, self.now_ms)

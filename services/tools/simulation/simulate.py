@@ -49,7 +49,7 @@ def sim_scheduler(policy: str, schedule: Schedule) -> SchedulerFactory:
 
 def sim_config(settings: DispatcherSettings, *, jitter: float = 0.0, seed: int = 0) -> SimConfig:
     """The scheduling knobs of the dispatcher's settings (budget, promotion age, early drop by its
-    typical latencies, read-ahead, housekeeping tick) as the simulation's config."""
+    typical latencies, read-ahead, housekeeping tick, tenant headroom) as the simulation's config."""
     return SimConfig(
         budget=settings.budget,
         promotion_age_ms=round(settings.promotion_age_s * 1000),
@@ -58,6 +58,8 @@ def sim_config(settings: DispatcherSettings, *, jitter: float = 0.0, seed: int =
         else {},
         readahead_per_tier=settings.readahead,
         housekeeping_interval_ms=max(1, round(settings.housekeeping_interval_s * 1000)),
+        tenant_headroom_slots=settings.tenant_headroom_slots,
+        tenant_active_window_ms=round(settings.tenant_active_window_s * 1000),
         jitter=jitter,
         seed=seed,
     )

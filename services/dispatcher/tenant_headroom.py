@@ -1,0 +1,58 @@
+"""Tenant headroom: the last free tokens are kept for tenants below their weighted share.
+
+Calls are never preempted, so fair queueing alone cannot serve another tenant's chat while one
+tenant's calls hold every token: it waits for the first call to end. While more than one tenant is
+active (work waiting or running, or a request enqueued within the last `window_ms`), a tenant
+already holding at least its weighted share of the budget (``budget x weight / the active tenants'
+weights``) may not take the last `slots` free tokens: they stay for tenants below their share, as
+HIGH's headroom stays for HIGH (``policies.py``). With one active tenant nothing changes (the
+scheduler stays work-conserving); `slots` 0 turns the rule off. It only ever holds a start back,
+so the budget is never exceeded.
+
+A tenant's holding is the calls it has running in this process (``waiting.py``); with several
+dispatchers each keeps its own headroom against the shared budget's free tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+
+class TenantHeadroom:
+    def __init__(self, *, slots: int, window_ms: int, weight_of: Callable[[str], float]) -> None:
+        if slots < 0 or window_ms < 0:
+            raise ValueError("headroom slots and the activity window must not be negative")
+        self.slots = slots
+        self._window_ms = window_ms
+        self._weight_of = weight_of
+        # Per tenant, the newest enqueue time (epoch ms) of a request it sent; pruned past the window.
+        self._last_seen: dict[str, int] = {}
+
+    def seen(self, tenant: str, enqueued_ms: int) -> None:
+        """A request of `tenant` enqueued at `enqueued_ms` arrived."""
+        if self.slots and enqueued_ms > self._last_seen.get(tenant, enqueued_ms - 1):
+            self._last_seen[tenant] = enqueued_ms
+
+    def active(self, now_ms: int | None, busy: Collection[str]) -> set[str]:
+        """The tenants active now: `busy` ones (work waiting or running) and those with a request
+        enqueued within the window before `now_ms` (None: `busy` alone)."""
+        if now_ms is None:
+            return set(busy)
+        since = now_ms - self._window_ms
+        self._last_seen = {t: at for t, at in self._last_seen.items() if at >= since}
+        return set(busy) | self._last_seen.keys()
+
+    def allows(self, tenant: str, *, running: int, free: int, budget: int, active: Collection[str]) -> bool:
+        """May `tenant`, with `running` calls, take one of `free` tokens of `budget` now?"""
+        if self.slots == 0 or free > self.slots:
+            return True
+        others = [t for t in active if t != tenant]
+        if not others:
+            return True
+        mine = self._weight(tenant)
+        share = budget * mine / (mine + sum(self._weight(t) for t in others))
+        return running < share
+
+    def _weight(self, tenant: str) -> float:
+        weight = self._weight_of(tenant)
+        return weight if weight > 0 else 1.0

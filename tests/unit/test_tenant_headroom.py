@@ -1,0 +1,127 @@
+"""Tenant headroom: with two tenants active, one holding its weighted share may not take the last
+free tokens; they stay for the other. One tenant, or 0 slots: nothing held back. Pure, through the
+dispatcher's and simulator's own `NextStart`."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.dispatcher.next_start import NextStart
+from services.dispatcher.offsets import PartitionOffsets
+from services.dispatcher.policies import TieredScheduler
+from services.dispatcher.schedule import Schedule
+from services.dispatcher.tenant_headroom import TenantHeadroom
+from services.dispatcher.waiting import WaitingRoom
+from services.dispatcher.work import Work
+from services.messaging.records import ChatMessage, InferenceRequest
+from services.messaging.tiers import Tier
+
+H = Tier.HIGH
+BUDGET = 10
+WEIGHTS = {"a": 1.0, "b": 3.0}
+_seq = iter(range(1, 1_000_000))
+
+
+def chat(tenant: str, created: int) -> Work:
+    n = next(_seq)
+    request = InferenceRequest(
+        request_id=f"{tenant}-{n}",
+        scenario="test",
+        tier=H,
+        created_at_ms=created,
+        expire_at_ms=10_000_000,
+        messages=(ChatMessage("user", "hi"),),
+        tenant=tenant,
+    )
+    return Work(request=request, tier=H, offsets=PartitionOffsets("t.high", 0), offset=n)
+
+
+def room_with(slots: int = 1, window_ms: int = 5_000) -> tuple[NextStart, WaitingRoom]:
+    headroom = TenantHeadroom(slots=slots, window_ms=window_ms, weight_of=lambda t: WEIGHTS.get(t, 1.0))
+    room = WaitingRoom(promotion_age_ms=60_000, headroom=headroom)
+    return NextStart(room, TieredScheduler(Schedule.default(budget=BUDGET).pin("peak"))), room
+
+
+def start_works(decide: NextStart, in_use: dict[Tier, int], now_ms: int) -> list[Work]:
+    """Start what the decision allows, one at a time, as the starter does."""
+    started: list[Work] = []
+    while (tier := decide.tier(in_use, BUDGET, now_ms)) is not None:
+        start = decide.take(tier, now_ms)
+        assert start is not None and start.expired is None
+        in_use[tier] += 1
+        assert sum(in_use.values()) <= BUDGET
+        started.append(start.work)
+    return started
+
+
+def start_all(decide: NextStart, in_use: dict[Tier, int], now_ms: int) -> list[str]:
+    """The tenants of what `start_works` started."""
+    return [w.request.tenant for w in start_works(decide, in_use, now_ms)]
+
+
+def test_a_flooding_tenant_leaves_the_last_token_to_a_tenant_active_recently() -> None:
+    decide, room = room_with()
+    room.add(chat("b", created=0))
+    in_use = dict.fromkeys(Tier, 0)
+    assert start_all(decide, in_use, now_ms=10) == ["b"]
+    for i in range(30):
+        room.add(chat("a", created=100 + i))
+    # B has nothing waiting now, but was active within the window: A stops one short of the budget.
+    started = start_all(decide, in_use, now_ms=200)
+    assert started == ["a"] * 8
+    assert sum(in_use.values()) == BUDGET - 1
+    # B's next chat takes the token kept for it at once.
+    room.add(chat("b", created=300))
+    assert start_all(decide, in_use, now_ms=300) == ["b"]
+    assert sum(in_use.values()) == BUDGET
+
+
+def test_with_one_tenant_active_every_token_is_used() -> None:
+    decide, room = room_with()
+    for i in range(30):
+        room.add(chat("a", created=i))
+    in_use = dict.fromkeys(Tier, 0)
+    assert start_all(decide, in_use, now_ms=100) == ["a"] * BUDGET
+
+
+def test_a_tenant_gone_quiet_for_the_window_no_longer_holds_tokens_back() -> None:
+    decide, room = room_with(window_ms=5_000)
+    room.add(chat("b", created=0))
+    in_use = dict.fromkeys(Tier, 0)
+    (b_call,) = start_works(decide, in_use, now_ms=0)
+    for i in range(30):
+        room.add(chat("a", created=10 + i))
+    assert len(start_all(decide, in_use, now_ms=100)) == 8
+    # B's call still runs (B is active whatever the window): the last token stays free.
+    assert start_all(decide, in_use, now_ms=100_000) == []
+    decide.ended(b_call)
+    in_use[H] -= 1
+    # B's call ended and B sent nothing for longer than the window: A may use every token.
+    assert start_all(decide, in_use, now_ms=100_000) == ["a", "a"]
+    assert sum(in_use.values()) == BUDGET
+
+
+def test_zero_slots_turns_the_headroom_off() -> None:
+    decide, room = room_with(slots=0)
+    room.add(chat("b", created=0))
+    in_use = dict.fromkeys(Tier, 0)
+    start_all(decide, in_use, now_ms=10)
+    for i in range(30):
+        room.add(chat("a", created=100 + i))
+    assert start_all(decide, in_use, now_ms=200) == ["a"] * (BUDGET - 1)
+    assert sum(in_use.values()) == BUDGET
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3, 10, 50])
+def test_the_budget_is_never_exceeded_and_only_the_tenant_below_its_share_takes_the_headroom(
+    slots: int,
+) -> None:
+    decide, room = room_with(slots=slots)
+    for i in range(40):
+        room.add(chat("a", created=i))
+        room.add(chat("b", created=i))
+    in_use = dict.fromkeys(Tier, 0)
+    started = start_all(decide, in_use, now_ms=100)
+    assert sum(in_use.values()) == BUDGET  # B, below its share, takes the headroom
+    # A, with weight 1 of 4, holds at its share (2.5) once only the headroom is free.
+    assert started.count("a") <= max(3, BUDGET - slots)
