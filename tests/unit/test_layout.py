@@ -9,7 +9,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 SERVICES = Path(__file__).resolve().parents[2] / "services"
-PRODUCT = ("ingest", "dispatcher", "results", "messaging", "tenancy", "telemetry", "serving")
+PRODUCT = (
+    "ingest",
+    "dispatcher",
+    "results",
+    "messaging",
+    "tenancy",
+    "client",
+    "batch",
+    "telemetry",
+    "serving",
+)
 TOOLS = "tools"
 
 
