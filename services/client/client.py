@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from services.client.errors import InferqError, WaitTimeoutError
+from services.client.errors import InferqError, InvalidRequestError, WaitTimeoutError
 from services.client.models import Chunk, Handle, MessagesLike, Outcome, Submission, as_messages
 from services.client.transport import Transport
 from services.messaging.tiers import Tier
@@ -71,6 +71,8 @@ class Stream:
         if isinstance(item, Outcome):
             self.outcome = item
             self.request_id = item.request_id
+            # The outcome is the last item: free the stream's waiter now, not when it is collected.
+            await self.aclose()
             item.raise_for_status()
             raise StopAsyncIteration
         self.request_id = item.request_id
@@ -180,7 +182,14 @@ def _stream_wait_s(submission: Submission) -> float:
 
 def _submission(**fields: Any) -> Submission:
     priority = fields.get("priority")
-    fields["priority"] = Tier(priority.upper()) if isinstance(priority, str) else priority
+    if isinstance(priority, str):
+        try:
+            fields["priority"] = Tier(priority.upper())
+        except ValueError:
+            problem = {"field": "priority", "problem": "must be HIGH, MEDIUM or LOW"}
+            raise InvalidRequestError(
+                "priority must be HIGH, MEDIUM or LOW", status_code=422, problems=[problem]
+            ) from None
     fields["messages"] = as_messages(fields["messages"])
     fields["request_id"] = fields.get("request_id") or new_request_id()
     return Submission(**fields)

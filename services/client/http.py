@@ -4,10 +4,10 @@
 - wait: ``GET /v1/requests/{id}?wait=N`` on results, a long poll. A results service without long
   poll answers a pending request 404 at once instead of 202 at the bound; the transport notices that
   on the first such answer and polls from then on, backing off from `poll_min_s` to `poll_max_s`;
-- stream: ``POST /v1/chat/completions`` with ``stream: true`` (OpenAI's server-sent chunks), the
-  scenario, tier and deadline in ``X-Inferq-*`` headers; the outcome is read from results after
-  ``[DONE]``. An ingest without that endpoint (404) gets a plain submit, and the whole answer
-  arrives as one chunk.
+- stream: ``POST /v1/requests`` with ``stream: true``, then ``GET /v1/requests/{id}/events``
+  (server-sent ``chunk``, ``restart`` and ``result`` events; a late joiner gets the chunks so far).
+  An ingest that refuses ``stream`` (422 naming it) or a results service without ``/events`` (404),
+  both from before streaming, still answer: the outcome arrives as one chunk.
 
 Ingest and results are two services: `base_url` is ingest's and, unless `results_url` is given,
 results' too (one gateway in front of both).
@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -160,74 +161,79 @@ class HttpTransport:
 
     async def stream(self, submission: Submission, timeout_s: float) -> AsyncIterator[Chunk | Outcome]:
         deadline = time.monotonic() + timeout_s
-        headers = dict(self._headers) | _inferq_headers(submission)
-        body = _chat_body(submission)
         try:
-            async with self._http.stream(
-                "POST",
-                f"{self._ingest}/v1/chat/completions",
-                json=body,
-                headers=headers,
-                timeout=httpx.Timeout(REQUEST_TIMEOUT_S, read=max(timeout_s, 1.0)),
-            ) as response:
-                if response.status_code == 404:
-                    fallback = True
-                else:
-                    fallback = False
-                    if response.status_code != 200:
-                        await response.aread()
-                        raise error_of(response)
-                    request_id = response.headers.get("x-inferq-request-id", submission.request_id or "")
-                    seq = 0
-                    async for data in _sse_data(response.aiter_lines()):
-                        if data == "[DONE]":
-                            break
-                        event = json.loads(data)
-                        if "error" in event:
-                            break  # the outcome below says why
-                        for choice in event.get("choices") or ():
-                            delta = (choice.get("delta") or {}).get("content")
-                            if delta:
-                                yield Chunk(request_id=request_id, delta=delta, seq=seq)
-                                seq += 1
-        except httpx.TransportError as exc:
-            raise TransportError(f"stream from inferq broke ({type(exc).__name__})") from exc
-        if fallback:
             handle = await self.submit(submission)
-            request_id = handle.request_id
+            events = True
+        except InvalidRequestError as exc:
+            # An ingest from before streaming refuses the field: queue it plainly, answer in one piece.
+            if not any(p.get("field") == "stream" for p in exc.problems):
+                raise
+            handle = await self.submit(replace(submission, stream=False))
+            events = False
+        request_id = handle.request_id
+        if events:
+            async for item in self._events(request_id, deadline):
+                if item is None:  # no event stream on this results service
+                    break
+                yield item
+                if isinstance(item, Outcome):
+                    return
+            else:
+                return  # the event stream ended at its bound without the outcome
         outcome = await self.wait(request_id, max(deadline - time.monotonic(), 0.0))
         if outcome is None:
             return
-        if fallback and outcome.output:
+        if outcome.output:
             yield Chunk(request_id=request_id, delta=outcome.output, seq=0)
         yield outcome
 
+    async def _events(self, request_id: str, deadline: float) -> AsyncIterator[Chunk | Outcome | None]:
+        """``GET /v1/requests/{id}/events``: chunks (a restart marks the next one), then the outcome;
+        None first and only when the service has no such route."""
+        restart = False
+        url = f"{self._results}/v1/requests/{request_id}/events"
+        timeout = httpx.Timeout(REQUEST_TIMEOUT_S, read=max(deadline - time.monotonic(), 1.0))
+        try:
+            async with self._http.stream(
+                "GET", url, params=self._tenant_query, headers=self._headers, timeout=timeout
+            ) as response:
+                if response.status_code == 404:
+                    yield None
+                    return
+                if response.status_code != 200:
+                    await response.aread()
+                    raise error_of(response)
+                async for event, data in _sse(response.aiter_lines()):
+                    if event == "restart":
+                        restart = True
+                    elif event == "chunk":
+                        yield Chunk(
+                            request_id=request_id,
+                            delta=str(data["delta"]),
+                            seq=int(data["seq"]),
+                            attempt=int(data.get("attempt", 1)),
+                            restart=restart,
+                        )
+                        restart = False
+                    elif event == "result":
+                        yield Outcome.from_view(data)
+                        return
+                    elif event == "error":
+                        raise TransportError(f"event stream: {data.get('error', 'error')}")
+                    else:  # timeout: the service's bound
+                        return
+        except httpx.TransportError as exc:
+            raise TransportError(f"event stream from inferq broke ({type(exc).__name__})") from exc
 
-def _inferq_headers(submission: Submission) -> dict[str, str]:
-    headers = {"x-inferq-scenario": submission.scenario}
-    if submission.priority is not None:
-        headers["x-inferq-priority"] = submission.priority.value
-    if submission.deadline_ms is not None:
-        headers["x-inferq-deadline-ms"] = str(submission.deadline_ms)
-    return headers
 
-
-def _chat_body(submission: Submission) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": submission.model or "inferq",
-        "messages": [dict(m) for m in submission.messages],
-        "stream": True,
-    }
-    body.update(dict(submission.params or {}))
-    return body
-
-
-async def _sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The ``data:`` payloads of a server-sent event stream (one line each, as inferq writes them)."""
+async def _sse(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """(event, JSON data) of each server-sent event (inferq writes one ``data:`` line per event)."""
+    event = "message"
     async for line in lines:
-        if line.startswith("data:"):
-            yield line[5:].strip()
-
-
-def _view(value: Mapping[str, Any]) -> Outcome:
-    return Outcome.from_view(value)
+        if line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data = json.loads(line[5:].strip())
+            yield event, data if isinstance(data, dict) else {}
+        elif not line:
+            event = "message"

@@ -34,13 +34,12 @@ class Submission:
     model: str | None = None
     params: Mapping[str, Any] | None = None
     estimated_tokens: int | None = None
-    # Chunks of the answer as the backend writes them (Kafka transport; HTTP streams through
-    # /v1/chat/completions).
+    # Chunks of the answer go to the reply topic as the backend writes them.
     stream: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
-        """The JSON body of `POST /v1/requests` (fields left unset are left out; no `stream`)."""
+        """The JSON body of `POST /v1/requests` (fields left unset are left out)."""
         body: dict[str, Any] = {"scenario": self.scenario, "messages": [dict(m) for m in self.messages]}
         optional = {
             "request_id": self.request_id,
@@ -50,6 +49,7 @@ class Submission:
             "model": self.model,
             "params": dict(self.params) if self.params is not None else None,
             "estimated_tokens": self.estimated_tokens,
+            "stream": True if self.stream else None,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
         body.update(self.extra)

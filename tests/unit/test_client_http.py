@@ -13,6 +13,7 @@ import pytest
 
 from services.client import (
     ExpiredError,
+    FailedError,
     HttpTransport,
     InferqClient,
     InvalidRequestError,
@@ -148,12 +149,63 @@ def test_result_times_out_with_a_typed_error() -> None:
     assert isinstance(raised.value, TimeoutError)
 
 
-def test_stream_falls_back_to_one_chunk_without_chat_completions() -> None:
+def test_stream_asks_for_chunks_and_reads_the_events_then_the_outcome() -> None:
+    sse = (
+        'event: chunk\ndata: {"request_id": "s1", "attempt": 1, "seq": 0, "delta": "hel", "model": "m"}\n\n'
+        ": waiting\n\n"
+        'event: restart\ndata: {"request_id": "s1", "attempt": 2}\n\n'
+        'event: chunk\ndata: {"request_id": "s1", "attempt": 2, "seq": 0, "delta": "hi ", "model": "m"}\n\n'
+        'event: chunk\ndata: {"request_id": "s1", "attempt": 2, "seq": 1, "delta": "there", "model": "m"}\n\n'
+        "event: result\ndata: " + json.dumps(VIEW | {"request_id": "s1", "output": "hi there"}) + "\n\n"
+    )
+    posted: list[dict[str, object]] = []
+
     def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/v1/chat/completions":
-            return httpx.Response(404, json={"error": "not found"})
-        if request.url.path == "/v1/requests":
+        if request.method == "POST":
+            posted.append(json.loads(request.content))
             return accepted(request)
+        assert request.url.path == "/v1/requests/s1/events"
+        return httpx.Response(200, text=sse, headers={"content-type": "text/event-stream"})
+
+    c, _ = client(handler)
+
+    async def go() -> tuple[list[tuple[str, bool]], str, str | None]:
+        async with c.stream("realtime_chat", "hi", request_id="s1") as stream:
+            seen = [(chunk.delta, chunk.restart) async for chunk in stream]
+        return seen, stream.text, stream.outcome.output if stream.outcome else None
+
+    seen, text, output = asyncio.run(go())
+    assert seen == [("hel", False), ("hi ", True), ("there", False)]
+    assert text == output == "hi there"
+    assert posted[0]["stream"] is True
+
+
+def test_a_stream_whose_outcome_failed_raises_its_error() -> None:
+    sse = "event: result\ndata: " + json.dumps(VIEW | {"status": "FAILED", "error": "backend 500"}) + "\n\n"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return accepted(request) if request.method == "POST" else httpx.Response(200, text=sse)
+
+    c, _ = client(handler)
+
+    async def go() -> None:
+        async for _ in c.stream("realtime_chat", "hi"):
+            pass
+
+    with pytest.raises(FailedError, match="backend 500"):
+        asyncio.run(go())
+
+
+@pytest.mark.parametrize("old", ["ingest", "results"])
+def test_stream_against_services_from_before_streaming_gives_one_chunk(old: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            if old == "ingest" and json.loads(request.content).get("stream"):
+                problem = {"field": "stream", "problem": "Extra inputs are not permitted"}
+                return httpx.Response(422, json={"error": "invalid", "problems": [problem]})
+            return accepted(request)
+        if request.url.path.endswith("/events"):
+            return httpx.Response(404, json={"error": "not found"})
         return httpx.Response(200, json=VIEW | {"request_id": request.url.path.rsplit("/", 1)[1]})
 
     c, _ = client(handler)
@@ -164,35 +216,6 @@ def test_stream_falls_back_to_one_chunk_without_chat_completions() -> None:
         return deltas, stream.outcome.output if stream.outcome else None
 
     assert asyncio.run(go()) == (["hello"], "hello")
-
-
-def test_stream_reads_openai_chunks_then_the_outcome() -> None:
-    sse = (
-        'data: {"choices": [{"delta": {"role": "assistant"}}]}\n\n'
-        'data: {"choices": [{"delta": {"content": "hel"}}]}\n\n'
-        ": keep-alive\n\n"
-        'data: {"choices": [{"delta": {"content": "lo"}}]}\n\n'
-        "data: [DONE]\n\n"
-    )
-    sent: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.url.path == "/v1/chat/completions":
-            sent.append(request)
-            return httpx.Response(200, text=sse, headers={"x-inferq-request-id": "chatcmpl-1"})
-        assert request.url.path == "/v1/requests/chatcmpl-1"
-        return httpx.Response(200, json=VIEW | {"request_id": "chatcmpl-1"})
-
-    c, _ = client(handler)
-
-    async def go() -> tuple[list[str], str]:
-        stream = c.stream("emotion_analysis", "hi", priority="HIGH", deadline_ms=5000)
-        return [chunk.delta async for chunk in stream], stream.text
-
-    assert asyncio.run(go()) == (["hel", "lo"], "hello")
-    assert sent[0].headers["x-inferq-scenario"] == "emotion_analysis"
-    assert sent[0].headers["x-inferq-priority"] == "HIGH"
-    assert json.loads(sent[0].content)["stream"] is True
 
 
 def test_the_sync_client_does_the_same_calls() -> None:
