@@ -6,7 +6,8 @@
   request), INVALID (inferq refused it: ``problems``), NOT_ENTITLED (403), NO_OUTCOME (none arrived
   by its deadline and a grace period).
 - The journal (``<out>.sent``, JSONL) gets a line per request inferq accepted, before its outcome:
-  ``{"line": N, "request_id": ..., "expire_at_ms": ...}``; its first line names the batch.
+  ``{"line": N, "request_id": ..., "expire_at_ms": ..., "at_ms": ...}``; its first line names the
+  batch.
 
 Both are appended and flushed line by line, the journal synced too (a SIGKILL loses at most a line
 being written; a torn last line is cut off when the file is opened again). A rerun skips every line
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -31,6 +33,8 @@ class Accepted:
     line: int
     request_id: str
     expire_at_ms: int
+    # When it was accepted (epoch ms): a resumed Kafka batch follows the reply topic from there.
+    at_ms: int | None = None
 
 
 @dataclass
@@ -44,6 +48,11 @@ class BatchState:
     @property
     def waiting(self) -> dict[int, Accepted]:
         return {n: a for n, a in self.accepted.items() if n not in self.outcomes}
+
+    def waiting_since_ms(self) -> int | None:
+        """When the oldest request still waiting for its outcome was accepted (None: none waits)."""
+        times = [a.at_ms if a.at_ms is not None else 0 for a in self.waiting.values()]
+        return min(times) if times else None
 
     def counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -91,7 +100,13 @@ def read_state(out: Path) -> BatchState:
             state.batch = str(record["batch"])
         elif isinstance(record.get("line"), int):
             line = record["line"]
-            state.accepted[line] = Accepted(line, str(record["request_id"]), int(record["expire_at_ms"]))
+            at_ms = record.get("at_ms")
+            state.accepted[line] = Accepted(
+                line,
+                str(record["request_id"]),
+                int(record["expire_at_ms"]),
+                at_ms if isinstance(at_ms, int) else None,
+            )
     for record in _records(out):
         if isinstance(record.get("line"), int) and isinstance(record.get("status"), str):
             state.outcomes.setdefault(record["line"], record["status"])
@@ -130,10 +145,10 @@ class Ledger:
     def accepted(self, line: int, request_id: str, expire_at_ms: int) -> None:
         if line in self.state.accepted:
             return
-        self.state.accepted[line] = Accepted(line, request_id, expire_at_ms)
-        self._append(
-            self._journal, {"line": line, "request_id": request_id, "expire_at_ms": expire_at_ms}, sync=True
-        )
+        at_ms = time.time_ns() // 1_000_000
+        self.state.accepted[line] = Accepted(line, request_id, expire_at_ms, at_ms)
+        record = {"line": line, "request_id": request_id, "expire_at_ms": expire_at_ms, "at_ms": at_ms}
+        self._append(self._journal, record, sync=True)
 
     def outcome(self, line: int, request_id: str, status: str, **fields: Any) -> bool:
         """Record line's outcome; False (and nothing written) if it already has one."""
