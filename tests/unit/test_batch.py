@@ -118,6 +118,20 @@ def test_bad_lines_are_reported_with_their_number(tmp_path: Path, text: str, nam
     assert named in (bad[0].problem or "")
 
 
+def test_lines_that_are_not_text_or_far_too_long_are_bad_lines(tmp_path: Path) -> None:
+    path = tmp_path / "f.jsonl"
+    huge = json.dumps({"prompt": "x" * (3 * 1024 * 1024)}).encode()
+    path.write_bytes(
+        b'{"prompt": "ok"}\n' + b'{"prompt": "\xff\xfe"}\n' + huge + b"\n" + b'{"prompt": "ok too"}'
+    )
+    lines = list(read_lines(path, key="k", scenario="batch"))
+    assert [(b.number, b.problem) for b in bad_lines(lines)] == [
+        (2, "not UTF-8 text"),
+        (3, "line is longer than 2097152 bytes"),
+    ]
+    assert [line.number for line in lines if line.submission is not None] == [1, 4]
+
+
 def test_a_repeated_request_id_is_a_bad_line(tmp_path: Path) -> None:
     path = tmp_path / "f.jsonl"
     path.write_text('{"prompt": "a", "request_id": "r1"}\n\n{"prompt": "b", "request_id": "r1"}\n')
