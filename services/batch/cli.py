@@ -38,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--batch-id", default=None, help="names the batch in request ids (default: the file's hash)"
     )
     submit.add_argument("--max-waiting", type=int, default=200, help="outcomes waited for at once")
+    submit.add_argument("--senders", type=int, default=4, help="requests being sent at once (default 4)")
     submit.add_argument("--no-progress", action="store_true", help="no progress bar")
     http = submit.add_argument_group("--via http")
     http.add_argument("--url", default=os.environ.get("INFERQ_URL", "http://127.0.0.1:8700"), help="ingest")
@@ -112,6 +113,7 @@ def _submit(args: argparse.Namespace) -> int:
             good,
             pacing=Pacing(rate_per_s=args.rate),
             max_waiting=max(1, args.max_waiting),
+            senders=args.senders,
             stop_on_invalid=args.on_bad_line == "stop",
             progress=progress,
         )

@@ -1,10 +1,12 @@
 """Runs a batch: sends the lines not yet accepted (paced, 429s waited out), waits for every accepted
 request's outcome, and writes each to the ledger.
 
-One task sends, in line order; `max_waiting` tasks wait for outcomes, taking accepted requests
-oldest first. A refusal that says when to come back (429, 503) is waited out for that long (at least
-`min_retry_s`) and the same request (same id) sent again; an unreachable inferq is retried with a
-doubling pause up to `max_retry_s`. Nothing is sent for a line the journal says was accepted.
+`senders` tasks send, taking the lines in order (one at a time each: an interruption can cut at
+most `senders` sends, the only requests a rerun may send again); `max_waiting` tasks wait for
+outcomes, taking accepted requests oldest first. A refusal that says when to come back (429, 503)
+is waited out for that long (at least `min_retry_s`) and the same request (same id) sent again; an
+unreachable inferq is retried with a doubling pause up to `max_retry_s`. Nothing is sent for a
+line the journal says was accepted.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class BatchRun:
         *,
         pacing: Pacing,
         max_waiting: int = 200,
+        senders: int = 1,
         stop_on_invalid: bool = False,
         progress: Progress | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -86,6 +89,7 @@ class BatchRun:
         self._lines = lines
         self._pacing = pacing
         self._max_waiting = max_waiting
+        self._senders = max(1, senders)
         self._stop_on_invalid = stop_on_invalid
         self._progress = progress
         self._clock = clock
@@ -126,15 +130,30 @@ class BatchRun:
                 self._progress.finished(status)
 
     async def _send_all(self, lines: list[BatchLine]) -> None:
+        """`senders` tasks take the lines in order; each send takes the next slot of the pace."""
         interval = 1.0 / self._pacing.rate_per_s if self._pacing.rate_per_s else 0.0
+        todo = iter(lines)
         next_at = self._clock()
-        for line in lines:
-            if interval:
-                delay = next_at - self._clock()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                next_at = max(next_at, self._clock() - interval) + interval
-            await self._send(line)
+
+        async def sender() -> None:
+            nonlocal next_at
+            for line in todo:
+                if interval:
+                    # Taken without an await in between: no two senders get one slot.
+                    slot = max(next_at, self._clock() - interval)
+                    next_at = slot + interval
+                    delay = slot - self._clock()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                await self._send(line)
+
+        senders = [asyncio.create_task(sender(), name=f"batch-send-{i}") for i in range(self._senders)]
+        try:
+            await asyncio.gather(*senders)
+        finally:
+            for task in senders:
+                task.cancel()
+            await asyncio.gather(*senders, return_exceptions=True)
 
     async def _send(self, line: BatchLine) -> None:
         if line.submission is None:

@@ -212,6 +212,19 @@ def test_an_interrupted_batch_resumes_without_sending_anything_accepted_again(tm
     assert third.submitted == []
 
 
+def test_several_senders_send_each_line_once(tmp_path: Path) -> None:
+    path = write_batch(tmp_path / "f.jsonl", 50)
+    lines = list(read_lines(path, key="k", scenario="batch"))
+    fake = FakeTransport(refusals=1)
+    ledger = Ledger(tmp_path / "out.jsonl", "k")
+    run = BatchRun(fake, ledger, lines, pacing=Pacing(rate_per_s=10_000, min_retry_s=0.001), senders=4)
+    assert asyncio.run(run.run()) == {"OK": 50}
+    ledger.close()
+    # Each was refused once, then accepted once: never sent after its acceptance.
+    assert Counter(fake.submitted) == {line.request_id: 2 for line in lines}
+    assert Counter(r["line"] for r in results(tmp_path / "out.jsonl")) == dict.fromkeys(range(1, 51), 1)
+
+
 def test_429_is_waited_out_and_the_same_request_sent_again(tmp_path: Path) -> None:
     path = write_batch(tmp_path / "f.jsonl", 2)
     lines = list(read_lines(path, key="k", scenario="batch"))
