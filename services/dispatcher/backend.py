@@ -1,7 +1,15 @@
 """The LLM backend client: OpenAI chat-completions over HTTP, on aiohttp.
 
 Messages are forwarded unchanged. Each call is bounded by a timeout the caller computes from the
-request's remaining deadline. Failures become `BackendError` with `retriable` set by one rule
+request's remaining deadline (for a streamed call, the whole stream).
+
+`stream` calls with `stream: true` and reads the server-sent events as they come: each event's
+`choices[0].delta.content` is handed to `on_delta`, the usage chunk (`stream_options.include_usage`)
+gives the usage, and ``data: [DONE]`` ends it. A stream that ends without ``[DONE]`` (the
+connection dropped, the server died) or carries an `error` object is a retriable `BackendError`;
+whether a retry is still allowed once tokens went out is the caller's rule (`execution.py`).
+
+Failures become `BackendError` with `retriable` set by one rule
 (docs/architecture.md, "Retries"): timeouts, connection errors, 429 and 5xx may be retried; other 4xx may not.
 
 A `BackendError`'s message ends up in a FAILED result, a dead-letter header and the logs, so it is a
@@ -20,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -44,6 +53,20 @@ class Backend(Protocol):
         self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
     ) -> Completion:
         """One call bounded by `timeout_s`; `BackendError` (with `retriable`) when it fails."""
+        ...
+
+    async def stream(
+        self,
+        model: str,
+        messages: list[dict[str, str]],
+        params: dict[str, Any],
+        *,
+        timeout_s: float,
+        on_delta: Callable[[str], None],
+    ) -> Completion:
+        """One streamed call bounded by `timeout_s`: each piece of text to `on_delta` as it arrives,
+        in order; the whole answer returned at the end (its output the pieces joined).
+        `BackendError` when it fails, before or after pieces went to `on_delta`."""
         ...
 
     async def close(self) -> None: ...
@@ -101,6 +124,116 @@ class ChatBackend:
                 f"backend answered 200 with an unreadable body ({type(exc).__name__})", retriable=True
             ) from exc
 
+    async def stream(
+        self,
+        model: str,
+        messages: list[dict[str, str]],
+        params: dict[str, Any],
+        *,
+        timeout_s: float,
+        on_delta: Callable[[str], None],
+    ) -> Completion:
+        payload = {
+            "model": model,
+            "messages": messages,
+            **params,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        try:
+            async with self._client().post(
+                self._url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as response:
+                if response.status != 200:
+                    text = await response.text()
+                    raise _status_error(response.status, text, response.headers.get("retry-after"))
+                reader = _StreamReader(model, on_delta)
+                async for data in sse_data(response.content):
+                    if reader.read(data):
+                        return reader.completion()
+        except TimeoutError as exc:
+            raise BackendError(
+                f"backend timed out after {timeout_s:.1f} s", retriable=True, timed_out=True
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise BackendError(connection_reason(exc), retriable=True) from exc
+        except (ValueError, UnicodeDecodeError) as exc:  # a line over aiohttp's limit, bytes not UTF-8
+            raise BackendError(
+                f"backend sent an unreadable stream ({type(exc).__name__})", retriable=True
+            ) from exc
+        raise BackendError("backend stream ended before [DONE]", retriable=True)
+
+
+async def sse_data(lines: AsyncIterable[bytes]) -> AsyncIterator[str]:
+    """The `data` of each server-sent event (several `data:` lines of one event joined by a newline);
+    comments and other fields (`event:`, `id:`, `retry:`) are skipped, as the SSE standard says."""
+    data: list[str] = []
+    async for raw in lines:
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+            continue
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value.removeprefix(" "))
+    if data:
+        yield "\n".join(data)
+
+
+class _StreamReader:
+    """The state of one streamed answer: its pieces, model and usage, read event by event."""
+
+    def __init__(self, model: str, on_delta: Callable[[str], None]) -> None:
+        self._model = model
+        self._on_delta = on_delta
+        self._pieces: list[str] = []
+        self._usage: dict[str, Any] = {}
+
+    def read(self, data: str) -> bool:
+        """Take one event's data; True at ``[DONE]``. `BackendError` for an unreadable event or an
+        error the backend reports mid-stream (its token only, never its message)."""
+        if data == "[DONE]":
+            return True
+        try:
+            event = json.loads(data)
+        except ValueError as exc:
+            raise BackendError("backend sent an unreadable event (not JSON)", retriable=True) from exc
+        if not isinstance(event, dict):
+            raise BackendError("backend sent an unreadable event (not an object)", retriable=True)
+        if event.get("error") is not None:
+            raise BackendError(f"backend sent an error mid-stream{_error_kind(data)}", retriable=True)
+        try:
+            for choice in event.get("choices") or ():
+                piece = (choice.get("delta") or {}).get("content")
+                if piece:
+                    text = str(piece)
+                    self._pieces.append(text)
+                    self._on_delta(text)
+            self._model = str(event.get("model") or self._model)
+            self._usage = event.get("usage") or self._usage
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BackendError(
+                f"backend sent an unreadable event ({type(exc).__name__})", retriable=True
+            ) from exc
+        return False
+
+    def completion(self) -> Completion:
+        usage = self._usage
+        try:
+            return Completion(
+                output="".join(self._pieces),
+                model=self._model,
+                prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                completion_tokens=int(usage.get("completion_tokens", 0)),
+                total_tokens=int(usage.get("total_tokens", 0)),
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise BackendError(
+                f"backend sent an unreadable usage ({type(exc).__name__})", retriable=True
+            ) from exc
+
 
 # The OpenAI error object's `type`/`code` (e.g. "invalid_request_error"): a token, never free text.
 _ERROR_TOKEN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -119,13 +252,19 @@ def connection_reason(exc: aiohttp.ClientError) -> str:
     return f"backend unreachable ({type(exc).__name__})"
 
 
-def _status_error(status: int, text: str, retry_after: str | None) -> BackendError:
-    # The body may quote the request (a 400 naming the offending message): only an error token of it.
+def _error_kind(text: str) -> str:
+    """ " (<type or code>)" of an OpenAI error object in `text`, or "". The body may quote the
+    request (a 400 naming the offending message): only an error token of it, never its message."""
     kind = ""
     with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
         error = json.loads(text)["error"]
         token = str(error.get("code") or error.get("type") or "")
         kind = f" ({token})" if _ERROR_TOKEN.fullmatch(token) else ""
+    return kind
+
+
+def _status_error(status: int, text: str, retry_after: str | None) -> BackendError:
+    kind = _error_kind(text)
     seconds: float | None = None
     with contextlib.suppress(ValueError):
         seconds = float(retry_after) if retry_after is not None else None

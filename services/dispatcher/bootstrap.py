@@ -37,7 +37,12 @@ from services.dispatcher.readahead_shares import ReadaheadShares
 from services.dispatcher.record_rules import RecordRules
 from services.dispatcher.retries import RetryPolicy
 from services.dispatcher.run_loop import Helper, Resource, RunLoop
-from services.dispatcher.settings import DispatcherSettings, build_schedule, renamed_variables_in
+from services.dispatcher.settings import (
+    DispatcherSettings,
+    build_schedule,
+    chunk_policy,
+    renamed_variables_in,
+)
 from services.dispatcher.starting import Starter
 from services.dispatcher.tenant_gate import TenantGate
 from services.dispatcher.tenant_limits import RegistryLimits
@@ -230,6 +235,7 @@ def bootstrap(
         ),
         adaptive=adaptive,
         metrics=metrics,
+        chunk_policy=chunk_policy(settings),
         clock_ms=clock_ms,
         backend_timeout_s=settings.backend_timeout_s,
         token_freed=wake,

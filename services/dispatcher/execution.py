@@ -5,6 +5,10 @@ deadline. The token comes back the moment the call ends, however it ends (it is 
 concurrency, not the outcome's), and the starter is woken for it. Then the adaptive budget hears
 how the call went, and the outcome is written: OK, or what the retry policy decides for a failure
 (a retry on the retry topic, EXPIRED, or a dead letter and FAILED).
+
+A request with `stream` set is called with streaming on; its tokens go to the reply topic as chunks
+(``streaming.py``) before its result. Once a chunk is out, a failure is terminal (FAILED, "failed
+mid-stream after N chunks"), never retried: a caller must not see the same tokens twice.
 """
 
 from __future__ import annotations
@@ -14,14 +18,16 @@ import time
 from collections.abc import Callable
 
 from services.dispatcher.adaptive import AdaptiveBudget, warn_on_change
-from services.dispatcher.backend import Backend
+from services.dispatcher.backend import Backend, Completion
 from services.dispatcher.errors import BackendError
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.models import ModelChoice
 from services.dispatcher.retries import RetryPolicy, Verdict
+from services.dispatcher.streaming import ChunkPolicy, ChunkStream
 from services.dispatcher.tokens import Lease, TokenPool
 from services.dispatcher.work import Work
 from services.dispatcher.writer import OutcomeWriter
+from services.messaging.producer import ProduceError
 
 
 class Execution:
@@ -35,6 +41,7 @@ class Execution:
         retry_policy: RetryPolicy,
         adaptive: AdaptiveBudget | None,
         metrics: DispatcherMetrics,
+        chunk_policy: ChunkPolicy | None = None,
         clock_ms: Callable[[], int],
         backend_timeout_s: float,
         token_freed: asyncio.Event,
@@ -48,6 +55,7 @@ class Execution:
         self._retry_policy = retry_policy
         self._adaptive = adaptive
         self._metrics = metrics
+        self._chunk_policy = chunk_policy or ChunkPolicy()
         self._clock_ms = clock_ms
         self._backend_timeout_s = backend_timeout_s
         self._token_freed = token_freed
@@ -66,12 +74,11 @@ class Execution:
         # A timeout the request's own deadline imposed says the request ran out of time, not that
         # the backend is overloaded: it must not cut the budget.
         deadline_bound = remaining_s < self._backend_timeout_s
+        stream = self._chunk_stream(work, model) if work.request.stream else None
         started = self._monotonic()
         failure: BackendError | None = None
         try:
-            completion = await self._backend.complete(
-                model, work.request.openai_messages(), work.params, timeout_s=timeout_s
-            )
+            completion = await self._complete(work, model, timeout_s, stream)
         except BackendError as exc:
             failure = exc
         finally:
@@ -81,13 +88,65 @@ class Execution:
         if failure is not None:
             if failure.overload and not (failure.timed_out and deadline_bound):
                 self._feedback_overload()
+            if stream is not None and await self._stream_ended(work, stream, failure, dispatched_at):
+                return
             await self._failed(work, failure, dispatched_at)
+            return
+        if stream is not None and await self._stream_ended(work, stream, None, dispatched_at):
             return
         if self._adaptive is not None:
             before = self._adaptive.effective
             self._adaptive.record_success(model, self._monotonic() - started)
             warn_on_change(self._adaptive, before)
         await self._writer.ok(work, completion, dispatched_at)
+
+    async def _complete(
+        self, work: Work, model: str, timeout_s: float, stream: ChunkStream | None
+    ) -> Completion:
+        """The backend call: streamed into `stream` (its flusher running meanwhile) when there is one."""
+        if stream is None:
+            return await self._backend.complete(
+                model, work.request.openai_messages(), work.params, timeout_s=timeout_s
+            )
+        stream.start()
+        try:
+            return await self._backend.stream(
+                model, work.request.openai_messages(), work.params, timeout_s=timeout_s, on_delta=stream.add
+            )
+        except asyncio.CancelledError:
+            await stream.abort()  # shutdown past the drain bound: the flusher goes with the call
+            raise
+
+    def _chunk_stream(self, work: Work, model: str) -> ChunkStream:
+        async def write(seq: int, delta: str) -> ProduceError | None:
+            return await self._writer.chunk(work, seq=seq, delta=delta, model=model)
+
+        return ChunkStream(write, self._chunk_policy, monotonic=self._monotonic)
+
+    async def _stream_ended(
+        self, work: Work, stream: ChunkStream, failure: BackendError | None, dispatched_at_ms: int
+    ) -> bool:
+        """Apply the streaming rule (``streaming.py``); True when it wrote the outcome.
+
+        Nothing handed to the producer yet: the tokens gathered are dropped and the call's outcome
+        is decided as for any call (a failure may be retried). Otherwise the remaining chunks are
+        written first (a cancellation meanwhile cancels the flusher with it); then a failed call is
+        FAILED and dead-lettered, never retried, so a caller never sees a token twice; and a chunk
+        the reply topic refused fails the request likewise.
+        """
+        if failure is not None and not stream.started:
+            await stream.abort()
+            return False
+        refused = await stream.finish()
+        if refused is not None:
+            await self._writer.refuse(work, f"chunk not writable: {refused.reason}")
+            return True
+        if failure is not None:
+            self._metrics.record_failed_mid_stream(work.tier)
+            why = f"failed mid-stream after {stream.written} chunks"
+            await self._writer.give_up(work, failure, dispatched_at_ms, why)
+            return True
+        return False
 
     def _feedback_overload(self) -> None:
         if self._adaptive is not None:

@@ -50,6 +50,13 @@ class DispatcherMetrics:
         self._retries = m.create_counter(
             "inferq_retries_total", description="failed calls queued for a retry"
         )
+        self._chunks = m.create_counter(
+            "inferq_stream_chunks_total", description="chunks of streamed answers written, by tier"
+        )
+        self._failed_mid_stream = m.create_counter(
+            "inferq_stream_failed_mid_stream_total",
+            description="streamed calls failed after chunks were written (FAILED, no retry), by tier",
+        )
         self._evicted = m.create_counter(
             "inferq_evicted_total", description="LOW requests answered EVICTED under pressure"
         )
@@ -176,6 +183,12 @@ class DispatcherMetrics:
 
     def record_retry(self, tier: Tier) -> None:
         self._retries.add(1, {"tier": tier.value})
+
+    def record_chunk(self, tier: Tier) -> None:
+        self._chunks.add(1, {"tier": tier.value})
+
+    def record_failed_mid_stream(self, tier: Tier) -> None:
+        self._failed_mid_stream.add(1, {"tier": tier.value})
 
     def record_evicted(self, tier: Tier) -> None:
         self._evicted.add(1, {"tier": tier.value})

@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.dispatcher.schedule import Schedule, TierLimits
+from services.dispatcher.streaming import ChunkPolicy
 from services.dispatcher.tokens.settings import RedisBudgetSettings
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, DEFAULT_SCENARIO_TIERS, Tier, complete_per_tier
@@ -88,6 +89,11 @@ class DispatcherSettings(BaseSettings):
     backend_api_key: SecretStr | None = None
     # Upper bound of one backend call; the remaining deadline bounds it further.
     backend_timeout_s: float = Field(default=120.0, gt=0)
+    # After its first token (written at once), a streamed answer's tokens go to the reply topic as one
+    # chunk per this many tokens, or once the oldest waiting token is this old, whichever comes first
+    # (services/dispatcher/streaming.py).
+    stream_chunk_tokens: int = Field(default=8, ge=1, le=10_000)
+    stream_chunk_linger_ms: float = Field(default=5.0, ge=0, le=10_000)
     model_fast: str = "inferq-fast"
     model_accurate: str = "inferq-accurate"
     model_cheap: str = "inferq-cheap"
@@ -111,6 +117,11 @@ RENAMED_VARIABLES = {"INFERQ_LEASE_TTL_S": "INFERQ_REDIS_LEASE_TTL_S"}
 def renamed_variables_in(environ: Mapping[str, str]) -> list[str]:
     """A line per variable of `environ` that is no longer read, naming the one to use instead."""
     return [f"{old} is no longer read: use {new}" for old, new in RENAMED_VARIABLES.items() if old in environ]
+
+
+def chunk_policy(settings: DispatcherSettings) -> ChunkPolicy:
+    """How a streamed answer's tokens are batched into chunks (``INFERQ_STREAM_CHUNK_*``)."""
+    return ChunkPolicy(tokens=settings.stream_chunk_tokens, linger_ms=settings.stream_chunk_linger_ms)
 
 
 def build_schedule(settings: DispatcherSettings) -> Schedule:

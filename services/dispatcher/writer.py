@@ -1,4 +1,5 @@
-"""Everything the dispatcher writes (results, retries, dead letters), and the acknowledgement path.
+"""Everything the dispatcher writes (results, a streamed answer's chunks, retries, dead letters), and
+the acknowledgement path.
 
 Each record is produced until the broker acknowledges it, and only then is its offset marked
 complete in its partition's `PartitionOffsets`, from which the checkpoint commits. That is the whole
@@ -37,9 +38,9 @@ from services.dispatcher.models import ModelChoice
 from services.dispatcher.offsets import PartitionOffsets
 from services.dispatcher.outcomes import OutcomeBuilder
 from services.dispatcher.work import Work
-from services.messaging.codec import request_codec, result_codec
+from services.messaging.codec import chunk_codec, request_codec, result_codec
 from services.messaging.producer import ProduceError
-from services.messaging.records import InferenceResult
+from services.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult
 from services.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
@@ -83,6 +84,7 @@ class OutcomeWriter:
         self._clock_ms = clock_ms
         self._requests = request_codec()
         self._results = result_codec()
+        self._chunks = chunk_codec()
         self._own_topics = frozenset({topics.results, topics.retry, topics.dlq})
         # Set by the composition root: stops the dispatcher when the producer is unusable.
         self.on_fatal: Callable[[ProduceError], None] = _ignore_fatal
@@ -92,6 +94,32 @@ class OutcomeWriter:
         await self._emit(
             work, self._outcomes.ok(work.request, completion, dispatched_at_ms=dispatched_at_ms, now_ms=now)
         )
+
+    async def chunk(self, work: Work, *, seq: int, delta: str, model: str) -> ProduceError | None:
+        """Write one chunk of a streamed answer to the request's reply topic, keyed like its result
+        (same partition, so in order before it) and marked by the `inferq-kind: chunk` header.
+        None once acknowledged; the `ProduceError` when the topic refuses it for good (the caller
+        ends the stream: see `streaming.py`). The offset is not touched: the result completes it."""
+        chunk = InferenceChunk(
+            request_id=work.request_id,
+            tenant=work.request.tenant,
+            attempt=work.request.attempt,
+            seq=seq,
+            delta=delta,
+            model=model,
+            created_at_ms=self._clock_ms(),
+            dispatcher_id=self._outcomes.dispatcher_id,
+        )
+        topic = work.reply_topic or self._topics.results
+        failure = await self.produce_durably(
+            topic,
+            self._chunks.encode(chunk),
+            key=work.request_id.encode(),
+            headers=[(KIND_HEADER, CHUNK_KIND)],
+        )
+        if failure is None:
+            self._metrics.record_chunk(work.tier)
+        return failure
 
     async def expire(self, work: Work, reason: str) -> None:
         self._metrics.record_expired(work.tier, reason)

@@ -16,6 +16,9 @@ its own module:
   over `services.tenancy` (the registry reloads the tenants file; `tenant_shares` is the per-tenant
   admission inside the publisher)
 - `metrics.IngestMetrics`: the OpenTelemetry instruments
+- `chat.endpoint.ChatCompletionsEndpoint`: ``POST /v1/chat/completions`` and ``GET /v1/models``,
+  OpenAI-compatible, through the same submit path; it waits for outcomes in a `services.delivery`
+  hub that a `ReplyFollower` of the reply topic (no group, from the end) feeds
 
 `build_parts` makes them from the settings (Kafka clients included: here, never at import time; the
 tenants file is read here, so a bad one stops the service before anything starts) and `serve_parts`
@@ -25,9 +28,10 @@ starts them in dependency order and stops them in the reverse order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -37,10 +41,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from services.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower
+from services.delivery.hub import WaiterHub
+from services.delivery.metrics import DeliveryMetrics
 from services.ingest.admission import AdmissionPolicy
 from services.ingest.backlog import BacklogSource, KafkaBacklogReader
 from services.ingest.backlog_view import BacklogEndpoint
 from services.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
+from services.ingest.chat.endpoint import ChatCompletionsEndpoint, ChatLimits
 from services.ingest.envelope import EnvelopeFactory
 from services.ingest.idempotency import IdempotencyCache
 from services.ingest.json_guard import JsonGuard
@@ -67,6 +75,8 @@ log = logging.getLogger("inferq.ingest")
 
 # Bound of the shutdown flush: records handed to librdkafka get this long to be acknowledged.
 _FLUSH_TIMEOUT_S = 10.0
+# How long a start waits for the reply topic's follower before serving without it.
+_FOLLOW_READY_WAIT_S = 15.0
 # librdkafka enforces the produce timeout (message.timeout.ms); the await adds this backstop to it.
 _ACK_BACKSTOP_S = 1.0
 
@@ -88,6 +98,10 @@ class IngestParts:
     backlog_view: BacklogEndpoint
     record_limit: RecordLimit
     tenants: TenantRegistry
+    chat: ChatCompletionsEndpoint
+    # None when no reply topic is followed (tests with an injected producer): completions then wait
+    # for nothing and end at their bound.
+    follower: ReplyFollower | None
 
 
 def build_parts(
@@ -98,13 +112,17 @@ def build_parts(
     backlog: BacklogSource | None = None,
     rate_clock_s: Callable[[], float] = time.monotonic,
     metrics_meter: Meter | None = None,
+    follow_feed: Callable[[], ReplyFeed] | None = None,
+    hub: WaiterHub | None = None,
 ) -> IngestParts:
     """Wire ingest from `settings`. `producer` and `backlog` (the per-tier backlogs admission weighs)
     may be injected (tests); otherwise a librdkafka producer and a `KafkaBacklogReader` of the group
     `settings.dispatcher_group` are built. Nothing connects before `serve_parts` starts them. The
     tenants file is read now: `TenantsFileError` when it cannot be used. `rate_clock_s` is the
     tenants' rate limiter's clock (monotonic seconds); `metrics_meter` replaces the global meter
-    (tests read the counters back)."""
+    (tests read the counters back). `follow_feed` makes the reply topic's follower (default: a
+    `KafkaReplyFeed` of `settings.default_reply_topic`, or none when `producer` is injected); `hub`
+    the waiters' hub (tests count its waiters)."""
     topics = settings.kafka.topics
     tenants = TenantRegistry(
         settings.tenants.file, topics=topics, reload_interval_s=settings.tenants.reload_interval_s
@@ -131,7 +149,9 @@ def build_parts(
     shares = BacklogShares(
         admission, window=settings.tenant_share_window, from_fill=settings.tenant_share_from_fill
     )
-    gate = TenantGate(tenants, RateLimiter(rate_clock_s), topics=topics)
+    gate = TenantGate(
+        tenants, RateLimiter(rate_clock_s), topics=topics, default_reply_topic=settings.default_reply_topic
+    )
     publisher = Publisher(
         producer=kafka_producer,
         codec=request_codec(),
@@ -145,12 +165,46 @@ def build_parts(
         tenants=tenants,
         shares=shares,
     )
+    json_guard = JsonGuard(max_depth=settings.max_json_depth, max_number_chars=settings.max_json_number_chars)
     envelope_for = EnvelopeFactory(
         policy=TierPolicy(scenario_tiers=settings.scenario_tiers),
         deadlines_ms=settings.deadlines_ms,
         topics=settings.kafka.topics,
-        region=settings.region,
+        region=settings.origin_region,
         clock_ms=clock_ms,
+        # A regional ingest's requests are answered on its region's reply topic unless they name one.
+        default_reply_to=settings.default_reply_topic if settings.region else None,
+    )
+    if follow_feed is None and producer is None:
+        follow_feed = functools.partial(
+            KafkaReplyFeed, settings.kafka, settings.default_reply_topic, client_id="inferq-ingest"
+        )
+    # No history of streams: a completion's waiter exists before its request is produced.
+    hub = hub or WaiterHub(max_waiters=settings.max_waiters, history_max_bytes=0)
+    submit = SubmitEndpoint(
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        json_guard=json_guard,
+        envelope_for=envelope_for,
+        publisher=publisher,
+        metrics=metrics,
+        tenants=gate,
+    )
+    follower = ReplyFollower(follow_feed, hub) if follow_feed is not None else None
+    chat = ChatCompletionsEndpoint(
+        submit,
+        hub,
+        gate,
+        following=(lambda: True) if follower is None else follower.ready.is_set,
+        delivery=DeliveryMetrics(metrics_meter or meter("inferq.ingest"), hub, service="ingest"),
+        guard=json_guard,
+        limits=ChatLimits(
+            models=frozenset(settings.chat_models),
+            default_scenario=settings.chat_default_scenario,
+            max_wait_s=settings.chat_max_wait_s,
+            grace_s=settings.chat_grace_s,
+            stream_idle_s=settings.chat_stream_idle_s,
+        ),
     )
     return IngestParts(
         settings=settings,
@@ -158,20 +212,12 @@ def build_parts(
         backlogs=backlogs,
         admission=admission,
         watcher=BacklogWatcher(backlogs, alarm, interval_s=settings.backlog_refresh_s),
-        submit=SubmitEndpoint(
-            max_body_bytes=settings.max_body_bytes,
-            body_timeout_s=settings.body_timeout_s,
-            json_guard=JsonGuard(
-                max_depth=settings.max_json_depth, max_number_chars=settings.max_json_number_chars
-            ),
-            envelope_for=envelope_for,
-            publisher=publisher,
-            metrics=metrics,
-            tenants=gate,
-        ),
+        submit=submit,
         backlog_view=BacklogEndpoint(backlogs, admission, caller=gate.caller),
         record_limit=record_limit,
         tenants=tenants,
+        chat=chat,
+        follower=follower,
     )
 
 
@@ -179,13 +225,17 @@ def build_parts(
 async def serve_parts(
     parts: IngestParts, *, check_topics: bool = True, reload_on_sighup: bool = False
 ) -> AsyncIterator[None]:
-    """Start the producer, the backlog reader, the watcher and the tenants' reloader (with
-    `reload_on_sighup`, SIGHUP reloads too), in that order; on exit (or when a start fails) stop
-    whatever started, in the reverse order, the producer last so it flushes."""
+    """Start the producer, the backlog reader, the watcher, the tenants' reloader (with
+    `reload_on_sighup`, SIGHUP reloads too) and the reply topic's follower, in that order; on exit
+    (or when a start fails) stop whatever started, in the reverse order, the producer last so it
+    flushes."""
     settings = parts.settings
     async with AsyncExitStack() as started:
         if check_topics:
-            await asyncio.to_thread(require_topics, settings.kafka, settings.kafka.topics.all_requests)
+            followed = [settings.default_reply_topic]
+            await asyncio.to_thread(
+                require_topics, settings.kafka, settings.kafka.topics.all_requests + followed
+            )
             parts.record_limit.topic_max_bytes = await asyncio.to_thread(
                 read_topics_max_message_bytes, settings.kafka, settings.kafka.topics.all_requests
             )
@@ -197,6 +247,16 @@ async def serve_parts(
         started.push_async_callback(parts.watcher.stop)
         await parts.tenants.start(sighup=reload_on_sighup)
         started.push_async_callback(parts.tenants.stop)
+        if parts.follower is not None:
+            await parts.follower.start()
+            started.push_async_callback(parts.follower.stop)
+            if check_topics:
+                # The topics are there, so Kafka answers: serve once outcomes are followed (until
+                # then completions are refused 503), unless that takes unusually long.
+                try:
+                    await asyncio.wait_for(parts.follower.ready.wait(), _FOLLOW_READY_WAIT_S)
+                except TimeoutError:
+                    log.warning("not following the reply topic yet; chat completions answer 503 until then")
         log.info(
             "ingest ready, producing to %s; admission %s, capacities %s; records up to %d bytes; %s",
             settings.kafka.bootstrap_servers,
@@ -215,8 +275,16 @@ async def _flush_and_stop(producer: AsyncProducer) -> None:
         log.error("%d records not acknowledged at shutdown", left)
 
 
-async def healthz(_: Request) -> Response:
-    return JSONResponse({"status": "ok"})
+def health_endpoint(follower: ReplyFollower | None) -> Callable[[Request], Awaitable[Response]]:
+    """``GET /healthz``: 200 "ok"; 503 "follower stopped" once the reply topic's follower has died
+    (chat completions would wait for outcomes nobody reads)."""
+
+    async def healthz(_: Request) -> Response:
+        if follower is not None and follower.failed:
+            return JSONResponse({"status": "follower stopped"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    return healthz
 
 
 def create_app(
@@ -229,6 +297,8 @@ def create_app(
     rate_clock_s: Callable[[], float] = time.monotonic,
     metrics_meter: Meter | None = None,
     reload_on_sighup: bool = False,
+    follow_feed: Callable[[], ReplyFeed] | None = None,
+    hub: WaiterHub | None = None,
 ) -> Starlette:
     """The ingest ASGI app; its lifespan runs `serve_parts`. See `build_parts` for the injections;
     `reload_on_sighup` (the command sets it) installs the SIGHUP handler on the serving loop."""
@@ -239,12 +309,16 @@ def create_app(
         backlog=backlog,
         rate_clock_s=rate_clock_s,
         metrics_meter=metrics_meter,
+        follow_feed=follow_feed,
+        hub=hub,
     )
     return Starlette(
         routes=[
             Route("/v1/requests", parts.submit.handle, methods=["POST"]),
+            Route("/v1/chat/completions", parts.chat.handle, methods=["POST"]),
+            Route("/v1/models", parts.chat.models, methods=["GET"]),
             Route("/v1/backlog", parts.backlog_view.handle, methods=["GET"]),
-            Route("/healthz", healthz, methods=["GET"]),
+            Route("/healthz", health_endpoint(parts.follower), methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
         lifespan=lambda _: serve_parts(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup),

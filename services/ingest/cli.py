@@ -14,7 +14,9 @@ from services.tenancy.errors import OpenModeRefusedError, TenantsFileError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("ingest", help="HTTP ingest: POST /v1/requests → priority topics")
+    parser = subparsers.add_parser(
+        "ingest", help="HTTP ingest: POST /v1/chat/completions (OpenAI) and /v1/requests → priority topics"
+    )
     parser.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default 8700)")
     parser.set_defaults(func=_run)

@@ -74,10 +74,12 @@ def build_envelope(
     tenant: str | None = None,
     max_tier: Tier | None = None,
     max_deadline_ms: int | None = None,
+    default_reply_to: str | None = None,
 ) -> Envelope:
     """The record `body` becomes at `now_ms`: its tier from `policy` (lowered to `max_tier`), its
     deadline (the caller's `expire_at_ms`, else now plus the caller's `deadline_ms` or the tier's,
-    the tier's cut to `max_deadline_ms`), its topic, its key and its `tenant` (the body's when None).
+    the tier's cut to `max_deadline_ms`), its topic, its key, its `tenant` (the body's when None) and
+    its `reply_to` (the body's, else `default_reply_to`: a regional ingest's reply topic).
     The tier is lowered before the deadline is chosen, so a lowered request gets its new tier's.
 
     Raises a `FieldRefusedError`: `DeadlineInPastError` when the caller's `expire_at_ms` is not in
@@ -112,12 +114,13 @@ def build_envelope(
         created_at_ms=now_ms,
         expire_at_ms=expire_at_ms,
         estimated_tokens=body.estimated_tokens,
-        reply_to=body.reply_to,
+        reply_to=body.reply_to or default_reply_to,
         # One session's requests share a partition (the key) so a user's chat stays in order.
         session_id=body.session_id,
         model=body.model,
         messages=tuple(ChatMessage(m.role, m.content) for m in body.messages),
         params=_encoded_params(body),
+        stream=body.stream,
     )
     return Envelope(topic=topics.requests(tier), request=request)
 
@@ -138,6 +141,8 @@ class EnvelopeFactory:
     topics: TopicNames
     region: str
     clock_ms: Callable[[], int]
+    # A regional ingest's reply topic, for requests that name none (None: the results topic).
+    default_reply_to: str | None = None
 
     def __call__(
         self,
@@ -157,4 +162,5 @@ class EnvelopeFactory:
             tenant=tenant,
             max_tier=max_tier,
             max_deadline_ms=max_deadline_ms,
+            default_reply_to=self.default_reply_to,
         )

@@ -12,6 +12,7 @@ from services.ingest.admission import (
 )
 from services.ingest.tenant_shares import DEFAULT_FROM_FILL, DEFAULT_WINDOW
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.reply_topics import region_problem
 from services.messaging.tiers import (
     DEFAULT_DEADLINES_MS,
     DEFAULT_MEAN_LATENCY_S,
@@ -46,7 +47,29 @@ class IngestSettings(BaseSettings):
     deadlines_ms: dict[Tier, int] = Field(default_factory=lambda: dict(DEFAULT_DEADLINES_MS))
     # Recent client-supplied request ids remembered so a resend is answered without a second record.
     idempotency_cache_size: int = 100_000
-    region: str = "local"
+    # This ingest's region (INFERQ_REGION; INFERQ_INGEST_REGION is read too): the requests' origin
+    # and, when set, their default reply topic <prefix>.results.<region> (`inferq topics create
+    # --region`). Unset: origin "local", results on the results topic.
+    region: str | None = Field(
+        default=None, validation_alias=AliasChoices("INFERQ_REGION", "INFERQ_INGEST_REGION", "region")
+    )
+
+    # The OpenAI-compatible endpoint (services/ingest/chat/); its outcomes are read from this
+    # ingest's reply topic (`default_reply_topic`: its region's, else the results topic).
+    # The models `model` may name besides "inferq" (the tier's model), listed by GET /v1/models.
+    chat_models: list[str] = Field(
+        default_factory=lambda: ["inferq-fast", "inferq-accurate", "inferq-cheap"], max_length=1_000
+    )
+    # The scenario of a completion that names none (X-Inferq-Scenario, metadata.inferq_scenario).
+    chat_default_scenario: str = Field(default="realtime_chat", min_length=1, max_length=64)
+    # A completion's connection waits at most this long for its outcome (then 504, still queued).
+    chat_max_wait_s: float = Field(default=300.0, gt=0, le=3_600)
+    # Past the request's deadline, the dispatcher's EXPIRED is awaited this much longer.
+    chat_grace_s: float = Field(default=5.0, ge=0, le=300)
+    # A stream whose chunks stop this long (a dispatcher died mid-answer) ends with an error event.
+    chat_stream_idle_s: float = Field(default=30.0, gt=0, le=3_600)
+    # Callers waiting for outcomes at once; past it 503 with Retry-After.
+    max_waiters: int = Field(default=10_000, ge=1, le=1_000_000)
 
     # Admission (services/ingest/admission.py): refuse with 429 when a tier's backlog is at capacity.
     admission_enabled: bool = True
@@ -74,6 +97,26 @@ class IngestSettings(BaseSettings):
     # this fill ratio up, over the tenant mix of the tier's last requests (at most this many).
     tenant_share_from_fill: float = Field(default=DEFAULT_FROM_FILL, ge=0, le=1)
     tenant_share_window: int = Field(default=DEFAULT_WINDOW, ge=1, le=1_000_000)
+
+    @field_validator("region")
+    @classmethod
+    def _a_region(cls, value: str | None) -> str | None:
+        problem = None if value is None else region_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @property
+    def origin_region(self) -> str:
+        """The `origin_region` of this ingest's requests."""
+        return self.region or "local"
+
+    @property
+    def default_reply_topic(self) -> str:
+        """Where a request that names no `reply_to` is answered: the region's reply topic, else the
+        results topic."""
+        topics = self.kafka.topics
+        return topics.regional_results(self.region) if self.region else topics.results
 
     @field_validator("deadlines_ms")
     @classmethod

@@ -18,6 +18,8 @@ tenant's rate, the body, its fields, the envelope, the tenant's entitlements, th
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from starlette.requests import Request
@@ -54,6 +56,16 @@ class SubmissionPublisher(Protocol):
     async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> tuple[Answer, bool]: ...
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A submission the broker acknowledged: the 202 body, whether it replayed an earlier answer,
+    and the record as written."""
+
+    answer: Answer
+    replayed: bool
+    envelope: Envelope
+
+
 def refusal_response(error: IngestError) -> JSONResponse:
     """The HTTP answer of a refusal."""
     return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers())
@@ -83,19 +95,42 @@ class SubmitEndpoint:
         self._tenants = tenants
 
     async def handle(self, request: Request) -> Response:
+        try:
+            admitted = await self.admit(request, lambda raw: parse_submission(raw, self._json_guard))
+        except IngestError as exc:
+            return refusal_response(exc)
+        return JSONResponse(admitted.answer | {"duplicate": admitted.replayed}, status_code=202)
+
+    async def admit(
+        self,
+        request: Request,
+        parse: Callable[[bytes], SubmitRequest],
+        *,
+        finish: Callable[[Envelope], Envelope] | None = None,
+        idempotent: bool = True,
+    ) -> Admitted:
+        """The whole path of a submission, for every endpoint that takes one: the caller, its rate,
+        the body (read within the bounds, then `parse`d into a `SubmitRequest`; `parse` raises an
+        `IngestError` for a body it refuses), the envelope and the tenant's entitlements, then
+        `finish` (the caller's last word on the record, and its chance to get ready for the outcome
+        before it can exist), then the publish (idempotent on the body's `request_id` when
+        `idempotent`). Every refusal is counted and raised as an `IngestError`."""
         label: str | None = None
         try:
             principal = self._tenants.caller(request)
             label = principal.label
             self._tenants.take_rate(principal)
             raw = await read_body(request, self._max_body_bytes, timeout_s=self._body_timeout_s)
-            submission = parse_submission(raw, self._json_guard)
+            submission = parse(raw)
             envelope = self._envelope(submission, principal)
-            answer, replayed = await self._publisher.publish(envelope, idempotency_key=submission.request_id)
+            if finish is not None:
+                envelope = finish(envelope)
+            key = submission.request_id if idempotent else None
+            answer, replayed = await self._publisher.publish(envelope, idempotency_key=key)
         except IngestError as exc:
             self._metrics.refused(exc.reason, exc.tier, tenant=label)
-            return refusal_response(exc)
-        return JSONResponse(answer | {"duplicate": replayed}, status_code=202)
+            raise
+        return Admitted(answer, replayed, envelope)
 
     def _envelope(self, submission: SubmitRequest, principal: Principal) -> Envelope:
         tenant = self._tenants.tenant_of(principal, submission)

@@ -24,10 +24,19 @@ from services.tenancy.registry import TenantRegistry
 class TenantGate:
     """The tenant checks of one request, in the order the endpoint runs them."""
 
-    def __init__(self, registry: TenantRegistry, limiter: RateLimiter, *, topics: TopicNames) -> None:
+    def __init__(
+        self,
+        registry: TenantRegistry,
+        limiter: RateLimiter,
+        *,
+        topics: TopicNames,
+        default_reply_topic: str | None = None,
+    ) -> None:
         self._registry = registry
         self._limiter = limiter
         self._topics = topics
+        # Every tenant may be answered here (a regional ingest's reply topic); others need entitling.
+        self._default_reply_topic = default_reply_topic or topics.results
         # The buckets follow the file: sized at start, re-sized at every reload.
         registry.on_change(limiter.configure)
 
@@ -62,7 +71,7 @@ class TenantGate:
         deadline is the lowered tier's); `NotEntitledError` (403) naming every field it is not
         entitled to."""
         verdict = apply_entitlements(
-            envelope.request, principal.tenant.entitlements, default_reply_topic=self._topics.results
+            envelope.request, principal.tenant.entitlements, default_reply_topic=self._default_reply_topic
         )
         if not verdict.allowed:
             problems = [p.as_dict() for p in verdict.problems]

@@ -137,6 +137,8 @@ class SubmitRequest(BaseModel):
         default=None, strict=True, min_length=1, max_length=249, pattern=limits.TOPIC_PATTERN.pattern
     )
     params: ChatParams | None = None
+    # The answer's pieces go to the reply topic as they come (the results service's /events relays them).
+    stream: bool = Field(default=False, strict=True)
 
 
 def deadline_conflict(body: SubmitRequest) -> list[dict[str, str]]:

@@ -6,12 +6,18 @@ creating an ACL that exists is a no-op). ``inferq acls apply`` runs both.
 
 =============  ===========================================================================
 ingest         WRITE the request topics (``<prefix>.requests.*``); DESCRIBE the dispatcher
-               group, whose committed offsets are the backlog admission weighs
+               group, whose committed offsets are the backlog admission weighs; READ the reply
+               topics (``<prefix>.results`` and ``<prefix>.results.*``), followed without a group
+               for the outcomes of chat completions
 dispatcher     READ the request topics and ``<prefix>.retry`` in its group (READ on the group);
                WRITE ``<prefix>.results`` and ``<prefix>.results.*`` (regional reply topics, a
                ``reply_to``), ``<prefix>.retry`` and ``<prefix>.dlq``
-results        READ ``<prefix>.results`` in its group
+results        READ ``<prefix>.results`` in its group (and without one, to wake waiting callers)
 =============  ===========================================================================
+
+A results service may serve one region or all (``inferq results --region``): ``results`` also
+READs ``<prefix>.results.*`` (the regional reply topics) in the group of such a service,
+``<group>-<region>`` or ``<group>-all`` (READ on the group prefix ``<group>-``).
 
 READ and WRITE imply DESCRIBE in Kafka, so metadata and offsets of those topics come with them.
 An idempotent producer needs no cluster ACL since Kafka 3.0 (KIP-679: WRITE on a topic suffices).
@@ -112,6 +118,9 @@ def service_grants(topics: TopicNames, who: ServicePrincipals) -> list[Grant]:
     return [
         Grant(ingest, write, topic, requests, prefixed=True),
         Grant(ingest, describe, group, who.dispatcher_group),
+        # The outcomes of chat completions, followed with no group (so no group ACL).
+        Grant(ingest, read, topic, topics.results),
+        Grant(ingest, read, topic, f"{topics.results}.", prefixed=True),
         Grant(dispatcher, read, topic, requests, prefixed=True),
         Grant(dispatcher, read, topic, topics.retry),
         Grant(dispatcher, write, topic, topics.retry),
@@ -121,7 +130,10 @@ def service_grants(topics: TopicNames, who: ServicePrincipals) -> list[Grant]:
         Grant(dispatcher, write, topic, topics.dlq),
         Grant(dispatcher, read, group, who.dispatcher_group),
         Grant(results, read, topic, topics.results),
+        Grant(results, read, topic, f"{topics.results}.", prefixed=True),
         Grant(results, read, group, who.results_group),
+        # The groups of regional results services: <group>-eu, <group>-all (results settings).
+        Grant(results, read, group, f"{who.results_group}-", prefixed=True),
     ]
 
 

@@ -8,6 +8,7 @@ that refuses our credentials or certificate raises `KafkaAccessError` within a s
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -16,6 +17,7 @@ from confluent_kafka.cimpl import NewTopic
 from services.messaging.connection import ConnectionWatch
 from services.messaging.errors import MessagingError, MissingTopicsError
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.reply_topics import region_problem
 
 ADMIN_TIMEOUT_S = 15.0
 # How often a metadata wait looks at what librdkafka reported: the bound on noticing a refusal.
@@ -53,11 +55,19 @@ def _metadata_topics(
             ) from failure
 
 
-def create_topics(settings: KafkaSettings, *, timeout_s: float = ADMIN_TIMEOUT_S) -> dict[str, str]:
-    """Create every topic of the table; existing ones are left alone. Returns name → outcome."""
+def create_topics(
+    settings: KafkaSettings, *, regions: Sequence[str] = (), timeout_s: float = ADMIN_TIMEOUT_S
+) -> dict[str, str]:
+    """Create every topic of the table and the reply topic of each of `regions` (configured as the
+    results topic); existing ones are left alone. Returns name → outcome. `ValueError` for a region
+    the reply-topic rule refuses (`services.messaging.reply_topics`)."""
+    for region in regions:
+        problem = region_problem(region)
+        if problem is not None:
+            raise ValueError(problem)
     admin, watch = watched_admin(settings)
     _metadata_topics(admin, watch, settings.bootstrap_servers, timeout_s)  # refused: fail fast
-    specs = settings.topics.specs()
+    specs = settings.topics.specs() + [settings.topics.regional_results_spec(r) for r in regions]
     new = [
         NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, config=s.config()) for s in specs
     ]

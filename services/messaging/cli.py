@@ -8,19 +8,37 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 
 from services.messaging.acls import ServicePrincipals, apply_grants, service_grants
 from services.messaging.admin import create_topics, existing_topics
 from services.messaging.errors import MessagingError
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.reply_topics import region_problem
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("topics", help="create or list the pipeline's topics")
     sub = parser.add_subparsers(dest="topics_command", required=True)
-    create = sub.add_parser("create", help="create every topic of the table (idempotent)")
+    create = sub.add_parser(
+        "create",
+        help="create every topic of the table (idempotent)",
+        description=(
+            "Create every topic of the table, and with --region NAME the reply topic of that region, "
+            "<prefix>.results.NAME, configured as the results topic. Idempotent."
+        ),
+    )
+    create.add_argument(
+        "--region",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also create <prefix>.results.NAME (1-32 lowercase letters, digits or '-'); repeatable",
+    )
     create.set_defaults(func=_create)
-    listing = sub.add_parser("list", help="the topic table and whether each topic exists")
+    listing = sub.add_parser(
+        "list", help="the topic table and whether each topic exists, then the regional reply topics"
+    )
     listing.set_defaults(func=_list)
     _register_acls(subparsers)
 
@@ -77,10 +95,15 @@ def _apply_acls(args: argparse.Namespace) -> int:
     return 0
 
 
-def _create(_: argparse.Namespace) -> int:
+def _create(args: argparse.Namespace) -> int:
     settings = KafkaSettings()
+    for region in args.region:
+        problem = region_problem(region)
+        if problem is not None:
+            print(f"error: --region {region}: {problem}")
+            return 2
     try:
-        outcome = create_topics(settings)
+        outcome = create_topics(settings, regions=args.region)
     except MessagingError as exc:
         print(f"error: {exc}")
         return 1
@@ -96,7 +119,12 @@ def _list(_: argparse.Namespace) -> int:
     except MessagingError as exc:
         print(f"error: {exc}")
         return 1
-    for spec in settings.topics.specs():
+    topics = settings.topics
+    regional = re.compile(topics.results_pattern)
+    regions = sorted(
+        name[len(topics.results) + 1 :] for name in present if regional.match(name) and name != topics.results
+    )
+    for spec in topics.specs() + [topics.regional_results_spec(r) for r in regions]:
         state = "present" if spec.name in present else "MISSING"
         hours = spec.retention_ms // 3_600_000
         print(

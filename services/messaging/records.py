@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
@@ -234,11 +234,14 @@ KIND_HEADER = "inferq-kind"
 CHUNK_KIND = b"chunk"
 
 
-def is_chunk(headers: list[tuple[str, bytes | str | None]] | None) -> bool:
-    """Whether a reply-topic record with these Kafka headers is a chunk rather than a result."""
-    return any(
-        name == KIND_HEADER and value in (CHUNK_KIND, CHUNK_KIND.decode()) for name, value in headers or ()
-    )
+HeaderValue = bytes | str | None
+
+
+def is_chunk(headers: Iterable[tuple[str, HeaderValue]] | Mapping[str, HeaderValue] | None) -> bool:
+    """Whether a reply-topic record with these Kafka headers (pairs, as aiokafka and confluent-kafka
+    give them, or a mapping) is a chunk rather than a result."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    return any(name == KIND_HEADER and value in (CHUNK_KIND, CHUNK_KIND.decode()) for name, value in pairs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import re
 
-from services.messaging.topics import TopicNames
+from services.messaging.topics import RESERVED_TOPIC_WORDS, TopicNames
 
 # Kafka refuses longer topic names.
 MAX_TOPIC_CHARS = 249
 REGION_PATTERN = re.compile(r"[a-z0-9-]{1,32}")
 # Words of the topic table (services/messaging/topics.py): never a region.
-RESERVED_REGIONS = frozenset({"requests", "retry", "dlq", "results"})
+RESERVED_REGIONS = RESERVED_TOPIC_WORDS
 
 
 def is_allowed_reply_topic(topic: str, topics: TopicNames) -> bool:
@@ -43,6 +43,15 @@ def is_allowed_reply_topic(topic: str, topics: TopicNames) -> bool:
         return False
     # Belt and braces: whatever the prefix, never one of this pipeline's own non-reply topics.
     return topic not in {*topics.all_requests, topics.retry, topics.dlq}
+
+
+def region_problem(region: str) -> str | None:
+    """What is wrong with `region` as the name of a regional reply topic, or None when it is fine."""
+    if REGION_PATTERN.fullmatch(region) is None:
+        return f"a region is 1-32 lowercase letters, digits or '-', got {region!r}"
+    if region in RESERVED_REGIONS:
+        return f"{region!r} is a word of the topic table, not a region"
+    return None
 
 
 def reply_topic_rule(topics: TopicNames) -> str:

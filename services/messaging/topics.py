@@ -7,11 +7,14 @@ user's chat stays in order within its partition.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from services.messaging.tiers import Tier
 
 HOUR_MS = 3_600_000
+# The last words of the topic table's names: never a region (a regional reply topic's last word).
+RESERVED_TOPIC_WORDS = frozenset({"requests", "retry", "dlq", "results"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,20 @@ class TopicNames:
     def results(self) -> str:
         return f"{self.prefix}.results"
 
+    def regional_results(self, region: str) -> str:
+        """The reply topic of `region` (``<prefix>.results.<region>``); which regions are valid is
+        `services.messaging.reply_topics.region_problem`'s rule."""
+        return f"{self.results}.{region}"
+
+    @property
+    def results_pattern(self) -> str:
+        """A regular expression matching the results topic and every regional one (the region rule
+        of `services.messaging.reply_topics`, its reserved words left out: ``<prefix>.results.retry``
+        is the retry topic of a pipeline whose prefix is ``<prefix>.results``), for a consumer that
+        serves all regions."""
+        reserved = "|".join(sorted(RESERVED_TOPIC_WORDS))
+        return rf"^{re.escape(self.results)}(\.(?!({reserved})$)[a-z0-9-]{{1,32}})?$"
+
     @property
     def retry(self) -> str:
         return f"{self.prefix}.retry"
@@ -58,6 +75,16 @@ class TopicNames:
             if topic == self.requests(tier):
                 return tier
         return None
+
+    def regional_results_spec(self, region: str) -> TopicSpec:
+        """A region's reply topic: configured as the results topic, under its own name."""
+        results = next(spec for spec in self.specs() if spec.name == self.results)
+        return TopicSpec(
+            self.regional_results(region),
+            results.partitions,
+            results.retention_ms,
+            f"results of region {region}",
+        )
 
     def specs(self) -> list[TopicSpec]:
         """Every topic the pipeline needs, with partitions and retention."""

@@ -3,11 +3,13 @@
 The parts, each in its own module: `store.ResultStore` (SQLite behind one worker thread; the table
 itself in `table`), `consumer.ResultConsumer` (reply topic → store, commit after the write),
 `routes.ResultRoutes` (the HTTP answers, `view.public_view` their body; who is calling from
-`services.tenancy`), `retention.RetentionTask` (expired results deleted every `purge_interval_s`).
+`services.tenancy`; long polls and event streams wait in a `services.delivery` hub),
+`delivery.ReplyFollower` (the reply topic from its end, no group: wakes the waiting callers with
+chunks and results), `retention.RetentionTask` (expired results deleted every `purge_interval_s`).
 `create_app` builds them from the settings (and reads the tenants file: a bad one stops the service
-before anything starts); its lifespan opens the store, then starts the consumer, the retention task
-and the tenants' reloader, and stops them in the reverse order, so the last batch is written before
-the database closes.
+before anything starts); its lifespan opens the store, then starts the consumer, the follower, the
+retention task and the tenants' reloader, and stops them in the reverse order, so the last batch is
+written before the database closes.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ from aiokafka import AIOKafkaConsumer
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from services.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower
+from services.delivery.hub import WaiterHub
+from services.delivery.metrics import DeliveryMetrics
 from services.messaging.admin import require_topics
 from services.messaging.codec import result_codec
 from services.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
 from services.results.retention import RetentionTask
-from services.results.routes import Health, ReadMetrics, ResultRoutes
+from services.results.routes import Health, ReadMetrics, ResultRoutes, WaitLimits
 from services.results.settings import ResultsSettings
 from services.results.store import ResultStore
 from services.telemetry import meter, metrics_endpoint
@@ -35,19 +40,30 @@ from services.tenancy.registry import TenantRegistry
 log = logging.getLogger("inferq.results")
 
 
+# With `--region all`, how soon a regional reply topic created later is found and consumed.
+PATTERN_METADATA_MAX_AGE_MS = 30_000
+
+
 def kafka_result_feed(settings: ResultsSettings) -> ResultFeed:
-    """The aiokafka consumer of the reply topic; call it inside the running loop (aiokafka binds to it)."""
-    feed: ResultFeed = AIOKafkaConsumer(
-        settings.kafka.topics.results,
+    """The aiokafka consumer of the reply topics the settings' region names (the results topic, a
+    region's, or all of them by pattern); call it inside the running loop (aiokafka binds to it)."""
+    by_pattern = settings.all_regions
+    consumer = AIOKafkaConsumer(
+        *([] if by_pattern else settings.reply_topics),
         **settings.kafka.aiokafka_config(),
-        group_id=settings.group_id,
+        group_id=settings.consumer_group,
         # Committed only after the batch is stored.
         enable_auto_commit=False,
         # Every result ever produced is owed to its caller, including those before we started.
         auto_offset_reset="earliest",
         # The broker holds a fetch that finds nothing new for at most 50 ms (aiokafka's default: 500).
         fetch_max_wait_ms=50,
+        # A pattern is matched against the topics of each metadata refresh (default every 5 min).
+        **({"metadata_max_age_ms": PATTERN_METADATA_MAX_AGE_MS} if by_pattern else {}),
     )
+    if by_pattern:
+        consumer.subscribe(pattern=settings.kafka.topics.results_pattern)
+    feed: ResultFeed = consumer
     return feed
 
 
@@ -58,26 +74,33 @@ async def serve_parts(
     consumer: ResultConsumer,
     retention: RetentionTask,
     tenants: TenantRegistry,
+    follower: ReplyFollower | None,
     *,
     check_topics: bool = True,
     reload_on_sighup: bool = False,
 ) -> AsyncIterator[None]:
-    """Open the store, then start the consumer, the retention task and the tenants' reloader (with
-    `reload_on_sighup`, SIGHUP reloads too); on exit (or a failed start) stop in the reverse order."""
+    """Open the store, then start the consumer, the follower, the retention task and the tenants'
+    reloader (with `reload_on_sighup`, SIGHUP reloads too); on exit (or a failed start) stop in the
+    reverse order."""
     async with AsyncExitStack() as started:
         if check_topics:
-            await asyncio.to_thread(require_topics, settings.kafka, [settings.kafka.topics.results])
+            await asyncio.to_thread(require_topics, settings.kafka, settings.reply_topics)
         await store.open()
         started.push_async_callback(store.close)
         await consumer.start()
         started.push_async_callback(consumer.stop)
+        if follower is not None:
+            await follower.start()
+            started.push_async_callback(follower.stop)
         await retention.start()
         started.push_async_callback(retention.stop)
         await tenants.start(sighup=reload_on_sighup)
         started.push_async_callback(tenants.stop)
         log.info(
             "results ready, consuming %s into %s; kept %g s, at most %d; %s",
-            settings.kafka.topics.results,
+            settings.kafka.topics.results_pattern
+            if settings.all_regions
+            else ", ".join(settings.reply_topics),
             store.path,
             settings.retention_s,
             settings.max_results,
@@ -86,11 +109,16 @@ async def serve_parts(
         yield
 
 
-def service_health(consumer: ResultConsumer, retention: RetentionTask) -> Health:
-    """Unhealthy once the consumer (results stop arriving) or the retention task (the disk fills)
-    has stopped; "starting" until the consumer has joined the reply topic."""
+def service_health(
+    consumer: ResultConsumer, retention: RetentionTask, follower: ReplyFollower | None = None
+) -> Health:
+    """Unhealthy once the consumer (results stop arriving), the follower (waiting callers are no
+    longer woken) or the retention task (the disk fills) has stopped; "starting" until the consumer
+    has joined the reply topic."""
     if consumer.failed:
         return Health("consumer stopped", healthy=False)
+    if follower is not None and follower.failed:
+        return Health("follower stopped", healthy=False)
     if retention.failed:
         return Health("retention stopped", healthy=False)
     return Health("ok" if consumer.ready.is_set() else "starting")
@@ -101,11 +129,16 @@ def create_app(
     *,
     check_topics: bool = True,
     feed: Callable[[], ResultFeed] | None = None,
+    follow_feed: Callable[[], ReplyFeed] | None = None,
+    hub: WaiterHub | None = None,
     reload_on_sighup: bool = False,
 ) -> Starlette:
-    """The results ASGI app. `feed` makes the reply topic's consumer (tests inject a fake); by
-    default `kafka_result_feed(settings)`, built when the lifespan starts. The tenants file is read
-    now (`TenantsFileError`); `reload_on_sighup` (the command sets it) installs the SIGHUP handler."""
+    """The results ASGI app. `feed` makes the reply topic's consumer and `follow_feed` its
+    group-less follower (tests inject fakes); by default `kafka_result_feed(settings)` and a
+    `KafkaReplyFeed`, built when the lifespan starts (with `feed` injected and no `follow_feed`,
+    there is no follower: stored results alone wake the waiters). `hub` may be injected (tests count its
+    waiters). The tenants file is read now (`TenantsFileError`); `reload_on_sighup` (the command
+    sets it) installs the SIGHUP handler."""
     tenants = TenantRegistry(
         settings.tenants.file,
         topics=settings.kafka.topics,
@@ -113,22 +146,43 @@ def create_app(
     )
     tenants.load()
     store = ResultStore(settings.db_path, retention_s=settings.retention_s, max_results=settings.max_results)
+    hub = hub or WaiterHub(max_waiters=settings.max_waiters)
     consumer = ResultConsumer(
         feed or functools.partial(kafka_result_feed, settings),
         store,
         result_codec(),
         ResultsMetrics(meter("inferq.results")),
+        stored=hub.publish_result,
     )
+    if follow_feed is None and feed is None:
+        # The same reply topics as the store's consumer: the region's, or all of them by pattern.
+        follow_feed = functools.partial(
+            KafkaReplyFeed,
+            settings.kafka,
+            settings.reply_topics,
+            client_id="inferq-results-follower",
+            pattern=settings.kafka.topics.results_pattern if settings.all_regions else None,
+        )
+    # A test that injects only the results feed gets no follower: stored results wake the waiters.
+    follower = ReplyFollower(follow_feed, hub) if follow_feed is not None else None
     retention = RetentionTask(store, interval_s=settings.purge_interval_s)
     routes = ResultRoutes(
         store,
-        health=lambda: service_health(consumer, retention),
+        health=lambda: service_health(consumer, retention, follower),
         tenants=tenants,
         metrics=ReadMetrics(meter("inferq.results")),
+        hub=hub,
+        delivery=DeliveryMetrics(meter("inferq.results"), hub, service="results"),
+        limits=WaitLimits(
+            max_wait_s=settings.max_wait_s,
+            events_max_s=settings.events_max_s,
+            keepalive_s=settings.events_keepalive_s,
+        ),
     )
     return Starlette(
         routes=[
             Route("/v1/requests/{request_id}", routes.get_result, methods=["GET"]),
+            Route("/v1/requests/{request_id}/events", routes.events, methods=["GET"]),
             Route("/healthz", routes.healthz, methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
@@ -138,6 +192,7 @@ def create_app(
             consumer,
             retention,
             tenants,
+            follower,
             check_topics=check_topics,
             reload_on_sighup=reload_on_sighup,
         ),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pydantic import ValidationError
+
 from services.results.app import create_app
 from services.results.settings import ResultsSettings
 from services.serving import configure_logging, run_asgi
@@ -14,15 +16,30 @@ from services.tenancy.errors import OpenModeRefusedError, TenantsFileError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("results", help="results service: reply topic → GET /v1/requests/{id}")
+    parser = subparsers.add_parser(
+        "results", help="results service: reply topic → GET /v1/requests/{id} (?wait= long poll, /events SSE)"
+    )
     parser.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default 8701)")
+    parser.add_argument(
+        "--region",
+        default=None,
+        metavar="NAME|all",
+        help=(
+            "serve the reply topic of region NAME (<prefix>.results.NAME), or all of them and the "
+            "results topic (default: $INFERQ_RESULTS_REGION, else the results topic alone)"
+        ),
+    )
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     configure_logging()
-    settings = ResultsSettings()
+    try:
+        settings = ResultsSettings(**({"region": args.region} if args.region is not None else {}))
+    except ValidationError as exc:
+        print(f"inferq results: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
     host = args.host or settings.host
     try:
         require_tenants_or_loopback(host, settings.tenants.file)

@@ -3,6 +3,10 @@
 aiokafka is the consumer here: this service is one event loop that both serves HTTP and consumes,
 its volume is modest, and an async consumer needs no thread hand-off. Offsets are committed after
 the batch is in SQLite, so a crash redoes a batch (duplicates are dropped by (tenant, request_id)).
+
+A streamed answer's chunks share the reply topic with the results (header ``inferq-kind: chunk``,
+`services.messaging.records.is_chunk`); they are not results and are passed over, neither stored
+nor counted as poison.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from opentelemetry.metrics import Meter
 
 from services.messaging.codec import TypedCodec
 from services.messaging.errors import DecodeError
-from services.messaging.records import InferenceResult
+from services.messaging.records import InferenceResult, is_chunk
 from services.results.store import ResultStore
 
 log = logging.getLogger("inferq.results")
@@ -45,6 +49,9 @@ class FeedRecord(Protocol):
 
     @property
     def offset(self) -> int: ...
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
 
 
 class ResultFeed(Protocol):
@@ -89,6 +96,9 @@ class ResultConsumer:
     running loop). `ready` is set once the feed has started. A Kafka error pauses a second and
     consumption goes on: results are owed to their callers. Any other error ends the task: it is
     logged, and `failed` turns true (``/healthz`` answers 503). Start and stop are idempotent.
+    Chunks of streamed answers on the same topic are not results: skipped. `stored` is told of
+    each batch's results once they are in the store (the waiter hub, so a long poll that looked in
+    the store a moment before they were written is still woken).
     """
 
     def __init__(
@@ -97,8 +107,11 @@ class ResultConsumer:
         store: ResultStore,
         codec: TypedCodec[InferenceResult],
         metrics: ResultsMetrics,
+        *,
+        stored: Callable[[InferenceResult], None] | None = None,
     ) -> None:
         self._make_feed = make_feed
+        self._stored = stored
         self._store = store
         self._codec = codec
         self._metrics = metrics
@@ -149,6 +162,8 @@ class ResultConsumer:
         decoded: list[InferenceResult] = []
         for tp, records in batches.items():
             for record in records:
+                if is_chunk(list(record.headers or ())):
+                    continue
                 try:
                     decoded.append(self._codec.decode(record.value or b""))
                 except DecodeError as exc:
@@ -162,6 +177,9 @@ class ResultConsumer:
                     )
         stored, duplicates = await self._store.put_many(decoded)
         self._metrics.batch_stored(stored, duplicates)
+        if self._stored is not None:
+            for result in decoded:
+                self._stored(result)
         await feed.commit()
 
 

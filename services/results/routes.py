@@ -1,21 +1,40 @@
-"""The results service's HTTP answers: ``GET /v1/requests/{request_id}`` and ``GET /healthz``.
+"""The results service's HTTP answers: ``GET /v1/requests/{request_id}`` (with ``?wait=`` a long
+poll), ``GET /v1/requests/{request_id}/events`` (Server-Sent Events) and ``GET /healthz``.
 
 A result is read by its tenant only: the key names the tenant, the store is keyed (tenant,
-request_id), and another tenant's id is answered exactly like an id nobody sent (404), so a
-caller cannot even learn that it exists. In open mode (no tenants file, loopback only) the
-optional ``?tenant=`` names the tenant (``default`` when left out); with a key it must be the key's.
+request_id), and another tenant's id is answered exactly like an id nobody sent (404, or a long
+poll and an event stream that wait like for a request still queued), so a caller cannot even learn
+that it exists. In open mode (no tenants file, loopback only) the optional ``?tenant=`` names the
+tenant (``default`` when left out); with a key it must be the key's.
+
+Waiting is the waiter hub's (`services.delivery`): the caller is registered, then the store is
+read, then the caller sleeps until the reply topic's follower (or the store's consumer) wakes it
+or the bound passes. A client that disconnects is unregistered at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import re
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from opentelemetry.metrics import Meter
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from services.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, WaiterHub
+from services.delivery.metrics import DeliveryMetrics
+from services.delivery.sse import (
+    CLIENT_GONE_STATUS,
+    ClientGoneError,
+    EventStreamResponse,
+    sse_comment,
+    sse_event,
+    until_disconnected,
+)
 from services.messaging.limits import ID_PATTERN, MAX_ID_CHARS, MAX_TENANT_CHARS
+from services.messaging.records import InferenceChunk, InferenceResult
 from services.results.store import ResultStore
 from services.results.view import public_view
 from services.tenancy.errors import AuthenticationError
@@ -28,6 +47,27 @@ _BAD_ID = (
 _BAD_TENANT = (
     f"tenant must be given once, 1-{MAX_TENANT_CHARS} characters of letters, digits, '.', '_', ':' or '-'"
 )
+
+
+_WAIT = re.compile(r"[0-9]{1,4}")
+# Past `max_waiters`, a caller is told to come back after this.
+_BUSY_RETRY_AFTER_S = 1
+
+
+@dataclass(frozen=True)
+class WaitLimits:
+    """Bounds of waiting callers: the largest ``?wait=``, an event stream's length and keep-alive."""
+
+    max_wait_s: int = 60
+    events_max_s: float = 300.0
+    keepalive_s: float = 15.0
+
+
+@dataclass(frozen=True)
+class _Scope:
+    label: str
+    tenant: str
+    request_id: str
 
 
 @dataclass(frozen=True)
@@ -70,16 +110,131 @@ class ResultRoutes:
         *,
         tenants: TenantRegistry,
         metrics: ReadMetrics,
+        hub: WaiterHub | None = None,
+        limits: WaitLimits | None = None,
+        delivery: DeliveryMetrics | None = None,
     ) -> None:
         self._store = store
         self._health = health
         self._tenants = tenants
         self._metrics = metrics
+        self._hub = hub or WaiterHub()
+        self._limits = limits or WaitLimits()
+        self._delivery = delivery
 
     async def get_result(self, request: Request) -> Response:
         """200 with `public_view` of the caller's first result for the id; 401 without a valid key;
         403 for a ``?tenant=`` that is not the key's; 404 while there is none (or past retention, or
-        it is another tenant's); 422 for an id no request can have, which is not echoed back."""
+        it is another tenant's); 422 for an id no request can have, which is not echoed back.
+
+        With ``?wait=N`` (whole seconds, 0 to `max_wait_s`; else 422) the answer waits up to N s for
+        the outcome: 200 as soon as it exists, else 202 ``{"status": "PENDING"}`` at the bound; 503
+        with Retry-After when too many callers are waiting."""
+        scope = self._scope(request)
+        if isinstance(scope, Response):
+            return scope
+        wait_s = self._wait_s(request, scope.label)
+        if isinstance(wait_s, Response):
+            return wait_s
+        if not wait_s:
+            return await self._read_now(scope)
+        try:
+            with self._hub.waiting(scope.tenant, scope.request_id, chunks=False) as waiter:
+                # Registered first, then the store: a result written in between still wakes us.
+                result = await self._store.get(scope.tenant, scope.request_id)
+                if result is None:
+                    result = await until_disconnected(request, waiter.result(wait_s))
+        except HubFullError:
+            return _busy()
+        except ClientGoneError:
+            self._ended("long_poll", "disconnected")
+            return Response(status_code=CLIENT_GONE_STATUS)
+        self._ended("long_poll", "bound" if result is None else "outcome")
+        self._metrics.read(scope.label, found=result is not None)
+        if result is None:
+            body = {"request_id": scope.request_id, "status": "PENDING", "waited_s": wait_s}
+            return JSONResponse(body, status_code=202)
+        return JSONResponse(public_view(result))
+
+    async def events(self, request: Request) -> Response:
+        """``text/event-stream`` of the request's outcome: ``event: chunk`` for each piece of a
+        streamed answer (``{request_id, attempt, seq, delta, model}``, from the start of the
+        answer when the stream is still in progress), ``event: restart`` when the answer started
+        over (a retry: drop the text so far), then ``event: result`` with the outcome (as
+        ``GET /v1/requests/{id}``) and the end; ``event: timeout`` and the end after
+        `events_max_s` without it. Scoped like a read: another tenant's id streams like an id
+        still queued. 401/403/422 as a read; 503 when too many callers are waiting."""
+        scope = self._scope(request)
+        if isinstance(scope, Response):
+            return scope
+        if self._hub.waiters >= self._hub.max_waiters:
+            return _busy()
+        return EventStreamResponse(self._event_stream(scope))
+
+    def _ended(self, endpoint: str, how: str) -> None:
+        if self._delivery is not None:
+            self._delivery.ended(endpoint, how)
+
+    async def _event_stream(self, scope: _Scope) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        ends_at = loop.time() + self._limits.events_max_s
+        how = "disconnected"
+        try:
+            with self._hub.waiting(scope.tenant, scope.request_id, replay=True) as waiter:
+                stored = await self._store.get(scope.tenant, scope.request_id)
+                if stored is not None:
+                    self._metrics.read(scope.label, found=True)
+                    how = "outcome"
+                    yield sse_event(public_view(stored), event="result")
+                    return
+                tracker = ChunkTracker()
+                while (left := ends_at - loop.time()) > 0:
+                    item = await waiter.next(min(self._limits.keepalive_s, left))
+                    if item is None:
+                        yield sse_comment("waiting")
+                    elif isinstance(item, InferenceResult):
+                        self._metrics.read(scope.label, found=True)
+                        how = "outcome"
+                        yield sse_event(public_view(item), event="result")
+                        return
+                    else:
+                        order = tracker.accept(item)
+                        if order is ChunkOrder.RESTART:
+                            yield sse_event(
+                                {"request_id": item.request_id, "attempt": item.attempt}, event="restart"
+                            )
+                        if order is not ChunkOrder.REPEAT:
+                            yield sse_event(_chunk_view(item), event="chunk")
+                self._metrics.read(scope.label, found=False)
+                how = "bound"
+                yield sse_event({"request_id": scope.request_id, "status": "PENDING"}, event="timeout")
+        except HubFullError:
+            how = "error"
+            yield sse_event({"error": "too many callers are waiting; reconnect later"}, event="error")
+        finally:
+            self._ended("events", how)
+
+    async def _read_now(self, scope: _Scope) -> Response:
+        result = await self._store.get(scope.tenant, scope.request_id)
+        self._metrics.read(scope.label, found=result is not None)
+        if result is None:
+            error = f"no result for request_id {scope.request_id!r} (yet)"
+            return JSONResponse({"error": error}, status_code=404)
+        return JSONResponse(public_view(result))
+
+    def _wait_s(self, request: Request, label: str) -> int | Response:
+        given = request.query_params.getlist("wait")
+        if not given:
+            return 0
+        if len(given) > 1 or not _WAIT.fullmatch(given[0]) or int(given[0]) > self._limits.max_wait_s:
+            self._metrics.refused("invalid", label)
+            error = f"wait must be given once, whole seconds from 0 to {self._limits.max_wait_s}"
+            return JSONResponse({"error": error}, status_code=422)
+        return int(given[0])
+
+    def _scope(self, request: Request) -> _Scope | Response:
+        """Who asks for which request: the tenant from the key (or open mode's ?tenant=) and the id,
+        or the refusal (401, 403, 422)."""
         try:
             principal = self._tenants.authenticate(request.headers.getlist("authorization"))
         except AuthenticationError as exc:
@@ -104,11 +259,7 @@ class ResultRoutes:
         if not isinstance(request_id, str) or not ID_PATTERN.fullmatch(request_id):
             self._metrics.refused("invalid", label)
             return JSONResponse({"error": _BAD_ID}, status_code=422)
-        result = await self._store.get(tenant, request_id)
-        self._metrics.read(label, found=result is not None)
-        if result is None:
-            return JSONResponse({"error": f"no result for request_id {request_id!r} (yet)"}, status_code=404)
-        return JSONResponse(public_view(result))
+        return _Scope(label=label, tenant=tenant, request_id=request_id)
 
     async def healthz(self, _: Request) -> Response:
         """200 "ok" once consuming ("starting" before); 503 when the consumer or the retention task
@@ -116,3 +267,21 @@ class ResultRoutes:
         health = self._health()
         body = {"status": health.status, "results": await self._store.count()}
         return JSONResponse(body, status_code=200 if health.healthy else 503)
+
+
+def _chunk_view(chunk: InferenceChunk) -> dict[str, object]:
+    return {
+        "request_id": chunk.request_id,
+        "attempt": chunk.attempt,
+        "seq": chunk.seq,
+        "delta": chunk.delta,
+        "model": chunk.model,
+    }
+
+
+def _busy() -> Response:
+    return JSONResponse(
+        {"error": "too many callers are waiting for outcomes; retry later"},
+        status_code=503,
+        headers={"Retry-After": str(_BUSY_RETRY_AFTER_S)},
+    )

@@ -10,8 +10,11 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.reply_topics import region_problem
 from services.tenancy.settings import TenancySettings
 
+# `INFERQ_RESULTS_REGION=all`: the results topic and every regional one, by pattern.
+ALL_REGIONS = "all"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3_600, "d": 86_400}
 
@@ -36,6 +39,9 @@ class ResultsSettings(BaseSettings):
     # INFERQ_TENANTS_FILE and its reload interval, shared with ingest.
     tenants: TenancySettings = Field(default_factory=TenancySettings)
     group_id: str = "inferq-results"
+    # Which reply topics this service serves: None, the results topic; a region's name, that
+    # region's (<prefix>.results.<region>); "all", the results topic and every regional one.
+    region: str | None = None
     db_path: Path = Path(".inferq/results.db")
     # How long a result is kept and served after it was stored ("7d", "36h" or seconds); past it
     # the result is no longer served (404) and the next purge deletes it.
@@ -49,6 +55,44 @@ class ResultsSettings(BaseSettings):
     max_results: int = Field(default=1_000_000, ge=1)
     # How often expired results are deleted.
     purge_interval_s: float = Field(default=60.0, gt=0, le=3_600)
+    # The largest ?wait= of a long poll (seconds); a larger one is refused (422).
+    max_wait_s: int = Field(default=60, ge=1, le=600)
+    # An event stream ends (event: timeout) after this long without the outcome; the client reconnects.
+    events_max_s: float = Field(default=300.0, gt=0, le=3_600)
+    # A comment line on a quiet event stream this often: proxies keep it open, a gone client is noticed.
+    events_keepalive_s: float = Field(default=15.0, gt=0, le=300)
+    # Callers waiting at once (long polls and event streams); past it 503 with Retry-After.
+    max_waiters: int = Field(default=10_000, ge=1, le=1_000_000)
+
+    @field_validator("region")
+    @classmethod
+    def _a_region_or_all(cls, value: str | None) -> str | None:
+        if value is None or value == ALL_REGIONS:
+            return value
+        problem = region_problem(value)
+        if problem is not None:
+            raise ValueError(f"{problem} (or {ALL_REGIONS!r})")
+        return value
+
+    @property
+    def consumer_group(self) -> str:
+        """The consumer group: `group_id`, with ``-<region>`` (or ``-all``) appended for a regional
+        service, so that services of different regions never share (and split) one group; the
+        results principal's ACLs grant the groups ``<group_id>-*`` for them (``acls.py``)."""
+        return self.group_id if self.region is None else f"{self.group_id}-{self.region}"
+
+    @property
+    def all_regions(self) -> bool:
+        """Whether this service serves the results topic and every regional one (by pattern)."""
+        return self.region == ALL_REGIONS
+
+    @property
+    def reply_topics(self) -> list[str]:
+        """The topics this service must find at start: the results topic or the region's."""
+        topics = self.kafka.topics
+        if self.region is None or self.region == ALL_REGIONS:
+            return [topics.results]
+        return [topics.regional_results(self.region)]
 
     @field_validator("retention_s", mode="before")
     @classmethod

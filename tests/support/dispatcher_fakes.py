@@ -5,7 +5,8 @@
   forget pauses, refused commits on request);
 - `HeldProducer`: acknowledges records, or holds every acknowledgement until the test releases them,
   or refuses the records of a topic (or those over a size) with the `ProduceError` librdkafka would give;
-- `HeldBackend`: answers calls OK at once, or holds them, or fails them, as the test says;
+- `HeldBackend`: answers calls OK at once, or holds them, or fails them, as the test says; a
+  streamed call hands its `pieces` over one by one, failing after some of them when told;
 - `RecordingTokenPool`: the exact local pool, its start and stop recorded.
 
 They share an `events` list, so a test can read the order in which the dispatcher used its edges.
@@ -37,7 +38,7 @@ from services.dispatcher.tokens import LocalTokenPool
 from services.messaging.codec import request_codec, result_codec
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.producer import ProduceError
-from services.messaging.records import InferenceRequest, InferenceResult
+from services.messaging.records import InferenceRequest, InferenceResult, is_chunk
 from services.messaging.topics import TopicNames
 
 Headers = list[tuple[str, str | bytes | None]]
@@ -252,6 +253,11 @@ class HeldBackend:
         self.output = "hi"
         self.in_flight = 0
         self.failure: BackendError | None = None
+        # A streamed call: these pieces, one by one; with `stream_failure` (n, error), the call
+        # fails with `error` after handing over n pieces.
+        self.pieces = ["h", "i"]
+        self.stream_failure: tuple[int, BackendError] | None = None
+        self.streamed: list[str] = []  # the models of streamed calls
         self._held_models: set[str] | None = set()  # None: every model
         self._released = asyncio.Event()
 
@@ -282,6 +288,35 @@ class HeldBackend:
             raise self.failure
         return Completion(
             output=self.output, model=model, prompt_tokens=1, completion_tokens=1, total_tokens=2
+        )
+
+    async def stream(
+        self,
+        model: str,
+        messages: list[dict[str, str]],
+        params: dict[str, Any],
+        *,
+        timeout_s: float,
+        on_delta: Callable[[str], None],
+    ) -> Completion:
+        self.streamed.append(model)
+        completion = await self.complete(model, messages, params, timeout_s=timeout_s)
+        failure_after, failure = self.stream_failure or (None, None)
+        for n, piece in enumerate(self.pieces):
+            if n == failure_after and failure is not None:
+                raise failure
+            on_delta(piece)
+            # A real stream yields between tokens; so does this one, letting chunks be written.
+            for _ in range(5):
+                await asyncio.sleep(0)
+        if failure is not None:
+            raise failure
+        return Completion(
+            output="".join(self.pieces),
+            model=completion.model,
+            prompt_tokens=completion.prompt_tokens,
+            completion_tokens=len(self.pieces),
+            total_tokens=completion.prompt_tokens + len(self.pieces),
         )
 
     async def close(self) -> None:
@@ -327,9 +362,11 @@ class Rig:
         return Partition(self.topics.requests_by_name(tier), index)
 
     def results(self, topic: str | None = None) -> dict[str, InferenceResult]:
-        """Results acknowledged on `topic` (the default results topic), by request id."""
+        """Results acknowledged on `topic` (the default results topic), by request id; chunks of
+        streamed answers (``inferq-kind: chunk``) are not results and are left out."""
         codec = result_codec()
-        decoded = [codec.decode(p.value) for p in self.producer.on(topic or self.topics.results)]
+        produced = self.producer.on(topic or self.topics.results)
+        decoded = [codec.decode(p.value) for p in produced if not is_chunk(list(p.headers.items()))]
         return {r.request_id: r for r in decoded}
 
     def dead_letters(self) -> list[Produced]:

@@ -197,6 +197,7 @@ class FakePartition:
 class FakeRecord:
     value: bytes | None
     offset: int
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 class FakeResultFeed:
@@ -208,18 +209,22 @@ class FakeResultFeed:
 
     def __init__(self, topic: str = "inferq.results", events: list[str] | None = None) -> None:
         self.partition = FakePartition(topic, 0)
-        self._batches: asyncio.Queue[list[bytes | None]] = asyncio.Queue()
+        self._batches: asyncio.Queue[tuple[list[bytes | None], tuple[tuple[str, bytes], ...]]] = (
+            asyncio.Queue()
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next_offset = 0
         self.handed_out = 0
         self.commits: list[int] = []
         self.events = events if events is not None else []
 
-    def push(self, values: Sequence[bytes | None]) -> None:
+    def push(self, values: Sequence[bytes | None], *, headers: Sequence[tuple[str, bytes]] = ()) -> None:
+        """One batch; every record in it carries `headers` (a chunk's kind header, say)."""
+        batch = (list(values), tuple(headers))
         if self._loop is None:
-            self._batches.put_nowait(list(values))
+            self._batches.put_nowait(batch)
         else:
-            self._loop.call_soon_threadsafe(self._batches.put_nowait, list(values))
+            self._loop.call_soon_threadsafe(self._batches.put_nowait, batch)
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -230,10 +235,10 @@ class FakeResultFeed:
 
     async def getmany(self, *, timeout_ms: int, max_records: int) -> Mapping[FakePartition, list[FakeRecord]]:
         try:
-            values = await asyncio.wait_for(self._batches.get(), timeout_ms / 1000)
+            values, headers = await asyncio.wait_for(self._batches.get(), timeout_ms / 1000)
         except TimeoutError:
             return {}
-        records = [FakeRecord(v, self._next_offset + i) for i, v in enumerate(values[:max_records])]
+        records = [FakeRecord(v, self._next_offset + i, headers) for i, v in enumerate(values[:max_records])]
         self._next_offset += len(records)
         self.handed_out += 1
         return {self.partition: records}

@@ -74,3 +74,23 @@ async def running_dispatcher(
         dispatcher.request_stop()
         async with asyncio.timeout(40):
             await task
+
+
+@contextlib.asynccontextmanager
+async def served(app: Any) -> AsyncIterator[str]:
+    """An ASGI app (its lifespan included) served by uvicorn on a free port in this event loop, as
+    the services serve; yields its base URL. Stopped, lifespan shutdown included, when the block ends."""
+    port = free_port()
+    server = EmbeddedServer(uvicorn_config(app, "127.0.0.1", port))
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(20):
+            while not server.started:
+                if task.done():
+                    task.result()
+                    raise RuntimeError("the server stopped before it started")
+                await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait({task}, timeout=10)

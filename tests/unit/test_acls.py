@@ -24,10 +24,12 @@ def grants_of(principal: str) -> set[tuple[str, str, str, bool]]:
     }
 
 
-def test_ingest_writes_requests_and_reads_the_dispatchers_progress_only() -> None:
+def test_ingest_writes_requests_and_reads_the_dispatchers_progress_and_the_reply_topics_only() -> None:
     assert grants_of("ingest") == {
         ("WRITE", "TOPIC", "p.requests.", True),
         ("DESCRIBE", "GROUP", "p-dispatcher", False),
+        ("READ", "TOPIC", "p.results", False),
+        ("READ", "TOPIC", "p.results.", True),
     }
 
 
@@ -46,7 +48,10 @@ def test_dispatchers_read_requests_and_retries_and_write_outcomes() -> None:
 def test_the_results_service_reads_results_in_its_group() -> None:
     assert grants_of("results") == {
         ("READ", "TOPIC", "p.results", False),
+        # Regional reply topics (the dot ends the prefix: never p.resultsfoo) and regional groups.
+        ("READ", "TOPIC", "p.results.", True),
         ("READ", "GROUP", "p-results", False),
+        ("READ", "GROUP", "p-results-", True),
     }
 
 

@@ -15,6 +15,7 @@ PRODUCT = (
     "results",
     "messaging",
     "tenancy",
+    "delivery",
     "client",
     "batch",
     "telemetry",

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from services.messaging.codec import result_codec
+from services.messaging.codec import chunk_codec, result_codec
+from services.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk
 from services.results import consumer as consumer_module
 from services.results.consumer import ResultConsumer, ResultsMetrics
 from services.results.store import ResultStore
@@ -101,3 +103,36 @@ def test_poison_alone_still_commits(tmp_path, value):
 
     # The record can never be stored: committing it is what keeps the partition moving.
     assert asyncio.run(scenario()) == [1]
+
+
+def test_chunks_of_a_streamed_answer_are_passed_over_not_stored_nor_poison(tmp_path, caplog):
+    caplog.set_level(logging.ERROR, logger="inferq.results")
+    reader = InMemoryMetrics()
+    chunk = InferenceChunk("a", "default", 1, 0, "par", "m", 10, "d")
+    marked = [(KIND_HEADER, CHUNK_KIND)]
+
+    async def scenario() -> tuple[object, int, FakeResultFeed]:
+        async with ResultStore(tmp_path / "r.db") as store:
+            feed = FakeResultFeed()
+            consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(reader.meter))
+            feed.push(
+                [
+                    chunk_codec().encode(chunk),
+                    chunk_codec().encode(replace(chunk, seq=1, delta="tial")),
+                ],
+                headers=marked,
+            )
+            feed.push([CODEC.encode(result("a"))], headers=[("traceparent", b"00-x")])
+            # A chunk-marked record that is not a chunk is still not a result: passed over too.
+            feed.push([b"\x00not avro"], headers=marked)
+            for _ in range(3):
+                await consumer.consume_once(feed)
+            return await store.get("default", "a"), await store.count(), feed
+
+    stored, count, feed = asyncio.run(scenario())
+    assert stored is not None and stored.status == "OK"
+    assert count == 1
+    assert feed.commits == [1, 2, 3], "chunks are committed past like everything else"
+    assert reader.points("inferq_results_undecodable_total") == {}
+    assert reader.points("inferq_results_stored_total") == {frozenset(): 1}
+    assert "undecodable" not in caplog.text

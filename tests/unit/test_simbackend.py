@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import time
@@ -148,7 +149,8 @@ def test_reply_quotes_the_last_user_message_and_honours_max_tokens() -> None:
         ({**HELLO, "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
         ({**HELLO, "max_tokens": "5"}, "max_tokens"),
         ({**HELLO, "temperature": 3.0}, "temperature"),
-        ({**HELLO, "stream": True}, "stream"),
+        ({**HELLO, "stream": "yes"}, "stream"),
+        ({**HELLO, "stream": True, "stream_options": {"include_usage": 1}}, "stream_options.include_usage"),
     ],
 )
 def test_bad_body_is_400_naming_the_field(body: dict[str, object], param: str) -> None:
@@ -326,7 +328,7 @@ def test_degradation_changes_latency_at_runtime() -> None:
 
     faults = run_async(scenario)
 
-    assert faults.json() == {"outage": False, "error_rate": 0.0, "degradation": 3.0}
+    assert faults.json() == {"outage": False, "error_rate": 0.0, "degradation": 3.0, "stream_drop_rate": 0.0}
     assert sleep.calls == pytest.approx([0.5, 1.5])
 
 
@@ -399,7 +401,12 @@ def test_admin_faults_rejects_bad_values_and_keeps_the_state() -> None:
 
     assert [r.status_code for r in bad] == [400] * 4
     assert [r.json()["error"]["param"] for r in bad] == ["error_rate", "degradation", "error-rate", "outage"]
-    assert stats["faults"] == {"outage": False, "error_rate": 0.0, "degradation": 1.0}
+    assert stats["faults"] == {
+        "outage": False,
+        "error_rate": 0.0,
+        "degradation": 1.0,
+        "stream_drop_rate": 0.0,
+    }
 
 
 # --- auth, stats ------------------------------------------------------------------------------------------
@@ -458,7 +465,8 @@ def test_stats_count_calls_and_reset_zeroes_them() -> None:
         "total": 0,
         "by_status": {},
         "by_model": {},
-        "faults": {"outage": False, "error_rate": 0.0, "degradation": 1.0},
+        "streams_dropped": 0,
+        "faults": {"outage": False, "error_rate": 0.0, "degradation": 1.0, "stream_drop_rate": 0.0},
     }
     assert health.json() == {"status": "ok"}
 
@@ -514,6 +522,12 @@ def test_cli_options_override_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.api_key.get_secret_value() == "sk-env"
 
 
+def test_the_stream_drop_rate_comes_from_env_or_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INFERQ_SIM_STREAM_DROP_RATE", "0.25")
+    assert settings_from_args(parse_cli(["sim-backend"])).stream_drop_rate == 0.25
+    assert settings_from_args(parse_cli(["sim-backend", "--stream-drop-rate", "1"])).stream_drop_rate == 1.0
+
+
 @pytest.mark.parametrize("bad", ["inferq-fast", "=1", "inferq-fast=-1", "inferq-fast=soon"])
 def test_cli_rejects_a_malformed_latency(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
@@ -527,3 +541,144 @@ def test_cli_refuses_invalid_settings_before_serving(capsys: pytest.CaptureFixtu
 
     assert run(args) == 2
     assert "speed" in capsys.readouterr().err
+    assert run(parse_cli(["sim-backend", "--stream-drop-rate", "1.5", "--port", "1"])) == 2
+    assert "stream_drop_rate" in capsys.readouterr().err
+
+
+# --- streaming --------------------------------------------------------------------------------------------
+
+
+def sse_payloads(text: str) -> list[Any]:
+    """The `data:` payloads of a server-sent event body, JSON-decoded except `[DONE]`."""
+    events = [e for e in text.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events), events
+    return [e[6:] if e[6:] == "[DONE]" else json.loads(e[6:]) for e in events]
+
+
+def test_a_streamed_answer_is_openai_chunks_ending_with_done() -> None:
+    body = {**HELLO, "stream": True, "stream_options": {"include_usage": True}}
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            plain = await client.post(CHAT, json=HELLO)
+            return plain, await client.post(CHAT, json=body)
+
+    plain, streamed = run_async(scenario)
+
+    assert streamed.status_code == 200
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    payloads = sse_payloads(streamed.text)
+    assert payloads[-1] == "[DONE]"
+    chunks, usage = payloads[:-2], payloads[-2]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert len({c["id"] for c in chunks}) == 1
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {}, "finish_reason": "stop"}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == plain.json()["choices"][0]["message"]["content"]
+    tokens = [c for c in chunks[1:-1] if c["choices"][0]["delta"].get("content")]
+    assert len(tokens) == usage["usage"]["completion_tokens"] > 1
+    assert usage["choices"] == []
+    assert usage["usage"] == plain.json()["usage"]
+
+
+def test_without_include_usage_no_usage_chunk_and_max_tokens_cuts_the_stream() -> None:
+    body = {**HELLO, "stream": True, "max_tokens": 2}
+
+    async def scenario() -> httpx.Response:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            return await client.post(CHAT, json=body)
+
+    payloads = sse_payloads(run_async(scenario).text)
+
+    assert payloads[-1] == "[DONE]"
+    assert all(p["choices"] for p in payloads[:-1]), "no usage chunk unless asked"
+    assert payloads[-2]["choices"][0]["finish_reason"] == "length"
+    assert "".join(p["choices"][0]["delta"].get("content", "") for p in payloads[:-1]) == "sim repl"
+
+
+def test_a_stream_takes_the_calls_latency_a_share_before_its_first_token() -> None:
+    sleep = RecordingSleep()
+    settings = SimBackendSettings(speed=2, stream_first_token_share=0.4)  # inferq-accurate: 1.4 s
+
+    async def scenario() -> list[Any]:
+        async with client_for(settings, sleep) as client:
+            response = await client.post(CHAT, json={**chat("inferq-accurate"), "stream": True})
+            return sse_payloads(response.text)
+
+    payloads = run_async(scenario)
+
+    tokens = [p for p in payloads[1:-2] if p["choices"][0]["delta"].get("content")]
+    assert len(sleep.calls) == len(tokens)
+    assert sleep.calls[0] == pytest.approx(1.4 * 0.4)
+    assert sum(sleep.calls) == pytest.approx(1.4)
+    assert len(set(map(round, sleep.calls[1:], [9] * (len(sleep.calls) - 1)))) == 1, "evenly spread"
+
+
+def test_a_stream_holds_its_slot_until_its_last_event() -> None:
+    async def scenario() -> tuple[int, int, int]:
+        sleep = GatedSleep()
+        async with client_for(SimBackendSettings(limit=1), sleep) as client:
+            streaming = asyncio.create_task(client.post(CHAT, json={**HELLO, "stream": True}))
+            await sleep.until_entered(1)
+            refused = (await client.post(CHAT, json=HELLO)).status_code
+            sleep.open()
+            done = (await streaming).status_code
+            return refused, done, (await client.get("/stats")).json()["in_flight"]
+
+    assert run_async(scenario) == (429, 200, 0)
+
+
+def test_a_dropped_stream_ends_after_some_tokens_without_done() -> None:
+    app = create_app(SimBackendSettings(stream_drop_rate=1.0), sleep=RecordingSleep())
+    # A drop breaks the connection: over ASGI the app's error is what the transport reports.
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+
+    async def scenario() -> tuple[str, dict[str, Any], httpx.Response]:
+        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+            dropped = await client.post(CHAT, json={**HELLO, "stream": True})
+            stats = (await client.get("/stats")).json()
+            unstreamed = await client.post(CHAT, json=HELLO)
+            return dropped.text, stats, unstreamed
+
+    text, stats, unstreamed = run_async(scenario)
+
+    payloads = sse_payloads(text)
+    assert "[DONE]" not in payloads
+    assert not any(p["choices"][0]["finish_reason"] for p in payloads)
+    sent = "".join(p["choices"][0]["delta"].get("content", "") for p in payloads)
+    assert 0 < len(sent) < len("sim reply to: hello there")
+    assert stats["streams_dropped"] == 1
+    assert stats["in_flight"] == 0
+    assert unstreamed.status_code == 200, "only streams are dropped"
+
+
+def test_stream_drop_rate_is_a_runtime_fault_and_follows_the_seed() -> None:
+    def dropped(seed: int) -> list[bool]:
+        app = create_app(SimBackendSettings(seed=seed), sleep=RecordingSleep())
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+
+        async def scenario() -> list[bool]:
+            async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+                faults = await client.post("/admin/faults", json={"stream_drop_rate": 0.5})
+                assert faults.json()["stream_drop_rate"] == 0.5
+                bodies = [(await client.post(CHAT, json={**HELLO, "stream": True})).text for _ in range(30)]
+                return ["[DONE]" not in body for body in bodies]
+
+        return run_async(scenario)
+
+    first = dropped(5)
+    assert True in first and False in first
+    assert dropped(5) == first
+
+
+def test_stream_drop_rate_out_of_range_is_refused() -> None:
+    async def scenario() -> httpx.Response:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            return await client.post("/admin/faults", json={"stream_drop_rate": 2})
+
+    response = run_async(scenario)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "stream_drop_rate"
+    with pytest.raises(ValueError, match="stream_drop_rate"):
+        SimBackendSettings(stream_drop_rate=-0.1)

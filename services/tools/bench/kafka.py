@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from services.messaging.codec import result_codec
 from services.messaging.errors import DecodeError
 from services.messaging.lag import partition_lag
-from services.messaging.records import InferenceResult
+from services.messaging.records import InferenceResult, is_chunk
 from services.tools.broker.ephemeral import broker_on_free_ports
 
 _POLL_S = 0.2
@@ -77,6 +77,8 @@ class ResultCollector:
                 for message in self._consumer.consume(num_messages=500, timeout=_POLL_S):
                     if message.error() is not None:
                         continue  # partition EOF and transient errors: librdkafka retries by itself
+                    if is_chunk(message.headers()):
+                        continue  # a streamed answer's piece, not an outcome
                     self._take(message.value() or b"")
         finally:
             self._consumer.close()

@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 from services.messaging.codec import TypedCodec, result_codec
 from services.messaging.errors import DecodeError
 from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import InferenceResult
+from services.messaging.records import InferenceResult, is_chunk
 from services.tools.report.errors import SourceError
 
 _BATCH = 1000
@@ -114,6 +114,8 @@ def _take(
     key = message.key()
     if isinstance(key, bytes) and not any(key.startswith(k) for k in keys):
         return
+    if is_chunk(message.headers()):
+        return  # a streamed answer's piece, not an outcome
     try:
         result = codec.decode(message.value() or b"")
     except DecodeError:

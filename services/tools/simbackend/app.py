@@ -1,10 +1,13 @@
 """The HTTP face of the simulator: an OpenAI-compatible chat-completions endpoint plus stats and admin.
 
 Endpoints:
-    POST /v1/chat/completions   OpenAI chat completions (401, 400, 429, 500, 503 as a real provider answers)
+    POST /v1/chat/completions   OpenAI chat completions (401, 400, 429, 500, 503 as a real provider answers);
+                                with `stream: true`, `chat.completion.chunk` events ending `data: [DONE]`
+                                (`streaming.py`), some dropped mid-stream with `stream_drop_rate`
     GET  /stats                 counters, concurrency and current faults
     GET  /healthz               liveness
-    POST /admin/faults          switch outage, error_rate, degradation at runtime; returns the fault state
+    POST /admin/faults          switch outage, error_rate, degradation, stream_drop_rate at runtime;
+                                returns the fault state
     POST /admin/reset           zero the counters; returns the fresh stats
 
 The API key, when set, guards only `/v1/*`: it simulates the provider's auth for the dispatcher to exercise,
@@ -18,12 +21,12 @@ import hmac
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from pydantic import SecretStr
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from services.tools.simbackend.backend import Rejected, SimBackend
@@ -36,12 +39,14 @@ from services.tools.simbackend.protocol import (
     ApiError,
     ChatCompletionRequest,
     FaultUpdate,
+    answer,
     completion,
     parse,
     rate_limited,
 )
 from services.tools.simbackend.settings import SimBackendSettings
 from services.tools.simbackend.state import FaultState
+from services.tools.simbackend.streaming import StreamDroppedError, StreamPlan, sse_events
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -51,7 +56,7 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
     backend = SimBackend(
         limit=settings.limit,
         latency=LatencyModel.from_settings(settings),
-        faults=FaultState(error_rate=settings.error_rate),
+        faults=FaultState(error_rate=settings.error_rate, stream_drop_rate=settings.stream_drop_rate),
         rng=random.Random(settings.seed),
     )
     retry_after = {"Retry-After": str(settings.retry_after_s)}
@@ -69,11 +74,13 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         if isinstance(parsed, ApiError):
             return answer_error(parsed, None)
         model = parsed.model
-        decision = backend.admit(model)
+        decision = backend.admit(model, stream=parsed.stream)
         if isinstance(decision, Rejected):
             if decision.reason == "outage":
                 return answer_error(OUTAGE, model)
             return answer_error(rate_limited(settings.limit, settings.retry_after_s), model)
+        if parsed.stream and decision.status == 200:
+            return streamed(parsed, decision.latency_s, drop=decision.drops_stream)
         try:
             await sleep(decision.latency_s)
         finally:
@@ -86,6 +93,34 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         body = completion(parsed, completion_id=f"chatcmpl-{uuid.uuid4().hex}", created_s=int(time.time()))
         backend.stats.record(200, model)
         return JSONResponse(body)
+
+    def streamed(parsed: ChatCompletionRequest, latency_s: float, *, drop: bool) -> Response:
+        """The answer as server-sent events; the slot is held until the last event (or the drop)."""
+        backend.stats.record(200, parsed.model)
+        plan = StreamPlan(latency_s, settings.stream_first_token_share, drop=drop)
+        events = sse_events(
+            answer(parsed),
+            plan,
+            model=parsed.model,
+            completion_id=f"chatcmpl-{uuid.uuid4().hex}",
+            created_s=int(time.time()),
+            include_usage=bool(parsed.stream_options and parsed.stream_options.include_usage),
+            sleep=sleep,
+        )
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in events:
+                    yield chunk
+            except StreamDroppedError:
+                backend.stats.streams_dropped += 1
+                raise
+            finally:
+                # Also when the client goes away mid-stream: a leaked slot would shrink the limit.
+                backend.release()
+
+        no_cache = {"cache-control": "no-cache"}
+        return StreamingResponse(body(), media_type="text/event-stream", headers=no_cache)
 
     async def stats(_: Request) -> Response:
         return JSONResponse(backend.snapshot())
@@ -104,6 +139,8 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             faults.error_rate = update.error_rate
         if update.degradation is not None:
             faults.degradation = update.degradation
+        if update.stream_drop_rate is not None:
+            faults.stream_drop_rate = update.stream_drop_rate
         return JSONResponse(faults.as_dict())
 
     async def reset(_: Request) -> Response:

@@ -16,6 +16,8 @@ class Admitted:
 
     latency_s: float
     status: int  # 200, or an injected 500/503
+    # A streamed call whose connection the simulator breaks mid-stream (the `stream_drop_rate` fault).
+    drops_stream: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class SimBackend:
         self.stats = CallStats()
         self._rng = rng
 
-    def admit(self, model: str) -> Admitted | Rejected:
+    def admit(self, model: str, *, stream: bool = False) -> Admitted | Rejected:
         """Take a slot for a call to `model`, or say why not. The caller must `release()` every admitted call.
 
         Synchronous on purpose: with no await between the limit check and `stats.enter()`, no other asyncio
@@ -58,7 +60,10 @@ class SimBackend:
         status = 200
         if self._rng.random() < self.faults.error_rate:
             status = self._rng.choice((500, 503))
-        return Admitted(latency_s=latency_s, status=status)
+        # Drawn only for streams with the fault on, so other runs keep their seeded sequences.
+        drop_rate = self.faults.stream_drop_rate
+        drops = stream and drop_rate > 0 and self._rng.random() < drop_rate
+        return Admitted(latency_s=latency_s, status=status, drops_stream=drops)
 
     def release(self) -> None:
         self.stats.leave()
@@ -73,5 +78,6 @@ class SimBackend:
             "total": stats.total,
             "by_status": dict(stats.by_status),
             "by_model": dict(stats.by_model),
+            "streams_dropped": stats.streams_dropped,
             "faults": self.faults.as_dict(),
         }

@@ -38,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--speed", type=float, help="divide every latency by this factor (default 1)")
     parser.add_argument("--error-rate", type=float, help="fraction of calls answered 500/503 (default 0)")
     parser.add_argument(
+        "--stream-drop-rate", type=float, help="fraction of streamed calls broken mid-stream (default 0)"
+    )
+    parser.add_argument(
         "--latency",
         type=_model_latency,
         action="append",
@@ -64,7 +67,7 @@ def settings_from_args(args: argparse.Namespace) -> SimBackendSettings:
     from_env = SimBackendSettings()
     overrides: dict[str, object] = {
         name: getattr(args, name)
-        for name in ("limit", "speed", "error_rate", "seed")
+        for name in ("limit", "speed", "error_rate", "stream_drop_rate", "seed")
         if getattr(args, name) is not None
     }
     if args.latency:

@@ -38,6 +38,12 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
+class StreamOptions(BaseModel):
+    model_config = _STRICT_OPEN
+    # A last chunk with no choices and the call's usage, as OpenAI sends it.
+    include_usage: bool = False
+
+
 class ChatCompletionRequest(BaseModel):
     model_config = _STRICT_OPEN
     model: str
@@ -45,20 +51,15 @@ class ChatCompletionRequest(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    # True: the answer comes as `chat.completion.chunk` server-sent events (see `streaming.py`).
     stream: bool = False
+    stream_options: StreamOptions | None = None
 
     @field_validator("model")
     @classmethod
     def _model_named(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must be a non-empty string")
-        return value
-
-    @field_validator("stream")
-    @classmethod
-    def _not_streaming(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("streaming is not supported by the simulator")
         return value
 
 
@@ -70,6 +71,7 @@ class FaultUpdate(BaseModel):
     outage: bool | None = None
     error_rate: float | None = Field(default=None, ge=0, le=1)
     degradation: float | None = Field(default=None, gt=0)
+    stream_drop_rate: float | None = Field(default=None, ge=0, le=1)
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def rate_limited(limit: int, retry_after_s: int) -> ApiError:
 _Model = TypeVar("_Model", bound=BaseModel)
 _FIELD_NAMES = frozenset(
     name
-    for model in (ContentPart, ChatMessage, ChatCompletionRequest, FaultUpdate)
+    for model in (ContentPart, ChatMessage, StreamOptions, ChatCompletionRequest, FaultUpdate)
     for name in model.model_fields
 )
 
@@ -159,19 +161,46 @@ def count_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
-def completion(request: ChatCompletionRequest, *, completion_id: str, created_s: int) -> dict[str, object]:
-    """A `chat.completion` answering the last user message with a short deterministic text."""
+@dataclass(frozen=True)
+class Answer:
+    """What the simulated model answers to a request: its text, why it stopped, and the usage."""
+
+    content: str
+    finish_reason: Literal["stop", "length"]
+    prompt_tokens: int
+    completion_tokens: int
+
+    def usage(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+
+    def tokens(self) -> list[str]:
+        """The content cut into tokens of `CHARS_PER_TOKEN` characters (as `count_tokens` counts)."""
+        text = self.content
+        return [text[i : i + CHARS_PER_TOKEN] for i in range(0, len(text), CHARS_PER_TOKEN)]
+
+
+def answer(request: ChatCompletionRequest) -> Answer:
+    """The answer to the last user message: a short deterministic text, cut at `max_tokens`."""
     messages = request.messages
     last_user = next((m for m in reversed(messages) if m.role == "user"), messages[-1])
     content = REPLY_PREFIX + last_user.text()[:REPLY_QUOTE_CHARS]
-    finish_reason = "stop"
+    finish_reason: Literal["stop", "length"] = "stop"
     max_tokens = request.max_completion_tokens or request.max_tokens
     if max_tokens is not None and count_tokens(content) > max_tokens:
         # What a real model does when it runs out of budget mid-answer.
         content = content[: max_tokens * CHARS_PER_TOKEN]
         finish_reason = "length"
     prompt_tokens = sum(count_tokens(m.text()) for m in messages)
-    completion_tokens = count_tokens(content)
+    return Answer(content, finish_reason, prompt_tokens, count_tokens(content))
+
+
+def completion(request: ChatCompletionRequest, *, completion_id: str, created_s: int) -> dict[str, object]:
+    """A `chat.completion` answering the last user message with a short deterministic text."""
+    reply = answer(request)
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -180,13 +209,9 @@ def completion(request: ChatCompletionRequest, *, completion_id: str, created_s:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": finish_reason,
+                "message": {"role": "assistant", "content": reply.content},
+                "finish_reason": reply.finish_reason,
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": reply.usage(),
     }

@@ -34,6 +34,12 @@ class SimBackendSettings(BaseSettings):
     jitter: float = Field(default=0.0, ge=0.0, lt=1.0, description="0.1 spreads latency uniformly by ±10%")
     seed: int | None = Field(default=None, description="seeds jitter and error draws for reproducible runs")
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0, description="fraction of calls answered 500/503")
+    stream_first_token_share: float = Field(
+        default=0.3, ge=0.0, le=1.0, description="share of a streamed call's latency before its first token"
+    )
+    stream_drop_rate: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="fraction of streams broken mid-way"
+    )
     api_key: SecretStr | None = Field(default=None, description="when set, require `Authorization: Bearer`")
     optimal_concurrency: int | None = Field(
         default=None, ge=1, description="calls in flight beyond this slow every new call down; None: off"

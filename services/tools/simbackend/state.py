@@ -13,15 +13,24 @@ class FaultState:
     outage: bool = False
     error_rate: float = 0.0
     degradation: float = 1.0
+    # The fraction of streamed calls whose connection breaks mid-stream.
+    stream_drop_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.error_rate <= 1:
             raise ValueError(f"error_rate must be in [0, 1], got {self.error_rate}")
+        if not 0 <= self.stream_drop_rate <= 1:
+            raise ValueError(f"stream_drop_rate must be in [0, 1], got {self.stream_drop_rate}")
         if self.degradation <= 0:
             raise ValueError(f"degradation must be positive, got {self.degradation}")
 
     def as_dict(self) -> dict[str, bool | float]:
-        return {"outage": self.outage, "error_rate": self.error_rate, "degradation": self.degradation}
+        return {
+            "outage": self.outage,
+            "error_rate": self.error_rate,
+            "degradation": self.degradation,
+            "stream_drop_rate": self.stream_drop_rate,
+        }
 
 
 @dataclass
@@ -29,7 +38,7 @@ class CallStats:
     """Counters for chat-completion calls.
 
     `in_flight` and `max_in_flight` count admitted calls only; `total`, `by_status` and `by_model` count every
-    answered request, rejected ones included.
+    answered request, rejected ones included; `streams_dropped` the streams broken by the fault.
     """
 
     in_flight: int = 0
@@ -37,6 +46,7 @@ class CallStats:
     total: int = 0
     by_status: Counter[str] = field(default_factory=Counter)
     by_model: Counter[str] = field(default_factory=Counter)
+    streams_dropped: int = 0
 
     def enter(self) -> None:
         self.in_flight += 1
@@ -57,5 +67,6 @@ class CallStats:
         # Calls still running stay counted: zeroing in_flight would let their leave() drive it negative.
         self.max_in_flight = self.in_flight
         self.total = 0
+        self.streams_dropped = 0
         self.by_status.clear()
         self.by_model.clear()

@@ -1,0 +1,240 @@
+"""The waiter hub: callers wait for a (tenant, request_id); the reply topic's records wake them.
+
+`WaiterHub.waiting(tenant, request_id)` registers a `Waiter` for the length of a ``with`` block (so a
+caller that goes away, by cancellation or an exception, is unregistered at once). The follower calls
+`publish_chunk` and `publish_result` for every record it reads, on the same event loop; each wakes
+only the waiters of that key. Bounds:
+
+- at most `max_waiters` at once: past it `HubFullError` (the endpoint answers 503);
+- at most `max_pending_chunks` chunks queued per waiter: a caller that does not read them loses the
+  excess (counted in `Waiter.dropped_chunks`), never the result;
+- chunks of streams still in progress are kept for callers who join late (the results service's
+  event stream opened after the request started), up to `history_max_bytes` of deltas over at most
+  `history_max_streams` streams, the oldest stream forgotten first; a stream's history is dropped
+  when its result arrives (the result carries the whole output).
+
+`ChunkOrder` tells a caller which chunks are new, repeated or the start of a restarted answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import Enum
+
+from services.messaging.records import InferenceChunk, InferenceResult
+
+Key = tuple[str, str]
+
+DEFAULT_MAX_WAITERS = 10_000
+DEFAULT_MAX_PENDING_CHUNKS = 4_096
+DEFAULT_HISTORY_MAX_BYTES = 8 * 1024 * 1024
+DEFAULT_HISTORY_MAX_STREAMS = 1_024
+
+
+class HubFullError(Exception):
+    """`max_waiters` callers are already waiting; retrying shortly may succeed."""
+
+    retriable = True
+
+    def __init__(self, max_waiters: int) -> None:
+        super().__init__(f"{max_waiters} callers are already waiting for outcomes")
+        self.max_waiters = max_waiters
+
+
+class Waiter:
+    """One caller's view of one request: the chunks since it registered (when it asked for them), then
+    the result. Read with `next` (chunks, then the result) or `result` (the result only)."""
+
+    def __init__(self, key: Key, *, chunks: bool, max_pending_chunks: int) -> None:
+        self.key = key
+        self.wants_chunks = chunks
+        self.dropped_chunks = 0
+        self._max_pending = max_pending_chunks
+        self._chunks: deque[InferenceChunk] = deque()
+        self._result: InferenceResult | None = None
+        self._wake = asyncio.Event()
+
+    def _push_chunk(self, chunk: InferenceChunk) -> None:
+        if not self.wants_chunks or self._result is not None:
+            return
+        if len(self._chunks) >= self._max_pending:
+            self.dropped_chunks += 1
+            return
+        self._chunks.append(chunk)
+        self._wake.set()
+
+    def _push_result(self, result: InferenceResult) -> None:
+        # The first result wins, as in the store: a redelivered duplicate changes nothing.
+        if self._result is None:
+            self._result = result
+            self._wake.set()
+
+    async def next(self, timeout_s: float) -> InferenceChunk | InferenceResult | None:
+        """The next chunk; once none is queued, the result; None when neither arrived within
+        `timeout_s`. After the result it returns the result again."""
+        if not self._chunks and self._result is None:
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(max(timeout_s, 0.0)):
+                    await self._wake.wait()
+            except TimeoutError:
+                return None
+        if self._chunks:
+            return self._chunks.popleft()
+        return self._result
+
+    async def result(self, timeout_s: float) -> InferenceResult | None:
+        """The result, or None when it did not arrive within `timeout_s`; chunks are skipped."""
+        if self._result is None:
+            self._chunks.clear()
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(max(timeout_s, 0.0)):
+                    while self._result is None:
+                        await self._wake.wait()
+                        self._wake.clear()
+                        self._chunks.clear()
+            except TimeoutError:
+                return None
+        return self._result
+
+
+@dataclass
+class _History:
+    chunks: list[InferenceChunk] = field(default_factory=list)
+    size_bytes: int = 0
+
+
+def _chunk_bytes(chunk: InferenceChunk) -> int:
+    # The delta dominates; the fixed part stands for the record's other fields.
+    return len(chunk.delta.encode("utf-8", "replace")) + 64
+
+
+class WaiterHub:
+    """Who waits for which (tenant, request_id), and the recent chunks of streams in progress.
+
+    Not thread-safe: registration and publication run on one event loop (the follower's task and the
+    HTTP handlers share it)."""
+
+    def __init__(
+        self,
+        *,
+        max_waiters: int = DEFAULT_MAX_WAITERS,
+        max_pending_chunks: int = DEFAULT_MAX_PENDING_CHUNKS,
+        history_max_bytes: int = DEFAULT_HISTORY_MAX_BYTES,
+        history_max_streams: int = DEFAULT_HISTORY_MAX_STREAMS,
+    ) -> None:
+        if max_waiters < 1 or max_pending_chunks < 1 or history_max_bytes < 0 or history_max_streams < 0:
+            raise ValueError("hub bounds must be positive (the history's may be 0: no history)")
+        self.max_waiters = max_waiters
+        self._max_pending = max_pending_chunks
+        self._history_max_bytes = history_max_bytes
+        self._history_max_streams = history_max_streams
+        self._waiters: dict[Key, set[Waiter]] = {}
+        self._count = 0
+        self._history: OrderedDict[Key, _History] = OrderedDict()
+        self._history_bytes = 0
+
+    @property
+    def waiters(self) -> int:
+        """How many callers are waiting now."""
+        return self._count
+
+    @property
+    def history_bytes(self) -> int:
+        """The size of the chunks kept for late joiners (deltas plus a fixed overhead each)."""
+        return self._history_bytes
+
+    @contextmanager
+    def waiting(
+        self, tenant: str, request_id: str, *, chunks: bool = True, replay: bool = False
+    ) -> Iterator[Waiter]:
+        """A waiter for the block's duration. `chunks`: queue the stream's chunks too (else only the
+        result wakes it); `replay`: start with the chunks already seen of a stream in progress.
+        `HubFullError` when `max_waiters` are waiting."""
+        if self._count >= self.max_waiters:
+            raise HubFullError(self.max_waiters)
+        key = (tenant, request_id)
+        waiter = Waiter(key, chunks=chunks, max_pending_chunks=self._max_pending)
+        if chunks and replay and key in self._history:
+            for chunk in self._history[key].chunks:
+                waiter._push_chunk(chunk)
+        self._waiters.setdefault(key, set()).add(waiter)
+        self._count += 1
+        try:
+            yield waiter
+        finally:
+            group = self._waiters.get(key)
+            if group is not None:
+                group.discard(waiter)
+                if not group:
+                    del self._waiters[key]
+            self._count -= 1
+
+    def publish_chunk(self, chunk: InferenceChunk) -> None:
+        """A chunk read from the reply topic: queued for its key's waiters and kept for late joiners."""
+        key = (chunk.tenant, chunk.request_id)
+        self._remember(key, chunk)
+        for waiter in self._waiters.get(key, ()):
+            waiter._push_chunk(chunk)
+
+    def publish_result(self, result: InferenceResult) -> None:
+        """A result read from the reply topic (or stored): wakes its key's waiters; the stream's
+        history is forgotten."""
+        key = (result.tenant, result.request_id)
+        history = self._history.pop(key, None)
+        if history is not None:
+            self._history_bytes -= history.size_bytes
+        for waiter in self._waiters.get(key, ()):
+            waiter._push_result(result)
+
+    def _remember(self, key: Key, chunk: InferenceChunk) -> None:
+        if self._history_max_streams == 0 or self._history_max_bytes == 0:
+            return
+        history = self._history.get(key)
+        if history is None:
+            history = self._history[key] = _History()
+        size = _chunk_bytes(chunk)
+        history.chunks.append(chunk)
+        history.size_bytes += size
+        self._history_bytes += size
+        while self._history and (
+            self._history_bytes > self._history_max_bytes or len(self._history) > self._history_max_streams
+        ):
+            _, oldest = self._history.popitem(last=False)
+            self._history_bytes -= oldest.size_bytes
+
+
+class ChunkOrder(Enum):
+    """What a chunk is to a caller who has seen the chunks before it (`ChunkTracker.accept`)."""
+
+    NEW = "new"
+    REPEAT = "repeat"
+    RESTART = "restart"
+
+
+class ChunkTracker:
+    """Orders one caller's chunks. A stream is (attempt, dispatcher): within it seq grows by one, so
+    a seq already passed is a repeat; a chunk of another stream, or seq 0 again, means the answer
+    started over (a retry, or another dispatcher redoing it after a crash)."""
+
+    def __init__(self) -> None:
+        self._stream: tuple[int, str] | None = None
+        self._next_seq = 0
+
+    def accept(self, chunk: InferenceChunk) -> ChunkOrder:
+        stream = (chunk.attempt, chunk.dispatcher_id)
+        if self._stream is None:
+            self._stream, self._next_seq = stream, chunk.seq + 1
+            return ChunkOrder.NEW
+        if stream != self._stream or (chunk.seq == 0 and self._next_seq > 0):
+            self._stream, self._next_seq = stream, chunk.seq + 1
+            return ChunkOrder.RESTART
+        if chunk.seq < self._next_seq:
+            return ChunkOrder.REPEAT
+        self._next_seq = chunk.seq + 1
+        return ChunkOrder.NEW

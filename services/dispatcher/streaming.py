@@ -1,0 +1,131 @@
+"""A streamed answer's chunks: the backend's tokens batched and written to the reply topic in order.
+
+When a request has `stream` set, the backend hands each token to `ChunkStream.add` as it arrives
+(synchronously: reading the stream never waits for Kafka). One flusher task writes the first token
+at once (the time to the first token is what a caller feels), then what has gathered as one
+`InferenceChunk` once `ChunkPolicy.tokens` tokens wait or the oldest has waited
+`ChunkPolicy.linger_ms`, whichever comes first, and waits for the broker's acknowledgement before
+the next: so chunks are written one at a time, in order (seq 0, 1, 2...), and while one is being
+acknowledged the next grows. Chunks are keyed by request id like the result, so they share its
+partition and a reader sees them in order, then the result.
+
+The rule that keeps a caller from seeing a token twice (`execution.py` applies it): until a chunk has
+been handed to the producer (`started`), a failed call may be retried as any other; tokens still
+waiting in the buffer are dropped with the call. Once a chunk has been handed over, the outcome is
+terminal: the rest is flushed and the request fails ("failed mid-stream after N chunks").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from services.messaging.producer import ProduceError
+
+# Writes chunk `seq` with `delta`; None once acknowledged, the `ProduceError` when the topic refuses it.
+ChunkSink = Callable[[int, str], Awaitable[ProduceError | None]]
+
+
+@dataclass(frozen=True)
+class ChunkPolicy:
+    """When gathered tokens become a chunk (after the first, which goes at once): at `tokens` tokens,
+    or `linger_ms` after the first of them arrived. `ChunkPolicy(tokens=1)` writes every token as it
+    comes."""
+
+    tokens: int = 8
+    linger_ms: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.tokens < 1:
+            raise ValueError(f"a chunk holds at least one token, got {self.tokens}")
+        if not 0 <= self.linger_ms <= 10_000:
+            raise ValueError(f"linger_ms must be within 0-10000, got {self.linger_ms}")
+
+
+class ChunkStream:
+    """The chunks of one streamed call. `start()` before the call, `add()` per token, then either
+    `finish()` (write what is left, wait for every acknowledgement) or `abort()` (drop it)."""
+
+    def __init__(
+        self,
+        sink: ChunkSink,
+        policy: ChunkPolicy,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._sink = sink
+        self._policy = policy
+        self._monotonic = monotonic
+        self._buffer: list[str] = []
+        self._first_at = 0.0
+        self._closing = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        # Chunks acknowledged by the broker.
+        self.written = 0
+        # Whether a chunk was handed to the producer: from then on a caller may have seen tokens.
+        self.started = False
+        # Why the reply topic refused a chunk; the stream stops at that chunk.
+        self.failure: ProduceError | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._flush_loop(), name="chunk-flusher")
+
+    def add(self, delta: str) -> None:
+        """One token (or any piece of text) from the backend; never waits."""
+        if not delta or self._closing or self.failure is not None:
+            return
+        if not self._buffer:
+            self._first_at = self._monotonic()
+        self._buffer.append(delta)
+        # The flusher wakes for a first token (to start its linger) and for a full chunk.
+        if len(self._buffer) == 1 or len(self._buffer) >= self._policy.tokens:
+            self._wake.set()
+
+    async def finish(self) -> ProduceError | None:
+        """Write what is gathered and wait until every chunk is acknowledged; the refusal, if any."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        return self.failure
+
+    async def abort(self) -> None:
+        """Stop writing: gathered tokens are dropped (a chunk being written may still land)."""
+        self._closing = True
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _flush_loop(self) -> None:
+        linger_s = self._policy.linger_ms / 1000
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            # The first chunk goes at once: the time to the first token is what a caller feels.
+            lingers = self.started and not self._closing
+            if self._buffer and len(self._buffer) < self._policy.tokens and lingers:
+                wait_s = self._first_at + linger_s - self._monotonic()
+                if wait_s > 0:
+                    # Woken early by a full chunk or the end of the call.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), wait_s)
+                    self._wake.clear()
+            if self._buffer:
+                delta, self._buffer = "".join(self._buffer), []
+                self.started = True
+                failure = await self._sink(self.written, delta)
+                if failure is not None:
+                    self.failure = failure
+                    return
+                self.written += 1
+            if self._closing and not self._buffer:
+                return
+            if self._buffer:
+                self._wake.set()  # tokens that came in while the chunk was being acknowledged

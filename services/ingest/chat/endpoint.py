@@ -1,0 +1,271 @@
+"""``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+A completion is submitted through `SubmitEndpoint.admit` (the caller, its rate, the body, the
+envelope, entitlements, admission, the produce: ingest's one path). Before the record is produced,
+a waiter is registered in the delivery hub for (tenant, request_id), so its outcome cannot slip by;
+the reply topic's follower wakes it. Then:
+
+- without ``stream``: the ``chat.completion`` once the result arrives (or the outcome's error);
+- with ``stream``: Server-Sent Events at once (the role chunk), each chunk record as it arrives,
+  then the end (``finish_reason`` stop, the usage chunk when asked for, ``data: [DONE]``). Text the
+  chunks did not carry is sent from the result (all of it when the dispatcher does not stream). An
+  answer that started over after text was sent, a stream that stops for `stream_idle_s`, or no
+  outcome in time ends with an error event (``data: {"error": ...}``), never a hang.
+
+Every wait is bounded: by the request's deadline plus `grace_s` (the dispatcher answers EXPIRED
+itself by then) and by `max_wait_s`; past it 504 ``wait_exceeded``, the request still queued (read
+its outcome from the results service with its id, the completion's ``id`` and the
+``x-inferq-request-id`` header). A client that disconnects frees its waiter at once; its request
+still runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from services.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, Waiter, WaiterHub
+from services.delivery.metrics import DeliveryMetrics
+from services.delivery.sse import (
+    CLIENT_GONE_STATUS,
+    ClientGoneError,
+    EventStreamResponse,
+    sse_comment,
+    sse_event,
+    until_disconnected,
+)
+from services.ingest.chat import answers
+from services.ingest.chat.body import AUTO_MODEL, ChatCall, parse_chat_call
+from services.ingest.chat.errors import NotFollowingError, WaitersFullError
+from services.ingest.envelope import Envelope
+from services.ingest.errors import IngestError
+from services.ingest.json_guard import JsonGuard
+from services.ingest.submit import Admitted, SubmitEndpoint
+from services.ingest.tenants import TenantGate
+from services.messaging.records import InferenceResult
+
+_DONE = sse_event("[DONE]")
+_RESULTS_HINT = "GET /v1/requests/{id} on the results service gives its outcome"
+
+
+@dataclass(frozen=True)
+class ChatLimits:
+    """The models served and how long a caller is held."""
+
+    models: frozenset[str]
+    default_scenario: str = "realtime_chat"
+    # A connection waits at most this long for its outcome.
+    max_wait_s: float = 300.0
+    # After the request's deadline, how long the dispatcher's EXPIRED is still awaited.
+    grace_s: float = 5.0
+    # A stream whose chunks stop for this long (a dispatcher died mid-answer) ends with an error.
+    stream_idle_s: float = 30.0
+    # A comment on a quiet stream this often (proxies, and noticing a client that left).
+    keepalive_s: float = 15.0
+
+
+class ChatCompletionsEndpoint:
+    """The handlers (`handle`, `models`); `hub` is fed by ingest's reply-topic follower, and
+    `following` says whether it reads yet (until then completions are refused 503: an outcome
+    written before it reads would be missed)."""
+
+    def __init__(
+        self,
+        submit: SubmitEndpoint,
+        hub: WaiterHub,
+        gate: TenantGate,
+        *,
+        guard: JsonGuard,
+        limits: ChatLimits,
+        following: Callable[[], bool] = lambda: True,
+        delivery: DeliveryMetrics | None = None,
+    ) -> None:
+        self._following = following
+        self._delivery = delivery
+        self._submit = submit
+        self._hub = hub
+        self._gate = gate
+        self._guard = guard
+        self._limits = limits
+
+    async def models(self, request: Request) -> Response:
+        """The models a caller may name: `AUTO_MODEL` (the tier's model) and the configured ones
+        the tenant is entitled to. 401 without a valid key."""
+        try:
+            principal = self._gate.caller(request)
+        except IngestError as exc:
+            return answers.refusal_error(exc).response()
+        allowed = principal.tenant.entitlements.models
+        names = [AUTO_MODEL, *sorted(m for m in self._limits.models if m in allowed)]
+        return JSONResponse(answers.models_list(names))
+
+    async def handle(self, request: Request) -> Response:
+        if not self._following():
+            return answers.refusal_error(NotFollowingError()).response()
+        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        held = ExitStack()
+        calls: list[ChatCall] = []
+        waiters: list[Waiter] = []
+
+        def parse(raw: bytes) -> ChatCall:
+            call = parse_chat_call(
+                raw,
+                request.headers,
+                guard=self._guard,
+                models=self._limits.models,
+                default_scenario=self._limits.default_scenario,
+                request_id=request_id,
+            )
+            calls.append(call)
+            return call
+
+        def finish(envelope: Envelope) -> Envelope:
+            envelope = calls[0].finish(envelope)
+            try:
+                waiters.append(
+                    held.enter_context(
+                        self._hub.waiting(
+                            envelope.request.tenant, envelope.request_id, chunks=calls[0].stream
+                        )
+                    )
+                )
+            except HubFullError as exc:
+                raise WaitersFullError() from exc
+            return envelope
+
+        try:
+            admitted = await self._submit.admit(
+                request, lambda raw: parse(raw).submission, finish=finish, idempotent=False
+            )
+        except IngestError as exc:
+            held.close()
+            return answers.refusal_error(exc).response()
+        except BaseException:
+            # Cancelled (shutdown) or broken while publishing: the waiter must not outlive us.
+            held.close()
+            raise
+        call, waiter = calls[0], waiters[0]
+        headers = {
+            "x-inferq-request-id": request_id,
+            "x-request-id": request_id,
+            "x-inferq-tier": admitted.envelope.tier.value,
+        }
+        bound_s = self._bound_s(admitted)
+        if call.stream:
+            events = self._stream(call, waiter, admitted, bound_s)
+            return EventStreamResponse(events, headers=headers, on_close=held.close)
+        try:
+            with held:
+                result = await until_disconnected(request, waiter.result(bound_s))
+        except ClientGoneError:
+            self._ended("completion", "disconnected")
+            return Response(status_code=CLIENT_GONE_STATUS)
+        self._ended("completion", "bound" if result is None else "outcome")
+        if result is None:
+            return answers.wait_exceeded(request_id, bound_s, self._hint(request_id)).response(headers)
+        error = answers.outcome_error(result)
+        if error is not None:
+            return error.response(headers)
+        return JSONResponse(answers.completion(result), headers=headers)
+
+    def _ended(self, endpoint: str, how: str) -> None:
+        if self._delivery is not None:
+            self._delivery.ended(endpoint, how)
+
+    def _bound_s(self, admitted: Admitted) -> float:
+        request = admitted.envelope.request
+        left_s = (request.expire_at_ms - time.time() * 1000) / 1000 + self._limits.grace_s
+        return max(0.0, min(self._limits.max_wait_s, left_s))
+
+    @staticmethod
+    def _hint(request_id: str) -> str:
+        return _RESULTS_HINT.replace("{id}", request_id)
+
+    async def _stream(
+        self, call: ChatCall, waiter: Waiter, admitted: Admitted, bound_s: float
+    ) -> AsyncIterator[bytes]:
+        how = "disconnected"
+        try:
+            async for event in self._events(call, waiter, admitted, bound_s):
+                if event.startswith(b'data: {"error"'):
+                    how = "error"
+                elif event == _DONE:
+                    how = "outcome"
+                yield event
+        finally:
+            self._ended("stream", how)
+
+    async def _events(
+        self, call: ChatCall, waiter: Waiter, admitted: Admitted, bound_s: float
+    ) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        ends_at = loop.time() + bound_s
+        rid = admitted.envelope.request_id
+        created_s = int(time.time())
+        model = call.requested_model
+        yield sse_event(answers.chunk(rid, created_s, model, role=True, content=""))
+        tracker = ChunkTracker()
+        sent: list[str] = []
+        restarted = False
+        last_chunk_at: float | None = None
+        while (left := ends_at - loop.time()) > 0:
+            wait_s = min(left, self._limits.keepalive_s)
+            if last_chunk_at is not None:
+                idle_left = last_chunk_at + self._limits.stream_idle_s - loop.time()
+                if idle_left <= 0:
+                    message = f"the answer to {rid} stopped arriving mid-stream; {self._hint(rid)}"
+                    yield _error_event(answers.ChatError(502, message, "server_error", "stream_interrupted"))
+                    return
+                wait_s = min(wait_s, idle_left)
+            item = await waiter.next(wait_s)
+            if item is None:
+                yield sse_comment("waiting")
+                continue
+            if isinstance(item, InferenceResult):
+                async for event in self._ending(call, item, "".join(sent), created_s):
+                    yield event
+                return
+            order = tracker.accept(item)
+            if order is ChunkOrder.RESTART:
+                # Text already sent cannot be taken back: the rest comes from the result, if it
+                # continues what was sent.
+                restarted = True
+            if order is ChunkOrder.REPEAT or restarted:
+                continue
+            last_chunk_at = loop.time()
+            model = item.model
+            sent.append(item.delta)
+            yield sse_event(answers.chunk(rid, created_s, model, content=item.delta))
+        yield _error_event(answers.wait_exceeded(rid, bound_s, self._hint(rid)))
+
+    async def _ending(
+        self, call: ChatCall, result: InferenceResult, sent: str, created_s: int
+    ) -> AsyncIterator[bytes]:
+        error = answers.outcome_error(result)
+        if error is not None:
+            yield _error_event(error)
+            return
+        output = result.output or ""
+        rid = result.request_id
+        if not output.startswith(sent):
+            message = f"the answer to {rid} started over after part of it was sent; {self._hint(rid)}"
+            yield _error_event(answers.ChatError(502, message, "server_error", "stream_restarted"))
+            return
+        if len(output) > len(sent):
+            yield sse_event(answers.chunk(rid, created_s, result.model, content=output[len(sent) :]))
+        yield sse_event(answers.chunk(rid, created_s, result.model, finish_reason="stop"))
+        if call.include_usage:
+            yield sse_event(answers.usage_chunk(result, created_s))
+        yield _DONE
+
+
+def _error_event(error: answers.ChatError) -> bytes:
+    # What OpenAI sends mid-stream: the SDK raises APIError on an event whose data has "error".
+    return sse_event(error.body())

@@ -1,0 +1,209 @@
+"""The official openai SDK against inferq on the real broker: the services as processes (ingest,
+dispatcher, results, the simulated backend), a tenants file, the SDK pointed at ingest with
+`base_url` and nothing else changed. Also the results service's long poll and event stream, woken
+by the reply topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from services.messaging import limits
+from services.messaging.admin import create_topics
+from services.messaging.kafka_config import KafkaSettings
+from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from tests.support.inprocess import free_port
+from tests.support.tenants import TenantSpec, write_tenants
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+WIDE = {"models": ["*"], "roles": ["user", "assistant", "system"]}
+ACME = TenantSpec("acme", entitlements=WIDE, params=dict.fromkeys(limits.ALLOWED_PARAMS, True))
+BETA = TenantSpec("beta")
+HI = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
+
+
+@pytest.fixture(scope="module")
+def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    prefix = f"e2eo{uuid.uuid4().hex[:10]}"
+    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
+    work_dir = tmp_path_factory.mktemp("openai")
+    stack = Pipeline(
+        bootstrap=kafka_bootstrap,
+        work_dir=work_dir,
+        ports=PipelinePorts(
+            ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
+        ),
+        topic_prefix=prefix,
+        budget=4,
+        backend_args=["--speed", "5"],
+        extra_env={"INFERQ_TENANTS_FILE": str(write_tenants(work_dir / "tenants.toml", ACME, BETA))},
+    )
+    try:
+        stack.start()
+        yield stack
+    finally:
+        codes = stack.stop()
+        assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
+
+
+def sdk(pipeline: Pipeline, spec: TenantSpec = ACME) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{pipeline.ingest_url}/v1", api_key=spec.key, max_retries=0, timeout=30)
+
+
+def stored(pipeline: Pipeline, request_id: str, spec: TenantSpec) -> httpx.Response:
+    """The results service's answer for the id, waiting for it with a long poll (no polling loop)."""
+    return httpx.get(
+        f"{pipeline.results_url}/v1/requests/{request_id}",
+        params={"wait": 20},
+        headers=spec.headers(),
+        timeout=30,
+    )
+
+
+def test_the_sync_sdk_gets_a_completion_and_the_results_service_the_same_outcome(pipeline: Pipeline) -> None:
+    client = sdk(pipeline)
+    completion = client.chat.completions.create(
+        model="inferq", messages=HI, temperature=0.3, max_tokens=64, user="someone"
+    )
+    text = completion.choices[0].message.content
+    assert text
+    assert completion.object == "chat.completion"
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage is not None and completion.usage.total_tokens > 0
+    outcome = stored(pipeline, completion.id, ACME)
+    assert outcome.status_code == 200
+    assert outcome.json()["output"] == text
+    assert outcome.json()["tier"] == "HIGH"
+    # Another tenant's key: like an id nobody sent.
+    assert (
+        httpx.get(
+            f"{pipeline.results_url}/v1/requests/{completion.id}", headers=BETA.headers(), timeout=10
+        ).status_code
+        == 404
+    )
+    models = [m.id for m in client.models.list()]
+    assert models[0] == "inferq" and "inferq-fast" in models
+    client.close()
+
+
+def test_the_async_sdk_gets_concurrent_completions(pipeline: Pipeline) -> None:
+    async def scenario() -> list[str]:
+        client = openai.AsyncOpenAI(
+            base_url=f"{pipeline.ingest_url}/v1", api_key=ACME.key, max_retries=0, timeout=30
+        )
+        try:
+            answers = await asyncio.gather(
+                *(
+                    client.chat.completions.create(
+                        model="inferq-fast", messages=[{"role": "user", "content": f"question {i}"}]
+                    )
+                    for i in range(6)
+                )
+            )
+        finally:
+            await client.close()
+        return [a.choices[0].message.content or "" for a in answers]
+
+    texts = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert len(texts) == 6 and all(texts)
+
+
+def test_the_sdk_streams_and_the_text_is_the_outcome(pipeline: Pipeline) -> None:
+    client = sdk(pipeline)
+    pieces: list[str] = []
+    finish: list[str | None] = []
+    request_id = None
+    with client.chat.completions.create(
+        model="inferq", messages=HI, stream=True, stream_options={"include_usage": True}
+    ) as stream:
+        for chunk in stream:
+            request_id = chunk.id
+            for choice in chunk.choices:
+                pieces.append(choice.delta.content or "")
+                finish.append(choice.finish_reason)
+    assert finish[-1] == "stop"
+    assert request_id is not None
+    outcome = stored(pipeline, request_id, ACME)
+    assert outcome.status_code == 200
+    assert "".join(pieces) == outcome.json()["output"] != ""
+    client.close()
+
+
+def test_priority_from_a_header_and_an_expired_deadline_is_504(pipeline: Pipeline) -> None:
+    client = sdk(pipeline)
+    low = client.chat.completions.create(
+        model="inferq", messages=HI, extra_headers={"X-Inferq-Priority": "LOW"}
+    )
+    assert stored(pipeline, low.id, ACME).json()["tier"] == "LOW"
+    with pytest.raises(openai.APIStatusError) as raised:
+        client.chat.completions.create(
+            model="inferq", messages=HI, extra_headers={"X-Inferq-Deadline-Ms": "1"}
+        )
+    assert raised.value.status_code == 504
+    assert raised.value.body["code"] == "deadline_exceeded"  # type: ignore[index]
+    client.close()
+
+
+def test_refusals_reach_the_sdk_as_its_own_errors(pipeline: Pipeline) -> None:
+    client = sdk(pipeline)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="inferq", messages=HI, n=2)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-nothing", messages=HI)
+    with pytest.raises(openai.PermissionDeniedError):
+        sdk(pipeline, BETA).chat.completions.create(model="inferq-accurate", messages=HI)
+    stranger = openai.OpenAI(base_url=f"{pipeline.ingest_url}/v1", api_key="iq_wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        stranger.chat.completions.create(model="inferq", messages=HI)
+    client.close()
+
+
+def submit(pipeline: Pipeline, spec: TenantSpec = ACME, **fields: Any) -> str:
+    body = {"scenario": "realtime_chat", "messages": [{"role": "user", "content": "hello"}]} | fields
+    response = httpx.post(f"{pipeline.ingest_url}/v1/requests", json=body, headers=spec.headers(), timeout=10)
+    assert response.status_code == 202, response.text
+    request_id: str = response.json()["request_id"]
+    return request_id
+
+
+def test_a_long_poll_answers_when_the_outcome_is_written(pipeline: Pipeline) -> None:
+    request_id = submit(pipeline)
+    outcome = stored(pipeline, request_id, ACME)
+    assert outcome.status_code == 200
+    assert outcome.json()["status"] == "OK"
+    # Another tenant waits like for an id nobody sent, then hears it is pending.
+    other = httpx.get(
+        f"{pipeline.results_url}/v1/requests/{request_id}",
+        params={"wait": 1},
+        headers=BETA.headers(),
+        timeout=10,
+    )
+    assert other.status_code == 202 and other.json()["status"] == "PENDING"
+
+
+def test_events_carry_the_outcome_as_sse(pipeline: Pipeline) -> None:
+    request_id = submit(pipeline, scenario="emotion_analysis")
+    events: list[tuple[str, Any]] = []
+    with httpx.stream(
+        "GET", f"{pipeline.results_url}/v1/requests/{request_id}/events", headers=ACME.headers(), timeout=30
+    ) as response:
+        assert response.status_code == 200
+        name = "message"
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                events.append((name, json.loads(line[6:])))
+    assert events[-1][0] == "result"
+    assert events[-1][1]["request_id"] == request_id
+    assert events[-1][1]["tier"] == "MEDIUM"
+    assert all(name == "chunk" for name, _ in events[:-1])

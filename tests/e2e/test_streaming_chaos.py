@@ -1,0 +1,125 @@
+"""A dispatcher SIGKILLed mid-stream, the services as processes on the real broker: the request is
+redone by the next owner, whose stream starts again at seq 0 under its own dispatcher id, and the
+caller still gets exactly one outcome, whose text is that complete stream's."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from services.messaging.admin import create_topics
+from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import is_chunk
+from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from tests.support.inprocess import free_port
+from tests.support.kafka import a_request, produce_requests
+from tests.support.replies import read_replies
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+@pytest.fixture
+def stack(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Pipeline]:
+    prefix = f"schaos{uuid.uuid4().hex[:10]}"
+    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
+    pipeline = Pipeline(
+        bootstrap=kafka_bootstrap,
+        work_dir=tmp_path,
+        ports=PipelinePorts(
+            ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
+        ),
+        topic_prefix=prefix,
+        # At speed 1 an analysis takes 2.8 s: its tokens come about a quarter of a second apart.
+        backend_args=["--speed", "1"],
+        extra_env={
+            "INFERQ_SCHEDULE_PIN": "normal",
+            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_STREAM_CHUNK_TOKENS": "1",
+            "INFERQ_STREAM_CHUNK_LINGER_MS": "0",
+        },
+    )
+    try:
+        pipeline.start()
+        yield pipeline
+    finally:
+        pipeline.stop()
+
+
+def wait_until_streaming(bootstrap: str, topic: str, request_ids: set[str], timeout_s: float = 30.0) -> None:
+    """Until each request has a chunk on `topic` and none has a result: every stream is under way."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"w-{uuid.uuid4().hex}"})
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    streaming: set[str] = set()
+    finished: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and streaming != request_ids:
+            msg = consumer.poll(0.1)
+            if msg is None or msg.error():
+                continue
+            (streaming if is_chunk(msg.headers()) else finished).add((msg.key() or b"").decode())
+    finally:
+        consumer.close()
+    assert streaming == request_ids and not finished, f"streams under way {streaming}, finished {finished}"
+
+
+def stored_outcome(stack: Pipeline, request_id: str, tenant: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The results service's answer, once it has stored one (open mode: read as the request's tenant)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = httpx.get(
+            f"{stack.results_url}/v1/requests/{request_id}", params={"tenant": tenant}, timeout=5
+        )
+        if response.status_code == 200 or time.monotonic() > deadline:
+            assert response.status_code == 200, response.text
+            answer: dict[str, Any] = response.json()
+            return answer
+        time.sleep(0.1)
+
+
+def test_a_dispatcher_killed_mid_stream_leaves_one_outcome_from_a_complete_new_stream(
+    stack: Pipeline, kafka_bootstrap: str
+) -> None:
+    topics = KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=stack.topic_prefix).topics
+    requests = [
+        a_request(
+            "MEDIUM",
+            deadline_ms=120_000,
+            stream=True,
+            messages=[{"role": "user", "content": f"tell me a long story number {n}"}],
+        )
+        for n in range(3)
+    ]
+    produce_requests(kafka_bootstrap, topics.requests_by_name("MEDIUM"), requests)
+    ids = {r.request_id for r in requests}
+    wait_until_streaming(kafka_bootstrap, topics.results, ids)
+    stack.dispatchers[0].kill()
+    stack.add_dispatcher()
+    stack.wait_dispatcher_assigned(1, 60)
+
+    replies = read_replies(kafka_bootstrap, topics.results, ids, timeout_s=90, settle_s=3.0)
+
+    victim, survivor = f"{stack.topic_prefix}-d0", f"{stack.topic_prefix}-d1"
+    for request in requests:
+        reply = replies[request.request_id]
+        stored = stored_outcome(stack, request.request_id, request.tenant)
+        assert stored["status"] == "OK"
+        (result,) = reply.results  # the victim wrote none: it died before any stream ended
+        assert result.dispatcher_id == survivor
+        cut = [c for c in reply.chunks if c.dispatcher_id == victim]
+        redone = [c for c in reply.chunks if c.dispatcher_id == survivor]
+        assert cut, "the victim had started this stream"
+        assert [c.seq for c in cut] == list(range(len(cut)))
+        assert [c.seq for c in redone] == list(range(len(redone))), "the redo starts again at seq 0"
+        assert {c.attempt for c in reply.chunks} == {1}
+        assert "".join(c.delta for c in redone) == result.output == stored["output"]
+        assert reply.order[-1] == "result"
+        assert len(reply.partitions) == 1

@@ -1,0 +1,89 @@
+"""The reply-topic follower on the real broker: from the end of every partition, chunks (by their
+header) and results to the hub in the order written, poison skipped, what came before not replayed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from confluent_kafka import Producer
+
+from services.delivery.follower import KafkaReplyFeed, ReplyFollower
+from services.delivery.hub import WaiterHub
+from services.messaging.codec import chunk_codec, result_codec
+from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, Status
+from services.messaging.tiers import Tier
+
+pytestmark = pytest.mark.kafka
+
+
+def a_chunk(request_id: str, seq: int, tenant: str = "acme") -> InferenceChunk:
+    return InferenceChunk(request_id, tenant, 1, seq, f"<{seq}>", "m", 1, "d1")
+
+
+def a_result(request_id: str, tenant: str = "acme") -> InferenceResult:
+    return InferenceResult(request_id, Tier.HIGH, Status.OK, "m", 1, 2, 1, "d1", output="done", tenant=tenant)
+
+
+def produce(settings: KafkaSettings, request_id: str, values: list[tuple[bytes, bool]]) -> None:
+    """(value, is_chunk) pairs, keyed by the request id like the dispatcher's records."""
+    producer = Producer(settings.producer_config(client_id="test-replies"))
+    for value, chunk in values:
+        headers = [(KIND_HEADER, CHUNK_KIND)] if chunk else None
+        producer.produce(settings.topics.results, value=value, key=request_id.encode(), headers=headers)
+    assert producer.flush(15) == 0
+
+
+def test_the_follower_wakes_waiters_with_chunks_in_order_then_the_result(
+    kafka_settings: KafkaSettings,
+) -> None:
+    async def scenario() -> None:
+        before = [(result_codec().encode(a_result("early")), False)]
+        produce(kafka_settings, "early", before)  # written before the follower started: not owed
+        hub = WaiterHub()
+        follower = ReplyFollower(
+            lambda: KafkaReplyFeed(kafka_settings, kafka_settings.topics.results, client_id="test-follower"),
+            hub,
+        )
+        await follower.start()
+        try:
+            await asyncio.wait_for(follower.ready.wait(), 30)
+            with hub.waiting("acme", "r1") as waiter, hub.waiting("acme", "early") as early:
+                records = [(chunk_codec().encode(a_chunk("r1", seq)), True) for seq in range(20)]
+                records.insert(5, (b"poison, not avro", False))
+                records.append((result_codec().encode(a_result("r1", tenant="beta")), False))  # not ours
+                records.append((result_codec().encode(a_result("r1")), False))
+                await asyncio.to_thread(produce, kafka_settings, "r1", records)
+                got = [await waiter.next(20) for _ in range(21)]
+                assert [c.seq for c in got[:20]] == list(range(20))  # type: ignore[union-attr]
+                assert isinstance(got[20], InferenceResult) and got[20].tenant == "acme"
+                assert await early.result(0.5) is None
+            assert follower.undecodable == 1
+            assert not follower.failed
+        finally:
+            await follower.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 90))
+
+
+def test_a_follower_by_pattern_follows_every_matching_reply_topic(kafka_settings: KafkaSettings) -> None:
+    async def scenario() -> None:
+        hub = WaiterHub()
+        pattern = rf"^{kafka_settings.topics.results.replace('.', '[.]')}$"
+        follower = ReplyFollower(
+            lambda: KafkaReplyFeed(kafka_settings, [], client_id="test-follower", pattern=pattern), hub
+        )
+        await follower.start()
+        try:
+            await asyncio.wait_for(follower.ready.wait(), 30)
+            with hub.waiting("acme", "p1") as waiter:
+                await asyncio.to_thread(
+                    produce, kafka_settings, "p1", [(result_codec().encode(a_result("p1")), False)]
+                )
+                result = await waiter.result(20)
+                assert result is not None and result.request_id == "p1"
+        finally:
+            await follower.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 90))

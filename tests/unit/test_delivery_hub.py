@@ -1,0 +1,170 @@
+"""The waiter hub: who is woken by which record, in which order, and what it costs to wait."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from services.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, WaiterHub
+from services.messaging.records import InferenceChunk, InferenceResult, Status
+from services.messaging.tiers import Tier
+
+
+def in_loop(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+    """Runs an async test in a fresh event loop (the suite has no asyncio plugin)."""
+
+    @functools.wraps(test)
+    def run() -> None:
+        asyncio.run(test())
+
+    return run
+
+
+def a_chunk(request_id: str = "r1", seq: int = 0, *, tenant: str = "acme", **kw: object) -> InferenceChunk:
+    fields: dict[str, object] = {
+        "request_id": request_id,
+        "tenant": tenant,
+        "attempt": 1,
+        "seq": seq,
+        "delta": f"d{seq} ",
+        "model": "m",
+        "created_at_ms": 1,
+        "dispatcher_id": "d1",
+    } | kw
+    return InferenceChunk(**fields)  # type: ignore[arg-type]
+
+
+def a_result(request_id: str = "r1", *, tenant: str = "acme", output: str = "done") -> InferenceResult:
+    return InferenceResult(
+        request_id=request_id,
+        tier=Tier.HIGH,
+        status=Status.OK,
+        model="m",
+        enqueued_at_ms=1,
+        completed_at_ms=2,
+        attempts=1,
+        dispatcher_id="d1",
+        output=output,
+        tenant=tenant,
+    )
+
+
+@in_loop
+async def test_chunks_then_the_result_wake_only_their_own_tenants_waiter() -> None:
+    hub = WaiterHub()
+    with hub.waiting("acme", "r1") as mine, hub.waiting("beta", "r1") as theirs:
+        hub.publish_chunk(a_chunk(seq=0))
+        hub.publish_chunk(a_chunk(seq=1))
+        hub.publish_result(a_result())
+        got = [await mine.next(1.0) for _ in range(3)]
+        assert [type(g).__name__ for g in got] == ["InferenceChunk", "InferenceChunk", "InferenceResult"]
+        assert [g.seq for g in got[:2]] == [0, 1]  # type: ignore[union-attr]
+        # The other tenant's same id heard nothing.
+        assert await theirs.next(0.05) is None
+    assert hub.waiters == 0
+
+
+@in_loop
+async def test_a_waiter_sleeps_until_its_result_arrives() -> None:
+    hub = WaiterHub()
+    with hub.waiting("acme", "r1", chunks=False) as waiter:
+        pending = asyncio.create_task(waiter.result(5.0))
+        await asyncio.sleep(0)
+        assert not pending.done()
+        hub.publish_chunk(a_chunk())  # chunks do not wake a result-only waiter's answer
+        hub.publish_result(a_result(output="first"))
+        hub.publish_result(a_result(output="second"))  # a duplicate changes nothing
+        result = await asyncio.wait_for(pending, 5.0)
+        assert result is not None and result.output == "first"
+
+
+@in_loop
+async def test_a_wait_is_bounded_and_the_waiter_is_freed() -> None:
+    hub = WaiterHub()
+    with hub.waiting("acme", "r1") as waiter:
+        assert await waiter.result(0.01) is None
+        assert await waiter.next(0.01) is None
+        assert hub.waiters == 1
+    assert hub.waiters == 0
+
+
+@in_loop
+async def test_a_cancelled_waiter_is_unregistered() -> None:
+    hub = WaiterHub()
+
+    async def wait_forever() -> None:
+        with hub.waiting("acme", "r1") as waiter:
+            await waiter.result(3600)
+
+    task = asyncio.create_task(wait_forever())
+    await asyncio.sleep(0)
+    assert hub.waiters == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert hub.waiters == 0
+
+
+def test_waiters_are_bounded() -> None:
+    hub = WaiterHub(max_waiters=2)
+    with hub.waiting("a", "1"), hub.waiting("a", "2"):
+        with pytest.raises(HubFullError), hub.waiting("a", "3"):
+            pass
+        assert hub.waiters == 2
+    with hub.waiting("a", "3"):
+        assert hub.waiters == 1
+
+
+@in_loop
+async def test_a_slow_reader_loses_excess_chunks_never_the_result() -> None:
+    hub = WaiterHub(max_pending_chunks=3)
+    with hub.waiting("acme", "r1") as waiter:
+        for seq in range(10):
+            hub.publish_chunk(a_chunk(seq=seq))
+        hub.publish_result(a_result())
+        got = [await waiter.next(1.0) for _ in range(4)]
+        assert waiter.dropped_chunks == 7
+        assert isinstance(got[-1], InferenceResult)
+
+
+@in_loop
+async def test_a_late_joiner_replays_the_stream_so_far_and_history_is_bounded() -> None:
+    hub = WaiterHub(history_max_streams=2)
+    hub.publish_chunk(a_chunk("r1", 0))
+    hub.publish_chunk(a_chunk("r1", 1))
+    with hub.waiting("acme", "r1", replay=True) as late:
+        assert [(await late.next(1.0)).seq for _ in range(2)] == [0, 1]  # type: ignore[union-attr]
+    # Another tenant asking for the same id replays nothing.
+    with hub.waiting("beta", "r1", replay=True) as other:
+        assert await other.next(0.01) is None
+    hub.publish_chunk(a_chunk("r2", 0))
+    hub.publish_chunk(a_chunk("r3", 0))  # three streams: the oldest (r1) is forgotten
+    with hub.waiting("acme", "r1", replay=True) as later:
+        assert await later.next(0.01) is None
+    hub.publish_result(a_result("r2"))
+    hub.publish_result(a_result("r3"))
+    assert hub.history_bytes == 0  # a stream's history goes with its result
+
+
+def test_history_is_bounded_in_bytes() -> None:
+    hub = WaiterHub(history_max_bytes=10_000)
+    for seq in range(1_000):
+        hub.publish_chunk(a_chunk(f"r{seq}", 0, delta="x" * 500))
+    assert 0 < hub.history_bytes <= 10_000
+
+
+def test_chunk_tracker_tells_new_repeated_and_restarted_chunks() -> None:
+    tracker = ChunkTracker()
+    assert tracker.accept(a_chunk(seq=0)) is ChunkOrder.NEW
+    assert tracker.accept(a_chunk(seq=1)) is ChunkOrder.NEW
+    assert tracker.accept(a_chunk(seq=1)) is ChunkOrder.REPEAT
+    assert tracker.accept(a_chunk(seq=5)) is ChunkOrder.NEW  # a gap is accepted: joined late
+    # Another dispatcher redoing the same attempt after a crash: the answer starts over.
+    assert tracker.accept(a_chunk(seq=0, dispatcher_id="d2")) is ChunkOrder.RESTART
+    assert tracker.accept(a_chunk(seq=1, dispatcher_id="d2")) is ChunkOrder.NEW
+    assert tracker.accept(a_chunk(seq=0, dispatcher_id="d2", attempt=2)) is ChunkOrder.RESTART
+    assert tracker.accept(a_chunk(seq=0, dispatcher_id="d2", attempt=2)) is ChunkOrder.RESTART

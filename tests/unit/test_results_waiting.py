@@ -1,0 +1,297 @@
+"""Long poll and event stream of the results service, served by uvicorn on loopback: fake reply-topic
+feeds (the store's and the follower's), the real store and hub, tenants with keys.
+
+What a caller notices: an answer as soon as the outcome exists, chunks in order, 202 or a timeout
+event at the bound, another tenant's id like an id nobody sent, refusals for hostile parameters, and
+that going away frees what the service held for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from services.delivery.hub import WaiterHub
+from services.messaging.codec import chunk_codec, result_codec
+from services.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult
+from services.results.app import create_app
+from services.results.settings import ResultsSettings
+from services.tenancy.settings import TenancySettings
+from tests.support.fakes import FakeResultFeed, result_record
+from tests.support.inprocess import served
+from tests.support.tenants import TenantSpec, write_tenants
+
+ACME, BETA = TenantSpec("acme"), TenantSpec("beta")
+TEST_TIMEOUT_S = 60
+
+
+def run(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
+    def sync(tmp_path: Path) -> None:
+        asyncio.run(asyncio.wait_for(test(tmp_path), TEST_TIMEOUT_S))
+
+    sync.__name__ = test.__name__
+    return sync
+
+
+def result_of(tenant: str, request_id: str, output: str = "the answer") -> bytes:
+    record = result_record(request_id) | {"tenant": tenant, "output": output}
+    return result_codec().encode(InferenceResult.from_record(record))
+
+
+def chunk_of(tenant: str, request_id: str, seq: int, delta: str, **kw: Any) -> bytes:
+    fields: dict[str, Any] = {
+        "request_id": request_id,
+        "tenant": tenant,
+        "attempt": 1,
+        "seq": seq,
+        "delta": delta,
+        "model": "inferq-fast",
+        "created_at_ms": 1,
+        "dispatcher_id": "d1",
+    } | kw
+    return chunk_codec().encode(InferenceChunk(**fields))
+
+
+CHUNK_HEADERS = [(KIND_HEADER, CHUNK_KIND)]
+
+
+@dataclass
+class Service:
+    url: str
+    hub: WaiterHub
+    stored: FakeResultFeed
+    followed: FakeResultFeed
+
+    def client(self, spec: TenantSpec | None = ACME, **kwargs: Any) -> httpx.AsyncClient:
+        headers = spec.headers() if spec is not None else {}
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30, **kwargs)
+
+    async def until_waiting(self, count: int) -> None:
+        async with asyncio.timeout(10):
+            while self.hub.waiters != count:
+                await asyncio.sleep(0.01)
+
+
+@contextlib.asynccontextmanager
+async def service(tmp_path: Path, **settings: Any) -> AsyncIterator[Service]:
+    tenants = write_tenants(tmp_path / "tenants.toml", ACME, BETA)
+    hub = WaiterHub(max_waiters=settings.pop("max_waiters", 100))
+    stored, followed = FakeResultFeed(), FakeResultFeed()
+    app = create_app(
+        ResultsSettings(db_path=tmp_path / "r.db", tenants=TenancySettings(file=tenants), **settings),
+        check_topics=False,
+        feed=lambda: stored,
+        follow_feed=lambda: followed,
+        hub=hub,
+    )
+    async with served(app) as url:
+        yield Service(url, hub, stored, followed)
+
+
+def events_of(text: str) -> list[tuple[str, Any]]:
+    """(event, data) of each event in an SSE body; comments skipped."""
+    found = []
+    for block in text.split("\n\n"):
+        lines = [line for line in block.split("\n") if line and not line.startswith(":")]
+        if not lines:
+            continue
+        name = next((line[7:] for line in lines if line.startswith("event: ")), "message")
+        data = next(line[6:] for line in lines if line.startswith("data: "))
+        found.append((name, json.loads(data)))
+    return found
+
+
+@run
+async def test_a_long_poll_answers_as_soon_as_the_follower_reads_the_result(tmp_path: Path) -> None:
+    async with service(tmp_path) as svc, svc.client() as client:
+        polling = asyncio.create_task(client.get("/v1/requests/r1", params={"wait": 30}))
+        await svc.until_waiting(1)
+        svc.followed.push([result_of("acme", "r1", "hello")])
+        response = await polling
+        assert response.status_code == 200
+        assert response.json()["output"] == "hello"
+        assert svc.hub.waiters == 0
+
+
+@run
+async def test_a_long_poll_is_woken_by_the_store_too_and_answers_at_once_when_stored(tmp_path: Path) -> None:
+    async with service(tmp_path) as svc, svc.client() as client:
+        polling = asyncio.create_task(client.get("/v1/requests/r2", params={"wait": 30}))
+        await svc.until_waiting(1)
+        svc.stored.push([result_of("acme", "r2")])  # only the group consumer sees it
+        assert (await polling).status_code == 200
+        # Now stored: a later poll answers without waiting, and without ?wait it is a plain read.
+        assert (await client.get("/v1/requests/r2", params={"wait": 60})).status_code == 200
+        assert (await client.get("/v1/requests/r2")).status_code == 200
+
+
+@run
+async def test_a_long_poll_gives_202_pending_at_its_bound(tmp_path: Path) -> None:
+    async with service(tmp_path) as svc, svc.client() as client:
+        response = await client.get("/v1/requests/nobody-sent-this", params={"wait": 1})
+        assert response.status_code == 202
+        assert response.json() == {"request_id": "nobody-sent-this", "status": "PENDING", "waited_s": 1}
+        assert svc.hub.waiters == 0
+
+
+@run
+async def test_another_tenants_result_is_like_an_id_nobody_sent(tmp_path: Path) -> None:
+    async with service(tmp_path, events_max_s=1) as svc, svc.client(ACME) as acme, svc.client(BETA) as beta:
+        polling = asyncio.create_task(beta.get("/v1/requests/secret", params={"wait": 1}))
+        await svc.until_waiting(1)
+        svc.followed.push([result_of("acme", "secret", "acme's only")])
+        assert (await polling).status_code == 202
+        svc.stored.push([result_of("acme", "secret", "acme's only")])
+        async with asyncio.timeout(10):
+            while (await acme.get("/v1/requests/secret")).status_code != 200:
+                await asyncio.sleep(0.02)
+        assert (await beta.get("/v1/requests/secret", params={"wait": 1})).status_code == 202
+        assert (await beta.get("/v1/requests/secret")).status_code == 404
+        stream = await beta.get("/v1/requests/secret/events")
+        assert events_of(stream.text) == [("timeout", {"request_id": "secret", "status": "PENDING"})]
+        assert "acme's only" not in stream.text
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"wait": "-1"},
+        {"wait": "61"},
+        {"wait": "99999"},
+        {"wait": "1.5"},
+        {"wait": "1e3"},
+        {"wait": "abc"},
+        {"wait": ""},
+        {"wait": " 5"},
+        {"wait": "\uff15"},  # a full-width 5: a digit to str.isdigit, not to the rule
+        {"wait": "9" * 10_000},
+        [("wait", "1"), ("wait", "2")],
+    ],
+    ids=repr,
+)
+def test_a_hostile_wait_is_422_and_waits_for_nothing(tmp_path: Path, params: Any) -> None:
+    async def scenario() -> None:
+        async with service(tmp_path) as svc, svc.client() as client:
+            response = await client.get("/v1/requests/r1", params=params)
+            assert response.status_code == 422
+            assert "wait must be" in response.json()["error"]
+            assert svc.hub.waiters == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), TEST_TIMEOUT_S))
+
+
+@run
+async def test_waiting_needs_a_key_and_a_valid_id(tmp_path: Path) -> None:
+    async with service(tmp_path) as svc:
+        async with svc.client(None) as anonymous:
+            assert (await anonymous.get("/v1/requests/r1", params={"wait": 5})).status_code == 401
+            assert (await anonymous.get("/v1/requests/r1/events")).status_code == 401
+        async with svc.client() as client:
+            assert (await client.get("/v1/requests/" + "x" * 200, params={"wait": 5})).status_code == 422
+            assert (await client.get("/v1/requests/bad%20id/events")).status_code == 422
+            assert (await client.get("/v1/requests/r1/events", params={"tenant": "beta"})).status_code == 403
+        assert svc.hub.waiters == 0
+
+
+@run
+async def test_events_stream_chunks_in_order_then_the_result(tmp_path: Path) -> None:
+    async with service(tmp_path) as svc, svc.client() as client:
+        # Two pieces written before the caller connects are replayed; repeats are dropped.
+        svc.followed.push(
+            [chunk_of("acme", "s1", 0, "Hel"), chunk_of("acme", "s1", 1, "lo")], headers=CHUNK_HEADERS
+        )
+        async with client.stream("GET", "/v1/requests/s1/events") as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            await svc.until_waiting(1)
+            svc.followed.push(
+                [chunk_of("acme", "s1", 1, "lo"), chunk_of("acme", "s1", 2, " world")], headers=CHUNK_HEADERS
+            )
+            svc.followed.push([chunk_of("beta", "s1", 3, "not yours")], headers=CHUNK_HEADERS)
+            svc.followed.push([result_of("acme", "s1", "Hello world")])
+            body = (await response.aread()).decode()
+        got = events_of(body)
+        assert [name for name, _ in got] == ["chunk", "chunk", "chunk", "result"]
+        assert "".join(data["delta"] for name, data in got if name == "chunk") == "Hello world"
+        assert got[-1][1]["output"] == "Hello world"
+        assert svc.hub.waiters == 0
+
+
+@run
+async def test_events_say_when_the_answer_starts_over(tmp_path: Path) -> None:
+    async with service(tmp_path) as svc, svc.client() as client:
+        async with client.stream("GET", "/v1/requests/s2/events") as response:
+            await svc.until_waiting(1)
+            svc.followed.push(
+                [
+                    chunk_of("acme", "s2", 0, "first try"),
+                    chunk_of("acme", "s2", 0, "second", attempt=2, dispatcher_id="d2"),
+                ],
+                headers=CHUNK_HEADERS,
+            )
+            svc.followed.push([result_of("acme", "s2", "second")])
+            got = events_of((await response.aread()).decode())
+        assert [name for name, _ in got] == ["chunk", "restart", "chunk", "result"]
+        assert got[1][1] == {"request_id": "s2", "attempt": 2}
+
+
+@run
+async def test_events_of_a_stored_result_is_the_result_alone(tmp_path: Path) -> None:
+    async with service(tmp_path) as svc, svc.client() as client:
+        svc.stored.push([result_of("acme", "done")])
+        async with asyncio.timeout(10):
+            while (await client.get("/v1/requests/done")).status_code != 200:
+                await asyncio.sleep(0.02)
+        got = events_of((await client.get("/v1/requests/done/events")).text)
+        assert [name for name, _ in got] == ["result"]
+
+
+@run
+async def test_a_quiet_stream_is_kept_alive_and_ends_with_a_timeout_event(tmp_path: Path) -> None:
+    async with service(tmp_path, events_max_s=1.0, events_keepalive_s=0.2) as svc, svc.client() as client:
+        body = (await client.get("/v1/requests/quiet/events")).text
+        assert ": waiting" in body
+        assert events_of(body) == [("timeout", {"request_id": "quiet", "status": "PENDING"})]
+        assert svc.hub.waiters == 0
+
+
+@run
+async def test_a_client_that_goes_away_frees_its_waiter_and_its_tasks(tmp_path: Path) -> None:
+    async with service(tmp_path) as svc:
+        baseline = len(asyncio.all_tasks())
+        async with svc.client() as client:
+            polling = asyncio.create_task(client.get("/v1/requests/r1", params={"wait": 60}))
+            async with client.stream("GET", "/v1/requests/r2/events") as response:
+                assert response.status_code == 200
+                await svc.until_waiting(2)
+            # The event stream's connection is closed when its block ends; the poll is cancelled.
+            await svc.until_waiting(1)
+            polling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await polling
+        # Both waiters freed long before the poll's 60 s bound, and no task left behind.
+        await svc.until_waiting(0)
+        async with asyncio.timeout(10):
+            while len(asyncio.all_tasks()) > baseline:
+                await asyncio.sleep(0.02)
+
+
+@run
+async def test_too_many_waiters_is_503_with_retry_after(tmp_path: Path) -> None:
+    async with service(tmp_path, max_waiters=1) as svc, svc.client() as client:
+        polling = asyncio.create_task(client.get("/v1/requests/r1", params={"wait": 30}))
+        await svc.until_waiting(1)
+        for path in ("/v1/requests/r2?wait=5", "/v1/requests/r2/events"):
+            refused = await client.get(path)
+            assert refused.status_code == 503
+            assert refused.headers["retry-after"] == "1"
+        svc.followed.push([result_of("acme", "r1")])
+        assert (await polling).status_code == 200
