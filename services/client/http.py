@@ -108,6 +108,9 @@ class HttpTransport:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    def expect(self, request_id: str, expire_at_ms: int) -> None:
+        """Nothing to do: the results service stores every outcome."""
+
     async def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         try:
             return await self._http.request(method, url, headers=self._headers, **kwargs)

@@ -25,6 +25,11 @@ class Transport(Protocol):
         early frees what it holds."""
         ...
 
+    def expect(self, request_id: str, expire_at_ms: int) -> None:
+        """`request_id` was accepted earlier (another process): catch its outcome from now on, even
+        before `wait` is called for it. Over HTTP the results service keeps it: nothing to do."""
+        ...
+
     async def aclose(self) -> None:
         """Release connections, consumers and tasks; idempotent."""
         ...
