@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from services.batch.ledger import Ledger, LedgerError, read_state
+from services.batch.ledger import BatchState, Ledger, LedgerError, read_state
 from services.batch.lines import BatchLine, batch_key, duplicate_ids, read_lines
 from services.batch.progress import Progress
 from services.batch.runner import BatchAbortedError, BatchRun, Pacing, parse_rate
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     submit.add_argument(
         "--rate", type=parse_rate, default=None, help="at most this many, e.g. 20/s or 600/min"
     )
-    submit.add_argument("--via", choices=("http",), default="http")
+    submit.add_argument("--via", choices=("http", "kafka"), default="http")
     submit.add_argument("--on-bad-line", choices=("stop", "skip"), default="stop")
     submit.add_argument(
         "--batch-id", default=None, help="names the batch in request ids (default: the file's hash)"
@@ -53,7 +53,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     status.set_defaults(func=_status)
 
 
-def _transport(args: argparse.Namespace) -> Transport:
+# A resumed Kafka batch follows the reply topic from this long before its oldest waiting request
+# was accepted (clocks of the machines involved may differ by this much).
+FOLLOW_MARGIN_MS = 60_000
+
+
+def _transport(args: argparse.Namespace, state: BatchState) -> Transport:
+    if args.via == "kafka":
+        from services.client.kafka import DEFAULT_MAX_PENDING, KafkaTransport
+        from services.messaging.kafka_config import KafkaSettings
+
+        since_ms = state.waiting_since_ms()
+        return KafkaTransport(
+            KafkaSettings(),
+            tenant=args.kafka_tenant,
+            region=args.region,
+            follow_from_ms=None if since_ms is None else max(since_ms - FOLLOW_MARGIN_MS, 0),
+            # Every waiting request is held from the start, and the sending keeps that many more.
+            max_pending=DEFAULT_MAX_PENDING + len(state.waiting),
+        )
     from services.client.http import HttpTransport
 
     # The key from the environment only: a command line is visible to every user of the machine.
@@ -108,7 +126,7 @@ def _submit(args: argparse.Namespace) -> int:
                 already_submitted=len(state.accepted),
             )
         run = BatchRun(
-            _transport(args),
+            _transport(args, state),
             ledger,
             good,
             pacing=Pacing(rate_per_s=args.rate),

@@ -100,6 +100,8 @@ class BatchRun:
         """Send and wait until every line has an outcome; this run's outcomes by status."""
         state = self._ledger.state
         for accepted in sorted(state.waiting.values(), key=lambda a: a.line):
+            # Registered before anything is waited for: a Kafka transport then catches every one.
+            self.transport.expect(accepted.request_id, accepted.expire_at_ms)
             self._queue.put_nowait(accepted)
         to_send = [
             line

@@ -7,6 +7,7 @@ backend ran each request once."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -101,12 +102,21 @@ def start_batch(pipeline: Pipeline, proxy: CountingProxy, batch: Path, out: Path
         "morning_brief",
         "--rate",
         "5/s",
+        "--senders",
+        "2",
         "--url",
         proxy.url,
         "--results-url",
         pipeline.results_url,
     ]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def start_kafka_batch(pipeline: Pipeline, bootstrap: str, batch: Path, out: Path) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "services.cli", "batch", "submit", str(batch), "--out", str(out)]
+    args += ["--scenario", "morning_brief", "--rate", "5/s", "--senders", "2", "--via", "kafka"]
+    env = os.environ | {"KAFKA_BOOTSTRAP_SERVERS": bootstrap, "INFERQ_TOPIC_PREFIX": pipeline.topic_prefix}
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
 
 def until_outcomes(proc: subprocess.Popen[bytes], out: Path, at_least: int) -> None:
@@ -178,3 +188,57 @@ def test_a_batch_interrupted_then_killed_then_resumed_sends_and_runs_each_reques
         status.stdout.decode().strip()
         == f"{LINES} lines: {LINES} done (OK={LINES}), 0 accepted and waiting, 0 not sent yet"
     )
+
+
+def test_a_kafka_batch_killed_while_outcomes_arrive_resumes_and_catches_them(
+    pipeline: Pipeline, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Over Kafka there is no ingest to deduplicate: the journal alone keeps an accepted request from
+    being produced again (only one being produced at the instant of the kill may be). Outcomes
+    written while no batch process runs are caught by the resumed one (it follows the reply topic
+    from its oldest waiting acceptance)."""
+    batch = tmp_path / "briefs.jsonl"
+    batch.write_text("".join(json.dumps({"prompt": f"kafka brief {i}"}) + "\n" for i in range(LINES)))
+    out = tmp_path / "results.jsonl"
+    backend_before = pipeline.backend_stats()["total"]
+    first = start_kafka_batch(pipeline, kafka_bootstrap, batch, out)
+    until_outcomes(first, out, 5)
+    # Killed while some accepted requests still wait for their outcome.
+    deadline = time.monotonic() + 60
+    while not read_state(out).waiting:
+        assert first.poll() is None and time.monotonic() < deadline, "never caught with a request waiting"
+        time.sleep(0.005)
+    first.kill()
+    first.communicate(timeout=30)
+    killed_at = read_state(out)
+    # Usually some still wait (the loop above); one may have been answered just before the kill.
+    waiting = {a.request_id for a in killed_at.waiting.values()}
+    # Their outcomes are written while nobody follows the reply topic (the results service has them).
+    deadline = time.monotonic() + 60
+    while waiting:
+        answered = {
+            rid
+            for rid in waiting
+            if httpx.get(f"{pipeline.results_url}/v1/requests/{rid}", timeout=5).status_code == 200
+        }
+        waiting -= answered
+        assert time.monotonic() < deadline, f"never answered: {waiting}"
+        time.sleep(0.1)
+    resumed = start_kafka_batch(pipeline, kafka_bootstrap, batch, out)
+    _, err = resumed.communicate(timeout=180)
+    assert resumed.returncode == 0, err.decode()[-2000:]
+
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert Counter(r["line"] for r in rows) == dict.fromkeys(range(1, LINES + 1), 1)
+    assert {r["status"] for r in rows} == {"OK"}
+    produced = Counter(
+        request_codec().decode(m.value()).request_id
+        for m in read_all(
+            kafka_bootstrap, f"{pipeline.topic_prefix}.requests.low", expect=10_000, timeout_s=5
+        )
+    )
+    mine = {r["request_id"] for r in rows}
+    ours = {rid: n for rid, n in produced.items() if rid in mine}
+    assert set(ours) == mine
+    assert sum(ours.values()) - LINES <= 2  # one per sender, for the one kill
+    assert pipeline.backend_stats()["total"] - backend_before == sum(ours.values())

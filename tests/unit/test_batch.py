@@ -38,6 +38,7 @@ class FakeTransport:
         self.refusals = refusals
         self._refused: Counter[str] = Counter()
         self.accepted = asyncio.Event()
+        self.expected: list[str] = []
 
     async def submit(self, submission: Submission) -> Handle:
         rid = submission.request_id or ""
@@ -58,6 +59,9 @@ class FakeTransport:
 
     def stream(self, submission: Submission, timeout_s: float) -> AsyncIterator[Chunk | Outcome]:
         raise NotImplementedError
+
+    def expect(self, request_id: str, expire_at_ms: int) -> None:
+        self.expected.append(request_id)
 
     async def aclose(self) -> None:
         pass
@@ -201,6 +205,8 @@ def test_an_interrupted_batch_resumes_without_sending_anything_accepted_again(tm
     asyncio.run(BatchRun(second, ledger, lines, pacing=Pacing()).run())
     ledger.close()
     assert not set(second.submitted) & set(first.submitted), "an accepted request was sent again"
+    # The ones accepted before were announced to the transport before any wait (Kafka catches them).
+    assert set(second.expected) == {lines[n - 1].request_id for n in state.waiting}
     assert sorted(first.submitted + second.submitted) == sorted(line.request_id for line in lines)
     written = Counter(r["line"] for r in results(out))
     assert written == dict.fromkeys(range(1, 7), 1)
