@@ -35,6 +35,16 @@ from services.client.errors import (
 from services.client.http import HttpTransport
 from services.client.models import Chunk, Handle, Outcome, Submission
 
+
+def __getattr__(name: str) -> object:
+    # Imported on first use: an HTTP-only caller does not load the Kafka clients.
+    if name == "KafkaTransport":
+        from services.client.kafka import KafkaTransport
+
+        return KafkaTransport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "Chunk",
     "EvictedError",
@@ -45,6 +55,7 @@ __all__ = [
     "InferqClient",
     "InferqError",
     "InvalidRequestError",
+    "KafkaTransport",
     "NotAuthorizedError",
     "Outcome",
     "OutcomeError",

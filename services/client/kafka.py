@@ -109,9 +109,9 @@ class KafkaTransport:
     def __init__(
         self,
         kafka: KafkaSettings | str | None = None,
-        *,
         region: str | None = None,
         tenant: str = "default",
+        *,
         origin_region: str | None = None,
         policy: TierPolicy | None = None,
         deadlines_ms: Mapping[Tier, int] = DEFAULT_DEADLINES_MS,
