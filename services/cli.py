@@ -11,6 +11,7 @@ Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], Non
 
 def _registrars() -> list[Register]:
     # Imported here, not at module import: `inferq --help` must not load every client library.
+    from services.batch.cli import register as batch
     from services.dispatcher.cli import register as dispatcher
     from services.ingest.cli import register as ingest
     from services.messaging.cli import register as topics
@@ -34,6 +35,7 @@ def _registrars() -> list[Register]:
         dispatcher,
         results,
         tenants,
+        batch,
         sim_backend,
         demo,
         loadtest,

@@ -17,6 +17,8 @@ PRODUCT = (
     "tenancy",
     "webhooks",
     "delivery",
+    "client",
+    "batch",
     "telemetry",
     "tracing",
     "serving",

@@ -1,0 +1,145 @@
+"""What a caller gives and gets: `Submission` in; `Handle` (accepted), `Chunk` (a piece of a streamed
+answer) and `Outcome` (the terminal result) out. The same types over HTTP and Kafka."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.client.errors import EvictedError, ExpiredError, FailedError, OutcomeError
+from services.messaging.records import Status
+from services.messaging.tiers import Tier
+
+MessagesLike = str | Sequence[Mapping[str, str]]
+
+
+def as_messages(messages: MessagesLike) -> list[dict[str, str]]:
+    """A plain string is one user message; otherwise the chat messages, copied."""
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One request, as `POST /v1/requests` takes it (the same field names and rules)."""
+
+    scenario: str
+    messages: Sequence[Mapping[str, str]]
+    request_id: str | None = None
+    session_id: str | None = None
+    priority: Tier | None = None
+    deadline_ms: int | None = None
+    model: str | None = None
+    params: Mapping[str, Any] | None = None
+    estimated_tokens: int | None = None
+    # Chunks of the answer go to the reply topic as the backend writes them.
+    stream: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body of `POST /v1/requests` (fields left unset are left out)."""
+        body: dict[str, Any] = {"scenario": self.scenario, "messages": [dict(m) for m in self.messages]}
+        optional = {
+            "request_id": self.request_id,
+            "session_id": self.session_id,
+            "priority": self.priority.value if self.priority is not None else None,
+            "deadline_ms": self.deadline_ms,
+            "model": self.model,
+            "params": dict(self.params) if self.params is not None else None,
+            "estimated_tokens": self.estimated_tokens,
+            "stream": True if self.stream else None,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        body.update(self.extra)
+        return body
+
+
+@dataclass(frozen=True)
+class Handle:
+    """An accepted request: written durably to its tier's topic."""
+
+    request_id: str
+    tier: Tier
+    expire_at_ms: int
+    # True when inferq already had this request_id from this tenant (an idempotent resend over HTTP).
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a streamed answer, in order. `restart` marks the first piece of an answer that
+    started over (a retry, or another dispatcher after a crash): drop the text received so far."""
+
+    request_id: str
+    delta: str
+    seq: int
+    attempt: int = 1
+    restart: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A request's terminal result, as `GET /v1/requests/{id}` shows it."""
+
+    request_id: str
+    status: Status
+    tier: Tier
+    model: str
+    attempts: int
+    output: str | None = None
+    error: str | None = None
+    usage: Mapping[str, int] | None = None
+    timings: Mapping[str, int | None] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @classmethod
+    def from_view(cls, view: Mapping[str, Any]) -> Outcome:
+        """From the results service's JSON (`services.results.view.public_view`)."""
+        return cls(
+            request_id=str(view["request_id"]),
+            status=Status(view["status"]),
+            tier=Tier(view["tier"]),
+            model=str(view.get("model", "")),
+            attempts=int(view.get("attempts", 1)),
+            output=view.get("output"),
+            error=view.get("error"),
+            usage=view.get("usage"),
+            timings=dict(view.get("timings") or {}),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        view: dict[str, Any] = {
+            "request_id": self.request_id,
+            "status": self.status.value,
+            "tier": self.tier.value,
+            "model": self.model,
+            "attempts": self.attempts,
+            "timings": dict(self.timings),
+        }
+        for name in ("output", "error", "usage"):
+            value = getattr(self, name)
+            if value is not None:
+                view[name] = dict(value) if isinstance(value, Mapping) else value
+        return view
+
+    def raise_for_status(self) -> Outcome:
+        """This outcome when OK; else the `OutcomeError` of its status."""
+        error = outcome_error(self)
+        if error is not None:
+            raise error
+        return self
+
+
+def outcome_error(outcome: Outcome) -> OutcomeError | None:
+    if outcome.status is Status.OK:
+        return None
+    if outcome.status is Status.EXPIRED:
+        return ExpiredError(outcome)
+    if outcome.status is Status.EVICTED:
+        return EvictedError(outcome)
+    return FailedError(outcome)
