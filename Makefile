@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 
-.PHONY: setup jars redis-server demo test bench bench-scheduling bench-fairness bench-memory bench-latency bench-throughput bench-replay test-unit check lint format typecheck broker-up broker-down clean
+.PHONY: setup jars redis-server demo test bench bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay test-unit check lint format typecheck broker-up broker-down clean
 
 setup: $(STAMP)
 
@@ -53,7 +53,7 @@ typecheck: setup
 check: lint typecheck test
 
 # Benchmarks write bench-results/*.md and *.json; they are never timed assertions in tests.
-bench: bench-scheduling bench-fairness bench-memory bench-latency bench-throughput bench-replay
+bench: bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay
 
 bench-scheduling: setup jars
 	$(BIN)/inferq bench scheduling
@@ -66,6 +66,9 @@ bench-memory: setup jars
 
 bench-latency: setup jars
 	$(BIN)/inferq bench latency
+
+bench-delivery: setup jars
+	$(BIN)/inferq bench delivery
 
 bench-throughput: setup jars
 	$(BIN)/inferq bench throughput --profile

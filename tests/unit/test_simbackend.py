@@ -14,9 +14,11 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from services.tools.bench.recorder import marked_content
 from services.tools.simbackend import DEFAULT_LATENCY_S, SimBackendSettings, create_app
 from services.tools.simbackend.cli import register, run, settings_from_args
 from services.tools.simbackend.latency_model import LatencyModel
+from services.tools.simbackend.timings import CallTimings
 
 CHAT = "/v1/chat/completions"
 HELLO = {"model": "inferq-fast", "messages": [{"role": "user", "content": "hello there"}]}
@@ -682,3 +684,36 @@ def test_stream_drop_rate_out_of_range_is_refused() -> None:
     assert response.json()["error"]["param"] == "stream_drop_rate"
     with pytest.raises(ValueError, match="stream_drop_rate"):
         SimBackendSettings(stream_drop_rate=-0.1)
+
+
+# --- timings (the delivery benchmark) ---------------------------------------------------------------------
+
+
+def test_marked_calls_are_timed_streamed_or_not_and_unmarked_ones_are_not() -> None:
+    async def scenario() -> tuple[dict[str, list[int | None]], dict[str, list[int | None]]]:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            await client.post(CHAT, json=chat(content=marked_content("sync-1")))
+            streamed = {**chat(content=marked_content("s-1")), "stream": True}
+            async with client.stream("POST", CHAT, json=streamed) as r:
+                assert [line async for line in r.aiter_lines() if line][-1] == "data: [DONE]"
+            await client.post(CHAT, json=chat(content="no marker here"))
+            before = (await client.get("/timings")).json()["timings"]
+            await client.post("/admin/reset")
+            return before, (await client.get("/timings")).json()["timings"]
+
+    timings, after_reset = run_async(scenario)
+
+    assert set(timings) == {"sync-1", "s-1"}
+    received, first, done = timings["sync-1"]
+    assert first is None and received is not None and done is not None and received <= done
+    received, first, done = timings["s-1"]
+    assert received is not None and first is not None and done is not None
+    assert received <= first <= done
+    assert after_reset == {}
+
+
+def test_timings_keep_at_most_their_bound() -> None:
+    timings = CallTimings(max_calls=2)
+    for name in ("a", "b", "c"):
+        timings.received({"messages": [{"role": "user", "content": marked_content(name)}]})
+    assert set(timings.as_dict()) == {"a", "b"}

@@ -1,5 +1,6 @@
-"""`inferq bench scheduling|fairness|memory|latency|throughput|replay`: benchmarks that write results to files
-(bench-results/); `recorder`, `bareloop` and `probe-dispatcher` are processes those benchmarks start."""
+"""`inferq bench scheduling|fairness|memory|latency|delivery|throughput|replay`: benchmarks that write
+results to files (bench-results/); `recorder`, `bareloop` and `probe-dispatcher` are processes those
+benchmarks start."""
 
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     mem.set_defaults(func=_memory)
     _register_fairness(kinds)
     _register_latency(kinds)
+    _register_delivery(kinds)
     _register_throughput(kinds)
     _register_replay(kinds)
     _register_helpers(kinds)
@@ -124,6 +126,36 @@ def _register_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     _common(lat)
     lat.set_defaults(func=_latency)
+
+
+def _register_delivery(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dlv = kinds.add_parser(
+        "delivery", help="chat completions direct vs through inferq: added latency and first-chunk delay"
+    )
+    _common(dlv)
+    dlv.add_argument("--rate", type=float, default=200.0, help="calls per second (default 200)")
+    dlv.add_argument("--duration", type=float, default=20.0, help="seconds counted per phase (default 20)")
+    dlv.add_argument("--warmup", type=float, default=3.0, help="seconds sent first, not counted (default 3)")
+    dlv.add_argument(
+        "--backend-latency-ms", type=float, default=100.0, help="the simulator's latency (default 100)"
+    )
+    dlv.add_argument(
+        "--chunk-linger-ms", type=float, default=None, help="INFERQ_STREAM_CHUNK_LINGER_MS (default: its own)"
+    )
+    dlv.set_defaults(func=_delivery)
+
+
+def _delivery(args: argparse.Namespace) -> int:
+    from services.tools.bench import delivery
+
+    spec = delivery.DeliverySpec(
+        rate_per_s=args.rate,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        backend_latency_ms=args.backend_latency_ms,
+        chunk_linger_ms=args.chunk_linger_ms,
+    )
+    return delivery.run(spec, out=args.out, home=args.home.resolve())
 
 
 def _register_throughput(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -5,10 +5,12 @@ Endpoints:
                                 with `stream: true`, `chat.completion.chunk` events ending `data: [DONE]`
                                 (`streaming.py`), some dropped mid-stream with `stream_drop_rate`
     GET  /stats                 counters, concurrency and current faults
+    GET  /timings               per marked call, when it was received, streamed its first token and
+                                finished (`timings.py`, for the delivery benchmark)
     GET  /healthz               liveness
     POST /admin/faults          switch outage, error_rate, degradation, stream_drop_rate at runtime;
                                 returns the fault state
-    POST /admin/reset           zero the counters; returns the fresh stats
+    POST /admin/reset           zero the counters and forget the timings; returns the fresh stats
 
 The API key, when set, guards only `/v1/*`: it simulates the provider's auth for the dispatcher to exercise,
 it is not a security boundary (the CLI binds to 127.0.0.1 by default).
@@ -47,6 +49,7 @@ from services.tools.simbackend.protocol import (
 from services.tools.simbackend.settings import SimBackendSettings
 from services.tools.simbackend.state import FaultState
 from services.tools.simbackend.streaming import StreamDroppedError, StreamPlan, sse_events
+from services.tools.simbackend.timings import CallTiming, CallTimings
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -60,6 +63,7 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         rng=random.Random(settings.seed),
     )
     retry_after = {"Retry-After": str(settings.retry_after_s)}
+    timings = CallTimings()
 
     def answer_error(error: ApiError, model: str | None) -> Response:
         backend.stats.record(error.status, model)
@@ -74,13 +78,14 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         if isinstance(parsed, ApiError):
             return answer_error(parsed, None)
         model = parsed.model
+        timing = timings.received(parsed.model_dump(include={"messages"}))
         decision = backend.admit(model, stream=parsed.stream)
         if isinstance(decision, Rejected):
             if decision.reason == "outage":
                 return answer_error(OUTAGE, model)
             return answer_error(rate_limited(settings.limit, settings.retry_after_s), model)
         if parsed.stream and decision.status == 200:
-            return streamed(parsed, decision.latency_s, drop=decision.drops_stream)
+            return streamed(parsed, decision.latency_s, drop=decision.drops_stream, timing=timing)
         try:
             await sleep(decision.latency_s)
         finally:
@@ -92,9 +97,13 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             return answer_error(UNAVAILABLE, model)
         body = completion(parsed, completion_id=f"chatcmpl-{uuid.uuid4().hex}", created_s=int(time.time()))
         backend.stats.record(200, model)
-        return JSONResponse(body)
+        response = JSONResponse(body)
+        timings.done(timing)
+        return response
 
-    def streamed(parsed: ChatCompletionRequest, latency_s: float, *, drop: bool) -> Response:
+    def streamed(
+        parsed: ChatCompletionRequest, latency_s: float, *, drop: bool, timing: CallTiming | None
+    ) -> Response:
         """The answer as server-sent events; the slot is held until the last event (or the drop)."""
         backend.stats.record(200, parsed.model)
         plan = StreamPlan(latency_s, settings.stream_first_token_share, drop=drop)
@@ -110,8 +119,11 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
 
         async def body() -> AsyncIterator[bytes]:
             try:
-                async for chunk in events:
+                async for index, chunk in aiter_enumerate(events):
+                    if index == 1:  # the first token's chunk (the first only names the role)
+                        timings.first_token(timing)
                     yield chunk
+                timings.done(timing)
             except StreamDroppedError:
                 backend.stats.streams_dropped += 1
                 raise
@@ -124,6 +136,9 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
 
     async def stats(_: Request) -> Response:
         return JSONResponse(backend.snapshot())
+
+    async def get_timings(_: Request) -> Response:
+        return JSONResponse({"timings": timings.as_dict()})
 
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -145,17 +160,26 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
 
     async def reset(_: Request) -> Response:
         backend.stats.reset()
+        timings.reset()
         return JSONResponse(backend.snapshot())
 
     return Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/stats", stats, methods=["GET"]),
+            Route("/timings", get_timings, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/admin/faults", set_faults, methods=["POST"]),
             Route("/admin/reset", reset, methods=["POST"]),
         ]
     )
+
+
+async def aiter_enumerate(items: AsyncIterator[bytes]) -> AsyncIterator[tuple[int, bytes]]:
+    index = 0
+    async for item in items:
+        yield index, item
+        index += 1
 
 
 def _authorized(request: Request, api_key: SecretStr | None) -> bool:

@@ -1,0 +1,302 @@
+"""`inferq bench delivery`: the latency the queue adds to an OpenAI chat completion, side by side.
+
+One run, one broker, one pipeline (`services/tools/stack`: ingest, results, one dispatcher with a
+budget far above the load, so nothing waits for a token) and its simulated backend, with a fixed
+latency. Four phases, one after the other, each `warmup_s` (sent, not counted) + `duration_s` at
+`rate_per_s` open loop (each call sent when due, not waiting for earlier answers), the same httpx
+client and the same marked bodies: the simulator directly, then ingest's POST
+/v1/chat/completions (HIGH), first without then with `stream: true`. The simulator stamps each
+call (received, first token, done: `simbackend/timings.py`); the analysis is `delivery_report.py`.
+
+Writes `<out>/delivery.json` (every call) and `<out>/delivery.md`, and prints the markdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvloop
+
+from services.messaging.admin import create_topics
+from services.messaging.codec import chunk_codec, result_codec
+from services.messaging.errors import DecodeError
+from services.messaging.kafka_config import KafkaSettings
+from services.messaging.tiers import Tier
+from services.tools.bench.cpu import CpuUse, CpuWindow
+from services.tools.bench.delivery_report import (
+    Call,
+    Phase,
+    PhaseStats,
+    ReplyStamps,
+    legs_ms,
+    legs_table,
+    phase_stats,
+    table,
+    targets,
+)
+from services.tools.bench.kafka import bench_broker
+from services.tools.bench.machine import code_line, command_line, machine, results_dir
+from services.tools.bench.recorder import marked_content
+from services.tools.bench.topicio import create_with_log_append_time, read_topic
+from services.tools.broker.broker import pick_free_ports
+from services.tools.measures import Stats
+from services.tools.stack.pipeline import Pipeline, PipelinePorts
+
+MODEL = "inferq-fast"
+SIM_MODELS = ("inferq-fast", "inferq-accurate", "inferq-cheap")
+HTTP_TIMEOUT_S = 15.0
+# About three times the calls in flight at 200/s (100 ms direct, 150-200 ms through inferq): the
+# pool never makes a call wait at the target rate, and stays small. httpcore re-scans its whole pool
+# on each request, so a pool a stall has grown to hundreds makes every later call cost more CPU
+# (encode/httpcore#928): with 512 the client fell 30-75 s behind its schedule here.
+MAX_CONNECTIONS = 64
+
+
+@dataclass(frozen=True)
+class DeliverySpec:
+    rate_per_s: float = 200.0
+    duration_s: float = 20.0
+    warmup_s: float = 3.0
+    backend_latency_ms: float = 100.0
+    # Far above rate x latency (20 calls in flight): a request never waits for a token.
+    budget: int = 200
+    chunk_linger_ms: float | None = None  # INFERQ_STREAM_CHUNK_LINGER_MS; None: the dispatcher's default
+    # A pause between the pipeline's start and the first phase: the services' and the broker's
+    # start-up work (first fetches, metadata, the results consumer catching up) is not measured.
+    settle_s: float = 10.0
+
+
+async def _call(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], due_ns: int
+) -> Call:
+    request_id = body["messages"][0]["content"].split(" ", 1)[0].split(":", 1)[1]
+    sent = time.time_ns()
+    first: int | None = None
+    status: int | None = None
+    complete = False
+    inferq_id: str | None = None
+    answered: int | None = None
+    try:
+        if not body["stream"]:
+            response = await client.post(url, json=body, headers=headers)
+            status = response.status_code
+            inferq_id = response.headers.get("x-inferq-request-id")
+            complete = status == 200 and bool(response.json().get("choices"))
+        else:
+            async with client.stream("POST", url, json=body, headers=headers) as response:
+                status = response.status_code
+                inferq_id = response.headers.get("x-inferq-request-id")
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    data = line[6:]
+                    if data == "[DONE]":
+                        # Answered now; the body is still read to its end, or httpx would close the
+                        # connection instead of reusing it (a new connection per streamed call).
+                        complete = status == 200
+                        answered = time.time_ns()
+                        continue
+                    if first is None:
+                        choices = json.loads(data).get("choices") or [{}]
+                        if (choices[0].get("delta") or {}).get("content"):
+                            first = time.time_ns()
+    except (httpx.HTTPError, ValueError):
+        complete = False
+    end = time.time_ns()
+    return Call(request_id, due_ns, sent, answered or end, first, status, complete, inferq_id)
+
+
+async def send_phase(url: str, spec: DeliverySpec, tag: str, *, stream: bool, inferq: bool) -> list[Call]:
+    """Open loop: one call every 1/rate s for warmup + duration, each when due; the warm-up's calls
+    are dropped from the answer."""
+    total = int((spec.warmup_s + spec.duration_s) * spec.rate_per_s)
+    first_counted = int(spec.warmup_s * spec.rate_per_s)
+    headers = {"X-Inferq-Priority": Tier.HIGH.value} if inferq else {}
+    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
+    async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, limits=limits) as client:
+        start_ns = time.time_ns() + 100_000_000
+        tasks = []
+        for index in range(total):
+            due_ns = start_ns + int(index * 1e9 / spec.rate_per_s)
+            await asyncio.sleep(max(0.0, (due_ns - time.time_ns()) / 1e9))
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": marked_content(f"{tag}-{index:05d}")}],
+                "stream": stream,
+            }
+            tasks.append(asyncio.create_task(_call(client, url, body, headers, due_ns)))
+        calls = await asyncio.wait_for(asyncio.gather(*tasks), timeout=HTTP_TIMEOUT_S + 10.0)
+    return list(calls[first_counted:])
+
+
+def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
+    log = print
+    started = time.monotonic()
+    tag = f"dlv-{uuid.uuid4().hex[:6]}"
+    prefix = f"bench.{tag}"
+    latency_s = spec.backend_latency_ms / 1000
+    extra = {
+        "INFERQ_SCHEDULE_PIN": "peak",
+        # Ingest's admission sized for this backend (as in the latency bench): nothing is refused.
+        "INFERQ_INGEST_ADMISSION_BUDGET": str(spec.budget),
+        "INFERQ_INGEST_MEAN_LATENCY_S": json.dumps({Tier.HIGH.value: latency_s}),
+        # One latency for every model: the direct and the queued calls meet the same backend.
+        "INFERQ_SIM_LATENCY_S": json.dumps({m: latency_s for m in SIM_MODELS}),
+    }
+    if spec.chunk_linger_ms is not None:
+        extra["INFERQ_STREAM_CHUNK_LINGER_MS"] = f"{spec.chunk_linger_ms:g}"
+
+    phases: list[Phase] = []
+    stamps: dict[str, list[int | None]] = {}
+    backend_stats: dict[str, object] = {}
+    cpu: dict[str, CpuUse] = {}
+    with bench_broker(home, log) as bootstrap:
+        kafka = KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix)
+        # The broker stamps each reply record as it appends it: where the time goes, per leg.
+        reply_spec = next(s for s in kafka.topics.specs() if s.name == kafka.topics.results)
+        create_with_log_append_time(bootstrap, reply_spec)
+        create_topics(kafka)
+        pipeline = Pipeline(
+            bootstrap=bootstrap,
+            work_dir=home / tag,
+            ports=PipelinePorts(*pick_free_ports(4)),
+            topic_prefix=prefix,
+            budget=spec.budget,
+            extra_env=extra,
+        )
+        try:
+            pipeline.start(dispatchers=1, timeout_s=120.0)
+            pids = {p.name: p.pid for p in pipeline.processes} | {"client": os.getpid()}
+            time.sleep(spec.settle_s)
+            for stream in (False, True):
+                for via, url in (
+                    ("direct", f"{pipeline.backend_url}/v1/chat/completions"),
+                    ("inferq", f"{pipeline.ingest_url}/v1/chat/completions"),
+                ):
+                    label = f"{via}-{'stream' if stream else 'sync'}"
+                    log(f"[{label}] {spec.rate_per_s:g}/s for {spec.warmup_s + spec.duration_s:g} s")
+                    window = CpuWindow(pids)
+                    window.start()
+                    calls = uvloop.run(
+                        send_phase(url, spec, f"{tag}-{label}", stream=stream, inferq=via == "inferq")
+                    )
+                    cpu[label] = window.stop()
+                    phases.append(Phase(via, stream, calls))
+            stamps = httpx.get(f"{pipeline.backend_url}/timings", timeout=30.0).json()["timings"]
+            backend_stats = pipeline.backend_stats()
+        finally:
+            pipeline.stop()
+        replies = reply_stamps(bootstrap, kafka.topics.results)
+    took = time.monotonic() - started
+    rows = [phase_stats(p, stamps) for p in phases]
+    legs = {p.label: legs_ms(p.calls, stamps, replies, stream=p.stream) for p in phases if p.via == "inferq"}
+    document = {
+        "command": command_line("delivery"),
+        "machine": machine(),
+        "seconds": took,
+        "spec": asdict(spec),
+        "backend": backend_stats,
+        "phases": [asdict(r) for r in rows],
+        "legs": {
+            label: {k: None if s is None else asdict(s) for k, s in v.items()} for label, v in legs.items()
+        },
+        "cpu": {label: asdict(use) | {"others_s": use.others_s} for label, use in cpu.items()},
+        "targets": [asdict(t) | {"verdict": t.verdict} for t in targets({r.label: r for r in rows})],
+        "calls": {p.label: [asdict(c) for c in p.calls] for p in phases},
+        "backend_stamps": stamps,
+    }
+    directory = results_dir(out)
+    (directory / "delivery.json").write_text(json.dumps(document), encoding="utf-8")
+    markdown = render(document, rows, legs)
+    (directory / "delivery.md").write_text(markdown, encoding="utf-8")
+    print()
+    print(markdown)
+    log(f"wrote {directory / 'delivery.json'} and {directory / 'delivery.md'} ({took:.0f} s in all)")
+    return 0 if all(r.complete == r.sent for r in rows) else 1
+
+
+def _cpu_line(label: str, cpu: dict[str, Any]) -> str:
+    wall = cpu["wall_s"] or 1.0
+    ours = ", ".join(f"{name} {used / wall:.0%}" for name, used in sorted(cpu["by_process_s"].items()))
+    busy = cpu["machine_busy_s"] / (cpu["machine_capacity_s"] or 1.0)
+    return f"- {label}: {ours}; everything else {cpu['others_s'] / wall:.0%}; machine busy {busy:.0%}."
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def reply_stamps(bootstrap: str, topic: str) -> dict[str, ReplyStamps]:
+    """Per request_id, the first chunk's and the first result's instants on the reply topic."""
+    chunks, results = chunk_codec(), result_codec()
+    out: dict[str, ReplyStamps] = {}
+    for read in read_topic(bootstrap, topic):
+        appended = read.timestamp_ms if read.log_append_time else None
+        try:
+            chunk = chunks.decode(read.value)
+        except DecodeError:
+            chunk = None
+        if chunk is not None:
+            before = out.get(chunk.request_id, ReplyStamps())
+            # The first chunk in the partition's order (one partition per request) is the first sent.
+            if before.chunk_created_ms is None:
+                out[chunk.request_id] = replace(
+                    before, chunk_created_ms=chunk.created_at_ms, chunk_appended_ms=appended
+                )
+            continue
+        try:
+            result = results.decode(read.value)
+        except DecodeError:
+            continue
+        before = out.get(result.request_id, ReplyStamps())
+        if before.result_appended_ms is None:
+            out[result.request_id] = replace(before, result_appended_ms=appended)
+    return out
+
+
+def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dict[str, Stats | None]]) -> str:
+    m = document["machine"]
+    spec = document["spec"]
+    linger = spec["chunk_linger_ms"]
+    target_rows = [
+        f"| {t['name']} | {_ms(t['measured_ms'])} | <= {t['limit_ms']:g} ms | {t['verdict']} |"
+        for t in document["targets"]
+    ]
+    return "\n".join(
+        [
+            "# Delivery benchmark: direct vs through inferq",
+            "",
+            f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
+            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
+            f"{document['seconds']:.0f} s in all.",
+            "",
+            f"Each phase: {spec['rate_per_s']:g} calls/s open loop for {spec['duration_s']:g} s after a "
+            f"{spec['warmup_s']:g} s warm-up (not counted), one httpx client; simulated backend with a fixed "
+            f"{spec['backend_latency_ms']:g} ms per call; one dispatcher, budget {spec['budget']}; "
+            f"chunk linger {'default' if linger is None else f'{linger:g} ms'}. Milliseconds. "
+            "Overhead = client's wait minus the backend's own time for that call "
+            "(both stamped on this machine's clock).",
+            "",
+            table(rows),
+            "",
+            "Where the time goes through inferq (broker append times, ms resolution):",
+            "",
+            *(line for label, by_leg in legs.items() for line in (f"{label}:", "", legs_table(by_leg), "")),
+            "CPU while sending (share of one core; everything else: the broker and other work here):",
+            "",
+            *(_cpu_line(label, use) for label, use in document["cpu"].items()),
+            "",
+            "| target | measured | threshold | verdict |",
+            "|---|---|---|---|",
+            *target_rows,
+            "",
+        ]
+    )

@@ -1,0 +1,57 @@
+"""When the simulator received, first streamed and finished each benchmark call (`GET /timings`).
+
+A call is recorded only when its user message carries the benchmark's marker
+(`services.tools.bench.recorder.marked_content`): the delivery benchmark sends the same marked
+request to the simulator directly and through inferq, then subtracts the simulator's own time from
+the time its client waited. Stamps are epoch nanoseconds from this machine's clock, the clock the
+benchmark's client stamps with too. At most `max_calls` are kept (a long run keeps its first ones).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from services.tools.bench.recorder import find_marker
+
+MAX_CALLS = 200_000
+
+
+@dataclass
+class CallTiming:
+    received_ns: int
+    first_token_ns: int | None = None
+    done_ns: int | None = None
+
+
+@dataclass
+class CallTimings:
+    clock_ns: Callable[[], int] = time.time_ns
+    max_calls: int = MAX_CALLS
+    calls: dict[str, CallTiming] = field(default_factory=dict)
+
+    def received(self, body: object) -> CallTiming | None:
+        """Start recording the call whose request body is `body`; None when it is not marked (or
+        the record is full). A marker seen again (a retry) restarts its record."""
+        marker = find_marker(body)
+        if marker is None or (marker not in self.calls and len(self.calls) >= self.max_calls):
+            return None
+        timing = CallTiming(self.clock_ns())
+        self.calls[marker] = timing
+        return timing
+
+    def first_token(self, timing: CallTiming | None) -> None:
+        if timing is not None and timing.first_token_ns is None:
+            timing.first_token_ns = self.clock_ns()
+
+    def done(self, timing: CallTiming | None) -> None:
+        if timing is not None:
+            timing.done_ns = self.clock_ns()
+
+    def as_dict(self) -> dict[str, list[int | None]]:
+        """marker → [received_ns, first_token_ns, done_ns]."""
+        return {k: [t.received_ns, t.first_token_ns, t.done_ns] for k, t in self.calls.items()}
+
+    def reset(self) -> None:
+        self.calls.clear()
