@@ -36,16 +36,21 @@ LINES = 40
 
 
 class CountingProxy:
-    """Forwards to ingest and remembers the request_id of every POST /v1/requests it forwarded."""
+    """Forwards to ingest and remembers the request_id of every POST /v1/requests it forwarded.
+    `hold_after(n)` holds every POST beyond the n-th forwarded until `release()` (bounded), so a
+    batch cannot finish before the test interrupts it, however slow the machine."""
 
     def __init__(self, target: str) -> None:
         self.posted: Counter[str] = Counter()
+        self._limit: int | None = None
+        self._released = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 if self.path == "/v1/requests":
+                    proxy.wait_if_held()
                     proxy.posted[json.loads(body).get("request_id", "?")] += 1
                 answer = httpx.post(
                     target + self.path, content=body, headers={"content-type": "application/json"}, timeout=30
@@ -66,7 +71,21 @@ class CountingProxy:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def hold_after(self, forwarded: int) -> None:
+        self._released.clear()
+        self._limit = forwarded
+
+    def release(self) -> None:
+        self._limit = None
+        self._released.set()
+
+    def wait_if_held(self) -> None:
+        limit = self._limit
+        if limit is not None and sum(self.posted.values()) >= limit:
+            self._released.wait(timeout=60)
+
     def close(self) -> None:
+        self.release()
         self.server.shutdown()
         self.server.server_close()
 
@@ -138,19 +157,23 @@ def test_a_batch_interrupted_then_killed_then_resumed_sends_and_runs_each_reques
     proxy = CountingProxy(pipeline.ingest_url)
     try:
         # Ctrl-C mid-way: a clean stop with what it has written.
+        proxy.hold_after(8)
         first = start_batch(pipeline, proxy, batch, out)
         until_outcomes(first, out, 5)
         first.send_signal(signal.SIGINT)
         _, err = first.communicate(timeout=30)
+        proxy.release()
         assert first.returncode == 130, err.decode()[-2000:]
         assert b"run the same command again to resume" in err
         assert len(read_state(out).outcomes) < LINES
 
         # Killed mid-way: no chance to clean up.
+        proxy.hold_after(sum(proxy.posted.values()) + 8)
         second = start_batch(pipeline, proxy, batch, out)
         until_outcomes(second, out, len(read_state(out).outcomes) + 5)
         second.kill()
         second.communicate(timeout=30)
+        proxy.release()
         killed_at = read_state(out)
         assert len(killed_at.outcomes) < LINES
 
