@@ -4,7 +4,8 @@ Pure and synchronous. Given the read-ahead (`WaitingRoom`), the scheduling polic
 and the effective budget, `NextStart.tier` names the tier whose oldest waiting request may take a
 token now; `NextStart.take` then removes that request (within the tier, the next tenant's by fair
 share, ``fair_queue.py``, among the tenants `tier` let start: below their cap and outside the
-tenant headroom, ``tenant_headroom.py``) and says whether it must be answered EXPIRED
+tenant headroom, which only a HIGH request of a tenant below its share may take,
+``tenant_headroom.py``) and says whether it must be answered EXPIRED
 instead (its deadline came while it waited). Between the two the dispatcher asks its token pool for
 the token, which may refuse (another dispatcher was quicker); the simulator, whose tokens are exact,
 takes it at once. `services.tools.analysis` replays traces through this very class.
@@ -35,8 +36,8 @@ class NextStart:
     def __init__(self, room: WaitingRoom, scheduler: Scheduler) -> None:
         self._room = room
         self._scheduler = scheduler
-        # Which tenants the last `tier` decision let start (None: those below their cap).
-        self._gate: Callable[[str], bool] | None = None
+        # Per tier, which tenants the last `tier` decision let start (None: those below their cap).
+        self._gates: dict[Tier, Callable[[str], bool]] | None = None
 
     def waiting(self) -> bool:
         """Anything in the read-ahead at all."""
@@ -46,8 +47,8 @@ class NextStart:
         """The tier that may start one request now; None when nothing waits or the policy says wait.
         `now_ms` dates the tenant headroom's window of recent activity (None: busy tenants only)."""
         free = budget - sum(in_use.values())
-        self._gate = self._room.start_gate(free=free, budget=budget, now_ms=now_ms)
-        demand = self._room.demand(self._gate)
+        self._gates = self._room.start_gates(free=free, budget=budget, now_ms=now_ms)
+        demand = self._room.demand(self._gates)
         if not any(demand.waiting.values()):
             return None
         return self._scheduler.next_tier(in_use, demand, budget)
@@ -56,8 +57,8 @@ class NextStart:
         """Remove the next request waiting as `tier` (its tenant's turn by fair share, below its
         concurrency cap); None if there is none (its partition was revoked meanwhile). A request
         that will be called counts against its tenant's cap until `ended` is called for it."""
-        gate, self._gate = self._gate, None
-        work = self._room.pop(tier, gate)
+        gates, self._gates = self._gates, None
+        work = self._room.pop(tier, gates[tier] if gates is not None else None)
         if work is None:
             return None
         expired = self._room.check(work, now_ms)

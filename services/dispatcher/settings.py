@@ -102,7 +102,8 @@ class DispatcherSettings(BaseSettings):
     drain_timeout_s: float = Field(default=30.0, ge=0)
     # While more than one tenant is active (work waiting or running, or a request enqueued within
     # the window), a tenant holding its weighted share of the budget may not take the last this many
-    # free tokens (services/dispatcher/tenant_headroom.py); 0 turns it off.
+    # free tokens, and others take them for HIGH only (services/dispatcher/tenant_headroom.py);
+    # 0 turns it off.
     tenant_headroom_slots: int = Field(default=1, ge=0, le=10_000)
     tenant_active_window_s: float = Field(default=10.0, ge=0, le=86_400)
     metrics_host: str = "127.0.0.1"

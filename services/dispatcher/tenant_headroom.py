@@ -1,13 +1,16 @@
-"""Tenant headroom: the last free tokens are kept for tenants below their weighted share.
+"""Tenant headroom: the last free tokens are kept for the chat of tenants below their weighted share.
 
 Calls are never preempted, so fair queueing alone cannot serve another tenant's chat while one
 tenant's calls hold every token: it waits for the first call to end. While more than one tenant is
 active (work waiting or running, or a request enqueued within the last `window_ms`), a tenant
 already holding at least its weighted share of the budget (``budget x weight / the active tenants'
-weights``) may not take the last `slots` free tokens: they stay for tenants below their share, as
-HIGH's headroom stays for HIGH (``policies.py``). With one active tenant nothing changes (the
-scheduler stays work-conserving); `slots` 0 turns the rule off. It only ever holds a start back,
-so the budget is never exceeded.
+weights``) may not take the last `slots` free tokens, and a tenant below its share may take them
+for a HIGH request only: they stay for the chat of tenants below their share (a tenant's own
+MEDIUM or LOW work would otherwise fill them, and calls are not preempted), as HIGH's headroom
+stays for HIGH (``policies.py``). With one active tenant nothing changes (the scheduler stays
+work-conserving); `slots` 0 turns the rule off. At most `budget - 1` tokens are kept (as for
+HIGH's headroom), so MEDIUM and LOW always have one to start with, even with a budget of 1. It only
+ever holds a start back, so the budget is never exceeded.
 
 A tenant's holding is the calls it has running in this process (``waiting.py``); with several
 dispatchers each keeps its own headroom against the shared budget's free tokens.
@@ -16,6 +19,8 @@ dispatchers each keeps its own headroom against the shared budget's free tokens.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+
+from services.messaging.tiers import Tier
 
 
 class TenantHeadroom:
@@ -42,13 +47,22 @@ class TenantHeadroom:
         self._last_seen = {t: at for t, at in self._last_seen.items() if at >= since}
         return set(busy) | self._last_seen.keys()
 
-    def allows(self, tenant: str, *, running: int, free: int, budget: int, active: Collection[str]) -> bool:
-        """May `tenant`, with `running` calls, take one of `free` tokens of `budget` now?"""
-        if self.slots == 0 or free > self.slots:
+    def kept(self, budget: int) -> int:
+        """How many of the last free tokens of `budget` are kept: `slots`, at most `budget - 1`."""
+        return max(0, min(self.slots, budget - 1))
+
+    def allows(
+        self, tenant: str, tier: Tier, *, running: int, free: int, budget: int, active: Collection[str]
+    ) -> bool:
+        """May `tenant`, with `running` calls, take one of `free` tokens of `budget` now for a
+        request scheduled as `tier`?"""
+        if free > self.kept(budget):
             return True
         others = [t for t in active if t != tenant]
         if not others:
             return True
+        if tier is not Tier.HIGH:
+            return False
         mine = self._weight(tenant)
         share = budget * mine / (mine + sum(self._weight(t) for t in others))
         return running < share

@@ -2,10 +2,10 @@
 
 Small by design (bounded per tier by the dispatcher's pause rule, and per tenant within a tier by
 ``readahead_shares.py``): the real backlog waits in Kafka. Within a tier, tenants are served by
-weight (``fair_queue.py``); a tenant with as many calls running as its `max_concurrency`, or
-holding its weighted share when only the tenant headroom is free (``tenant_headroom.py``,
-`start_gate`), is skipped in favour of the others of the tier, and its waiting work does not count
-as demand.
+weight (``fair_queue.py``); a tenant with as many calls running as its `max_concurrency`, or,
+when only the tenant headroom is free (``tenant_headroom.py``, `start_gates`), holding its weighted
+share or asking for a MEDIUM or LOW start, is skipped in favour of the others of the tier, and its
+waiting work does not count as demand.
 Two timers act on it: expiry (a request past its deadline, or with less time left than its tier's
 typical inference takes, is answered EXPIRED and never costs an LLM call) and aging (a LOW request
 older than the promotion age is scheduled as MEDIUM, first in its tenant's MEDIUM queue, so briefs
@@ -87,22 +87,26 @@ class WaitingRoom:
         cap = self._tenants.max_concurrency(tenant)
         return cap is None or self._running[tenant] < cap
 
-    def start_gate(self, *, free: int, budget: int, now_ms: int | None) -> Callable[[str], bool]:
-        """Which tenants may start a request now, with `free` of `budget` tokens free: below their
-        cap, and not holding their weighted share when only the tenant headroom is left."""
+    def start_gates(self, *, free: int, budget: int, now_ms: int | None) -> dict[Tier, Callable[[str], bool]]:
+        """Per scheduling tier, which tenants may start a request now, with `free` of `budget`
+        tokens free: below their cap and, when only the tenant headroom is left while other tenants
+        are active, below their weighted share and for a HIGH request only."""
         headroom = self._headroom
-        if headroom is None or headroom.slots == 0 or free > headroom.slots:
-            return self.may_start
+        if headroom is None or free > headroom.kept(budget):
+            return dict.fromkeys(Tier, self.may_start)
         busy = set(self.running_by_tenant()) | {t for (_, t), n in self._held_by_tenant.items() if n > 0}
         active = headroom.active(now_ms, busy)
 
-        def gate(tenant: str) -> bool:
-            running = self._running[tenant]
-            return self.may_start(tenant) and headroom.allows(
-                tenant, running=running, free=free, budget=budget, active=active
-            )
+        def gate(tier: Tier) -> Callable[[str], bool]:
+            def may_start(tenant: str) -> bool:
+                running = self._running[tenant]
+                return self.may_start(tenant) and headroom.allows(
+                    tenant, tier, running=running, free=free, budget=budget, active=active
+                )
 
-        return gate
+            return may_start
+
+        return {t: gate(t) for t in Tier}
 
     def add(self, work: Work) -> None:
         self._queues[work.scheduling_tier].append(work)
@@ -110,11 +114,10 @@ class WaitingRoom:
         if self._headroom is not None:
             self._headroom.seen(work.request.tenant, work.created_at_ms)
 
-    def demand(self, may_start: Callable[[str], bool] | None = None) -> Demand:
-        """Per tier, the requests that may start (their tenant passes `may_start`, by default below
-        its cap) and the oldest of them."""
-        gate = may_start or self.may_start
-        heads = {t: q.heads(gate) for t, q in self._queues.items()}
+    def demand(self, gates: Mapping[Tier, Callable[[str], bool]] | None = None) -> Demand:
+        """Per tier, the requests that may start (their tenant passes the tier's gate of `gates`,
+        ``start_gates``; by default below its cap) and the oldest of them."""
+        heads = {t: q.heads((gates or {}).get(t, self.may_start)) for t, q in self._queues.items()}
         return Demand({t: h[0] for t, h in heads.items()}, {t: h[1] for t, h in heads.items()})
 
     def pop(self, scheduling_tier: Tier, may_start: Callable[[str], bool] | None = None) -> Work | None:

@@ -80,6 +80,40 @@ class BacklogSnapshot:
         return self.backlogs.get(tier) is not None
 
 
+class AdmittedSinceRead:
+    """The backlog admission weighs: the snapshot's, plus what this ingest admitted since it was read.
+
+    The snapshot is refreshed every `refresh_interval_s` (0.5 s); between two reads a flooding
+    tenant's posts would all be weighed against the same stale lag, overfill the tier, and another
+    tenant's chat then met "tier full" until the next read. So each tier's backlog is the read one
+    plus this ingest's own admissions to it since that read (`admitted`); a new snapshot (another
+    object: the reader publishes a fresh one per read) starts the count again. The dispatchers'
+    progress since the read is not subtracted (admission errs towards refusing for at most one
+    period), other ingest instances' admissions are not seen, and records acknowledged between a
+    read and its publication are dropped from the count: each only ever brings the estimate back
+    to the lag read. An unknown backlog stays unknown.
+    """
+
+    def __init__(self) -> None:
+        self._read: BacklogSnapshot | None = None
+        self._counts: dict[Tier, int] = dict.fromkeys(Tier, 0)
+
+    def backlogs(self, snapshot: BacklogSnapshot) -> Mapping[Tier, int | None]:
+        """Per tier, `snapshot`'s backlog plus the admissions counted since it was read."""
+        self._follow(snapshot)
+        return {t: None if (lag := snapshot.backlogs.get(t)) is None else lag + self._counts[t] for t in Tier}
+
+    def admitted(self, snapshot: BacklogSnapshot, tier: Tier) -> None:
+        """One request joined `tier` while `snapshot` was the latest read."""
+        self._follow(snapshot)
+        self._counts[tier] += 1
+
+    def _follow(self, snapshot: BacklogSnapshot) -> None:
+        if snapshot is not self._read:
+            self._read = snapshot
+            self._counts = dict.fromkeys(Tier, 0)
+
+
 class BacklogSource(Protocol):
     """Where ingest gets backlogs from. `snapshot()` must not block: it is called per request."""
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from services.ingest.admission import AdmissionPolicy
-from services.ingest.backlog import BacklogSource
+from services.ingest.backlog import AdmittedSinceRead, BacklogSource
 from services.ingest.backlog_watch import BacklogAlarm
 from services.ingest.envelope import Envelope
 from services.ingest.errors import (
@@ -89,6 +89,7 @@ class Publisher:
         self._record_limit = record_limit
         self._tenants = tenants
         self._shares = shares
+        self._since_read = AdmittedSinceRead()
 
     async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> tuple[Answer, bool]:
         """Returns (answer, replayed); replayed means the answer of an earlier request with this key.
@@ -130,16 +131,19 @@ class Publisher:
 
     def admit(self, envelope: Envelope) -> None:
         """Raises `OverCapacityError` when the envelope's tier may not grow, `TenantOverShareError`
-        when its tenant may not grow its part of it; feeds the alarm."""
+        when its tenant may not grow its part of it; feeds the alarm. Both weigh the backlog read
+        plus this ingest's admissions since the read."""
         snapshot = self._backlogs.snapshot()
         self._alarm.observe(snapshot)
-        refusal = self._admission.decide(envelope.tier, snapshot.backlogs)
+        # The lag read plus this ingest's admissions since (`AdmittedSinceRead`).
+        backlogs = self._since_read.backlogs(snapshot)
+        refusal = self._admission.decide(envelope.tier, backlogs)
         if refusal is not None:
             raise OverCapacityError(refusal)
         weights = self._tenants.weights()
         if weights is not None:
             tier = envelope.tier
-            over = self._shares.decide(envelope.request.tenant, tier, snapshot.backlogs.get(tier), weights)
+            over = self._shares.decide(envelope.request.tenant, tier, backlogs.get(tier), weights)
             if over is not None:
                 raise TenantOverShareError(over)
 
@@ -153,6 +157,7 @@ class Publisher:
             timeout_s=self._ack_timeout_s,
         )
         tenant = envelope.request.tenant
+        self._since_read.admitted(self._backlogs.snapshot(), envelope.tier)
         if self._tenants.weights() is not None:
             self._shares.accepted(tenant, envelope.tier)
         self._metrics.accepted(envelope.tier, self._tenants.label(tenant))

@@ -25,8 +25,10 @@ ingest itself accepted:
 - Retry-After: the time the tenant's excess takes to drain at its share of the budget, clamped like
   the tier's (1 s to a minute, ten for LOW).
 
-An unknown backlog never refuses (as for tiers). Requests admitted concurrently are counted once
-produced, so a burst can overshoot a share by the requests in flight; the tier bound still holds.
+An unknown backlog never refuses (as for tiers). The backlog weighed is the lag read plus this
+ingest's admissions since that read (`backlog.AdmittedSinceRead`, the publisher's). Requests
+admitted concurrently are counted once produced, so a burst can overshoot a share by the requests
+in flight; the tier bound still holds.
 """
 
 from __future__ import annotations

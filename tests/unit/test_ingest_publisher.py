@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from services.ingest.admission import AdmissionPolicy
+from services.ingest.backlog import BacklogSnapshot
 from services.ingest.backlog_watch import BacklogAlarm
 from services.ingest.envelope import Envelope, EnvelopeFactory
 from services.ingest.errors import OverCapacityError, QueueUnavailableError
@@ -50,9 +51,15 @@ def envelope(scenario: str = "realtime_chat", **fields: Any) -> Envelope:
 
 
 class Parts:
-    def __init__(self, producer: RecordingProducer | None = None, ack_timeout_s: float = 5.0, **lags: int):
+    def __init__(
+        self,
+        producer: RecordingProducer | None = None,
+        ack_timeout_s: float = 5.0,
+        backlog: FakeBacklog | None = None,
+        **lags: int,
+    ):
         self.producer = producer or RecordingProducer()
-        self.backlog = FakeBacklog(**({"HIGH": 0, "MEDIUM": 0, "LOW": 0} | lags))
+        self.backlog = backlog or FakeBacklog(**({"HIGH": 0, "MEDIUM": 0, "LOW": 0} | lags))
         self.metrics = InMemoryMetrics()
         self.publisher = Publisher(
             producer=self.producer,
@@ -115,6 +122,50 @@ def test_a_full_tier_is_refused_unwritten_and_the_refusal_is_forgotten():
     parts.backlog.lags[H] = 0
     assert parts.publish(env, key="r-2")[1] is False  # weighed afresh, not replayed as a refusal
     assert len(parts.producer.sent) == 1
+
+
+class PeriodicBacklog(FakeBacklog):
+    """A backlog source that, like the Kafka reader, serves one snapshot until its next `read`."""
+
+    def __init__(self, **lags: int | None) -> None:
+        super().__init__(**lags)
+        self.read()
+
+    def read(self) -> None:
+        self._snapshot = FakeBacklog.snapshot(self)
+
+    def snapshot(self) -> BacklogSnapshot:
+        return self._snapshot
+
+
+def test_admission_counts_its_own_admissions_since_the_last_backlog_read():
+    backlog = PeriodicBacklog(HIGH=7, MEDIUM=0, LOW=0)
+    parts = Parts(backlog=backlog)
+    for _ in range(3):
+        parts.publish(envelope())
+    # Capacity 10: the lag read said 7, and this ingest has since added 3. No new read came.
+    with pytest.raises(OverCapacityError) as refused:
+        parts.publish(envelope())
+    assert (refused.value.refusal.full_tier, refused.value.refusal.backlog) == (H, 10)
+    # LOW yields to the full HIGH tier as well; MEDIUM answers for itself and gets in.
+    with pytest.raises(OverCapacityError):
+        parts.publish(envelope("morning_brief"))
+    assert parts.publish(envelope("emotion_analysis"))[0]["tier"] == "MEDIUM"
+    assert len(parts.producer.sent) == 4
+    # The next read shows the dispatchers' progress: the count starts again from it.
+    backlog.lags[H] = 2
+    backlog.read()
+    for _ in range(8):
+        parts.publish(envelope())
+    with pytest.raises(OverCapacityError):
+        parts.publish(envelope())
+
+
+def test_admission_counting_its_own_admissions_never_refuses_on_an_unknown_backlog():
+    parts = Parts(backlog=PeriodicBacklog(HIGH=None, MEDIUM=None, LOW=None))
+    for _ in range(25):
+        parts.publish(envelope())
+    assert len(parts.producer.sent) == 25
 
 
 def test_low_is_shed_while_another_tier_is_full():

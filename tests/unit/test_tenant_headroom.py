@@ -1,6 +1,6 @@
 """Tenant headroom: with two tenants active, one holding its weighted share may not take the last
-free tokens; they stay for the other. One tenant, or 0 slots: nothing held back. Pure, through the
-dispatcher's and simulator's own `NextStart`."""
+free tokens; they stay for the other's chat (HIGH), never for its MEDIUM or LOW work. One tenant, or
+0 slots: nothing held back. Pure, through the dispatcher's and simulator's own `NextStart`."""
 
 from __future__ import annotations
 
@@ -17,23 +17,25 @@ from services.messaging.records import ChatMessage, InferenceRequest
 from services.messaging.tiers import Tier
 
 H = Tier.HIGH
+M = Tier.MEDIUM
+L = Tier.LOW
 BUDGET = 10
 WEIGHTS = {"a": 1.0, "b": 3.0}
 _seq = iter(range(1, 1_000_000))
 
 
-def chat(tenant: str, created: int) -> Work:
+def chat(tenant: str, created: int, tier: Tier = H) -> Work:
     n = next(_seq)
     request = InferenceRequest(
         request_id=f"{tenant}-{n}",
         scenario="test",
-        tier=H,
+        tier=tier,
         created_at_ms=created,
         expire_at_ms=10_000_000,
         messages=(ChatMessage("user", "hi"),),
         tenant=tenant,
     )
-    return Work(request=request, tier=H, offsets=PartitionOffsets("t.high", 0), offset=n)
+    return Work(request=request, tier=tier, offsets=PartitionOffsets(f"t.{tier.value}", 0), offset=n)
 
 
 def room_with(slots: int = 1, window_ms: int = 5_000) -> tuple[NextStart, WaitingRoom]:
@@ -74,6 +76,38 @@ def test_a_flooding_tenant_leaves_the_last_token_to_a_tenant_active_recently() -
     room.add(chat("b", created=300))
     assert start_all(decide, in_use, now_ms=300) == ["b"]
     assert sum(in_use.values()) == BUDGET
+
+
+def test_the_headroom_is_kept_for_chat_not_for_the_medium_or_low_work_of_a_tenant_below_its_share() -> None:
+    decide, room = room_with()
+    room.add(chat("b", created=0))
+    in_use = dict.fromkeys(Tier, 0)
+    assert start_all(decide, in_use, now_ms=10) == ["b"]
+    for i in range(30):
+        room.add(chat("a", created=100 + i))
+    assert start_all(decide, in_use, now_ms=200) == ["a"] * 8
+    # B is below its share and its MEDIUM and LOW tiers below their floors, yet the last token is
+    # not theirs: a chat of B's arriving next would find every token busy.
+    room.add(chat("b", created=300, tier=M))
+    room.add(chat("b", created=301, tier=L))
+    assert start_all(decide, in_use, now_ms=310) == []
+    assert sum(in_use.values()) == BUDGET - 1
+    room.add(chat("b", created=400))
+    (started,) = start_works(decide, in_use, now_ms=400)
+    assert (started.request.tenant, started.tier) == ("b", H)
+    assert sum(in_use.values()) == BUDGET
+
+
+def test_with_one_tenant_active_its_medium_and_low_work_uses_every_token() -> None:
+    decide, room = room_with()
+    for i in range(9):
+        room.add(chat("b", created=i))
+    room.add(chat("b", created=20, tier=M))
+    room.add(chat("b", created=21, tier=L))
+    in_use = dict.fromkeys(Tier, 0)
+    started = start_works(decide, in_use, now_ms=100)
+    assert len(started) == BUDGET
+    assert {w.tier for w in started} >= {M, L}
 
 
 def test_with_one_tenant_active_every_token_is_used() -> None:
@@ -125,3 +159,16 @@ def test_the_budget_is_never_exceeded_and_only_the_tenant_below_its_share_takes_
     assert sum(in_use.values()) == BUDGET  # B, below its share, takes the headroom
     # A, with weight 1 of 4, holds at its share (2.5) once only the headroom is free.
     assert started.count("a") <= max(3, BUDGET - slots)
+
+
+def test_with_a_budget_of_one_two_tenants_medium_and_low_work_still_starts() -> None:
+    headroom = TenantHeadroom(slots=1, window_ms=5_000, weight_of=lambda t: 1.0)
+    room = WaitingRoom(promotion_age_ms=60_000, headroom=headroom)
+    decide = NextStart(room, TieredScheduler(Schedule.default(budget=1).pin("night")))
+    room.add(chat("a", created=0, tier=L))
+    room.add(chat("b", created=1, tier=L))
+    in_use = dict.fromkeys(Tier, 0)
+    tier = decide.tier(in_use, 1, now_ms=10)
+    assert tier is L
+    start = decide.take(tier, now_ms=10)
+    assert start is not None and start.expired is None
