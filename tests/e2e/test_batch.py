@@ -128,7 +128,13 @@ def start_batch(pipeline: Pipeline, proxy: CountingProxy, batch: Path, out: Path
         "--results-url",
         pipeline.results_url,
     ]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # A shell's background job (how CI may run the suite) starts with SIGINT ignored, and children
+    # inherit that: give the batch a terminal's Ctrl-C, which is what this test sends.
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def start_kafka_batch(pipeline: Pipeline, bootstrap: str, batch: Path, out: Path) -> subprocess.Popen[bytes]:
