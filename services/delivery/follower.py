@@ -24,7 +24,7 @@ from services.delivery.hub import WaiterHub
 from services.messaging.codec import chunk_codec, result_codec
 from services.messaging.errors import DecodeError
 from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import is_chunk
+from services.messaging.records import ReplyRecord, is_chunk
 
 log = logging.getLogger("inferq.delivery")
 
@@ -38,17 +38,6 @@ READY_TIMEOUT_S = 30.0
 PATTERN_METADATA_MAX_AGE_MS = 30_000
 
 
-class FollowRecord(Protocol):
-    @property
-    def value(self) -> bytes | None: ...
-
-    @property
-    def offset(self) -> int: ...
-
-    @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...
-
-
 class ReplyFeed(Protocol):
     """The reply topic as the follower reads it; `start` returns once reading starts at the end."""
 
@@ -58,7 +47,7 @@ class ReplyFeed(Protocol):
 
     async def getmany(
         self, *, timeout_ms: int, max_records: int
-    ) -> Mapping[object, Sequence[FollowRecord]]: ...
+    ) -> Mapping[object, Sequence[ReplyRecord]]: ...
 
 
 class KafkaReplyFeed:
@@ -117,10 +106,10 @@ class KafkaReplyFeed:
         if consumer is not None:
             await consumer.stop()
 
-    async def getmany(self, *, timeout_ms: int, max_records: int) -> Mapping[object, Sequence[FollowRecord]]:
+    async def getmany(self, *, timeout_ms: int, max_records: int) -> Mapping[object, Sequence[ReplyRecord]]:
         if self._consumer is None:
             raise RuntimeError("reply feed not started")
-        batches: Mapping[object, Sequence[FollowRecord]] = await self._consumer.getmany(
+        batches: Mapping[object, Sequence[ReplyRecord]] = await self._consumer.getmany(
             timeout_ms=timeout_ms, max_records=max_records
         )
         return batches
@@ -190,7 +179,7 @@ class ReplyFollower:
                 self.records += 1
                 self.deliver(record)
 
-    def deliver(self, record: FollowRecord) -> None:
+    def deliver(self, record: ReplyRecord) -> None:
         value = record.value or b""
         try:
             if is_chunk(list(record.headers or ())):

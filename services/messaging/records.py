@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from services.messaging.errors import DecodeError
 from services.messaging.tiers import Tier
@@ -235,6 +235,20 @@ CHUNK_KIND = b"chunk"
 
 
 HeaderValue = bytes | str | None
+
+
+class ReplyRecord(Protocol):
+    """A record consumed from a reply topic, as far as its readers use it (aiokafka's
+    `ConsumerRecord` is one): the results consumer and the delivery follower."""
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
 
 
 def is_chunk(headers: Iterable[tuple[str, HeaderValue]] | Mapping[str, HeaderValue] | None) -> bool:

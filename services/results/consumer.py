@@ -25,7 +25,7 @@ from opentelemetry.trace import Span
 from services import tracing
 from services.messaging.codec import TypedCodec
 from services.messaging.errors import DecodeError
-from services.messaging.records import InferenceResult, is_chunk
+from services.messaging.records import InferenceResult, ReplyRecord, is_chunk
 from services.results.store import ResultStore
 
 log = logging.getLogger("inferq.results")
@@ -46,17 +46,6 @@ class FeedPartition(Protocol):
     def partition(self) -> int: ...
 
 
-class FeedRecord(Protocol):
-    @property
-    def value(self) -> bytes | None: ...
-
-    @property
-    def offset(self) -> int: ...
-
-    @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...
-
-
 class ResultFeed(Protocol):
     """The reply topic as the consumer sees it: `aiokafka.AIOKafkaConsumer` subscribed to it."""
 
@@ -66,7 +55,7 @@ class ResultFeed(Protocol):
 
     async def getmany(
         self, *, timeout_ms: int, max_records: int
-    ) -> Mapping[FeedPartition, Sequence[FeedRecord]]: ...
+    ) -> Mapping[FeedPartition, Sequence[ReplyRecord]]: ...
 
     async def commit(self) -> None: ...
 
