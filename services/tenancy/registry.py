@@ -20,12 +20,17 @@ import logging
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from services.messaging.topics import TopicNames
 from services.tenancy.auth import ANONYMOUS, Principal, authenticate
 from services.tenancy.errors import TenantsFileError
 from services.tenancy.loading import decode_tenants, read_tenants_file
 from services.tenancy.model import OPEN_TENANT, TenantDirectory
+
+# What `signal.getsignal` returns and `signal.signal` takes.
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 log = logging.getLogger("inferq.tenancy")
 
@@ -59,7 +64,7 @@ class TenantRegistry:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._sighup_loop: asyncio.AbstractEventLoop | None = None
-        self._sighup_before: signal._HANDLER = signal.SIG_DFL
+        self._sighup_before: SignalHandler = signal.SIG_DFL
         self.reloads = 0
         self.failed_reloads = 0
 
