@@ -142,7 +142,7 @@ class Execution:
         if not done:
             cut.cut = True  # tokens still coming are not the request's any more
             seconds = min(self._backend_timeout_s, max(0.001, remaining_s))
-            raise BackendError(f"backend timed out after {seconds:.1f} s", retriable=True, timed_out=True)
+            raise BackendError.timeout(seconds)
         return backend_call.result()
 
     async def _lingering(
