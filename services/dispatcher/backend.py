@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -102,28 +102,18 @@ class ChatBackend:
     async def complete(
         self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
     ) -> Completion:
-        if not tracing.enabled():  # nothing more than this check per call
-            return await self._complete(model, messages, params, timeout_s)
-        with tracing.chat_span(model, self._server) as span:
-            call = self._complete(model, messages, params, timeout_s)
-            return await call if span is None else _traced(span, await _observed(span, call))
+        return await self._in_chat_span(model, self._complete(model, messages, params, timeout_s))
 
     async def _complete(
         self, model: str, messages: list[dict[str, str]], params: dict[str, Any], timeout_s: float
     ) -> Completion:
         payload = {"model": model, "messages": messages, **params}
-        try:
+        with _call_errors(timeout_s):
             async with self._client().post(
                 self._url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as response:
                 status, text = response.status, await response.text()
                 retry_after = response.headers.get("retry-after")
-        except TimeoutError as exc:
-            raise BackendError(
-                f"backend timed out after {timeout_s:.1f} s", retriable=True, timed_out=True
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise BackendError(connection_reason(exc), retriable=True) from exc
         if status != 200:
             raise _status_error(status, text, retry_after)
         try:
@@ -152,7 +142,10 @@ class ChatBackend:
         timeout_s: float,
         on_delta: Callable[[str], None],
     ) -> Completion:
-        call = self._stream(model, messages, params, timeout_s, on_delta)
+        return await self._in_chat_span(model, self._stream(model, messages, params, timeout_s, on_delta))
+
+    async def _in_chat_span(self, model: str, call: Awaitable[Completion]) -> Completion:
+        """`call` inside its chat span when tracing is on (nothing more than this check when off)."""
         if not tracing.enabled():
             return await call
         with tracing.chat_span(model, self._server) as span:
@@ -174,22 +167,17 @@ class ChatBackend:
             "stream_options": {"include_usage": True},
         }
         try:
-            async with self._client().post(
-                self._url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
-            ) as response:
-                if response.status != 200:
-                    text = await response.text()
-                    raise _status_error(response.status, text, response.headers.get("retry-after"))
-                reader = _StreamReader(model, on_delta)
-                async for data in sse_data(response.content):
-                    if reader.read(data):
-                        return reader.completion()
-        except TimeoutError as exc:
-            raise BackendError(
-                f"backend timed out after {timeout_s:.1f} s", retriable=True, timed_out=True
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise BackendError(connection_reason(exc), retriable=True) from exc
+            with _call_errors(timeout_s):
+                async with self._client().post(
+                    self._url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
+                ) as response:
+                    if response.status != 200:
+                        text = await response.text()
+                        raise _status_error(response.status, text, response.headers.get("retry-after"))
+                    reader = _StreamReader(model, on_delta)
+                    async for data in sse_data(response.content):
+                        if reader.read(data):
+                            return reader.completion()
         except (ValueError, UnicodeDecodeError) as exc:  # a line over aiohttp's limit, bytes not UTF-8
             raise BackendError(
                 f"backend sent an unreadable stream ({type(exc).__name__})", retriable=True
@@ -299,6 +287,17 @@ def _traced(span: Span, completion: Completion) -> Completion:
 
 # The OpenAI error object's `type`/`code` (e.g. "invalid_request_error"): a token, never free text.
 _ERROR_TOKEN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+@contextlib.contextmanager
+def _call_errors(timeout_s: float) -> Iterator[None]:
+    """A call that timed out or lost its connection, as the `BackendError` the dispatcher reads."""
+    try:
+        yield
+    except TimeoutError as exc:
+        raise BackendError.timeout(timeout_s) from exc
+    except aiohttp.ClientError as exc:
+        raise BackendError(connection_reason(exc), retriable=True) from exc
 
 
 def connection_reason(exc: aiohttp.ClientError) -> str:

@@ -285,6 +285,7 @@ def bootstrap(
         ),
     )
     pauses.rereading = intake.rereading
+    metrics.watch_paused(pauses.paused_by_tier)
     metrics.watch_tenants(room.running_by_tenant, room.held_by_tenant, lambda: len(intake.deferred))
     metrics.watch_schedule(
         budget=settings.budget, window=scheduler.window, effective=lambda: budget.effective

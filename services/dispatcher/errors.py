@@ -40,6 +40,11 @@ class BackendError(DispatcherError):
         self.retry_after_s = retry_after_s
         self.timed_out = timed_out
 
+    @classmethod
+    def timeout(cls, seconds: float) -> BackendError:
+        """The call got no answer within `seconds` (retriable, and an overload signal)."""
+        return cls(f"backend timed out after {seconds:.1f} s", retriable=True, timed_out=True)
+
     @property
     def overload(self) -> bool:
         """The backend is past its limit (429, 503, a timeout): a signal to cut the budget."""

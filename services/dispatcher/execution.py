@@ -55,9 +55,9 @@ class Execution:
         clock_ms: Callable[[], int],
         backend_timeout_s: float,
         token_freed: asyncio.Event,
-        call_ended: Callable[[Work], None] = lambda _: None,
+        call_ended: Callable[[Work], None],
+        linger: Callable[[Coroutine[object, object, None], str], None],
         monotonic: Callable[[], float] = time.monotonic,
-        linger: Callable[[Coroutine[object, object, None], str], None] | None = None,
     ) -> None:
         self._backend = backend
         self._pool = pool
@@ -73,8 +73,8 @@ class Execution:
         # The tenant's concurrency cap counts the call until its token is back (`NextStart.ended`).
         self._call_ended = call_ended
         self._monotonic = monotonic
-        # Where a call the deadline cut goes on until the backend ends it (``inflight.py``).
-        self._linger = linger or _own_task
+        # Where a call the deadline cut goes on until the backend ends it (`InFlight.linger`).
+        self._linger = linger
 
     async def call(self, work: Work, lease: Lease) -> None:
         dispatched_at = self._clock_ms()
@@ -142,7 +142,7 @@ class Execution:
         if not done:
             cut.cut = True  # tokens still coming are not the request's any more
             seconds = min(self._backend_timeout_s, max(0.001, remaining_s))
-            raise BackendError(f"backend timed out after {seconds:.1f} s", retriable=True, timed_out=True)
+            raise BackendError.timeout(seconds)
         return backend_call.result()
 
     async def _lingering(
@@ -241,13 +241,3 @@ class _Cut:
     """Set when the request's deadline has cut its wait for the backend call."""
 
     cut = False
-
-
-_detached: set[asyncio.Task[None]] = set()
-
-
-def _own_task(coro: Coroutine[object, object, None], name: str) -> None:
-    """A lingering call without an `InFlight` to hold it (an `Execution` built alone, in tests)."""
-    task = asyncio.create_task(coro, name=name)
-    _detached.add(task)
-    task.add_done_callback(_detached.discard)

@@ -60,10 +60,6 @@ class InFlight:
         self._lingering.add(task)
         task.add_done_callback(self._lingering.discard)
 
-    @property
-    def lingering(self) -> int:
-        return len(self._lingering)
-
     def _done(self, tier: Tier | None, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         self._by_tier[tier] -= 1

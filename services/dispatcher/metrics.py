@@ -51,7 +51,6 @@ class DispatcherMetrics:
         self._tenant_label = tenant_label
         self._waiting: dict[Tier, int] = dict.fromkeys(Tier, 0)
         self._paused_partitions = 0
-        self._paused_by_tier: dict[str, int] = {}
         self._consumer_lag: dict[Tier, int] = {}
         self._backend_calls = m.create_counter(
             "inferq_backend_calls_total",
@@ -140,11 +139,6 @@ class DispatcherMetrics:
             description="request partitions paused for back-pressure",
         )
         m.create_observable_gauge(
-            "inferq_paused_partitions_by_tier",
-            [lambda _: [Observation(n, {"tier": t}) for t, n in self._paused_by_tier.items()]],
-            description="paused partitions by tier (HIGH, MEDIUM, LOW, or retry for the retry topic)",
-        )
-        m.create_observable_gauge(
             "inferq_consumer_lag",
             [lambda _: [Observation(n, {"tier": t.value}) for t, n in self._consumer_lag.items()]],
             description="records on this dispatcher's request partitions not fetched yet, by tier",
@@ -184,6 +178,14 @@ class DispatcherMetrics:
             "inferq_tier_ceiling",
             [limits(lambda w, t: w.limits[t].ceiling)],
             description="most slots a tier may hold in the window in force, after adaptive cuts",
+        )
+
+    def watch_paused(self, by_tier: Callable[[], Mapping[str, int]]) -> None:
+        """Paused partitions per tier, counted when scraped (not at every pause decision)."""
+        self._meter.create_observable_gauge(
+            "inferq_paused_partitions_by_tier",
+            [lambda _: [Observation(n, {"tier": t}) for t, n in by_tier().items()]],
+            description="paused partitions by tier (HIGH, MEDIUM, LOW, or retry for the retry topic)",
         )
 
     def watch_poison(self, ratios: Callable[[], Mapping[str, float]]) -> None:
@@ -236,9 +238,6 @@ class DispatcherMetrics:
         for tier in Tier:
             self._waiting[tier] = room.held(tier)
         self._paused_partitions = paused_partitions
-
-    def observe_paused(self, by_tier: Mapping[str, int]) -> None:
-        self._paused_by_tier = dict(by_tier)
 
     def observe_consumer_lag(self, by_tier: Mapping[Tier, int]) -> None:
         self._consumer_lag = dict(by_tier)

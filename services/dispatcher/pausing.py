@@ -89,9 +89,7 @@ class Pauses:
             self._full_tiers, self._retries_full, self._full_windows = full, retries, windows
             self._rereading = rereading
             self.apply()
-        paused = self._consumer.paused()
-        self._metrics.observe_room(self._room, len(paused))
-        self._metrics.observe_paused(self._paused_by_tier(paused))
+        self._metrics.observe_room(self._room, len(self._consumer.paused()))
 
     def hold_back(self, partition: Partition, delay_s: float) -> None:
         """Pause a retry partition for `delay_s`, until its head record is due."""
@@ -125,10 +123,10 @@ class Pauses:
             return self._retries_full or partition in self._held_back
         return self._topics.tier_of(partition.topic) in self._full_tiers
 
-    def _paused_by_tier(self, paused: set[Partition]) -> dict[str, int]:
+    def paused_by_tier(self) -> dict[str, int]:
         """Paused partitions per tier's request topic, and ``retry`` for the retry topic's."""
         counts = {t.value: 0 for t in Tier} | {"retry": 0}
-        for partition in paused:
+        for partition in self._consumer.paused():
             tier = self._topics.tier_of(partition.topic)
             if tier is not None:
                 counts[tier.value] += 1

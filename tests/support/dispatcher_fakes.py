@@ -7,7 +7,8 @@
   or refuses the records of a topic (or those over a size) with the `ProduceError` librdkafka would give;
 - `HeldBackend`: answers calls OK at once, or holds them, or fails them, as the test says; a
   streamed call hands its `pieces` over one by one, failing after some of them when told;
-- `RecordingTokenPool`: the exact local pool, its start and stop recorded.
+- `RecordingTokenPool`: the exact local pool, its start and stop recorded;
+- `ManualClock`: wall-clock milliseconds that move only when the test moves them.
 
 They share an `events` list, so a test can read the order in which the dispatcher used its edges.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +25,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from services.dispatcher.backend import Completion
-from services.dispatcher.bootstrap import Dispatcher, TokenSupply, bootstrap
+from services.dispatcher.bootstrap import Dispatcher, TokenSupply, bootstrap, wall_clock_ms
 from services.dispatcher.consumer import (
     Batches,
     CommitPoint,
@@ -339,6 +341,19 @@ class RecordingTokenPool(LocalTokenPool):
         await super().stop()
 
 
+class ManualClock:
+    """The dispatcher's wall clock (`clock_ms`), standing still until the test calls `advance`."""
+
+    def __init__(self, now_ms: int | None = None) -> None:
+        self.now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
 # -- the whole dispatcher on these fakes -----------------------------------------------------------
 
 
@@ -373,9 +388,15 @@ class Rig:
         return self.producer.on(self.topics.dlq)
 
 
-def rig(*, pool_class: type[RecordingTokenPool] | None = None, **overrides: Any) -> Rig:
+def rig(
+    *,
+    pool_class: type[RecordingTokenPool] | None = None,
+    clock_ms: Callable[[], int] | None = None,
+    **overrides: Any,
+) -> Rig:
     """Settings for quick unit runs (a pinned window, short timers) with `overrides` applied; the
-    token pool a `RecordingTokenPool` (or `pool_class`)."""
+    token pool a `RecordingTokenPool` (or `pool_class`); the wall clock `clock_ms` (e.g. a
+    `ManualClock`), the machine's when None."""
     values: dict[str, Any] = {
         "kafka": KafkaSettings(topic_prefix="unit"),
         "dispatcher_id": "unit",
@@ -396,6 +417,7 @@ def rig(*, pool_class: type[RecordingTokenPool] | None = None, **overrides: Any)
         producer=producer,
         backend=backend,
         tokens=TokenSupply(pool, shared=False),
+        clock_ms=clock_ms or wall_clock_ms,
     )
     return Rig(settings, events, consumer, producer, backend, pool, dispatcher)
 

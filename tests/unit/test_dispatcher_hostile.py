@@ -20,7 +20,7 @@ from services.messaging.kafka_config import KafkaSettings
 from services.messaging.producer import ProduceError
 from services.messaging.records import ChatMessage, Status
 from services.messaging.tiers import Tier
-from tests.support.dispatcher_fakes import Rig, encoded, eventually, rig, running
+from tests.support.dispatcher_fakes import ManualClock, Rig, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 
 
@@ -378,18 +378,26 @@ def test_messages_are_forwarded_unchanged() -> None:
 
 
 def test_a_held_back_retry_keeps_its_due_time_across_a_rebalance() -> None:
+    clock = ManualClock()
     due_in_ms = 600
-    retry = a_request("MEDIUM", deadline_ms=60_000).retry(not_before_ms=int(time.time() * 1000) + due_in_ms)
+    retry = a_request("MEDIUM", deadline_ms=60_000).retry(not_before_ms=clock() + due_in_ms)
 
     async def scenario() -> None:
-        async with running(rig()) as r:
+        async with running(rig(clock_ms=clock)) as r:
             retries = Partition(r.topics.retry, 0)
-            sent = time.monotonic()
             r.consumer.produce(retries, encoded(retry))
             await eventually(lambda: retries in r.consumer.paused(), "held back")
+            held_before = len(r.consumer.seeks)
             await r.consumer.rebalance(set(r.consumer.logs))  # handed straight back, read again
+            # Read again after the rebalance while the clock stands still: held back again, not served.
+            await eventually(lambda: (retries, 0) in r.consumer.seeks[held_before:], "held back again")
+            assert retry.request_id not in r.results(), "served early after the rebalance"
+            clock.advance(due_in_ms)
             await eventually(lambda: retry.request_id in r.results(), "served once due")
-            assert time.monotonic() - sent >= due_in_ms / 1000 - 0.05, "served early after the rebalance"
+            dispatched_at_ms = r.results()[retry.request_id].dispatched_at_ms
+            assert dispatched_at_ms is not None
+            assert retry.not_before_ms is not None
+            assert dispatched_at_ms >= retry.not_before_ms, "served early after the rebalance"
 
     asyncio.run(scenario())
 

@@ -120,7 +120,7 @@ def test_budget_window_and_tier_limits_follow_the_adaptive_cut():
 def test_paused_partitions_by_tier_and_consumer_lag():
     reader = InMemoryMetrics()
     metrics = dispatcher_metrics(reader)
-    metrics.observe_paused({"HIGH": 0, "MEDIUM": 1, "LOW": 3, "retry": 1})
+    metrics.watch_paused(lambda: {"HIGH": 0, "MEDIUM": 1, "LOW": 3, "retry": 1})
     assert reader.points("inferq_paused_partitions_by_tier") == {
         labels(tier="HIGH"): 0,
         labels(tier="MEDIUM"): 1,

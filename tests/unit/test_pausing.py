@@ -77,6 +77,8 @@ def test_retries_pause_only_when_the_whole_read_ahead_is_full() -> None:
             room.add(waiting(tier, 1)[0])
         pauses.update()
         assert partitions(TOPICS.retry) <= consumer.paused()
+        # What inferq_paused_partitions_by_tier reports when scraped.
+        assert pauses.paused_by_tier() == {"HIGH": 2, "MEDIUM": 2, "LOW": 2, "retry": 2}
 
     asyncio.run(scenario())
 
