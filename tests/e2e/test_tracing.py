@@ -13,14 +13,12 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
-from services.messaging.admin import create_topics
 from services.messaging.codec import request_codec
-from services.messaging.kafka_config import KafkaSettings
 from services.tools.demo.workload import wait_outcomes
 from services.tools.otlp_sink import OtlpSink, ReceivedSpan
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
-from tests.support.inprocess import free_port
+from services.tools.stack.pipeline import Pipeline
 from tests.support.kafka import a_request, read_all
+from tests.support.pipeline import running_pipeline
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -39,16 +37,10 @@ def sink() -> Iterator[OtlpSink]:
 def pipeline(
     kafka_bootstrap: str, sink: OtlpSink, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Pipeline]:
-    prefix = f"e2etr{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
-    ports = PipelinePorts(
-        ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-    )
-    stack = Pipeline(
-        bootstrap=kafka_bootstrap,
-        work_dir=tmp_path_factory.mktemp("traced"),
-        ports=ports,
-        topic_prefix=prefix,
+    with running_pipeline(
+        kafka_bootstrap,
+        tmp_path_factory.mktemp("traced"),
+        name="e2etr",
         budget=4,
         backend_args=["--speed", "5"],
         extra_env={
@@ -57,13 +49,8 @@ def pipeline(
             # Export within a fraction of a second instead of every 5 s.
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         },
-    )
-    try:
-        stack.start()
+    ) as stack:
         yield stack
-    finally:
-        codes = stack.stop()
-        assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
 
 
 def _submit(pipeline: Pipeline, scenario: str, headers: dict[str, str] | None = None) -> str:
