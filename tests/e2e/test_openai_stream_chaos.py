@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from services.tools.stack.pipeline import Pipeline
-from tests.support.pipeline import running_pipeline
+from tests.support.pipeline import running_pipeline, slow_streams
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -33,16 +33,8 @@ def stack(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Pipeline]:
         tmp_path,
         name="ochaos",
         clean_exits=False,
-        # At speed 1 an analysis takes 2.8 s: its tokens come about a quarter of a second apart.
-        backend_args=["--speed", "1"],
-        extra_env={
-            "INFERQ_SCHEDULE_PIN": "normal",
-            "INFERQ_ADAPTIVE": "false",
-            "INFERQ_STREAM_CHUNK_TOKENS": "1",
-            "INFERQ_STREAM_CHUNK_LINGER_MS": "0",
-            # Longer than the takeover (the group notices the dead member, a new one is assigned).
-            "INFERQ_INGEST_CHAT_STREAM_IDLE_S": "120",
-        },
+        # The idle bound longer than the takeover (the group notices the dead member, a new one is assigned).
+        **slow_streams(INFERQ_INGEST_CHAT_STREAM_IDLE_S="120"),
     ) as pipeline:
         yield pipeline
 

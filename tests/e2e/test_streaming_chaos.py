@@ -18,7 +18,7 @@ from services.messaging.kafka_config import KafkaSettings
 from services.messaging.records import is_chunk
 from services.tools.stack.pipeline import Pipeline
 from tests.support.kafka import a_request, produce_requests
-from tests.support.pipeline import running_pipeline
+from tests.support.pipeline import running_pipeline, slow_streams
 from tests.support.replies import read_replies
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -32,14 +32,7 @@ def stack(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Pipeline]:
         tmp_path,
         name="schaos",
         clean_exits=False,
-        # At speed 1 an analysis takes 2.8 s: its tokens come about a quarter of a second apart.
-        backend_args=["--speed", "1"],
-        extra_env={
-            "INFERQ_SCHEDULE_PIN": "normal",
-            "INFERQ_ADAPTIVE": "false",
-            "INFERQ_STREAM_CHUNK_TOKENS": "1",
-            "INFERQ_STREAM_CHUNK_LINGER_MS": "0",
-        },
+        **slow_streams(),
     ) as pipeline:
         yield pipeline
 

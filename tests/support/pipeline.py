@@ -14,6 +14,22 @@ from services.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
 
 
+def slow_streams(**env: str) -> dict[str, Any]:
+    """`running_pipeline` options for killing a dispatcher mid-stream: at backend speed 1 an analysis
+    takes 2.8 s, its tokens about a quarter of a second apart, each chunk sent at once on its own;
+    the schedule pinned (not the hour's) and the adaptive budget off. `env`: settings on top."""
+    return {
+        "backend_args": ["--speed", "1"],
+        "extra_env": {
+            "INFERQ_SCHEDULE_PIN": "normal",
+            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_STREAM_CHUNK_TOKENS": "1",
+            "INFERQ_STREAM_CHUNK_LINGER_MS": "0",
+            **env,
+        },
+    }
+
+
 @contextlib.contextmanager
 def running_pipeline(
     bootstrap: str, work_dir: Path, *, name: str, clean_exits: bool = True, **options: Any
