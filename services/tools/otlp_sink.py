@@ -89,7 +89,7 @@ class OtlpSink:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 if self.path != "/v1/traces" or not 0 < length <= MAX_BODY_BYTES:
-                    sink.rejected += 1
+                    sink.refused()
                     self.send_error(404 if self.path != "/v1/traces" else 400)
                     return
                 body = self.rfile.read(length)
@@ -98,7 +98,7 @@ class OtlpSink:
                 try:
                     sink.take(decode(body))
                 except DecodeError:
-                    sink.rejected += 1
+                    sink.refused()
                     self.send_error(400)
                     return
                 answer = ExportTraceServiceResponse().SerializeToString()
@@ -126,6 +126,11 @@ class OtlpSink:
             if self._keep:
                 self._spans.extend(spans)
 
+    def refused(self) -> None:
+        """An export this receiver could not take (wrong path, size or body)."""
+        with self._lock:
+            self.rejected += 1
+
     def spans(self) -> list[ReceivedSpan]:
         with self._lock:
             return list(self._spans)
@@ -142,7 +147,10 @@ class OtlpSink:
             if done(spans):
                 return spans
             if time.monotonic() > deadline:
-                raise TimeoutError(f"spans not complete after {timeout_s:.0f} s ({len(spans)} received)")
+                raise TimeoutError(
+                    f"spans not complete after {timeout_s:.0f} s ({len(spans)} received in "
+                    f"{self.requests} exports, {self.rejected} exports refused)"
+                )
             time.sleep(0.1)
 
     def start(self) -> OtlpSink:

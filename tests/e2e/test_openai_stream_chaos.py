@@ -9,7 +9,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,8 @@ import httpx
 import openai
 import pytest
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
-from tests.support.inprocess import free_port
+from services.tools.stack.pipeline import Pipeline
+from tests.support.pipeline import running_pipeline, slow_streams
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -30,31 +27,16 @@ STREAMS = 3
 
 @pytest.fixture
 def stack(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Pipeline]:
-    prefix = f"ochaos{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
-    pipeline = Pipeline(
-        bootstrap=kafka_bootstrap,
-        work_dir=tmp_path,
-        ports=PipelinePorts(
-            ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-        ),
-        topic_prefix=prefix,
-        # At speed 1 an analysis takes 2.8 s: its tokens come about a quarter of a second apart.
-        backend_args=["--speed", "1"],
-        extra_env={
-            "INFERQ_SCHEDULE_PIN": "normal",
-            "INFERQ_ADAPTIVE": "false",
-            "INFERQ_STREAM_CHUNK_TOKENS": "1",
-            "INFERQ_STREAM_CHUNK_LINGER_MS": "0",
-            # Longer than the takeover (the group notices the dead member, a new one is assigned).
-            "INFERQ_INGEST_CHAT_STREAM_IDLE_S": "120",
-        },
-    )
-    try:
-        pipeline.start()
+    # A dispatcher is SIGKILLed: its exit is not a clean one.
+    with running_pipeline(
+        kafka_bootstrap,
+        tmp_path,
+        name="ochaos",
+        clean_exits=False,
+        # The idle bound longer than the takeover (the group notices the dead member, a new one is assigned).
+        **slow_streams(INFERQ_INGEST_CHAT_STREAM_IDLE_S="120"),
+    ) as pipeline:
         yield pipeline
-    finally:
-        pipeline.stop()
 
 
 def stream_into(url: str, n: int, events: queue.Queue[tuple[int, str, Any]]) -> None:

@@ -14,12 +14,10 @@ import httpx
 import pytest
 
 from services import tracing
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
 from services.tools.demo.workload import evening_mix, submit_all, wait_outcomes
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
-from tests.support.inprocess import free_port
+from services.tools.stack.pipeline import Pipeline
 from tests.support.kafka import end_offsets, read_all
+from tests.support.pipeline import running_pipeline
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -28,25 +26,14 @@ SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 @pytest.fixture(scope="module")
 def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    prefix = f"e2e{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
-    ports = PipelinePorts(
-        ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-    )
-    stack = Pipeline(
-        bootstrap=kafka_bootstrap,
-        work_dir=tmp_path_factory.mktemp("pipeline"),
-        ports=ports,
-        topic_prefix=prefix,
+    with running_pipeline(
+        kafka_bootstrap,
+        tmp_path_factory.mktemp("pipeline"),
+        name="e2e",
         budget=4,
         backend_args=["--speed", "5"],
-    )
-    try:
-        stack.start()
+    ) as stack:
         yield stack
-    finally:
-        codes = stack.stop()
-        assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
 
 
 def test_mixed_workload_completes_ok_within_budget(pipeline: Pipeline) -> None:

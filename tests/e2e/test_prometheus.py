@@ -14,7 +14,6 @@ import asyncio
 import json
 import re
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,13 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
 from services.tools.demo.workload import evening_mix, submit_all, wait_outcomes
 from services.tools.report.effective import query_range
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
-from tests.support.inprocess import free_port
+from services.tools.stack.pipeline import Pipeline
 from tests.support.kafka import produce
+from tests.support.pipeline import running_pipeline
 from tests.support.prometheus import Prometheus, config_for, running_prometheus
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -41,16 +38,10 @@ LOW_CAPACITY = 20
 
 @pytest.fixture(scope="module")
 def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    prefix = f"prom{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
-    ports = PipelinePorts(
-        ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-    )
-    stack = Pipeline(
-        bootstrap=kafka_bootstrap,
-        work_dir=tmp_path_factory.mktemp("prom-pipeline"),
-        ports=ports,
-        topic_prefix=prefix,
+    with running_pipeline(
+        kafka_bootstrap,
+        tmp_path_factory.mktemp("prom-pipeline"),
+        name="prom",
         budget=4,
         # Some calls fail (500/503): retries and backend errors to show; a fixed seed.
         backend_args=["--speed", "10", "--error-rate", "0.25", "--seed", "7"],
@@ -59,13 +50,8 @@ def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
             # The errors would cut the budget for many seconds: not what these tests look at.
             "INFERQ_ADAPTIVE": "false",
         },
-    )
-    try:
-        stack.start()
+    ) as stack:
         yield stack
-    finally:
-        codes = stack.stop()
-        assert all(code in (0, None) for code in codes.values()), f"unclean exits: {codes}"
 
 
 @pytest.fixture(scope="module")

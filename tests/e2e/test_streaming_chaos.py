@@ -14,12 +14,11 @@ import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.records import is_chunk
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
-from tests.support.inprocess import free_port
+from services.tools.stack.pipeline import Pipeline
 from tests.support.kafka import a_request, produce_requests
+from tests.support.pipeline import running_pipeline, slow_streams
 from tests.support.replies import read_replies
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -27,29 +26,15 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 @pytest.fixture
 def stack(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Pipeline]:
-    prefix = f"schaos{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
-    pipeline = Pipeline(
-        bootstrap=kafka_bootstrap,
-        work_dir=tmp_path,
-        ports=PipelinePorts(
-            ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-        ),
-        topic_prefix=prefix,
-        # At speed 1 an analysis takes 2.8 s: its tokens come about a quarter of a second apart.
-        backend_args=["--speed", "1"],
-        extra_env={
-            "INFERQ_SCHEDULE_PIN": "normal",
-            "INFERQ_ADAPTIVE": "false",
-            "INFERQ_STREAM_CHUNK_TOKENS": "1",
-            "INFERQ_STREAM_CHUNK_LINGER_MS": "0",
-        },
-    )
-    try:
-        pipeline.start()
+    # A dispatcher is SIGKILLed: its exit is not a clean one.
+    with running_pipeline(
+        kafka_bootstrap,
+        tmp_path,
+        name="schaos",
+        clean_exits=False,
+        **slow_streams(),
+    ) as pipeline:
         yield pipeline
-    finally:
-        pipeline.stop()
 
 
 def wait_until_streaming(bootstrap: str, topic: str, request_ids: set[str], timeout_s: float = 30.0) -> None:

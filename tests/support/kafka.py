@@ -51,9 +51,10 @@ def produce_requests(bootstrap: str, topic: str, requests: list[InferenceRequest
     produce(bootstrap, topic, [request_codec().encode(r) for r in requests], **kwargs)
 
 
-def read_all(bootstrap: str, topic: str, *, expect: int, timeout_s: float = 30.0) -> list[Any]:
-    """Read `topic` from the beginning until `expect` records arrived or the timeout passed."""
-    consumer = Consumer(
+def reader(bootstrap: str) -> Consumer:
+    """A consumer in a group of its own that starts at the earliest offset and commits nothing: it
+    reads a topic as a new reader would and leaves no committed offset behind."""
+    return Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"reader-{uuid.uuid4().hex}",
@@ -61,6 +62,11 @@ def read_all(bootstrap: str, topic: str, *, expect: int, timeout_s: float = 30.0
             "enable.auto.commit": False,
         }
     )
+
+
+def read_all(bootstrap: str, topic: str, *, expect: int, timeout_s: float = 30.0) -> list[Any]:
+    """Read `topic` from the beginning until `expect` records arrived or the timeout passed."""
+    consumer = reader(bootstrap)
     consumer.subscribe([topic])
     found: list[Any] = []
     deadline = time.monotonic() + timeout_s

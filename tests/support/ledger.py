@@ -20,7 +20,6 @@ import contextlib
 import sqlite3
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from services.messaging.codec import result_codec
 from services.tools.demo.workload import TERMINAL
+from tests.support.kafka import reader
 
 POLL_INTERVAL_S = 0.25
 READ_CONCURRENCY = 16
@@ -297,14 +297,7 @@ def read_to_end(bootstrap: str, topic: str, *, timeout_s: float = 30.0) -> list[
 
     Fails (rather than returning a partial list) when the end is not reached within `timeout_s`.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
+    consumer = reader(bootstrap)
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         ends: dict[int, int] = {}

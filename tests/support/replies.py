@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
-
-from confluent_kafka import Consumer
 
 from services.messaging.codec import chunk_codec, result_codec
 from services.messaging.records import InferenceChunk, InferenceResult, is_chunk
+from tests.support.kafka import reader
 
 
 @dataclass
@@ -27,14 +25,7 @@ def read_replies(
 ) -> dict[str, Reply]:
     """Read `topic` from the start until each request has a result, then on until nothing new came
     for `settle_s` (so a second outcome would be seen too); bounded by `timeout_s`."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
+    consumer = reader(bootstrap)
     consumer.subscribe([topic])
     replies = {rid: Reply([], [], [], set()) for rid in request_ids}
     deadline = time.monotonic() + timeout_s

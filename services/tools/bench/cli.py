@@ -7,8 +7,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from services.tools.bench.scheduling_trace import DEFAULT_SEED
-
 DEFAULT_OUT = Path("bench-results")
 DEFAULT_HOME = Path(".inferq/bench")
 
@@ -17,32 +15,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("bench", help="benchmarks: results go to bench-results/")
     kinds = parser.add_subparsers(dest="bench", required=True)
 
-    sched = kinds.add_parser(
-        "scheduling", help="every policy on the same time-compressed evening peak, against the real pipeline"
-    )
-    sched.add_argument("--compress", type=float, default=10.0, help="time compression S (default 10)")
-    sched.add_argument(
-        "--duration", type=float, default=60.0, help="wall-clock seconds of steady arrivals (default 60)"
-    )
-    sched.add_argument(
-        "--briefs", type=int, default=300, help="morning briefs dumped at the start (default 300)"
-    )
-    sched.add_argument(
-        "--seed", type=int, default=DEFAULT_SEED, help=f"seed of the arrival trace (default {DEFAULT_SEED})"
-    )
-    sched.add_argument(
-        "--runs",
-        default="inferq,inferq-lifted,static,fifo",
-        help="comma-separated runs, in order (default: inferq,inferq-lifted,static,fifo)",
-    )
-    sched.add_argument(
-        "--budget", type=int, default=10, help="the backend's concurrency limit B (default 10)"
-    )
-    sched.add_argument(
-        "--timeout", type=float, default=None, help="bound of the wait for every outcome, per run"
-    )
-    _common(sched)
-    sched.set_defaults(func=_scheduling)
+    _register_scheduling(kinds)
 
     mem = kinds.add_parser("memory", help="dispatcher RSS with a million LOW requests waiting in Kafka")
     mem.add_argument(
@@ -64,6 +37,51 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_helpers(kinds)
 
 
+def _trace_replay(
+    parser: argparse.ArgumentParser, *, compress: float, duration_s: float, seed: int, budget: int
+) -> None:
+    """The arguments of a bench that replays a compressed trace through the real pipeline."""
+    parser.add_argument(
+        "--compress", type=float, default=compress, help=f"time compression S (default {compress:g})"
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=duration_s,
+        help=f"wall-clock seconds of arrivals (default {duration_s:g})",
+    )
+    parser.add_argument("--seed", type=int, default=seed, help=f"seed of the arrival trace (default {seed})")
+    parser.add_argument(
+        "--budget", type=int, default=budget, help=f"the backend's concurrency limit B (default {budget})"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="bound of the wait for every outcome, per run"
+    )
+    _common(parser)
+
+
+def _register_scheduling(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from services.tools.bench.scheduling_trace import TraceSpec
+
+    d = TraceSpec()
+    sched = kinds.add_parser(
+        "scheduling", help="every policy on the same time-compressed evening peak, against the real pipeline"
+    )
+    _trace_replay(sched, compress=d.compress, duration_s=d.duration_s, seed=d.seed, budget=10)
+    sched.add_argument(
+        "--briefs",
+        type=int,
+        default=d.briefs,
+        help=f"morning briefs dumped at the start (default {d.briefs})",
+    )
+    sched.add_argument(
+        "--runs",
+        default="inferq,inferq-lifted,static,fifo",
+        help="comma-separated runs, in order (default: inferq,inferq-lifted,static,fifo)",
+    )
+    sched.set_defaults(func=_scheduling)
+
+
 def _register_fairness(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from services.tools.bench.fairness_trace import FairnessSpec
 
@@ -72,15 +90,7 @@ def _register_fairness(kinds: argparse._SubParsersAction[argparse.ArgumentParser
         "fairness",
         help="a steady tenant alone, then with a tenant flooding HIGH and LOW, against the real pipeline",
     )
-    fair.add_argument(
-        "--compress", type=float, default=d.compress, help=f"time compression S (default {d.compress:g})"
-    )
-    fair.add_argument(
-        "--duration",
-        type=float,
-        default=d.duration_s,
-        help=f"wall-clock seconds of arrivals (default {d.duration_s:g})",
-    )
+    _trace_replay(fair, compress=d.compress, duration_s=d.duration_s, seed=d.seed, budget=d.budget)
     fair.add_argument(
         "--flood",
         type=float,
@@ -96,14 +106,6 @@ def _register_fairness(kinds: argparse._SubParsersAction[argparse.ArgumentParser
     fair.add_argument(
         "--cap-a", type=int, default=None, metavar="N", help="A's max_concurrency (default none: the budget)"
     )
-    fair.add_argument("--seed", type=int, default=d.seed, help=f"seed of the trace (default {d.seed})")
-    fair.add_argument(
-        "--budget", type=int, default=d.budget, help=f"the backend's concurrency limit B (default {d.budget})"
-    )
-    fair.add_argument(
-        "--timeout", type=float, default=None, help="bound of the wait for every outcome, per run"
-    )
-    _common(fair)
     fair.set_defaults(func=_fairness)
 
 

@@ -1,0 +1,55 @@
+"""The services as processes (`Pipeline`) for an e2e test: topics and ports of its own."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from services.messaging.admin import create_topics
+from services.messaging.kafka_config import KafkaSettings
+from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from tests.support.inprocess import free_port
+
+
+def slow_streams(**env: str) -> dict[str, Any]:
+    """`running_pipeline` options for killing a dispatcher mid-stream: at backend speed 1 an analysis
+    takes 2.8 s, its tokens about a quarter of a second apart, each chunk sent at once on its own;
+    the schedule pinned (not the hour's) and the adaptive budget off. `env`: settings on top."""
+    return {
+        "backend_args": ["--speed", "1"],
+        "extra_env": {
+            "INFERQ_SCHEDULE_PIN": "normal",
+            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_STREAM_CHUNK_TOKENS": "1",
+            "INFERQ_STREAM_CHUNK_LINGER_MS": "0",
+            **env,
+        },
+    }
+
+
+@contextlib.contextmanager
+def running_pipeline(
+    bootstrap: str, work_dir: Path, *, name: str, clean_exits: bool = True, **options: Any
+) -> Iterator[Pipeline]:
+    """A started `Pipeline` (`options`: its fields) on fresh topics, prefixed `name` and a uuid, and
+    free ports; stopped on the way out. With `clean_exits` every service must then have exited 0 (a
+    test that kills one says False)."""
+    prefix = f"{name}{uuid.uuid4().hex[:10]}"
+    create_topics(KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix))
+    ports = PipelinePorts(
+        ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
+    )
+    pipeline = Pipeline(bootstrap=bootstrap, work_dir=work_dir, ports=ports, topic_prefix=prefix, **options)
+    started = False
+    try:
+        pipeline.start()
+        started = True
+        yield pipeline
+    finally:
+        codes = pipeline.stop()
+        # After a failed start the start's error is the one to see.
+        if clean_exits and started:
+            assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
