@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import socket
+import ssl
+import threading
 import uuid
+import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,7 +21,7 @@ from services.dispatcher.tokens.settings import RedisBudgetSettings
 from services.messaging.tiers import Tier
 from services.tools.certs import make_ca
 from services.tools.redis.fixture import local_redis_for_tests
-from services.tools.redis.server import LocalRedis, ping
+from services.tools.redis.server import LocalRedis, RedisServerTls, ping
 
 pytestmark = pytest.mark.redis
 
@@ -116,3 +122,59 @@ def test_a_server_requiring_client_certificates_takes_ours_and_refuses_none(tmp_
         assert asyncio.run(acquire_twice(pool_of(with_cert)))[0] is False
         without = with_cert.model_copy(update={"cert_file": None, "key_file": None})
         assert asyncio.run(acquire_twice(pool_of(without)))[0] is True
+
+
+@contextmanager
+def refusing_tls_server(certs: RedisServerTls) -> Iterator[int]:
+    """A TLS server on a free port that answers a client's first bytes with WRONGPASS, then neither
+    reads nor closes until the block ends: a client's polite TLS shutdown never gets its reply."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certs.server.cert, certs.server.key)
+    done = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve(listener: socket.socket) -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue  # the accept timeout only lets the loop see `done`
+            conn.settimeout(5.0)
+            try:
+                tls = context.wrap_socket(conn, server_side=True)
+                tls.recv(65536)
+                tls.sendall(b"-WRONGPASS invalid username-password pair or user is disabled.\r\n")
+            except OSError:
+                conn.close()
+                continue
+            held.append(tls)
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(0.1)
+        thread = threading.Thread(target=serve, args=(listener,), name="refusing-tls-server")
+        thread.start()
+        try:
+            yield listener.getsockname()[1]
+        finally:
+            done.set()
+            thread.join(5.0)
+            for tls in held:
+                tls.close()
+
+
+def test_a_connection_refused_over_tls_is_closed_when_stop_returns(tmp_path: Path) -> None:
+    """A refused connection over TLS is aborted, not left waiting for the server's close_notify: the
+    socket is closed by the time the event loop that stopped the pool ends."""
+    certs = RedisServerTls.generate(tmp_path / "tls")
+    with refusing_tls_server(certs) as port:
+        settings = RedisBudgetSettings(
+            url=f"rediss://127.0.0.1:{port}/0",
+            password=PASSWORD,  # type: ignore[arg-type]
+            ca_file=certs.ca.cert,
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            degraded, _ = asyncio.run(acquire_twice(pool_of(settings)))
+            gc.collect()  # an unclosed socket warns when collected
+    assert degraded
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

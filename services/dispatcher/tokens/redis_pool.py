@@ -61,10 +61,11 @@ import secrets
 import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, RedisError
@@ -393,12 +394,43 @@ def _failure(exc: BaseException) -> str:
     return "unreachable"
 
 
+class _AbortingDisconnect(AbstractConnection):
+    """A connection that drops a failed connection at once.
+
+    redis-py disconnects a connection that failed (an error reply such as a refused password, a
+    timeout, a cancelled read) with ``nowait=True``: it closes the stream and does not wait. Over TLS a
+    close is a polite shutdown that needs the server's reply, so the socket stayed open after `stop()`
+    returned; an event loop that ended then (``asyncio.run`` around start and stop) left it to the
+    garbage collector, a ResourceWarning in whatever ran next. A failed connection has nothing left to
+    say: aborting it closes the socket at the loop's next turn, TLS or not.
+    """
+
+    async def disconnect(self, nowait: bool = False, *args: Any, **kwargs: Any) -> None:
+        if nowait and self._writer is not None:
+            self._writer.transport.abort()
+        await super().disconnect(nowait, *args, **kwargs)
+
+
+class _PoolConnection(_AbortingDisconnect, Connection):
+    pass
+
+
+class _PoolSSLConnection(_AbortingDisconnect, SSLConnection):
+    pass
+
+
+_ABORTING: dict[type[AbstractConnection], type[AbstractConnection]] = {
+    Connection: _PoolConnection,
+    SSLConnection: _PoolSSLConnection,
+}
+
+
 def redis_client(
     url: str, *, password: str | None, call_timeout_s: float, name: str, tls: RedisTls | None = None
 ) -> Redis:
     """The pool's client: ``rediss://`` means TLS (with `tls`'s files); every call bounded by
-    ``call_timeout_s``."""
-    return Redis.from_url(
+    ``call_timeout_s``; a failed connection aborted (`_AbortingDisconnect`)."""
+    client = Redis.from_url(
         url,
         password=password,  # a password in the URL takes precedence (redis-py's rule)
         socket_timeout=call_timeout_s,
@@ -409,6 +441,10 @@ def redis_client(
         client_name=name,
         **(tls.redis_kwargs() if tls is not None else {}),
     )
+    # from_url picks the connection class from the URL's scheme, whatever is passed: swap in ours after.
+    pool = client.connection_pool
+    pool.connection_class = _ABORTING.get(pool.connection_class, pool.connection_class)
+    return client
 
 
 if TYPE_CHECKING:
