@@ -103,8 +103,7 @@ class TenantGate:
         return replace(checked, request=narrowed, tier=narrowed.tier, params=params)
 
     def _tenant(self, name: str, created_at_ms: int) -> Tenant | None:
-        directory = self._registry.directory
-        found = directory.get(name) if directory is not None else None
+        found = self._registry.tenant(name)
         if found is not None:
             return found
         removed = self._removed.get(name)

@@ -40,11 +40,9 @@ class RegistryLimits:
         self._registry = registry
 
     def weight(self, tenant: str) -> float:
-        directory = self._registry.directory
-        found = directory.get(tenant) if directory is not None else None
+        found = self._registry.tenant(tenant)
         return found.weight if found is not None else DEFAULT_WEIGHT
 
     def max_concurrency(self, tenant: str) -> int | None:
-        directory = self._registry.directory
-        found = directory.get(tenant) if directory is not None else None
+        found = self._registry.tenant(tenant)
         return found.max_concurrency if found is not None else None

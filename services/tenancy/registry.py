@@ -27,7 +27,7 @@ from services.messaging.topics import TopicNames
 from services.tenancy.auth import ANONYMOUS, Principal, authenticate
 from services.tenancy.errors import TenantsFileError
 from services.tenancy.loading import decode_tenants, read_tenants_file
-from services.tenancy.model import OPEN_TENANT, TenantDirectory
+from services.tenancy.model import OPEN_TENANT, Tenant, TenantDirectory
 
 # What `signal.getsignal` returns and `signal.signal` takes.
 SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
@@ -112,12 +112,16 @@ class TenantRegistry:
         """Each tenant's weight; None in open mode (no per-tenant shares)."""
         return None if self._directory is None else self._directory.weights
 
+    def tenant(self, name: str) -> Tenant | None:
+        """The tenant the file in force lists as `name`; None when it lists none or in open mode."""
+        return None if self._directory is None else self._directory.get(name)
+
     def label(self, tenant: str) -> str:
         """The metrics label of `tenant`: its name when the file lists it, ``default`` in open mode,
         else ``other`` (the label set stays bounded by the file)."""
         if self._directory is None:
             return OPEN_TENANT.name
-        return tenant if self._directory.get(tenant) is not None else OTHER_LABEL
+        return tenant if self.tenant(tenant) is not None else OTHER_LABEL
 
     def request_reload(self) -> None:
         """Reload at the watcher's next turn, changed or not (the SIGHUP handler)."""
