@@ -37,7 +37,7 @@ from services.messaging.dead_letters import (
     DeadLetters,
     Headers,
 )
-from services.tenancy.model import Tenant, TenantDirectory
+from services.tenancy.model import TenantDirectory
 from services.webhooks.backoff import Backoff
 from services.webhooks.delivery import AttemptResult, Outcome, WebhookPoster
 from services.webhooks.errors import CallbackRefusedError
@@ -178,7 +178,9 @@ class WebhookSender:
         attempt = delivery.attempts + 1
         try:
             target, secret = self._policy.allowed(
-                delivery.callback_url, self._tenant(delivery.tenant), open_mode=self._tenants.open_mode
+                delivery.callback_url,
+                self._tenants.tenant(delivery.tenant),
+                open_mode=self._tenants.open_mode,
             )
         except CallbackRefusedError as exc:
             self._metrics.attempt("refused")
@@ -208,10 +210,6 @@ class WebhookSender:
             )
         else:
             await self._retry_or_give_up(delivery, attempt, result, target.origin)
-
-    def _tenant(self, name: str) -> Tenant | None:
-        directory = self._tenants.directory
-        return None if directory is None else directory.get(name)
 
     async def _retry_or_give_up(
         self, delivery: PendingDelivery, attempt: int, result: AttemptResult, origin: str
