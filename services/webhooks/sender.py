@@ -37,7 +37,7 @@ from services.messaging.dead_letters import (
     DeadLetters,
     Headers,
 )
-from services.tenancy.model import TenantDirectory
+from services.tenancy.model import Tenant
 from services.webhooks.backoff import Backoff
 from services.webhooks.delivery import AttemptResult, Outcome, WebhookPoster
 from services.webhooks.errors import CallbackRefusedError
@@ -67,8 +67,7 @@ class TenantLookup(Protocol):
     @property
     def open_mode(self) -> bool: ...
 
-    @property
-    def directory(self) -> TenantDirectory | None: ...
+    def tenant(self, name: str) -> Tenant | None: ...
 
 
 def _now_ms() -> int:

@@ -73,6 +73,9 @@ class Tenants:
     def open_mode(self) -> bool:
         return self.directory is None
 
+    def tenant(self, name: str) -> Tenant | None:
+        return None if self.directory is None else self.directory.get(name)
+
 
 FAIL = AttemptResult(Outcome.RETRY, "HTTP 503", "5xx")
 
