@@ -75,17 +75,9 @@ UNSUPPORTED = frozenset(
         "service_tier",
     }
 )
-# Handed to ingest's `params` as they are: ingest checks them (`ChatParams`).
-_PASSED_PARAMS = (
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "stop",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "response_format",
-)
+# Handed to ingest's `params` as they are: ingest checks them (`ChatParams`). The body declares a
+# field for each.
+_PASSED_PARAMS = tuple(sorted(limits.ALLOWED_PARAMS))
 _INDEX = re.compile(r"\.(\d+)(?=\.|$)")
 _SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
 
