@@ -85,26 +85,6 @@ _FOLLOWING: dict[tuple[int, str, str], _Following] = {}
 SHARED_MAX_WAITERS = 1_000_000
 
 
-class _FeedFrom(KafkaReplyFeed):
-    """The follower's feed started at a point in time rather than at the end (a resumed batch)."""
-
-    def __init__(self, kafka: KafkaSettings, topic: str, *, client_id: str, from_ms: int) -> None:
-        super().__init__(kafka, topic, client_id=client_id)
-        self._from_ms = from_ms
-
-    async def start(self) -> None:
-        await super().start()
-        consumer = self._consumer
-        if consumer is None:
-            return
-        partitions = consumer.assignment()
-        found = await consumer.offsets_for_times(dict.fromkeys(partitions, self._from_ms))
-        for tp in partitions:
-            at = found.get(tp)
-            if at is not None:
-                consumer.seek(tp, at.offset)
-
-
 class KafkaTransport:
     def __init__(
         self,
@@ -173,11 +153,7 @@ class KafkaTransport:
             if following.follower is None:
                 topic, from_ms, client_id = self.reply_topic, self._follow_from_ms, self._client_id
                 following.follower = ReplyFollower(
-                    lambda: (
-                        KafkaReplyFeed(self._kafka, topic, client_id=client_id)
-                        if from_ms is None
-                        else _FeedFrom(self._kafka, topic, client_id=client_id, from_ms=from_ms)
-                    ),
+                    lambda: KafkaReplyFeed(self._kafka, topic, client_id=client_id, from_ms=from_ms),
                     following.hub,
                 )
                 await following.follower.start()

@@ -52,7 +52,8 @@ class ReplyFeed(Protocol):
 
 class KafkaReplyFeed:
     """`ReplyFeed` over aiokafka: no group, every partition of `topics` (or of the topics matching
-    `pattern`, the results service serving all regions), positioned at the end."""
+    `pattern`, the results service serving all regions), positioned at the end, or at the first
+    record written at or after `from_ms` (a client resuming a batch replays what it missed)."""
 
     def __init__(
         self,
@@ -61,11 +62,13 @@ class KafkaReplyFeed:
         *,
         client_id: str,
         pattern: str | None = None,
+        from_ms: int | None = None,
     ) -> None:
         self._kafka = kafka
         self._topics = [topics] if isinstance(topics, str) else list(topics)
         self._pattern = pattern
         self._client_id = client_id
+        self._from_ms = from_ms
         self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self) -> None:
@@ -95,6 +98,13 @@ class KafkaReplyFeed:
                 # written after this returns is read.
                 for tp in consumer.assignment():
                     await consumer.position(tp)
+            if self._from_ms is not None:
+                partitions = consumer.assignment()
+                found = await consumer.offsets_for_times(dict.fromkeys(partitions, self._from_ms))
+                for tp in partitions:
+                    # None: nothing written since `from_ms` there; following stays at the end.
+                    if (at := found.get(tp)) is not None:
+                        consumer.seek(tp, at.offset)
         except BaseException:
             # A start that failed (or was cancelled) leaves nothing open.
             await consumer.stop()

@@ -87,11 +87,13 @@ class AdmittedSinceRead:
     tenant's posts would all be weighed against the same stale lag, overfill the tier, and another
     tenant's chat then met "tier full" until the next read. So each tier's backlog is the read one
     plus this ingest's own admissions to it since that read (`admitted`); a new snapshot (another
-    object: the reader publishes a fresh one per read) starts the count again. The dispatchers'
-    progress since the read is not subtracted (admission errs towards refusing for at most one
-    period), other ingest instances' admissions are not seen, and records acknowledged between a
-    read and its publication are dropped from the count: each only ever brings the estimate back
-    to the lag read. An unknown backlog stays unknown.
+    object: the reader publishes a fresh one per read) starts the count again. A request is counted
+    when it is admitted, before its produce is awaited, so requests admitted concurrently see each
+    other; one whose produce fails is taken back (`withdrawn`). The dispatchers' progress since the
+    read is not subtracted (admission errs towards refusing for at most one period), other ingest
+    instances' admissions are not seen, and records written between a read and its publication are
+    dropped from the count: each only ever brings the estimate back to the lag read. An unknown
+    backlog stays unknown.
     """
 
     def __init__(self) -> None:
@@ -107,6 +109,12 @@ class AdmittedSinceRead:
         """One request joined `tier` while `snapshot` was the latest read."""
         self._follow(snapshot)
         self._counts[tier] += 1
+
+    def withdrawn(self, snapshot: BacklogSnapshot, tier: Tier) -> None:
+        """A request counted by `admitted(snapshot, tier)` was not written after all. Nothing to take
+        back once a newer read restarted the count: that read could not include it."""
+        if snapshot is self._read and self._counts[tier] > 0:
+            self._counts[tier] -= 1
 
     def _follow(self, snapshot: BacklogSnapshot) -> None:
         if snapshot is not self._read:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
@@ -61,14 +62,20 @@ async def read_body(request: Request, limit_bytes: int, *, timeout_s: float | No
     return b"".join(chunks)
 
 
-def parse_submission(raw: bytes, guard: JsonGuard = _DEFAULT_GUARD) -> SubmitRequest:
-    """Parse and validate a body: `MalformedBodyError` (400) or `InvalidRequestError` (422)."""
+def load_object(raw: bytes, guard: JsonGuard = _DEFAULT_GUARD) -> dict[str, Any]:
+    """The body as a JSON object within `guard`'s bounds, else `MalformedBodyError` (400)."""
     try:
         data = guard.loads(raw)
     except JsonRefusedError as exc:
         raise MalformedBodyError(str(exc)) from exc
     if not isinstance(data, dict):
         raise MalformedBodyError("body must be a JSON object")
+    return data
+
+
+def parse_submission(raw: bytes, guard: JsonGuard = _DEFAULT_GUARD) -> SubmitRequest:
+    """Parse and validate a body: `MalformedBodyError` (400) or `InvalidRequestError` (422)."""
+    data = load_object(raw, guard)
     try:
         submission = SubmitRequest.model_validate(data)
     except ValidationError as exc:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from services.ingest.admission import AdmissionPolicy
-from services.ingest.backlog import AdmittedSinceRead, BacklogSource
+from services.ingest.backlog import AdmittedSinceRead, BacklogSnapshot, BacklogSource
 from services.ingest.backlog_watch import BacklogAlarm
 from services.ingest.envelope import Envelope
 from services.ingest.errors import (
@@ -129,10 +129,12 @@ class Publisher:
             raise RecordTooLargeError(len(envelope.key) + len(value), self._record_limit.max_record_bytes)
         return value
 
-    def admit(self, envelope: Envelope) -> None:
+    def admit(self, envelope: Envelope) -> BacklogSnapshot:
         """Raises `OverCapacityError` when the envelope's tier may not grow, `TenantOverShareError`
         when its tenant may not grow its part of it; feeds the alarm. Both weigh the backlog read
-        plus this ingest's admissions since the read."""
+        plus this ingest's admissions since the read. An admitted envelope is counted at once (no
+        await between the decision and the count, so concurrent requests see each other); the
+        snapshot it was counted against is returned for `withdrawn` should its produce fail."""
         snapshot = self._backlogs.snapshot()
         self._alarm.observe(snapshot)
         # The lag read plus this ingest's admissions since (`AdmittedSinceRead`).
@@ -146,18 +148,23 @@ class Publisher:
             over = self._shares.decide(envelope.request.tenant, tier, backlogs.get(tier), weights)
             if over is not None:
                 raise TenantOverShareError(over)
+        self._since_read.admitted(snapshot, envelope.tier)
+        return snapshot
 
     async def _admit_and_produce(self, envelope: Envelope, value: bytes) -> Answer:
-        self.admit(envelope)
+        counted_against = self.admit(envelope)
         MESSAGE_ID.set(envelope.request_id)  # the send span's message id, when tracing is on
-        await self._producer.produce(
-            envelope.topic,
-            value,
-            key=envelope.key,
-            timeout_s=self._ack_timeout_s,
-        )
+        try:
+            await self._producer.produce(
+                envelope.topic,
+                value,
+                key=envelope.key,
+                timeout_s=self._ack_timeout_s,
+            )
+        except BaseException:
+            self._since_read.withdrawn(counted_against, envelope.tier)
+            raise
         tenant = envelope.request.tenant
-        self._since_read.admitted(self._backlogs.snapshot(), envelope.tier)
         if self._tenants.weights() is not None:
             self._shares.accepted(tenant, envelope.tier)
         self._metrics.accepted(envelope.tier, self._tenants.label(tenant))

@@ -26,9 +26,9 @@ ingest itself accepted:
   the tier's (1 s to a minute, ten for LOW).
 
 An unknown backlog never refuses (as for tiers). The backlog weighed is the lag read plus this
-ingest's admissions since that read (`backlog.AdmittedSinceRead`, the publisher's). Requests
-admitted concurrently are counted once produced, so a burst can overshoot a share by the requests
-in flight; the tier bound still holds.
+ingest's admissions since that read (`backlog.AdmittedSinceRead`, the publisher's, counted at
+admission). The tenant mix is updated once a request is produced, so a burst can overshoot a share
+by the requests in flight; the tier bound still holds.
 """
 
 from __future__ import annotations

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import re
 
-from services.messaging.topics import RESERVED_TOPIC_WORDS, TopicNames
+from services.messaging.topics import REGION_REGEX, RESERVED_TOPIC_WORDS, TopicNames
 
 # Kafka refuses longer topic names.
 MAX_TOPIC_CHARS = 249
-REGION_PATTERN = re.compile(r"[a-z0-9-]{1,32}")
+REGION_PATTERN = re.compile(REGION_REGEX)
 # Words of the topic table (services/messaging/topics.py): never a region.
 RESERVED_REGIONS = RESERVED_TOPIC_WORDS
 

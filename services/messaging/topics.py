@@ -15,6 +15,8 @@ from services.messaging.tiers import Tier
 HOUR_MS = 3_600_000
 # The last words of the topic table's names: never a region (a regional reply topic's last word).
 RESERVED_TOPIC_WORDS = frozenset({"requests", "retry", "dlq", "results"})
+# A region, as a regular expression (`services.messaging.reply_topics.region_problem` says why not).
+REGION_REGEX = r"[a-z0-9-]{1,32}"
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class TopicNames:
         is the retry topic of a pipeline whose prefix is ``<prefix>.results``), for a consumer that
         serves all regions."""
         reserved = "|".join(sorted(RESERVED_TOPIC_WORDS))
-        return rf"^{re.escape(self.results)}(\.(?!({reserved})$)[a-z0-9-]{{1,32}})?$"
+        return rf"^{re.escape(self.results)}(\.(?!({reserved})$){REGION_REGEX})?$"
 
     @property
     def retry(self) -> str:

@@ -9,9 +9,9 @@ chunks and results), `retention.RetentionTask` (expired results deleted every `p
 `webhooks.ResultWebhooks` (a result's `callback_url` POSTed, signed, from an outbox the store
 writes with the result).
 `create_app` builds them from the settings (and reads the tenants file: a bad one stops the service
-before anything starts); its lifespan opens the store, then starts the consumer, the follower, the
-retention task and the tenants' reloader, and stops them in the reverse order, so the last batch is
-written before the database closes.
+before anything starts); its lifespan checks the topics, opens the store, then starts the webhook
+sender, the consumer, the follower, the retention task and the tenants' reloader, and stops them
+in the reverse order, so the last batch is written before the database closes.
 """
 
 from __future__ import annotations
@@ -88,11 +88,13 @@ async def serve_parts(
     failed start) stop in the reverse order."""
     async with AsyncExitStack() as started:
         if check_topics:
-            await asyncio.to_thread(require_topics, settings.kafka, settings.reply_topics)
+            # One metadata read for every topic the service needs (`MissingTopicsError` names each).
+            needed = settings.reply_topics + (webhooks.topics if webhooks is not None else [])
+            await asyncio.to_thread(require_topics, settings.kafka, needed)
         await store.open()
         started.push_async_callback(store.close)
         if webhooks is not None:
-            await webhooks.start(store, check_topics=check_topics)
+            await webhooks.start(store)
             started.push_async_callback(webhooks.stop)
         await consumer.start()
         started.push_async_callback(consumer.stop)

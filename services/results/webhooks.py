@@ -1,6 +1,6 @@
 """The results service's webhook delivery, composed: the outbox (a hook of the results table, so a
 delivery is queued in the same transaction as its result), the dead-letter producer, the poster
-and the sender (`services.webhooks`). `app.create_app` builds one and starts it after the consumer.
+and the sender (`services.webhooks`). `app.create_app` builds one and starts it before the consumer.
 
 The body POSTed is the result as ``GET /v1/requests/{id}`` shows it (`view.public_view`), frozen
 when the result is stored. The Kafka producer (dead letters only) starts on its first dead letter:
@@ -9,11 +9,9 @@ most processes never write one, and need no idle connection for it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Protocol
 
-from services.messaging.admin import require_topics
 from services.messaging.dead_letters import DeadLetters, DurableProducer, Headers, RecordProducer
 from services.messaging.producer import AsyncProducer
 from services.messaging.records import InferenceResult
@@ -97,11 +95,13 @@ class ResultWebhooks:
     def failed(self) -> bool:
         return self.sender is not None and self.sender.failed
 
-    async def start(self, store: OutboxStore, *, check_topics: bool = True) -> None:
-        """Start the sender on `store`; with `check_topics`, first check that the DLQ exists
-        (`MissingTopicsError` naming it, as for the reply topic)."""
-        if check_topics:
-            await asyncio.to_thread(require_topics, self._kafka, [self._kafka.topics.dlq])
+    @property
+    def topics(self) -> list[str]:
+        """The topics this writes to (the DLQ): the service checks they exist with its own."""
+        return [self._kafka.topics.dlq]
+
+    async def start(self, store: OutboxStore) -> None:
+        """Start the sender on `store`."""
         await self._poster.start()
         self.sender = WebhookSender(
             store,

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,12 +22,11 @@ import httpx
 import pytest
 
 from services.batch.ledger import read_state
-from services.messaging.admin import create_topics
 from services.messaging.codec import request_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from services.tools.stack.pipeline import Pipeline
 from tests.support.inprocess import free_port
 from tests.support.kafka import read_all
+from tests.support.pipeline import running_pipeline
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -92,26 +90,16 @@ class CountingProxy:
 
 @pytest.fixture(scope="module")
 def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    prefix = f"batch{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
-    stack = Pipeline(
-        bootstrap=kafka_bootstrap,
-        work_dir=tmp_path_factory.mktemp("batch"),
-        ports=PipelinePorts(
-            ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-        ),
-        topic_prefix=prefix,
+    with running_pipeline(
+        kafka_bootstrap,
+        tmp_path_factory.mktemp("batch"),
+        name="batch",
         budget=4,
         backend_args=["--speed", "20"],
         # LOW may use the whole budget at night: the test must not depend on the hour.
         extra_env={"INFERQ_SCHEDULE_PIN": "night"},
-    )
-    try:
-        stack.start()
+    ) as stack:
         yield stack
-    finally:
-        codes = stack.stop()
-        assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
 
 
 def start_batch(pipeline: Pipeline, proxy: CountingProxy, batch: Path, out: Path) -> subprocess.Popen[bytes]:

@@ -15,37 +15,27 @@ import pytest
 
 from services.client import HttpTransport, InferqClient, SyncInferqClient, WaitTimeoutError
 from services.client.kafka import KafkaTransport
-from services.messaging.admin import create_topics
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.records import Status
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
-from tests.support.inprocess import free_port
+from services.tools.stack.pipeline import Pipeline
 from tests.support.kafka import end_offsets, read_all
+from tests.support.pipeline import running_pipeline
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    prefix = f"cl{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix), regions=["eu", "us"])
-    stack = Pipeline(
-        bootstrap=kafka_bootstrap,
-        work_dir=tmp_path_factory.mktemp("client"),
-        ports=PipelinePorts(
-            ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-        ),
-        topic_prefix=prefix,
+    with running_pipeline(
+        kafka_bootstrap,
+        tmp_path_factory.mktemp("client"),
+        name="cl",
+        regions=["eu", "us"],
         budget=4,
         backend_args=["--speed", "10"],
         extra_env={"INFERQ_SCHEDULE_PIN": "normal"},
-    )
-    try:
-        stack.start()
+    ) as stack:
         yield stack
-    finally:
-        codes = stack.stop()
-        assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
 
 
 def settings(pipeline: Pipeline, bootstrap: str) -> KafkaSettings:

@@ -17,10 +17,8 @@ import openai
 import pytest
 
 from services.messaging import limits
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
-from tests.support.inprocess import free_port
+from services.tools.stack.pipeline import Pipeline
+from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -33,26 +31,16 @@ HI = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi
 
 @pytest.fixture(scope="module")
 def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    prefix = f"e2eo{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
     work_dir = tmp_path_factory.mktemp("openai")
-    stack = Pipeline(
-        bootstrap=kafka_bootstrap,
-        work_dir=work_dir,
-        ports=PipelinePorts(
-            ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-        ),
-        topic_prefix=prefix,
+    with running_pipeline(
+        kafka_bootstrap,
+        work_dir,
+        name="e2eo",
         budget=4,
         backend_args=["--speed", "5"],
         extra_env={"INFERQ_TENANTS_FILE": str(write_tenants(work_dir / "tenants.toml", ACME, BETA))},
-    )
-    try:
-        stack.start()
+    ) as stack:
         yield stack
-    finally:
-        codes = stack.stop()
-        assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
 
 
 def sdk(pipeline: Pipeline, spec: TenantSpec = ACME) -> openai.OpenAI:

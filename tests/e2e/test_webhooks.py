@@ -22,12 +22,11 @@ from typing import Any
 import httpx
 import pytest
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from services.tools.stack.pipeline import Pipeline
 from services.tools.stack.process import ServiceProcess
 from tests.support.inprocess import free_port
 from tests.support.kafka import read_all
+from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.webhook_receiver import Receiver, webhook_receiver
 
@@ -92,8 +91,6 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    prefix = f"e2ew{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
     work_dir = tmp_path_factory.mktemp("webhooks")
     with webhook_receiver() as receiver, webhook_receiver() as beta_receiver:
         acme = TenantSpec(
@@ -107,13 +104,10 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
             entitlements={"callback_hosts": [f"127.0.0.1:{beta_receiver.port}"]},
         )
         tenants_file = write_tenants(work_dir / "tenants.toml", acme, beta)
-        pipeline = Pipeline(
-            bootstrap=kafka_bootstrap,
-            work_dir=work_dir,
-            ports=PipelinePorts(
-                ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-            ),
-            topic_prefix=prefix,
+        with running_pipeline(
+            kafka_bootstrap,
+            work_dir,
+            name="e2ew",
             budget=4,
             backend_args=["--speed", "5"],
             extra_env={
@@ -126,13 +120,8 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 "INFERQ_WEBHOOK_RETRY_PERIOD_S": str(RETRY_PERIOD_S),
                 "INFERQ_WEBHOOK_POLL_INTERVAL_S": "0.2",
             },
-        )
-        try:
-            pipeline.start()
+        ) as pipeline:
             yield Stack(pipeline, receiver, acme, beta)
-        finally:
-            codes = pipeline.stop()
-            assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
 
 
 def assert_signed(delivery: Any, secret: str) -> dict[str, Any]:

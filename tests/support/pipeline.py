@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,19 @@ def slow_streams(**env: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def running_pipeline(
-    bootstrap: str, work_dir: Path, *, name: str, clean_exits: bool = True, **options: Any
+    bootstrap: str,
+    work_dir: Path,
+    *,
+    name: str,
+    regions: Sequence[str] = (),
+    clean_exits: bool = True,
+    **options: Any,
 ) -> Iterator[Pipeline]:
-    """A started `Pipeline` (`options`: its fields) on fresh topics, prefixed `name` and a uuid, and
-    free ports; stopped on the way out. With `clean_exits` every service must then have exited 0 (a
-    test that kills one says False)."""
+    """A started `Pipeline` (`options`: its fields) on fresh topics, prefixed `name` and a uuid (with
+    the reply topic of each of `regions`), and free ports; stopped on the way out. With
+    `clean_exits` every service must then have exited 0 (a test that kills one says False)."""
     prefix = f"{name}{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix))
+    create_topics(KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix), regions=regions)
     ports = PipelinePorts(
         ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
     )

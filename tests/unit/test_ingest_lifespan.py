@@ -4,7 +4,7 @@ order and stopped in the reverse order, also when a start fails half-way."""
 from __future__ import annotations
 
 import asyncio
-import os
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -21,15 +21,17 @@ class BrokenBacklog(FakeBacklog):
         raise RuntimeError("cannot reach the group coordinator")
 
 
-def os_threads() -> int:
-    return len(os.listdir("/proc/self/task"))
+def librdkafka_threads() -> int:
+    """The process's librdkafka threads ("rdk:main", "rdk:broker-N"...): other tests' threads ending
+    or starting meanwhile do not count."""
+    return sum(comm.read_text().startswith("rdk:") for comm in Path("/proc/self/task").glob("*/comm"))
 
 
 def test_building_the_parts_starts_no_client():
-    before = os_threads()
+    before = librdkafka_threads()
     parts = build_parts(IngestSettings(kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1")))
     # librdkafka starts its threads with a client: none may exist before the lifespan runs.
-    assert os_threads() == before
+    assert librdkafka_threads() == before
     assert parts.admission.enabled and not parts.watcher.running
 
 

@@ -161,6 +161,53 @@ def test_admission_counts_its_own_admissions_since_the_last_backlog_read():
         parts.publish(envelope())
 
 
+class HeldProducer(RecordingProducer):
+    """Acknowledges nothing until `ack` is set (`held` records wait for it); fails every record
+    when `fail` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ack = asyncio.Event()
+        self.fail = False
+        self.held = 0
+
+    async def produce(self, topic: str, value: bytes, *, key: bytes | None = None, **_: Any) -> Any:
+        self.held += 1
+        await asyncio.wait_for(self.ack.wait(), 5)
+        self.held -= 1
+        if self.fail:
+            raise ProduceError(topic, "Local: Message timed out")
+        return await super().produce(topic, value, key=key)
+
+
+def test_requests_admitted_concurrently_count_against_each_other_and_a_failed_one_is_taken_back():
+    producer = HeldProducer()
+    parts = Parts(producer=producer, backlog=PeriodicBacklog(HIGH=7, MEDIUM=0, LOW=0))
+
+    async def burst(n: int) -> list[object]:
+        sends = [
+            asyncio.ensure_future(parts.publisher.publish(envelope(), idempotency_key=None)) for _ in range(n)
+        ]
+        # Every send admitted (its record held) or refused before any acknowledgement.
+        async with asyncio.timeout(5):
+            while producer.held != sum(not s.done() for s in sends):
+                await asyncio.sleep(0)
+        producer.ack.set()
+        return await asyncio.gather(*sends, return_exceptions=True)
+
+    # Capacity 10, lag 7: of 6 sends in flight together only 3 fit.
+    producer.fail = True
+    failed = asyncio.run(burst(6))
+    assert (
+        sorted(type(r).__name__ for r in failed) == ["OverCapacityError"] * 3 + ["QueueUnavailableError"] * 3
+    )
+    # The 3 that were not written no longer count: 3 fit again, no new read needed.
+    producer.ack, producer.fail = asyncio.Event(), False
+    written = asyncio.run(burst(6))
+    assert sorted(type(r).__name__ for r in written) == ["OverCapacityError"] * 3 + ["tuple"] * 3
+    assert len(producer.sent) == 3
+
+
 def test_admission_counting_its_own_admissions_never_refuses_on_an_unknown_backlog():
     parts = Parts(backlog=PeriodicBacklog(HIGH=None, MEDIUM=None, LOW=None))
     for _ in range(25):

@@ -33,10 +33,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.datastructures import Headers
 
+from services.ingest.body import load_object
 from services.ingest.chat.errors import ChatBodyError, ModelNotFoundError
 from services.ingest.envelope import Envelope
-from services.ingest.errors import MalformedBodyError
-from services.ingest.json_guard import JsonGuard, JsonRefusedError
+from services.ingest.json_guard import JsonGuard
 from services.ingest.validation import SubmitRequest, describe
 from services.messaging import limits
 
@@ -75,17 +75,9 @@ UNSUPPORTED = frozenset(
         "service_tier",
     }
 )
-# Handed to ingest's `params` as they are: ingest checks them (`ChatParams`).
-_PASSED_PARAMS = (
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "stop",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "response_format",
-)
+# Handed to ingest's `params` as they are: ingest checks them (`ChatParams`). The body declares a
+# field for each.
+_PASSED_PARAMS = tuple(sorted(limits.ALLOWED_PARAMS))
 _INDEX = re.compile(r"\.(\d+)(?=\.|$)")
 _SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
 
@@ -180,12 +172,7 @@ def parse_chat_call(
     """The `ChatCall` of a body and its headers, queued as `request_id` (its outcome goes to the
     ingest's default reply topic, the one it follows); `ChatBodyError` (400), `ModelNotFoundError`
     (404), `MalformedBodyError` (400) for what is not JSON within the bounds."""
-    try:
-        data = guard.loads(raw)
-    except JsonRefusedError as exc:
-        raise MalformedBodyError(str(exc)) from exc
-    if not isinstance(data, dict):
-        raise MalformedBodyError("body must be a JSON object")
+    data = load_object(raw, guard)
     _refuse_unknown(data)
     try:
         body = ChatCompletionBody.model_validate(data)
