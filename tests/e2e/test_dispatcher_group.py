@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
 from services.tools.demo.workload import Submission, submit_all, wait_outcomes
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
-from tests.support.inprocess import free_port
+from services.tools.stack.pipeline import Pipeline
+from tests.support.pipeline import running_pipeline
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
 
@@ -25,16 +22,12 @@ MEDIUM_MAX = 5
 
 @pytest.fixture
 def group(kafka_bootstrap: str, redis_url: str, tmp_path) -> Iterator[Pipeline]:
-    prefix = f"grp{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
-    ports = PipelinePorts(
-        ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-    )
-    stack = Pipeline(
-        bootstrap=kafka_bootstrap,
-        work_dir=tmp_path,
-        ports=ports,
-        topic_prefix=prefix,
+    with running_pipeline(
+        kafka_bootstrap,
+        tmp_path,
+        name="grp",
+        dispatchers=3,
+        clean_exits=False,  # a test here SIGKILLs a dispatcher
         budget=BUDGET,
         backend_args=["--speed", "5"],
         extra_env={
@@ -45,12 +38,8 @@ def group(kafka_bootstrap: str, redis_url: str, tmp_path) -> Iterator[Pipeline]:
             # A deep admission limit: this test is about the budget, not about refusing work.
             "INFERQ_INGEST_ADMISSION_ENABLED": "false",
         },
-    )
-    try:
-        stack.start(dispatchers=3)
+    ) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 def chats(n: int) -> list[Submission]:

@@ -21,14 +21,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from services.messaging.admin import create_topics
 from services.messaging.codec import result_codec
-from services.messaging.kafka_config import KafkaSettings
 from services.messaging.records import InferenceResult
 from services.messaging.topics import TopicNames
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
-from tests.support.inprocess import free_port
+from services.tools.stack.pipeline import Pipeline
 from tests.support.kafka import a_request, produce_requests, read_all
+from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -41,29 +39,19 @@ BUDGET = 4
 
 @pytest.fixture(scope="module")
 def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    prefix = f"e2edt{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
     work_dir = tmp_path_factory.mktemp("dispatcher-tenants")
     tenants_file = write_tenants(work_dir / "tenants.toml", FLOOD, SMALL, NARROW)
-    stack = Pipeline(
-        bootstrap=kafka_bootstrap,
-        work_dir=work_dir,
-        ports=PipelinePorts(
-            ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-        ),
-        topic_prefix=prefix,
+    with running_pipeline(
+        kafka_bootstrap,
+        work_dir,
+        name="e2edt",
         budget=BUDGET,
         # Fast calls: the flood drains in seconds. Night: LOW may use the whole budget (nothing else
         # waits), so the test does not depend on the hour it runs at.
         backend_args=["--speed", "50"],
         extra_env={"INFERQ_TENANTS_FILE": str(tenants_file), "INFERQ_SCHEDULE_PIN": "night"},
-    )
-    try:
-        stack.start()
+    ) as stack:
         yield stack
-    finally:
-        codes = stack.stop()
-        assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
 
 
 def topics(pipeline: Pipeline) -> TopicNames:

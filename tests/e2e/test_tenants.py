@@ -20,11 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from services.tools.stack.pipeline import Pipeline
 from services.tools.stack.process import ServiceProcess
 from tests.support.inprocess import free_port
+from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -50,30 +49,20 @@ def chat(text: str, **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    prefix = f"e2et{uuid.uuid4().hex[:10]}"
-    create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
     work_dir = tmp_path_factory.mktemp("tenants")
     tenants_file = write_tenants(work_dir / "tenants.toml", *TENANTS)
-    stack = Pipeline(
-        bootstrap=kafka_bootstrap,
-        work_dir=work_dir,
-        ports=PipelinePorts(
-            ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
-        ),
-        topic_prefix=prefix,
+    with running_pipeline(
+        kafka_bootstrap,
+        work_dir,
+        name="e2et",
         budget=4,
         backend_args=["--speed", "5"],
         extra_env={
             "INFERQ_TENANTS_FILE": str(tenants_file),
             "INFERQ_TENANTS_RELOAD_INTERVAL_S": str(RELOAD_INTERVAL_S),
         },
-    )
-    try:
-        stack.start()
+    ) as stack:
         yield stack
-    finally:
-        codes = stack.stop()
-        assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
 
 
 def post(url: str, body: Any, spec: TenantSpec | None = None, **headers: str) -> httpx.Response:

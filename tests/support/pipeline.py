@@ -37,12 +37,14 @@ def running_pipeline(
     *,
     name: str,
     regions: Sequence[str] = (),
+    dispatchers: int = 1,
     clean_exits: bool = True,
     **options: Any,
 ) -> Iterator[Pipeline]:
-    """A started `Pipeline` (`options`: its fields) on fresh topics, prefixed `name` and a uuid (with
-    the reply topic of each of `regions`), and free ports; stopped on the way out. With
-    `clean_exits` every service must then have exited 0 (a test that kills one says False)."""
+    """A started `Pipeline` (`options`: its fields) with `dispatchers` dispatchers on fresh topics,
+    prefixed `name` and a uuid (with the reply topic of each of `regions`), and free ports; stopped
+    on the way out. With `clean_exits` every service must then have exited 0 (a test that kills one
+    says False)."""
     prefix = f"{name}{uuid.uuid4().hex[:10]}"
     create_topics(KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix), regions=regions)
     ports = PipelinePorts(
@@ -51,7 +53,7 @@ def running_pipeline(
     pipeline = Pipeline(bootstrap=bootstrap, work_dir=work_dir, ports=ports, topic_prefix=prefix, **options)
     started = False
     try:
-        pipeline.start()
+        pipeline.start(dispatchers=dispatchers)
         started = True
         yield pipeline
     finally:
