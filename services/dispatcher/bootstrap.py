@@ -208,7 +208,7 @@ def bootstrap(
         tenants=limits,
         headroom=TenantHeadroom(
             slots=settings.tenant_headroom_slots,
-            window_ms=int(settings.tenant_active_window_s * 1000),
+            window_ms=round(settings.tenant_active_window_s * 1000),
             weight_of=limits.weight,
         ),
     )
