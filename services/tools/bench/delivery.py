@@ -3,7 +3,7 @@
 One run, one broker, one pipeline (`services/tools/stack`: ingest, results, one dispatcher with a
 budget far above the load, so nothing waits for a token) and its simulated backend, with a fixed
 latency. Four phases, one after the other, each `warmup_s` (sent, not counted) + `duration_s` at
-`rate_per_s` open loop (each call sent when due, not waiting for earlier answers), the same httpx
+`rate_per_s` open loop (each call sent when due, not waiting for earlier answers), the same aiohttp
 client and the same marked bodies: the simulator directly, then ingest's POST
 /v1/chat/completions (HIGH), first without then with `stream: true`. The simulator stamps each
 call (received, first token, done: `simbackend/timings.py`); the analysis is `delivery_report.py`.
@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import uvloop
 
@@ -53,11 +54,11 @@ from services.tools.stack.pipeline import Pipeline, PipelinePorts
 MODEL = "inferq-fast"
 SIM_MODELS = ("inferq-fast", "inferq-accurate", "inferq-cheap")
 HTTP_TIMEOUT_S = 15.0
-# About three times the calls in flight at 200/s (100 ms direct, 150-200 ms through inferq): the
-# pool never makes a call wait at the target rate, and stays small. httpcore re-scans its whole pool
-# on each request, so a pool a stall has grown to hundreds makes every later call cost more CPU
-# (encode/httpcore#928): with 512 the client fell 30-75 s behind its schedule here.
-MAX_CONNECTIONS = 64
+# Ten times the calls in flight at 200/s (100 ms direct, 150-200 ms through inferq): a call never
+# waits for a connection. The client is aiohttp: httpx's pool re-scans itself on each request
+# (encode/httpcore#928), and through inferq the httpx client took 81% of a core at 200/s (31%
+# direct, same calls) and fell 22-38 s behind its schedule on an otherwise quiet machine.
+MAX_CONNECTIONS = 256
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class DeliverySpec:
 
 
 async def _call(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], due_ns: int
+    client: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str], due_ns: int
 ) -> Call:
     request_id = body["messages"][0]["content"].split(" ", 1)[0].split(":", 1)[1]
     sent = time.time_ns()
@@ -85,22 +86,20 @@ async def _call(
     inferq_id: str | None = None
     answered: int | None = None
     try:
-        if not body["stream"]:
-            response = await client.post(url, json=body, headers=headers)
-            status = response.status_code
+        async with client.post(url, json=body, headers=headers) as response:
+            status = response.status
             inferq_id = response.headers.get("x-inferq-request-id")
-            complete = status == 200 and bool(response.json().get("choices"))
-        else:
-            async with client.stream("POST", url, json=body, headers=headers) as response:
-                status = response.status_code
-                inferq_id = response.headers.get("x-inferq-request-id")
-                async for line in response.aiter_lines():
+            if not body["stream"]:
+                complete = status == 200 and bool((await response.json()).get("choices"))
+            else:
+                async for raw in response.content:
+                    line = raw.decode().rstrip("\r\n")
                     if not line.startswith("data: "):
                         continue
                     data = line[6:]
                     if data == "[DONE]":
-                        # Answered now; the body is still read to its end, or httpx would close the
-                        # connection instead of reusing it (a new connection per streamed call).
+                        # Answered now; the body is still read to its end so the connection is
+                        # reused (a new connection per streamed call otherwise).
                         complete = status == 200
                         answered = time.time_ns()
                         continue
@@ -108,7 +107,7 @@ async def _call(
                         choices = json.loads(data).get("choices") or [{}]
                         if (choices[0].get("delta") or {}).get("content"):
                             first = time.time_ns()
-    except (httpx.HTTPError, ValueError):
+    except (aiohttp.ClientError, TimeoutError, ValueError):
         complete = False
     end = time.time_ns()
     return Call(request_id, due_ns, sent, answered or end, first, status, complete, inferq_id)
@@ -120,8 +119,9 @@ async def send_phase(url: str, spec: DeliverySpec, tag: str, *, stream: bool, in
     total = int((spec.warmup_s + spec.duration_s) * spec.rate_per_s)
     first_counted = int(spec.warmup_s * spec.rate_per_s)
     headers = {"X-Inferq-Priority": Tier.HIGH.value} if inferq else {}
-    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
-    async with httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, limits=limits) as client:
+    connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS)
+    timeout = aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
         start_ns = time.time_ns() + 100_000_000
         tasks = []
         for index in range(total):
@@ -279,8 +279,8 @@ def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dic
             f"{document['seconds']:.0f} s in all.",
             "",
             f"Each phase: {spec['rate_per_s']:g} calls/s open loop for {spec['duration_s']:g} s after a "
-            f"{spec['warmup_s']:g} s warm-up (not counted), one httpx client; simulated backend with a fixed "
-            f"{spec['backend_latency_ms']:g} ms per call; one dispatcher, budget {spec['budget']}; "
+            f"{spec['warmup_s']:g} s warm-up (not counted), one aiohttp client; simulated backend with a "
+            f"fixed {spec['backend_latency_ms']:g} ms per call; one dispatcher, budget {spec['budget']}; "
             f"chunk linger {'default' if linger is None else f'{linger:g} ms'}. Milliseconds. "
             "Overhead = client's wait minus the backend's own time for that call "
             "(both stamped on this machine's clock).",
