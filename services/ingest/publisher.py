@@ -130,8 +130,9 @@ class Publisher:
         return value
 
     def admit(self, envelope: Envelope) -> BacklogSnapshot:
-        """Raises `OverCapacityError` when the envelope's tier may not grow, `TenantOverShareError`
-        when its tenant may not grow its part of it; feeds the alarm. Both weigh the backlog read
+        """Raises `OverCapacityError` when the envelope's tier may not grow (unless its tenant is
+        below its share of it: `BacklogShares.keeps_room`), `TenantOverShareError` when its tenant
+        may not grow its part of it; feeds the alarm. Both weigh the backlog read
         plus this ingest's admissions since the read. An admitted envelope is counted at once (no
         await between the decision and the count, so concurrent requests see each other); the
         snapshot it was counted against is returned for `withdrawn` should its produce fail."""
@@ -139,13 +140,17 @@ class Publisher:
         self._alarm.observe(snapshot)
         # The lag read plus this ingest's admissions since (`AdmittedSinceRead`).
         backlogs = self._since_read.backlogs(snapshot)
-        refusal = self._admission.decide(envelope.tier, backlogs)
-        if refusal is not None:
-            raise OverCapacityError(refusal)
+        tier, tenant = envelope.tier, envelope.request.tenant
         weights = self._tenants.weights()
+        refusal = self._admission.decide(tier, backlogs)
+        if refusal is not None and not (
+            weights is not None
+            and refusal.full_tier is tier
+            and self._shares.keeps_room(tenant, tier, refusal.backlog, weights)
+        ):
+            raise OverCapacityError(refusal)
         if weights is not None:
-            tier = envelope.tier
-            over = self._shares.decide(envelope.request.tenant, tier, backlogs.get(tier), weights)
+            over = self._shares.decide(tenant, tier, backlogs.get(tier), weights)
             if over is not None:
                 raise TenantOverShareError(over)
         self._since_read.admitted(snapshot, envelope.tier)

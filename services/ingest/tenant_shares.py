@@ -25,6 +25,13 @@ ingest itself accepted:
 - Retry-After: the time the tenant's excess takes to drain at its share of the budget, clamped like
   the tier's (1 s to a minute, ten for LOW).
 
+- A full tier does not refuse a tenant below its share (`keeps_room`): the tier-level admission
+  answers "tier full" to everyone, so a flood that overshoots the tier (a lag read a moment old,
+  several ingests) would refuse the quiet tenant's chat too. A tenant whose estimate is below its
+  share keeps the rest of its share on top of the capacity: the dispatcher serves each tier fairly
+  across tenants, so its requests wait behind their own, not behind the flood's. The tier is then
+  bounded by its capacity plus that tenant's unused share (at most twice the capacity).
+
 An unknown backlog never refuses (as for tiers). The backlog weighed is the lag read plus this
 ingest's admissions since that read (`backlog.AdmittedSinceRead`, the publisher's, counted at
 admission). The tenant mix is updated once a request is produced, so a burst can overshoot a share
@@ -130,6 +137,22 @@ class BacklogShares:
         for tenant in [t for t, at in seen.items() if at < since]:
             del seen[tenant]
         return set(self._counts[tier]) | seen.keys()
+
+    def keeps_room(self, tenant: str, tier: Tier, backlog: int, weights: Mapping[str, float]) -> bool:
+        """Whether `tenant` may add a request to `tier` although the tier is full: it is among
+        several active tenants, below its share, and the backlog is below the capacity plus the
+        share it has not used."""
+        weight = weights.get(tenant)
+        seen = len(self._recent[tier])
+        if weight is None or seen == 0:
+            return False
+        active = {u for u in self.active(tier) if u in weights} | {tenant}
+        if len(active) < 2:
+            return False
+        capacity = self._admission.capacity[tier]
+        share = capacity * weight / sum(weights[u] for u in active)
+        estimate = backlog * self._counts[tier].get(tenant, 0) / seen
+        return estimate + 1 <= share and backlog < capacity + (share - estimate)
 
     def decide(
         self, tenant: str, tier: Tier, backlog: int | None, weights: Mapping[str, float]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from services.messaging.producer import ProduceError
 from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
 from services.messaging.topics import TopicNames
 from services.tenancy.registry import TenantRegistry
+from services.tools.stack.tenants import TenantSpec, write_tenants
 from tests.support.fakes import (
     FakeBacklog,
     InMemoryMetrics,
@@ -56,6 +58,7 @@ class Parts:
         producer: RecordingProducer | None = None,
         ack_timeout_s: float = 5.0,
         backlog: FakeBacklog | None = None,
+        tenants: TenantRegistry | None = None,
         **lags: int,
     ):
         self.producer = producer or RecordingProducer()
@@ -71,7 +74,7 @@ class Parts:
             metrics=IngestMetrics(self.metrics.meter, self.backlog, POLICY),
             ack_timeout_s=ack_timeout_s,
             record_limit=RecordLimit(1_000_000),
-            tenants=TenantRegistry(None),
+            tenants=tenants or TenantRegistry(None),
             shares=BacklogShares(POLICY),
         )
 
@@ -122,6 +125,22 @@ def test_a_full_tier_is_refused_unwritten_and_the_refusal_is_forgotten():
     parts.backlog.lags[H] = 0
     assert parts.publish(env, key="r-2")[1] is False  # weighed afresh, not replayed as a refusal
     assert len(parts.producer.sent) == 1
+
+
+def test_a_full_tier_refuses_the_flooding_tenant_and_admits_one_below_its_share(tmp_path: Path):
+    path = write_tenants(tmp_path / "t.toml", TenantSpec("flood"), TenantSpec("quiet", weight=3))
+    registry = TenantRegistry(path)
+    registry.load()
+    parts = Parts(tenants=registry)
+    for _ in range(9):
+        parts.publish(envelope(tenant="flood"))
+    parts.publish(envelope(tenant="quiet"))
+    parts.backlog.lags[H] = 10  # the tier is full (capacity 10), nearly all of it the flood's
+    with pytest.raises(OverCapacityError):
+        parts.publish(envelope(tenant="flood"))
+    parts.publish(envelope(tenant="quiet"))  # 1 of the last 10 is its: below its share (7.5)
+    tenants = [request_codec().decode(value).tenant for _, value, _ in parts.producer.sent]
+    assert tenants == ["flood"] * 9 + ["quiet"] * 2  # the refused flood request was never written
 
 
 class PeriodicBacklog(FakeBacklog):

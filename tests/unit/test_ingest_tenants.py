@@ -257,7 +257,10 @@ def test_a_tenant_over_its_share_of_a_half_full_tier_is_refused_while_another_is
     ingest.accepted(CHAT, GAMMA)  # about 4 of its 30
     ingest.backlog.lags[Tier.HIGH] = 29  # under half full: anyone may use the room
     ingest.accepted(CHAT, BETA)
-    ingest.backlog.lags[Tier.HIGH] = 60  # full: the tier's own refusal, for everyone
+    ingest.backlog.lags[Tier.HIGH] = 60  # full: the tier's own refusal for the tenant over its share
+    assert ingest.refused(429, CHAT, BETA).json()["capacity"] == 60
+    ingest.accepted(CHAT, GAMMA)  # about 10 of its 30: the rest of its share stays its own
+    ingest.backlog.lags[Tier.HIGH] = 100  # past the capacity plus gamma's unused share (60 + 7)
     assert ingest.refused(429, CHAT, GAMMA).json()["capacity"] == 60
 
 

@@ -124,3 +124,20 @@ def test_a_tenant_quiet_for_longer_than_the_window_leaves_the_split():
 def test_a_nonsense_activity_window_is_refused(active_s: float):
     with pytest.raises(ValueError):
         BacklogShares(POLICY, active_s=active_s)
+
+
+def test_a_tenant_below_its_share_keeps_its_room_in_a_full_tier():
+    # a flooded the tier past its capacity (60); b sent 1 of the last 60.
+    shares = shares_with({"a": 59, "b": 1})
+    weights = {"a": 1.0, "b": 3.0}  # b's share: 45 of 60
+    assert shares.keeps_room("b", H, 60, weights)
+    assert shares.keeps_room("b", H, 100, weights)  # 100 < 60 + (45 - 100/60)
+    assert not shares.keeps_room("b", H, 104, weights)  # its unused share is used up
+    assert not shares.keeps_room("a", H, 60, weights)  # the flooder is over its share
+
+
+def test_a_full_tier_keeps_no_room_for_a_lone_or_unknown_tenant():
+    weights = {"a": 1.0, "b": 1.0}
+    assert not shares_with({"a": 10}).keeps_room("a", H, 60, weights)  # alone: the tier is its share
+    assert not shares_with({"a": 10}).keeps_room("x", H, 60, weights)  # not in the file
+    assert not BacklogShares(POLICY).keeps_room("a", H, 60, weights)  # nothing seen yet
