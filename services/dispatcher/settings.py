@@ -104,7 +104,7 @@ class DispatcherSettings(BaseSettings):
     # the window), a tenant holding its weighted share of the budget may not take the last this many
     # free tokens, and others take them for HIGH only (services/dispatcher/tenant_headroom.py);
     # 0 turns it off.
-    tenant_headroom_slots: int = Field(default=1, ge=0, le=10_000)
+    tenant_headroom_slots: int = Field(default=2, ge=0, le=10_000)
     tenant_active_window_s: float = Field(default=10.0, ge=0, le=86_400)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 8702

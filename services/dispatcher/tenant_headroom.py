@@ -4,13 +4,17 @@ Calls are never preempted, so fair queueing alone cannot serve another tenant's 
 tenant's calls hold every token: it waits for the first call to end. While more than one tenant is
 active (work waiting or running, or a request enqueued within the last `window_ms`), a tenant
 already holding at least its weighted share of the budget (``budget x weight / the active tenants'
-weights``) may not take the last `slots` free tokens, and a tenant below its share may take them
-for a HIGH request only: they stay for the chat of tenants below their share (a tenant's own
-MEDIUM or LOW work would otherwise fill them, and calls are not preempted), as HIGH's headroom
-stays for HIGH (``policies.py``). With one active tenant nothing changes (the scheduler stays
-work-conserving); `slots` 0 turns the rule off. At most `budget - 1` tokens are kept (as for
-HIGH's headroom), so MEDIUM and LOW always have one to start with, even with a budget of 1. It only
-ever holds a start back, so the budget is never exceeded.
+weights``) may not take the last `slots` free tokens; a tenant below its share may take them, the
+very last one for a HIGH request only: it stays for the chat of tenants below their share (a
+tenant's own MEDIUM or LOW work would otherwise fill it, and calls are not preempted), as HIGH's
+headroom stays for HIGH (``policies.py``). Two slots by default: with one, a chat arriving while
+the same tenant's previous chat held the kept token met a full backend (12 of B's 142 chats in
+the fairness bench, B's HIGH p95 wait +13 ms with the flood; with two, 2 of 137, -0.9 ms), and
+the second-last token is open to the MEDIUM and LOW work of a tenant below its share, which a
+flood would otherwise keep waiting for the first call to end. With one active tenant nothing
+changes (the scheduler stays work-conserving); `slots` 0 turns the rule off. At most
+`budget - 1` tokens are kept (as for HIGH's headroom), so MEDIUM and LOW always have one to start
+with, even with a budget of 1. It only ever holds a start back, so the budget is never exceeded.
 
 A tenant's holding is the calls it has running in this process (``waiting.py``); with several
 dispatchers each keeps its own headroom against the shared budget's free tokens.
@@ -61,8 +65,8 @@ class TenantHeadroom:
         others = [t for t in active if t != tenant]
         if not others:
             return True
-        if tier is not Tier.HIGH:
-            return False
+        if tier is not Tier.HIGH and free <= 1:
+            return False  # the last token stays for chat
         mine = self._weight(tenant)
         share = budget * mine / (mine + sum(self._weight(t) for t in others))
         return running < share

@@ -217,9 +217,9 @@ def test_comparison_table_puts_real_beside_simulated() -> None:
 def test_sim_config_takes_the_dispatchers_tenant_headroom() -> None:
     settings, _ = run_settings(run_specs(budget=7)["inferq"], compress=10, budget=7)
     config = sim_config(
-        settings.model_copy(update={"tenant_headroom_slots": 2, "tenant_active_window_s": 3.5})
+        settings.model_copy(update={"tenant_headroom_slots": 3, "tenant_active_window_s": 3.5})
     )
-    assert (config.tenant_headroom_slots, config.tenant_active_window_ms) == (2, 3_500)
-    assert sim_config(settings).tenant_headroom_slots == 1  # the dispatcher's default
+    assert (config.tenant_headroom_slots, config.tenant_active_window_ms) == (3, 3_500)
+    assert sim_config(settings).tenant_headroom_slots == 2  # the dispatcher's default
     with pytest.raises(ValueError):
         SimConfig(tenant_headroom_slots=-1)

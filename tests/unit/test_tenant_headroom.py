@@ -172,3 +172,23 @@ def test_with_a_budget_of_one_two_tenants_medium_and_low_work_still_starts() -> 
     assert tier is L
     start = decide.take(tier, now_ms=10)
     assert start is not None and start.expired is None
+
+
+def test_with_two_slots_the_second_last_token_is_open_to_any_work_of_a_tenant_below_its_share() -> None:
+    decide, room = room_with(slots=2)
+    room.add(chat("b", created=0))
+    in_use = dict.fromkeys(Tier, 0)
+    assert start_all(decide, in_use, now_ms=10) == ["b"]
+    for i in range(30):
+        room.add(chat("a", created=100 + i))
+    assert start_all(decide, in_use, now_ms=200) == ["a"] * 7  # two tokens kept
+    room.add(chat("b", created=300, tier=M))
+    room.add(chat("b", created=301, tier=L))
+    # B's analysis takes the second-last token; the last stays for a chat.
+    (analysis,) = start_works(decide, in_use, now_ms=310)
+    assert (analysis.request.tenant, analysis.tier) == ("b", M)
+    assert sum(in_use.values()) == BUDGET - 1
+    room.add(chat("b", created=400))
+    (started,) = start_works(decide, in_use, now_ms=400)
+    assert (started.request.tenant, started.tier) == ("b", H)
+    assert sum(in_use.values()) == BUDGET

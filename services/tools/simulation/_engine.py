@@ -46,7 +46,7 @@ class SimConfig:
     )
     readahead_per_tier: int = 20
     # The dispatcher's tenant headroom (``tenant_headroom.py``); every tenant weighs 1 here.
-    tenant_headroom_slots: int = 1
+    tenant_headroom_slots: int = 2
     tenant_active_window_ms: int = 10_000
     housekeeping_interval_ms: int = 250
     jitter: float = 0.0
