@@ -40,6 +40,10 @@ test: setup jars redis-server prometheus
 test-cluster: setup jars redis-server
 	$(BIN)/pytest -m cluster
 
+# Two clusters (central, eu) joined by MirrorMaker 2, a request round trip from eu: docs/deployment.md#regions
+demo-regions: setup jars
+	bash infra/regions/demo.sh
+
 test-unit: setup
 	$(BIN)/pytest tests/unit
 

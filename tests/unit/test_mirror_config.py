@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from services.tools.bench.recorder import marked_content
 from services.tools.mirror.cli import config_from_args, parse_regions
 from services.tools.mirror.config import CENTRAL, IDENTITY_POLICY, MirrorConfig
+from services.tools.mirror.mirror import LocalMirrorMaker
 from services.tools.paths import find_project_root
 from services.tools.servercli import UsageError
 from services.tools.simbackend.timings import CallTimings
@@ -160,3 +162,14 @@ def test_the_simulated_backend_counts_each_marked_call_it_served() -> None:
     assert timings.served == {"r1": 2}
     timings.reset()
     assert timings.served == {}
+
+
+def test_a_pid_file_naming_another_process_is_never_signalled(tmp_path: Path) -> None:
+    mirror = LocalMirrorMaker(config(tmp_path))
+    assert mirror.status().running is False
+    mirror.stop()  # nothing recorded: nothing to do
+    mirror.config.pid_file.write_text(f"{os.getpid()}\n", encoding="ascii")  # a reused pid: this test
+    assert mirror.status().running is False
+    mirror.stop(timeout_s=0.1)
+    mirror.kill()
+    assert not mirror.config.pid_file.exists()  # the stale record is dropped; we are still alive
