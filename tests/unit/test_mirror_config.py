@@ -69,7 +69,11 @@ def test_one_region_mirrors_its_requests_to_central_and_its_reply_topic_back(tmp
     assert not requests.fullmatch("inferq.requests.high.x")
     assert props["groups.exclude"] == ".*"
     assert props["sync.topic.configs.enabled"] == "false"
-    assert props["offset.flush.interval.ms"] == "2000"
+    # Worker settings only reach a worker under its target cluster's alias.
+    for alias in ("central", "eu"):
+        assert props[f"{alias}.offset.flush.interval.ms"] == "2000"
+        assert props[f"{alias}.scheduled.rebalance.max.delay.ms"] == "0"
+    assert "offset.flush.interval.ms" not in props
 
 
 def test_the_topic_prefix_is_taken_literally(tmp_path: Path) -> None:
