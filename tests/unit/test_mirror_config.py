@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from services.cli import build_parser
 from services.tools.bench.recorder import marked_content
 from services.tools.mirror.cli import config_from_args, parse_regions
 from services.tools.mirror.config import CENTRAL, IDENTITY_POLICY, MirrorConfig
 from services.tools.mirror.mirror import LocalMirrorMaker
 from services.tools.paths import find_project_root
-from services.tools.servercli import UsageError
+from services.tools.servercli import EXIT_NOT_RUNNING, EXIT_OK, UsageError
 from services.tools.simbackend.timings import CallTimings
 
 ROOT = find_project_root(Path(__file__))
@@ -177,3 +178,12 @@ def test_a_pid_file_naming_another_process_is_never_signalled(tmp_path: Path) ->
     mirror.stop(timeout_s=0.1)
     mirror.kill()
     assert not mirror.config.pid_file.exists()  # the stale record is dropped; we are still alive
+
+
+def test_status_and_stop_of_a_home_never_started(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = build_parser()
+    status = parser.parse_args(["mirror", "status", "--home", str(tmp_path)])
+    assert status.func(status) == EXIT_NOT_RUNNING
+    stop = parser.parse_args(["mirror", "stop", "--home", str(tmp_path)])
+    assert stop.func(stop) == EXIT_OK
+    assert "no start recorded" in capsys.readouterr().out

@@ -21,7 +21,7 @@ from services.tools.broker.errors import LocalBrokerError
 from services.tools.mirror.config import DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_HEAP, MirrorConfig
 from services.tools.mirror.mirror import DEFAULT_HOME, LocalMirrorMaker
 from services.tools.paths import find_project_root
-from services.tools.servercli import EXIT_OK, ServerCommands, UsageError
+from services.tools.servercli import EXIT_NOT_RUNNING, EXIT_OK, ServerCommands, UsageError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,14 +60,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for readiness (default: %(default)s)"
     )
-    start.set_defaults(func=COMMANDS.start)
+    start.set_defaults(func=_cmd_start)
 
     stop = commands.add_parser("stop", help="stop MirrorMaker: SIGTERM, then SIGKILL after --timeout")
     _add_home(stop)
     stop.add_argument(
         "--timeout", type=float, default=30.0, help="seconds before SIGKILL (default: %(default)s)"
     )
-    stop.set_defaults(func=COMMANDS.stop)
+    stop.set_defaults(func=_cmd_stop)
 
     status = commands.add_parser(
         "status", help="whether MirrorMaker runs and its flows deliver (3: not running)"
@@ -153,7 +153,46 @@ COMMANDS = ServerCommands[LocalMirrorMaker](
 )
 
 
+def _home(args: argparse.Namespace) -> Path | None:
+    """`--home`, or the default one; None outside a project (the commands then say why)."""
+    try:
+        return (args.home or find_project_root(Path.cwd()) / DEFAULT_HOME).resolve()
+    except FileNotFoundError:
+        return None
+
+
+def _never_started(args: argparse.Namespace) -> bool:
+    home = _home(args)
+    return home is not None and not (home / "mirror.json").exists()
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    def refuse_other_flows(ns: argparse.Namespace) -> int:
+        mirror = _build(ns)
+        home = mirror.config.home
+        last = MirrorConfig.load(home, mirror.config.project_root)
+        if mirror.status().running and last is not None and last != mirror.config:
+            raise UsageError(
+                f"MirrorMaker already runs from {home} with other settings ({_flows(LocalMirrorMaker(last))} "
+                f"of {last.central}); stop it first"
+            )
+        return EXIT_OK
+
+    code = COMMANDS.run(refuse_other_flows, args)
+    return code if code != EXIT_OK else COMMANDS.start(args)
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    if _never_started(args):
+        print(f"MirrorMaker was not running (no start recorded in {_home(args)})")
+        return EXIT_OK
+    return COMMANDS.stop(args)
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
+    if _never_started(args):
+        print(f"MirrorMaker not running (no start recorded in {_home(args)})")
+        return EXIT_NOT_RUNNING
     code = COMMANDS.status(args)
     if code != EXIT_OK:
         return code
