@@ -33,16 +33,16 @@ prometheus:
 demo: setup jars
 	$(BIN)/inferq demo
 
+# Two clusters (central, eu) joined by MirrorMaker 2, a request round trip from eu: docs/deployment.md#regions
+demo-regions: setup jars
+	bash infra/regions/demo.sh
+
 test: setup jars redis-server prometheus
 	$(BIN)/pytest
 
 # Several brokers, MirrorMaker: kept out of `make test` (addopts: -m 'not cluster'); .ci/run runs both.
 test-cluster: setup jars redis-server
 	$(BIN)/pytest -m cluster
-
-# Two clusters (central, eu) joined by MirrorMaker 2, a request round trip from eu: docs/deployment.md#regions
-demo-regions: setup jars
-	bash infra/regions/demo.sh
 
 test-unit: setup
 	$(BIN)/pytest tests/unit
