@@ -51,6 +51,9 @@ IDENTITY_POLICY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
 DEFAULT_FLUSH_INTERVAL_MS = 2_000
 DEFAULT_HEAP = "512m"
 _BOOTSTRAP = re.compile(r"[A-Za-z0-9.\-]+:\d{1,5}(,[A-Za-z0-9.\-]+:\d{1,5})*")
+# Kafka's own rule for topic names, so a prefix can neither break a line of the properties file
+# nor name topics Kafka would refuse.
+_TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._\-]{1,200}")
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,10 @@ class MirrorConfig:
         if len(set(clusters)) != len(clusters):
             raise ValueError(
                 "every cluster needs its own bootstrap servers (a flow from a cluster to itself loops)"
+            )
+        if _TOPIC_PREFIX.fullmatch(self.topic_prefix) is None:
+            raise ValueError(
+                f"topic prefix must be 1-200 of Kafka's topic characters, got {self.topic_prefix!r}"
             )
         if not 100 <= self.flush_interval_ms <= 600_000:
             raise ValueError(f"flush_interval_ms must be 100..600000, got {self.flush_interval_ms}")
