@@ -27,8 +27,9 @@ they never loop.
 **Delivery: at least once.** After a crash MirrorMaker copies again what it copied since its last
 committed source offsets (``offset.flush.interval.ms``, 2 s here instead of Connect's 60 s, bounds
 that window). The duplicates are the same records: the results side drops repeats by (tenant,
-request_id); the dispatcher serves a repeated request record again (it keeps no memory of request
-ids), so the backend may run a request twice for a record copied twice. Exactly-once mirroring
+request_id); the dispatcher skips a copy of a request it answered OK already
+(``services/dispatcher/answered.py``) and serves it again only when the first still runs, or was
+answered by another dispatcher of the group. Exactly-once mirroring
 (Connect's ``exactly.once.source.support``) would need every consumer of the mirrored topics to
 read ``read_committed``; see docs/deployment.md, Regions.
 """
