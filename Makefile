@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 
-.PHONY: setup jars redis-server demo test bench bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay test-unit check lint format typecheck broker-up broker-down clean
+.PHONY: setup jars redis-server demo test test-cluster demo-regions bench bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay test-unit check lint format typecheck broker-up broker-down clean
 
 setup: $(STAMP)
 
@@ -33,8 +33,16 @@ prometheus:
 demo: setup jars
 	$(BIN)/inferq demo
 
+# Two clusters (central, eu) joined by MirrorMaker 2, a request round trip from eu: docs/deployment.md#regions
+demo-regions: setup jars
+	bash infra/regions/demo.sh
+
 test: setup jars redis-server prometheus
 	$(BIN)/pytest
+
+# Several brokers, MirrorMaker: kept out of `make test` (addopts: -m 'not cluster'); .ci/run runs both.
+test-cluster: setup jars redis-server
+	$(BIN)/pytest -m cluster
 
 test-unit: setup
 	$(BIN)/pytest tests/unit

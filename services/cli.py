@@ -21,6 +21,7 @@ def _registrars() -> list[Register]:
     from services.tools.broker.cli import register as broker
     from services.tools.demo.cli import register as demo
     from services.tools.loadtest.cli import register as loadtest
+    from services.tools.mirror.cli import register as mirror
     from services.tools.redis.cli import register as redis
     from services.tools.report.cli import register as report
     from services.tools.simbackend.cli import register as sim_backend
@@ -29,6 +30,7 @@ def _registrars() -> list[Register]:
 
     return [
         broker,
+        mirror,
         redis,
         topics,
         ingest,

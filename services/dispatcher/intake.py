@@ -245,6 +245,16 @@ class Intake:
             self._metrics.record_refused(work.request.tenant, exc.cause)
             self._inflight.begin(work, self._writer.refuse(work, exc.reason), "refuse")
             return True
+        reply_topic = checked.reply_topic or self._topics.results
+        if source_tier is not None and self._writer.answered.contains(
+            checked.request.tenant, checked.request.request_id, reply_topic
+        ):
+            # Another copy of a request answered OK here (a mirror's re-copy, a resend): its outcome
+            # is on the reply topic already; complete the offset, no call (``answered.py``).
+            track()
+            offsets.complete(record.offset)
+            self._metrics.record_copy_skipped(checked.tier)
+            return True
         if source_tier is None:
             held = self._held_head.get(partition)
             if held is not None and held[0] == record.offset:

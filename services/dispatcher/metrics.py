@@ -77,6 +77,10 @@ class DispatcherMetrics:
         self._retries = m.create_counter(
             "inferq_retries_total", description="failed calls queued for a retry"
         )
+        self._copies_skipped = m.create_counter(
+            "inferq_request_copies_skipped_total",
+            description="request records skipped: the same request was answered OK here lately",
+        )
         self._chunks = m.create_counter(
             "inferq_stream_chunks_total", description="chunks of streamed answers written, by tier"
         )
@@ -266,6 +270,9 @@ class DispatcherMetrics:
 
     def record_skipped_redo(self) -> None:
         self._skipped.add(1)
+
+    def record_copy_skipped(self, tier: Tier) -> None:
+        self._copies_skipped.add(1, {"tier": tier.value})
 
     def record_retry(self, tier: Tier) -> None:
         self._retries.add(1, {"tier": tier.value})

@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import services.messaging.dead_letters as dead_letters
 from services import tracing
+from services.dispatcher.answered import RecentlyAnswered
 from services.dispatcher.backend import Completion
 from services.dispatcher.errors import BackendError
 from services.dispatcher.metrics import DispatcherMetrics
@@ -41,7 +42,7 @@ from services.dispatcher.outcomes import OutcomeBuilder
 from services.dispatcher.work import Work
 from services.messaging.codec import chunk_codec, request_codec, result_codec
 from services.messaging.producer import ProduceError
-from services.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult
+from services.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, Status
 from services.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
@@ -73,6 +74,8 @@ class OutcomeWriter:
         self._clock_ms = clock_ms
         self._requests = request_codec()
         self._results = result_codec()
+        # Requests answered OK here lately: intake skips a copy read again (``answered.py``).
+        self.answered = RecentlyAnswered()
         self._chunks = chunk_codec()
         self._own_topics = frozenset({topics.results, topics.retry, topics.dlq})
         # Set by the composition root: stops the dispatcher when the producer is unusable.
@@ -227,6 +230,8 @@ class OutcomeWriter:
             )
         else:
             self._metrics.record_outcome(work.tier, result)
+            if result.status is Status.OK and topic == (work.reply_topic or self._topics.results):
+                self.answered.add(work.request.tenant, work.request_id, topic)
         work.done()
 
     async def produce_durably(

@@ -31,13 +31,14 @@ def broker_on_free_ports(
     timeout_s: float = START_TIMEOUT_S,
     keep_home: bool = False,
     security: BrokerSecurity = BrokerSecurity.PLAINTEXT,
+    heap: str = "1g",
 ) -> Iterator[LocalBroker]:
     """A started `LocalBroker` in a new home under `parent`; stopped when the block ends, and its
-    home deleted unless `keep_home` (its logs are then there to read)."""
+    home deleted unless `keep_home` (its logs are then there to read). `heap`: the JVM's -Xmx."""
     parent.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="kafka-", dir=parent))
     try:
-        broker = _start(home, timeout_s, security)
+        broker = _start(home, timeout_s, security, heap)
         try:
             yield broker
         finally:
@@ -47,12 +48,17 @@ def broker_on_free_ports(
             shutil.rmtree(home, ignore_errors=True)
 
 
-def _start(home: Path, timeout_s: float, security: BrokerSecurity) -> LocalBroker:
+def _start(home: Path, timeout_s: float, security: BrokerSecurity, heap: str) -> LocalBroker:
     attempt = 1
     while True:
         port, controller_port, ssl_port = pick_free_ports(3)
         config = BrokerConfig(
-            home=home, port=port, controller_port=controller_port, security=security, ssl_port=ssl_port
+            home=home,
+            port=port,
+            controller_port=controller_port,
+            security=security,
+            ssl_port=ssl_port,
+            heap=heap,
         )
         broker = LocalBroker(config)
         try:

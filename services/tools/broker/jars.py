@@ -92,8 +92,8 @@ def require_maven() -> str:
     return mvn
 
 
-def _pom_hash(project_root: Path) -> str:
-    return hashlib.sha256(pom_path(project_root).read_bytes()).hexdigest()
+def _pom_hash(pom: Path) -> str:
+    return hashlib.sha256(pom.read_bytes()).hexdigest()
 
 
 def _jars_complete(target: Path, pom_hash: str) -> bool:
@@ -133,24 +133,31 @@ def _exclusive_lock(lock_file: Path, timeout_s: float) -> Iterator[None]:
 
 
 def ensure_jars(project_root: Path, *, timeout_s: float = 900.0) -> Path:
-    """Return ``<project_root>/.inferq/kafka/jars``, downloading the jars with Maven only when needed.
+    """Return ``<project_root>/.inferq/kafka/jars``, fetching the broker's jars with Maven when needed.
+
+    Raises ToolMissingError (no java/mvn) or JarFetchError (Maven failed or timed out).
+    """
+    project_root = project_root.resolve()
+    return ensure_jars_of(pom_path(project_root), jars_dir(project_root), "Kafka", timeout_s=timeout_s)
+
+
+def ensure_jars_of(pom: Path, target: Path, what: str, *, timeout_s: float = 900.0) -> Path:
+    """Return `target` holding the runtime jars `pom` lists, running Maven only when needed.
 
     Needed means: no stamp, a stamp for another pom hash, or a recorded jar missing. The download goes
     to a scratch folder that replaces the old one only when Maven succeeded, so a failed or interrupted
-    fetch never leaves a half folder that looks complete. Raises ToolMissingError (no java/mvn) or
-    JarFetchError (Maven failed or timed out).
+    fetch never leaves a half folder that looks complete. `what` names the jars in errors. Raises
+    ToolMissingError (no java/mvn) or JarFetchError (Maven failed or timed out).
     """
-    project_root = project_root.resolve()
-    target = jars_dir(project_root)
-    pom_hash = _pom_hash(project_root)
+    pom_hash = _pom_hash(pom)
     if _jars_complete(target, pom_hash):
         return target
-    with _exclusive_lock(target.parent / "jars.lock", _LOCK_WAIT_S):
+    with _exclusive_lock(target.parent / f"{target.name}.lock", _LOCK_WAIT_S):
         if _jars_complete(target, pom_hash):  # another process fetched them while we waited
             return target
         require_java()  # Maven itself needs Java; fail with the install hint, not a Maven stack trace
         mvn = require_maven()
-        scratch = target.parent / "jars.partial"
+        scratch = target.parent / f"{target.name}.partial"
         shutil.rmtree(scratch, ignore_errors=True)
         argv = [
             mvn,
@@ -163,7 +170,7 @@ def ensure_jars(project_root: Path, *, timeout_s: float = 900.0) -> Path:
         try:
             proc = subprocess.run(  # noqa: S603 - fixed argv, resolved executable
                 argv,
-                cwd=pom_path(project_root).parent,
+                cwd=pom.parent,
                 capture_output=True,
                 text=True,
                 timeout=timeout_s,
@@ -171,13 +178,13 @@ def ensure_jars(project_root: Path, *, timeout_s: float = 900.0) -> Path:
             )
         except subprocess.TimeoutExpired as exc:
             raise JarFetchError(
-                f"Maven did not finish fetching the Kafka jars within {timeout_s:.0f}s"
+                f"Maven did not finish fetching the {what} jars within {timeout_s:.0f}s"
             ) from exc
         names = sorted(p.name for p in scratch.glob("*.jar")) if scratch.is_dir() else []
         if proc.returncode != 0 or not names:
             raise JarFetchError(
                 f"`{' '.join(argv)}` failed (exit {proc.returncode}, {len(names)} jars) in "
-                f"{pom_path(project_root).parent}:\n{_tail(proc.stdout + proc.stderr)}"
+                f"{pom.parent}:\n{_tail(proc.stdout + proc.stderr)}"
             )
         (scratch / STAMP_NAME).write_text(
             json.dumps({"pom_sha256": pom_hash, "jars": names}, indent=1), encoding="utf-8"

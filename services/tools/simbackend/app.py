@@ -6,7 +6,8 @@ Endpoints:
                                 (`streaming.py`), some dropped mid-stream with `stream_drop_rate`
     GET  /stats                 counters, concurrency and current faults
     GET  /timings               per marked call, when it was received, streamed its first token and
-                                finished (`timings.py`, for the delivery benchmark)
+                                finished (`timings.py`, for the delivery benchmark), and how many
+                                times each marker was answered in full (`served`)
     GET  /healthz               liveness
     POST /admin/faults          switch outage, error_rate, degradation, stream_drop_rate at runtime;
                                 returns the fault state
@@ -138,7 +139,7 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         return JSONResponse(backend.snapshot())
 
     async def get_timings(_: Request) -> Response:
-        return JSONResponse({"timings": timings.as_dict()})
+        return JSONResponse({"timings": timings.as_dict(), "served": timings.served})
 
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})

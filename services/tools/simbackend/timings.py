@@ -5,6 +5,7 @@ A call is recorded only when its user message carries the benchmark's marker
 request to the simulator directly and through inferq, then subtracts the simulator's own time from
 the time its client waited. Stamps are epoch nanoseconds from this machine's clock, the clock the
 benchmark's client stamps with too. At most `max_calls` are kept (a long run keeps its first ones).
+`served` counts the calls answered in full per marker, so a test sees a request the backend ran twice.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ MAX_CALLS = 200_000
 @dataclass
 class CallTiming:
     received_ns: int
+    marker: str = ""
     first_token_ns: int | None = None
     done_ns: int | None = None
 
@@ -30,6 +32,7 @@ class CallTimings:
     clock_ns: Callable[[], int] = time.time_ns
     max_calls: int = MAX_CALLS
     calls: dict[str, CallTiming] = field(default_factory=dict)
+    served: dict[str, int] = field(default_factory=dict)
 
     def received(self, body: object) -> CallTiming | None:
         """Start recording the call whose request body is `body`; None when it is not marked (or
@@ -37,7 +40,7 @@ class CallTimings:
         marker = find_marker(body)
         if marker is None or (marker not in self.calls and len(self.calls) >= self.max_calls):
             return None
-        timing = CallTiming(self.clock_ns())
+        timing = CallTiming(self.clock_ns(), marker)
         self.calls[marker] = timing
         return timing
 
@@ -48,6 +51,7 @@ class CallTimings:
     def done(self, timing: CallTiming | None) -> None:
         if timing is not None:
             timing.done_ns = self.clock_ns()
+            self.served[timing.marker] = self.served.get(timing.marker, 0) + 1
 
     def as_dict(self) -> dict[str, list[int | None]]:
         """marker → [received_ns, first_token_ns, done_ns]."""
@@ -55,3 +59,4 @@ class CallTimings:
 
     def reset(self) -> None:
         self.calls.clear()
+        self.served.clear()
