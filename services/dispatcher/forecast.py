@@ -10,14 +10,14 @@ until the real benchmark has measured it):
 - **Arrivals per tier** (`ArrivalForecast`): counts per interval (each tier's configured typical
   call time, so an interval's count is the concurrency that tier's arrivals ask for), their mean
   and variance as exponentially weighted moments (weight `weight` per interval; quiet intervals
-  count as zeros). The upper bound of the arrivals within `t` ms is the mean rate x t plus `z`
-  standard deviations (clustered arrivals have a larger variance, hence a larger bound), plus the
-  arrivals of the interval under way beyond the mean (a burst in progress goes on).
+  count as zeros), and a fast mean (`recent_weight`) that follows a burst in progress. The upper
+  bound of the arrivals within `t` ms is the larger of the two means x t, plus `z` standard
+  deviations, plus the arrivals of the interval under way beyond the mean (a burst goes on).
 - **The borrow** (`Lending.may_lend`): the call holds its slot for its tier's typical time D
   (learned, ``call_times.py``). For every running call expected to end within D (and at D), the
   higher tiers' upper-bound arrivals until then, each holding a slot for its own tier's typical
-  time, must fit in the slots free after the borrow plus the calls expected to have ended. A
-  higher tier with work waiting forbids it outright.
+  time, must fit in the slots free after the borrow plus the calls expected to have ended; and
+  `min_free` slots always stay free. A higher tier with work waiting forbids it outright.
 - **Start conservative**: until HIGH has been observed for `warmup_intervals` of its intervals,
   nothing is lent past the ceilings (the seed's behaviour).
 - **Whose demand**: the headroom is HIGH's, so the forecast weighs chat's arrivals; MEDIUM's
@@ -43,15 +43,24 @@ from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
 class ForecastPolicy:
     # Weight of one interval in the moving moments (0.05: the last ~20 intervals count most).
     weight: float = 0.05
-    # Standard deviations above the mean rate: the burst quantile (1: about 84% of intervals;
-    # the scheduling bench's trade-off, docs/benchmarks/scheduling.md).
-    z: float = 1.0
-    # Intervals a tier is observed before its forecast lends anything.
-    warmup_intervals: int = 20
+    # Standard deviations of the count above its mean: a margin for bursts beyond those the fast
+    # mean and the interval under way show. 0 by default: on the scheduling bench's trace (simulated,
+    # docs/benchmarks/scheduling.md) z = 1 kept 84% of the budget busy while work waited, z = 0 91%,
+    # with the same HIGH tail (chat's clusters start unforeseen either way).
+    z: float = 0.0
+    # Weight of one interval in the fast mean that follows a burst in progress (a cluster of chats
+    # raises it at once; it falls back within a few intervals).
+    recent_weight: float = 0.5
+    # Slots a borrow always leaves free: the first chat of a cluster cannot be foreseen.
+    min_free: int = 1
+    # Intervals HIGH is observed before anything is lent (5 of its call times: 2.5 s at 0.5 s chats).
+    warmup_intervals: int = 5
 
     def __post_init__(self) -> None:
-        if not 0 < self.weight <= 1 or self.z < 0 or self.warmup_intervals < 0:
-            raise ValueError("need 0 < weight <= 1, z >= 0, warmup_intervals >= 0")
+        if not 0 < self.weight <= 1 or not 0 < self.recent_weight <= 1:
+            raise ValueError("need 0 < weight <= 1 and 0 < recent_weight <= 1")
+        if self.z < 0 or self.warmup_intervals < 0 or self.min_free < 0:
+            raise ValueError("need z, warmup_intervals and min_free >= 0")
 
 
 class _Moments:
@@ -64,17 +73,21 @@ class _Moments:
         self.count = 0
         self.mean = 0.0
         self.square = 0.0
+        # A fast-moving mean: a cluster of arrivals in progress raises it for a few intervals.
+        self.recent = 0.0
 
-    def roll(self, now_ms: int, weight: float) -> None:
+    def roll(self, now_ms: int, weight: float, recent_weight: float) -> None:
         """Close the intervals before the one holding `now_ms` (those without arrivals count 0)."""
         index = now_ms // self.interval_ms
         if index <= self.index:
             return
         self.mean += weight * (self.count - self.mean)
         self.square += weight * (self.count * self.count - self.square)
+        self.recent += recent_weight * (self.count - self.recent)
         decay = (1 - weight) ** (index - self.index - 1)
         self.mean *= decay
         self.square *= decay
+        self.recent *= (1 - recent_weight) ** (index - self.index - 1)
         self.index, self.count = index, 0
 
 
@@ -88,7 +101,7 @@ class ArrivalForecast:
         if self._tiers is None:  # observation starts at the first event, for every tier at once
             self._tiers = {t: _Moments(self._interval[t], now_ms) for t in Tier}
         for moments in self._tiers.values():
-            moments.roll(now_ms, self.policy.weight)
+            moments.roll(now_ms, self.policy.weight, self.policy.recent_weight)
         return self._tiers
 
     def arrived(self, tier: Tier, at_ms: int) -> None:
@@ -106,7 +119,8 @@ class ArrivalForecast:
         share = max(0.0, within_ms) / moments.interval_ms
         variance = max(moments.square - moments.mean * moments.mean, moments.mean)
         burst = max(0.0, moments.count - moments.mean)
-        return moments.mean * share + self.policy.z * math.sqrt(variance * share) + burst
+        rate = max(moments.mean, moments.recent)
+        return rate * share + self.policy.z * math.sqrt(variance * share) + burst
 
 
 class Lending:
@@ -146,6 +160,8 @@ class Outlook:
             return arrivals.upper(Tier.HIGH, min(within_ms, calls.typical_ms(Tier.HIGH)), now)
 
         free_after = free - 1
+        if free_after < self.lending.arrivals.policy.min_free:
+            return False
         ended = 0
         for remaining in calls.remaining_ms(now):
             if remaining >= borrowed_ms:

@@ -52,7 +52,9 @@ class SimConfig:
     typical_ms: Mapping[Tier, int] = field(
         default_factory=lambda: {t: round(s * 1000) for t, s in DEFAULT_MEAN_LATENCY_S.items()}
     )
-    learn_latency: bool = True
+    # Off unless asked (`sim_config` asks as the dispatcher's settings say, on by default): with
+    # it, early drop follows the simulated calls rather than `typical_ms`.
+    learn_latency: bool = False
     forecast_lending: bool = False
     # The dispatcher's tenant headroom (``tenant_headroom.py``); every tenant weighs 1 here.
     tenant_headroom_slots: int = 2
