@@ -335,9 +335,12 @@ def bootstrap(
         Helper("lag-probe", LagProbe(consumer, topics, metrics).run),
     ]
     if settings.evict_low_under_pressure:
-        pressure = PressurePolicy.from_budget(
-            settings.budget, settings.typical_latency_s, settings.pressure_capacity
-        )
+
+        def pressure() -> PressurePolicy:
+            # Capacity by the tiers' typical call times as learned (the configured ones until calls end).
+            typical_s = {tier: calls.typical_ms(tier) / 1000 for tier in settings.typical_latency_s}
+            return PressurePolicy.from_budget(settings.budget, typical_s, settings.pressure_capacity)
+
         eviction = LowEviction(
             consumer=consumer,
             topics=topics,
