@@ -146,8 +146,10 @@ class Outlook:
 
     def may_lend(self, tier: Tier, *, free: int, waiting: Mapping[Tier, int]) -> bool:
         higher = TIERS_BY_PRIORITY[: TIERS_BY_PRIORITY.index(tier)]
-        if free < 1 or not higher:
-            return not higher and free >= 1
+        if free < 1:
+            return False
+        if not higher:
+            return True  # nobody to keep a slot for (the scheduler never asks for HIGH)
         arrivals, calls, now = self.lending.arrivals, self.lending.calls, self.now_ms
         if any(waiting.get(h, 0) > 0 for h in higher) or not arrivals.ready(Tier.HIGH, now):
             return False
@@ -160,7 +162,7 @@ class Outlook:
             return arrivals.upper(Tier.HIGH, min(within_ms, calls.typical_ms(Tier.HIGH)), now)
 
         free_after = free - 1
-        if free_after < self.lending.arrivals.policy.min_free:
+        if free_after < arrivals.policy.min_free:
             return False
         ended = 0
         for remaining in calls.remaining_ms(now):
