@@ -13,10 +13,12 @@ from services.dispatcher.next_start import NextStart
 from services.dispatcher.offsets import PartitionOffsets
 from services.dispatcher.policies import TieredScheduler
 from services.dispatcher.schedule import Schedule
+from services.dispatcher.settings import DispatcherSettings
 from services.dispatcher.waiting import WaitingRoom
 from services.dispatcher.work import Work
 from services.messaging.records import ChatMessage, InferenceRequest
 from services.messaging.tiers import Tier
+from services.tools.simulation.simulate import sim_config
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 TYPICAL_MS = {H: 50.0, M: 280.0, L: 500.0}
@@ -195,3 +197,11 @@ def test_a_burst_in_progress_holds_the_slots_back() -> None:
 def test_policy_rejects_nonsense(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         ForecastPolicy(**bad)  # type: ignore[arg-type]
+
+
+def test_forecast_lending_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INFERQ_FORECAST_LENDING", raising=False)
+    monkeypatch.delenv("INFERQ_LEARN_LATENCY", raising=False)
+    settings = DispatcherSettings()
+    assert (settings.forecast_lending, settings.learn_latency) == (False, True)
+    assert sim_config(settings).forecast_lending is False
