@@ -7,11 +7,11 @@ when only the tenant headroom is free (``tenant_headroom.py``, `start_gates`), h
 share or asking for a MEDIUM or LOW start, is skipped in favour of the others of the tier, and its
 waiting work does not count as demand.
 Two timers act on it: expiry (a request past its deadline, or with less time left than its tier's
-typical inference takes, learned from completed calls by ``call_times.py``, is answered EXPIRED
-and never costs an LLM call) and aging (a LOW request
-older than the promotion age is scheduled as MEDIUM, first in its tenant's MEDIUM queue, so briefs
-always progress). It sees every arrival, start and end, so it also feeds the forecast lending
-(``forecast.py``) and hands its outlook to the scheduler inside `demand`.
+typical inference takes, as learned from completed calls by ``call_times.py``, is answered EXPIRED
+and never costs an LLM call) and aging (a LOW request older than the promotion age is scheduled as
+MEDIUM, first in its tenant's MEDIUM queue, so briefs always progress). It sees every arrival,
+start and end, so it also feeds the forecast lending (``forecast.py``) and hands its outlook to the
+scheduler inside `demand`.
 """
 
 from __future__ import annotations
