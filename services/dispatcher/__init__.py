@@ -20,6 +20,7 @@ Where things are::
     kafka_consumer.py  its aiokafka implementation
 
 Pure pieces beside them: ``waiting`` (the read-ahead), ``policies``/``schedule`` (the scheduler),
-``offsets``, ``retries``, ``adaptive``, ``eviction``, ``poison``, ``models``, ``outcomes``; the token
-pools in ``tokens``; errors in ``errors``.
+``forecast`` (lending past the ceilings), ``call_times`` (call times learned online), ``offsets``,
+``retries``, ``adaptive``, ``eviction``, ``poison``, ``models``, ``outcomes``; the token pools in
+``tokens``; errors in ``errors``.
 """

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Protocol
 from services import tracing
 from services.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy, Budget, FixedBudget
 from services.dispatcher.backend import Backend, ChatBackend
+from services.dispatcher.call_times import CallTimes
 from services.dispatcher.checkpoint import Checkpoint
 from services.dispatcher.consumer import TierConsumer
 from services.dispatcher.eviction import PressurePolicy
 from services.dispatcher.execution import Execution
+from services.dispatcher.forecast import forecast_lending
 from services.dispatcher.health import Health
 from services.dispatcher.housekeeping import Housekeeping, LowEviction
 from services.dispatcher.inflight import InFlight
@@ -200,6 +202,9 @@ def bootstrap(
         tenant_label=gate.label,
     )
 
+    calls = CallTimes(
+        {t: s * 1000 for t, s in settings.typical_latency_s.items()}, learn=settings.learn_latency
+    )
     room = WaitingRoom(
         promotion_age_ms=int(settings.promotion_age_s * 1000),
         early_drop_ms={t: int(s * 1000) for t, s in settings.typical_latency_s.items()}
@@ -211,6 +216,8 @@ def bootstrap(
             window_ms=round(settings.tenant_active_window_s * 1000),
             weight_of=limits.weight,
         ),
+        calls=calls,
+        lending=forecast_lending(calls) if settings.forecast_lending else None,
     )
     offsets = OffsetTracker()
     inflight = InFlight()
@@ -254,7 +261,7 @@ def bootstrap(
         clock_ms=clock_ms,
         backend_timeout_s=settings.backend_timeout_s,
         token_freed=wake,
-        call_ended=next_start.ended,
+        call_ended=lambda work, now_ms, completed: next_start.ended(work, now_ms, completed=completed),
         linger=inflight.linger,
     )
     intake = Intake(
@@ -328,9 +335,12 @@ def bootstrap(
         Helper("lag-probe", LagProbe(consumer, topics, metrics).run),
     ]
     if settings.evict_low_under_pressure:
-        pressure = PressurePolicy.from_budget(
-            settings.budget, settings.typical_latency_s, settings.pressure_capacity
-        )
+
+        def pressure() -> PressurePolicy:
+            # Capacity by the tiers' typical call times as learned (the configured ones until calls end).
+            typical_s = {tier: calls.typical_ms(tier) / 1000 for tier in settings.typical_latency_s}
+            return PressurePolicy.from_budget(settings.budget, typical_s, settings.pressure_capacity)
+
         eviction = LowEviction(
             consumer=consumer,
             topics=topics,

@@ -2,7 +2,8 @@
 
 Off by default (`INFERQ_EVICT_LOW_UNDER_PRESSURE`). When on, once a second the dispatcher compares
 the backlog of HIGH and MEDIUM on the partitions it owns with its share of each tier's capacity
-(budget x 60% of the deadline / typical latency, as ingest's admission). While either is over, the
+(budget x 60% of the deadline / typical latency, as ingest's admission; the typical latency as
+learned from completed calls, ``call_times.py``). While either is over, the
 LOW requests waiting in its read-ahead (the oldest it holds) are answered EVICTED, "peak hours,
 batch delayed", instead of holding LOW's slot: the batch producer learns at once that it should
 resubmit later, and LOW's slot goes to the higher tiers. Promoted (starved) LOW requests are never

@@ -55,7 +55,7 @@ class Execution:
         clock_ms: Callable[[], int],
         backend_timeout_s: float,
         token_freed: asyncio.Event,
-        call_ended: Callable[[Work], None],
+        call_ended: Callable[[Work, int | None, bool], None],
         linger: Callable[[Coroutine[object, object, None], str], None],
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -70,7 +70,8 @@ class Execution:
         self._clock_ms = clock_ms
         self._backend_timeout_s = backend_timeout_s
         self._token_freed = token_freed
-        # The tenant's concurrency cap counts the call until its token is back (`NextStart.ended`).
+        # The tenant's concurrency cap counts the call until its token is back (`NextStart.ended`),
+        # told when and whether it answered (a completed call's time is learned, ``call_times.py``).
         self._call_ended = call_ended
         self._monotonic = monotonic
         # Where a call the deadline cut goes on until the backend ends it (`InFlight.linger`).
@@ -106,7 +107,7 @@ class Execution:
             failure = exc
         finally:
             if backend_call.done():
-                await self._call_over(work, lease)
+                await self._call_over(work, lease, completed=failure is None and not backend_call.cancelled())
             else:
                 # The deadline cut it (or shutdown cancelled this task): the backend still runs it.
                 self._linger(self._lingering(backend_call, work, lease, started), "abandoned-call")
@@ -157,10 +158,10 @@ class Execution:
                 backend_call.cancel()
             with contextlib.suppress(BaseException):
                 await backend_call  # its answer (or failure) is nobody's any more
-            await self._call_over(work, lease)
+            await self._call_over(work, lease, completed=False)
 
-    async def _call_over(self, work: Work, lease: Lease) -> None:
-        self._call_ended(work)
+    async def _call_over(self, work: Work, lease: Lease, *, completed: bool) -> None:
+        self._call_ended(work, self._clock_ms(), completed)
         await self._pool.release(lease)
         self._token_freed.set()
 

@@ -87,7 +87,7 @@ class LowEviction:
         *,
         consumer: TierConsumer,
         topics: TopicNames,
-        policy: PressurePolicy,
+        policy: Callable[[], PressurePolicy],
         offsets: OffsetTracker,
         room: WaitingRoom,
         pauses: Pauses,
@@ -96,6 +96,7 @@ class LowEviction:
     ) -> None:
         self._consumer = consumer
         self._topics = topics
+        # Asked once a round: the capacities follow the learned call times (``call_times.py``).
         self._policy = policy
         self._offsets = offsets
         self._room = room
@@ -138,7 +139,7 @@ class LowEviction:
         return backlog
 
     def evict_if_pressed(self, backlog: dict[Tier, tuple[int, float]]) -> None:
-        pressed = self._policy.pressed(backlog)
+        pressed = self._policy().pressed(backlog)
         if pressed != self._pressed:
             log.warning(
                 "%s backlog over capacity: evicting waiting LOW" if pressed else "pressure over: %s",

@@ -45,10 +45,11 @@ class NextStart:
 
     def tier(self, in_use: Mapping[Tier, int], budget: int, now_ms: int | None = None) -> Tier | None:
         """The tier that may start one request now; None when nothing waits or the policy says wait.
-        `now_ms` dates the tenant headroom's window of recent activity (None: busy tenants only)."""
+        `now_ms` dates the tenant headroom's window of recent activity (None: busy tenants only) and
+        the forecast lending's outlook (None: no lending past the ceilings)."""
         free = budget - sum(in_use.values())
         self._gates = self._room.start_gates(free=free, budget=budget, now_ms=now_ms)
-        demand = self._room.demand(self._gates)
+        demand = self._room.demand(self._gates, now_ms)
         if not any(demand.waiting.values()):
             return None
         return self._scheduler.next_tier(in_use, demand, budget)
@@ -63,9 +64,10 @@ class NextStart:
             return None
         expired = self._room.check(work, now_ms)
         if expired is None:
-            self._room.call_started(work)
+            self._room.call_started(work, now_ms)
         return Start(work, tier, expired)
 
-    def ended(self, work: Work) -> None:
-        """The call of a request `take` started gave its token back."""
-        self._room.call_ended(work)
+    def ended(self, work: Work, now_ms: int | None = None, *, completed: bool = True) -> None:
+        """The call of a request `take` started gave its token back at `now_ms`; `completed`: it
+        answered (its time teaches the tier's typical call time, ``call_times.py``)."""
+        self._room.call_ended(work, now_ms, completed=completed)

@@ -11,7 +11,10 @@ Policies:
   gets the slot (in priority order), so each tier's guarantee holds as slots free up. Then idle
   capacity is lent in priority order up to each tier's ceiling, except the HIGH headroom: MEDIUM
   and LOW never take the last `high_headroom` free slots. At night LOW may use `low_idle_ceiling`
-  (the whole budget) when HIGH and MEDIUM have nothing waiting or running.
+  (the whole budget) when HIGH and MEDIUM have nothing waiting or running. With forecast lending
+  (`INFERQ_FORECAST_LENDING`, ``forecast.py``), a tier at its ceiling or facing the headroom may
+  still take a free slot when the `Demand`'s outlook says the higher tiers will not need it during
+  the call (the room attaches the outlook; without one, the ceilings are the rule).
 - `StaticScheduler` (hard slots, e.g. the peak split 6/3/1): each tier capped at its floor, nothing
   lent. A baseline.
 - `FifoScheduler`: one queue in arrival order under the global budget. A baseline.
@@ -39,16 +42,24 @@ def utc_now() -> datetime:
 
 @dataclass(frozen=True)
 class Demand:
-    """Waiting work per tier, and when each tier's oldest waiting request was enqueued (epoch ms)."""
+    """Waiting work per tier, and when each tier's oldest waiting request was enqueued (epoch ms);
+    with forecast lending, the outlook of the demand to come."""
 
     waiting: Mapping[Tier, int]
     oldest_enqueued_ms: Mapping[Tier, int | None]
+    outlook: Outlook | None = None
 
     @classmethod
     def counts(cls, **waiting: int) -> Demand:
         """Convenience for tests: Demand.counts(HIGH=2, LOW=5)."""
         w = {t: waiting.get(t.value, 0) for t in Tier}
         return cls(w, dict.fromkeys(Tier))
+
+
+class Outlook(Protocol):
+    def may_lend(self, tier: Tier, *, free: int, waiting: Mapping[Tier, int]) -> bool:
+        """May `tier` take one of `free` slots past its ceiling (or into the HIGH headroom) now?"""
+        ...
 
 
 class Scheduler(Protocol):
@@ -96,12 +107,21 @@ class TieredScheduler(_ScheduledPolicy):
             idle_low = tier is Tier.LOW and others_idle and window.low_idle_ceiling is not None
             if idle_low and window.low_idle_ceiling is not None:
                 ceiling = max(ceiling, window.low_idle_ceiling)
-            if in_use.get(tier, 0) >= ceiling:
-                continue
-            if tier is not Tier.HIGH and not idle_low and free - 1 < headroom:
+            past_ceiling = in_use.get(tier, 0) >= ceiling
+            into_headroom = tier is not Tier.HIGH and not idle_low and free - 1 < headroom
+            if (past_ceiling or into_headroom) and not self._lend(tier, free, demand):
                 continue
             return tier
         return None
+
+    @staticmethod
+    def _lend(tier: Tier, free: int, demand: Demand) -> bool:
+        outlook = demand.outlook
+        return (
+            tier is not Tier.HIGH
+            and outlook is not None
+            and outlook.may_lend(tier, free=free, waiting=demand.waiting)
+        )
 
 
 class StaticScheduler(_ScheduledPolicy):

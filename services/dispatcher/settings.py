@@ -58,6 +58,13 @@ class DispatcherSettings(BaseSettings):
     # Drop a request whose remaining time is below its tier's typical inference time.
     early_drop: bool = True
     typical_latency_s: dict[Tier, float] = Field(default_factory=lambda: dict(DEFAULT_MEAN_LATENCY_S))
+    # Learn each tier's typical call time from its completed calls (EWMA from typical_latency_s,
+    # bounded to [/4, x4] of it; services/dispatcher/call_times.py); early drop uses the learned one.
+    learn_latency: bool = True
+    # A tier may borrow a slot past its ceiling (or into the HIGH headroom) when the forecast of the
+    # higher tiers' arrivals over the call's expected time leaves them free slots
+    # (services/dispatcher/forecast.py). Off: the schedule's ceilings alone.
+    forecast_lending: bool = False
     # Shed waiting LOW (answered EVICTED) while HIGH or MEDIUM is over its backlog capacity.
     evict_low_under_pressure: bool = False
     # Backlog capacity per tier for that; unset tiers: budget x 60% of the deadline / typical latency.

@@ -7,9 +7,11 @@ when only the tenant headroom is free (``tenant_headroom.py``, `start_gates`), h
 share or asking for a MEDIUM or LOW start, is skipped in favour of the others of the tier, and its
 waiting work does not count as demand.
 Two timers act on it: expiry (a request past its deadline, or with less time left than its tier's
-typical inference takes, is answered EXPIRED and never costs an LLM call) and aging (a LOW request
-older than the promotion age is scheduled as MEDIUM, first in its tenant's MEDIUM queue, so briefs
-always progress).
+typical inference takes, as learned from completed calls by ``call_times.py``, is answered EXPIRED
+and never costs an LLM call) and aging (a LOW request older than the promotion age is scheduled as
+MEDIUM, first in its tenant's MEDIUM queue, so briefs always progress). It sees every arrival,
+start and end, so it also feeds the forecast lending (``forecast.py``) and hands its outlook to the
+scheduler inside `demand`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from services.dispatcher.call_times import CallTimes
 from services.dispatcher.fair_queue import FairQueue
+from services.dispatcher.forecast import Lending
 from services.dispatcher.policies import Demand
 from services.dispatcher.tenant_headroom import TenantHeadroom
 from services.dispatcher.tenant_limits import EqualTenants, TenantLimits
@@ -43,6 +47,8 @@ class WaitingRoom:
         early_drop_ms: Mapping[Tier, int] | None = None,
         tenants: TenantLimits | None = None,
         headroom: TenantHeadroom | None = None,
+        calls: CallTimes | None = None,
+        lending: Lending | None = None,
     ) -> None:
         self._tenants: TenantLimits = tenants or EqualTenants()
         self._queues: dict[Tier, FairQueue] = {t: FairQueue(self._tenants.weight) for t in Tier}
@@ -53,6 +59,9 @@ class WaitingRoom:
         # Backend calls running per tenant (this process's), for the tenants' concurrency caps.
         self._running: Counter[str] = Counter()
         self._headroom = headroom
+        # The tiers' call times (learned when the caller's CallTimes learns) and the forecast.
+        self._calls = calls or (lending.calls if lending is not None else CallTimes(self._early_drop_ms))
+        self._lending = lending
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -113,12 +122,18 @@ class WaitingRoom:
         self._count(work, 1)
         if self._headroom is not None:
             self._headroom.seen(work.request.tenant, work.created_at_ms)
+        if self._lending is not None:
+            self._lending.arrived(work.scheduling_tier, work.created_at_ms)
 
-    def demand(self, gates: Mapping[Tier, Callable[[str], bool]] | None = None) -> Demand:
+    def demand(
+        self, gates: Mapping[Tier, Callable[[str], bool]] | None = None, now_ms: int | None = None
+    ) -> Demand:
         """Per tier, the requests that may start (their tenant passes the tier's gate of `gates`,
-        ``start_gates``; by default below its cap) and the oldest of them."""
+        ``start_gates``; by default below its cap) and the oldest of them; with forecast lending and
+        `now_ms`, the forecast's outlook at `now_ms`."""
         heads = {t: q.heads((gates or {}).get(t, self.may_start)) for t, q in self._queues.items()}
-        return Demand({t: h[0] for t, h in heads.items()}, {t: h[1] for t, h in heads.items()})
+        outlook = self._lending.at(now_ms) if self._lending is not None and now_ms is not None else None
+        return Demand({t: h[0] for t, h in heads.items()}, {t: h[1] for t, h in heads.items()}, outlook)
 
     def pop(self, scheduling_tier: Tier, may_start: Callable[[str], bool] | None = None) -> Work | None:
         """The next request of the tier by fair share among tenants that may start (`may_start`,
@@ -128,12 +143,17 @@ class WaitingRoom:
             self._count(work, -1)
         return work
 
-    def call_started(self, work: Work) -> None:
-        """`work` took a token and calls the backend: it counts against its tenant's cap."""
+    def call_started(self, work: Work, now_ms: int | None = None) -> None:
+        """`work` took a token and calls the backend (at `now_ms`, if known): it counts against its
+        tenant's cap."""
         self._running[work.request.tenant] += 1
+        if now_ms is not None:
+            self._calls.started(id(work), work.tier, now_ms)
 
-    def call_ended(self, work: Work) -> None:
-        """`work`'s call gave its token back."""
+    def call_ended(self, work: Work, now_ms: int | None = None, *, completed: bool = True) -> None:
+        """`work`'s call gave its token back (at `now_ms`, if known; `completed`: with an answer,
+        so its time teaches its tier's typical call time)."""
+        self._calls.ended(id(work), now_ms, completed=completed)
         tenant = work.request.tenant
         self._running[tenant] -= 1
         if self._running[tenant] <= 0:
@@ -144,9 +164,14 @@ class WaitingRoom:
         remaining = work.expire_at_ms - now_ms
         if remaining <= 0:
             return TOO_LATE
-        if remaining < self._early_drop_ms.get(work.tier, 0):
+        if remaining < self.early_drop_ms(work.tier):
             return WOULD_BE_LATE
         return None
+
+    def early_drop_ms(self, tier: Tier) -> float:
+        """Less time left than this and a request of `tier` is dropped: its tier's typical call
+        time now (learned), or 0 where early drop is off."""
+        return self._calls.typical_ms(tier) if tier in self._early_drop_ms else 0.0
 
     def sweep(self, now_ms: int) -> tuple[list[Expired], int]:
         """Remove expired requests and promote starved LOW ones; returns (expired, promoted count)."""

@@ -282,9 +282,31 @@ def test_targets_say_pass_miss_or_not_run() -> None:
     assert verdicts[("LOW makespan, LOW's peak cap lifted, vs FIFO", "inferq-lifted")] == NA
     # No work ever waited in this toy run: no utilization figure is a miss, not a pass.
     assert verdicts[("utilization while work waits, of what the ceilings allow", "inferq")] == MISS
+    assert verdicts[("LOW makespan, forecast lending, vs FIFO", "forecast")] == NA
+
+
+def test_forecast_targets_hold_it_to_fifo_and_the_capped_run() -> None:
+    runs = {
+        "inferq": run_summary("inferq", "inferq", high_wait=20, medium_wait=100, makespan=150),
+        "forecast": run_summary("forecast", "inferq", high_wait=45, medium_wait=100, makespan=59),
+        "fifo": run_summary("fifo", "fifo", high_wait=900, medium_wait=1_000, makespan=40),
+    }
+    verdicts = {(t.name, t.run): t.verdict for t in evaluate(runs)}
+    assert verdicts[("LOW makespan, forecast lending, vs FIFO", "forecast")] == PASS  # 59 <= 60
+    assert verdicts[("HIGH p99 queue wait vs the capped run's", "forecast")] == MISS  # 45 > 2 x 20
+    assert verdicts[("no HIGH expired, forecast lending", "forecast")] == PASS
+    assert verdicts[("budget used while work waits, forecast lending", "forecast")] == MISS  # nothing waited
 
 
 # -- the compressed settings reach the services under the names their settings classes read ------
+
+
+def test_the_forecast_run_turns_forecast_lending_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in compressed_env(run_specs(budget=10)["forecast"], compress=10, prefix="x").items():
+        monkeypatch.setenv(name, value)
+    settings = DispatcherSettings()
+    assert settings.forecast_lending
+    assert (settings.policy, settings.low_peak_ceiling) == ("inferq", None)
 
 
 def test_compressed_env_names_are_the_ones_the_settings_classes_read(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -109,6 +109,8 @@ def test_sim_config_takes_the_compressed_early_drop_and_promotion_age() -> None:
         budget=7,
         promotion_age_ms=180_000,
         early_drop_ms={H: 50, M: 280, L: 500},
+        typical_ms={H: 50, M: 280, L: 500},
+        learn_latency=True,
         readahead_per_tier=settings.readahead,
         housekeeping_interval_ms=250,
     )

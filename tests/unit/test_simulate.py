@@ -346,3 +346,23 @@ def test_latency_options_name_a_model_or_a_tier() -> None:
         parse_latency(["slow=1"])
     with pytest.raises(ValueError, match="MODEL=SECONDS"):
         parse_latency(["fast"])
+
+
+def test_forecast_lending_drains_a_dump_at_peak_without_leaving_chat_behind() -> None:
+    """Issue 14's evening: 200 briefs dumped at 20:00 and a chat every 400 ms. The seed's peak
+    ceiling drains them one at a time; with forecast lending they take the idle slots, within the
+    budget, and every chat is still answered."""
+    chats = [arrival(f"c{i}", Tier.HIGH, 100 + 400 * i) for i in range(150)]
+    briefs = [arrival(f"b{i}", Tier.LOW, 0) for i in range(200)]
+    latency = {Tier.HIGH: 0.5, Tier.MEDIUM: 2.8, Tier.LOW: 5.0}
+    factory = sim_scheduler("inferq", Schedule.default(budget=10).pin("peak"))
+
+    def low_makespan_s(result: SimResult) -> float:
+        return max(o.completed_ms for o in result.outcomes if o.tier is Tier.LOW) / 1000 - PEAK_MS / 1000
+
+    capped = simulate(chats + briefs, factory, latency)
+    lending = simulate(chats + briefs, factory, latency, SimConfig(forecast_lending=True))
+    assert low_makespan_s(capped) >= 990  # 200 x 5 s, one at a time
+    assert low_makespan_s(lending) < low_makespan_s(capped) / 5
+    assert lending.max_in_flight <= 10
+    assert all(o.status == "OK" for o in lending.outcomes)

@@ -76,8 +76,8 @@ def _register_scheduling(kinds: argparse._SubParsersAction[argparse.ArgumentPars
     )
     sched.add_argument(
         "--runs",
-        default="inferq,inferq-lifted,static,fifo",
-        help="comma-separated runs, in order (default: inferq,inferq-lifted,static,fifo)",
+        default="inferq,inferq-lifted,forecast,static,fifo",
+        help="comma-separated runs, in order (default: inferq,inferq-lifted,forecast,static,fifo)",
     )
     sched.set_defaults(func=_scheduling)
 

@@ -30,7 +30,7 @@ from services.tools.bench.scheduling_trace import TraceSpec, describe
 from services.tools.bench.summary import RunSummary
 from services.tools.traces.generator import generate
 
-RUN_ORDER = ("inferq", "inferq-lifted", "static", "fifo")
+RUN_ORDER = ("inferq", "inferq-lifted", "forecast", "static", "fifo")
 
 
 def default_timeout_s(spec: TraceSpec) -> float:

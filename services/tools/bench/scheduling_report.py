@@ -68,6 +68,27 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
             return _num(lifted), "LOW unfinished", False
         return f"{lifted:.1f} s", f"<= {1.6 * fifo:.1f} s (1.6 x FIFO {fifo:.1f})", lifted <= 1.6 * fifo
 
+    def forecast_makespan() -> tuple[str, str, bool]:
+        ours, fifo = runs["forecast"].low_makespan_s, runs["fifo"].low_makespan_s
+        if ours is None or fifo is None:
+            return _num(ours), "LOW unfinished", False
+        return f"{ours:.1f} s", f"<= {1.5 * fifo:.1f} s (1.5 x FIFO {fifo:.1f})", ours <= 1.5 * fifo
+
+    def forecast_high_p99() -> tuple[str, str, bool]:
+        ours, capped = runs["forecast"].tier(Tier.HIGH).wait_ms, runs["inferq"].tier(Tier.HIGH).wait_ms
+        if ours is None or capped is None:
+            return "-", "<= 2 x inferq's", False
+        limit = 2 * capped.p99
+        return f"{ours.p99:.1f} ms", f"<= {limit:.1f} ms (2 x inferq {capped.p99:.1f})", ours.p99 <= limit
+
+    def forecast_high_expired() -> tuple[str, str, bool]:
+        expired = runs["forecast"].tier(Tier.HIGH).by_status.get("EXPIRED", 0)
+        return f"{expired} HIGH expired", "0", expired == 0
+
+    def forecast_budget() -> tuple[str, str, bool]:
+        value = runs["forecast"].utilization.vs_budget_waiting
+        return _pct(value), ">= 90%", value is not None and value >= 0.9
+
     def backend(run: str) -> tuple[str, str, bool]:
         s = runs[run]
         ok = s.backend_max_in_flight <= s.budget and s.backend_429 == 0
@@ -104,9 +125,14 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
             "utilization while work waits, of what the ceilings allow", run, (run,), partial(utilization, run)
         )
     add("LOW makespan, LOW's peak cap lifted, vs FIFO", "inferq-lifted", ("inferq-lifted", "fifo"), makespan)
+    with_fifo = ("forecast", "fifo")
+    add("LOW makespan, forecast lending, vs FIFO", "forecast", with_fifo, forecast_makespan)
+    add("HIGH p99 queue wait vs the capped run's", "forecast", ("forecast", "inferq"), forecast_high_p99)
+    add("no HIGH expired, forecast lending", "forecast", ("forecast",), forecast_high_expired)
+    add("budget used while work waits, forecast lending", "forecast", ("forecast",), forecast_budget)
     for run in runs:
         add("backend max concurrency <= B, zero 429s", run, (run,), partial(backend, run))
-    for run in ("inferq", "inferq-lifted"):
+    for run in ("inferq", "inferq-lifted", "forecast"):
         add("no tier starved (all accepted ended, OKs in each tier)", run, (run,), partial(starvation, run))
     return targets
 

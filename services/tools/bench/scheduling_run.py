@@ -34,6 +34,7 @@ class RunSpec:
     name: str
     policy: str
     low_peak_ceiling: int | None = None
+    forecast_lending: bool = False
 
 
 def run_specs(budget: int, headroom: int = 2) -> dict[str, RunSpec]:
@@ -41,6 +42,9 @@ def run_specs(budget: int, headroom: int = 2) -> dict[str, RunSpec]:
         "inferq": RunSpec("inferq", "inferq"),
         # LOW may borrow everything but the HIGH headroom at peak.
         "inferq-lifted": RunSpec("inferq-lifted", "inferq", low_peak_ceiling=budget - headroom),
+        # The default schedule with forecast lending (issue 14): LOW borrows past its cap and into
+        # the HIGH headroom while the chat forecast leaves room.
+        "forecast": RunSpec("forecast", "inferq", forecast_lending=True),
         "static": RunSpec("static", "static"),
         "fifo": RunSpec("fifo", "fifo"),
     }
@@ -73,6 +77,8 @@ def compressed_env(spec: RunSpec, compress: float, prefix: str) -> dict[str, str
     }
     if spec.low_peak_ceiling is not None:
         env["INFERQ_LOW_PEAK_CEILING"] = str(spec.low_peak_ceiling)
+    if spec.forecast_lending:
+        env["INFERQ_FORECAST_LENDING"] = "true"
     return env
 
 
@@ -99,7 +105,11 @@ def summarize(
     samples: list[tuple[int, int]],
 ) -> RunSummary:
     settings = DispatcherSettings(
-        budget=config.budget, policy=spec.policy, schedule_pin="peak", low_peak_ceiling=spec.low_peak_ceiling
+        budget=config.budget,
+        policy=spec.policy,
+        schedule_pin="peak",
+        low_peak_ceiling=spec.low_peak_ceiling,
+        forecast_lending=spec.forecast_lending,
     )
     scheduler = build_scheduler(spec.policy, build_schedule(settings))
     promotion_ms = int(REAL_PROMOTION_AGE_S / config.compress * 1000)

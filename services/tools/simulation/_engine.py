@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from services.dispatcher.call_times import CallTimes
+from services.dispatcher.forecast import forecast_lending
 from services.dispatcher.next_start import NextStart
 from services.dispatcher.offsets import PartitionOffsets
 from services.dispatcher.policies import Clock, Scheduler
@@ -45,6 +47,15 @@ class SimConfig:
         default_factory=lambda: {t: round(s * 1000) for t, s in DEFAULT_MEAN_LATENCY_S.items()}
     )
     readahead_per_tier: int = 20
+    # The dispatcher's typical call time per tier (learned from the simulated calls when
+    # `learn_latency`, as the dispatcher's ``call_times.py``) and its forecast lending.
+    typical_ms: Mapping[Tier, int] = field(
+        default_factory=lambda: {t: round(s * 1000) for t, s in DEFAULT_MEAN_LATENCY_S.items()}
+    )
+    # Off unless asked (`sim_config` asks as the dispatcher's settings say, on by default): with
+    # it, early drop follows the simulated calls rather than `typical_ms`.
+    learn_latency: bool = False
+    forecast_lending: bool = False
     # The dispatcher's tenant headroom (``tenant_headroom.py``); every tenant weighs 1 here.
     tenant_headroom_slots: int = 2
     tenant_active_window_ms: int = 10_000
@@ -93,9 +104,16 @@ class Simulation:
             window_ms=config.tenant_active_window_ms,
             weight_of=EqualTenants().weight,
         )
+        calls = CallTimes(config.typical_ms, learn=config.learn_latency)
         self.room = WaitingRoom(
-            promotion_age_ms=config.promotion_age_ms, early_drop_ms=config.early_drop_ms, headroom=headroom
+            promotion_age_ms=config.promotion_age_ms,
+            early_drop_ms=config.early_drop_ms,
+            headroom=headroom,
+            calls=calls,
+            lending=forecast_lending(calls) if config.forecast_lending else None,
         )
+        # One NextStart for the whole run, as the dispatcher's: its room keeps the forecast's state.
+        self.next_start = NextStart(self.room, self.scheduler)
         self.sources = {t: PartitionOffsets(f"sim.{t.value.lower()}", 0) for t in Tier}
         self.kafka: dict[Tier, deque[int]] = {t: deque() for t in Tier}
         self.in_room: set[int] = set()
@@ -110,7 +128,7 @@ class Simulation:
         self.status: list[str | None] = [None] * len(arrivals)
         # The tier each running call took its token as (MEDIUM for a promoted LOW request).
         self.token_tier: dict[int, Tier] = {}
-        # Each running call's request: its end frees its tenant's share (`WaitingRoom.call_ended`).
+        # Each running call's request: its end frees its tenant's share (`NextStart.ended`).
         self.calls: dict[int, Work] = {}
         self.max_in_flight = self.promoted = self.batches = 0
 
@@ -177,7 +195,7 @@ class Simulation:
                 continue
             self.room.add(work)
             self.in_room.add(index)
-            early = self.config.early_drop_ms.get(tier, 0)
+            early = math.ceil(self.room.early_drop_ms(tier))
             # First instant at which `WaitingRoom.check` says no: remaining <= 0 or < early.
             heapq.heappush(self.dues, (arrival.expire_at_ms - max(early - 1, 0), index, _EXPIRY))
             if tier is Tier.LOW:
@@ -188,7 +206,7 @@ class Simulation:
     def _start_ready(self) -> None:
         """Start what the scheduler allows, one request at a time, with the dispatcher's own
         `NextStart` (its token pool, exact here, never refuses)."""
-        next_start = NextStart(self.room, self.scheduler)
+        next_start = self.next_start
         while True:
             tier = next_start.tier(self.in_use, self.config.budget, self.now_ms)
             if tier is None:
@@ -219,7 +237,7 @@ class Simulation:
 
     def _complete(self, index: int) -> None:
         self.in_use[self.token_tier.pop(index)] -= 1
-        self.room.call_ended(self.calls.pop(index))
+        self.next_start.ended(self.calls.pop(index), self.now_ms)
         self._answer(index, "OK")
 
     def _sweep(self) -> None:

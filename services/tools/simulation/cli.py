@@ -56,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--no-early-drop", action="store_true", help="do not drop requests that would be late"
     )
+    parser.add_argument(
+        "--forecast-lending",
+        action="store_true",
+        help="lend slots past the ceilings when the higher tiers' forecast allows (INFERQ_FORECAST_LENDING)",
+    )
     parser.add_argument("--readahead", type=int, help="requests per tier held by the dispatcher (default 20)")
     parser.add_argument("--name", help="the run's name in tables and plots")
     parser.add_argument("--json", type=Path, help="write the simulation document (summary and outcomes) here")

@@ -38,6 +38,7 @@ def dispatcher_settings(args: argparse.Namespace) -> DispatcherSettings:
         "promotion_age_s": args.promotion_age,
         "early_drop": False if args.no_early_drop else None,
         "readahead_per_tier": args.readahead,
+        "forecast_lending": True if args.forecast_lending else None,
     }
     return DispatcherSettings(**{k: v for k, v in overrides.items() if v is not None})
 
@@ -53,6 +54,8 @@ def start_ms(text: str | None, timezone: str) -> int:
 
 def default_name(settings: DispatcherSettings, args: argparse.Namespace) -> str:
     parts = [f"sim {settings.policy}"]
+    if settings.forecast_lending:
+        parts.append("forecast lending")
     if settings.low_peak_ceiling is not None:
         parts.append(f"LOW peak ceiling {settings.low_peak_ceiling}")
     if args.trace:
@@ -89,7 +92,8 @@ def run_simulate(args: argparse.Namespace) -> int:
             "pin": settings.schedule_pin,
             "low_peak_ceiling": settings.low_peak_ceiling,
             "latency_s": {t.value: s for t, s in latency.items()},
-            "config": {k: v for k, v in vars(config).items() if k != "early_drop_ms"},
+            "config": {k: v for k, v in vars(config).items() if k not in ("early_drop_ms", "typical_ms")},
+            "typical_ms": {t.value: ms for t, ms in config.typical_ms.items()},
             "early_drop_ms": {t.value: ms for t, ms in config.early_drop_ms.items()},
             "promoted": result.promoted,
             "simulation_s": round(took_s, 3),

@@ -13,6 +13,8 @@ What is modelled, with the dispatcher's defaults:
 - The sweep runs on the housekeeping grid (every 250 ms from the first arrival); it is only
   evaluated at the ticks where something in the room can expire or be promoted, which gives the
   same answers as evaluating every tick, at a fraction of the cost.
+- With `forecast_lending`, the room feeds the dispatcher's forecast (``forecast.py``) with the
+  simulated arrivals and calls; the typical call times are learned from the simulated calls.
 - A call takes its source tier's latency (the tier picks the model), deterministic or, with
   `jitter` > 0, times a seeded log-normal factor of mean 1. Calls never fail and the budget is
   fixed: no retries, no adaptive cuts, no eviction.
@@ -49,13 +51,17 @@ def sim_scheduler(policy: str, schedule: Schedule) -> SchedulerFactory:
 
 def sim_config(settings: DispatcherSettings, *, jitter: float = 0.0, seed: int = 0) -> SimConfig:
     """The scheduling knobs of the dispatcher's settings (budget, promotion age, early drop by its
-    typical latencies, read-ahead, housekeeping tick, tenant headroom) as the simulation's config."""
+    typical latencies and whether they are learned, forecast lending, read-ahead, housekeeping tick,
+    tenant headroom) as the simulation's config."""
     return SimConfig(
         budget=settings.budget,
         promotion_age_ms=round(settings.promotion_age_s * 1000),
         early_drop_ms={t: round(s * 1000) for t, s in settings.typical_latency_s.items()}
         if settings.early_drop
         else {},
+        typical_ms={t: round(s * 1000) for t, s in settings.typical_latency_s.items()},
+        learn_latency=settings.learn_latency,
+        forecast_lending=settings.forecast_lending,
         readahead_per_tier=settings.readahead,
         housekeeping_interval_ms=max(1, round(settings.housekeeping_interval_s * 1000)),
         tenant_headroom_slots=settings.tenant_headroom_slots,
