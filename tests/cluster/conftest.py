@@ -1,0 +1,17 @@
+"""One local three-node cluster for the cluster tests' session (512 MB of heap per node)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from services.tools.broker.cluster import LocalCluster
+from services.tools.broker.fixture import kafka_cluster_for_tests
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Never skips: a cluster that does not start fails the tests."""
+    with kafka_cluster_for_tests(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster
