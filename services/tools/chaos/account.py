@@ -17,10 +17,9 @@ from typing import Any
 
 import httpx
 
-from services.messaging.codec import result_codec
-from services.messaging.errors import DecodeError
-from services.tools.bench.topicio import read_topic
+from services.messaging.kafka_config import KafkaSettings
 from services.tools.demo.workload import TERMINAL
+from services.tools.report.results_source import read_results
 
 _READ_CONCURRENCY = 16
 _POLL_S = 0.5
@@ -80,30 +79,24 @@ def _extra_rows(db_path: Path) -> set[str]:
 def account(
     *,
     results_url: str,
-    bootstrap: str,
-    results_topic: str,
+    kafka: KafkaSettings,
+    run_id: str,
     db_path: Path,
     accepted: Sequence[str],
     timeout_s: float,
 ) -> Account:
+    """`accepted`: the run's request ids (``<run_id>:...``) ingest answered 202."""
     outcomes, changed = asyncio.run(_read_outcomes(results_url, accepted, timeout_s))
     wanted = set(accepted)
-    codec = result_codec()
+    read = read_results(kafka, [run_id])
     first_completion: dict[str, int] = {}
     writers: Counter[str] = Counter()
-    absorbed = 0
-    for read in read_topic(bootstrap, results_topic):
-        try:
-            result = codec.decode(read.value)
-        except DecodeError:
-            continue
-        if result.request_id not in wanted:
-            continue
-        if result.request_id in first_completion:
-            absorbed += 1
-            continue
-        first_completion[result.request_id] = result.completed_at_ms
-        writers[result.dispatcher_id] += 1
+    for result in read.by_run[run_id]:
+        if result.request_id in wanted:
+            first_completion[result.request_id] = result.completed_at_ms
+            writers[result.dispatcher_id] += 1
+    # The run's ids only are on its topic: every duplicate the reader dropped is one of its requests'.
+    absorbed = read.duplicates
     extra = _extra_rows(db_path)
     return Account(
         accepted=len(accepted),

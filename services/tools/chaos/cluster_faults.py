@@ -177,7 +177,9 @@ def run_case(
     try:
         stack.start(dispatchers=spec.dispatchers)
         log(f"[{fault}] pipeline {stack.topic_prefix} up; traffic for {spec.warmup_s:.0f} s first")
-        with Traffic(stack.ingest_url, threads=spec.threads, interval_s=spec.interval_s) as traffic:
+        with Traffic(
+            stack.ingest_url, stack.topic_prefix, threads=spec.threads, interval_s=spec.interval_s
+        ) as traffic:
             _wait(spec.warmup_s)
             events = inject(
                 cluster, fault, names.requests(Tier.HIGH), down_s=spec.down_s, topics=topics, log=log
@@ -189,8 +191,8 @@ def run_case(
         accepted = traffic.accepted()
         counted = account(
             results_url=stack.results_url,
-            bootstrap=cluster.bootstrap,
-            results_topic=names.results,
+            kafka=KafkaSettings(bootstrap_servers=cluster.bootstrap, topic_prefix=stack.topic_prefix),
+            run_id=stack.topic_prefix,
             db_path=work_dir / "results.db",
             accepted=accepted,
             timeout_s=spec.settle_timeout_s,

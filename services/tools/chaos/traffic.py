@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -29,10 +28,12 @@ class Submitted:
 class Traffic:
     """`threads` submitters, each sending a request, then waiting `interval_s`, until stopped.
 
-    Half chat (HIGH), half emotion analysis (MEDIUM), every one with a deadline of `DEADLINE_MS`."""
+    Half chat (HIGH), half emotion analysis (MEDIUM), every one with a deadline of `DEADLINE_MS`; the
+    request ids are ``<run_id>:<thread>-<n>``, so a run's results are found by their id."""
 
-    def __init__(self, ingest_url: str, *, threads: int = 6, interval_s: float = 0.2) -> None:
+    def __init__(self, ingest_url: str, run_id: str, *, threads: int = 6, interval_s: float = 0.2) -> None:
         self._url = ingest_url
+        self._run_id = run_id
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -47,7 +48,7 @@ class Traffic:
         with httpx.Client(base_url=self._url, timeout=15.0) as client:
             n = 0
             while not self._stop.is_set():
-                rid = f"t{index}-{n}-{uuid.uuid4().hex[:10]}"
+                rid = f"{self._run_id}:{index}-{n}"
                 body = {
                     "scenario": scenarios[n % 2],
                     "session_id": f"s{index}-{n % 7}",
