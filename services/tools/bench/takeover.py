@@ -33,16 +33,18 @@ from confluent_kafka import Producer
 from services.messaging.admin import create_topics
 from services.messaging.codec import request_codec, result_codec
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import InferenceResult
 from services.messaging.tiers import Tier
 from services.tools.bench.kafka import bench_broker
 from services.tools.bench.machine import code_line, command_line, machine, results_dir
 from services.tools.bench.procs import dispatcher_env, dispatcher_process, wait_group_stable
-from services.tools.bench.topicio import RecordCounter, chat_requests, read_topic
+from services.tools.bench.topicio import chat_requests, read_topic
 from services.tools.broker.broker import pick_free_ports
 from services.tools.stack.process import ServiceProcess
 
 Log = Callable[[str], None]
 REVOKED = "partitions revoked"
+DRAIN_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,11 @@ def _revocations(log_path: Path, start: int) -> int:
         return 0
 
 
+def _results(bootstrap: str, topic: str) -> list[InferenceResult]:
+    codec = result_codec()
+    return [codec.decode(r.value) for r in read_topic(bootstrap, topic)]
+
+
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -195,10 +202,14 @@ def one_run(
             victim.kill()
             time.sleep(spec.after_s)
         produced = paced.produced
-        with RecordCounter(bootstrap, topics.results) as counter:
-            deadline = time.monotonic() + 60.0
-            while counter.count() < produced and time.monotonic() < deadline:
-                time.sleep(0.25)
+        # Until the survivor answered every request produced (bounded): redone ones are on the
+        # topic twice, so a count of records would say done too early.
+        wanted = {f"{prefix}-{i:06d}" for i in range(produced)}
+        deadline = time.monotonic() + DRAIN_S
+        results = _results(bootstrap, topics.results)
+        while not wanted <= {r.request_id for r in results} and time.monotonic() < deadline:
+            time.sleep(1.0)
+            results = _results(bootstrap, topics.results)
     finally:
         for proc in procs:
             proc.stop()
@@ -206,7 +217,6 @@ def one_run(
         request_codec().decode(r.value).request_id: r.partition
         for r in read_topic(bootstrap, topics.requests(Tier.HIGH))
     }
-    results = [result_codec().decode(r.value) for r in read_topic(bootstrap, topics.results)]
     victim_id, survivor_id = f"{prefix}-d0", f"{prefix}-d1"
     before = [r for r in results if r.completed_at_ms <= killed_ms]
     orphaned = {where[r.request_id] for r in before if r.dispatcher_id == victim_id} - {
