@@ -28,6 +28,7 @@ def test_a_broker_fault_under_load_loses_nothing_and_answers_once(
     account = report.account
     assert account.accepted >= 50, f"too little traffic was accepted to mean anything: {account.accepted}"
     assert report.services_alive, f"a service died during the fault (logs in {tmp_path / 'logs'})"
+    assert set(report.exit_codes.values()) == {0}, f"unclean exits: {report.exit_codes}"
     assert not account.lost, f"{len(account.lost)} accepted requests have no outcome, e.g. {account.lost[:5]}"
     assert account.caller_duplicates == 0, "a caller saw a second outcome"
     assert set(account.statuses) == {"OK"}, account.statuses

@@ -53,6 +53,7 @@ def case_row(report: CaseReport) -> dict[str, Any]:
         "node_back_s": [(e.back_ms - e.at_ms) / 1000 for e in report.events],
         "replicated_s": [(e.replicated_ms - e.at_ms) / 1000 for e in report.events],
         "services_alive": report.services_alive,
+        "exit_codes": report.exit_codes,
         "by_dispatcher": a.by_dispatcher,
         "seconds": report.seconds,
     }

@@ -61,6 +61,7 @@ class CaseReport:
     recoveries: list[Recovery]
     submitted: int
     services_alive: bool
+    exit_codes: dict[str, int | None]
     seconds: float
 
     @property
@@ -198,7 +199,7 @@ def run_case(
             timeout_s=spec.settle_timeout_s,
         )
     finally:
-        stack.stop()
+        codes = stack.stop()
     # Each fault's horizon: the next fault, or the end of the traffic (after it the rate falls anyway).
     ends = [e.at_ms for e in events[1:]] + [stopped_ms]
     recoveries = [
@@ -213,6 +214,7 @@ def run_case(
         recoveries=recoveries,
         submitted=len(answers),
         services_alive=alive,
+        exit_codes=codes,
         seconds=time.monotonic() - started,
     )
     log(summary(report))
