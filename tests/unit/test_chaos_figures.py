@@ -52,3 +52,12 @@ def test_no_dip_is_no_recovery_time_and_a_dip_to_the_end_is_none() -> None:
     assert never.dipped
     assert never.recovered_s is None
     assert never.longest_gap_s == 20.0
+
+
+def test_the_baseline_counts_only_the_time_traffic_ran() -> None:
+    fault = 20_000
+    # Traffic began 4 s before the fault: the baseline is its rate, not 4 s of it spread over 10.
+    completions = steady(16_000, fault, 20) + steady(fault, 40_000, 20)
+    found = recovery(completions, fault, 40_000)
+    assert found.baseline_per_s == 20
+    assert not found.dipped

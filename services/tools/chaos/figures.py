@@ -55,7 +55,8 @@ def rate(completions_ms: Sequence[int], start_ms: float, end_ms: float) -> float
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
-    """`baseline_per_s`: completions/s in the `BASELINE_S` before the fault; `dipped`: whether a
+    """`baseline_per_s`: completions/s in the `BASELINE_S` before the fault (from the first
+    completion, when traffic began less than that before it); `dipped`: whether a
     `WINDOW_S` window after it fell below `RECOVERED_SHARE` of that; `recovered_s`: from the fault to
     the end of the first window back above it after the dip (0 without a dip, None: not within the
     horizon); `longest_gap_s`: the longest time without a completion after the fault."""
@@ -68,7 +69,8 @@ class Recovery:
 
 def recovery(completions_ms: Sequence[int], fault_ms: int, horizon_ms: int) -> Recovery:
     ordered = sorted(completions_ms)
-    baseline = rate(ordered, fault_ms - BASELINE_S * 1000, fault_ms)
+    since = max(fault_ms - BASELINE_S * 1000, ordered[0] if ordered else fault_ms)
+    baseline = rate(ordered, since, fault_ms)
     after = [c for c in ordered if fault_ms <= c < horizon_ms]
     gaps = [b - a for a, b in zip([fault_ms, *after], [*after, horizon_ms], strict=True)]
     longest_gap_s = max(gaps, default=0) / 1000
