@@ -67,7 +67,10 @@ def _testcontainers_kafka() -> Iterator[str]:
         module = importlib.import_module("testcontainers.community.kafka")
     except ImportError:
         module = importlib.import_module("testcontainers.kafka")  # before testcontainers 4.15
-    with module.KafkaContainer().with_kraft() as kafka:
+    # The dispatcher's 2 s session is below Kafka's default floor (6 s); cp-kafka maps KAFKA_* variables
+    # to broker settings, as our own broker's server.properties sets it.
+    container = module.KafkaContainer().with_kraft().with_env("KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS", "1000")
+    with container as kafka:
         yield str(kafka.get_bootstrap_server())
 
 
