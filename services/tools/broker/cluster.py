@@ -228,12 +228,20 @@ class LocalCluster:
         return set(metadata.brokers)
 
     def leader_of(self, topic: str, partition: int) -> int:
-        """The node id leading `topic`[`partition`] now."""
-        metadata = self._admin().list_topics(topic, timeout=_METADATA_TIMEOUT_S)
-        leader = int(metadata.topics[topic].partitions[partition].leader)
-        if leader < 1:
-            raise LocalBrokerError(f"{topic}[{partition}] has no leader now")
-        return leader
+        """The node id leading `topic`[`partition`], waiting (bounded) while a new topic's metadata
+        or a leader election is still on its way."""
+        admin = self._admin()
+        deadline = time.monotonic() + _METADATA_TIMEOUT_S
+        while True:
+            described = admin.list_topics(topic, timeout=_METADATA_TIMEOUT_S).topics.get(topic)
+            found = described.partitions.get(partition) if described is not None else None
+            if found is not None and found.leader >= 1:
+                return int(found.leader)
+            if time.monotonic() > deadline:
+                raise LocalBrokerError(
+                    f"{topic}[{partition}] has no leader after {_METADATA_TIMEOUT_S:.0f} s"
+                )
+            time.sleep(0.2)
 
     def fully_replicated(self, topics: list[str]) -> bool:
         """True when every partition of `topics` has all its replicas in sync."""
