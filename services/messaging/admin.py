@@ -8,7 +8,7 @@ that refuses our credentials or certificate raises `KafkaAccessError` within a s
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -69,21 +69,27 @@ def create_topics(
     *,
     regions: Sequence[str] = (),
     timeout_s: float = ADMIN_TIMEOUT_S,
-    replication: Replication | None = None,
+    replication: Replication | Callable[[int], Replication] | None = None,
 ) -> dict[str, str]:
     """Create every topic of the table and the reply topic of each of `regions` (configured as the
     results topic); existing ones are left alone. Returns name → outcome. `ValueError` for a region
     the reply-topic rule refuses (`services.messaging.reply_topics`).
 
     `replication` None: chosen from the number of brokers (`Replication.for_brokers`: factor 3 and
-    min.insync.replicas=2 on three or more, else factor 1)."""
+    min.insync.replicas=2 on three or more, else factor 1); a callable: chosen by it from the number
+    of brokers (its `ValueError` propagates, nothing created)."""
     for region in regions:
         problem = region_problem(region)
         if problem is not None:
             raise ValueError(problem)
     admin, watch = watched_admin(settings)
     _, brokers = _metadata(admin, watch, settings.bootstrap_servers, timeout_s)  # refused: fail fast
-    chosen = replication or Replication.for_brokers(brokers)
+    if replication is None:
+        chosen = Replication.for_brokers(brokers)
+    elif isinstance(replication, Replication):
+        chosen = replication
+    else:
+        chosen = replication(brokers)
     specs = settings.topics.specs() + [settings.topics.regional_results_spec(r) for r in regions]
     new = [
         NewTopic(
@@ -107,12 +113,6 @@ def create_topics(
             else:
                 raise MessagingError(f"cannot create topic {name}: {err}") from exc
     return outcome
-
-
-def broker_count(settings: KafkaSettings, *, timeout_s: float = ADMIN_TIMEOUT_S) -> int:
-    """How many brokers the cluster's metadata lists as live."""
-    admin, watch = watched_admin(settings)
-    return _metadata(admin, watch, settings.bootstrap_servers, timeout_s)[1]
 
 
 def existing_topics(settings: KafkaSettings, *, timeout_s: float = ADMIN_TIMEOUT_S) -> set[str]:

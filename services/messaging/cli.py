@@ -11,7 +11,7 @@ import os
 import re
 
 from services.messaging.acls import ServicePrincipals, apply_grants, service_grants
-from services.messaging.admin import broker_count, create_topics, existing_topics
+from services.messaging.admin import create_topics, existing_topics
 from services.messaging.errors import MessagingError
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.replication import Replication
@@ -118,21 +118,21 @@ def _create(args: argparse.Namespace) -> int:
         if problem is not None:
             print(f"error: --region {region}: {problem}")
             return 2
-    try:
-        brokers = broker_count(settings)
+    asked = args.replication_factor is not None or args.min_insync_replicas is not None
+    chosen_by = "as asked" if asked else "the default"
+
+    def choose(brokers: int) -> Replication:
         replication = Replication.for_brokers(
             brokers, factor=args.replication_factor, min_insync=args.min_insync_replicas
         )
+        print(f"{brokers} broker(s): {replication.describe()} ({chosen_by})")
+        return replication
+
+    try:
+        outcome = create_topics(settings, regions=args.region, replication=choose)
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
-    except MessagingError as exc:
-        print(f"error: {exc}")
-        return 1
-    chosen_by = "as asked" if args.replication_factor or args.min_insync_replicas else "the default"
-    print(f"{brokers} broker(s): {replication.describe()} ({chosen_by})")
-    try:
-        outcome = create_topics(settings, regions=args.region, replication=replication)
     except MessagingError as exc:
         print(f"error: {exc}")
         return 1
