@@ -27,7 +27,7 @@ from services.dispatcher.consumer import (
     RebalanceListener,
     Unfetched,
 )
-from services.dispatcher.errors import CommitFailedError, ConsumerError
+from services.dispatcher.errors import CommitFailedError, ConsumerError, SessionTimeoutRefusedError
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.topics import TopicNames
 
@@ -117,7 +117,12 @@ class KafkaTierConsumer:
             return
         topics = [*self._topics.all_requests, self._topics.retry]
         self._consumer.subscribe(topics, listener=_Listener(listener))
-        await self._consumer.start()
+        try:
+            # Waits for the first assignment: the join is where a broker refuses the session.
+            await self._consumer.start()
+        except InvalidSessionTimeoutError as exc:
+            await self._consumer.stop()
+            raise SessionTimeoutRefusedError(self._membership.session_timeout_ms) from exc
         self._started = True
 
     async def stop(self) -> None:
@@ -134,13 +139,8 @@ class KafkaTierConsumer:
     async def fetch(self, max_records: int, timeout_ms: int) -> Batches:
         try:
             batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
-        except InvalidSessionTimeoutError as exc:
-            raise ConsumerError(
-                f"the broker refuses a session timeout of {self._membership.session_timeout_ms} ms: "
-                "set group.min.session.timeout.ms at most that on every broker, or raise "
-                "INFERQ_SESSION_TIMEOUT_MS",
-                retriable=False,
-            ) from exc
+        except InvalidSessionTimeoutError as exc:  # a broker whose setting changed since the start
+            raise SessionTimeoutRefusedError(self._membership.session_timeout_ms) from exc
         fetched: dict[Partition, list[FetchedRecord]] = {
             _partition(tp): records for tp, records in batches.items()
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from services.dispatcher.errors import SessionTimeoutRefusedError
 from services.dispatcher.kafka_consumer import Membership
 from services.dispatcher.settings import DispatcherSettings
 
@@ -41,3 +42,10 @@ def test_a_session_that_one_late_heartbeat_would_end_is_refused(
 def test_membership_refuses_heartbeats_that_do_not_fit(session: int, heartbeat: int) -> None:
     with pytest.raises(ValueError, match="heartbeat interval"):
         Membership(session, heartbeat)
+
+
+def test_a_refused_session_names_both_settings_that_fix_it() -> None:
+    error = SessionTimeoutRefusedError(2000)
+    assert "group.min.session.timeout.ms to at most 2000" in str(error)
+    assert "INFERQ_SESSION_TIMEOUT_MS" in str(error)
+    assert error.retriable is False
