@@ -84,6 +84,15 @@ bench-throughput: setup jars
 bench-replay: setup jars
 	$(BIN)/inferq bench replay
 
+# Not in `make bench`: each starts a three-node cluster (or, takeover, a broker) of its own.
+.PHONY: bench-cluster bench-takeover
+bench-cluster: setup jars
+	$(BIN)/inferq bench cluster-chaos
+	$(BIN)/inferq bench throughput --cluster --dispatchers 1,2,4 --no-tracing
+
+bench-takeover: setup jars
+	$(BIN)/inferq bench takeover
+
 broker-up: setup jars
 	$(BIN)/inferq broker start
 

@@ -28,7 +28,7 @@ from services.dispatcher.health import Health
 from services.dispatcher.housekeeping import Housekeeping, LowEviction
 from services.dispatcher.inflight import InFlight
 from services.dispatcher.intake import Intake
-from services.dispatcher.kafka_consumer import KafkaTierConsumer
+from services.dispatcher.kafka_consumer import KafkaTierConsumer, Membership
 from services.dispatcher.lag_probe import LagProbe
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.models import ModelChoice
@@ -176,7 +176,10 @@ def bootstrap(
     budget: Budget = adaptive or FixedBudget(settings.budget)
     scheduler = scheduler or build_scheduler(settings.policy, build_schedule(settings))
     consumer = consumer or KafkaTierConsumer(
-        settings.kafka, settings.group_id, client_id=settings.dispatcher_id
+        settings.kafka,
+        settings.group_id,
+        client_id=settings.dispatcher_id,
+        membership=Membership(settings.session_timeout_ms, settings.heartbeat_interval_ms),
     )
     producer = producer or AsyncProducer(
         settings.kafka.producer_config(client_id=f"inferq-dispatcher-{settings.dispatcher_id}")

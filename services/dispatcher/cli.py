@@ -7,6 +7,7 @@ import sys
 
 import uvloop
 
+from services.dispatcher.errors import SessionTimeoutRefusedError
 from services.dispatcher.process import serve
 from services.dispatcher.settings import DispatcherSettings
 from services.messaging.errors import KafkaAccessError, MissingTopicsError
@@ -43,7 +44,7 @@ def _run(args: argparse.Namespace) -> int:
     # uvloop: the dispatcher's hot path is the event loop (fetch, HTTP calls, delivery reports).
     try:
         return uvloop.run(serve(settings))
-    except (MissingTopicsError, KafkaAccessError, TenantsFileError) as exc:
+    except (MissingTopicsError, KafkaAccessError, TenantsFileError, SessionTimeoutRefusedError) as exc:
         # A start-up refusal the operator must act on: one line that says what, not a traceback.
         print(f"inferq dispatcher: cannot start: {exc}", file=sys.stderr)
         return 2

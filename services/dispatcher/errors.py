@@ -81,6 +81,20 @@ class ConsumerError(DispatcherError):
         self.retriable = retriable
 
 
+class SessionTimeoutRefusedError(ConsumerError):
+    """The brokers refuse the group session the dispatcher asks for (``group.min.session.timeout.ms``
+    above it): an operator's setting to change, on either side."""
+
+    def __init__(self, session_timeout_ms: int) -> None:
+        super().__init__(
+            f"the brokers refuse a group session of {session_timeout_ms} ms: set "
+            f"group.min.session.timeout.ms to at most {session_timeout_ms} on every broker, or raise "
+            "INFERQ_SESSION_TIMEOUT_MS (a dead dispatcher's partitions then wait that long)",
+            retriable=False,
+        )
+        self.session_timeout_ms = session_timeout_ms
+
+
 class CommitFailedError(ConsumerError):
     """The group did not accept a commit of these partitions (`topic[partition]` names)."""
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError as AiokafkaCommitFailedError
-from aiokafka.errors import IllegalStateError, KafkaError
+from aiokafka.errors import IllegalStateError, InvalidSessionTimeoutError, KafkaError
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
 
@@ -26,13 +27,33 @@ from services.dispatcher.consumer import (
     RebalanceListener,
     Unfetched,
 )
-from services.dispatcher.errors import CommitFailedError, ConsumerError
+from services.dispatcher.errors import CommitFailedError, ConsumerError, SessionTimeoutRefusedError
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher.consumer")
 
 COMMITS_READ_TIMEOUT_S = 5.0
+# How long the coordinator waits for every member to rejoin once a rebalance began. aiokafka's
+# default is the session timeout, 2 s here: a member whose revocation (a commit) took longer would be
+# dropped and the rebalance begun again. Revocation is one commit; 30 s is a generous bound.
+REBALANCE_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """How the group notices a dead member (classic protocol): silent for `session_timeout_ms`, it
+    is dropped and its partitions reassigned; heartbeats every `heartbeat_interval_ms`."""
+
+    session_timeout_ms: int = 2_000
+    heartbeat_interval_ms: int = 500
+
+    def __post_init__(self) -> None:
+        if not 0 < self.heartbeat_interval_ms * 2 <= self.session_timeout_ms:
+            raise ValueError(
+                f"heartbeat interval {self.heartbeat_interval_ms} ms must be positive and at most half "
+                f"the session timeout {self.session_timeout_ms} ms"
+            )
 
 
 def _partition(tp: TopicPartition) -> Partition:
@@ -57,8 +78,11 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 class KafkaTierConsumer:
     """Consumes the three request topics and the retry topic in the dispatcher group."""
 
-    def __init__(self, kafka: KafkaSettings, group_id: str, client_id: str) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, group_id: str, client_id: str, membership: Membership | None = None
+    ) -> None:
         self._topics: TopicNames = kafka.topics
+        self._membership = membership or Membership()
         self._consumer = AIOKafkaConsumer(
             **kafka.aiokafka_config(),
             group_id=group_id,
@@ -74,6 +98,11 @@ class KafkaTierConsumer:
             fetch_max_wait_ms=100,
             # Fewer than this many seconds between polls would mean the loop is stuck, not busy.
             max_poll_interval_ms=300_000,
+            # A SIGKILLed member is noticed after the session timeout (see Membership); the heartbeat
+            # runs on this event loop, so a loop stalled for a whole session would be dropped too.
+            session_timeout_ms=self._membership.session_timeout_ms,
+            heartbeat_interval_ms=self._membership.heartbeat_interval_ms,
+            rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
         )
         # Reads the group's commits (with their metadata); never subscribes, never commits.
         self._commit_reader = Consumer(
@@ -88,7 +117,12 @@ class KafkaTierConsumer:
             return
         topics = [*self._topics.all_requests, self._topics.retry]
         self._consumer.subscribe(topics, listener=_Listener(listener))
-        await self._consumer.start()
+        try:
+            # Waits for the first assignment: the join is where a broker refuses the session.
+            await self._consumer.start()
+        except InvalidSessionTimeoutError as exc:
+            await self._consumer.stop()
+            raise SessionTimeoutRefusedError(self._membership.session_timeout_ms) from exc
         self._started = True
 
     async def stop(self) -> None:
@@ -103,7 +137,10 @@ class KafkaTierConsumer:
         return {_partition(tp) for tp in self._consumer.assignment()}
 
     async def fetch(self, max_records: int, timeout_ms: int) -> Batches:
-        batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        try:
+            batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        except InvalidSessionTimeoutError as exc:  # a broker whose setting changed since the start
+            raise SessionTimeoutRefusedError(self._membership.session_timeout_ms) from exc
         fetched: dict[Partition, list[FetchedRecord]] = {
             _partition(tp): records for tp, records in batches.items()
         }

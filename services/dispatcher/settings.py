@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.dispatcher.schedule import Schedule, TierLimits
@@ -105,6 +105,13 @@ class DispatcherSettings(BaseSettings):
     model_accurate: str = "inferq-accurate"
     model_cheap: str = "inferq-cheap"
     commit_interval_s: float = Field(default=0.2, gt=0)
+    # Group membership (classic protocol, aiokafka): a member silent this long is declared dead and
+    # its partitions move. 2 s (Kafka's client default is 45 s, aiokafka's 10 s) brings the takeover
+    # of a SIGKILLed dispatcher to about 2.5 s; the broker must allow it (group.min.session.timeout.ms,
+    # 6 s by default, at most this). The trade-off is in docs/deployment.md.
+    session_timeout_ms: int = Field(default=2_000, ge=500, le=300_000)
+    # A quarter of the session: three heartbeats may be lost or late before the member is dropped.
+    heartbeat_interval_ms: int = Field(default=500, ge=100, le=100_000)
     # On SIGTERM, in-flight calls get this long to finish before their outcome is left to the next owner.
     drain_timeout_s: float = Field(default=30.0, ge=0)
     # While more than one tenant is active (work waiting or running, or a request enqueued within
@@ -115,6 +122,15 @@ class DispatcherSettings(BaseSettings):
     tenant_active_window_s: float = Field(default=10.0, ge=0, le=86_400)
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 8702
+
+    @model_validator(mode="after")
+    def _heartbeats_fit_in_a_session(self) -> DispatcherSettings:
+        if self.heartbeat_interval_ms * 2 > self.session_timeout_ms:
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be at most half of "
+                f"session_timeout_ms ({self.session_timeout_ms}): one late heartbeat would drop the member"
+            )
+        return self
 
     @field_validator("typical_latency_s")
     @classmethod

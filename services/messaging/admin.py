@@ -8,7 +8,7 @@ that refuses our credentials or certificate raises `KafkaAccessError` within a s
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -17,6 +17,7 @@ from confluent_kafka.cimpl import NewTopic
 from services.messaging.connection import ConnectionWatch
 from services.messaging.errors import MessagingError, MissingTopicsError
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.replication import Replication
 from services.messaging.reply_topics import region_problem
 
 ADMIN_TIMEOUT_S = 15.0
@@ -30,10 +31,11 @@ def watched_admin(settings: KafkaSettings) -> tuple[AdminClient, ConnectionWatch
     return AdminClient(settings.admin_config() | watch.options()), watch
 
 
-def _metadata_topics(
+def _metadata(
     admin: AdminClient, watch: ConnectionWatch, bootstrap: str, timeout_s: float
-) -> set[str]:
-    """The topics the broker lets us see; a refusal raises at once, silence after `timeout_s`."""
+) -> tuple[set[str], int]:
+    """The topics the broker lets us see and how many brokers are live; a refusal raises at once,
+    silence after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -41,7 +43,7 @@ def _metadata_topics(
         except KafkaException as exc:
             failure = exc
         else:
-            return set(metadata.topics)
+            return set(metadata.topics), len(metadata.brokers)
         # Outside the except block: a refusal is the whole story, not "during handling of" a timeout.
         if failure.args and isinstance(failure.args[0], KafkaError):
             watch.saw(failure.args[0])  # the request's own error may be the refusal
@@ -55,21 +57,48 @@ def _metadata_topics(
             ) from failure
 
 
+def _metadata_topics(
+    admin: AdminClient, watch: ConnectionWatch, bootstrap: str, timeout_s: float
+) -> set[str]:
+    """The topics the broker lets us see; a refusal raises at once, silence after `timeout_s`."""
+    return _metadata(admin, watch, bootstrap, timeout_s)[0]
+
+
 def create_topics(
-    settings: KafkaSettings, *, regions: Sequence[str] = (), timeout_s: float = ADMIN_TIMEOUT_S
+    settings: KafkaSettings,
+    *,
+    regions: Sequence[str] = (),
+    timeout_s: float = ADMIN_TIMEOUT_S,
+    replication: Replication | Callable[[int], Replication] | None = None,
 ) -> dict[str, str]:
     """Create every topic of the table and the reply topic of each of `regions` (configured as the
     results topic); existing ones are left alone. Returns name → outcome. `ValueError` for a region
-    the reply-topic rule refuses (`services.messaging.reply_topics`)."""
+    the reply-topic rule refuses (`services.messaging.reply_topics`).
+
+    `replication` None: chosen from the number of brokers (`Replication.for_brokers`: factor 3 and
+    min.insync.replicas=2 on three or more, else factor 1); a callable: chosen by it from the number
+    of brokers (its `ValueError` propagates, nothing created)."""
     for region in regions:
         problem = region_problem(region)
         if problem is not None:
             raise ValueError(problem)
     admin, watch = watched_admin(settings)
-    _metadata_topics(admin, watch, settings.bootstrap_servers, timeout_s)  # refused: fail fast
+    _, brokers = _metadata(admin, watch, settings.bootstrap_servers, timeout_s)  # refused: fail fast
+    if replication is None:
+        chosen = Replication.for_brokers(brokers)
+    elif isinstance(replication, Replication):
+        chosen = replication
+    else:
+        chosen = replication(brokers)
     specs = settings.topics.specs() + [settings.topics.regional_results_spec(r) for r in regions]
     new = [
-        NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, config=s.config()) for s in specs
+        NewTopic(
+            s.name,
+            num_partitions=s.partitions,
+            replication_factor=chosen.factor,
+            config=s.config() | chosen.topic_config(),
+        )
+        for s in specs
     ]
     outcome: dict[str, str] = {}
     futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)

@@ -14,6 +14,7 @@ from services.messaging.acls import ServicePrincipals, apply_grants, service_gra
 from services.messaging.admin import create_topics, existing_topics
 from services.messaging.errors import MessagingError
 from services.messaging.kafka_config import KafkaSettings
+from services.messaging.replication import Replication
 from services.messaging.reply_topics import region_problem
 
 
@@ -34,6 +35,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="NAME",
         help="also create <prefix>.results.NAME (1-32 lowercase letters, digits or '-'); repeatable",
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=int,
+        default=None,
+        metavar="N",
+        help="copies of each partition (default: 3 on a cluster of at least 3 brokers, else 1)",
+    )
+    create.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replicas that must hold a write before acks=all answers (default: 2 with replication "
+        "factor 3 on a cluster, else the broker's)",
     )
     create.set_defaults(func=_create)
     listing = sub.add_parser(
@@ -102,8 +118,21 @@ def _create(args: argparse.Namespace) -> int:
         if problem is not None:
             print(f"error: --region {region}: {problem}")
             return 2
+    asked = args.replication_factor is not None or args.min_insync_replicas is not None
+    chosen_by = "as asked" if asked else "the default"
+
+    def choose(brokers: int) -> Replication:
+        replication = Replication.for_brokers(
+            brokers, factor=args.replication_factor, min_insync=args.min_insync_replicas
+        )
+        print(f"{brokers} broker(s): {replication.describe()} ({chosen_by})")
+        return replication
+
     try:
-        outcome = create_topics(settings, regions=args.region)
+        outcome = create_topics(settings, regions=args.region, replication=choose)
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
     except MessagingError as exc:
         print(f"error: {exc}")
         return 1

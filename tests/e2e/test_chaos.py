@@ -240,7 +240,8 @@ def test_sigkilled_dispatcher_loses_nothing_and_its_peer_takes_over(
     assert takeover.first_dispatch_s is not None, (
         "the survivor never served the killed dispatcher's partitions"
     )
-    # aiokafka's session timeout (10 s) plus a heartbeat interval (3 s) bounds the takeover.
+    # A loose bound, not a measurement: the dispatcher's session (2 s) and the survivor's next
+    # heartbeat (0.5 s) make the takeover about 2.5 s; `inferq bench takeover` measures it.
     assert takeover.first_dispatch_s <= 20.0
 
 

@@ -11,12 +11,12 @@ import pytest
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.security import SaslMechanism, SecurityProtocol
 from services.tools.broker.broker import (
-    _SERVER_PROPERTIES,
     BrokerConfig,
     LocalBroker,
     _with_overrides,
     recorded_ports,
     recorded_security,
+    server_properties,
 )
 from services.tools.broker.security import USERS, BrokerSecurity, SecurityMaterial, client_env
 
@@ -52,7 +52,7 @@ def test_scram_users_are_added_for_both_mechanisms(material: SecurityMaterial) -
 def test_the_secured_properties_replace_the_listeners_and_lock_everything_down(
     material: SecurityMaterial,
 ) -> None:
-    base = _SERVER_PROPERTIES.format(host="127.0.0.1", port=1, cport=2, data="/d", partitions=1)
+    base = server_properties(BrokerConfig(home=Path("/h"), port=1, controller_port=2, project_root=Path("/")))
     text = _with_overrides(
         base, material.server_properties(host="127.0.0.1", port=1, ssl_port=3, controller_port=2)
     )
@@ -65,11 +65,13 @@ def test_the_secured_properties_replace_the_listeners_and_lock_everything_down(
     assert values["super.users"] == "User:admin;User:ANONYMOUS"
     assert values["listener.name.ssl.ssl.client.auth"] == "required"
     assert material.passwords["admin"] in values["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"]
-    assert values["log.dirs"] == "/d"  # the rest of the template is untouched
+    assert values["log.dirs"] == "/h/data"  # the rest of the template is untouched
 
 
 def test_recorded_ports_and_security_read_a_secured_home(tmp_path: Path, material: SecurityMaterial) -> None:
-    base = _SERVER_PROPERTIES.format(host="127.0.0.1", port=7001, cport=7002, data="/d", partitions=1)
+    base = server_properties(
+        BrokerConfig(home=Path("/h"), port=7001, controller_port=7002, project_root=Path("/"))
+    )
     (tmp_path / "server.properties").write_text(base)
     assert recorded_ports(tmp_path) == (7001, 7002)
     assert recorded_security(tmp_path) == (BrokerSecurity.PLAINTEXT, None)

@@ -1,4 +1,5 @@
-"""`inferq bench scheduling|fairness|memory|latency|delivery|throughput|replay`: benchmarks that write
+"""`inferq bench scheduling|fairness|memory|latency|delivery|throughput|replay|cluster-chaos|takeover`:
+benchmarks that write
 results to files (bench-results/); `recorder`, `bareloop` and `probe-dispatcher` are processes those
 benchmarks start."""
 
@@ -34,6 +35,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_delivery(kinds)
     _register_throughput(kinds)
     _register_replay(kinds)
+    _register_cluster_chaos(kinds)
+    _register_takeover(kinds)
     _register_helpers(kinds)
 
 
@@ -185,6 +188,11 @@ def _register_throughput(kinds: argparse._SubParsersAction[argparse.ArgumentPars
         help="a setting for every dispatcher, e.g. INFERQ_READAHEAD_PER_TIER=200; repeatable",
     )
     thr.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on a three-node cluster (replication 3, min.insync.replicas=2) instead of one broker",
+    )
+    thr.add_argument(
         "--no-tracing",
         action="store_true",
         help="leave out the single dispatcher with tracing on (100%% sampled, OTLP to a local receiver)",
@@ -324,6 +332,7 @@ def _throughput(args: argparse.Namespace) -> int:
         profile=args.profile,
         dispatcher_env=env,
         tracing=not args.no_tracing,
+        cluster=args.cluster,
     )
     return throughput.run(spec, out=args.out, home=args.home.resolve())
 
@@ -358,3 +367,105 @@ def _replay(args: argparse.Namespace) -> int:
     from services.tools.bench import replay
 
     return replay.run(args.records, runs=args.runs, out=args.out, home=args.home.resolve())
+
+
+def _register_cluster_chaos(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from services.tools.chaos.cluster_faults import CaseSpec, Fault
+
+    d = CaseSpec()
+    cc = kinds.add_parser(
+        "cluster-chaos",
+        help="broker faults on a three-node cluster under traffic: lost, duplicates, 503s, recovery",
+    )
+    cc.add_argument("--runs", type=int, default=3, help="runs of each case; medians are quoted (default 3)")
+    cc.add_argument(
+        "--cases",
+        default=",".join(Fault),
+        help=f"comma-separated, in order (default {','.join(Fault)})",
+    )
+    cc.add_argument(
+        "--warmup", type=float, default=d.warmup_s, help=f"seconds before the fault ({d.warmup_s:g})"
+    )
+    cc.add_argument(
+        "--down", type=float, default=d.down_s, help=f"seconds a killed node stays down ({d.down_s:g})"
+    )
+    cc.add_argument(
+        "--after", type=float, default=d.after_s, help=f"seconds of traffic after ({d.after_s:g})"
+    )
+    cc.add_argument("--threads", type=int, default=d.threads, help=f"submitters ({d.threads})")
+    cc.add_argument(
+        "--interval", type=float, default=d.interval_s, help=f"each submitter's pause in s ({d.interval_s:g})"
+    )
+    cc.add_argument("--dispatchers", type=int, default=d.dispatchers, help=f"dispatchers ({d.dispatchers})")
+    _common(cc)
+    cc.set_defaults(func=_cluster_chaos)
+
+
+def _cluster_chaos(args: argparse.Namespace) -> int:
+    from services.tools.bench import cluster_chaos
+    from services.tools.chaos.cluster_faults import CaseSpec, Fault
+
+    try:
+        faults = [Fault(name.strip()) for name in args.cases.split(",") if name.strip()]
+    except ValueError as exc:
+        raise SystemExit(f"inferq bench cluster-chaos: {exc}; choose from {', '.join(Fault)}") from exc
+    if not faults or args.runs < 1:
+        raise SystemExit("inferq bench cluster-chaos: at least one case and one run")
+    spec = CaseSpec(
+        warmup_s=args.warmup,
+        down_s=args.down,
+        after_s=args.after,
+        threads=args.threads,
+        interval_s=args.interval,
+        dispatchers=args.dispatchers,
+    )
+    return cluster_chaos.run(spec, faults, runs=args.runs, out=args.out, home=args.home.resolve())
+
+
+def _register_takeover(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from services.tools.bench.takeover import TakeoverSpec
+
+    d = TakeoverSpec()
+    tko = kinds.add_parser(
+        "takeover",
+        help="seconds until a SIGKILLed dispatcher's partitions are served again; rebalances of a frozen one",
+    )
+    tko.add_argument("--runs", type=int, default=d.runs, help=f"runs per setting; medians quoted ({d.runs})")
+    tko.add_argument(
+        "--settings",
+        default="2000/500",
+        help="comma-separated SESSION_MS/HEARTBEAT_MS pairs to measure, e.g. 2000/500,10000/3000 "
+        "(default 2000/500, the dispatcher's own)",
+    )
+    tko.add_argument("--rate", type=float, default=d.rate_per_s, help=f"HIGH requests/s ({d.rate_per_s:g})")
+    tko.add_argument("--soak", type=float, default=d.soak_s, help=f"seconds both live ({d.soak_s:g})")
+    tko.add_argument(
+        "--pause-ms", type=int, default=d.pause_ms, help=f"the freeze during the soak, ms ({d.pause_ms})"
+    )
+    tko.add_argument("--after", type=float, default=d.after_s, help=f"seconds after the kill ({d.after_s:g})")
+    tko.add_argument("--cluster", action="store_true", help="on a three-node cluster, not one broker")
+    _common(tko)
+    tko.set_defaults(func=_takeover)
+
+
+def _takeover(args: argparse.Namespace) -> int:
+    from services.tools.bench import takeover
+
+    try:
+        settings = tuple(
+            takeover.SessionSetting.parse(s.strip()) for s in args.settings.split(",") if s.strip()
+        )
+    except ValueError as exc:
+        raise SystemExit(f"inferq bench takeover: {exc}") from exc
+    if not settings or args.runs < 1:
+        raise SystemExit("inferq bench takeover: at least one setting and one run")
+    spec = takeover.TakeoverSpec(
+        runs=args.runs,
+        settings=settings,
+        rate_per_s=args.rate,
+        soak_s=args.soak,
+        pause_ms=args.pause_ms,
+        after_s=args.after,
+        cluster=args.cluster,
+    )
+    return takeover.run(spec, out=args.out, home=args.home.resolve())

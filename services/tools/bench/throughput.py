@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import pstats
+import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from services.messaging.admin import create_topics
 from services.messaging.codec import result_codec
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import Tier
+from services.tools.bench.cpu import CpuWindow
 from services.tools.bench.kafka import bench_broker
 from services.tools.bench.machine import code_line, command_line, machine, results_dir
 from services.tools.bench.procs import (
@@ -90,6 +92,8 @@ class ThroughputSpec:
     dispatcher_env: dict[str, str] = field(default_factory=dict)
     # A single dispatcher with tracing on (100% sampled, OTLP to a local receiver) in every run.
     tracing: bool = True
+    # On a three-node cluster (topics replicated 3 times, min.insync.replicas=2) instead of one broker.
+    cluster: bool = False
 
     @property
     def bound_s(self) -> float:
@@ -182,6 +186,10 @@ class Bench:
             for proc in procs:
                 proc.start()
             stable_s = wait_group_stable(procs, urls, partitions, timeout_s=120.0)
+            # The dispatchers' own CPU time while they serve: requests per CPU-second is the figure
+            # that scales on a machine with more cores than this one.
+            window = CpuWindow({proc.name: proc.pid for proc in procs})
+            window.start()
             load_s = self._load(topics.requests(Tier.HIGH), prefix)
             with RecordCounter(self.bootstrap, topics.results) as counter:
                 deadline = time.monotonic() + self.spec.bound_s
@@ -191,6 +199,7 @@ class Bench:
                         if isinstance(budget, int):
                             budgets.add(budget)
                     time.sleep(0.5)
+            cpu = window.stop()
         finally:
             codes = [proc.stop() for proc in procs]
         stamps, writers, duplicates = self._results(topics.results)
@@ -207,6 +216,13 @@ class Bench:
             "results_by_dispatcher": writers,
             "duplicates": duplicates,
             "effective_budgets_seen": sorted(budgets),
+            "dispatcher_cpu_s": round(sum(cpu.by_process_s.values()), 2),
+            "cpu_by_dispatcher_s": cpu.by_process_s,
+            "results_per_dispatcher_cpu_s": len(stamps) / sum(cpu.by_process_s.values())
+            if sum(cpu.by_process_s.values()) > 0
+            else None,
+            "machine_busy_s": round(cpu.machine_busy_s, 2),
+            "window_s": round(cpu.wall_s, 2),
             "exit_codes": codes,
             "backend": self.backend_stats(),
         }
@@ -355,7 +371,7 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
     details: list[list[dict[str, Any]]] = []
     profile: dict[str, Any] | None = None
     hooks = tracing_off_cost() if spec.tracing else None
-    with bench_broker(home, log) as bootstrap, OtlpSink(keep=False) as sink:
+    with bench_broker(home, log, cluster=spec.cluster) as bootstrap, OtlpSink(keep=False) as sink:
         port = pick_free_ports(1)[0]
         backend_url = f"http://127.0.0.1:{port}"
         zero = [
@@ -438,6 +454,45 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
     return 0 if complete else 1
 
 
+def scaling_rows(document: dict[str, Any]) -> list[str]:
+    """Per group size: median results/s, the dispatchers' CPU seconds and results per CPU-second."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for run in document["runs"]:
+        for d in run["details"]:
+            if (
+                d.get("dispatcher_cpu_s") is not None
+                and d["what"].startswith("inferq,")
+                and "tracing" not in d["what"]
+            ):
+                rate = run["measurements"][d["what"]]["rate_per_s"]
+                groups.setdefault(d["what"], []).append(d | {"rate_per_s": rate})
+    if not groups:
+        return []
+    lines = [
+        "",
+        "## Scaling: the dispatcher group's throughput and its CPU cost",
+        "",
+        "Dispatcher CPU: the members' own user+system seconds from the load to the last result "
+        "(/proc); on two cores shared with the broker, the simulated backend and the bench, the "
+        "absolute rate is bounded by the cores, so requests per dispatcher CPU-second is the figure "
+        "that carries to a bigger machine.",
+        "",
+        "| group | runs | results/s (median) | dispatcher CPU s (median) | results per dispatcher "
+        "CPU-second (median) | machine busy s (median) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for what, rows in groups.items():
+        rates = [r["rate_per_s"] for r in rows if r["rate_per_s"] is not None]
+        per_cpu = [r["results_per_dispatcher_cpu_s"] for r in rows if r["results_per_dispatcher_cpu_s"]]
+        lines.append(
+            f"| {what} | {len(rows)} | {_num(statistics.median(rates) if rates else None, ',.0f')} "
+            f"| {statistics.median(r['dispatcher_cpu_s'] for r in rows):.1f} "
+            f"| {_num(statistics.median(per_cpu) if per_cpu else None, ',.0f')} "
+            f"| {statistics.median(r['machine_busy_s'] for r in rows):.1f} |"
+        )
+    return lines
+
+
 def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: list[str]) -> str:
     m = document["machine"]
     spec = document["spec"]
@@ -446,7 +501,8 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
         "# Throughput benchmark",
         "",
         f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-        f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
+        f"Kafka {m['kafka']} ({'three-node cluster' if spec.get('cluster') else 'one broker'}), load "
+        f"average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
         f"{document['seconds']:.0f} s in all.",
         "",
         f"{spec['records']:,} HIGH requests per measurement; budget {spec['budget']} (split evenly across a "
@@ -476,6 +532,7 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
                 f"| {d['backend']['max_in_flight']} | {d['backend']['by_status']} "
                 f"| {d.get('spans_received') if d.get('spans_received') is not None else '-'} |"
             )
+    lines += scaling_rows(document)
     hooks = document.get("tracing_off_hooks")
     if hooks:
         lines += [

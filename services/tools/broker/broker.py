@@ -57,8 +57,8 @@ _PROBE_INTERVAL_S = 0.2
 _SERVER_PROPERTIES = """\
 # Written by services.tools.broker on every start; edits here are overwritten.
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@{host}:{cport}
+node.id={node_id}
+controller.quorum.voters={voters}
 listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}
 advertised.listeners=PLAINTEXT://{host}:{port}
 inter.broker.listener.name=PLAINTEXT
@@ -66,13 +66,14 @@ controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs={data}
 num.partitions={partitions}
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor={internal_rf}
 offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor={internal_rf}
+transaction.state.log.min.isr={internal_min_isr}
+share.coordinator.state.topic.replication.factor={internal_rf}
+share.coordinator.state.topic.min.isr={internal_min_isr}
 group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
 auto.create.topics.enable=false
 log.cleaner.dedupe.buffer.size=16777216
 """
@@ -96,6 +97,13 @@ class BrokerConfig:
     project_root: Path = field(default_factory=find_project_root)
     security: BrokerSecurity = BrokerSecurity.PLAINTEXT
     ssl_port: int = DEFAULT_SSL_PORT
+    # A node of a cluster (services.tools.broker.cluster): its id, every voter ("1@host:port,..."),
+    # the cluster id its storage is formatted with, and the internal topics' replication.
+    node_id: int = 1
+    quorum_voters: str | None = None  # None: this node alone
+    cluster_id: str | None = None  # None: a new one at the first format
+    internal_replication: int = 1
+    internal_min_isr: int = 1
 
     def __post_init__(self) -> None:
         # Absolute paths: the pid check matches the broker's command line against properties_file.
@@ -116,6 +124,11 @@ class BrokerConfig:
         """Every port this broker binds."""
         extra = (self.ssl_port,) if self.secured else ()
         return (self.port, *extra, self.controller_port)
+
+    @property
+    def voters(self) -> str:
+        """``controller.quorum.voters``: the cluster's, or this node alone."""
+        return self.quorum_voters or f"{self.node_id}@{HOST}:{self.controller_port}"
 
     @property
     def security_dir(self) -> Path:
@@ -193,10 +206,14 @@ def recorded_ports(home: Path) -> tuple[int, int] | None:
     """The (client port, controller port) written in ``<home>/server.properties`` by the last start."""
     properties = _recorded_properties(home)
     advertised = _advertised(properties)
-    voters = properties.get("controller.quorum.voters")
-    if not advertised or not voters:
+    controller = [
+        entry.rsplit(":", 1)[1]
+        for entry in properties.get("listeners", "").split(",")
+        if entry.startswith("CONTROLLER://")
+    ]
+    if not advertised or not controller:
         return None
-    return next(iter(advertised.values())), int(voters.rsplit(":", 1)[1])
+    return next(iter(advertised.values())), int(controller[0])
 
 
 def recorded_security(home: Path) -> tuple[BrokerSecurity, int | None]:
@@ -220,7 +237,30 @@ def _with_overrides(text: str, overrides: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _new_cluster_id() -> str:
+def server_properties(cfg: BrokerConfig, material: SecurityMaterial | None = None) -> str:
+    """The text of `cfg`'s server.properties (with a secured broker's listeners when `material`)."""
+    text = _SERVER_PROPERTIES.format(
+        host=HOST,
+        port=cfg.port,
+        cport=cfg.controller_port,
+        data=cfg.data_dir.resolve(),
+        partitions=cfg.num_partitions,
+        node_id=cfg.node_id,
+        voters=cfg.voters,
+        internal_rf=cfg.internal_replication,
+        internal_min_isr=cfg.internal_min_isr,
+    )
+    if material is None:
+        return text
+    return _with_overrides(
+        text,
+        material.server_properties(
+            host=HOST, port=cfg.port, ssl_port=cfg.ssl_port, controller_port=cfg.controller_port
+        ),
+    )
+
+
+def new_cluster_id() -> str:
     """22 chars of URL-safe base64 of 16 random bytes, like `kafka-storage random-uuid`."""
     while True:
         cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode("ascii").rstrip("=")
@@ -364,18 +404,33 @@ class LocalBroker:
             # Not ours to kill if it is merely slow: only a broker launched by this call is stopped.
             self._wait_ready(pid, deadline, timeout_s, stop_on_timeout=False)
         else:
-            for port in cfg.ports:
-                if not port_is_free(port):
-                    raise PortInUseError(f"port {HOST}:{port} is already in use; pick another (--port)")
-            java = require_java()
-            jars = ensure_jars(cfg.project_root)
-            material = self._ensure_material()
-            self._write_properties(material)
-            self._format_if_needed(java, jars, deadline, material)
-            pid = self._launch(java, jars)
+            pid = self.launch(deadline)
             self._wait_ready(pid, deadline, timeout_s, stop_on_timeout=True)
         self.last_start_seconds = time.monotonic() - started
         return self.last_start_seconds
+
+    def launch(self, deadline: float) -> int:
+        """Format the storage when new and start the broker process, without waiting for it to answer
+        (a cluster's nodes answer only once a quorum of them runs). Returns its pid."""
+        cfg = self.config
+        for port in cfg.ports:
+            if not port_is_free(port):
+                raise PortInUseError(f"port {HOST}:{port} is already in use; pick another (--port)")
+        java = require_java()
+        jars = ensure_jars(cfg.project_root)
+        material = self._ensure_material()
+        self._write_properties(material)
+        self._format_if_needed(java, jars, deadline, material)
+        return self._launch(java, jars)
+
+    def wait_ready(self, pid: int, deadline: float) -> None:
+        """Wait until the broker `pid` (from `launch`) answers; stopped and BrokerStartError if not
+        by `deadline` (monotonic) or if it exits."""
+        self._wait_ready(pid, deadline, max(0.0, deadline - time.monotonic()), stop_on_timeout=True)
+
+    def running_pid(self) -> int | None:
+        """The pid of this home's broker when it runs, else None."""
+        return self._running_pid()
 
     def _ensure_material(self) -> SecurityMaterial | None:
         cfg = self.config
@@ -395,20 +450,7 @@ class LocalBroker:
         cfg.home.mkdir(parents=True, exist_ok=True)
         cfg.data_dir.mkdir(exist_ok=True)
         cfg.logs_dir.mkdir(exist_ok=True)
-        text = _SERVER_PROPERTIES.format(
-            host=HOST,
-            port=cfg.port,
-            cport=cfg.controller_port,
-            data=cfg.data_dir.resolve(),
-            partitions=cfg.num_partitions,
-        )
-        if material is not None:
-            text = _with_overrides(
-                text,
-                material.server_properties(
-                    host=HOST, port=cfg.port, ssl_port=cfg.ssl_port, controller_port=cfg.controller_port
-                ),
-            )
+        text = server_properties(cfg, material)
         # 0600 before the first byte: a secured broker's file holds the admin's and keystore's passwords.
         fd = os.open(cfg.properties_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.fchmod(fd, 0o600)
@@ -438,7 +480,7 @@ class LocalBroker:
             "kafka.tools.StorageTool",
             "format",
             "--cluster-id",
-            _new_cluster_id(),
+            self.config.cluster_id or new_cluster_id(),
             "--config",
             str(self.config.properties_file),
             # A secured broker's SCRAM users exist from the first metadata record on.

@@ -1,6 +1,8 @@
 """``inferq broker start|stop|status|env``: manage the project's local Kafka broker from the shell.
 
-``start --security sasl_ssl`` starts a secured broker (SASL_SSL with SCRAM users, mutual TLS, ACLs
+``start --nodes 3`` starts a three-node KRaft cluster in --home (ports chosen at its first start
+and remembered there; see `services.tools.broker.cluster`); ``stop`` and ``status`` then cover every
+node. ``start --security sasl_ssl`` starts a secured broker (SASL_SSL with SCRAM users, mutual TLS, ACLs
 enforced; see `services.tools.broker.security`) and prints how clients connect; ``env --user <name>``
 prints that user's ``INFERQ_KAFKA_*`` settings as shell exports (passwords included: for ``eval``,
 not for a log).
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 from services.messaging.security import SaslMechanism, SecurityProtocol
@@ -24,11 +27,12 @@ from services.tools.broker.broker import (
     recorded_ports,
     recorded_security,
 )
+from services.tools.broker.cluster import MAX_NODES, ClusterLayout, LocalCluster
 from services.tools.broker.errors import LocalBrokerError
 from services.tools.broker.jars import STATE_DIR, ensure_jars
 from services.tools.broker.security import USERS, BrokerSecurity, client_env
 from services.tools.paths import find_project_root
-from services.tools.servercli import EXIT_OK, ServerCommands, UsageError, port_from_env
+from services.tools.servercli import EXIT_OK, EXIT_USAGE, ServerCommands, UsageError, port_from_env
 
 PORT_ENV = "INFERQ_BROKER_PORT"
 
@@ -40,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """
     broker = subparsers.add_parser(
         "broker",
-        help="run the local Apache Kafka broker (KRaft, single node, no Docker)",
+        help="run the local Apache Kafka broker (KRaft, one node or a cluster, no Docker)",
         description="Run the real Apache Kafka broker locally from Maven jars (Java 17+ and Maven needed).",
     )
     commands = broker.add_subparsers(
@@ -60,18 +64,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="plaintext, or sasl_ssl: SCRAM over TLS on --port, mutual TLS on --ssl-port, ACLs enforced "
         "(default: the last start's in --home, else plaintext)",
     )
+    start.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help=f"1 (one broker) or 2-{MAX_NODES}: a cluster of combined broker+controller nodes, client "
+        "ports from --port on (else free ones), remembered in --home (default: the home's, else 1)",
+    )
     start.set_defaults(func=_cmd_start)
 
-    stop = commands.add_parser("stop", help="stop the broker: SIGTERM, then SIGKILL after --timeout")
+    stop = commands.add_parser(
+        "stop", help="stop the broker (every node of a cluster): SIGTERM, then SIGKILL after --timeout"
+    )
     _add_common(stop)
     stop.add_argument(
         "--timeout", type=float, default=30.0, help="seconds before SIGKILL (default: %(default)s)"
     )
-    stop.set_defaults(func=COMMANDS.stop)
+    stop.set_defaults(func=_cmd_stop)
 
-    status = commands.add_parser("status", help="show whether the broker runs (exit 3 when it does not)")
+    status = commands.add_parser(
+        "status", help="show whether the broker (every node of a cluster) runs (exit 3 when not)"
+    )
     _add_common(status)
-    status.set_defaults(func=COMMANDS.status)
+    status.set_defaults(func=_cmd_status)
 
     env = commands.add_parser(
         "env", help="print a user's client settings of a secured broker as shell exports (with password)"
@@ -126,12 +141,50 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _broker_from_args(args: argparse.Namespace, *, heap: str = "1g") -> LocalBroker:
+def _home(args: argparse.Namespace) -> tuple[Path, Path]:
+    """(project root, broker home) of the command."""
     try:
         project_root = find_project_root(Path.cwd())
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from exc
-    home: Path = (args.home or project_root / STATE_DIR).resolve()
+    return project_root, (args.home or project_root / STATE_DIR).resolve()
+
+
+def _cluster_from_args(args: argparse.Namespace) -> LocalCluster | None:
+    """The cluster the command is about: asked for with --nodes >= 2, or remembered in --home; None
+    for a single broker (today's behaviour, untouched)."""
+    project_root, home = _home(args)
+    nodes: int | None = getattr(args, "nodes", None)
+    if nodes is not None and not 1 <= nodes <= MAX_NODES:
+        raise UsageError(f"--nodes must be 1 to {MAX_NODES}, got {nodes}")
+    remembered = ClusterLayout.read(home)
+    if remembered is None and (nodes is None or nodes == 1):
+        return None
+    if nodes == 1:
+        raise UsageError(
+            f"{home} holds a {remembered.nodes if remembered else 0}-node cluster; use another --home"
+        )
+    if getattr(args, "security", None) not in (None, BrokerSecurity.PLAINTEXT.value):
+        raise UsageError("a local cluster is plaintext only; --security sasl_ssl runs one broker")
+    if args.controller_port or args.ssl_port:
+        raise UsageError("a cluster chooses its controller ports itself; give --port only")
+    first_port: int | None = args.port or port_from_env(PORT_ENV)
+    if first_port is not None and not 0 < first_port < 65536 - MAX_NODES:
+        raise UsageError(f"port out of range: {first_port}")
+    try:
+        return LocalCluster.open(
+            home,
+            nodes=nodes,
+            first_port=first_port,
+            heap=getattr(args, "heap", "1g"),
+            project_root=project_root,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _broker_from_args(args: argparse.Namespace, *, heap: str = "1g") -> LocalBroker:
+    project_root, home = _home(args)
     # For stop/status (and an idempotent start) the ports of the last start are the truth, not defaults.
     recorded = recorded_ports(home)
     port: int | None = args.port or port_from_env(PORT_ENV)
@@ -172,7 +225,76 @@ COMMANDS = ServerCommands[LocalBroker](
 )
 
 
+def _cluster(ns: argparse.Namespace) -> LocalCluster:
+    cluster = _cluster_from_args(ns)
+    if cluster is None:  # only reached through a command that checked first
+        raise UsageError("no cluster here")
+    return cluster
+
+
+CLUSTER_COMMANDS = ServerCommands[LocalCluster](
+    prog="inferq broker",
+    label="Kafka cluster",
+    errors=LocalBrokerError,
+    build=_cluster,
+    address=lambda cluster: cluster.bootstrap,
+    log_path=lambda cluster: cluster.home / "node-*" / "logs" / "server.log",
+)
+
+
+def _is_cluster(args: argparse.Namespace) -> bool | None:
+    """Whether the command is about a cluster; None after printing a usage error."""
+    try:
+        return _cluster_from_args(args) is not None
+    except (UsageError, LocalBrokerError) as exc:
+        print(f"inferq broker: {exc}", file=sys.stderr)
+        return None
+
+
+def _print_nodes(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    for node in cluster.status().nodes:
+        config = cluster.node(node.node_id).config
+        state = f"pid {node.status.pid}" if node.status.running else "not running"
+        print(
+            f"  node {node.node_id}: {config.bootstrap} (controller {config.controller_port}), {state}, "
+            f"home {config.home}"
+        )
+    return EXIT_OK
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    cluster = _is_cluster(args)
+    if cluster is None:
+        return EXIT_USAGE
+    return CLUSTER_COMMANDS.stop(args) if cluster else COMMANDS.stop(args)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    cluster = _is_cluster(args)
+    if cluster is None:
+        return EXIT_USAGE
+    if not cluster:
+        return COMMANDS.status(args)
+    code = CLUSTER_COMMANDS.status(args)
+    CLUSTER_COMMANDS.run(_print_nodes, args)
+    return code
+
+
 def _cmd_start(args: argparse.Namespace) -> int:
+    cluster = _is_cluster(args)
+    if cluster is None:
+        return EXIT_USAGE
+    if cluster:
+        code = CLUSTER_COMMANDS.start(args)
+        if code != EXIT_OK:
+            return code
+        CLUSTER_COMMANDS.run(_print_nodes, args)
+        print(
+            f"clients connect with KAFKA_BOOTSTRAP_SERVERS={_cluster(args).bootstrap} (PLAINTEXT); "
+            "`inferq topics create` gives each topic replication factor 3 and min.insync.replicas=2"
+        )
+        return EXIT_OK
     code = COMMANDS.start(args)
     if code != EXIT_OK:
         return code

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
+from services.tools.broker.cluster import LocalCluster
 from services.tools.broker.errors import PortInUseError
 from services.tools.broker.security import BrokerSecurity
 
@@ -69,3 +70,38 @@ def _start(home: Path, timeout_s: float, security: BrokerSecurity, heap: str) ->
             attempt += 1  # someone took a just-picked port; pick again
         else:
             return broker
+
+
+@contextmanager
+def cluster_on_free_ports(
+    parent: Path,
+    *,
+    nodes: int = 3,
+    heap: str = "512m",
+    timeout_s: float = START_TIMEOUT_S,
+    keep_home: bool = False,
+) -> Iterator[LocalCluster]:
+    """A started `LocalCluster` of `nodes` in a new home under `parent`, on free ports; stopped when
+    the block ends, its home deleted unless `keep_home`."""
+    parent.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="kafka-cluster-", dir=parent))
+    try:
+        attempt = 1
+        while True:
+            shutil.rmtree(home, ignore_errors=True)
+            cluster = LocalCluster.open(home, nodes=nodes, heap=heap)
+            try:
+                cluster.start(timeout_s=timeout_s)
+            except PortInUseError:
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                attempt += 1  # someone took a just-picked port; a new layout picks again
+            else:
+                break
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+    finally:
+        if not keep_home:
+            shutil.rmtree(home, ignore_errors=True)
