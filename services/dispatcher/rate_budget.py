@@ -7,11 +7,12 @@ A model with neither is unlimited and nothing is recorded for it, so with no lim
 no headers seen the dispatcher behaves as before.
 
 Accounting is a sliding log over the last minute: every start is an entry of its estimated tokens
-(prompt characters / 4 plus ``max_tokens``, or the record's ``estimated_tokens``) and one request.
+(each message's characters / 4 plus ``max_tokens``, or the record's ``estimated_tokens``) and one request.
 A start is allowed only if the minute ending now, with it added, stays within both limits; since the
 sum over any minute is largest over a minute that ends at a start, no minute ever holds more than
-the limit of estimates. After the call, `settle` replaces the estimate with the response's `usage`
-(the difference returned to or taken from the window).
+the limit of estimates. A start stays counted a second past its minute (`SLACK_MS`), since the
+backend receives it a little later than we start it. After the call, `settle` replaces the estimate
+with the response's `usage` (the difference returned to or taken from the window).
 
 What the backend reports beats what we counted: ``x-ratelimit-remaining-*`` with its
 ``x-ratelimit-reset-*`` says the backend counts more than we do (other clients on the same key),
@@ -34,18 +35,25 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from services.messaging.tiers import Tier
 
 WINDOW_MS = 60_000
+# A start stays counted this much longer than the minute: the backend dates a call when it receives
+# it, a little after we started it, so its minute ends a little after ours (and a call we free too
+# early would be one over its limit: a 429). Costs at most 1/61 of the limit.
+SLACK_MS = 1_000
+HELD_MS = WINDOW_MS + SLACK_MS
 # Above this a header's count is not believed (no API grants a billion tokens a minute per key).
 MAX_COUNT = 1_000_000_000
 # A reset or retry-after longer than this is not believed.
 MAX_WAIT_S = 3600.0
 # Characters per token for the estimate before the call (OpenAI's rule of thumb for English).
 CHARS_PER_TOKEN = 4
+# The answer's tokens when the request sets no `max_tokens` (its usage corrects it after the call).
+DEFAULT_COMPLETION_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -127,12 +135,15 @@ def read_headers(headers: Mapping[str, str]) -> RateHeaders:
     )
 
 
-def estimate_tokens(prompt_chars: int, max_tokens: int | None, estimated_tokens: int | None) -> int:
-    """A request's cost before the call: the record's `estimated_tokens` when it gives one, else the
-    prompt's characters / 4 (rounded up) plus `max_tokens` (0 when unset); at least 1."""
+def estimate_tokens(prompt_chars: Iterable[int], max_tokens: int | None, estimated_tokens: int | None) -> int:
+    """A request's cost before the call: the record's `estimated_tokens` when it gives one, else each
+    message's characters / 4 (rounded up) plus `max_tokens` (`DEFAULT_COMPLETION_TOKENS` when unset);
+    at least 1."""
     if estimated_tokens is not None and estimated_tokens > 0:
         return estimated_tokens
-    return max(1, -(-max(0, prompt_chars) // CHARS_PER_TOKEN) + max(0, max_tokens or 0))
+    prompt = sum(-(-max(0, chars) // CHARS_PER_TOKEN) for chars in prompt_chars)
+    answer = max_tokens if max_tokens is not None and max_tokens > 0 else DEFAULT_COMPLETION_TOKENS
+    return max(1, prompt + answer)
 
 
 @dataclass
@@ -151,8 +162,8 @@ class _Window:
 
     def prune(self, now_ms: int) -> None:
         # Excess entries may be dated ahead of older ones: drop by date, not only from the left.
-        if any(entry.at_ms <= now_ms - WINDOW_MS for entry in self._entries):
-            self._entries = deque(e for e in self._entries if e.at_ms > now_ms - WINDOW_MS)
+        if any(entry.at_ms <= now_ms - HELD_MS for entry in self._entries):
+            self._entries = deque(e for e in self._entries if e.at_ms > now_ms - HELD_MS)
 
     def used(self, now_ms: int, tier: Tier | None = None, *, every_tier: bool = True) -> int:
         self.prune(now_ms)
@@ -194,6 +205,7 @@ class Charge:
     tier: Tier
     tokens: int
     _entry: _Entry | None = None
+    _request: _Entry | None = None
 
 
 class RateBudget:
@@ -235,18 +247,27 @@ class RateBudget:
             state.tokens, state.tpm, tier, tokens, now
         )
 
-    def take(self, model: str, tier: Tier, tokens: int) -> Charge | None:
-        """Enter a start of `tokens` if `allows`; None (nothing entered) if not."""
-        if not self.allows(model, tier, tokens):
+    def take(self, model: str, tier: Tier, tokens: int, *, force: bool = False) -> Charge | None:
+        """Enter a start of `tokens` if `allows` (or `force`: it starts anyway); None (nothing
+        entered) if not."""
+        if not force and not self.allows(model, tier, tokens):
             return None
         state = self._models.get(model)
         if state is None:
             return Charge(model, tier, tokens)
         now = self._clock_ms()
-        state.requests.add(_Entry(now, 1, tier))
+        request = _Entry(now, 1, tier)
+        state.requests.add(request)
         entry = _Entry(now, self._cost(tokens, state.tpm), tier)
         state.tokens.add(entry)
-        return Charge(model, tier, tokens, entry)
+        return Charge(model, tier, tokens, entry, request)
+
+    def refund(self, charge: Charge) -> None:
+        """The start `charge` entered did not happen after all (no token, or expired): its request
+        and tokens go back to the window."""
+        for entry in (charge._entry, charge._request):
+            if entry is not None:
+                entry.amount = 0
 
     def settle(self, charge: Charge, used_tokens: int) -> None:
         """The call's `usage` said it cost `used_tokens`: the window gets the difference back or pays
@@ -307,4 +328,4 @@ class RateBudget:
         if backend_used > ours:
             reset_ms = int(min(reset_s if reset_s is not None else 60.0, 60.0) * 1000)
             # Dated so that it leaves the window when the backend says its count resets.
-            window.add(_Entry(now + reset_ms - WINDOW_MS, backend_used - ours, None))
+            window.add(_Entry(now + reset_ms - HELD_MS, backend_used - ours, None))

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from services.dispatcher.rate_budget import (
+    DEFAULT_COMPLETION_TOKENS,
+    HELD_MS,
     MAX_COUNT,
     WINDOW_MS,
     RateBudget,
@@ -16,6 +20,7 @@ from services.dispatcher.rate_budget import (
     parse_duration_s,
     read_headers,
 )
+from services.dispatcher.settings import DispatcherSettings, rate_limits
 from services.messaging.tiers import Tier
 
 
@@ -44,7 +49,7 @@ def test_tokens_per_minute_refuses_past_the_limit_until_the_minute_moves_on() ->
     assert budget.take("m", Tier.HIGH, 600) is not None
     assert budget.take("m", Tier.HIGH, 400) is not None
     assert budget.take("m", Tier.HIGH, 1) is None
-    clock.now_ms += WINDOW_MS - 1
+    clock.now_ms += HELD_MS - 1
     assert not budget.allows("m", Tier.HIGH, 1)
     clock.now_ms += 1
     assert budget.allows("m", Tier.HIGH, 1000)
@@ -190,10 +195,12 @@ def test_a_zero_limit_header_teaches_nothing() -> None:
 
 
 def test_estimate_before_the_call() -> None:
-    assert estimate_tokens(400, 50, None) == 150
-    assert estimate_tokens(401, None, None) == 101
-    assert estimate_tokens(400, 50, 7) == 7
-    assert estimate_tokens(0, None, None) == 1
+    assert estimate_tokens([400], 50, None) == 150
+    # Each message is rounded up, as the backend counts it.
+    assert estimate_tokens([1, 1, 1], 10, None) == 13
+    assert estimate_tokens([401], None, None) == 101 + DEFAULT_COMPLETION_TOKENS
+    assert estimate_tokens([400], 50, 7) == 7
+    assert estimate_tokens([], 0, None) == DEFAULT_COMPLETION_TOKENS
 
 
 def test_configured_limits_are_validated() -> None:
@@ -284,3 +291,27 @@ def test_any_header_text_parses_to_none_or_a_sane_value(text: str) -> None:
     assert count is None or 0 <= count <= MAX_COUNT
     budget = RateBudget({}, clock_ms=Clock())
     budget.observe("m", read_headers({"x-ratelimit-limit-tokens": text, "retry-after": text}))
+
+
+def test_rate_limits_setting_reads_json_per_model_and_refuses_hostile_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INFERQ_RATE_LIMITS", '{"inferq-fast": {"rpm": 500, "tpm": 90000}, "x": {"tpm": 10}}')
+    assert rate_limits(DispatcherSettings()) == {
+        "inferq-fast": RateLimit(rpm=500, tpm=90000),
+        "x": RateLimit(tpm=10),
+    }
+    for bad in (
+        '{"m": {"tpm": 0}}',
+        '{"m": {"rpm": -5}}',
+        '{"m": {"tpm": "lots"}}',
+        '{"m": {"tpm": 1e20}}',
+        '{"m": {"tokens": 5}}',
+        '{"m": 5}',
+        "[1, 2]",
+    ):
+        monkeypatch.setenv("INFERQ_RATE_LIMITS", bad)
+        with pytest.raises(ValidationError):
+            DispatcherSettings()
+    monkeypatch.delenv("INFERQ_RATE_LIMITS")
+    assert rate_limits(DispatcherSettings()) == {}
