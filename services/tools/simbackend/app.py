@@ -69,7 +69,12 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
     )
     retry_after = {"Retry-After": str(settings.retry_after_s)}
     timings = CallTimings()
-    minute = MinuteLimits(rpm=settings.rpm, tpm=settings.tpm)
+    minutes: dict[str, MinuteLimits] = {}
+
+    def minute_of(model: str) -> MinuteLimits:
+        if model not in minutes:
+            minutes[model] = MinuteLimits(rpm=settings.rpm, tpm=settings.tpm)
+        return minutes[model]
 
     def answer_error(error: ApiError, model: str | None) -> Response:
         backend.stats.record(error.status, model)
@@ -86,6 +91,7 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         model = parsed.model
         timing = timings.received(parsed.model_dump(include={"messages"}))
         tokens = answer(parsed).usage()["total_tokens"]
+        minute = minute_of(model)
         refusal = minute.refusal(tokens) if minute.enabled else None
         if refusal is not None:
             wait_s = minute.retry_after_s(tokens)

@@ -1,11 +1,12 @@
 """Requests and tokens per minute, as an OpenAI deployment limits them (``--rpm``, ``--tpm``).
 
-A sliding minute of admitted calls, each counted when received with its whole usage (prompt and
-answer tokens: the simulated answer is known on arrival), one request each. A call that would take
-the minute past either limit is answered 429 with OpenAI's headers; every answer, 200 or 429,
-carries ``x-ratelimit-limit-*``, ``x-ratelimit-remaining-*`` and ``x-ratelimit-reset-*`` (the time
-until the oldest counted call leaves the minute, in OpenAI's format: "1s", "6m0s", "20ms"), and a
-429 ``retry-after`` in whole seconds.
+One sliding minute per model, as OpenAI limits each model of a key on its own: admitted calls, each
+counted when received with its whole usage (prompt and answer tokens: the simulated answer is known
+on arrival), one request each. A call that would take the minute past either limit is answered 429
+with OpenAI's headers; every answer, 200 or 429, carries ``x-ratelimit-limit-*``,
+``x-ratelimit-remaining-*`` and ``x-ratelimit-reset-*`` (the time until the oldest counted call
+leaves the minute, in OpenAI's format: "1s", "6m0s", "20ms"), and a 429 ``retry-after`` in whole
+seconds.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ def openai_duration(seconds: float) -> str:
 
 
 class MinuteLimits:
-    """The simulator's per-minute limits (None: that one unlimited); one instance for every model,
-    as one API key's limit."""
+    """One model's per-minute limits in the simulator (None: that one unlimited)."""
 
     def __init__(
         self, *, rpm: int | None, tpm: int | None, clock: Callable[[], float] = time.monotonic
