@@ -1,4 +1,4 @@
-"""`inferq bench scheduling|fairness|memory|latency|delivery|throughput|replay`: benchmarks that write
+"""`inferq bench scheduling|fairness|memory|latency|delivery|throughput|replay|tokens`: benchmarks that write
 results to files (bench-results/); `recorder`, `bareloop` and `probe-dispatcher` are processes those
 benchmarks start."""
 
@@ -34,7 +34,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_delivery(kinds)
     _register_throughput(kinds)
     _register_replay(kinds)
+    _register_tokens(kinds)
     _register_helpers(kinds)
+
+
+def _register_tokens(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tok = kinds.add_parser(
+        "tokens", help="tokens per minute achieved against a TPM-limited simulated backend, inferq and fifo"
+    )
+    tok.add_argument("--tpm", type=int, default=6000, help="the simulator's tokens per minute (default 6000)")
+    tok.add_argument("--minutes", type=float, default=2.0, help="minutes measured per policy (default 2)")
+    _common(tok)
+    tok.set_defaults(func=_tokens)
+
+
+def _tokens(args: argparse.Namespace) -> int:
+    from services.tools.bench import tokens
+
+    return tokens.run(out=args.out, home=args.home.resolve(), tpm=args.tpm, minutes=args.minutes)
 
 
 def _trace_replay(
