@@ -28,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -49,6 +49,8 @@ class Completion:
     total_tokens: int
     # The first choice's `finish_reason` ("stop", "length"...), when the backend says it.
     finish_reason: str | None = None
+    # The response's rate-limit headers (``x-ratelimit-*``, ``retry-after``), for the rate budget.
+    rate_headers: Mapping[str, str] = field(default_factory=dict)
 
 
 class Backend(Protocol):
@@ -114,8 +116,9 @@ class ChatBackend:
             ) as response:
                 status, text = response.status, await response.text()
                 retry_after = response.headers.get("retry-after")
+                rate = rate_headers(response.headers)
         if status != 200:
-            raise _status_error(status, text, retry_after)
+            raise _status_error(status, text, retry_after, rate)
         try:
             body = json.loads(text)
             usage = body.get("usage") or {}
@@ -127,6 +130,7 @@ class ChatBackend:
                 completion_tokens=int(usage.get("completion_tokens", 0)),
                 total_tokens=int(usage.get("total_tokens", 0)),
                 finish_reason=_finish_reason(choice),
+                rate_headers=rate,
             )
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise BackendError(
@@ -173,11 +177,12 @@ class ChatBackend:
                 ) as response:
                     if response.status != 200:
                         text = await response.text()
-                        raise _status_error(response.status, text, response.headers.get("retry-after"))
+                        rate = rate_headers(response.headers)
+                        raise _status_error(response.status, text, response.headers.get("retry-after"), rate)
                     reader = _StreamReader(model, on_delta)
                     async for data in sse_data(response.content):
                         if reader.read(data):
-                            return reader.completion()
+                            return replace(reader.completion(), rate_headers=rate_headers(response.headers))
         except (ValueError, UnicodeDecodeError) as exc:  # a line over aiohttp's limit, bytes not UTF-8
             raise BackendError(
                 f"backend sent an unreadable stream ({type(exc).__name__})", retriable=True
@@ -324,7 +329,31 @@ def _error_kind(text: str) -> str:
     return kind
 
 
-def _status_error(status: int, text: str, retry_after: str | None) -> BackendError:
+# The headers the rate budget reads; a response's others (cookies, ids) are not kept.
+RATE_HEADERS = (
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-reset-tokens",
+    "retry-after",
+)
+
+
+def rate_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The rate-limit headers of a response, each at most 64 characters (parsed later, untrusted)."""
+    kept = {}
+    for name in RATE_HEADERS:
+        value = headers.get(name)
+        if value is not None:
+            kept[name] = str(value)[:64]
+    return kept
+
+
+def _status_error(
+    status: int, text: str, retry_after: str | None, rate: Mapping[str, str] | None = None
+) -> BackendError:
     kind = _error_kind(text)
     seconds: float | None = None
     with contextlib.suppress(ValueError):
@@ -336,4 +365,5 @@ def _status_error(status: int, text: str, retry_after: str | None) -> BackendErr
         retriable=status == 429 or status >= 500,
         status=status,
         retry_after_s=seconds,
+        rate_headers=rate,
     )

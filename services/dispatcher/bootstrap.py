@@ -37,6 +37,7 @@ from services.dispatcher.offsets import OffsetTracker
 from services.dispatcher.outcomes import OutcomeBuilder
 from services.dispatcher.pausing import Pauses
 from services.dispatcher.policies import Scheduler, build_scheduler
+from services.dispatcher.rate_budget import RateBudget
 from services.dispatcher.readahead_shares import ReadaheadShares
 from services.dispatcher.record_rules import RecordRules
 from services.dispatcher.retries import RetryPolicy
@@ -45,6 +46,7 @@ from services.dispatcher.settings import (
     DispatcherSettings,
     build_schedule,
     chunk_policy,
+    rate_limits,
     renamed_variables_in,
 )
 from services.dispatcher.starting import Starter
@@ -248,6 +250,8 @@ def bootstrap(
         clock_ms,
     )
     next_start = NextStart(room, scheduler)
+    # Requests and tokens per minute per model, configured or learned from the backend's headers.
+    rate = RateBudget(rate_limits(settings), clock_ms=clock_ms)
     execution = Execution(
         backend=backend,
         pool=pool,
@@ -266,6 +270,7 @@ def bootstrap(
         token_freed=wake,
         call_ended=lambda work, now_ms, completed: next_start.ended(work, now_ms, completed=completed),
         linger=inflight.linger,
+        rate=rate,
     )
     intake = Intake(
         consumer=consumer,
@@ -312,6 +317,8 @@ def bootstrap(
         pauses=pauses,
         clock_ms=clock_ms,
         wake=wake,
+        rate=rate,
+        models=models,
     )
     checkpoint = Checkpoint(
         consumer=consumer,

@@ -12,7 +12,7 @@ DispatcherError
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,9 +33,12 @@ class BackendError(DispatcherError):
         status: int | None = None,
         retry_after_s: float | None = None,
         timed_out: bool = False,
+        rate_headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.retriable = retriable
+        # The answer's rate-limit headers (a 429's), for the rate budget; never in the message.
+        self.rate_headers: Mapping[str, str] = rate_headers or {}
         self.status = status
         self.retry_after_s = retry_after_s
         self.timed_out = timed_out

@@ -17,6 +17,10 @@ of the drain, and the token comes back then.
 A request with `stream` set is called with streaming on; its tokens go to the reply topic as chunks
 (``streaming.py``) before its result. Once a chunk is out, a failure is terminal (FAILED, "failed
 mid-stream after N chunks"), never retried: a caller must not see the same tokens twice.
+
+With a rate budget (``rate_budget.py``), the answer's `usage` replaces the start's estimate in the
+minute's window, and the rate-limit headers of every answer (a 429's too) teach the budget the
+backend's limits and what it counts.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from services.dispatcher.backend import Backend, Completion
 from services.dispatcher.errors import BackendError
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.models import ModelChoice
+from services.dispatcher.rate_budget import Charge, RateBudget, read_headers
 from services.dispatcher.retries import RetryPolicy, Verdict
 from services.dispatcher.streaming import ChunkPolicy, ChunkStream
 from services.dispatcher.tokens import Lease, TokenPool
@@ -58,6 +63,7 @@ class Execution:
         call_ended: Callable[[Work, int | None, bool], None],
         linger: Callable[[Coroutine[object, object, None], str], None],
         monotonic: Callable[[], float] = time.monotonic,
+        rate: RateBudget | None = None,
     ) -> None:
         self._backend = backend
         self._pool = pool
@@ -74,18 +80,19 @@ class Execution:
         # told when and whether it answered (a completed call's time is learned, ``call_times.py``).
         self._call_ended = call_ended
         self._monotonic = monotonic
+        self._rate = rate
         # Where a call the deadline cut goes on until the backend ends it (`InFlight.linger`).
         self._linger = linger
 
-    async def call(self, work: Work, lease: Lease) -> None:
+    async def call(self, work: Work, lease: Lease, charge: Charge | None = None) -> None:
         dispatched_at = self._clock_ms()
         if not tracing.enabled():  # nothing more than this check per call
-            await self._call(work, lease, dispatched_at)
+            await self._call(work, lease, dispatched_at, charge)
             return
         with work.traced(dispatched_at):
-            await self._call(work, lease, dispatched_at)
+            await self._call(work, lease, dispatched_at, charge)
 
-    async def _call(self, work: Work, lease: Lease, dispatched_at: int) -> None:
+    async def _call(self, work: Work, lease: Lease, dispatched_at: int, charge: Charge | None) -> None:
         self._metrics.record_queue_wait(
             work.tier, (dispatched_at - work.created_at_ms) / 1000, work.request.tenant
         )
@@ -114,6 +121,9 @@ class Execution:
         self._metrics.record_backend_call(
             work.tier, failure, self._monotonic() - started, work.request.tenant
         )
+        if self._rate is not None:
+            answered = completion if failure is None else None
+            self._rate_learned(self._rate, model, charge, answered, failure)
         if failure is not None:
             if failure.overload and not (failure.timed_out and deadline_bound):
                 self._feedback_overload()
@@ -218,6 +228,23 @@ class Execution:
             await self._writer.give_up(work, failure, dispatched_at_ms, why)
             return True
         return False
+
+    def _rate_learned(
+        self,
+        rate: RateBudget,
+        model: str,
+        charge: Charge | None,
+        completion: Completion | None,
+        failure: BackendError | None,
+    ) -> None:
+        """The answer's usage settles the start's estimate; its headers teach the rate budget."""
+        headers = (
+            completion.rate_headers if completion is not None else (failure.rate_headers if failure else {})
+        )
+        if headers:
+            rate.observe(model, read_headers(headers))
+        if charge is not None and completion is not None and completion.total_tokens > 0:
+            rate.settle(charge, completion.total_tokens)
 
     def _feedback_overload(self) -> None:
         if self._adaptive is not None:

@@ -78,8 +78,12 @@ class FairQueue:
                 oldest = created if oldest is None else min(oldest, created)
         return count, oldest
 
-    def pop(self, may_start: Callable[[str], bool]) -> Work | None:
-        """The next request by fair share among the tenants that may start; None if there is none."""
+    def peek(self, may_start: Callable[[str], bool]) -> Work | None:
+        """The request `pop` would return now, left in place."""
+        best = self._best(may_start)
+        return None if best is None else self._flows[best[2]][0]
+
+    def _best(self, may_start: Callable[[str], bool]) -> tuple[float, int, str] | None:
         best: tuple[float, int, str] | None = None
         for tenant, flow in self._flows.items():
             if not may_start(tenant):
@@ -87,6 +91,11 @@ class FairQueue:
             key = (max(self._start[tenant], self._vtime), flow[0].created_at_ms, tenant)
             if best is None or key < best:
                 best = key
+        return best
+
+    def pop(self, may_start: Callable[[str], bool]) -> Work | None:
+        """The next request by fair share among the tenants that may start; None if there is none."""
+        best = self._best(may_start)
         if best is None:
             return None
         start, _, tenant = best

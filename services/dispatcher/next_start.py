@@ -54,6 +54,21 @@ class NextStart:
             return None
         return self._scheduler.next_tier(in_use, demand, budget)
 
+    def peek(self, tier: Tier) -> Work | None:
+        """The request `take` would remove now (after `tier` named `tier`), left waiting: what the
+        rate budget is asked about before the token is taken."""
+        gates = self._gates
+        return self._room.peek(tier, gates[tier] if gates is not None else None)
+
+    def floor_shares(self, budget: int) -> dict[Tier, float]:
+        """Each tier's floor as a share of `budget` in the window in force (none under FIFO, which
+        knows no tiers): the tiers' reserved shares of the rate budget (``rate_budget.py``)."""
+        if self._scheduler.name == "fifo" or budget <= 0:
+            return {}
+        floors = {t: limits.floor for t, limits in self._scheduler.window().limits.items()}
+        whole = max(budget, sum(floors.values()))
+        return {t: floor / whole for t, floor in floors.items()}
+
     def take(self, tier: Tier, now_ms: int) -> Start | None:
         """Remove the next request waiting as `tier` (its tenant's turn by fair share, below its
         concurrency cap); None if there is none (its partition was revoked meanwhile). A request

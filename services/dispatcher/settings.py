@@ -10,15 +10,25 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.dispatcher.rate_budget import MAX_COUNT, RateLimit
 from services.dispatcher.schedule import Schedule, TierLimits
 from services.dispatcher.streaming import ChunkPolicy
 from services.dispatcher.tokens.settings import RedisBudgetSettings
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, DEFAULT_SCENARIO_TIERS, Tier, complete_per_tier
 from services.tenancy.settings import TenancySettings
+
+
+class ModelRateLimit(BaseModel):
+    """One model's limits per minute in INFERQ_RATE_LIMITS; unset: not limited (unless learned)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rpm: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    tpm: int | None = Field(default=None, ge=1, le=MAX_COUNT)
 
 
 def _default_dispatcher_id() -> str:
@@ -101,6 +111,10 @@ class DispatcherSettings(BaseSettings):
     # (services/dispatcher/streaming.py).
     stream_chunk_tokens: int = Field(default=8, ge=1, le=10_000)
     stream_chunk_linger_ms: float = Field(default=5.0, ge=0, le=10_000)
+    # Requests and tokens per minute per backend model, e.g. '{"inferq-fast": {"rpm": 500, "tpm":
+    # 90000}}'; the backend's x-ratelimit-* headers teach them too, the lower one holding
+    # (services/dispatcher/rate_budget.py). Unset and no headers: only the concurrency budget.
+    rate_limits: dict[str, ModelRateLimit] = Field(default_factory=dict)
     model_fast: str = "inferq-fast"
     model_accurate: str = "inferq-accurate"
     model_cheap: str = "inferq-cheap"
@@ -146,6 +160,11 @@ RENAMED_VARIABLES = {"INFERQ_LEASE_TTL_S": "INFERQ_REDIS_LEASE_TTL_S"}
 def renamed_variables_in(environ: Mapping[str, str]) -> list[str]:
     """A line per variable of `environ` that is no longer read, naming the one to use instead."""
     return [f"{old} is no longer read: use {new}" for old, new in RENAMED_VARIABLES.items() if old in environ]
+
+
+def rate_limits(settings: DispatcherSettings) -> dict[str, RateLimit]:
+    """The configured limits per model (``INFERQ_RATE_LIMITS``) as the rate budget reads them."""
+    return {model: RateLimit(rpm=limit.rpm, tpm=limit.tpm) for model, limit in settings.rate_limits.items()}
 
 
 def chunk_policy(settings: DispatcherSettings) -> ChunkPolicy:

@@ -6,23 +6,36 @@ wait or nothing waits. Each start is `NextStart` (the pure decision the simulato
 an asynchronous `try_acquire`, which a shared pool may refuse: another dispatcher took the token
 first, and the pool refreshed its snapshot, so the decision is simply asked again. Tokens freed by
 other dispatchers wake nobody here, so with a shared pool blocked work looks again shortly.
+
+With a rate budget (``rate_budget.py``), the request the scheduler's tier would start is also priced
+(its estimated tokens, one request) before its token is taken: a start needs both. A tier the rate
+budget refuses blocks the tiers below it for now, as a tier without a token does, so a cheaper LOW
+never overtakes a waiting HIGH; the starter looks again shortly, since the minute moving on wakes
+nobody.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Literal
 
 from services.dispatcher.adaptive import Budget
 from services.dispatcher.execution import Execution
 from services.dispatcher.inflight import InFlight
+from services.dispatcher.models import ModelChoice
 from services.dispatcher.next_start import NextStart
 from services.dispatcher.pausing import Pauses
+from services.dispatcher.rate_budget import Charge, RateBudget, estimate_tokens
 from services.dispatcher.tokens import TokenPool
+from services.dispatcher.work import Work
 from services.dispatcher.writer import OutcomeWriter
+from services.messaging.tiers import Tier
 
 # With a shared pool, tokens freed by other dispatchers wake nobody here: look again this often.
 SHARED_POOL_RECHECK_S = 0.02
+# Room in the rate budget comes back as the minute moves on, which wakes nobody: look again this often.
+RATE_RECHECK_S = 0.05
 
 
 class Starter:
@@ -40,6 +53,8 @@ class Starter:
         pauses: Pauses,
         clock_ms: Callable[[], int],
         wake: asyncio.Event,
+        rate: RateBudget | None = None,
+        models: ModelChoice | None = None,
     ) -> None:
         self._next = next_start
         self._pool = pool
@@ -53,6 +68,10 @@ class Starter:
         self._pauses = pauses
         self._clock_ms = clock_ms
         self._wake = wake
+        self._rate = rate
+        self._models = models
+        # The last start the rate budget refused: the starter looks again after RATE_RECHECK_S.
+        self._rate_blocked = False
 
     def wake(self) -> None:
         self._wake.set()
@@ -64,11 +83,14 @@ class Starter:
             blocked = await self.start_ready()
             # Started work left the read-ahead: a paused tier may fetch again.
             self._pauses.update()
-            if blocked and self._pool_is_shared:
+            if blocked and self._rate_blocked:
+                asyncio.get_running_loop().call_later(RATE_RECHECK_S, self._wake.set)
+            elif blocked and self._pool_is_shared:
                 asyncio.get_running_loop().call_later(SHARED_POOL_RECHECK_S, self._wake.set)
 
     async def start_ready(self) -> bool:
         """Start every request the scheduler and the pool allow; True if work waits for a token."""
+        self._rate_blocked = False
         for _ in range(self._max_attempts):
             if not self._next.waiting():
                 return False
@@ -77,16 +99,61 @@ class Starter:
             tier = self._next.tier(in_use, budget, self._clock_ms())
             if tier is None:
                 return True
+            charge = self._charge(tier, budget)
+            if charge is False:
+                self._rate_blocked = True
+                return True
             lease = await self._pool.try_acquire(tier, total_limit=budget, tier_limit=in_use.get(tier, 0) + 1)
             if lease is None:
+                self._refund(charge)
                 continue  # another dispatcher took it first; the pool refreshed its snapshot
             start = self._next.take(tier, self._clock_ms())
             if start is None:  # its partition was revoked while we asked the pool
+                self._refund(charge)
                 await self._pool.release(lease)
                 continue
             if start.expired is not None:
+                self._refund(charge)
                 await self._pool.release(lease)
                 self._inflight.begin(start.work, self._writer.expire(start.work, start.expired), "expire")
                 continue
-            self._inflight.begin(start.work, self._execution.call(start.work, lease), "call")
+            charge = self._recharge(charge, start.work, tier)
+            self._inflight.begin(start.work, self._execution.call(start.work, lease, charge), "call")
         return True
+
+    def _charge(self, tier: Tier, budget: int) -> Charge | Literal[False] | None:
+        """The rate budget's charge for the request `tier` would start (None: no rate budget, or
+        nothing to price); False: the rate budget has no room for it now."""
+        if self._rate is None or self._models is None:
+            return None
+        work = self._next.peek(tier)
+        if work is None:
+            return None
+        self._rate.set_floor_shares(self._next.floor_shares(budget))
+        charge = self._rate.take(self._models.model_for(work), tier, request_cost(work))
+        return False if charge is None else charge
+
+    def _refund(self, charge: Charge | None) -> None:
+        if self._rate is not None and charge is not None:
+            self._rate.refund(charge)
+
+    def _recharge(self, charge: Charge | None, work: Work, tier: Tier) -> Charge | None:
+        """The charge for `work`, the request actually taken: while the pool was asked another may
+        have come first (a shared pool's await lets intake run); it is then priced instead, at once
+        (the one start the race lets past the check, corrected by its usage after)."""
+        if self._rate is None or self._models is None:
+            return None
+        model, cost = self._models.model_for(work), request_cost(work)
+        if charge is not None and charge.model == model and charge.tokens == cost:
+            return charge
+        self._refund(charge)
+        return self._rate.take(model, tier, cost, force=True)
+
+
+def request_cost(work: Work) -> int:
+    """A request's tokens before its call: its record's `estimated_tokens`, else its prompt's
+    characters / 4 plus its `max_tokens` (``max_completion_tokens``)."""
+    prompt_chars = [len(m.get("content") or "") for m in work.request.openai_messages()]
+    limit = work.params.get("max_tokens", work.params.get("max_completion_tokens"))
+    max_tokens = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+    return estimate_tokens(prompt_chars, max_tokens, work.request.estimated_tokens)

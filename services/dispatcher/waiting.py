@@ -143,6 +143,10 @@ class WaitingRoom:
             self._count(work, -1)
         return work
 
+    def peek(self, scheduling_tier: Tier, may_start: Callable[[str], bool] | None = None) -> Work | None:
+        """The request `pop` would return now, left waiting."""
+        return self._queues[scheduling_tier].peek(may_start or self.may_start)
+
     def call_started(self, work: Work, now_ms: int | None = None) -> None:
         """`work` took a token and calls the backend (at `now_ms`, if known): it counts against its
         tenant's cap."""

@@ -468,6 +468,7 @@ def test_stats_count_calls_and_reset_zeroes_them() -> None:
         "by_status": {},
         "by_model": {},
         "streams_dropped": 0,
+        "rate_limited": 0,
         "faults": {"outage": False, "error_rate": 0.0, "degradation": 1.0, "stream_drop_rate": 0.0},
     }
     assert health.json() == {"status": "ok"}

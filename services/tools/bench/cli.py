@@ -1,7 +1,6 @@
-"""`inferq bench scheduling|fairness|memory|latency|delivery|throughput|replay|cluster-chaos|takeover`:
-benchmarks that write
-results to files (bench-results/); `recorder`, `bareloop` and `probe-dispatcher` are processes those
-benchmarks start."""
+"""`inferq bench scheduling|fairness|memory|latency|delivery|throughput|replay|cluster-chaos|takeover|
+tokens`: benchmarks that write results to files (bench-results/); `recorder`, `bareloop` and
+`probe-dispatcher` are processes those benchmarks start."""
 
 from __future__ import annotations
 
@@ -37,7 +36,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_replay(kinds)
     _register_cluster_chaos(kinds)
     _register_takeover(kinds)
+    _register_tokens(kinds)
     _register_helpers(kinds)
+
+
+def _register_tokens(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tok = kinds.add_parser(
+        "tokens", help="tokens per minute achieved against a TPM-limited simulated backend, inferq and fifo"
+    )
+    tok.add_argument("--tpm", type=int, default=6000, help="the simulator's tokens per minute (default 6000)")
+    tok.add_argument("--minutes", type=float, default=2.0, help="minutes measured per policy (default 2)")
+    _common(tok)
+    tok.set_defaults(func=_tokens)
+
+
+def _tokens(args: argparse.Namespace) -> int:
+    from services.tools.bench import tokens
+
+    return tokens.run(out=args.out, home=args.home.resolve(), tpm=args.tpm, minutes=args.minutes)
 
 
 def _trace_replay(

@@ -1,7 +1,9 @@
 """The HTTP face of the simulator: an OpenAI-compatible chat-completions endpoint plus stats and admin.
 
 Endpoints:
-    POST /v1/chat/completions   OpenAI chat completions (401, 400, 429, 500, 503 as a real provider answers);
+    POST /v1/chat/completions   OpenAI chat completions (401, 400, 429, 500, 503 as a real provider answers;
+                                with --rpm/--tpm, 429 past a per-minute limit and x-ratelimit-* headers
+                                on every answer, ``rate_limits.py``);
                                 with `stream: true`, `chat.completion.chunk` events ending `data: [DONE]`
                                 (`streaming.py`), some dropped mid-stream with `stream_drop_rate`
     GET  /stats                 counters, concurrency and current faults
@@ -44,9 +46,11 @@ from services.tools.simbackend.protocol import (
     FaultUpdate,
     answer,
     completion,
+    minute_limit_reached,
     parse,
     rate_limited,
 )
+from services.tools.simbackend.rate_limits import MinuteLimits
 from services.tools.simbackend.settings import SimBackendSettings
 from services.tools.simbackend.state import FaultState
 from services.tools.simbackend.streaming import StreamDroppedError, StreamPlan, sse_events
@@ -65,6 +69,12 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
     )
     retry_after = {"Retry-After": str(settings.retry_after_s)}
     timings = CallTimings()
+    minutes: dict[str, MinuteLimits] = {}
+
+    def minute_of(model: str) -> MinuteLimits:
+        if model not in minutes:
+            minutes[model] = MinuteLimits(rpm=settings.rpm, tpm=settings.tpm)
+        return minutes[model]
 
     def answer_error(error: ApiError, model: str | None) -> Response:
         backend.stats.record(error.status, model)
@@ -80,13 +90,28 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             return answer_error(parsed, None)
         model = parsed.model
         timing = timings.received(parsed.model_dump(include={"messages"}))
+        tokens = answer(parsed).usage()["total_tokens"]
+        minute = minute_of(model)
+        refusal = minute.refusal(tokens) if minute.enabled else None
+        if refusal is not None:
+            wait_s = minute.retry_after_s(tokens)
+            error = minute_limit_reached(refusal, minute.rpm if refusal == "requests" else minute.tpm, wait_s)
+            backend.stats.record(429, model)
+            backend.stats.rate_limited += 1
+            headers = {**minute.headers(), "retry-after": str(wait_s)}
+            return JSONResponse(error.body(), status_code=429, headers=headers)
         decision = backend.admit(model, stream=parsed.stream)
         if isinstance(decision, Rejected):
             if decision.reason == "outage":
                 return answer_error(OUTAGE, model)
             return answer_error(rate_limited(settings.limit, settings.retry_after_s), model)
+        if minute.enabled:
+            minute.count(tokens)
+        counted = minute.headers()
         if parsed.stream and decision.status == 200:
-            return streamed(parsed, decision.latency_s, drop=decision.drops_stream, timing=timing)
+            return streamed(
+                parsed, decision.latency_s, drop=decision.drops_stream, timing=timing, rate=counted
+            )
         try:
             await sleep(decision.latency_s)
         finally:
@@ -98,12 +123,17 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             return answer_error(UNAVAILABLE, model)
         body = completion(parsed, completion_id=f"chatcmpl-{uuid.uuid4().hex}", created_s=int(time.time()))
         backend.stats.record(200, model)
-        response = JSONResponse(body)
+        response = JSONResponse(body, headers=counted)
         timings.done(timing)
         return response
 
     def streamed(
-        parsed: ChatCompletionRequest, latency_s: float, *, drop: bool, timing: CallTiming | None
+        parsed: ChatCompletionRequest,
+        latency_s: float,
+        *,
+        drop: bool,
+        timing: CallTiming | None,
+        rate: dict[str, str],
     ) -> Response:
         """The answer as server-sent events; the slot is held until the last event (or the drop)."""
         backend.stats.record(200, parsed.model)
@@ -132,7 +162,7 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
                 # Also when the client goes away mid-stream: a leaked slot would shrink the limit.
                 backend.release()
 
-        no_cache = {"cache-control": "no-cache"}
+        no_cache = {"cache-control": "no-cache", **rate}
         return StreamingResponse(body(), media_type="text/event-stream", headers=no_cache)
 
     async def stats(_: Request) -> Response:

@@ -79,5 +79,6 @@ class SimBackend:
             "by_status": dict(stats.by_status),
             "by_model": dict(stats.by_model),
             "streams_dropped": stats.streams_dropped,
+            "rate_limited": stats.rate_limited,
             "faults": self.faults.as_dict(),
         }

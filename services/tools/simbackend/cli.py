@@ -48,6 +48,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="latency of one model at speed 1; repeatable",
     )
     parser.add_argument("--seed", type=int, help="seed jitter and error draws for a reproducible run")
+    parser.add_argument("--rpm", type=int, help="requests per minute; past it 429 (default: no limit)")
+    parser.add_argument("--tpm", type=int, help="tokens per minute; past it 429 (default: no limit)")
     parser.set_defaults(func=run)
 
 
@@ -67,7 +69,7 @@ def settings_from_args(args: argparse.Namespace) -> SimBackendSettings:
     from_env = SimBackendSettings()
     overrides: dict[str, object] = {
         name: getattr(args, name)
-        for name in ("limit", "speed", "error_rate", "stream_drop_rate", "seed")
+        for name in ("limit", "speed", "error_rate", "stream_drop_rate", "seed", "rpm", "tpm")
         if getattr(args, name) is not None
     }
     if args.latency:

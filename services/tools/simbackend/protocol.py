@@ -108,6 +108,16 @@ def rate_limited(limit: int, retry_after_s: int) -> ApiError:
     )
 
 
+def minute_limit_reached(kind: str, limit: int | None, retry_after_s: int) -> ApiError:
+    """OpenAI's 429 for a per-minute limit (`kind`: "requests" or "tokens")."""
+    return ApiError(
+        429,
+        f"Rate limit reached on {kind} per min: limit {limit}. Please try again in {retry_after_s}s.",
+        kind,
+        code="rate_limit_exceeded",
+    )
+
+
 _Model = TypeVar("_Model", bound=BaseModel)
 _FIELD_NAMES = frozenset(
     name

@@ -45,6 +45,10 @@ class SimBackendSettings(BaseSettings):
         default=None, ge=1, description="calls in flight beyond this slow every new call down; None: off"
     )
     slope: float = Field(default=0.1, ge=0.0, description="latency growth per call in flight past optimal")
+    rpm: int | None = Field(default=None, ge=1, description="requests per minute; past it 429 (None: off)")
+    tpm: int | None = Field(
+        default=None, ge=1, description="tokens (prompt and answer) per minute; past it 429 (None: off)"
+    )
 
     @field_validator("latency_s", mode="after")
     @classmethod

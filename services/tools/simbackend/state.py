@@ -47,6 +47,8 @@ class CallStats:
     by_status: Counter[str] = field(default_factory=Counter)
     by_model: Counter[str] = field(default_factory=Counter)
     streams_dropped: int = 0
+    # The 429s the per-minute limits (--rpm, --tpm) answered: a client that dispatched past them.
+    rate_limited: int = 0
 
     def enter(self) -> None:
         self.in_flight += 1
@@ -68,5 +70,6 @@ class CallStats:
         self.max_in_flight = self.in_flight
         self.total = 0
         self.streams_dropped = 0
+        self.rate_limited = 0
         self.by_status.clear()
         self.by_model.clear()

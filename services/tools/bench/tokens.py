@@ -1,0 +1,168 @@
+"""`inferq bench tokens`: the token budget against the simulated backend limited in tokens per minute.
+
+Per policy (inferq, then fifo), from fresh topics: the simulated backend (a process) with
+`--tpm` set and a concurrency limit far above what the minute allows (so only tokens bind), and one
+dispatcher in this process (budget 50, the normal window, `INFERQ_RATE_LIMITS` at the same TPM).
+Mixed tiers: a backlog of briefs and analyses at the start and chat arriving steadily at 60% of
+the minute's calls, more than the minute's tokens in all. Measured over `minutes` from the first
+dispatch: tokens per minute achieved against the limit (target >= 95%), the simulator's 429s for
+calls past its minute (target 0), and the waits per tier (HIGH's under inferq beside FIFO's).
+
+Writes `<out>/tokens.json` and `<out>/tokens.md`, and prints the markdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from confluent_kafka import Producer
+
+from services.dispatcher.bootstrap import bootstrap
+from services.dispatcher.settings import DispatcherSettings
+from services.messaging.admin import create_topics
+from services.messaging.codec import request_codec
+from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import ChatMessage, InferenceRequest
+from services.messaging.tiers import Tier
+from services.tools.bench.kafka import ResultCollector, bench_broker
+from services.tools.bench.machine import code_line, command_line, machine, results_dir
+from services.tools.bench.tokens_report import TokensRow, as_json, markdown, row
+from services.tools.broker.broker import pick_free_ports
+from services.tools.stack.process import ServiceProcess
+
+MODEL = "inferq-bench"  # one model for every tier: one minute of tokens shared by the tiers
+SCENARIO = {Tier.HIGH: "realtime_chat", Tier.MEDIUM: "emotion_analysis", Tier.LOW: "morning_brief"}
+HIGH_SHARE = 0.6  # chat's arrivals, as a share of the calls the minute allows
+PROMPT = "x" * 400  # 100 prompt tokens and at most 20 answered: about 120 a call
+
+
+def _request(tier: Tier, now_ms: int) -> InferenceRequest:
+    return InferenceRequest(
+        request_id=str(uuid.uuid4()),
+        scenario=SCENARIO[tier],
+        tier=tier,
+        created_at_ms=now_ms,
+        expire_at_ms=now_ms + 3_600_000,
+        messages=(ChatMessage("user", PROMPT),),
+        model=MODEL,
+        params={"max_tokens": "20"},
+    )
+
+
+@contextlib.contextmanager
+def _sim(tpm: int, speed: float, log_dir: Path) -> Iterator[str]:
+    """The simulated backend as a process (`inferq sim-backend`), as the other benchmarks run it."""
+    (port,) = pick_free_ports(1)
+    argv = ["sim-backend", "--port", str(port), "--tpm", str(tpm), "--limit", "1000", "--speed", f"{speed:g}"]
+    sim = ServiceProcess("sim-backend", argv, log_dir / "sim-backend.log")
+    sim.start()
+    try:
+        sim.wait_http_ready(f"http://127.0.0.1:{port}/healthz", 60.0)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        sim.stop()
+
+
+async def run_policy(
+    bootstrap_servers: str,
+    policy: str,
+    *,
+    tpm: int,
+    minutes: float,
+    log_dir: Path,
+    log: Callable[[str], None],
+) -> TokensRow:
+    prefix = f"bench.tokens-{policy}-{uuid.uuid4().hex[:6]}"
+    kafka = KafkaSettings(bootstrap_servers=bootstrap_servers, topic_prefix=prefix)
+    create_topics(kafka)
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
+    codec = request_codec()
+    sent: set[str] = set()
+
+    def send(tier: Tier, count: int) -> None:
+        now_ms = int(time.time() * 1000)
+        for _ in range(count):
+            request = _request(tier, now_ms)
+            producer.produce(kafka.topics.requests(tier), codec.encode(request), key=request.key)
+            sent.add(request.request_id)
+        producer.flush(30)
+
+    collector = ResultCollector(bootstrap_servers, kafka.topics.results, f"{prefix}-collector")
+    collector.start()
+    per_minute = tpm // 120
+    with _sim(tpm, 20.0, log_dir) as url:
+        settings = DispatcherSettings(
+            kafka=kafka,
+            group_id=f"{prefix}-dispatcher",
+            dispatcher_id=f"{prefix}-d0",
+            backend_url=f"{url}/v1",
+            budget=50,
+            policy=policy,
+            schedule_pin="normal",
+            adaptive=False,
+            rate_limits={MODEL: {"tpm": tpm}},
+            metrics_port=pick_free_ports(1)[0],
+        )
+        dispatcher = bootstrap(settings)
+        task = asyncio.create_task(dispatcher.run())
+        try:
+            async with asyncio.timeout(60):
+                while dispatcher.health()["assigned"] == 0:
+                    if task.done():
+                        task.result()
+                    await asyncio.sleep(0.1)
+            # More than the measured minutes' tokens in briefs and analyses at once...
+            total = int(per_minute * (minutes + 1))
+            send(Tier.LOW, total // 2)
+            send(Tier.MEDIUM, total // 3)
+            # ...and chat arriving all along at 60% of the minute's calls: above HIGH's 50% share in
+            # the normal window (a tier below its share leaves the rest of it unused, see
+            # docs/architecture.md, "Token budget"), below the whole minute, so its waits stay bounded.
+            high_interval_s = 60 / max(1.0, per_minute * HIGH_SHARE)
+            started = time.monotonic()
+            while time.monotonic() - started < minutes * 60:
+                send(Tier.HIGH, 1)
+                await asyncio.sleep(high_interval_s)
+            log(f"[{policy}] sent {len(sent)} requests over {minutes:g} min")
+            await asyncio.sleep(2.0)
+        finally:
+            dispatcher.request_stop()
+            async with asyncio.timeout(60):
+                await task
+        async with httpx.AsyncClient() as client:
+            stats: dict[str, Any] = (await client.get(f"{url}/stats")).json()
+    results = await asyncio.to_thread(collector.wait_for, sent, 1.0)
+    collector.stop()
+    return row(policy, tpm, minutes, list(results.values()), int(stats.get("rate_limited", 0)))
+
+
+def run(*, out: Path, home: Path, tpm: int = 6000, minutes: float = 2.0) -> int:
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    rows: dict[str, TokensRow] = {}
+    with bench_broker(home, log) as servers:
+        for policy in ("inferq", "fifo"):
+            rows[policy] = asyncio.run(
+                run_policy(servers, policy, tpm=tpm, minutes=minutes, log_dir=home / "tokens", log=log)
+            )
+    m = machine()
+    header = (
+        f"`{command_line('tokens')}`, {code_line(m)}; simulated backend at {tpm} tokens per minute, "
+        f"{minutes:g} min per policy, one dispatcher (budget 50, normal window), every tier on one model."
+    )
+    text = markdown(rows, header)
+    folder = results_dir(out)
+    (folder / "tokens.md").write_text(text)
+    document = as_json(rows, {"machine": m, "tpm": tpm, "minutes": minutes})
+    (folder / "tokens.json").write_text(json.dumps(document, indent=2) + "\n")
+    print(text)
+    return 0

@@ -1,0 +1,125 @@
+"""`inferq bench tokens`'s figures, from the results of each run: pure, so a unit test checks them.
+
+Per run: tokens per minute achieved against the limit (the usage of the calls dispatched in the
+measured minutes, over those minutes), the simulator's 429s for calls past the minute (over-dispatch:
+target 0), and the waits from acceptance to dispatch per tier (HIGH's beside FIFO's in the same run).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+from services.messaging.records import InferenceResult
+from services.messaging.tiers import Tier
+
+TPM_TARGET = 0.95
+MINUTE_MS = 60_000
+
+
+@dataclass(frozen=True)
+class TokensRow:
+    policy: str
+    tpm_limit: int
+    minutes: float
+    tokens_per_minute: float
+    share_of_limit: float
+    over_dispatch_429: int
+    answered_ok: int
+    high_wait_p50_s: float | None
+    high_wait_p99_s: float | None
+    low_wait_p50_s: float | None
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank `q` percentile (0 < q <= 100); None for no values."""
+    if not values:
+        return None
+    ranked = sorted(values)
+    return ranked[max(0, math.ceil(q / 100 * len(ranked)) - 1)]
+
+
+def row(
+    policy: str, tpm_limit: int, minutes: float, results: Sequence[InferenceResult], rate_limited: int
+) -> TokensRow:
+    """One run's row: tokens of the calls dispatched within `minutes` of the first dispatch."""
+    dispatched = [r for r in results if r.dispatched_at_ms is not None]
+    start = min((r.dispatched_at_ms for r in dispatched if r.dispatched_at_ms is not None), default=0)
+    end = start + minutes * MINUTE_MS
+    tokens = sum(
+        r.usage.total_tokens
+        for r in dispatched
+        if r.usage is not None and r.dispatched_at_ms is not None and r.dispatched_at_ms < end
+    )
+    per_minute = tokens / minutes if minutes > 0 else 0.0
+
+    def waits(tier: Tier) -> list[float]:
+        return [
+            (r.dispatched_at_ms - r.enqueued_at_ms) / 1000
+            for r in dispatched
+            if r.tier is tier and r.dispatched_at_ms is not None
+        ]
+
+    return TokensRow(
+        policy=policy,
+        tpm_limit=tpm_limit,
+        minutes=minutes,
+        tokens_per_minute=round(per_minute, 1),
+        share_of_limit=round(per_minute / tpm_limit, 4) if tpm_limit else 0.0,
+        over_dispatch_429=rate_limited,
+        answered_ok=sum(1 for r in results if r.status.value == "OK"),
+        high_wait_p50_s=percentile(waits(Tier.HIGH), 50),
+        high_wait_p99_s=percentile(waits(Tier.HIGH), 99),
+        low_wait_p50_s=percentile(waits(Tier.LOW), 50),
+    )
+
+
+def verdicts(rows: Mapping[str, TokensRow]) -> dict[str, bool | None]:
+    """The targets: inferq at >= 95% of the limit, no over-dispatch 429 in any run, and HIGH's p99
+    wait under inferq no longer than under FIFO (None: a run missing)."""
+    inferq, fifo = rows.get("inferq"), rows.get("fifo")
+    high_first: bool | None = None
+    inferq_p99 = inferq.high_wait_p99_s if inferq is not None else None
+    fifo_p99 = fifo.high_wait_p99_s if fifo is not None else None
+    if inferq_p99 is not None and fifo_p99 is not None:
+        high_first = inferq_p99 <= fifo_p99
+    return {
+        "tokens_per_minute_at_least_95_percent": None
+        if inferq is None
+        else inferq.share_of_limit >= TPM_TARGET,
+        "no_429_from_over_dispatch": all(r.over_dispatch_429 == 0 for r in rows.values()),
+        "high_waits_no_longer_than_fifo": high_first,
+    }
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def markdown(rows: Mapping[str, TokensRow], header: str) -> str:
+    lines = [
+        "# Token budget: tokens per minute against the simulator's limit",
+        "",
+        header,
+        "",
+        "| policy | TPM limit | TPM achieved | share | 429 over-dispatch | OK "
+        "| HIGH wait p50 / p99 s | LOW wait p50 s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows.values():
+        lines.append(
+            f"| {r.policy} | {r.tpm_limit} | {r.tokens_per_minute:.0f} | {r.share_of_limit:.1%} | "
+            f"{r.over_dispatch_429} | {r.answered_ok} | {_s(r.high_wait_p50_s)} / {_s(r.high_wait_p99_s)} | "
+            f"{_s(r.low_wait_p50_s)} |"
+        )
+    lines += ["", "| target | verdict |", "| --- | --- |"]
+    for name, verdict in verdicts(rows).items():
+        lines.append(
+            f"| {name.replace('_', ' ')} | {'-' if verdict is None else ('met' if verdict else 'missed')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def as_json(rows: Mapping[str, TokensRow], extra: Mapping[str, object]) -> dict[str, object]:
+    return {**extra, "runs": {name: asdict(r) for name, r in rows.items()}, "verdicts": verdicts(rows)}
