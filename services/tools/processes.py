@@ -1,7 +1,8 @@
-"""Local server processes (the Kafka broker, redis-server) launched and watched by pid.
+"""Local server processes (the Kafka broker, MirrorMaker, redis-server) launched and watched by pid.
 
-Shared by `services.tools.broker` and `services.tools.redis.server`: whether a port is free,
-whether a pid is alive, reaping, waiting for an exit without polling where the kernel allows.
+Shared by `services.tools.broker`, `services.tools.mirror` and `services.tools.redis.server`:
+launching a detached server, whether a port is free, whether a pid is alive, reaping, waiting for
+an exit without polling where the kernel allows, the tails of its logs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import select
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -38,6 +40,35 @@ def read_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def log_tails(paths: Sequence[Path], *, none: str) -> str:
+    """The tail of each of `paths` that has one, headed by its path; `none` when none has."""
+    parts = [f"--- {path} (tail) ---\n{tail}" for path in paths if (tail := read_tail(path))]
+    return "\n".join(parts) or none
+
+
+def spawn_detached(executable: str, argv: list[str], *, console_log: Path, pid_file: Path) -> int:
+    """Start `argv` (`executable` its program) in a session of its own, stdin from /dev/null and
+    stdout and stderr appended to `console_log`; its pid written to `pid_file` and returned.
+
+    posix_spawn, not Popen: the server outlives the object (and the CLI process) that started it, and
+    a Popen dropped while its child runs emits a ResourceWarning, an error under our pytest config.
+    setsid: the server must not receive the terminal's Ctrl-C meant for the CLI or the test run."""
+    with console_log.open("ab") as console:
+        pid = os.posix_spawn(
+            executable,
+            argv,
+            dict(os.environ),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, console.fileno(), 1),
+                (os.POSIX_SPAWN_DUP2, console.fileno(), 2),
+            ],
+            setsid=True,
+        )
+    pid_file.write_text(f"{pid}\n", encoding="ascii")
+    return pid
 
 
 def proc_state(pid: int) -> str | None:

@@ -39,11 +39,12 @@ from services.tools.broker.security import ADMIN, BrokerSecurity, SecurityMateri
 from services.tools.paths import find_project_root
 from services.tools.processes import (
     launched_process_exited,
+    log_tails,
     pid_alive,
     port_is_free,
     proc_state,
-    read_tail,
     reap,
+    spawn_detached,
     wait_pid_exit,
 )
 
@@ -519,31 +520,10 @@ class LocalBroker:
             "kafka.Kafka",
             str(cfg.properties_file),
         ]
-        with cfg.console_log.open("ab") as console:
-            # posix_spawn, not Popen: the broker outlives this object (and the CLI process), and a Popen
-            # dropped while its child runs emits a ResourceWarning, an error under our pytest config.
-            # setsid: the broker must not receive the terminal's Ctrl-C meant for the CLI or test run.
-            pid = os.posix_spawn(
-                java,
-                argv,
-                dict(os.environ),
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, console.fileno(), 1),
-                    (os.POSIX_SPAWN_DUP2, console.fileno(), 2),
-                ],
-                setsid=True,
-            )
-        cfg.pid_file.write_text(f"{pid}\n", encoding="ascii")
-        return pid
+        return spawn_detached(java, argv, console_log=cfg.console_log, pid_file=cfg.pid_file)
 
     def _log_tails(self) -> str:
-        parts = []
-        for path in (self.config.console_log, self.config.server_log):
-            tail = read_tail(path)
-            if tail:
-                parts.append(f"--- {path} (tail) ---\n{tail}")
-        return "\n".join(parts) or "(no broker output)"
+        return log_tails((self.config.console_log, self.config.server_log), none="(no broker output)")
 
     def _wait_ready(self, pid: int, deadline: float, timeout_s: float, *, stop_on_timeout: bool) -> None:
         while True:

@@ -33,10 +33,11 @@ from services.tools.broker.jars import ensure_jars_of, log4j_config_path, requir
 from services.tools.mirror.config import Flow, MirrorConfig
 from services.tools.processes import (
     launched_process_exited,
+    log_tails,
     pid_alive,
     proc_state,
-    read_tail,
     reap,
+    spawn_detached,
     wait_pid_exit,
 )
 
@@ -189,29 +190,11 @@ class LocalMirrorMaker:
             MAIN_CLASS,
             str(cfg.properties_file),
         ]
-        with cfg.console_log.open("ab") as console:
-            # As the broker: posix_spawn in its own session, so it outlives the CLI and ignores its Ctrl-C.
-            pid = os.posix_spawn(
-                java,
-                argv,
-                dict(os.environ),
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, console.fileno(), 1),
-                    (os.POSIX_SPAWN_DUP2, console.fileno(), 2),
-                ],
-                setsid=True,
-            )
-        cfg.pid_file.write_text(f"{pid}\n", encoding="ascii")
-        return pid
+        # As the broker: its own session, so it outlives the CLI and ignores its Ctrl-C.
+        return spawn_detached(java, argv, console_log=cfg.console_log, pid_file=cfg.pid_file)
 
     def log_tails(self) -> str:
-        parts = []
-        for path in (self.config.console_log, self.config.log_file):
-            tail = read_tail(path)
-            if tail:
-                parts.append(f"--- {path} (tail) ---\n{tail}")
-        return "\n".join(parts) or "(no MirrorMaker output)"
+        return log_tails((self.config.console_log, self.config.log_file), none="(no MirrorMaker output)")
 
     def _wait_ready(
         self, pid: int, since_ms: int, deadline: float, timeout_s: float, *, stop_on_timeout: bool

@@ -31,7 +31,14 @@ from types import TracebackType
 from typing import Self
 
 from services.tools.certs import KeyPair, issue, make_ca
-from services.tools.processes import launched_process_exited, pid_alive, port_is_free, reap, wait_pid_exit
+from services.tools.processes import (
+    launched_process_exited,
+    pid_alive,
+    port_is_free,
+    reap,
+    spawn_detached,
+    wait_pid_exit,
+)
 from services.tools.redis.errors import (
     PortInUseError,
     RedisServerMissingError,
@@ -312,22 +319,7 @@ class LocalRedis:
             "--logfile",
             "",
         ]
-        with cfg.log_file.open("ab") as log:
-            # posix_spawn, not Popen: the server outlives this object and the CLI process, and a Popen
-            # dropped while its child runs raises a ResourceWarning (an error under our pytest config).
-            # setsid: the terminal's Ctrl-C meant for the CLI or the test run must not reach it.
-            pid = os.posix_spawn(
-                executable,
-                argv,
-                dict(os.environ),
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, log.fileno(), 1),
-                    (os.POSIX_SPAWN_DUP2, log.fileno(), 2),
-                ],
-                setsid=True,
-            )
-        cfg.pid_file.write_text(f"{pid}\n", encoding="ascii")
+        pid = spawn_detached(executable, argv, console_log=cfg.log_file, pid_file=cfg.pid_file)
         cfg.port_file.write_text(f"{cfg.port}\n", encoding="ascii")
         return pid
 
