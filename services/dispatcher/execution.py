@@ -242,7 +242,7 @@ class Execution:
             completion.rate_headers if completion is not None else (failure.rate_headers if failure else {})
         )
         if headers:
-            rate.observe(model, read_headers(headers))
+            rate.observe(model, read_headers(headers, status=failure.status if failure is not None else None))
         if charge is not None and completion is not None and completion.total_tokens > 0:
             rate.settle(charge, completion.total_tokens)
 

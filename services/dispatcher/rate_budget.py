@@ -17,7 +17,7 @@ with the response's `usage` (the difference returned to or taken from the window
 What the backend reports beats what we counted: ``x-ratelimit-remaining-*`` with its
 ``x-ratelimit-reset-*`` says the backend counts more than we do (other clients on the same key),
 so the excess is entered as an entry that leaves the window when the backend says it resets; a
-``retry-after`` holds every start of that model until it has passed.
+``retry-after`` on a 429 holds every start of that model until it has passed.
 
 Priority (the floors): each tier owns a share of each limit, its floor's share of the concurrency
 budget (HIGH 6 of 10 at peak: 60% of the minute's tokens). A tier may not take what the tiers above
@@ -121,9 +121,14 @@ def parse_count(value: str | None) -> int | None:
     return count if count <= MAX_COUNT else None
 
 
-def read_headers(headers: Mapping[str, str]) -> RateHeaders:
-    """The rate-limit headers of a response (names in any case)."""
+def read_headers(headers: Mapping[str, str], *, status: int | None = None) -> RateHeaders:
+    """The rate-limit headers of a response (names in any case). A ``retry-after`` counts only on a
+    429 (or a 200's headers, `status` None): on a 503 or another failure it is that request's retry
+    delay (``retries.py``), not the model's rate limit, and holding every start of the model for it
+    would keep requests that could be tried meanwhile from trying."""
     lower = {str(name).lower(): str(value) for name, value in headers.items()}
+    if status is not None and status != 429:
+        lower.pop("retry-after", None)
     return RateHeaders(
         limit_requests=parse_count(lower.get("x-ratelimit-limit-requests")),
         limit_tokens=parse_count(lower.get("x-ratelimit-limit-tokens")),

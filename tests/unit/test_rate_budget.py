@@ -315,3 +315,13 @@ def test_rate_limits_setting_reads_json_per_model_and_refuses_hostile_values(
             DispatcherSettings()
     monkeypatch.delenv("INFERQ_RATE_LIMITS")
     assert rate_limits(DispatcherSettings()) == {}
+
+
+def test_a_retry_after_is_the_models_limit_only_on_a_429() -> None:
+    headers = {"Retry-After": "2", "x-ratelimit-remaining-requests": "5"}
+    assert read_headers(headers, status=429).retry_after_s == 2
+    assert read_headers(headers).retry_after_s == 2  # a 200's headers
+    # A 503's Retry-After is that request's retry delay: other requests may still be tried.
+    outage = read_headers(headers, status=503)
+    assert outage.retry_after_s is None
+    assert outage.remaining_requests == 5
