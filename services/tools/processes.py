@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import socket
 import time
 from collections.abc import Sequence
@@ -69,6 +70,25 @@ def spawn_detached(executable: str, argv: list[str], *, console_log: Path, pid_f
         )
     pid_file.write_text(f"{pid}\n", encoding="ascii")
     return pid
+
+
+def signal_and_wait(
+    pid: int | None, first: signal.Signals, timeout_s: float, *, stale: int | None, kill_wait_s: float
+) -> bool:
+    """Stop a server we launched: `first` to `pid`, wait up to `timeout_s`, then SIGKILL and wait up to
+    `kill_wait_s`. With no live `pid`, a `stale` pid of our child that exited on its own is reaped
+    (no zombie left). True when the process survived SIGKILL too."""
+    if pid is None:
+        if stale is not None and proc_state(stale) == "Z":
+            reap(stale)
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, first)
+    if not wait_pid_exit(pid, timeout_s) and first != signal.SIGKILL:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_pid_exit(pid, kill_wait_s)
+    return pid_alive(pid)
 
 
 def proc_state(pid: int) -> str | None:

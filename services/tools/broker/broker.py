@@ -42,8 +42,7 @@ from services.tools.processes import (
     log_tails,
     pid_alive,
     port_is_free,
-    proc_state,
-    reap,
+    signal_and_wait,
     spawn_detached,
     wait_pid_exit,
 )
@@ -563,19 +562,9 @@ class LocalBroker:
 
     def _signal_and_wait(self, first: signal.Signals, timeout_s: float) -> None:
         pid = self._running_pid()
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, first)
-            if not wait_pid_exit(pid, timeout_s) and first != signal.SIGKILL:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                wait_pid_exit(pid, _KILL_WAIT_S)
-            if pid_alive(pid):
-                raise BrokerStopError(f"the Kafka broker (pid {pid}) is still alive after SIGKILL")
-        else:
-            stale = self._read_pid()
-            if stale is not None and proc_state(stale) == "Z":
-                reap(stale)  # our broker child that exited on its own: collect it, leave no zombie
+        stale = None if pid is not None else self._read_pid()
+        if signal_and_wait(pid, first, timeout_s, stale=stale, kill_wait_s=_KILL_WAIT_S):
+            raise BrokerStopError(f"the Kafka broker (pid {pid}) is still alive after SIGKILL")
         self.config.pid_file.unlink(missing_ok=True)
 
     # -- context manager -----------------------------------------------------------------------------

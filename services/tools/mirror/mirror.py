@@ -20,7 +20,6 @@ target proves each flow's source task runs, with the topics that existed when it
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import time
 from dataclasses import dataclass
@@ -35,8 +34,7 @@ from services.tools.processes import (
     launched_process_exited,
     log_tails,
     pid_alive,
-    proc_state,
-    reap,
+    signal_and_wait,
     spawn_detached,
     wait_pid_exit,
 )
@@ -229,17 +227,7 @@ class LocalMirrorMaker:
 
     def _signal_and_wait(self, first: signal.Signals, timeout_s: float) -> None:
         pid = self._running_pid()
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, first)
-            if not wait_pid_exit(pid, timeout_s) and first != signal.SIGKILL:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                wait_pid_exit(pid, _KILL_WAIT_S)
-            if pid_alive(pid):
-                raise MirrorError(f"MirrorMaker (pid {pid}) is still alive after SIGKILL")
-        else:
-            stale = self._read_pid()
-            if stale is not None and proc_state(stale) == "Z":
-                reap(stale)
+        stale = None if pid is not None else self._read_pid()
+        if signal_and_wait(pid, first, timeout_s, stale=stale, kill_wait_s=_KILL_WAIT_S):
+            raise MirrorError(f"MirrorMaker (pid {pid}) is still alive after SIGKILL")
         self.config.pid_file.unlink(missing_ok=True)
