@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -57,9 +61,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from pydantic import ValidationError
+
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except ValidationError as exc:
+        # Settings from the environment that cannot be used: what and why, one line each, never the
+        # value given (pydantic's own message quotes the input, which may hold a key or password).
+        print(f"inferq {args.command}: invalid settings:\n{settings_errors(exc)}", file=sys.stderr)
+        return 2
     return code
+
+
+def settings_errors(exc: ValidationError) -> str:
+    """A settings `ValidationError` as "  <field>: <why>" lines, without the values given."""
+    lines = []
+    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+        where = ".".join(str(part) for part in error["loc"]) or exc.title
+        lines.append(f"  {where}: {error['msg']}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

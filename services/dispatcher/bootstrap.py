@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from services import tracing
 from services.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy, Budget, FixedBudget
-from services.dispatcher.backend import Backend, ChatBackend
+from services.dispatcher.backend import Backend
+from services.dispatcher.backend_specs import build_routes
 from services.dispatcher.call_times import CallTimes
 from services.dispatcher.checkpoint import Checkpoint
 from services.dispatcher.consumer import TierConsumer
@@ -41,9 +42,11 @@ from services.dispatcher.rate_budget import RateBudget
 from services.dispatcher.readahead_shares import ReadaheadShares
 from services.dispatcher.record_rules import RecordRules
 from services.dispatcher.retries import RetryPolicy
+from services.dispatcher.routing import BackendRoutes
 from services.dispatcher.run_loop import Helper, Resource, RunLoop
 from services.dispatcher.settings import (
     DispatcherSettings,
+    breaker_policy,
     build_schedule,
     chunk_policy,
     rate_limits,
@@ -155,6 +158,21 @@ class Dispatcher:
         return self.status.budget.effective
 
 
+def backend_routes(settings: DispatcherSettings, backend: Backend | None) -> BackendRoutes:
+    """The configured backends and their routes; `backend` (a test's) replaces them all."""
+    if backend is not None:
+        return BackendRoutes.single(backend)
+    api_key = settings.backend_api_key.get_secret_value() if settings.backend_api_key else None
+    return build_routes(
+        default_url=settings.backend_url,
+        default_api_key=api_key,
+        backends=settings.backends,
+        tiers=settings.tier_backends,
+        policy=breaker_policy(settings),
+        max_connections=settings.budget,
+    )
+
+
 def bootstrap(
     settings: DispatcherSettings,
     *,
@@ -190,9 +208,7 @@ def bootstrap(
         # would: the writer then answers FAILED instead of waiting forever (librdkafka default 30 s).
         | {"topic.metadata.propagation.max.ms": TOPIC_PROPAGATION_MS}
     )
-    if backend is None:
-        api_key = settings.backend_api_key.get_secret_value() if settings.backend_api_key else None
-        backend = ChatBackend(settings.backend_url, api_key=api_key, max_connections=settings.budget)
+    routes = backend_routes(settings, backend)
     registry = TenantRegistry(
         settings.tenants.file, topics=topics, reload_interval_s=settings.tenants.reload_interval_s
     )
@@ -253,7 +269,7 @@ def bootstrap(
     # Requests and tokens per minute per model, configured or learned from the backend's headers.
     rate = RateBudget(rate_limits(settings), clock_ms=clock_ms)
     execution = Execution(
-        backend=backend,
+        routes=routes,
         pool=pool,
         writer=writer,
         models=models,
@@ -301,6 +317,7 @@ def bootstrap(
     )
     pauses.rereading = intake.rereading
     metrics.watch_paused(pauses.paused_by_tier)
+    metrics.watch_circuits(lambda: routes.gauge(clock_ms()))
     metrics.watch_tenants(room.running_by_tenant, room.held_by_tenant, lambda: len(intake.deferred))
     metrics.watch_schedule(
         budget=settings.budget, window=scheduler.window, effective=lambda: budget.effective
@@ -317,6 +334,8 @@ def bootstrap(
         pauses=pauses,
         clock_ms=clock_ms,
         wake=wake,
+        routes=routes,
+        max_attempts=settings.max_attempts,
         rate=rate,
         models=models,
     )
@@ -372,7 +391,7 @@ def bootstrap(
     loop = RunLoop(
         consumer=consumer,
         producer=producer,
-        backend=backend,
+        backends=routes,
         pool=pool,
         intake=intake,
         checkpoint=checkpoint,

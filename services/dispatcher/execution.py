@@ -21,6 +21,9 @@ mid-stream after N chunks"), never retried: a caller must not see the same token
 With a rate budget (``rate_budget.py``), the answer's `usage` replaces the start's estimate in the
 minute's window, and the rate-limit headers of every answer (a 429's too) teach the budget the
 backend's limits and what it counts.
+
+The call goes to the backend its start was routed to (``routing.py``); when the backend call ends
+(when its token comes back), the routing hears how it went, which its circuit breaker counts.
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ from collections.abc import Callable, Coroutine
 
 from services import tracing
 from services.dispatcher.adaptive import AdaptiveBudget, warn_on_change
-from services.dispatcher.backend import Backend, Completion
+from services.dispatcher.backend import Completion
 from services.dispatcher.errors import BackendError
 from services.dispatcher.metrics import DispatcherMetrics
 from services.dispatcher.models import ModelChoice
 from services.dispatcher.rate_budget import Charge, RateBudget, read_headers
 from services.dispatcher.retries import RetryPolicy, Verdict
+from services.dispatcher.routing import BackendRoutes, Route
 from services.dispatcher.streaming import ChunkPolicy, ChunkStream
 from services.dispatcher.tokens import Lease, TokenPool
 from services.dispatcher.work import Work
@@ -49,7 +53,7 @@ class Execution:
     def __init__(
         self,
         *,
-        backend: Backend,
+        routes: BackendRoutes,
         pool: TokenPool,
         writer: OutcomeWriter,
         models: ModelChoice,
@@ -65,7 +69,7 @@ class Execution:
         monotonic: Callable[[], float] = time.monotonic,
         rate: RateBudget | None = None,
     ) -> None:
-        self._backend = backend
+        self._routes = routes
         self._pool = pool
         self._writer = writer
         self._models = models
@@ -84,15 +88,18 @@ class Execution:
         # Where a call the deadline cut goes on until the backend ends it (`InFlight.linger`).
         self._linger = linger
 
-    async def call(self, work: Work, lease: Lease, charge: Charge | None = None) -> None:
+    async def call(self, work: Work, lease: Lease, route: Route, charge: Charge | None = None) -> None:
+        """Call `route`'s backend for `work` (the starter has counted the call on `route`)."""
         dispatched_at = self._clock_ms()
         if not tracing.enabled():  # nothing more than this check per call
-            await self._call(work, lease, dispatched_at, charge)
+            await self._call(work, lease, route, dispatched_at, charge)
             return
         with work.traced(dispatched_at):
-            await self._call(work, lease, dispatched_at, charge)
+            await self._call(work, lease, route, dispatched_at, charge)
 
-    async def _call(self, work: Work, lease: Lease, dispatched_at: int, charge: Charge | None) -> None:
+    async def _call(
+        self, work: Work, lease: Lease, route: Route, dispatched_at: int, charge: Charge | None
+    ) -> None:
         self._metrics.record_queue_wait(
             work.tier, (dispatched_at - work.created_at_ms) / 1000, work.request.tenant
         )
@@ -106,7 +113,7 @@ class Execution:
         failure: BackendError | None = None
         cut = _Cut()
         backend_call = asyncio.create_task(
-            self._complete(work, model, self._backend_timeout_s, stream, cut), name="backend-call"
+            self._complete(work, route, model, self._backend_timeout_s, stream, cut), name="backend-call"
         )
         try:
             completion = await self._within(backend_call, remaining_s, cut)
@@ -114,16 +121,22 @@ class Execution:
             failure = exc
         finally:
             if backend_call.done():
-                await self._call_over(work, lease, completed=failure is None and not backend_call.cancelled())
+                completed = failure is None and not backend_call.cancelled()
+                # A timeout the deadline imposed, or a cancelled call, says nothing of the backend.
+                neutral = backend_call.cancelled() or (
+                    failure is not None and failure.timed_out and deadline_bound
+                )
+                self._routes.ended(route, failure, self._clock_ms(), cut=neutral)
+                await self._call_over(work, lease, completed=completed)
             else:
                 # The deadline cut it (or shutdown cancelled this task): the backend still runs it.
-                self._linger(self._lingering(backend_call, work, lease, started), "abandoned-call")
+                self._linger(self._lingering(backend_call, work, lease, route, started), "abandoned-call")
         self._metrics.record_backend_call(
-            work.tier, failure, self._monotonic() - started, work.request.tenant
+            work.tier, failure, self._monotonic() - started, work.request.tenant, route.name
         )
         if self._rate is not None:
             answered = completion if failure is None else None
-            self._rate_learned(self._rate, model, charge, answered, failure)
+            self._rate_learned(self._rate, self._routes.rate_key(route, model), charge, answered, failure)
         if failure is not None:
             if failure.overload and not (failure.timed_out and deadline_bound):
                 self._feedback_overload()
@@ -157,7 +170,7 @@ class Execution:
         return backend_call.result()
 
     async def _lingering(
-        self, backend_call: asyncio.Task[Completion], work: Work, lease: Lease, started: float
+        self, backend_call: asyncio.Task[Completion], work: Work, lease: Lease, route: Route, started: float
     ) -> None:
         """Hold `lease` while the backend still runs the call, bounded by `backend_timeout_s`."""
         try:
@@ -168,6 +181,7 @@ class Execution:
                 backend_call.cancel()
             with contextlib.suppress(BaseException):
                 await backend_call  # its answer (or failure) is nobody's any more
+            self._routes.ended(route, None, self._clock_ms(), cut=True)
             await self._call_over(work, lease, completed=False)
 
     async def _call_over(self, work: Work, lease: Lease, *, completed: bool) -> None:
@@ -176,12 +190,12 @@ class Execution:
         self._token_freed.set()
 
     async def _complete(
-        self, work: Work, model: str, timeout_s: float, stream: ChunkStream | None, cut: _Cut
+        self, work: Work, route: Route, model: str, timeout_s: float, stream: ChunkStream | None, cut: _Cut
     ) -> Completion:
         """The backend call: streamed into `stream` (its flusher running meanwhile) when there is one;
         once the deadline has `cut` the call, the pieces still arriving are dropped."""
         if stream is None:
-            return await self._backend.complete(
+            return await route.backend.complete(
                 model, work.request.openai_messages(), work.params, timeout_s=timeout_s
             )
         stream.start()
@@ -191,7 +205,7 @@ class Execution:
                 stream.add(delta)
 
         try:
-            return await self._backend.stream(
+            return await route.backend.stream(
                 model, work.request.openai_messages(), work.params, timeout_s=timeout_s, on_delta=on_delta
             )
         except asyncio.CancelledError:

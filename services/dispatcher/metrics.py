@@ -54,7 +54,8 @@ class DispatcherMetrics:
         self._consumer_lag: dict[Tier, int] = {}
         self._backend_calls = m.create_counter(
             "inferq_backend_calls_total",
-            description="backend calls ended by tier, status (HTTP code, timeout, connection_error), tenant",
+            description="backend calls ended by tier, status (HTTP code, timeout, connection_error), "
+            "tenant, backend",
         )
         self._backend_duration = m.create_histogram(
             "inferq_backend_call_duration_seconds", unit="s", description="backend call durations, by tier"
@@ -184,6 +185,14 @@ class DispatcherMetrics:
             description="most slots a tier may hold in the window in force, after adaptive cuts",
         )
 
+    def watch_circuits(self, states: Callable[[], Mapping[str, int]]) -> None:
+        """Each backend's circuit: 0 closed, 1 half-open (probing), 2 open (passed over)."""
+        self._meter.create_observable_gauge(
+            "inferq_backend_circuit_state",
+            [lambda _: [Observation(v, {"backend": name}) for name, v in states().items()]],
+            description="each backend's circuit breaker: 0 closed, 1 half-open, 2 open",
+        )
+
     def watch_paused(self, by_tier: Callable[[], Mapping[str, int]]) -> None:
         """Paused partitions per tier, counted when scraped (not at every pause decision)."""
         self._meter.create_observable_gauge(
@@ -247,9 +256,19 @@ class DispatcherMetrics:
         self._consumer_lag = dict(by_tier)
 
     def record_backend_call(
-        self, tier: Tier, failure: BackendError | None, seconds: float, tenant: str = "default"
+        self,
+        tier: Tier,
+        failure: BackendError | None,
+        seconds: float,
+        tenant: str = "default",
+        backend: str = "default",
     ) -> None:
-        labels = {"tier": tier.value, "status": call_status(failure), "tenant": self._tenant_label(tenant)}
+        labels = {
+            "tier": tier.value,
+            "status": call_status(failure),
+            "tenant": self._tenant_label(tenant),
+            "backend": backend,
+        }
         self._backend_calls.add(1, labels)
         self._backend_duration.record(max(0.0, seconds), {"tier": tier.value})
 

@@ -15,12 +15,12 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.dispatcher.backend import Backend
 from services.dispatcher.checkpoint import Checkpoint
 from services.dispatcher.consumer import TierConsumer
 from services.dispatcher.inflight import InFlight
 from services.dispatcher.intake import Intake
 from services.dispatcher.pausing import Pauses
+from services.dispatcher.routing import BackendRoutes
 from services.dispatcher.starting import Starter
 from services.dispatcher.tokens import TokenPool
 from services.dispatcher.waiting import WaitingRoom
@@ -54,7 +54,7 @@ class RunLoop:
         *,
         consumer: TierConsumer,
         producer: Resource,
-        backend: Backend,
+        backends: BackendRoutes,
         pool: TokenPool,
         intake: Intake,
         checkpoint: Checkpoint,
@@ -70,7 +70,7 @@ class RunLoop:
     ) -> None:
         self._consumer = consumer
         self._producer = producer
-        self._backend = backend
+        self._backends = backends
         self._pool = pool
         self._pool_companions = pool_companions
         self._watchers = watchers
@@ -105,7 +105,7 @@ class RunLoop:
             #  2. drain: running calls get `drain_timeout_s` to finish and produce their outcomes;
             #  3. commit what is durable;
             #  4. leave the group, so a peer takes the partitions over at once;
-            #  5. flush the producer, close the backend client;
+            #  5. flush the producer, close the backend clients;
             #  6. give the budget tokens back (and stop what the pool relies on);
             #  7. stop watching the tenants file.
             for watcher in self._watchers:
@@ -113,7 +113,7 @@ class RunLoop:
             for companion in self._pool_companions:
                 await _started(stack, companion)  # 6
             await _started(stack, self._pool)  # 6
-            stack.push_async_callback(self._backend.close)  # 5
+            stack.push_async_callback(self._backends.close)  # 5
             await _started(stack, self._producer)  # 5
             await self._consumer.start(self._checkpoint)
             stack.push_async_callback(self._consumer.stop)  # 4

@@ -13,7 +13,10 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.dispatcher.backend_specs import BackendSpec, check_backends
+from services.dispatcher.circuit import BreakerPolicy
 from services.dispatcher.rate_budget import MAX_COUNT, RateLimit
+from services.dispatcher.routing import DEFAULT_BACKEND, check_tier_backends
 from services.dispatcher.schedule import Schedule, TierLimits
 from services.dispatcher.streaming import ChunkPolicy
 from services.dispatcher.tokens.settings import RedisBudgetSettings
@@ -106,6 +109,18 @@ class DispatcherSettings(BaseSettings):
     backend_api_key: SecretStr | None = None
     # Upper bound of one backend call; the remaining deadline bounds it further.
     backend_timeout_s: float = Field(default=120.0, gt=0)
+    # Backends beside INFERQ_BACKEND_URL's ("default"), by name, and per tier the order to call
+    # them in, e.g. '{"LOW": ["cheap", "default"]}'; unset tiers call "default" alone
+    # (services/dispatcher/backend_specs.py, routing.py).
+    backends: dict[str, BackendSpec] = Field(default_factory=dict, max_length=32)
+    tier_backends: dict[Tier, list[str]] = Field(default_factory=dict)
+    # A tier's backend is passed over (circuit open) after this many failed calls in a row (5xx,
+    # timeout, lost connection) or this many 429s within the window; after the pause one probe call
+    # at a time tries it again (services/dispatcher/circuit.py). Only with several backends.
+    breaker_failures: int = Field(default=5, ge=1, le=10_000)
+    breaker_storm_429: int = Field(default=20, ge=1, le=100_000)
+    breaker_storm_window_s: float = Field(default=10.0, gt=0, le=3600)
+    breaker_open_s: float = Field(default=10.0, gt=0, le=3600)
     # After its first token (written at once), a streamed answer's tokens go to the reply topic as one
     # chunk per this many tokens, or once the oldest waiting token is this old, whichever comes first
     # (services/dispatcher/streaming.py).
@@ -146,6 +161,12 @@ class DispatcherSettings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _backends_are_known(self) -> DispatcherSettings:
+        check_backends(self.backends)
+        check_tier_backends(self.tier_backends, [DEFAULT_BACKEND, *self.backends])
+        return self
+
     @field_validator("typical_latency_s")
     @classmethod
     def _every_tier_keeps_a_latency(cls, value: dict[Tier, float]) -> dict[Tier, float]:
@@ -165,6 +186,16 @@ def renamed_variables_in(environ: Mapping[str, str]) -> list[str]:
 def rate_limits(settings: DispatcherSettings) -> dict[str, RateLimit]:
     """The configured limits per model (``INFERQ_RATE_LIMITS``) as the rate budget reads them."""
     return {model: RateLimit(rpm=limit.rpm, tpm=limit.tpm) for model, limit in settings.rate_limits.items()}
+
+
+def breaker_policy(settings: DispatcherSettings) -> BreakerPolicy:
+    """When a backend's circuit opens and how long it stays open (``INFERQ_BREAKER_*``)."""
+    return BreakerPolicy(
+        failures=settings.breaker_failures,
+        storm_429=settings.breaker_storm_429,
+        storm_window_ms=round(settings.breaker_storm_window_s * 1000),
+        open_ms=round(settings.breaker_open_s * 1000),
+    )
 
 
 def chunk_policy(settings: DispatcherSettings) -> ChunkPolicy:

@@ -7,11 +7,13 @@ an asynchronous `try_acquire`, which a shared pool may refuse: another dispatche
 first, and the pool refreshed its snapshot, so the decision is simply asked again. Tokens freed by
 other dispatchers wake nobody here, so with a shared pool blocked work looks again shortly.
 
-With a rate budget (``rate_budget.py``), the request the scheduler's tier would start is also priced
-(its estimated tokens, one request) before its token is taken: a start needs both. A tier the rate
-budget refuses blocks the tiers below it for now, as a tier without a token does, so a cheaper LOW
-never overtakes a waiting HIGH; the starter looks again shortly, since the minute moving on wakes
-nobody.
+Each start is routed to a backend first (``routing.py``: the tier's first backend whose circuit
+breaker admits it and that is below its own concurrency limit). With a rate budget
+(``rate_budget.py``), the request the scheduler's tier would start is also priced (its estimated
+tokens, one request, on that backend's minute) before its token is taken: a start needs all three.
+A tier the rate budget or the routing refuses blocks the tiers below it for now, as a tier without
+a token does, so a cheaper LOW never overtakes a waiting HIGH; the starter looks again shortly,
+since the minute moving on and a breaker's pause ending wake nobody.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from services.dispatcher.models import ModelChoice
 from services.dispatcher.next_start import NextStart
 from services.dispatcher.pausing import Pauses
 from services.dispatcher.rate_budget import Charge, RateBudget, estimate_tokens
+from services.dispatcher.routing import BackendRoutes, Route
 from services.dispatcher.tokens import TokenPool
 from services.dispatcher.work import Work
 from services.dispatcher.writer import OutcomeWriter
@@ -53,6 +56,8 @@ class Starter:
         pauses: Pauses,
         clock_ms: Callable[[], int],
         wake: asyncio.Event,
+        routes: BackendRoutes,
+        max_attempts: int,
         rate: RateBudget | None = None,
         models: ModelChoice | None = None,
     ) -> None:
@@ -68,9 +73,12 @@ class Starter:
         self._pauses = pauses
         self._clock_ms = clock_ms
         self._wake = wake
+        self._routes = routes
+        self._max_attempts_per_request = max_attempts
         self._rate = rate
         self._models = models
-        # The last start the rate budget refused: the starter looks again after RATE_RECHECK_S.
+        # The last start the rate budget or the routing refused: the starter looks again after
+        # RATE_RECHECK_S.
         self._rate_blocked = False
 
     def wake(self) -> None:
@@ -99,7 +107,11 @@ class Starter:
             tier = self._next.tier(in_use, budget, self._clock_ms())
             if tier is None:
                 return True
-            charge = self._charge(tier, budget)
+            route = self._route(tier)
+            if route is None:
+                self._rate_blocked = True
+                return True
+            charge = self._charge(tier, budget, route)
             if charge is False:
                 self._rate_blocked = True
                 return True
@@ -117,11 +129,18 @@ class Starter:
                 await self._pool.release(lease)
                 self._inflight.begin(start.work, self._writer.expire(start.work, start.expired), "expire")
                 continue
-            charge = self._recharge(charge, start.work, tier)
-            self._inflight.begin(start.work, self._execution.call(start.work, lease, charge), "call")
+            charge = self._recharge(charge, start.work, tier, route)
+            self._routes.started(route, self._clock_ms())
+            self._inflight.begin(start.work, self._execution.call(start.work, lease, route, charge), "call")
         return True
 
-    def _charge(self, tier: Tier, budget: int) -> Charge | Literal[False] | None:
+    def _route(self, tier: Tier) -> Route | None:
+        """The backend the request `tier` would start calls (its last attempt never a probe)."""
+        work = self._next.peek(tier)
+        last = work is not None and work.request.attempt >= self._max_attempts_per_request
+        return self._routes.choose(tier, self._clock_ms(), may_probe=not last)
+
+    def _charge(self, tier: Tier, budget: int, route: Route) -> Charge | Literal[False] | None:
         """The rate budget's charge for the request `tier` would start (None: no rate budget, or
         nothing to price); False: the rate budget has no room for it now."""
         if self._rate is None or self._models is None:
@@ -130,20 +149,21 @@ class Starter:
         if work is None:
             return None
         self._rate.set_floor_shares(self._next.floor_shares(budget))
-        charge = self._rate.take(self._models.model_for(work), tier, request_cost(work))
+        model = self._routes.rate_key(route, self._models.model_for(work))
+        charge = self._rate.take(model, tier, request_cost(work))
         return False if charge is None else charge
 
     def _refund(self, charge: Charge | None) -> None:
         if self._rate is not None and charge is not None:
             self._rate.refund(charge)
 
-    def _recharge(self, charge: Charge | None, work: Work, tier: Tier) -> Charge | None:
+    def _recharge(self, charge: Charge | None, work: Work, tier: Tier, route: Route) -> Charge | None:
         """The charge for `work`, the request actually taken: while the pool was asked another may
         have come first (a shared pool's await lets intake run); it is then priced instead, at once
         (the one start the race lets past the check, corrected by its usage after)."""
         if self._rate is None or self._models is None:
             return None
-        model, cost = self._models.model_for(work), request_cost(work)
+        model, cost = self._routes.rate_key(route, self._models.model_for(work)), request_cost(work)
         if charge is not None and charge.model == model and charge.tokens == cost:
             return charge
         self._refund(charge)

@@ -56,11 +56,11 @@ def test_backend_calls_are_counted_by_bounded_status():
     # A status outside HTTP's range is never a label of its own.
     metrics.record_backend_call(Tier.LOW, BackendError("odd", retriable=True, status=70000), -1.0)
     assert reader.points("inferq_backend_calls_total") == {
-        labels(tier="HIGH", status="200", tenant="default"): 1,
-        labels(tier="HIGH", status="429", tenant="default"): 1,
-        labels(tier="HIGH", status="503", tenant="default"): 1,
-        labels(tier="LOW", status="timeout", tenant="default"): 1,
-        labels(tier="LOW", status="connection_error", tenant="default"): 2,
+        labels(tier="HIGH", status="200", tenant="default", backend="default"): 1,
+        labels(tier="HIGH", status="429", tenant="default", backend="default"): 1,
+        labels(tier="HIGH", status="503", tenant="default", backend="default"): 1,
+        labels(tier="LOW", status="timeout", tenant="default", backend="default"): 1,
+        labels(tier="LOW", status="connection_error", tenant="default", backend="default"): 2,
     }
     durations = histogram(reader, "inferq_backend_call_duration_seconds")
     assert durations[labels(tier="HIGH")][0] == 3
@@ -80,8 +80,8 @@ def test_backend_calls_label_tenants_from_the_file_only():
     for stranger in ("x" * 200, "evil\ntenant", ""):  # whatever a producer wrote: one label
         metrics.record_backend_call(Tier.HIGH, None, 0.1, stranger)
     assert reader.points("inferq_backend_calls_total") == {
-        labels(tier="HIGH", status="200", tenant="acme"): 1,
-        labels(tier="HIGH", status="200", tenant="other"): 3,
+        labels(tier="HIGH", status="200", tenant="acme", backend="default"): 1,
+        labels(tier="HIGH", status="200", tenant="other", backend="default"): 3,
     }
 
 

@@ -9,6 +9,7 @@ that service gets (its ``INFERQ_KAFKA_SASL_USERNAME`` and password, its certific
 
 from __future__ import annotations
 
+import json
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,10 @@ class Pipeline:
     extra_env: dict[str, str] = field(default_factory=dict)
     # Per service ("ingest", "dispatcher", "results", "sim-backend"): on top of extra_env, for it only.
     service_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Named simulated backends beside the first, each a process on its own port (the first's port
+    # + 100, + 200...): the dispatchers' INFERQ_BACKENDS names them; INFERQ_TIER_BACKENDS (extra_env)
+    # says which tiers call them, in which order.
+    spare_backends: tuple[str, ...] = ()
     processes: list[ServiceProcess] = field(default_factory=list)
     dispatchers: list[ServiceProcess] = field(default_factory=list)
 
@@ -67,7 +72,15 @@ class Pipeline:
     def backend_url(self) -> str:
         return f"http://127.0.0.1:{self.ports.backend}"
 
+    def spare_url(self, name: str) -> str:
+        """The base URL of the spare simulated backend `name`."""
+        return f"http://127.0.0.1:{self._spare_port(name)}"
+
+    def _spare_port(self, name: str) -> int:
+        return self.ports.backend + 100 * (1 + self.spare_backends.index(name))
+
     def _env(self) -> dict[str, str]:
+        spares = {name: {"url": f"{self.spare_url(name)}/v1"} for name in self.spare_backends}
         return {
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             "INFERQ_TOPIC_PREFIX": self.topic_prefix,
@@ -78,6 +91,7 @@ class Pipeline:
             "INFERQ_INGEST_DISPATCHER_GROUP": f"{self.topic_prefix}-dispatcher",
             "INFERQ_RESULTS_GROUP_ID": f"{self.topic_prefix}-results",
             "INFERQ_RESULTS_DB_PATH": str(self.work_dir / "results.db"),
+            **({"INFERQ_BACKENDS": json.dumps(spares)} if spares else {}),
             **self.extra_env,
         }
 
@@ -90,7 +104,8 @@ class Pipeline:
     def start(self, *, dispatchers: int = 1, timeout_s: float = 60.0) -> dict[str, float]:
         """Start every service and wait until each answers; returns seconds each took to be ready."""
         # Another server on one of our ports would answer our readiness checks in our service's place.
-        busy = [f"{name} {port}" for name, port in vars(self.ports).items() if not port_is_free(port)]
+        ports = vars(self.ports) | {f"backend {name}": self._spare_port(name) for name in self.spare_backends}
+        busy = [f"{name} {port}" for name, port in ports.items() if not port_is_free(port)]
         if busy:
             raise PortsInUseError(
                 f"ports already in use: {', '.join(busy)}; stop what listens there or choose other ports"
@@ -106,11 +121,28 @@ class Pipeline:
                 *self.backend_args,
             ],
         )
+        spares = {
+            name: self._process(
+                f"sim-backend-{name}",
+                [
+                    "sim-backend",
+                    "--port",
+                    str(self._spare_port(name)),
+                    "--limit",
+                    str(self.budget),
+                    *self.backend_args,
+                ],
+                service="sim-backend",
+            )
+            for name in self.spare_backends
+        }
         results = self._process("results", ["results", "--port", str(self.ports.results)])
         ingest = self._process("ingest", ["ingest", "--port", str(self.ports.ingest)])
-        for proc in (backend, results, ingest):
+        for proc in (backend, *spares.values(), results, ingest):
             proc.start()
         ready = {"sim-backend": backend.wait_http_ready(f"{self.backend_url}/healthz", timeout_s)}
+        for name, proc in spares.items():
+            ready[proc.name] = proc.wait_http_ready(f"{self.spare_url(name)}/healthz", timeout_s)
         for _ in range(dispatchers):
             self.add_dispatcher()
         ready["results"] = results.wait_http_ready(

@@ -1,0 +1,92 @@
+"""The backends a dispatcher may call, as configured: ``INFERQ_BACKENDS`` names them (the one of
+``INFERQ_BACKEND_URL`` is ``default``) and ``INFERQ_TIER_BACKENDS`` orders them per tier
+(``routing.py`` says how a start picks one).
+
+    INFERQ_BACKENDS='{"cheap": {"url": "https://cheap.example/v1", "api_key_env": "CHEAP_API_KEY",
+                               "max_concurrency": 4}}'
+    INFERQ_TIER_BACKENDS='{"LOW": ["cheap", "default"], "HIGH": ["default", "cheap"]}'
+
+A backend's key is read from the variable `api_key_env` names, never from this setting, so the
+setting can be logged and shown; a variable named but unset stops the dispatcher at start.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from services.dispatcher.backend import Backend, ChatBackend
+from services.dispatcher.circuit import BreakerPolicy
+from services.dispatcher.routing import DEFAULT_BACKEND, BackendRoutes
+from services.messaging.tiers import Tier
+
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+
+
+class BackendSpec(BaseModel):
+    """One named backend of INFERQ_BACKENDS."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(max_length=2048)
+    # The environment variable holding its API key (unset: no Authorization header).
+    api_key_env: str | None = None
+    # Its own concurrency limit, calls in flight from this dispatcher (unset: the budget's).
+    max_concurrency: int | None = Field(default=None, ge=1, le=10_000)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _variable_name(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME.fullmatch(value):
+            raise ValueError("must be an environment variable name (A-Z, 0-9, _)")
+        return value
+
+
+def check_backends(backends: Mapping[str, BackendSpec]) -> None:
+    for name in backends:
+        if name == DEFAULT_BACKEND:
+            raise ValueError(
+                f"{DEFAULT_BACKEND!r} is INFERQ_BACKEND_URL's backend: name the others otherwise"
+            )
+        if not NAME.fullmatch(name):
+            raise ValueError(f"backend name {name!r} must be 1-32 of a-z, 0-9, '_', '-'")
+
+
+def build_routes(
+    *,
+    default_url: str,
+    default_api_key: str | None,
+    backends: Mapping[str, BackendSpec],
+    tiers: Mapping[Tier, Sequence[str]],
+    policy: BreakerPolicy,
+    max_connections: int,
+    environ: Mapping[str, str] = os.environ,
+) -> BackendRoutes:
+    """The clients and routes of the configured backends (`ValueError` naming a key's variable that
+    is not set, never a key)."""
+    clients: dict[str, Backend] = {
+        DEFAULT_BACKEND: ChatBackend(default_url, api_key=default_api_key, max_connections=max_connections)
+    }
+    for name, spec in backends.items():
+        api_key = None
+        if spec.api_key_env is not None:
+            api_key = environ.get(spec.api_key_env)
+            if not api_key:
+                raise ValueError(f"backend {name!r}: its key variable {spec.api_key_env} is not set")
+        limit = spec.max_concurrency or max_connections
+        clients[name] = ChatBackend(spec.url, api_key=api_key, max_connections=limit)
+    limits = {name: spec.max_concurrency for name, spec in backends.items() if spec.max_concurrency}
+    return BackendRoutes(clients, tiers, max_concurrency=limits, policy=policy)

@@ -1,0 +1,45 @@
+"""Settings the services cannot use stop them with one line per problem, never the value given
+(a key or password in the same input would be quoted by pydantic's own message)."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.cli import main
+
+KEY_GIVEN = "sk-live-0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "says"),
+    [
+        (
+            ["dispatcher"],
+            {"INFERQ_BACKEND_API_KEY": KEY_GIVEN, "INFERQ_TIER_BACKENDS": '{"LOW": ["nowhere"]}'},
+            "LOW lists unknown backends ['nowhere']",
+        ),
+        (
+            ["dispatcher"],
+            {"INFERQ_BACKEND_API_KEY": KEY_GIVEN, "INFERQ_BUDGET": "ten"},
+            "budget: Input should be",
+        ),
+        (
+            ["dispatcher"],
+            {"INFERQ_REDIS_PASSWORD": KEY_GIVEN, "INFERQ_REDIS_CALL_TIMEOUT_S": "4.9"},
+            "call_timeout_s (4.9) must be below lease_ttl_s / 3",
+        ),
+        (
+            ["results"],
+            {"INFERQ_REDIS_PASSWORD": KEY_GIVEN, "INFERQ_RESULTS_PORT": "x"},
+            "port: Input should be",
+        ),
+    ],
+)
+def test_invalid_settings_say_what_and_exit_2_without_the_values(monkeypatch, capsys, command, env, says):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"inferq {command[0]}: invalid settings:\n"), err
+    assert says in err
+    assert KEY_GIVEN[:4] not in err and "input_value" not in err
