@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 
-.PHONY: setup jars redis-server demo test test-cluster demo-regions bench bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay bench-tokens test-unit check lint format typecheck broker-up broker-down clean
+.PHONY: setup jars redis-server demo test test-cluster demo-regions bench bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay bench-tokens bench-fallback test-unit check lint format typecheck broker-up broker-down clean
 
 setup: $(STAMP)
 
@@ -61,13 +61,16 @@ typecheck: setup
 check: lint typecheck test
 
 # Benchmarks write bench-results/*.md and *.json; they are never timed assertions in tests.
-bench: bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay bench-tokens
+bench: bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay bench-tokens bench-fallback
 
 bench-scheduling: setup jars
 	$(BIN)/inferq bench scheduling
 
 bench-tokens: setup jars
 	$(BIN)/inferq bench tokens
+
+bench-fallback: setup jars
+	$(BIN)/inferq bench fallback
 
 bench-fairness: setup jars
 	$(BIN)/inferq bench fairness

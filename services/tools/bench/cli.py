@@ -37,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_cluster_chaos(kinds)
     _register_takeover(kinds)
     _register_tokens(kinds)
+    _register_fallback(kinds)
     _register_helpers(kinds)
 
 
@@ -54,6 +55,34 @@ def _tokens(args: argparse.Namespace) -> int:
     from services.tools.bench import tokens
 
     return tokens.run(out=args.out, home=args.home.resolve(), tpm=args.tpm, minutes=args.minutes)
+
+
+def _register_fallback(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fb = kinds.add_parser(
+        "fallback", help="the primary backend down for a period: failed, time to switch and back"
+    )
+    fb.add_argument("--warm", type=float, default=15.0, help="seconds before the outage (default 15)")
+    fb.add_argument("--outage", type=float, default=30.0, help="seconds of the primary's outage (default 30)")
+    fb.add_argument("--after", type=float, default=30.0, help="seconds after it (default 30)")
+    fb.add_argument(
+        "--breaker-open", type=float, default=None, help="INFERQ_BREAKER_OPEN_S (default its default)"
+    )
+    _common(fb)
+    fb.set_defaults(func=_fallback)
+
+
+def _fallback(args: argparse.Namespace) -> int:
+    from services.tools.bench import fallback
+
+    breaker = {} if args.breaker_open is None else {"breaker_open_s": args.breaker_open}
+    return fallback.run(
+        out=args.out,
+        home=args.home.resolve(),
+        warm_s=args.warm,
+        outage_s=args.outage,
+        after_s=args.after,
+        breaker=breaker,
+    )
 
 
 def _trace_replay(

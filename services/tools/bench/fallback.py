@@ -1,0 +1,213 @@
+"""`inferq bench fallback`: the primary backend down for a period, every tier falling back to a spare.
+
+Two simulated backends (processes, speed 10, each allowing the budget) and one dispatcher in this
+process with the product's defaults (adaptive budget on, 3 attempts, the breaker's defaults unless
+given), every tier ordered ``default`` then ``spare``. A steady mix goes straight to the request
+topics (chat 10/s, analyses 3/s, briefs 1/s) for `warm_s`; then the primary answers every call 503
+(its outage fault) for `outage_s`; then it is back for `after_s`. Both backends' answers are sampled
+every 50 ms. Figures (``fallback_report.py``): requests failed beyond those whose deadline passed
+(goal 0), time to switch, time to switch back, chat's latency per phase.
+
+Writes `<out>/fallback.json` and `<out>/fallback.md`, and prints the markdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+from confluent_kafka import Producer
+
+from services.dispatcher.backend_specs import BackendSpec
+from services.dispatcher.bootstrap import bootstrap
+from services.dispatcher.settings import DispatcherSettings
+from services.messaging.admin import create_topics
+from services.messaging.codec import request_codec
+from services.messaging.kafka_config import KafkaSettings
+from services.messaging.records import ChatMessage, InferenceRequest
+from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
+from services.tools.bench.fallback_report import FallbackFigures, Sample, as_json, figures, markdown
+from services.tools.bench.kafka import ResultCollector, bench_broker
+from services.tools.bench.machine import code_line, command_line, machine, results_dir
+from services.tools.broker.broker import pick_free_ports
+from services.tools.stack.process import ServiceProcess
+
+SCENARIO = {Tier.HIGH: "realtime_chat", Tier.MEDIUM: "emotion_analysis", Tier.LOW: "morning_brief"}
+# Requests a second per tier.
+RATES = {Tier.HIGH: 10.0, Tier.MEDIUM: 3.0, Tier.LOW: 1.0}
+SAMPLE_S = 0.05
+BUDGET = 10
+
+
+def _request(tier: Tier, now_ms: int) -> InferenceRequest:
+    return InferenceRequest(
+        request_id=str(uuid.uuid4()),
+        scenario=SCENARIO[tier],
+        tier=tier,
+        created_at_ms=now_ms,
+        expire_at_ms=now_ms + DEFAULT_DEADLINES_MS[tier],
+        messages=(ChatMessage("user", "hello"),),
+    )
+
+
+@contextlib.contextmanager
+def _sims(log_dir: Path) -> Iterator[tuple[str, str]]:
+    """The primary and the spare simulated backend, as processes."""
+    ports = pick_free_ports(2)
+    procs = [
+        ServiceProcess(
+            f"sim-{name}",
+            ["sim-backend", "--port", str(port), "--limit", str(BUDGET), "--speed", "10"],
+            log_dir / f"sim-{name}.log",
+        )
+        for name, port in zip(("primary", "spare"), ports, strict=True)
+    ]
+    try:
+        for proc, port in zip(procs, ports, strict=True):
+            proc.start()
+            proc.wait_http_ready(f"http://127.0.0.1:{port}/healthz", 60.0)
+        yield f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+async def _answers(client: httpx.AsyncClient, url: str, status: str = "200") -> int:
+    stats = (await client.get(f"{url}/stats")).json()
+    return int(stats["by_status"].get(status, 0))
+
+
+async def run_once(
+    bootstrap_servers: str,
+    *,
+    warm_s: float,
+    outage_s: float,
+    after_s: float,
+    breaker: dict[str, float],
+    log_dir: Path,
+    log: Callable[[str], None],
+) -> tuple[FallbackFigures, list[Sample], str]:
+    prefix = f"bench.fallback-{uuid.uuid4().hex[:6]}"
+    kafka = KafkaSettings(bootstrap_servers=bootstrap_servers, topic_prefix=prefix)
+    create_topics(kafka)
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
+    codec = request_codec()
+    sent: set[str] = set()
+    collector = ResultCollector(bootstrap_servers, kafka.topics.results, f"{prefix}-collector")
+    collector.start()
+    samples: list[Sample] = []
+    with _sims(log_dir) as (primary, spare):
+        settings = DispatcherSettings(
+            kafka=kafka,
+            group_id=f"{prefix}-dispatcher",
+            dispatcher_id=f"{prefix}-d0",
+            backend_url=f"{primary}/v1",
+            backends={"spare": BackendSpec(url=f"{spare}/v1")},
+            tier_backends={t: ["default", "spare"] for t in Tier},
+            budget=BUDGET,
+            schedule_pin="normal",
+            metrics_port=pick_free_ports(1)[0],
+            **breaker,  # type: ignore[arg-type]
+        )
+        described = (
+            f"{settings.breaker_failures} failures in a row or {settings.breaker_storm_429} 429s in "
+            f"{settings.breaker_storm_window_s:g} s open it; {settings.breaker_open_s:g} s to a probe"
+        )
+        dispatcher = bootstrap(settings)
+        task = asyncio.create_task(dispatcher.run())
+        end_s = warm_s + outage_s + after_s
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            try:
+                async with asyncio.timeout(60):
+                    while dispatcher.health()["assigned"] == 0:
+                        if task.done():
+                            task.result()
+                        await asyncio.sleep(0.1)
+                start = time.monotonic()
+                start_ms = int(time.time() * 1000)
+                next_send = dict.fromkeys(Tier, 0.0)
+                phase = "warm"
+                refused_before = 0
+                while (now := time.monotonic() - start) < end_s:
+                    if phase == "warm" and now >= warm_s:
+                        refused_before = await _answers(client, primary, "503")
+                        await client.post(f"{primary}/admin/faults", json={"outage": True})
+                        phase = "outage"
+                        log(f"outage of the primary at {now:.1f} s")
+                    elif phase == "outage" and now >= warm_s + outage_s:
+                        await client.post(f"{primary}/admin/faults", json={"outage": False})
+                        phase = "after"
+                        log(f"primary back at {now:.1f} s")
+                    now_ms = int(time.time() * 1000)
+                    for tier, rate in RATES.items():
+                        while next_send[tier] <= now:
+                            request = _request(tier, now_ms)
+                            producer.produce(
+                                kafka.topics.requests(tier), codec.encode(request), key=request.key
+                            )
+                            sent.add(request.request_id)
+                            next_send[tier] += 1 / rate
+                    producer.poll(0)
+                    p, s = await asyncio.gather(_answers(client, primary), _answers(client, spare))
+                    samples.append(Sample(round(time.monotonic() - start, 3), p, s))
+                    await asyncio.sleep(SAMPLE_S)
+                producer.flush(30)
+                log(f"sent {len(sent)} requests over {end_s:g} s; waiting for their outcomes")
+                results = await asyncio.to_thread(collector.wait_for, sent, 120.0)
+                p, s = await asyncio.gather(_answers(client, primary), _answers(client, spare))
+                samples.append(Sample(round(time.monotonic() - start, 3), p, s))
+                refused = await _answers(client, primary, "503") - refused_before
+            finally:
+                dispatcher.request_stop()
+                async with asyncio.timeout(60):
+                    await task
+    collector.stop()
+    found = figures(
+        sent=len(sent),
+        results=list(results.values()),
+        samples=samples,
+        start_ms=start_ms,
+        outage=(warm_s, warm_s + outage_s),
+        end_s=end_s,
+        primary_refused=refused,
+    )
+    return found, samples, described
+
+
+def run(
+    *, out: Path, home: Path, warm_s: float, outage_s: float, after_s: float, breaker: dict[str, float]
+) -> int:
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    with bench_broker(home, log) as servers:
+        f, samples, described = asyncio.run(
+            run_once(
+                servers,
+                warm_s=warm_s,
+                outage_s=outage_s,
+                after_s=after_s,
+                breaker=breaker,
+                log_dir=home / "fallback",
+                log=log,
+            )
+        )
+    m = machine()
+    header = (
+        f"`{command_line('fallback')}`, {code_line(m)}; two simulated backends (speed 10, {BUDGET} calls "
+        f"each), budget {BUDGET}, every tier `default` then `spare`; chat 10/s, analyses 3/s, briefs 1/s; "
+        f"the primary healthy {warm_s:g} s, answering 503 for {outage_s:g} s, healthy {after_s:g} s."
+    )
+    text = markdown(f, header, described)
+    folder = results_dir(out)
+    (folder / "fallback.md").write_text(text)
+    context = {"machine": m, "warm_s": warm_s, "outage_s": outage_s, "after_s": after_s, "breaker": described}
+    (folder / "fallback.json").write_text(json.dumps(as_json(f, context, samples), indent=2) + "\n")
+    print(text)
+    return 0
