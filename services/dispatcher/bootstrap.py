@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -158,8 +158,13 @@ class Dispatcher:
         return self.status.budget.effective
 
 
-def backend_routes(settings: DispatcherSettings, backend: Backend | None) -> BackendRoutes:
-    """The configured backends and their routes; `backend` (a test's) replaces them all."""
+def backend_routes(
+    settings: DispatcherSettings, backend: Backend | Mapping[str, Backend] | None
+) -> BackendRoutes:
+    """The configured backends and their routes; `backend` (a test's, or a test's by name, routed
+    as the settings say) replaces the clients."""
+    if isinstance(backend, Mapping):
+        return BackendRoutes(backend, settings.tier_backends, policy=breaker_policy(settings))
     if backend is not None:
         return BackendRoutes.single(backend)
     api_key = settings.backend_api_key.get_secret_value() if settings.backend_api_key else None
@@ -178,7 +183,7 @@ def bootstrap(
     *,
     consumer: TierConsumer | None = None,
     producer: ProducerEdge | None = None,
-    backend: Backend | None = None,
+    backend: Backend | Mapping[str, Backend] | None = None,
     tokens: TokenSupply | None = None,
     scheduler: Scheduler | None = None,
     clock_ms: Callable[[], int] = wall_clock_ms,

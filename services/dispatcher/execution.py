@@ -23,7 +23,9 @@ minute's window, and the rate-limit headers of every answer (a 429's too) teach 
 backend's limits and what it counts.
 
 The call goes to the backend its start was routed to (``routing.py``); when the backend call ends
-(when its token comes back), the routing hears how it went, which its circuit breaker counts.
+(when its token comes back), the routing hears how it went, which its circuit breaker counts. An
+overload answer from a backend its breaker has taken out of service (open, or probed) does not cut
+the adaptive budget: the traffic goes to the next backend, which the budget is for now.
 """
 
 from __future__ import annotations
@@ -138,7 +140,11 @@ class Execution:
             answered = completion if failure is None else None
             self._rate_learned(self._rate, self._routes.rate_key(route, model), charge, answered, failure)
         if failure is not None:
-            if failure.overload and not (failure.timed_out and deadline_bound):
+            if (
+                failure.overload
+                and not (failure.timed_out and deadline_bound)
+                and self._routes.in_service(route, self._clock_ms())
+            ):
                 self._feedback_overload()
             if stream is not None and await self._stream_ended(work, stream, failure, dispatched_at):
                 return

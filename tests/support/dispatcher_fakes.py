@@ -392,6 +392,7 @@ def rig(
     *,
     pool_class: type[RecordingTokenPool] | None = None,
     clock_ms: Callable[[], int] | None = None,
+    spares: Mapping[str, HeldBackend] | None = None,
     **overrides: Any,
 ) -> Rig:
     """Settings for quick unit runs (a pinned window, short timers) with `overrides` applied; the
@@ -415,7 +416,8 @@ def rig(
         settings,
         consumer=consumer,
         producer=producer,
-        backend=backend,
+        # With `spares`: several backends, `backend` the "default" one, routed as the settings say.
+        backend={"default": backend, **spares} if spares else backend,
         tokens=TokenSupply(pool, shared=False),
         clock_ms=clock_ms or wall_clock_ms,
     )
