@@ -63,13 +63,14 @@ from services.tools.bench.throughput_report import (
     TRACED_SAMPLED,
     Measurement,
     dispatchers_label,
+    median_rate,
     rate_per_s,
     rates_table,
     target_rows,
     tracing_rows,
 )
 from services.tools.bench.topicio import RecordCounter, bulk_produce, chat_requests, read_topic
-from services.tools.bench.tracing_cost import tracing_off_cost
+from services.tools.bench.tracing_cost import span_cost, traced_ceiling, tracing_off_cost
 from services.tools.broker.broker import pick_free_ports
 from services.tools.otlp_sink import OtlpSink
 from services.tools.stack.process import ServiceProcess
@@ -371,6 +372,7 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
     details: list[list[dict[str, Any]]] = []
     profile: dict[str, Any] | None = None
     hooks = tracing_off_cost() if spec.tracing else None
+    spans = span_cost() if spec.tracing else None
     with bench_broker(home, log, cluster=spec.cluster) as bootstrap, OtlpSink(keep=False) as sink:
         port = pick_free_ports(1)[0]
         backend_url = f"http://127.0.0.1:{port}"
@@ -437,6 +439,7 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
         "spec": asdict(spec),
         "targets": target_rows(runs) + tracing_rows(runs, hooks),
         "tracing_off_hooks": hooks,
+        "span_cost": spans,
         "runs": [
             {"measurements": {k: asdict(v) for k, v in r.items()}, "details": d}
             for r, d in zip(runs, details, strict=True)
@@ -545,6 +548,22 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
             f"{hooks['baseline_ns_per_request']:,.0f} ns for the same awaits without them "
             f"({hooks['iterations']:,} iterations, best of "
             f"{hooks['repeats']}).",
+        ]
+    spans = document.get("span_cost")
+    rate = median_rate(runs, dispatchers_label(1)) if spans else None
+    if spans and rate:
+        lines += [
+            "",
+            "## Tracing on: what the SDK costs a span",
+            "",
+            f"One span of the OpenTelemetry Python SDK, timed in process on a provider of its own "
+            f"(median of {spans['repeats']} x {spans['spans']:,} spans): "
+            f"{spans['start_end_us']:.1f} µs to start and end one shaped like the dispatcher's "
+            f"process span, {spans['encode_us']:.1f} µs to encode it to OTLP protobuf in batches of 512. "
+            f"At {spans['spans_per_request']} spans a request and the untraced dispatcher's "
+            f"{rate:,.0f} requests/s, tracing every request can keep at most "
+            f"{traced_ceiling(rate, spans):.2f} of that rate on one core "
+            f"({traced_ceiling(rate, {**spans, 'encode_us': 0.0}):.2f} were the encoding free).",
         ]
     profile = document.get("profile")
     if profile:
