@@ -62,7 +62,12 @@ def _register_fallback(kinds: argparse._SubParsersAction[argparse.ArgumentParser
         "fallback", help="the primary backend down for a period: failed, time to switch and back"
     )
     fb.add_argument("--warm", type=float, default=15.0, help="seconds before the outage (default 15)")
-    fb.add_argument("--outage", type=float, default=30.0, help="seconds of the primary's outage (default 30)")
+    fb.add_argument(
+        "--outage",
+        type=float,
+        default=25.0,
+        help="seconds of the primary's outage (default 25: not a multiple of the breaker's 10 s pause)",
+    )
     fb.add_argument("--after", type=float, default=30.0, help="seconds after it (default 30)")
     fb.add_argument(
         "--breaker-open", type=float, default=None, help="INFERQ_BREAKER_OPEN_S (default its default)"
