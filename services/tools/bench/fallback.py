@@ -35,8 +35,8 @@ from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 from services.tools.bench.fallback_report import FallbackFigures, Sample, as_json, figures, markdown
 from services.tools.bench.kafka import ResultCollector, bench_broker
 from services.tools.bench.machine import code_line, command_line, machine, results_dir
+from services.tools.bench.sim_process import sim_backend
 from services.tools.broker.broker import pick_free_ports
-from services.tools.stack.process import ServiceProcess
 
 SCENARIO = {Tier.HIGH: "realtime_chat", Tier.MEDIUM: "emotion_analysis", Tier.LOW: "morning_brief"}
 # Requests a second per tier.
@@ -59,23 +59,12 @@ def _request(tier: Tier, now_ms: int) -> InferenceRequest:
 @contextlib.contextmanager
 def _sims(log_dir: Path) -> Iterator[tuple[str, str]]:
     """The primary and the spare simulated backend, as processes."""
-    ports = pick_free_ports(2)
-    procs = [
-        ServiceProcess(
-            f"sim-{name}",
-            ["sim-backend", "--port", str(port), "--limit", str(BUDGET), "--speed", "10"],
-            log_dir / f"sim-{name}.log",
-        )
-        for name, port in zip(("primary", "spare"), ports, strict=True)
-    ]
-    try:
-        for proc, port in zip(procs, ports, strict=True):
-            proc.start()
-            proc.wait_http_ready(f"http://127.0.0.1:{port}/healthz", 60.0)
-        yield f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"
-    finally:
-        for proc in procs:
-            proc.stop()
+    args = ("--limit", str(BUDGET), "--speed", "10")
+    with (
+        sim_backend(log_dir / "sim-primary.log", *args) as primary,
+        sim_backend(log_dir / "sim-spare.log", *args) as spare,
+    ):
+        yield primary, spare
 
 
 async def _answers(client: httpx.AsyncClient, url: str, status: str = "200") -> int:

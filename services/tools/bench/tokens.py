@@ -14,11 +14,10 @@ Writes `<out>/tokens.json` and `<out>/tokens.md`, and prints the markdown.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,9 @@ from services.messaging.records import ChatMessage, InferenceRequest
 from services.messaging.tiers import Tier
 from services.tools.bench.kafka import ResultCollector, bench_broker
 from services.tools.bench.machine import code_line, command_line, machine, results_dir
+from services.tools.bench.sim_process import sim_backend
 from services.tools.bench.tokens_report import TokensRow, as_json, markdown, row
 from services.tools.broker.broker import pick_free_ports
-from services.tools.stack.process import ServiceProcess
 
 MODEL = "inferq-bench"  # one model for every tier: one minute of tokens shared by the tiers
 SCENARIO = {Tier.HIGH: "realtime_chat", Tier.MEDIUM: "emotion_analysis", Tier.LOW: "morning_brief"}
@@ -55,20 +54,6 @@ def _request(tier: Tier, now_ms: int) -> InferenceRequest:
         model=MODEL,
         params={"max_tokens": "20"},
     )
-
-
-@contextlib.contextmanager
-def _sim(tpm: int, speed: float, log_dir: Path) -> Iterator[str]:
-    """The simulated backend as a process (`inferq sim-backend`), as the other benchmarks run it."""
-    (port,) = pick_free_ports(1)
-    argv = ["sim-backend", "--port", str(port), "--tpm", str(tpm), "--limit", "1000", "--speed", f"{speed:g}"]
-    sim = ServiceProcess("sim-backend", argv, log_dir / "sim-backend.log")
-    sim.start()
-    try:
-        sim.wait_http_ready(f"http://127.0.0.1:{port}/healthz", 60.0)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        sim.stop()
 
 
 async def run_policy(
@@ -98,7 +83,8 @@ async def run_policy(
     collector = ResultCollector(bootstrap_servers, kafka.topics.results, f"{prefix}-collector")
     collector.start()
     per_minute = tpm // 120
-    with _sim(tpm, 20.0, log_dir) as url:
+    sim_args = ("--tpm", str(tpm), "--limit", "1000", "--speed", "20")
+    with sim_backend(log_dir / "sim-backend.log", *sim_args) as url:
         settings = DispatcherSettings(
             kafka=kafka,
             group_id=f"{prefix}-dispatcher",
