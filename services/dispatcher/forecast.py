@@ -3,7 +3,7 @@
 The seed's ceilings keep LOW to 1 slot at peak and keep the last `high_headroom` slots from MEDIUM
 and LOW, whatever the demand: after a chat burst, nine slots may idle while briefs wait (issue 14).
 With `INFERQ_FORECAST_LENDING`, the scheduler (``policies.py``) may start a request of a tier past
-its ceiling, or into the HIGH headroom, when this forecast says the higher tiers' demand over the
+its ceiling, never into the HIGH headroom, when this forecast says the higher tiers' demand over the
 borrowed call's expected duration still finds free slots (`INFERQ_FORECAST_LENDING`, off by default
 until the real benchmark has measured it):
 
@@ -44,14 +44,16 @@ class ForecastPolicy:
     # Weight of one interval in the moving moments (0.05: the last ~20 intervals count most).
     weight: float = 0.05
     # Standard deviations of the count above its mean: a margin for bursts beyond those the fast
-    # mean and the interval under way show. 0 by default: on the scheduling bench's trace (simulated,
-    # docs/benchmarks/scheduling.md) z = 1 kept 84% of the budget busy while work waited, z = 0 91%,
-    # with the same HIGH tail (chat's clusters start unforeseen either way).
-    z: float = 0.0
+    # mean and the interval under way show. On the scheduling bench's trace (simulated, seeds 2233,
+    # 2024 and 7, the headroom kept from lending) z = 1 against z = 0: HIGH p99 wait 40 / 34 / 25 ms
+    # against 43 / 33 / 38, LOW makespan 21.4 / 22.4 / 23.0 s against 21.3 / 22.5 / 22.8, budget
+    # used while work waits 81% either way; z = 3 buys little more tail (40 / 19 / 21 ms) for 25-28 s.
+    z: float = 1.0
     # Weight of one interval in the fast mean that follows a burst in progress (a cluster of chats
     # raises it at once; it falls back within a few intervals).
     recent_weight: float = 0.5
-    # Slots a borrow always leaves free: the first chat of a cluster cannot be foreseen.
+    # Slots a borrow always leaves free: the first chat of a cluster cannot be foreseen. The HIGH
+    # headroom is never lent (``policies.py``), so this matters only where it is smaller.
     min_free: int = 1
     # Intervals HIGH is observed before anything is lent (5 of its call times: 2.5 s at 0.5 s chats).
     warmup_intervals: int = 5
