@@ -76,8 +76,8 @@ class DispatcherSettings(BaseSettings):
     learn_latency: bool = True
     # A tier may borrow a slot past its ceiling (or into the HIGH headroom) when the forecast of the
     # higher tiers' arrivals over the call's expected time leaves them free slots
-    # (services/dispatcher/forecast.py). Off: the schedule's ceilings alone.
-    forecast_lending: bool = False
+    # (services/dispatcher/forecast.py); never into HIGH's headroom. Off: the schedule's ceilings alone.
+    forecast_lending: bool = True
     # Shed waiting LOW (answered EVICTED) while HIGH or MEDIUM is over its backlog capacity.
     evict_low_under_pressure: bool = False
     # Backlog capacity per tier for that; unset tiers: budget x 60% of the deadline / typical latency.

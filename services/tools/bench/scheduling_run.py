@@ -77,8 +77,8 @@ def compressed_env(spec: RunSpec, compress: float, prefix: str) -> dict[str, str
     }
     if spec.low_peak_ceiling is not None:
         env["INFERQ_LOW_PEAK_CEILING"] = str(spec.low_peak_ceiling)
-    if spec.forecast_lending:
-        env["INFERQ_FORECAST_LENDING"] = "true"
+    # Said either way: the capped runs are the seed's ceilings whatever the dispatcher's default.
+    env["INFERQ_FORECAST_LENDING"] = "true" if spec.forecast_lending else "false"
     return env
 
 

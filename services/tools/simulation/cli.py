@@ -58,8 +58,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--forecast-lending",
-        action="store_true",
-        help="lend slots past the ceilings when the higher tiers' forecast allows (INFERQ_FORECAST_LENDING)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="lend slots past the ceilings when the higher tiers' forecast allows "
+        "(INFERQ_FORECAST_LENDING, on by default)",
     )
     parser.add_argument("--readahead", type=int, help="requests per tier held by the dispatcher (default 20)")
     parser.add_argument("--name", help="the run's name in tables and plots")

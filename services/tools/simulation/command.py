@@ -38,7 +38,7 @@ def dispatcher_settings(args: argparse.Namespace) -> DispatcherSettings:
         "promotion_age_s": args.promotion_age,
         "early_drop": False if args.no_early_drop else None,
         "readahead_per_tier": args.readahead,
-        "forecast_lending": True if args.forecast_lending else None,
+        "forecast_lending": args.forecast_lending,
     }
     return DispatcherSettings(**{k: v for k, v in overrides.items() if v is not None})
 
