@@ -123,3 +123,42 @@ def test_a_batch_larger_than_the_minute_is_not_sent_past_the_limit_the_headers_g
         # Over-dispatch is bounded by what could start before the first answer taught the limit,
         # not by the batch: the other requests wait in the queue for the next minute.
         assert stats["rate_limited"] <= BUDGET, stats
+
+
+RPM = 6
+
+
+def test_a_429_with_retry_after_holds_the_model_and_the_refused_requests_are_served_in_the_next_minute(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    batch = 2 * RPM
+    with running_pipeline(
+        kafka_bootstrap,
+        tmp_path,
+        name="retryafter",
+        budget=BUDGET,
+        backend_args=["--speed", "1", "--limit", "100", "--rpm", str(RPM)],
+        extra_env={
+            "INFERQ_SCHEDULE_PIN": "normal",
+            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_INGEST_ADMISSION_ENABLED": "false",
+        },
+    ) as stack:
+        ledger = Ledger("retryafter")
+        started = time.monotonic()
+        answers = asyncio.run(ledger.submit_all(stack.ingest_url, chats("rpm", batch)))
+        assert [a.status for a in answers] == [202] * batch
+        ids = [a.request_id for a in answers if a.request_id is not None]
+        # Two minutes' worth: the second half can only be served once the first minute has passed.
+        asyncio.run(ledger.collect(stack.results_url, 150, ids=ids))
+        elapsed = time.monotonic() - started
+        outcomes = ledger.statuses(ids)
+        stats = backend_stats(stack.backend_url)
+        attempts = Counter(ledger.outcomes[rid]["attempts"] for rid in ids if rid in ledger.outcomes)
+        print(
+            f"\n[retryafter] {batch} chats, RPM {RPM}: outcomes {dict(outcomes)} after {elapsed:.1f} s, "
+            f"attempts {dict(attempts)}, backend {stats['by_status']}, rate_limited {stats['rate_limited']}"
+        )
+        assert outcomes == Counter({"OK": batch}), outcomes
+        assert stats["by_status"].get("200", 0) == batch, stats
+        assert stats["rate_limited"] <= BUDGET, stats
