@@ -185,7 +185,9 @@ class _Window:
         self.prune(now_ms)
         return sum(e.amount for e in self._entries if every_tier or e.tier is tier)
 
-    def add(self, entry: _Entry) -> None:
+    def add(self, entry: _Entry, now_ms: int) -> None:
+        # Pruned here too: nothing else prunes the log of a model with no limit known.
+        self.prune(now_ms)
         # An excess entry is dated back (to leave when the backend resets): kept in date order, so
         # pruning stays at the left end.
         if not self._entries or self._entries[-1].at_ms <= entry.at_ms:
@@ -290,9 +292,9 @@ class RateBudget:
         if state is None:
             return Charge(model, tier, tokens)
         request = _Entry(now, 1, tier)
-        state.requests.add(request)
+        state.requests.add(request, now)
         entry = _Entry(now, self._cost(tokens, state.tpm), tier)
-        state.tokens.add(entry)
+        state.tokens.add(entry, now)
         return Charge(model, tier, tokens, entry, request)
 
     def refund(self, charge: Charge) -> None:
@@ -374,4 +376,4 @@ class RateBudget:
         if backend_used > ours:
             reset_ms = int(min(reset_s if reset_s is not None else 60.0, 60.0) * 1000)
             # Dated so that it leaves the window when the backend says its count resets.
-            window.add(_Entry(now + reset_ms - HELD_MS, backend_used - ours, None))
+            window.add(_Entry(now + reset_ms - HELD_MS, backend_used - ours, None), now)

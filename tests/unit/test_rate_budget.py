@@ -47,6 +47,17 @@ def test_no_limit_configured_or_seen_allows_everything_and_counts_the_minutes_st
     assert budget.used("m") == (0, 0)
 
 
+def test_the_log_of_a_model_with_no_limit_keeps_only_its_last_minute() -> None:
+    clock = Clock()
+    budget = RateBudget({}, clock_ms=clock)
+    for _ in range(10 * 60):  # ten minutes, a start a second: nothing but `take` is called
+        assert budget.take("m", Tier.LOW, 10) is not None
+        clock.now_ms += 1000
+    state = budget._models["m"]
+    assert len(state.requests._entries) <= HELD_MS // 1000
+    assert len(state.tokens._entries) <= HELD_MS // 1000
+
+
 def test_a_limit_learned_from_the_first_answer_counts_the_calls_started_before_it() -> None:
     clock = Clock()
     budget = RateBudget({}, clock_ms=clock)
