@@ -3,8 +3,12 @@
 Pure and synchronous, with an injected clock. A start needs both a concurrency token (``tokens/``)
 and room here. Each model's limits come from the settings (``INFERQ_RATE_LIMITS``) and from the
 responses' rate-limit headers (``x-ratelimit-limit-*``); where both are known the lower one holds.
-A model with neither is unlimited and nothing is recorded for it, so with no limits configured and
-no headers seen the dispatcher behaves as before.
+A model with neither is unlimited: every start is allowed, so with no limits configured and no
+headers seen the dispatcher behaves as before. Its starts are still counted (for at most
+`MAX_UNLIMITED_MODELS` such models at once): when the first answer teaches its limit, the calls
+started before it, still in flight, are in the minute, and the next starts wait for room instead
+of going past the limit just learned (that answer's ``remaining`` is the backend's count when it
+received that call, before the calls started with it).
 
 Accounting is a sliding log over the last minute: every start is an entry of its estimated tokens
 (each message's characters / 4 plus ``max_tokens``, or the record's ``estimated_tokens``) and one request.
@@ -32,6 +36,7 @@ duration that is malformed, negative or above `MAX_WAIT_S`, is ignored.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import deque
@@ -54,6 +59,9 @@ MAX_WAIT_S = 3600.0
 CHARS_PER_TOKEN = 4
 # The answer's tokens when the request sets no `max_tokens` (its usage corrects it after the call).
 DEFAULT_COMPLETION_TOKENS = 256
+# Models with no limit known whose starts are counted at once (a caller may name any model):
+# beyond it a new one's starts are not counted until one with an empty minute is forgotten.
+MAX_UNLIMITED_MODELS = 256
 
 
 @dataclass(frozen=True)
@@ -160,22 +168,33 @@ class _Entry:
 
 
 class _Window:
-    """A sliding log of one limit's use over the last minute."""
+    """A sliding log of one limit's use over the last minute, in date order."""
 
     def __init__(self) -> None:
         self._entries: deque[_Entry] = deque()
 
     def prune(self, now_ms: int) -> None:
-        # Excess entries may be dated ahead of older ones: drop by date, not only from the left.
-        if any(entry.at_ms <= now_ms - HELD_MS for entry in self._entries):
-            self._entries = deque(e for e in self._entries if e.at_ms > now_ms - HELD_MS)
+        while self._entries and self._entries[0].at_ms <= now_ms - HELD_MS:
+            self._entries.popleft()
+
+    def empty(self, now_ms: int) -> bool:
+        self.prune(now_ms)
+        return not self._entries
 
     def used(self, now_ms: int, tier: Tier | None = None, *, every_tier: bool = True) -> int:
         self.prune(now_ms)
         return sum(e.amount for e in self._entries if every_tier or e.tier is tier)
 
-    def add(self, entry: _Entry) -> None:
-        self._entries.append(entry)
+    def add(self, entry: _Entry, now_ms: int) -> None:
+        # Pruned here too: nothing else prunes the log of a model with no limit known.
+        self.prune(now_ms)
+        # An excess entry is dated back (to leave when the backend resets): kept in date order, so
+        # pruning stays at the left end.
+        if not self._entries or self._entries[-1].at_ms <= entry.at_ms:
+            self._entries.append(entry)
+            return
+        position = bisect.bisect_right([e.at_ms for e in self._entries], entry.at_ms)
+        self._entries.insert(position, entry)
 
 
 @dataclass
@@ -194,6 +213,16 @@ class _ModelState:
     @property
     def tpm(self) -> int | None:
         return _lower(self.configured.tpm, self.learned_tpm)
+
+    def forgettable(self, now_ms: int) -> bool:
+        """No limit known, not held, nothing in its minute: nothing lost by forgetting it."""
+        return (
+            self.rpm is None
+            and self.tpm is None
+            and now_ms >= self.held_until_ms
+            and self.requests.empty(now_ms)
+            and self.tokens.empty(now_ms)
+        )
 
 
 def _lower(a: int | None, b: int | None) -> int | None:
@@ -222,6 +251,7 @@ class RateBudget:
         clock_ms: Callable[[], int],
     ) -> None:
         self._models = {model: _ModelState(limit) for model, limit in configured.items()}
+        self._configured = frozenset(configured)
         shares = dict(floor_shares or {})
         if any(not 0 <= s <= 1 for s in shares.values()) or sum(shares.values()) > 1 + 1e-9:
             raise ValueError(f"floor shares must be within [0, 1] and sum to at most 1, got {shares}")
@@ -257,14 +287,14 @@ class RateBudget:
         entered) if not."""
         if not force and not self.allows(model, tier, tokens):
             return None
-        state = self._models.get(model)
+        now = self._clock_ms()
+        state = self._models.get(model) or self._counted_unlimited(model, now)
         if state is None:
             return Charge(model, tier, tokens)
-        now = self._clock_ms()
         request = _Entry(now, 1, tier)
-        state.requests.add(request)
+        state.requests.add(request, now)
         entry = _Entry(now, self._cost(tokens, state.tpm), tier)
-        state.tokens.add(entry)
+        state.tokens.add(entry, now)
         return Charge(model, tier, tokens, entry, request)
 
     def refund(self, charge: Charge) -> None:
@@ -296,6 +326,19 @@ class RateBudget:
         self._excess(state.tokens, state.tpm, headers.remaining_tokens, headers.reset_tokens_s, now)
         if headers.retry_after_s is not None:
             state.held_until_ms = max(state.held_until_ms, now + int(headers.retry_after_s * 1000))
+
+    def _counted_unlimited(self, model: str, now: int) -> _ModelState | None:
+        """A new state for `model`, which has no limit known, to count its starts in; None when
+        `MAX_UNLIMITED_MODELS` are counted already (the ones with an empty minute forgotten first)."""
+        unlimited = [name for name, state in self._models.items() if state.rpm is None and state.tpm is None]
+        if len(unlimited) >= MAX_UNLIMITED_MODELS:
+            for name in unlimited:
+                if self._models[name].forgettable(now) and name not in self._configured:
+                    del self._models[name]
+            if sum(1 for name in unlimited if name in self._models) >= MAX_UNLIMITED_MODELS:
+                return None
+        state = self._models[model] = _ModelState(RateLimit())
+        return state
 
     def used(self, model: str) -> tuple[int, int]:
         """(requests, tokens) counted in the minute ending now."""
@@ -333,4 +376,4 @@ class RateBudget:
         if backend_used > ours:
             reset_ms = int(min(reset_s if reset_s is not None else 60.0, 60.0) * 1000)
             # Dated so that it leaves the window when the backend says its count resets.
-            window.add(_Entry(now + reset_ms - HELD_MS, backend_used - ours, None))
+            window.add(_Entry(now + reset_ms - HELD_MS, backend_used - ours, None), now)

@@ -11,6 +11,7 @@ from services.dispatcher.rate_budget import (
     DEFAULT_COMPLETION_TOKENS,
     HELD_MS,
     MAX_COUNT,
+    MAX_UNLIMITED_MODELS,
     WINDOW_MS,
     RateBudget,
     RateHeaders,
@@ -35,12 +36,73 @@ class Clock:
 PEAK_SHARES = {Tier.HIGH: 0.6, Tier.MEDIUM: 0.3, Tier.LOW: 0.1}
 
 
-def test_no_limit_configured_or_seen_allows_everything_and_records_nothing() -> None:
-    budget = RateBudget({}, clock_ms=Clock())
+def test_no_limit_configured_or_seen_allows_everything_and_counts_the_minutes_starts() -> None:
+    clock = Clock()
+    budget = RateBudget({}, clock_ms=clock)
     for _ in range(1000):
         assert budget.take("m", Tier.LOW, 10_000) is not None
-    assert budget.used("m") == (0, 0)
+    assert budget.used("m") == (1000, 10_000_000)
     assert not budget.limited("m")
+    clock.now_ms += HELD_MS
+    assert budget.used("m") == (0, 0)
+
+
+def test_the_log_of_a_model_with_no_limit_keeps_only_its_last_minute() -> None:
+    clock = Clock()
+    budget = RateBudget({}, clock_ms=clock)
+    for _ in range(10 * 60):  # ten minutes, a start a second: nothing but `take` is called
+        assert budget.take("m", Tier.LOW, 10) is not None
+        clock.now_ms += 1000
+    state = budget._models["m"]
+    assert len(state.requests._entries) <= HELD_MS // 1000
+    assert len(state.tokens._entries) <= HELD_MS // 1000
+
+
+def test_a_limit_learned_from_the_first_answer_counts_the_calls_started_before_it() -> None:
+    clock = Clock()
+    budget = RateBudget({}, clock_ms=clock)
+    # Ten calls of 120 estimated tokens start before any limit is known.
+    charges = [budget.take("m", Tier.HIGH, 120) for _ in range(10)]
+    clock.now_ms += 500
+    # The first answer: 1200 tokens a minute, and the backend had counted only that call (114 tokens)
+    # when it received it; the nine others were received after it, and are still running.
+    first = charges[0]
+    assert first is not None
+    budget.observe(
+        "m",
+        read_headers(
+            {
+                "x-ratelimit-limit-tokens": "1200",
+                "x-ratelimit-remaining-tokens": "1086",
+                "x-ratelimit-reset-tokens": "59.5s",
+            },
+            status=200,
+        ),
+    )
+    budget.settle(first, 114)
+    # 114 + 9 x 120 = 1194 tokens in the minute: an eleventh call of 120 would be a 429.
+    assert not budget.allows("m", Tier.HIGH, 120)
+    assert budget.used("m") == (10, 1194)
+    clock.now_ms += HELD_MS
+    assert budget.allows("m", Tier.HIGH, 120)
+
+
+def test_starts_of_at_most_so_many_unlimited_models_are_counted_and_idle_ones_are_forgotten() -> None:
+    clock = Clock()
+    budget = RateBudget({"configured": RateLimit()}, clock_ms=clock)
+    for n in range(MAX_UNLIMITED_MODELS + 10):
+        assert budget.take(f"model-{n}", Tier.LOW, 10) is not None
+    counted = [n for n in range(MAX_UNLIMITED_MODELS + 10) if budget.used(f"model-{n}") != (0, 0)]
+    # The configured model is one of them, with nothing counted yet.
+    assert len(counted) == MAX_UNLIMITED_MODELS - 1
+    assert budget.take("late", Tier.LOW, 10) is not None
+    assert budget.used("late") == (0, 0)
+    # A minute on, the idle ones are forgotten and a new model's starts are counted again.
+    clock.now_ms += HELD_MS
+    assert budget.take("late", Tier.LOW, 10) is not None
+    assert budget.used("late") == (1, 10)
+    assert budget.take("configured", Tier.LOW, 10) is not None
+    assert budget.used("configured") == (1, 10)
 
 
 def test_tokens_per_minute_refuses_past_the_limit_until_the_minute_moves_on() -> None:
