@@ -7,8 +7,8 @@ keeps the rest of a batch larger than the minute queued for the next minute, ins
 calls that come back 429 and, after three attempts, FAILED: every request ends OK or is still
 waiting, and the only 429s are for calls that started before the first answer came back (at most
 the concurrency budget less what the minute allows), however large the batch. A 429 with
-``retry-after`` holds the model's starts until it has passed, so the requests refused are served in
-the next minute, not retried into a storm.
+``retry-after`` holds the model's starts until it has passed: no call reaches the backend while it
+lasts (the requests refused wait for the next minute, not retried into a storm).
 
 Each test prints its figures (run with ``-s``).
 """
@@ -37,6 +37,8 @@ CALL_TOKENS = 114
 # Ten calls fit in the minute (1140 tokens), an eleventh would not (1254).
 TPM = 1200
 FIT = TPM // CALL_TOKENS
+# Seconds the test watches the backend after the minute's answers, for calls the retry-after forbids.
+HOLD_WATCH_S = 5.0
 # A long deadline: a request waiting for the next minute must not expire meanwhile.
 DEADLINE_MS = 600_000
 # After the last answer we wait for, a start past the minute would have been answered 429 by now.
@@ -130,7 +132,7 @@ def test_a_batch_larger_than_the_minute_is_not_sent_past_the_limit_the_headers_g
 RPM = 6
 
 
-def test_a_429_with_retry_after_holds_the_model_and_the_refused_requests_are_served_in_the_next_minute(
+def test_a_429_with_retry_after_holds_the_model_instead_of_retrying_into_a_storm(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     batch = 2 * RPM
@@ -147,23 +149,25 @@ def test_a_429_with_retry_after_holds_the_model_and_the_refused_requests_are_ser
         },
     ) as stack:
         ledger = Ledger("retryafter")
-        started = time.monotonic()
         answers = asyncio.run(ledger.submit_all(stack.ingest_url, chats("rpm", batch)))
         assert [a.status for a in answers] == [202] * batch
         ids = [a.request_id for a in answers if a.request_id is not None]
-        # Two minutes' worth: the second half can only be served once the first minute has passed.
-        asyncio.run(ledger.collect(stack.results_url, 150, ids=ids))
-        elapsed = time.monotonic() - started
+        # The minute's requests are answered at once; the rest wait for the next minute (the sim's
+        # minute is a fixed 60 s: the test does not wait for it, it watches the wait).
+        asyncio.run(ledger.collect(stack.results_url, 30, ids=ids))
+        answered = backend_stats(stack.backend_url)
+        time.sleep(HOLD_WATCH_S)  # a retry before the retry-after would reach the backend meanwhile
+        asyncio.run(ledger.collect(stack.results_url, 1, ids=ids))
         outcomes = ledger.statuses(ids)
         stats = backend_stats(stack.backend_url)
-        attempts = Counter(ledger.outcomes[rid]["attempts"] for rid in ids if rid in ledger.outcomes)
         print(
-            f"\n[retryafter] {batch} chats, RPM {RPM}: outcomes {dict(outcomes)} after {elapsed:.1f} s, "
-            f"attempts {dict(attempts)}, backend {stats['by_status']}, rate_limited {stats['rate_limited']}"
+            f"\n[retryafter] {batch} chats, RPM {RPM}: outcomes {dict(outcomes)}, "
+            f"backend {stats['by_status']}, rate_limited {stats['rate_limited']}, "
+            f"calls {stats['total']} (after the first answers {answered['total']})"
         )
-        assert outcomes == Counter({"OK": batch}), outcomes
-        assert stats["by_status"].get("200", 0) == batch, stats
-        # The only 429s are for the calls of the first start beyond the minute's requests; each of
-        # those requests was served at its next attempt, once the retry-after had passed.
+        assert outcomes == Counter({"OK": RPM}), outcomes  # the rest still waiting: none FAILED
+        assert stats["by_status"].get("200", 0) == RPM, stats
+        # The only 429s are for calls that started before the first answers taught the limit...
         assert stats["rate_limited"] <= BUDGET - RPM, stats
-        assert max(attempts) <= 2, attempts
+        # ...and the retry-after holds the model: no call reached the backend while it lasts.
+        assert stats["total"] == answered["total"], (answered, stats)
