@@ -420,5 +420,6 @@ def bootstrap(
         scheduler=scheduler,
         inflight=inflight,
         deferred=lambda: len(intake.deferred),
+        circuits=lambda: {name: state.value for name, state in routes.states(clock_ms()).items()},
     )
     return Dispatcher(loop, health)

@@ -26,6 +26,8 @@ class Health:
     inflight: InFlight
     # Records left in Kafka because their tenant was over its read-ahead share (``deferred.py``).
     deferred: Callable[[], int] = lambda: 0
+    # Each backend's circuit breaker: "closed", "half_open" or "open" (``routing.py``).
+    circuits: Callable[[], dict[str, str]] = dict
 
     def snapshot(self) -> dict[str, object]:
         return {
@@ -41,4 +43,5 @@ class Health:
             "effective_budget": self.budget.effective,
             "window": self.scheduler.window().name,
             "policy": self.scheduler.name,
+            "backends": self.circuits(),
         }

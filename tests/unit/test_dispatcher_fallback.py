@@ -52,6 +52,8 @@ async def a_failing_primary_for(seconds: float) -> tuple[int, int, int, dict[str
             timeout_s=20,
         )
         lowest = min(lowest, r.dispatcher.effective_budget)
+        circuits = r.dispatcher.health()["backends"]
+    assert circuits["spare"] == "closed" and circuits["default"] in {"open", "half_open"}, circuits
     statuses = {rid: result.status for rid, result in r.results().items()}
     return len(r.backend.calls), len(spare.calls), lowest, statuses
 
@@ -65,3 +67,12 @@ def test_the_spare_serves_and_failed_probes_of_the_first_backend_leave_the_budge
     # One cut at most, for the failures before the breaker opened (the cut's cooldown is 1 s: the
     # probes of 2.5 s would have cut it twice more, 10 -> 7 -> 4 -> 2).
     assert lowest >= 7, lowest
+
+
+def test_health_names_each_backends_circuit_and_one_backend_is_default_and_closed():
+    async def circuits() -> object:
+        r = rig()
+        async with running(r):
+            return r.dispatcher.health()["backends"]
+
+    assert asyncio.run(circuits()) == {"default": "closed"}
