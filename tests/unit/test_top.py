@@ -165,3 +165,25 @@ def test_bad_options_are_refused(capsys: pytest.CaptureFixture[str]):
     with pytest.raises(SystemExit):
         main(["top", "--interval", "0"])
     assert "--interval and --window must be > 0" in capsys.readouterr().err
+
+
+CIRCUITS = f"""# TYPE inferq_backend_circuit_state gauge
+inferq_backend_circuit_state{{{SCOPE},backend="default"}} 2
+inferq_backend_circuit_state{{{SCOPE},backend="spare"}} 0
+"""
+
+
+def test_backends_circuits_are_shown_when_several_and_an_open_one_is_named():
+    page = dispatcher_page(done_high=1, waits_high=(1, 1, 1))
+    console = Console(record=True, width=80, color_system=None)
+    console.print(render(build_frame([Scrape.parse(page + CIRCUITS, at=5.0)])))
+    assert "backends    default OPEN  spare closed" in console.export_text()
+    # One backend, closed: nothing to say.
+    one = (
+        page
+        + CIRCUITS.split("inferq_backend_circuit_state{", 1)[0]
+        + (f'inferq_backend_circuit_state{{{SCOPE},backend="default"}} 0\n')
+    )
+    console = Console(record=True, width=80, color_system=None)
+    console.print(render(build_frame([Scrape.parse(one, at=5.0)])))
+    assert "backends" not in console.export_text()

@@ -7,7 +7,7 @@ each counter or histogram between the oldest and the newest. Gauges come from th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -46,6 +46,8 @@ class Frame:
     backend_per_s: dict[str, float]
     span_s: float
     sources_down: tuple[str, ...] = ()
+    # Each backend's circuit, the worst any dispatcher reports: 0 closed, 1 half-open, 2 open.
+    circuits: dict[str, float] = field(default_factory=dict)
 
 
 def _rate(newer: Scrape, older: Scrape | None, name: str, **match: str) -> float | None:
@@ -124,7 +126,11 @@ def build_frame(scrapes: Sequence[Scrape], sources_down: Sequence[str] = ()) -> 
         backend_per_s=_rates_by(newest, oldest, "inferq_backend_calls_total", "status"),
         span_s=newest.at - oldest.at if oldest is not None else 0.0,
         sources_down=tuple(sources_down),
+        circuits=newest.peak("inferq_backend_circuit_state", "backend"),
     )
+
+
+CIRCUIT_WORDS = {0: "closed", 1: "probing", 2: "OPEN"}
 
 
 def _num(value: float | None, fmt: str = "{:.0f}") -> str:
@@ -206,6 +212,12 @@ def render(frame: Frame) -> RenderableType:
         )
     if frame.backend_per_s:
         parts.append(Text("backend/s   " + "  ".join(f"{k} {v:.1f}" for k, v in frame.backend_per_s.items())))
+    if len(frame.circuits) > 1 or any(frame.circuits.values()):
+        line = Text("backends    ")
+        for name, state in sorted(frame.circuits.items()):
+            word = CIRCUIT_WORDS.get(int(state), "?")
+            line.append(f"{name} {word}  ", style="bold red" if state else "")
+        parts.append(line)
     for source in frame.sources_down:
         parts.append(Text(f"no answer from {source}", style="bold red"))
     parts.append(Text("Ctrl-C quits", style="dim"))
