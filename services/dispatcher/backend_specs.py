@@ -45,6 +45,9 @@ class BackendSpec(BaseModel):
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an http:// or https:// URL with a host")
+        if parts.username is not None or parts.password is not None:
+            # It would be shown wherever the setting is; the key has its own variable.
+            raise ValueError("must not carry credentials: name the key's variable in api_key_env")
         return value
 
     @field_validator("api_key_env")

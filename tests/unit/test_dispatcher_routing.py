@@ -172,6 +172,7 @@ def test_backends_and_tier_orders_from_the_environment(monkeypatch):
         ({"INFERQ_BACKENDS": '{"default": {"url": "http://a/v1"}}'}, "name the others otherwise"),
         ({"INFERQ_BACKENDS": '{"Bad Name!": {"url": "http://a/v1"}}'}, "must be 1-32 of"),
         ({"INFERQ_BACKENDS": '{"x": {"url": "file:///etc/passwd"}}'}, "http:// or https://"),
+        ({"INFERQ_BACKENDS": '{"x": {"url": "https://user:sk-1@a/v1"}}'}, "must not carry credentials"),
         ({"INFERQ_BACKENDS": '{"x": {"url": "http://a/v1", "max_concurrency": 0}}'}, "greater than or equal"),
         ({"INFERQ_BACKENDS": '{"x": {"url": "http://a/v1", "api_key": "sk-1"}}'}, "Extra inputs"),
         ({"INFERQ_BACKENDS": '{"x": {"url": "http://a/v1", "api_key_env": "a b"}}'}, "variable name"),
