@@ -42,13 +42,7 @@ class BackendSpec(BaseModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host")
-        if parts.username is not None or parts.password is not None:
-            # It would be shown wherever the setting is; the key has its own variable.
-            raise ValueError("must not carry credentials: name the key's variable in api_key_env")
-        return value
+        return backend_url(value, key_setting="api_key_env")
 
     @field_validator("api_key_env")
     @classmethod
@@ -56,6 +50,18 @@ class BackendSpec(BaseModel):
         if value is not None and not ENV_NAME.fullmatch(value):
             raise ValueError("must be an environment variable name (A-Z, 0-9, _)")
         return value
+
+
+def backend_url(value: str, *, key_setting: str) -> str:
+    """`value` if it is an http(s) URL with a host and no credentials (a URL is shown wherever the
+    setting is, and the aiohttp instrumentation records it in every call's span); the key belongs
+    in `key_setting`."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"must not carry credentials: the key belongs in {key_setting}")
+    return value
 
 
 def check_backends(backends: Mapping[str, BackendSpec]) -> None:

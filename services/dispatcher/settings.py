@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.dispatcher.backend_specs import BackendSpec, check_backends
+from services.dispatcher.backend_specs import BackendSpec, backend_url, check_backends
 from services.dispatcher.circuit import BreakerPolicy
 from services.dispatcher.rate_budget import MAX_COUNT, RateLimit
 from services.dispatcher.routing import DEFAULT_BACKEND, check_tier_backends
@@ -166,6 +166,11 @@ class DispatcherSettings(BaseSettings):
         check_backends(self.backends)
         check_tier_backends(self.tier_backends, [DEFAULT_BACKEND, *self.backends])
         return self
+
+    @field_validator("backend_url")
+    @classmethod
+    def _backend_url_without_credentials(cls, value: str) -> str:
+        return backend_url(value, key_setting="INFERQ_BACKEND_API_KEY")
 
     @field_validator("typical_latency_s")
     @classmethod
