@@ -7,7 +7,8 @@ backends in order (LOW to a cheaper deployment first, say); a start goes to the 
 
 - its breaker admits (``circuit.py``: open after failures in a row or a 429 storm; after a pause
   one probe call at a time; a probe that answers brings the traffic back; a request on its last
-  attempt is never the probe, since a failed probe would be its final failure), and
+  attempt is never the probe, since a failed probe would be its final failure, unless
+  every request is: `max_attempts` 1), and
 - is below its own concurrency limit (`max_concurrency`, calls in flight from this dispatcher).
 
 When none of a tier's backends may be called now, `choose` returns None and the tier waits, as it

@@ -135,9 +135,15 @@ class Starter:
         return True
 
     def _route(self, tier: Tier) -> Route | None:
-        """The backend the request `tier` would start calls (its last attempt never a probe)."""
+        """The backend the request `tier` would start calls (its last attempt never a probe, unless
+        every request is on its last: with one attempt in all, a backend whose circuit opened would
+        otherwise never be called again)."""
         work = self._next.peek(tier)
-        last = work is not None and work.request.attempt >= self._max_attempts_per_request
+        last = (
+            self._max_attempts_per_request > 1
+            and work is not None
+            and work.request.attempt >= self._max_attempts_per_request
+        )
         return self._routes.choose(tier, self._clock_ms(), may_probe=not last)
 
     def _charge(self, tier: Tier, budget: int, route: Route) -> Charge | Literal[False] | None:

@@ -65,3 +65,49 @@ def test_the_spare_serves_and_failed_probes_of_the_first_backend_leave_the_budge
     # One cut at most, for the failures before the breaker opened (the cut's cooldown is 1 s: the
     # probes of 2.5 s would have cut it twice more, 10 -> 7 -> 4 -> 2).
     assert lowest >= 7, lowest
+
+
+async def a_primary_back_after_an_outage_with_one_attempt() -> tuple[int, int]:
+    """Primary calls during a 503 outage and after it ends, with no retries (every request is on
+    its last attempt)."""
+    spare = HeldBackend()
+    spare.release()
+    r = rig(
+        spares={"spare": spare},
+        backends={"spare": {"url": "http://127.0.0.1:9/v1"}},
+        tier_backends=BOTH,
+        breaker_failures=2,
+        breaker_open_s=0.1,
+        max_attempts=1,
+    )
+    r.backend.release()
+    r.backend.failure = BackendError("backend answered 503", retriable=True, status=503)
+    n = 0
+
+    def send() -> None:
+        nonlocal n
+        request = a_request("HIGH", messages=[{"role": "user", "content": f"c{n}"}])
+        r.consumer.produce(r.partition("HIGH"), encoded(request))
+        n += 1
+
+    async with running(r):
+        for _ in range(2):
+            send()
+        await eventually(lambda: len(r.backend.calls) >= 2, "the failures that open the circuit")
+        await eventually(lambda: len(r.results()) == 2, "their outcomes")
+        during = len(r.backend.calls)
+        r.backend.failure = None  # the outage ends
+        started = time.monotonic()
+        while len(r.backend.calls) == during and time.monotonic() - started < 2.0:
+            send()
+            await asyncio.sleep(0.02)
+        await eventually(lambda: len(r.results()) == n, "every outcome")
+    return during, len(r.backend.calls)
+
+
+def test_with_one_attempt_in_all_a_backend_is_still_probed_and_its_traffic_comes_back():
+    # Every request is on its last attempt, which is never the probe: unless one is, a backend whose
+    # circuit opened would never be called again.
+    during, after = asyncio.run(a_primary_back_after_an_outage_with_one_attempt())
+    assert during == 2
+    assert after > during
