@@ -25,7 +25,8 @@ backend's limits and what it counts.
 The call goes to the backend its start was routed to (``routing.py``); when the backend call ends
 (when its token comes back), the routing hears how it went, which its circuit breaker counts. An
 overload answer from a backend its breaker has taken out of service (open, or probed) does not cut
-the adaptive budget: the traffic goes to the next backend, which the budget is for now.
+the adaptive budget: the traffic goes to the next backend, which the budget is for now. A tier with
+no other backend still calls it, and its overload answers cut the budget as with one backend.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ class Execution:
             if (
                 failure.overload
                 and not (failure.timed_out and deadline_bound)
-                and self._routes.in_service(route, self._clock_ms())
+                and self._routes.in_service(route, work.tier, self._clock_ms())
             ):
                 self._feedback_overload()
             if stream is not None and await self._stream_ended(work, stream, failure, dispatched_at):

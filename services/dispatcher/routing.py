@@ -143,10 +143,11 @@ class BackendRoutes:
         if self._on_change is not None:
             self._on_change(route.name, after)
 
-    def in_service(self, route: Route, now_ms: int) -> bool:
-        """Whether `route` takes its tiers' traffic: always with one backend, else while its circuit
-        is closed (an open or probed one's failures are the breaker's business, not the budget's)."""
-        return not self.several or route.breaker.state(now_ms) is State.CLOSED
+    def in_service(self, route: Route, tier: Tier, now_ms: int) -> bool:
+        """Whether `route` takes `tier`'s traffic: always when it is the tier's only backend (which
+        calls it whatever its breaker says), else while its circuit is closed (an open or probed
+        one's failures are the breaker's business, not the budget's)."""
+        return len(self._orders[tier]) == 1 or route.breaker.state(now_ms) is State.CLOSED
 
     def states(self, now_ms: int) -> dict[str, State]:
         return {name: route.breaker.state(now_ms) for name, route in self._routes.items()}

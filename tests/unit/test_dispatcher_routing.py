@@ -213,13 +213,15 @@ def test_a_request_on_its_last_attempt_is_never_the_probe():
 def test_a_backend_out_of_service_is_one_whose_circuit_is_not_closed_and_one_backend_always_serves():
     routes = two_backends()
     default = routes.choose(Tier.HIGH, 0)
-    assert routes.in_service(default, 0)
+    assert routes.in_service(default, Tier.HIGH, 0)
     for _ in range(2):
         call(routes, Tier.HIGH, 0, FAILED)
-    assert not routes.in_service(default, 0)  # open
-    assert not routes.in_service(default, 1_000)  # half-open
+    assert not routes.in_service(default, Tier.HIGH, 0)  # open
+    assert not routes.in_service(default, Tier.HIGH, 1_000)  # half-open
+    # MEDIUM lists it alone and calls it whatever its breaker says: for MEDIUM it serves.
+    assert routes.in_service(default, Tier.MEDIUM, 0)
     single = BackendRoutes.single(Quiet())
     only = single.choose(Tier.HIGH, 0)
     for _ in range(20):
         call(single, Tier.HIGH, 0, FAILED)
-    assert single.in_service(only, 0)
+    assert single.in_service(only, Tier.HIGH, 0)
