@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from services.dispatcher.backend import Backend
 from services.dispatcher.circuit import BreakerPolicy, CircuitBreaker, Outcome, State
@@ -47,8 +47,6 @@ class Route:
     breaker: CircuitBreaker
     max_concurrency: int | None = None
     in_flight: int = 0
-    # Calls started and ended here, by how they ended (`Outcome` values), for the figures.
-    ended: dict[str, int] = field(default_factory=dict)
 
     def has_room(self) -> bool:
         return self.max_concurrency is None or self.in_flight < self.max_concurrency
@@ -125,7 +123,6 @@ class BackendRoutes:
         """A call on `route` ended: answered (`failure` None), failed, or `cut` by its deadline."""
         route.in_flight = max(0, route.in_flight - 1)
         outcome = outcome_of(failure, cut=cut)
-        route.ended[outcome.value] = route.ended.get(outcome.value, 0) + 1
         before = route.breaker.state(now_ms)
         after = route.breaker.ended(outcome, now_ms)
         if after is before:
