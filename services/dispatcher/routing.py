@@ -72,12 +72,7 @@ class BackendRoutes:
         }
         first = next(iter(backends))
         orders = {t: tuple((tiers or {}).get(t) or (first,)) for t in Tier}
-        for tier, order in orders.items():
-            unknown = [name for name in order if name not in self._routes]
-            if unknown:
-                raise ValueError(
-                    f"{tier.value} lists unknown backends {unknown}; known: {sorted(self._routes)}"
-                )
+        check_tier_backends(orders, list(self._routes))
         self._orders = orders
         self._on_change = on_change
 
