@@ -177,12 +177,28 @@ def test_backends_and_tier_orders_from_the_environment(monkeypatch):
         ({"INFERQ_BACKENDS": '{"x": {"url": "http://a/v1", "api_key_env": "a b"}}'}, "variable name"),
         ({"INFERQ_BACKENDS": '{"x": {"url": "' + "h" * 3000 + '"}}'}, "at most 2048"),
         ({"INFERQ_BREAKER_OPEN_S": "0"}, "greater than 0"),
+        (
+            {
+                "INFERQ_BACKENDS": '{"spare": {"url": "http://a/v1"}}',
+                "INFERQ_RATE_LIMITS": '{"spare/m": {"rpm": 5}, "m": {"rpm": 5}}',
+            },
+            "names each model <backend>/<model>: ['m'] name no backend",
+        ),
         ({"INFERQ_BREAKER_FAILURES": "many"}, "valid integer"),
     ],
 )
 def test_settings_it_cannot_use_are_refused_saying_why(monkeypatch, env, says):
     with pytest.raises(ValidationError, match=says.replace("(", r"\(").replace("[", r"\[")):
         settings(monkeypatch, **env)
+
+
+def test_with_several_backends_rate_limits_name_their_backend(monkeypatch):
+    s = settings(
+        monkeypatch,
+        INFERQ_BACKENDS='{"spare": {"url": "http://a/v1"}}',
+        INFERQ_RATE_LIMITS='{"spare/m": {"rpm": 5}, "default/org/m": {"tpm": 900}}',
+    )
+    assert set(s.rate_limits) == {"spare/m", "default/org/m"}
 
 
 def test_a_keys_variable_unset_stops_the_start_naming_the_variable_never_a_key(monkeypatch):
