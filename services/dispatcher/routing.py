@@ -117,6 +117,8 @@ class BackendRoutes:
     def ended(self, route: Route, failure: BackendError | None, now_ms: int, *, cut: bool = False) -> None:
         """A call on `route` ended: answered (`failure` None), failed, or `cut` by its deadline."""
         route.in_flight = max(0, route.in_flight - 1)
+        if not self.several:
+            return  # no breaker: nowhere else to send the traffic (its circuit stays closed)
         outcome = outcome_of(failure, cut=cut)
         before = route.breaker.state(now_ms)
         after = route.breaker.ended(outcome, now_ms)

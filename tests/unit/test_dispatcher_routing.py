@@ -101,11 +101,14 @@ def test_a_backend_at_its_own_limit_sends_the_next_start_to_the_next_backend():
     assert routes.choose(Tier.HIGH, 1).name == "default"
 
 
-def test_one_backend_has_no_breaker_it_is_always_called():
+def test_one_backend_has_no_breaker_it_is_always_called(caplog):
     routes = BackendRoutes.single(Quiet())
     for _ in range(20):
         call(routes, Tier.HIGH, 0, FAILED)
     assert routes.choose(Tier.HIGH, 0).name == "default"
+    # Nothing says it was passed over: no circuit opens (the log, the gauge and its alert).
+    assert "circuit open" not in caplog.text
+    assert routes.gauge(0) == {"default": 0}
     assert routes.rate_key(routes.choose(Tier.HIGH, 0), "inferq-fast") == "inferq-fast"
 
 
