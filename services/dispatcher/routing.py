@@ -110,18 +110,28 @@ class BackendRoutes:
         """The rate budget's name for `model` on `route`'s backend."""
         return f"{route.name}/{model}" if self.several else model
 
-    def started(self, route: Route, now_ms: int) -> None:
+    def started(self, route: Route, now_ms: int) -> bool:
+        """A call goes to `route`; True when it is its half-open breaker's probe."""
         route.in_flight += 1
-        route.breaker.started(now_ms)
+        return self.several and route.breaker.started(now_ms)
 
-    def ended(self, route: Route, failure: BackendError | None, now_ms: int, *, cut: bool = False) -> None:
-        """A call on `route` ended: answered (`failure` None), failed, or `cut` by its deadline."""
+    def ended(
+        self,
+        route: Route,
+        failure: BackendError | None,
+        now_ms: int,
+        *,
+        cut: bool = False,
+        probe: bool = False,
+    ) -> None:
+        """A call on `route` ended: answered (`failure` None), failed, or `cut` by its deadline;
+        `probe`: what `started` said of it."""
         route.in_flight = max(0, route.in_flight - 1)
         if not self.several:
             return  # no breaker: nowhere else to send the traffic (its circuit stays closed)
         outcome = outcome_of(failure, cut=cut)
         before = route.breaker.state(now_ms)
-        after = route.breaker.ended(outcome, now_ms)
+        after = route.breaker.ended(outcome, now_ms, probe=probe)
         if after is before:
             return
         if after is State.OPEN:

@@ -130,8 +130,9 @@ class Starter:
                 self._inflight.begin(start.work, self._writer.expire(start.work, start.expired), "expire")
                 continue
             charge = self._recharge(charge, start.work, tier, route)
-            self._routes.started(route, self._clock_ms())
-            self._inflight.begin(start.work, self._execution.call(start.work, lease, route, charge), "call")
+            probe = self._routes.started(route, self._clock_ms())
+            call = self._execution.call(start.work, lease, route, charge, probe=probe)
+            self._inflight.begin(start.work, call, "call")
         return True
 
     def _route(self, tier: Tier) -> Route | None:

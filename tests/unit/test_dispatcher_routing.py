@@ -46,8 +46,8 @@ def two_backends(**kwargs) -> BackendRoutes:
 def call(routes: BackendRoutes, tier: Tier, now_ms: int, failure: BackendError | None) -> str:
     route = routes.choose(tier, now_ms)
     assert route is not None
-    routes.started(route, now_ms)
-    routes.ended(route, failure, now_ms)
+    probe = routes.started(route, now_ms)
+    routes.ended(route, failure, now_ms, probe=probe)
     return route.name
 
 
@@ -77,7 +77,7 @@ def test_while_the_probe_is_out_the_tier_goes_on_with_the_next_backend():
     for _ in range(2):
         call(routes, Tier.HIGH, 0, FAILED)
     probe = routes.choose(Tier.HIGH, 1_000)
-    routes.started(probe, 1_000)
+    assert routes.started(probe, 1_000), "the probe"
     assert probe.name == "default"
     assert routes.choose(Tier.HIGH, 1_001).name == "spare"
 
@@ -95,7 +95,7 @@ def test_a_tier_whose_backends_are_all_open_waits():
 def test_a_backend_at_its_own_limit_sends_the_next_start_to_the_next_backend():
     routes = two_backends(max_concurrency={"default": 1})
     first = routes.choose(Tier.HIGH, 0)
-    routes.started(first, 0)
+    assert not routes.started(first, 0), "closed: no probe"
     assert routes.choose(Tier.HIGH, 0).name == "spare"
     routes.ended(first, None, 1)
     assert routes.choose(Tier.HIGH, 1).name == "default"
