@@ -70,17 +70,21 @@ class CircuitBreaker:
         state = self.state(now_ms)
         return state is State.CLOSED or (state is State.HALF_OPEN and not self._probing)
 
-    def started(self, now_ms: int) -> None:
-        """A call went to the backend; half-open, it is the probe."""
+    def started(self, now_ms: int) -> bool:
+        """A call went to the backend; half-open, it is the probe (True)."""
         if self.state(now_ms) is State.HALF_OPEN:
             self._probing = True
+            return True
+        return False
 
-    def ended(self, outcome: Outcome, now_ms: int) -> State:
-        """Record how a call ended; the state after it."""
+    def ended(self, outcome: Outcome, now_ms: int, *, probe: bool = False) -> State:
+        """Record how a call ended (`probe`: `started` said it was the probe); the state after it."""
         state = self.state(now_ms)
         if outcome is Outcome.NEUTRAL:
-            if state is State.HALF_OPEN:
-                self._probing = False  # the probe told nothing: the next call probes again
+            if state is State.HALF_OPEN and probe:
+                # The probe told nothing: the next call probes again. (A call from before the
+                # pause telling nothing leaves the probe out, one at a time.)
+                self._probing = False
             return state
         if outcome is Outcome.ANSWERED:
             self._failed_in_a_row = 0

@@ -25,7 +25,8 @@ backend's limits and what it counts.
 The call goes to the backend its start was routed to (``routing.py``); when the backend call ends
 (when its token comes back), the routing hears how it went, which its circuit breaker counts. An
 overload answer from a backend its breaker has taken out of service (open, or probed) does not cut
-the adaptive budget: the traffic goes to the next backend, which the budget is for now.
+the adaptive budget: the traffic goes to the next backend, which the budget is for now. A tier with
+no other backend still calls it, and its overload answers cut the budget as with one backend.
 """
 
 from __future__ import annotations
@@ -90,17 +91,20 @@ class Execution:
         # Where a call the deadline cut goes on until the backend ends it (`InFlight.linger`).
         self._linger = linger
 
-    async def call(self, work: Work, lease: Lease, route: Route, charge: Charge | None = None) -> None:
-        """Call `route`'s backend for `work` (the starter has counted the call on `route`)."""
+    async def call(
+        self, work: Work, lease: Lease, route: Route, charge: Charge | None = None, *, probe: bool = False
+    ) -> None:
+        """Call `route`'s backend for `work` (the starter has counted the call on `route`; `probe`:
+        the call is its breaker's probe)."""
         dispatched_at = self._clock_ms()
         if not tracing.enabled():  # nothing more than this check per call
-            await self._call(work, lease, route, dispatched_at, charge)
+            await self._call(work, lease, route, dispatched_at, charge, probe)
             return
         with work.traced(dispatched_at):
-            await self._call(work, lease, route, dispatched_at, charge)
+            await self._call(work, lease, route, dispatched_at, charge, probe)
 
     async def _call(
-        self, work: Work, lease: Lease, route: Route, dispatched_at: int, charge: Charge | None
+        self, work: Work, lease: Lease, route: Route, dispatched_at: int, charge: Charge | None, probe: bool
     ) -> None:
         self._metrics.record_queue_wait(
             work.tier, (dispatched_at - work.created_at_ms) / 1000, work.request.tenant
@@ -128,11 +132,12 @@ class Execution:
                 neutral = backend_call.cancelled() or (
                     failure is not None and failure.timed_out and deadline_bound
                 )
-                self._routes.ended(route, failure, self._clock_ms(), cut=neutral)
+                self._routes.ended(route, failure, self._clock_ms(), cut=neutral, probe=probe)
                 await self._call_over(work, lease, completed=completed)
             else:
                 # The deadline cut it (or shutdown cancelled this task): the backend still runs it.
-                self._linger(self._lingering(backend_call, work, lease, route, started), "abandoned-call")
+                lingering = self._lingering(backend_call, work, lease, route, started, probe)
+                self._linger(lingering, "abandoned-call")
         self._metrics.record_backend_call(
             work.tier, failure, self._monotonic() - started, work.request.tenant, route.name
         )
@@ -143,7 +148,7 @@ class Execution:
             if (
                 failure.overload
                 and not (failure.timed_out and deadline_bound)
-                and self._routes.in_service(route, self._clock_ms())
+                and self._routes.in_service(route, work.tier, self._clock_ms())
             ):
                 self._feedback_overload()
             if stream is not None and await self._stream_ended(work, stream, failure, dispatched_at):
@@ -176,7 +181,13 @@ class Execution:
         return backend_call.result()
 
     async def _lingering(
-        self, backend_call: asyncio.Task[Completion], work: Work, lease: Lease, route: Route, started: float
+        self,
+        backend_call: asyncio.Task[Completion],
+        work: Work,
+        lease: Lease,
+        route: Route,
+        started: float,
+        probe: bool,
     ) -> None:
         """Hold `lease` while the backend still runs the call, bounded by `backend_timeout_s`."""
         try:
@@ -187,7 +198,7 @@ class Execution:
                 backend_call.cancel()
             with contextlib.suppress(BaseException):
                 await backend_call  # its answer (or failure) is nobody's any more
-            self._routes.ended(route, None, self._clock_ms(), cut=True)
+            self._routes.ended(route, None, self._clock_ms(), cut=True, probe=probe)
             await self._call_over(work, lease, completed=False)
 
     async def _call_over(self, work: Work, lease: Lease, *, completed: bool) -> None:

@@ -62,6 +62,9 @@ DEFAULT_COMPLETION_TOKENS = 256
 # Models with no limit known whose starts are counted at once (a caller may name any model):
 # beyond it a new one's starts are not counted until one with an empty minute is forgotten.
 MAX_UNLIMITED_MODELS = 256
+# When that many are counted and none could be forgotten, looked at again after this long: a look
+# passes over every model, too dear for each start of an uncounted one.
+UNLIMITED_FULL_RECHECK_MS = 1_000
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,8 @@ class RateBudget:
             raise ValueError(f"floor shares must be within [0, 1] and sum to at most 1, got {shares}")
         self._shares = shares
         self._clock_ms = clock_ms
+        # Until then `MAX_UNLIMITED_MODELS` are counted and no new one is (`_counted_unlimited`).
+        self._unlimited_full_until_ms = 0
 
     def set_floor_shares(self, floor_shares: Mapping[Tier, float]) -> None:
         """The tiers' shares of each limit (their floors' share of the concurrency budget), e.g. when
@@ -330,12 +335,15 @@ class RateBudget:
     def _counted_unlimited(self, model: str, now: int) -> _ModelState | None:
         """A new state for `model`, which has no limit known, to count its starts in; None when
         `MAX_UNLIMITED_MODELS` are counted already (the ones with an empty minute forgotten first)."""
+        if now < self._unlimited_full_until_ms:
+            return None
         unlimited = [name for name, state in self._models.items() if state.rpm is None and state.tpm is None]
         if len(unlimited) >= MAX_UNLIMITED_MODELS:
             for name in unlimited:
                 if self._models[name].forgettable(now) and name not in self._configured:
                     del self._models[name]
             if sum(1 for name in unlimited if name in self._models) >= MAX_UNLIMITED_MODELS:
+                self._unlimited_full_until_ms = now + UNLIMITED_FULL_RECHECK_MS
                 return None
         state = self._models[model] = _ModelState(RateLimit())
         return state

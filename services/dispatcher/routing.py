@@ -7,7 +7,8 @@ backends in order (LOW to a cheaper deployment first, say); a start goes to the 
 
 - its breaker admits (``circuit.py``: open after failures in a row or a 429 storm; after a pause
   one probe call at a time; a probe that answers brings the traffic back; a request on its last
-  attempt is never the probe, since a failed probe would be its final failure), and
+  attempt is never the probe, since a failed probe would be its final failure, unless
+  every request is: `max_attempts` 1), and
 - is below its own concurrency limit (`max_concurrency`, calls in flight from this dispatcher).
 
 When none of a tier's backends may be called now, `choose` returns None and the tier waits, as it
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from services.dispatcher.backend import Backend
 from services.dispatcher.circuit import BreakerPolicy, CircuitBreaker, Outcome, State
@@ -46,8 +47,6 @@ class Route:
     breaker: CircuitBreaker
     max_concurrency: int | None = None
     in_flight: int = 0
-    # Calls started and ended here, by how they ended (`Outcome` values), for the figures.
-    ended: dict[str, int] = field(default_factory=dict)
 
     def has_room(self) -> bool:
         return self.max_concurrency is None or self.in_flight < self.max_concurrency
@@ -73,12 +72,7 @@ class BackendRoutes:
         }
         first = next(iter(backends))
         orders = {t: tuple((tiers or {}).get(t) or (first,)) for t in Tier}
-        for tier, order in orders.items():
-            unknown = [name for name in order if name not in self._routes]
-            if unknown:
-                raise ValueError(
-                    f"{tier.value} lists unknown backends {unknown}; known: {sorted(self._routes)}"
-                )
+        check_tier_backends(orders, list(self._routes))
         self._orders = orders
         self._on_change = on_change
 
@@ -116,17 +110,28 @@ class BackendRoutes:
         """The rate budget's name for `model` on `route`'s backend."""
         return f"{route.name}/{model}" if self.several else model
 
-    def started(self, route: Route, now_ms: int) -> None:
+    def started(self, route: Route, now_ms: int) -> bool:
+        """A call goes to `route`; True when it is its half-open breaker's probe."""
         route.in_flight += 1
-        route.breaker.started(now_ms)
+        return self.several and route.breaker.started(now_ms)
 
-    def ended(self, route: Route, failure: BackendError | None, now_ms: int, *, cut: bool = False) -> None:
-        """A call on `route` ended: answered (`failure` None), failed, or `cut` by its deadline."""
+    def ended(
+        self,
+        route: Route,
+        failure: BackendError | None,
+        now_ms: int,
+        *,
+        cut: bool = False,
+        probe: bool = False,
+    ) -> None:
+        """A call on `route` ended: answered (`failure` None), failed, or `cut` by its deadline;
+        `probe`: what `started` said of it."""
         route.in_flight = max(0, route.in_flight - 1)
+        if not self.several:
+            return  # no breaker: nowhere else to send the traffic (its circuit stays closed)
         outcome = outcome_of(failure, cut=cut)
-        route.ended[outcome.value] = route.ended.get(outcome.value, 0) + 1
         before = route.breaker.state(now_ms)
-        after = route.breaker.ended(outcome, now_ms)
+        after = route.breaker.ended(outcome, now_ms, probe=probe)
         if after is before:
             return
         if after is State.OPEN:
@@ -142,10 +147,11 @@ class BackendRoutes:
         if self._on_change is not None:
             self._on_change(route.name, after)
 
-    def in_service(self, route: Route, now_ms: int) -> bool:
-        """Whether `route` takes its tiers' traffic: always with one backend, else while its circuit
-        is closed (an open or probed one's failures are the breaker's business, not the budget's)."""
-        return not self.several or route.breaker.state(now_ms) is State.CLOSED
+    def in_service(self, route: Route, tier: Tier, now_ms: int) -> bool:
+        """Whether `route` takes `tier`'s traffic: always when it is the tier's only backend (which
+        calls it whatever its breaker says), else while its circuit is closed (an open or probed
+        one's failures are the breaker's business, not the budget's)."""
+        return len(self._orders[tier]) == 1 or route.breaker.state(now_ms) is State.CLOSED
 
     def states(self, now_ms: int) -> dict[str, State]:
         return {name: route.breaker.state(now_ms) for name, route in self._routes.items()}

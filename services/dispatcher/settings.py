@@ -164,7 +164,17 @@ class DispatcherSettings(BaseSettings):
     @model_validator(mode="after")
     def _backends_are_known(self) -> DispatcherSettings:
         check_backends(self.backends)
-        check_tier_backends(self.tier_backends, [DEFAULT_BACKEND, *self.backends])
+        known = [DEFAULT_BACKEND, *self.backends]
+        check_tier_backends(self.tier_backends, known)
+        if self.backends:
+            # With several backends the rate budget keys a model by its backend (routing.rate_key):
+            # a limit named otherwise would never apply.
+            unnamed = [key for key in self.rate_limits if key.split("/", 1)[0] not in known]
+            if unnamed:
+                raise ValueError(
+                    f"with several backends INFERQ_RATE_LIMITS names each model <backend>/<model>: "
+                    f"{unnamed} name no backend (known: {sorted(known)})"
+                )
         return self
 
     @field_validator("backend_url")

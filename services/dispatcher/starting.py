@@ -130,14 +130,21 @@ class Starter:
                 self._inflight.begin(start.work, self._writer.expire(start.work, start.expired), "expire")
                 continue
             charge = self._recharge(charge, start.work, tier, route)
-            self._routes.started(route, self._clock_ms())
-            self._inflight.begin(start.work, self._execution.call(start.work, lease, route, charge), "call")
+            probe = self._routes.started(route, self._clock_ms())
+            call = self._execution.call(start.work, lease, route, charge, probe=probe)
+            self._inflight.begin(start.work, call, "call")
         return True
 
     def _route(self, tier: Tier) -> Route | None:
-        """The backend the request `tier` would start calls (its last attempt never a probe)."""
+        """The backend the request `tier` would start calls (its last attempt never a probe, unless
+        every request is on its last: with one attempt in all, a backend whose circuit opened would
+        otherwise never be called again)."""
         work = self._next.peek(tier)
-        last = work is not None and work.request.attempt >= self._max_attempts_per_request
+        last = (
+            self._max_attempts_per_request > 1
+            and work is not None
+            and work.request.attempt >= self._max_attempts_per_request
+        )
         return self._routes.choose(tier, self._clock_ms(), may_probe=not last)
 
     def _charge(self, tier: Tier, budget: int, route: Route) -> Charge | Literal[False] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -42,6 +43,14 @@ def circuit_state(metrics_url: str, backend: str) -> float:
         if line.startswith("inferq_backend_circuit_state{") and f'backend="{backend}"' in line:
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"no circuit state for {backend} in /metrics")
+
+
+def until_half_open(metrics_url: str, backend: str) -> None:
+    """Wait (bounded) for `backend`'s pause to end: until then a start passes it over."""
+    deadline = time.monotonic() + OPEN_S + 10
+    while circuit_state(metrics_url, backend) != 1:
+        assert time.monotonic() < deadline, f"{backend}'s circuit not half-open within {OPEN_S + 10} s"
+        time.sleep(0.05)
 
 
 def a_mix(label: str, count: int) -> list[dict[str, object]]:
@@ -88,7 +97,10 @@ def test_an_outage_of_the_first_backend_moves_every_tier_to_the_next_and_a_probe
         assert circuit_state(stack.dispatcher_url(0), "spare") == 0
 
         # "default" back: after its pause the next call probes it, and its answer brings the traffic back.
+        # The last failure may have reopened it just before the "during" outcomes came in: a request
+        # sent within its pause would go to "spare", so the probe is sent once the pause is over.
         set_outage(primary, False)
+        until_half_open(stack.dispatcher_url(0), "default")
         probe = served(a_mix("probe", 1))
         assert answered(primary) == len(probe)
         spare_before = answered(spare)

@@ -24,6 +24,12 @@ KEY_GIVEN = "sk-live-0123456789abcdef"
             "budget: Input should be",
         ),
         (
+            # The key itself in the value refused (a key put in the setting, not in its variable).
+            ["dispatcher"],
+            {"INFERQ_BACKENDS": '{"x": {"url": "http://a/v1", "api_key": "' + KEY_GIVEN + '"}}'},
+            "backends.x.api_key: Extra inputs are not permitted",
+        ),
+        (
             ["dispatcher"],
             {"INFERQ_REDIS_PASSWORD": KEY_GIVEN, "INFERQ_REDIS_CALL_TIMEOUT_S": "4.9"},
             "call_timeout_s (4.9) must be below lease_ttl_s / 3",

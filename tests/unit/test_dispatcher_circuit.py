@@ -14,8 +14,8 @@ POLICY = BreakerPolicy(failures=3, storm_429=4, storm_window_ms=1_000, open_ms=5
 
 def failing(breaker: CircuitBreaker, times: int, now_ms: int = 0, outcome: Outcome = Outcome.FAILED) -> None:
     for _ in range(times):
-        breaker.started(now_ms)
-        breaker.ended(outcome, now_ms)
+        probe = breaker.started(now_ms)
+        breaker.ended(outcome, now_ms, probe=probe)
 
 
 def test_failures_in_a_row_open_it_and_an_answer_between_them_resets_the_count():
@@ -75,9 +75,19 @@ def test_a_failed_probe_opens_it_for_another_pause():
 def test_a_probe_the_deadline_cut_lets_the_next_call_probe():
     breaker = CircuitBreaker(POLICY)
     failing(breaker, 3, now_ms=0)
-    breaker.started(5_000)
-    assert breaker.ended(Outcome.NEUTRAL, 5_100) is State.HALF_OPEN
+    assert breaker.started(5_000)
+    assert breaker.ended(Outcome.NEUTRAL, 5_100, probe=True) is State.HALF_OPEN
     assert breaker.admits(5_100)
+
+
+def test_a_call_from_before_the_pause_telling_nothing_does_not_let_a_second_probe_go():
+    breaker = CircuitBreaker(POLICY)
+    assert not breaker.started(0)  # a slow call, started while closed
+    failing(breaker, 3, now_ms=0)
+    assert breaker.started(5_000)  # the probe
+    # The slow call, cut by its deadline, ends while the probe is out.
+    assert breaker.ended(Outcome.NEUTRAL, 5_100) is State.HALF_OPEN
+    assert not breaker.admits(5_100), "a second probe while the first is out"
 
 
 def test_calls_started_before_it_opened_ending_while_open_change_nothing():
@@ -113,8 +123,9 @@ def test_never_more_than_one_probe_out_and_open_means_no_call(events):
             assert not breaker.admits(now)
         if breaker.admits(now):
             was_half_open = state is State.HALF_OPEN
-            breaker.started(now)
+            probe = breaker.started(now)
+            assert probe is was_half_open
             probes_out += was_half_open
             assert probes_out <= 1
-            breaker.ended(outcome, now)
+            breaker.ended(outcome, now, probe=probe)
             probes_out = 0

@@ -76,3 +76,88 @@ def test_health_names_each_backends_circuit_and_one_backend_is_default_and_close
             return r.dispatcher.health()["backends"]
 
     assert asyncio.run(circuits()) == {"default": "closed"}
+
+
+async def a_primary_back_after_an_outage_with_one_attempt() -> tuple[int, int]:
+    """Primary calls during a 503 outage and after it ends, with no retries (every request is on
+    its last attempt)."""
+    spare = HeldBackend()
+    spare.release()
+    r = rig(
+        spares={"spare": spare},
+        backends={"spare": {"url": "http://127.0.0.1:9/v1"}},
+        tier_backends=BOTH,
+        breaker_failures=2,
+        breaker_open_s=0.1,
+        max_attempts=1,
+    )
+    r.backend.release()
+    r.backend.failure = BackendError("backend answered 503", retriable=True, status=503)
+    n = 0
+
+    def send() -> None:
+        nonlocal n
+        request = a_request("HIGH", messages=[{"role": "user", "content": f"c{n}"}])
+        r.consumer.produce(r.partition("HIGH"), encoded(request))
+        n += 1
+
+    async with running(r):
+        for _ in range(2):
+            send()
+        await eventually(lambda: len(r.backend.calls) >= 2, "the failures that open the circuit")
+        await eventually(lambda: len(r.results()) == 2, "their outcomes")
+        during = len(r.backend.calls)
+        r.backend.failure = None  # the outage ends
+        started = time.monotonic()
+        while len(r.backend.calls) == during and time.monotonic() - started < 2.0:
+            send()
+            await asyncio.sleep(0.02)
+        await eventually(lambda: len(r.results()) == n, "every outcome")
+    return during, len(r.backend.calls)
+
+
+def test_with_one_attempt_in_all_a_backend_is_still_probed_and_its_traffic_comes_back():
+    # Every request is on its last attempt, which is never the probe: unless one is, a backend whose
+    # circuit opened would never be called again.
+    during, after = asyncio.run(a_primary_back_after_an_outage_with_one_attempt())
+    assert during == 2
+    assert after > during
+
+
+async def lowest_budget_with_low_on_a_failing_first_backend(seconds: float) -> int:
+    """The lowest adaptive budget while LOW, whose only backend is the first one, meets its 503s;
+    HIGH has a spare (so the first backend's breaker opens and probes)."""
+    spare = HeldBackend()
+    spare.release()
+    r = rig(
+        spares={"spare": spare},
+        backends={"spare": {"url": "http://127.0.0.1:9/v1"}},
+        tier_backends={Tier.HIGH: ["default", "spare"]},
+        breaker_failures=2,
+        breaker_open_s=0.1,
+        adaptive=True,
+        budget=10,
+        max_attempts=2,
+        retry_base_backoff_s=0.01,
+    )
+    r.backend.release()
+    r.backend.failure = BackendError("backend answered 503", retriable=True, status=503)
+    lowest = 10
+    async with running(r):
+        started = time.monotonic()
+        n = 0
+        while time.monotonic() - started < seconds:
+            request = a_request("LOW", messages=[{"role": "user", "content": f"c{n}"}])
+            r.consumer.produce(r.partition("LOW"), encoded(request))
+            n += 1
+            lowest = min(lowest, r.dispatcher.effective_budget)
+            await asyncio.sleep(0.02)
+        lowest = min(lowest, r.dispatcher.effective_budget)
+    return lowest
+
+
+def test_a_tier_with_no_other_backend_still_cuts_the_budget_on_its_backends_overload():
+    # LOW has nowhere else to go: as with one backend, the adaptive budget is what backs off from
+    # its failing backend, breaker open or not (a cut's cooldown is 1 s: 10 -> 7 -> 4 or lower).
+    lowest = asyncio.run(lowest_budget_with_low_on_a_failing_first_backend(2.5))
+    assert lowest <= 4, lowest

@@ -46,8 +46,8 @@ def two_backends(**kwargs) -> BackendRoutes:
 def call(routes: BackendRoutes, tier: Tier, now_ms: int, failure: BackendError | None) -> str:
     route = routes.choose(tier, now_ms)
     assert route is not None
-    routes.started(route, now_ms)
-    routes.ended(route, failure, now_ms)
+    probe = routes.started(route, now_ms)
+    routes.ended(route, failure, now_ms, probe=probe)
     return route.name
 
 
@@ -77,7 +77,7 @@ def test_while_the_probe_is_out_the_tier_goes_on_with_the_next_backend():
     for _ in range(2):
         call(routes, Tier.HIGH, 0, FAILED)
     probe = routes.choose(Tier.HIGH, 1_000)
-    routes.started(probe, 1_000)
+    assert routes.started(probe, 1_000), "the probe"
     assert probe.name == "default"
     assert routes.choose(Tier.HIGH, 1_001).name == "spare"
 
@@ -95,17 +95,20 @@ def test_a_tier_whose_backends_are_all_open_waits():
 def test_a_backend_at_its_own_limit_sends_the_next_start_to_the_next_backend():
     routes = two_backends(max_concurrency={"default": 1})
     first = routes.choose(Tier.HIGH, 0)
-    routes.started(first, 0)
+    assert not routes.started(first, 0), "closed: no probe"
     assert routes.choose(Tier.HIGH, 0).name == "spare"
     routes.ended(first, None, 1)
     assert routes.choose(Tier.HIGH, 1).name == "default"
 
 
-def test_one_backend_has_no_breaker_it_is_always_called():
+def test_one_backend_has_no_breaker_it_is_always_called(caplog):
     routes = BackendRoutes.single(Quiet())
     for _ in range(20):
         call(routes, Tier.HIGH, 0, FAILED)
     assert routes.choose(Tier.HIGH, 0).name == "default"
+    # Nothing says it was passed over: no circuit opens (the log, the gauge and its alert).
+    assert "circuit open" not in caplog.text
+    assert routes.gauge(0) == {"default": 0}
     assert routes.rate_key(routes.choose(Tier.HIGH, 0), "inferq-fast") == "inferq-fast"
 
 
@@ -180,12 +183,28 @@ def test_backends_and_tier_orders_from_the_environment(monkeypatch):
         ({"INFERQ_BACKENDS": '{"x": {"url": "http://a/v1", "api_key_env": "a b"}}'}, "variable name"),
         ({"INFERQ_BACKENDS": '{"x": {"url": "' + "h" * 3000 + '"}}'}, "at most 2048"),
         ({"INFERQ_BREAKER_OPEN_S": "0"}, "greater than 0"),
+        (
+            {
+                "INFERQ_BACKENDS": '{"spare": {"url": "http://a/v1"}}',
+                "INFERQ_RATE_LIMITS": '{"spare/m": {"rpm": 5}, "m": {"rpm": 5}}',
+            },
+            "names each model <backend>/<model>: ['m'] name no backend",
+        ),
         ({"INFERQ_BREAKER_FAILURES": "many"}, "valid integer"),
     ],
 )
 def test_settings_it_cannot_use_are_refused_saying_why(monkeypatch, env, says):
     with pytest.raises(ValidationError, match=says.replace("(", r"\(").replace("[", r"\[")):
         settings(monkeypatch, **env)
+
+
+def test_with_several_backends_rate_limits_name_their_backend(monkeypatch):
+    s = settings(
+        monkeypatch,
+        INFERQ_BACKENDS='{"spare": {"url": "http://a/v1"}}',
+        INFERQ_RATE_LIMITS='{"spare/m": {"rpm": 5}, "default/org/m": {"tpm": 900}}',
+    )
+    assert set(s.rate_limits) == {"spare/m", "default/org/m"}
 
 
 def test_a_keys_variable_unset_stops_the_start_naming_the_variable_never_a_key(monkeypatch):
@@ -216,13 +235,15 @@ def test_a_request_on_its_last_attempt_is_never_the_probe():
 def test_a_backend_out_of_service_is_one_whose_circuit_is_not_closed_and_one_backend_always_serves():
     routes = two_backends()
     default = routes.choose(Tier.HIGH, 0)
-    assert routes.in_service(default, 0)
+    assert routes.in_service(default, Tier.HIGH, 0)
     for _ in range(2):
         call(routes, Tier.HIGH, 0, FAILED)
-    assert not routes.in_service(default, 0)  # open
-    assert not routes.in_service(default, 1_000)  # half-open
+    assert not routes.in_service(default, Tier.HIGH, 0)  # open
+    assert not routes.in_service(default, Tier.HIGH, 1_000)  # half-open
+    # MEDIUM lists it alone and calls it whatever its breaker says: for MEDIUM it serves.
+    assert routes.in_service(default, Tier.MEDIUM, 0)
     single = BackendRoutes.single(Quiet())
     only = single.choose(Tier.HIGH, 0)
     for _ in range(20):
         call(single, Tier.HIGH, 0, FAILED)
-    assert single.in_service(only, 0)
+    assert single.in_service(only, Tier.HIGH, 0)

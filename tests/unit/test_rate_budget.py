@@ -16,6 +16,7 @@ from services.dispatcher.rate_budget import (
     RateBudget,
     RateHeaders,
     RateLimit,
+    _ModelState,
     estimate_tokens,
     parse_count,
     parse_duration_s,
@@ -103,6 +104,31 @@ def test_starts_of_at_most_so_many_unlimited_models_are_counted_and_idle_ones_ar
     assert budget.used("late") == (1, 10)
     assert budget.take("configured", Tier.LOW, 10) is not None
     assert budget.used("configured") == (1, 10)
+
+
+def test_once_full_a_new_models_starts_do_not_each_pass_over_every_model(monkeypatch) -> None:
+    clock = Clock()
+    budget = RateBudget({}, clock_ms=clock)
+    for n in range(MAX_UNLIMITED_MODELS):
+        assert budget.take(f"model-{n}", Tier.LOW, 10) is not None
+    looked_at = 0
+    forgettable = _ModelState.forgettable
+
+    def counted(state: _ModelState, now_ms: int) -> bool:
+        nonlocal looked_at
+        looked_at += 1
+        return forgettable(state, now_ms)
+
+    monkeypatch.setattr(_ModelState, "forgettable", counted)
+    # A burst of starts of a model beyond the bound: one look over the counted models, not one each.
+    for _ in range(100):
+        assert budget.take("late", Tier.LOW, 10) is not None
+    assert looked_at == MAX_UNLIMITED_MODELS
+    assert budget.used("late") == (0, 0)
+    # Once the idle ones may be forgotten, the next look (a second on at most) counts it.
+    clock.now_ms += HELD_MS
+    assert budget.take("late", Tier.LOW, 10) is not None
+    assert budget.used("late") == (1, 10)
 
 
 def test_tokens_per_minute_refuses_past_the_limit_until_the_minute_moves_on() -> None:
