@@ -62,14 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
     except ValidationError as exc:
+        if not exc.title.endswith("Settings"):
+            raise  # not the settings: a bug, with its traceback
         # Settings from the environment that cannot be used: what and why, one line each, never the
         # value given (pydantic's own message quotes the input, which may hold a key or password).
         print(f"inferq {args.command}: invalid settings:\n{settings_errors(exc)}", file=sys.stderr)
+        return 2
+    except SettingsError as exc:
+        # A variable that is not valid JSON where JSON is expected; the message names the field only.
+        print(f"inferq {args.command}: invalid settings:\n  {exc}", file=sys.stderr)
         return 2
     return code
 

@@ -49,3 +49,12 @@ def test_invalid_settings_say_what_and_exit_2_without_the_values(monkeypatch, ca
     assert err.startswith(f"inferq {command[0]}: invalid settings:\n"), err
     assert says in err
     assert KEY_GIVEN[:4] not in err and "input_value" not in err
+
+
+def test_a_variable_that_is_not_json_names_its_field_not_its_value(monkeypatch, capsys):
+    monkeypatch.setenv("INFERQ_BACKENDS", '{"cheap": {"url": "https://a/v1", "api_key": "' + KEY_GIVEN)
+    assert main(["dispatcher"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("inferq dispatcher: invalid settings:\n"), err
+    assert '"backends"' in err
+    assert KEY_GIVEN[:4] not in err
