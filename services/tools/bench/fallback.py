@@ -91,72 +91,74 @@ async def run_once(
     collector = ResultCollector(bootstrap_servers, kafka.topics.results, f"{prefix}-collector")
     collector.start()
     samples: list[Sample] = []
-    with _sims(log_dir) as (primary, spare):
-        settings = DispatcherSettings(
-            kafka=kafka,
-            group_id=f"{prefix}-dispatcher",
-            dispatcher_id=f"{prefix}-d0",
-            backend_url=f"{primary}/v1",
-            backends={"spare": BackendSpec(url=f"{spare}/v1")},
-            tier_backends={t: ["default", "spare"] for t in Tier},
-            budget=BUDGET,
-            schedule_pin="normal",
-            metrics_port=pick_free_ports(1)[0],
-            **breaker,  # type: ignore[arg-type]
-        )
-        described = (
-            f"{settings.breaker_failures} failures in a row or {settings.breaker_storm_429} 429s in "
-            f"{settings.breaker_storm_window_s:g} s open it; {settings.breaker_open_s:g} s to a probe"
-        )
-        dispatcher = bootstrap(settings)
-        task = asyncio.create_task(dispatcher.run())
-        end_s = warm_s + outage_s + after_s
-        async with httpx.AsyncClient(timeout=5.0) as client:
-            try:
-                async with asyncio.timeout(60):
-                    while dispatcher.health()["assigned"] == 0:
-                        if task.done():
-                            task.result()
-                        await asyncio.sleep(0.1)
-                start = time.monotonic()
-                start_ms = int(time.time() * 1000)
-                next_send = dict.fromkeys(Tier, 0.0)
-                phase = "warm"
-                refused_before = 0
-                while (now := time.monotonic() - start) < end_s:
-                    if phase == "warm" and now >= warm_s:
-                        refused_before = await _answers(client, primary, "503")
-                        await client.post(f"{primary}/admin/faults", json={"outage": True})
-                        phase = "outage"
-                        log(f"outage of the primary at {now:.1f} s")
-                    elif phase == "outage" and now >= warm_s + outage_s:
-                        await client.post(f"{primary}/admin/faults", json={"outage": False})
-                        phase = "after"
-                        log(f"primary back at {now:.1f} s")
-                    now_ms = int(time.time() * 1000)
-                    for tier, rate in RATES.items():
-                        while next_send[tier] <= now:
-                            request = _request(tier, now_ms)
-                            producer.produce(
-                                kafka.topics.requests(tier), codec.encode(request), key=request.key
-                            )
-                            sent.add(request.request_id)
-                            next_send[tier] += 1 / rate
-                    producer.poll(0)
+    try:
+        with _sims(log_dir) as (primary, spare):
+            settings = DispatcherSettings(
+                kafka=kafka,
+                group_id=f"{prefix}-dispatcher",
+                dispatcher_id=f"{prefix}-d0",
+                backend_url=f"{primary}/v1",
+                backends={"spare": BackendSpec(url=f"{spare}/v1")},
+                tier_backends={t: ["default", "spare"] for t in Tier},
+                budget=BUDGET,
+                schedule_pin="normal",
+                metrics_port=pick_free_ports(1)[0],
+                **breaker,  # type: ignore[arg-type]
+            )
+            described = (
+                f"{settings.breaker_failures} failures in a row or {settings.breaker_storm_429} 429s in "
+                f"{settings.breaker_storm_window_s:g} s open it; {settings.breaker_open_s:g} s to a probe"
+            )
+            dispatcher = bootstrap(settings)
+            task = asyncio.create_task(dispatcher.run())
+            end_s = warm_s + outage_s + after_s
+            async with httpx.AsyncClient(timeout=5.0) as client:
+                try:
+                    async with asyncio.timeout(60):
+                        while dispatcher.health()["assigned"] == 0:
+                            if task.done():
+                                task.result()
+                            await asyncio.sleep(0.1)
+                    start = time.monotonic()
+                    start_ms = int(time.time() * 1000)
+                    next_send = dict.fromkeys(Tier, 0.0)
+                    phase = "warm"
+                    refused_before = 0
+                    while (now := time.monotonic() - start) < end_s:
+                        if phase == "warm" and now >= warm_s:
+                            refused_before = await _answers(client, primary, "503")
+                            await client.post(f"{primary}/admin/faults", json={"outage": True})
+                            phase = "outage"
+                            log(f"outage of the primary at {now:.1f} s")
+                        elif phase == "outage" and now >= warm_s + outage_s:
+                            await client.post(f"{primary}/admin/faults", json={"outage": False})
+                            phase = "after"
+                            log(f"primary back at {now:.1f} s")
+                        now_ms = int(time.time() * 1000)
+                        for tier, rate in RATES.items():
+                            while next_send[tier] <= now:
+                                request = _request(tier, now_ms)
+                                producer.produce(
+                                    kafka.topics.requests(tier), codec.encode(request), key=request.key
+                                )
+                                sent.add(request.request_id)
+                                next_send[tier] += 1 / rate
+                        producer.poll(0)
+                        p, s = await asyncio.gather(_answers(client, primary), _answers(client, spare))
+                        samples.append(Sample(round(time.monotonic() - start, 3), p, s))
+                        await asyncio.sleep(SAMPLE_S)
+                    producer.flush(30)
+                    log(f"sent {len(sent)} requests over {end_s:g} s; waiting for their outcomes")
+                    results = await asyncio.to_thread(collector.wait_for, sent, 120.0)
                     p, s = await asyncio.gather(_answers(client, primary), _answers(client, spare))
                     samples.append(Sample(round(time.monotonic() - start, 3), p, s))
-                    await asyncio.sleep(SAMPLE_S)
-                producer.flush(30)
-                log(f"sent {len(sent)} requests over {end_s:g} s; waiting for their outcomes")
-                results = await asyncio.to_thread(collector.wait_for, sent, 120.0)
-                p, s = await asyncio.gather(_answers(client, primary), _answers(client, spare))
-                samples.append(Sample(round(time.monotonic() - start, 3), p, s))
-                refused = await _answers(client, primary, "503") - refused_before
-            finally:
-                dispatcher.request_stop()
-                async with asyncio.timeout(60):
-                    await task
-    collector.stop()
+                    refused = await _answers(client, primary, "503") - refused_before
+                finally:
+                    dispatcher.request_stop()
+                    async with asyncio.timeout(60):
+                        await task
+    finally:
+        collector.stop()
     found = figures(
         sent=len(sent),
         results=list(results.values()),
