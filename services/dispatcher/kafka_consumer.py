@@ -28,6 +28,7 @@ from services.dispatcher.consumer import (
     Unfetched,
 )
 from services.dispatcher.errors import CommitFailedError, ConsumerError, SessionTimeoutRefusedError
+from services.messaging.commit_metadata import readable_metadata
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.topics import TopicNames
 
@@ -191,7 +192,7 @@ class KafkaTierConsumer:
             raise ConsumerError(f"the group's commits are unreadable: {exc!r}", retriable=True) from exc
         return {
             Partition(entry.topic, entry.partition): (
-                CommitPoint(entry.offset, entry.metadata or "") if entry.offset >= 0 else None
+                CommitPoint(entry.offset, readable_metadata(entry) or "") if entry.offset >= 0 else None
             )
             for entry in listing
         }

@@ -22,13 +22,14 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 # OffsetSpec is public API of confluent_kafka.admin but missing from its type stubs' exports.
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from services.messaging.commit_metadata import readable_metadata
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.lag import unhandled
 from services.messaging.tiers import Tier
@@ -46,23 +47,6 @@ _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def readable_metadata(tp: Any) -> str | None:
-    """A commit's metadata as text, or None when it cannot be read.
-
-    confluent-kafka 2.16 reads the metadata that aiokafka (the dispatchers) committed as a
-    NUL-terminated C string although it is not terminated: the bytes after it come along (``v1:2``
-    read back as ``v1:2}U``, measured), and when they are not UTF-8 reading `tp.metadata` raises
-    UnicodeDecodeError, which ended the backlog thread, and admission's backlog with it. Unreadable
-    or with garbage behind, the metadata is ignored (`commit_metadata.parse` trusts nothing): those
-    records count as backlog, never as done.
-    """
-    try:
-        metadata = tp.metadata
-    except UnicodeDecodeError:
-        return None
-    return metadata if isinstance(metadata, str) else None
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,13 @@
 
 Requests of one partition finish in any order; the commit stays at the lowest offset whose outcome
 is not yet written, and the offsets already answered beyond it travel in the commit's metadata (as
-Confluent's Parallel Consumer does): ``v1:`` then comma-separated offsets or ``a-b`` ranges relative
-to the committed offset, e.g. ``v1:2-4,7`` on a commit at 100 says 102, 103, 104 and 107 are done.
+Confluent's Parallel Consumer does): ``v2:`` then comma-separated offsets or ``a-b`` ranges relative
+to the committed offset, then ``;``, e.g. ``v2:2-4,7;`` on a commit at 100 says 102, 103, 104 and
+107 are done. The terminator is there because confluent-kafka 2.16 reads the metadata aiokafka
+committed as a C string that is not terminated: bytes after it come along (``v1:2`` read back as
+``v1:2}U``, measured), and trailing digits would have read as more offsets done (a request skipped,
+never called). What follows the first ``;`` is ignored; metadata without one is ignored whole
+(``v1:``, written before the terminator, included: its work is redone).
 
 Two readers: the dispatcher that takes a partition over skips those offsets instead of calling the
 LLM again, and ingest's admission does not count them as backlog (a slow or stuck commit must not
@@ -20,8 +25,10 @@ deduplicated by request id), never skipped.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
-PREFIX = "v1:"
+PREFIX = "v2:"
+END = ";"
 # Kafka's default offset.metadata.max.bytes is 4096; a commit with more is refused.
 LIMIT_BYTES = 4000
 # How far beyond its commit point one dispatcher may complete a partition's records; also the
@@ -46,14 +53,14 @@ def encode(done: Iterable[int], committed: int, limit_bytes: int = LIMIT_BYTES) 
     if not beyond:
         return ""
     parts: list[str] = []
-    size = len(PREFIX)
+    size = len(PREFIX) + len(END)
     for start, end in _ranges(beyond):
         part = f"{start - committed}" if start == end else f"{start - committed}-{end - committed}"
         if size + len(part) + 1 > limit_bytes:
             break
         parts.append(part)
         size += len(part) + 1
-    return PREFIX + ",".join(parts)
+    return PREFIX + ",".join(parts) + END
 
 
 def _relative(text: str) -> int | None:
@@ -67,11 +74,14 @@ def _relative(text: str) -> int | None:
 def parse(text: str | None, committed: int) -> set[int]:
     """Offsets completed beyond `committed`, from a commit's metadata; empty if there are none, if the
     metadata is not ours, or if any part of it is malformed or out of bounds."""
-    if not text or not text.startswith(PREFIX) or len(text) > LIMIT_BYTES or committed < 0:
+    if not text or not text.startswith(PREFIX) or committed < 0:
+        return set()
+    body, end, _ = text[len(PREFIX) :].partition(END)  # after the terminator: a reader's garbage
+    if not end or len(PREFIX) + len(body) + len(END) > LIMIT_BYTES:
         return set()
     done: set[int] = set()
     previous_end = 0
-    for part in text[len(PREFIX) :].split(","):
+    for part in body.split(","):
         low_text, dash, high_text = part.partition("-")
         low = _relative(low_text)
         high = _relative(high_text) if dash else low
@@ -85,3 +95,15 @@ def parse(text: str | None, committed: int) -> set[int]:
 def count_done(text: str | None, committed: int, *, start: int, end: int) -> int:
     """How many offsets in [`start`, `end`) the metadata of a commit at `committed` says are done."""
     return sum(1 for offset in parse(text, committed) if start <= offset < end)
+
+
+def readable_metadata(tp: Any) -> str | None:
+    """A commit's metadata as confluent-kafka returns it (`TopicPartition.metadata`), as text, or
+    None when it cannot be read: with the bytes it reads past the end (see above) it raises
+    UnicodeDecodeError when they are not UTF-8, which ended ingest's backlog thread and, in a
+    dispatcher taking partitions over, the assignment itself (its partitions were never served)."""
+    try:
+        metadata = tp.metadata
+    except UnicodeDecodeError:
+        return None
+    return metadata if isinstance(metadata, str) else None

@@ -135,7 +135,15 @@ def test_a_commit_held_by_one_slow_call_is_not_read_as_backlog(kafka_settings, h
 
 @pytest.mark.parametrize(
     "metadata",
-    ["v1:1-999999999999", "v1:0-5", "v1:-5", "v1:5,3", "v1:x", "v1:" + "1," * 2000, "\xff junk \u2603"],
+    [
+        "v2:1-999999999999;",
+        "v2:0-5;",
+        "v2:-5;",
+        "v2:5,3;",
+        "v2:x;",
+        "v2:" + "1," * 2000 + ";",
+        "\xff junk \u2603",
+    ],
 )
 def test_hostile_commit_metadata_is_ignored_never_obeyed(kafka_settings, hostile_figures, metadata):
     """Anyone with the group's id can commit metadata; a dispatcher taking the partition over must

@@ -84,9 +84,9 @@ class _Committed:
 
 
 def test_commit_metadata_that_is_not_utf8_reads_as_none_instead_of_ending_the_reader():
-    from services.ingest.backlog import readable_metadata
+    from services.messaging.commit_metadata import readable_metadata
 
-    assert readable_metadata(_Committed("v1:2-4,7")) == "v1:2-4,7"
-    assert readable_metadata(_Committed(b"v1:2\x96\xff")) is None
+    assert readable_metadata(_Committed("v2:2-4,7;")) == "v2:2-4,7;"
+    assert readable_metadata(_Committed(b"v2:2\x96\xff;")) is None
     assert readable_metadata(_Committed(None)) is None
     assert readable_metadata(_Committed(42)) is None

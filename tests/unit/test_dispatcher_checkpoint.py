@@ -43,7 +43,7 @@ def test_offsets_done_beyond_a_running_call_travel_in_the_commit_metadata() -> N
             # The head still runs: the commit stays at it, and says 1-3 are done beyond it, so a
             # next owner would skip them rather than call the LLM again.
             await eventually(
-                lambda: r.consumer.group_commits.get(low) == CommitPoint(0, "v1:1-3"), "metadata"
+                lambda: r.consumer.group_commits.get(low) == CommitPoint(0, "v2:1-3;"), "metadata"
             )
             assert parse_metadata(r.consumer.group_commits[low].metadata, 0) == {1, 2, 3}
             r.backend.release()

@@ -74,7 +74,7 @@ def test_completed_offsets_beyond_the_commit_travel_in_metadata():
         state.complete(o)
     assert state.committable() == 10
     text = state.metadata()
-    assert text == "v1:2-4,7,9"
+    assert text == "v2:2-4,7,9;"
     assert parse_metadata(text, 10) == {12, 13, 14, 17, 19}
 
 
@@ -89,7 +89,7 @@ def test_metadata_is_cut_to_the_limit_and_foreign_metadata_is_ignored():
     done = parse_metadata(text, 0)
     assert done and done <= set(range(1, 5000, 2))
     assert parse_metadata("hello", 0) == set()
-    assert parse_metadata("v1:x-y", 0) == set()
+    assert parse_metadata("v2:x-y;", 0) == set()
     assert parse_metadata(None, 0) == set()
 
 
@@ -108,21 +108,21 @@ def test_a_change_beyond_the_commit_point_is_committed_again():
     state = tracked(0, 1, 2)
     state.complete(2)
     pending = state.take_commit()
-    assert (pending.position, pending.metadata) == (0, "v1:2")
+    assert (pending.position, pending.metadata) == (0, "v2:2;")
     state.mark_committed(pending)
     assert state.take_commit() is None
     state.complete(1)  # the committable offset did not move, but the metadata did
-    assert state.take_commit().metadata == "v1:1-2"
+    assert state.take_commit().metadata == "v2:1-2;"
 
 
 def test_completions_during_a_commit_round_trip_are_committed_next_time():
     state = tracked(0, 1, 2, 3)
     state.complete(2)
-    pending = state.take_commit()  # sent with "v1:2"
+    pending = state.take_commit()  # sent with "v2:2;"
     state.complete(3)  # completes while the commit is on the wire
     state.mark_committed(pending)
     again = state.take_commit()
-    assert again is not None and again.metadata == "v1:2-3"
+    assert again is not None and again.metadata == "v2:2-3;"
 
 
 def test_own_running_work_carries_over_a_rebalance_that_gives_the_partition_back():
