@@ -294,12 +294,27 @@ class LocalCluster:
                 if pid is None:
                     raise BrokerStartError(f"node {node.config.node_id} of {self.home} is not running")
                 node.wait_ready(pid, deadline)
+            self._wait_all_registered(deadline)
         except LocalBrokerError:
             for node, _ in launched:
                 with contextlib.suppress(LocalBrokerError):
                     node.kill()
             raise
         return time.monotonic() - started
+
+    def _wait_all_registered(self, deadline: float) -> None:
+        """Until the cluster's metadata lists every node as a live broker: a node answers on its
+        port a moment before the controller has registered it, and a client told the cluster is up
+        would find one broker missing (replication factor 3 refused, a partition without leader)."""
+        wanted = {node.config.node_id for node in self.nodes}
+        seen: set[int] = set()
+        while time.monotonic() < deadline:
+            with contextlib.suppress(KafkaException):
+                seen = self.brokers_seen()
+            if seen >= wanted:
+                return
+            time.sleep(0.2)
+        raise BrokerStartError(f"nodes {sorted(wanted - seen)} of {self.home} never registered as brokers")
 
     def start_node(self, node_id: int, timeout_s: float = 120.0) -> float:
         """Start one node (after a kill or stop) and wait until it answers."""
