@@ -158,3 +158,23 @@ def wait_pid_exit(pid: int, timeout_s: float) -> bool:
             time.sleep(0.1)
     reap(pid)
     return True
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid a launcher wrote to `pid_file`; None when there is none or it is not a number."""
+    try:
+        return int(pid_file.read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def runs_command(pid: int, *markers: bytes) -> bool:
+    """True when `pid` is alive and its command line holds every one of `markers` as an argument
+    (a pid file's process, not another that reused the pid). Without procfs, alive is enough."""
+    if not pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return not Path("/proc").is_dir()
+    return all(marker in cmdline for marker in markers)

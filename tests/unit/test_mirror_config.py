@@ -190,3 +190,24 @@ def test_status_and_stop_of_a_home_never_started(tmp_path: Path, capsys: pytest.
     stop = parser.parse_args(["mirror", "stop", "--home", str(tmp_path)])
     assert stop.func(stop) == EXIT_OK
     assert "no start recorded" in capsys.readouterr().out
+
+
+def test_a_pid_file_is_read_and_its_process_told_from_one_that_reused_the_pid(tmp_path):
+    import subprocess
+
+    from services.tools.processes import read_pid, runs_command
+
+    pid_file = tmp_path / "x.pid"
+    assert read_pid(pid_file) is None
+    pid_file.write_text("not a pid")
+    assert read_pid(pid_file) is None
+    sleeper = subprocess.Popen(["sleep", "37"])
+    try:
+        pid_file.write_text(f"{sleeper.pid}\n")
+        assert read_pid(pid_file) == sleeper.pid
+        assert runs_command(sleeper.pid, b"sleep", b"37")
+        assert not runs_command(sleeper.pid, b"sleep", b"kafka.Kafka")  # alive, another command
+    finally:
+        sleeper.kill()
+        sleeper.wait(10)
+    assert not runs_command(sleeper.pid, b"sleep", b"37")  # gone

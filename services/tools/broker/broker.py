@@ -40,8 +40,9 @@ from services.tools.paths import find_project_root
 from services.tools.processes import (
     launched_process_exited,
     log_tails,
-    pid_alive,
     port_is_free,
+    read_pid,
+    runs_command,
     signal_and_wait,
     spawn_detached,
     wait_pid_exit,
@@ -331,20 +332,11 @@ class LocalBroker:
         return self.config.bootstrap
 
     def _read_pid(self) -> int | None:
-        try:
-            return int(self.config.pid_file.read_text(encoding="ascii").strip())
-        except (OSError, ValueError):
-            return None
+        return read_pid(self.config.pid_file)
 
     def _is_our_broker(self, pid: int) -> bool:
         """True when ``pid`` is alive and is the broker of this home (guards against pid reuse)."""
-        if not pid_alive(pid):
-            return False
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return not Path("/proc").is_dir()  # no procfs: trust the pid file
-        return b"kafka.Kafka" in cmdline and str(self.config.properties_file).encode() in cmdline
+        return runs_command(pid, b"kafka.Kafka", str(self.config.properties_file).encode())
 
     def _running_pid(self) -> int | None:
         pid = self._read_pid()

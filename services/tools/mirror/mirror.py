@@ -33,7 +33,8 @@ from services.tools.mirror.config import Flow, MirrorConfig
 from services.tools.processes import (
     launched_process_exited,
     log_tails,
-    pid_alive,
+    read_pid,
+    runs_command,
     signal_and_wait,
     spawn_detached,
     wait_pid_exit,
@@ -102,20 +103,11 @@ class LocalMirrorMaker:
     # -- queries -------------------------------------------------------------------------------------
 
     def _read_pid(self) -> int | None:
-        try:
-            return int(self.config.pid_file.read_text(encoding="ascii").strip())
-        except (OSError, ValueError):
-            return None
+        return read_pid(self.config.pid_file)
 
     def _is_ours(self, pid: int) -> bool:
         """Alive and this home's MirrorMaker (not a reused pid)."""
-        if not pid_alive(pid):
-            return False
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return not Path("/proc").is_dir()
-        return MAIN_CLASS.encode() in cmdline and str(self.config.properties_file).encode() in cmdline
+        return runs_command(pid, MAIN_CLASS.encode(), str(self.config.properties_file).encode())
 
     def _running_pid(self) -> int | None:
         pid = self._read_pid()

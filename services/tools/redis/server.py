@@ -35,6 +35,7 @@ from services.tools.processes import (
     launched_process_exited,
     pid_alive,
     port_is_free,
+    read_pid,
     reap,
     spawn_detached,
     wait_pid_exit,
@@ -209,10 +210,7 @@ class LocalRedis:
         return self.config.url
 
     def _read_pid(self) -> int | None:
-        try:
-            return int(self.config.pid_file.read_text(encoding="ascii").strip())
-        except (OSError, ValueError):
-            return None
+        return read_pid(self.config.pid_file)
 
     def _is_our_server(self, pid: int) -> bool:
         """True when ``pid`` is alive and is a redis-server on our port (guards against pid reuse)."""
