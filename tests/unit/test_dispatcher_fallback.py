@@ -6,32 +6,42 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from services.dispatcher.errors import BackendError
 from services.messaging.records import Status
 from services.messaging.tiers import Tier
-from tests.support.dispatcher_fakes import HeldBackend, encoded, eventually, rig, running
+from tests.support.dispatcher_fakes import HeldBackend, Rig, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 
 BOTH = {t: ["default", "spare"] for t in Tier}
 
 
-async def a_failing_primary_for(seconds: float) -> tuple[int, int, int, dict[str, Status]]:
+def a_failing_primary(**overrides: Any) -> tuple[Rig, HeldBackend]:
+    """A rig whose "default" backend answers every call 503 and whose "spare" answers at once; the
+    breaker opens after 2 failures and probes every 0.1 s; `overrides` on top."""
     spare = HeldBackend()
     spare.release()
     r = rig(
         spares={"spare": spare},
         backends={"spare": {"url": "http://127.0.0.1:9/v1"}},  # its client replaced by `spare`
-        tier_backends=BOTH,
         breaker_failures=2,
-        breaker_open_s=0.1,  # a probe every 0.1 s, each failing
+        breaker_open_s=0.1,
+        **overrides,
+    )
+    r.backend.release()
+    r.backend.failure = BackendError("backend answered 503", retriable=True, status=503)
+    return r, spare
+
+
+async def a_failing_primary_for(seconds: float) -> tuple[int, int, int, dict[str, Status]]:
+    r, spare = a_failing_primary(
+        tier_backends=BOTH,
         adaptive=True,
         budget=10,
         max_attempts=2,  # a first attempt may probe; a retry (never a probe) stays on the retry topic here
         retry_base_backoff_s=0.01,
     )
-    r.backend.release()
-    r.backend.failure = BackendError("backend answered 503", retriable=True, status=503)
     lowest = 10
     sent: list[str] = []
     async with running(r):
@@ -81,18 +91,7 @@ def test_health_names_each_backends_circuit_and_one_backend_is_default_and_close
 async def a_primary_back_after_an_outage_with_one_attempt() -> tuple[int, int]:
     """Primary calls during a 503 outage and after it ends, with no retries (every request is on
     its last attempt)."""
-    spare = HeldBackend()
-    spare.release()
-    r = rig(
-        spares={"spare": spare},
-        backends={"spare": {"url": "http://127.0.0.1:9/v1"}},
-        tier_backends=BOTH,
-        breaker_failures=2,
-        breaker_open_s=0.1,
-        max_attempts=1,
-    )
-    r.backend.release()
-    r.backend.failure = BackendError("backend answered 503", retriable=True, status=503)
+    r, _ = a_failing_primary(tier_backends=BOTH, max_attempts=1)
     n = 0
 
     def send() -> None:
@@ -127,21 +126,13 @@ def test_with_one_attempt_in_all_a_backend_is_still_probed_and_its_traffic_comes
 async def lowest_budget_with_low_on_a_failing_first_backend(seconds: float) -> int:
     """The lowest adaptive budget while LOW, whose only backend is the first one, meets its 503s;
     HIGH has a spare (so the first backend's breaker opens and probes)."""
-    spare = HeldBackend()
-    spare.release()
-    r = rig(
-        spares={"spare": spare},
-        backends={"spare": {"url": "http://127.0.0.1:9/v1"}},
+    r, _ = a_failing_primary(
         tier_backends={Tier.HIGH: ["default", "spare"]},
-        breaker_failures=2,
-        breaker_open_s=0.1,
         adaptive=True,
         budget=10,
         max_attempts=2,
         retry_base_backoff_s=0.01,
     )
-    r.backend.release()
-    r.backend.failure = BackendError("backend answered 503", retriable=True, status=503)
     lowest = 10
     async with running(r):
         started = time.monotonic()
