@@ -112,14 +112,15 @@ class TenantRateLimitedError(IngestError):
         return {"Retry-After": str(self.refusal.retry_after_s)}
 
 
-class TenantOverShareError(IngestError):
-    """Raised inside the idempotent publish, like `OverCapacityError`: other tenants are still admitted."""
+class _BacklogRefusedError(IngestError):
+    """A 429 for a backlog that is full (the tier's, or the tenant's share of it): raised inside the
+    idempotent publish, so a refused attempt is not remembered as an answer; its body and
+    Retry-After are the refusal's."""
 
     status_code = 429
-    reason = "tenant_over_share"
     retriable = True
 
-    def __init__(self, refusal: ShareRefusal) -> None:
+    def __init__(self, refusal: Refusal | ShareRefusal) -> None:
         super().__init__(refusal.message)
         self.refusal = refusal
         self.tier = refusal.tier
@@ -129,6 +130,12 @@ class TenantOverShareError(IngestError):
 
     def headers(self) -> Mapping[str, str]:
         return {"Retry-After": str(self.refusal.retry_after_s)}
+
+
+class TenantOverShareError(_BacklogRefusedError):
+    """The tenant is over its share of the tier's backlog: other tenants are still admitted."""
+
+    reason = "tenant_over_share"
 
 
 class BodyTooLargeError(IngestError):
@@ -204,23 +211,10 @@ class InvalidRequestError(IngestError):
         return body
 
 
-class OverCapacityError(IngestError):
-    """Raised inside the idempotent publish so a refused attempt is not remembered as an answer."""
+class OverCapacityError(_BacklogRefusedError):
+    """The tier's backlog (or, for LOW first, a higher tier's) is at its capacity."""
 
-    status_code = 429
     reason = "over_capacity"
-    retriable = True
-
-    def __init__(self, refusal: Refusal) -> None:
-        super().__init__(refusal.message)
-        self.refusal = refusal
-        self.tier = refusal.tier
-
-    def body(self) -> dict[str, Any]:
-        return self.refusal.body()
-
-    def headers(self) -> Mapping[str, str]:
-        return {"Retry-After": str(self.refusal.retry_after_s)}
 
 
 class QueueUnavailableError(IngestError):
