@@ -12,7 +12,6 @@ any other error ends the task (`failed`), which the service's health reports.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
@@ -25,6 +24,7 @@ from services.messaging.codec import chunk_codec, result_codec
 from services.messaging.errors import DecodeError
 from services.messaging.kafka_config import KafkaSettings
 from services.messaging.records import ReplyRecord, is_chunk
+from services.supervised import SupervisedTask
 
 log = logging.getLogger("inferq.delivery")
 
@@ -133,7 +133,12 @@ class ReplyFollower:
     def __init__(self, make_feed: Callable[[], ReplyFeed], hub: WaiterHub) -> None:
         self._make_feed = make_feed
         self._hub = hub
-        self._task: asyncio.Task[None] | None = None
+        self._task = SupervisedTask(
+            "reply-follower",
+            ended="reply follower stopped; waiting callers get no more outcomes",
+            stop_timeout_s=STOP_TIMEOUT_S,
+            log=log,
+        )
         self.ready = asyncio.Event()
         self.undecodable = 0
         self.records = 0
@@ -141,21 +146,14 @@ class ReplyFollower:
     @property
     def failed(self) -> bool:
         """Whether the task ended by itself (an error it could not go on after)."""
-        return self._task is not None and self._task.done()
+        return self._task.failed
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="reply-follower")
-            self._task.add_done_callback(_log_end)
+        if not self._task.started:
+            self._task.start(self._run())
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is None or task.done():
-            return
-        task.remove_done_callback(_log_end)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, STOP_TIMEOUT_S)
+        await self._task.stop()
 
     async def _run(self) -> None:
         feed = self._make_feed()
@@ -200,8 +198,3 @@ class ReplyFollower:
             # The results service counts and logs poison on this topic; here it is only skipped.
             self.undecodable += 1
             log.debug("undecodable reply record at offset %d skipped: %s", record.offset, type(exc).__name__)
-
-
-def _log_end(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        log.error("reply follower stopped; waiting callers get no more outcomes", exc_info=task.exception())

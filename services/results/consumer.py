@@ -12,7 +12,6 @@ nor counted as poison.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +26,7 @@ from services.messaging.codec import TypedCodec
 from services.messaging.errors import DecodeError
 from services.messaging.records import InferenceResult, ReplyRecord, is_chunk
 from services.results.store import ResultStore
+from services.supervised import SupervisedTask
 
 log = logging.getLogger("inferq.results")
 
@@ -120,28 +120,26 @@ class ResultConsumer:
         self._store = store
         self._codec = codec
         self._metrics = metrics
-        self._task: asyncio.Task[None] | None = None
+        self._task = SupervisedTask(
+            "results-consumer",
+            ended="results consumer stopped; /healthz answers 503",
+            stop_timeout_s=STOP_TIMEOUT_S,
+            log=log,
+        )
         self.ready = asyncio.Event()
 
     @property
     def failed(self) -> bool:
         """Whether the consuming task ended by itself (an error it could not go on after)."""
-        return self._task is not None and self._task.done()
+        return self._task.failed
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(self._make_feed()), name="results-consumer")
-            self._task.add_done_callback(_log_end)
+        if not self._task.started:
+            self._task.start(self._run(self._make_feed()))
 
     async def stop(self) -> None:
         """Cancel the task (a batch being stored is finished by the store's worker, not committed)."""
-        task, self._task = self._task, None
-        if task is None or task.done():
-            return  # a task that ended by itself was logged then (`_log_end`)
-        task.remove_done_callback(_log_end)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, STOP_TIMEOUT_S)
+        await self._task.stop()
 
     async def _run(self, feed: ResultFeed) -> None:
         await feed.start()
@@ -205,8 +203,3 @@ def _loggable(exc: DecodeError) -> str:
     if exc.__cause__ is None:
         return str(exc)
     return f"cannot decode record ({exc.raw_size} bytes): {type(exc.__cause__).__name__}"
-
-
-def _log_end(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        log.error("results consumer stopped; /healthz answers 503", exc_info=task.exception())

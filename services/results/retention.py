@@ -8,11 +8,11 @@ anything else ends the task, and ``/healthz`` says so (503).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sqlite3
 
 from services.results.store import ResultStore
+from services.supervised import SupervisedTask
 
 log = logging.getLogger("inferq.results")
 
@@ -28,25 +28,23 @@ class RetentionTask:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self._store = store
         self._interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._task = SupervisedTask(
+            "results-retention",
+            ended="results retention stopped; /healthz answers 503",
+            stop_timeout_s=_STOP_TIMEOUT_S,
+            log=log,
+        )
 
     @property
     def failed(self) -> bool:
-        return self._task is not None and self._task.done()
+        return self._task.failed
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="results-retention")
-            self._task.add_done_callback(_log_end)
+        if not self._task.started:
+            self._task.start(self._run())
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is None or task.done():
-            return  # a task that ended by itself was logged then (`_log_end`)
-        task.remove_done_callback(_log_end)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait_for(task, _STOP_TIMEOUT_S)
+        await self._task.stop()
 
     async def _run(self) -> None:
         while True:
@@ -58,8 +56,3 @@ class RetentionTask:
                 if expired or evicted:
                     log.info("results purged: %d past retention, %d over the size bound", expired, evicted)
             await asyncio.sleep(self._interval_s)
-
-
-def _log_end(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        log.error("results retention stopped; /healthz answers 503", exc_info=task.exception())

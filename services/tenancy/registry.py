@@ -24,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from services.messaging.topics import TopicNames
+from services.supervised import SupervisedTask
 from services.tenancy.auth import ANONYMOUS, Principal, authenticate
 from services.tenancy.errors import TenantsFileError
 from services.tenancy.loading import decode_tenants, read_tenants_file
@@ -62,7 +63,12 @@ class TenantRegistry:
         self._fingerprint: bytes | None = None
         self._listeners: list[Callable[[TenantDirectory], None]] = []
         self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task = SupervisedTask(
+            "tenants-reload",
+            ended="tenants watcher stopped: the file is no longer reloaded",
+            stop_timeout_s=_STOP_WAIT_S,
+            log=log,
+        )
         self._sighup_loop: asyncio.AbstractEventLoop | None = None
         self._sighup_before: SignalHandler = signal.SIG_DFL
         self.reloads = 0
@@ -160,7 +166,7 @@ class TenantRegistry:
 
     async def start(self, *, sighup: bool = False) -> None:
         """Watch the file (nothing to watch in open mode); with `sighup`, SIGHUP reloads at once."""
-        if self._task is not None or self._path is None:
+        if self._task.started or self._path is None:
             return
         self._wake = asyncio.Event()
         if sighup:
@@ -168,8 +174,7 @@ class TenantRegistry:
             self._sighup_before = signal.getsignal(signal.SIGHUP)
             loop.add_signal_handler(signal.SIGHUP, self.request_reload)
             self._sighup_loop = loop
-        self._task = asyncio.create_task(self._watch(self._wake), name="tenants-reload")
-        self._task.add_done_callback(_log_end)
+        self._task.start(self._watch(self._wake))
 
     async def stop(self) -> None:
         if self._sighup_loop is not None:
@@ -177,13 +182,7 @@ class TenantRegistry:
             self._sighup_loop = None
             # remove_signal_handler leaves SIG_DFL; put back what the process had (SIG_IGN under nohup).
             signal.signal(signal.SIGHUP, self._sighup_before)
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.remove_done_callback(_log_end)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait({task}, timeout=_STOP_WAIT_S)
+        await self._task.stop()
 
     async def _watch(self, wake: asyncio.Event) -> None:
         while True:
@@ -204,8 +203,3 @@ class TenantRegistry:
 
 def _names(directory: TenantDirectory) -> str:
     return f"{len(directory)} tenants ({', '.join(sorted(directory.tenants)) or 'none'})"
-
-
-def _log_end(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        log.error("tenants watcher stopped: the file is no longer reloaded", exc_info=task.exception())

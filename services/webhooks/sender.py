@@ -37,6 +37,7 @@ from services.messaging.dead_letters import (
     DeadLetters,
     Headers,
 )
+from services.supervised import SupervisedTask
 from services.tenancy.model import Tenant
 from services.webhooks.backoff import Backoff
 from services.webhooks.delivery import AttemptResult, Outcome, WebhookPoster
@@ -105,15 +106,20 @@ class WebhookSender:
         self._uniform = uniform
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task = SupervisedTask(
+            "webhook-sender",
+            ended="webhook sender stopped; /healthz answers 503",
+            stop_timeout_s=STOP_TIMEOUT_S,
+            log=log,
+        )
 
     @property
     def failed(self) -> bool:
         """Whether the sending task ended by itself (an error it could not go on after)."""
-        return self._task is not None and self._task.done()
+        return self._task.failed
 
     async def start(self) -> None:
-        if self._task is not None:
+        if self._task.started:
             return
         loop = asyncio.get_running_loop()
 
@@ -122,18 +128,12 @@ class WebhookSender:
             loop.call_soon_threadsafe(self._wake.set)
 
         self._outbox.on_enqueued = wake_from_worker
-        self._task = asyncio.create_task(self._run(), name="webhook-sender")
-        self._task.add_done_callback(_log_end)
+        self._task.start(self._run())
 
     async def stop(self) -> None:
         """Stop taking deliveries and cancel those in flight: their rows stay, to be sent again."""
         self._outbox.on_enqueued = lambda: None
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.remove_done_callback(_log_end)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait_for(task, STOP_TIMEOUT_S)
+        await self._task.stop()
         in_flight = list(self._in_flight.values())
         for running in in_flight:
             running.cancel()
@@ -264,8 +264,3 @@ class WebhookSender:
 
     async def _remove(self, delivery: PendingDelivery) -> None:
         await self._store.on_connection(lambda db: self._outbox.remove(db, delivery.delivery_id))
-
-
-def _log_end(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        log.error("webhook sender stopped; /healthz answers 503", exc_info=task.exception())

@@ -22,6 +22,7 @@ PRODUCT = (
     "telemetry",
     "tracing",
     "serving",
+    "supervised",
 )
 TOOLS = "tools"
 
