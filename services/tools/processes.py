@@ -1,8 +1,8 @@
 """Local server processes (the Kafka broker, MirrorMaker, redis-server) launched and watched by pid.
 
 Shared by `services.tools.broker`, `services.tools.mirror` and `services.tools.redis.server`:
-launching a detached server, whether a port is free, whether a pid is alive, reaping, waiting for
-an exit without polling where the kernel allows, the tails of its logs.
+launching a detached server, whether a port is free (or frees up soon), whether a pid is alive,
+reaping, waiting for an exit without polling where the kernel allows, the tails of its logs.
 """
 
 from __future__ import annotations
@@ -29,6 +29,21 @@ def port_is_free(port: int) -> bool:
             sock.bind((HOST, port))
         except OSError:
             return False
+    return True
+
+
+def wait_port_free(port: int, deadline: float) -> bool:
+    """Whether `port` is free by `deadline` (monotonic), asked every 0.1 s.
+
+    A port may be held for a moment after its server stopped: a client still retrying the stopped
+    server can connect to itself when the port is in the ephemeral range (TCP's simultaneous open;
+    seen once in the cluster tests, a node's port "in use" right after `broker stop`). The client
+    drops that connection once it reads its own request back.
+    """
+    while not port_is_free(port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
     return True
 
 

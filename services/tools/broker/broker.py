@@ -40,12 +40,12 @@ from services.tools.paths import find_project_root
 from services.tools.processes import (
     launched_process_exited,
     log_tails,
-    port_is_free,
     read_pid,
     runs_command,
     signal_and_wait,
     spawn_detached,
     wait_pid_exit,
+    wait_port_free,
 )
 
 HOST = "127.0.0.1"  # never "localhost": librdkafka tries ::1 first and stalls when nothing listens there
@@ -54,6 +54,9 @@ DEFAULT_CONTROLLER_PORT = 9093
 DEFAULT_SSL_PORT = 9094  # the mutual-TLS listener of a secured broker
 _KILL_WAIT_S = 10.0
 _PROBE_INTERVAL_S = 0.2
+# How long a port held by something else may take to free before the start is refused
+# (`processes.wait_port_free`: a client of the stopped broker may hold it a moment).
+PORT_FREE_WAIT_S = 10.0
 
 _SERVER_PROPERTIES = """\
 # Written by services.tools.broker on every start; edits here are overwritten.
@@ -406,7 +409,7 @@ class LocalBroker:
         (a cluster's nodes answer only once a quorum of them runs). Returns its pid."""
         cfg = self.config
         for port in cfg.ports:
-            if not port_is_free(port):
+            if not wait_port_free(port, min(deadline, time.monotonic() + PORT_FREE_WAIT_S)):
                 raise PortInUseError(f"port {HOST}:{port} is already in use; pick another (--port)")
         java = require_java()
         jars = ensure_jars(cfg.project_root)
