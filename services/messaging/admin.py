@@ -112,7 +112,40 @@ def create_topics(
                 outcome[name] = "exists"
             else:
                 raise MessagingError(f"cannot create topic {name}: {err}") from exc
+    created = [name for name, done in outcome.items() if done == "created"]
+    _await_listed(admin, created, settings.bootstrap_servers, time.monotonic() + timeout_s)
     return outcome
+
+
+def _await_listed(admin: AdminClient, names: Sequence[str], bootstrap: str, deadline: float) -> None:
+    """Wait until the metadata lists every topic of `names` with a leader for each partition.
+
+    The controller acknowledges a creation before every broker's metadata has it: on a cluster, a
+    service started at once could be told a topic is missing (its start-up check) by another node.
+    """
+    waiting = set(names)
+    while waiting:
+        try:
+            metadata = admin.list_topics(timeout=_WATCH_SLICE_S)
+        except KafkaException:
+            pass
+        else:
+            for name in list(waiting):
+                topic = metadata.topics.get(name)
+                if (
+                    topic is not None
+                    and topic.error is None
+                    and topic.partitions
+                    and all(p.leader >= 0 for p in topic.partitions.values())
+                ):
+                    waiting.discard(name)
+        if waiting and time.monotonic() >= deadline:
+            raise MessagingError(
+                f"Kafka at {bootstrap} created {', '.join(sorted(waiting))} but does not list "
+                "them with a leader for each partition yet"
+            )
+        if waiting:
+            time.sleep(0.1)
 
 
 def existing_topics(settings: KafkaSettings, *, timeout_s: float = ADMIN_TIMEOUT_S) -> set[str]:
