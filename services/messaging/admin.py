@@ -113,15 +113,22 @@ def create_topics(
             else:
                 raise MessagingError(f"cannot create topic {name}: {err}") from exc
     created = [name for name, done in outcome.items() if done == "created"]
-    _await_listed(admin, created, settings.bootstrap_servers, time.monotonic() + timeout_s)
+    if created:
+        deadline = time.monotonic() + timeout_s
+        live = admin.list_topics(timeout=timeout_s).brokers.values()
+        # Each broker answers for itself: a fresh client's first metadata comes from its bootstrap.
+        for address in sorted(f"{b.host}:{b.port}" for b in live):
+            one = AdminClient(settings.admin_config() | {"bootstrap.servers": address})
+            _await_listed(one, created, address, deadline)
     return outcome
 
 
 def _await_listed(admin: AdminClient, names: Sequence[str], bootstrap: str, deadline: float) -> None:
-    """Wait until the metadata lists every topic of `names` with a leader for each partition.
+    """Wait until `admin`'s metadata lists every topic of `names` with a leader for each partition.
 
     The controller acknowledges a creation before every broker's metadata has it: on a cluster, a
-    service started at once could be told a topic is missing (its start-up check) by another node.
+    service started at once could be told a topic is missing (its start-up check) by another node,
+    so `create_topics` asks each broker in turn.
     """
     waiting = set(names)
     while waiting:
