@@ -13,6 +13,7 @@ import logging
 from services.ingest.admission import AdmissionPolicy, FillAlarm
 from services.ingest.backlog import BacklogSnapshot, BacklogSource
 from services.messaging.tiers import Tier
+from services.supervised import SupervisedTask
 
 # The service's own logger, not a submodule's: operators filter on "inferq.ingest".
 log = logging.getLogger("inferq.ingest")
@@ -48,7 +49,8 @@ class BacklogAlarm:
 
 class BacklogWatcher:
     """Feeds `alarm` a snapshot of `backlogs` every `interval_s`, in one task. Start and stop are
-    idempotent; stop cancels the task and waits for it at most a second."""
+    idempotent; stop cancels the task and waits for it at most a second; a watch that ends by
+    itself (its snapshot raised) is logged."""
 
     def __init__(self, backlogs: BacklogSource, alarm: BacklogAlarm, *, interval_s: float) -> None:
         if interval_s <= 0:
@@ -56,22 +58,23 @@ class BacklogWatcher:
         self._backlogs = backlogs
         self._alarm = alarm
         self._interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._task = SupervisedTask(
+            "ingest-backlog-watch",
+            ended="backlog watcher stopped: the 70% alert now waits for a request to notice",
+            stop_timeout_s=_STOP_WAIT_S,
+            log=log,
+        )
 
     @property
     def running(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return self._task.started and not self._task.failed
 
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._watch(), name="ingest-backlog-watch")
+        if not self._task.started:
+            self._task.start(self._watch())
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        await asyncio.wait({task}, timeout=_STOP_WAIT_S)
+        await self._task.stop()
 
     async def _watch(self) -> None:
         while True:

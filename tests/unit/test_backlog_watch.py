@@ -90,3 +90,24 @@ def test_commit_metadata_that_is_not_utf8_reads_as_none_instead_of_ending_the_re
     assert readable_metadata(_Committed(b"v2:2\x96\xff;")) is None
     assert readable_metadata(_Committed(None)) is None
     assert readable_metadata(_Committed(42)) is None
+
+
+def test_a_watch_whose_snapshot_raises_is_logged_and_no_longer_running(caplog):
+    class BrokenBacklog(FakeBacklog):
+        def snapshot(self):  # type: ignore[no-untyped-def]
+            raise RuntimeError("backlog reader gone")
+
+    watcher = BacklogWatcher(
+        BrokenBacklog(HIGH=0, MEDIUM=0, LOW=0), BacklogAlarm(POLICY, alert_ratio=0.7), interval_s=0.01
+    )
+
+    async def scenario() -> None:
+        await watcher.start()
+        async with asyncio.timeout(5.0):
+            while watcher.running:
+                await asyncio.sleep(0.01)
+        await watcher.stop()
+
+    asyncio.run(scenario())
+    assert "backlog watcher stopped" in caplog.text
+    assert "backlog reader gone" in caplog.text
