@@ -33,9 +33,9 @@ def watched_admin(settings: KafkaSettings) -> tuple[AdminClient, ConnectionWatch
 
 def _metadata(
     admin: AdminClient, watch: ConnectionWatch, bootstrap: str, timeout_s: float
-) -> tuple[set[str], int]:
-    """The topics the broker lets us see and how many brokers are live; a refusal raises at once,
-    silence after `timeout_s`."""
+) -> tuple[set[str], list[str]]:
+    """The topics the broker lets us see and the live brokers' addresses (host:port); a refusal
+    raises at once, silence after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -43,7 +43,7 @@ def _metadata(
         except KafkaException as exc:
             failure = exc
         else:
-            return set(metadata.topics), len(metadata.brokers)
+            return set(metadata.topics), sorted(f"{b.host}:{b.port}" for b in metadata.brokers.values())
         # Outside the except block: a refusal is the whole story, not "during handling of" a timeout.
         if failure.args and isinstance(failure.args[0], KafkaError):
             watch.saw(failure.args[0])  # the request's own error may be the refusal
@@ -85,11 +85,11 @@ def create_topics(
     admin, watch = watched_admin(settings)
     _, brokers = _metadata(admin, watch, settings.bootstrap_servers, timeout_s)  # refused: fail fast
     if replication is None:
-        chosen = Replication.for_brokers(brokers)
+        chosen = Replication.for_brokers(len(brokers))
     elif isinstance(replication, Replication):
         chosen = replication
     else:
-        chosen = replication(brokers)
+        chosen = replication(len(brokers))
     specs = settings.topics.specs() + [settings.topics.regional_results_spec(r) for r in regions]
     new = [
         NewTopic(
@@ -115,9 +115,8 @@ def create_topics(
     created = [name for name, done in outcome.items() if done == "created"]
     if created:
         deadline = time.monotonic() + timeout_s
-        live = admin.list_topics(timeout=timeout_s).brokers.values()
         # Each broker answers for itself: a fresh client's first metadata comes from its bootstrap.
-        for address in sorted(f"{b.host}:{b.port}" for b in live):
+        for address in brokers:
             one = AdminClient(settings.admin_config() | {"bootstrap.servers": address})
             _await_listed(one, created, address, deadline)
     return outcome
