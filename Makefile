@@ -61,6 +61,7 @@ format: setup
 	$(BIN)/ruff check --fix services tests
 
 typecheck: setup
+	@mkdir -p .typecheck && ln -sfn ../services .typecheck/inferq
 	$(BIN)/mypy
 
 check: lint typecheck test

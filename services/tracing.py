@@ -164,7 +164,7 @@ def traced_asgi(app: ASGIApp) -> ASGIApp:
         excluded_urls="/healthz,/metrics",
         # One span per request: the per-message send/receive spans would triple the count.
         exclude_spans=["receive", "send"],
-        # HTTP metrics are the services' own (`services.telemetry`), not the middleware's.
+        # HTTP metrics are the services' own (`inferq.telemetry`), not the middleware's.
         meter_provider=NoOpMeterProvider(),
         tracer_provider=_provider,
     )

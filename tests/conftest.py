@@ -8,13 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.messaging.acls import ServicePrincipals, apply_grants, service_grants
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.broker.broker import LocalBroker
-from services.tools.broker.fixture import kafka_bootstrap_for_tests, secured_broker_for_tests
-from services.tools.broker.security import ADMIN
-from services.tools.redis.fixture import redis_url_for_tests
+from inferq.messaging.acls import ServicePrincipals, apply_grants, service_grants
+from inferq.messaging.admin import create_topics
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.tools.broker.broker import LocalBroker
+from inferq.tools.broker.fixture import kafka_bootstrap_for_tests, secured_broker_for_tests
+from inferq.tools.broker.security import ADMIN
+from inferq.tools.redis.fixture import redis_url_for_tests
 
 
 @pytest.fixture(scope="session")

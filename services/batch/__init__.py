@@ -1,6 +1,6 @@
 """The batch producer: ``inferq batch submit FILE.jsonl`` and ``inferq batch status``.
 
-A user-facing command built on the client library (`services.client`), in the product beside it:
+A user-facing command built on the client library (`inferq.client`), in the product beside it:
 one request per line of a JSONL file, sent at a chosen rate over HTTP or Kafka, every outcome
 written to a results file, resumable after Ctrl-C or a crash without sending anything twice.
 

@@ -1,5 +1,5 @@
 """``inferq batch submit FILE.jsonl --out results.jsonl`` and ``inferq batch status FILE.jsonl --out
-results.jsonl``: see `services.batch` and the README's "Batch" section."""
+results.jsonl``: see `inferq.batch` and the README's "Batch" section."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from services.batch.ledger import BatchState, Ledger, LedgerError, read_state
-from services.batch.lines import BatchLine, batch_key, duplicate_ids, read_lines
-from services.batch.progress import Progress
-from services.batch.runner import BatchAbortedError, BatchRun, Pacing, parse_rate
-from services.client.transport import Transport
+from inferq.batch.ledger import BatchState, Ledger, LedgerError, read_state
+from inferq.batch.lines import BatchLine, batch_key, duplicate_ids, read_lines
+from inferq.batch.progress import Progress
+from inferq.batch.runner import BatchAbortedError, BatchRun, Pacing, parse_rate
+from inferq.client.transport import Transport
 
 EXIT_BAD_LINE = 2
 EXIT_INTERRUPTED = 130
@@ -60,8 +60,8 @@ FOLLOW_MARGIN_MS = 60_000
 
 def _transport(args: argparse.Namespace, state: BatchState) -> Transport:
     if args.via == "kafka":
-        from services.client.kafka import DEFAULT_MAX_PENDING, KafkaTransport
-        from services.messaging.kafka_config import KafkaSettings
+        from inferq.client.kafka import DEFAULT_MAX_PENDING, KafkaTransport
+        from inferq.messaging.kafka_config import KafkaSettings
 
         since_ms = state.waiting_since_ms()
         return KafkaTransport(
@@ -72,7 +72,7 @@ def _transport(args: argparse.Namespace, state: BatchState) -> Transport:
             # Every waiting request is held from the start, and the sending keeps that many more.
             max_pending=DEFAULT_MAX_PENDING + len(state.waiting),
         )
-    from services.client.http import HttpTransport
+    from inferq.client.http import HttpTransport
 
     # The key from the environment only: a command line is visible to every user of the machine.
     return HttpTransport(

@@ -23,9 +23,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from services.client.models import Submission
-from services.ingest.validation import SubmitRequest, describe
-from services.messaging.tiers import Tier
+from inferq.client.models import Submission
+from inferq.ingest.validation import SubmitRequest, describe
+from inferq.messaging.tiers import Tier
 
 # A line longer than this is refused unread: ingest's body limit is about 1 MB.
 MAX_LINE_BYTES = 2 * 1024 * 1024

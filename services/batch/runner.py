@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from services.batch.ledger import Accepted, Ledger
-from services.batch.lines import BatchLine
-from services.batch.progress import Progress
-from services.client.errors import InvalidRequestError, NotAuthorizedError, RefusedError, TransportError
-from services.client.models import Outcome
-from services.client.transport import Transport
+from inferq.batch.ledger import Accepted, Ledger
+from inferq.batch.lines import BatchLine
+from inferq.batch.progress import Progress
+from inferq.client.errors import InvalidRequestError, NotAuthorizedError, RefusedError, TransportError
+from inferq.client.models import Outcome
+from inferq.client.transport import Transport
 
 log = logging.getLogger("inferq.batch")
 

@@ -1,6 +1,6 @@
 """inferq's Python client: one surface, two transports.
 
-    from services.client import HttpTransport, InferqClient
+    from inferq.client import HttpTransport, InferqClient
 
     async with InferqClient(HttpTransport("http://localhost:8700", api_key=KEY)) as client:
         outcome = await client.infer("realtime_chat", "hi")
@@ -19,8 +19,8 @@ The package is product code: it never imports inferq's tooling.
 
 from __future__ import annotations
 
-from services.client.client import InferqClient, Stream, SyncInferqClient
-from services.client.errors import (
+from inferq.client.client import InferqClient, Stream, SyncInferqClient
+from inferq.client.errors import (
     EvictedError,
     ExpiredError,
     FailedError,
@@ -32,14 +32,14 @@ from services.client.errors import (
     TransportError,
     WaitTimeoutError,
 )
-from services.client.http import HttpTransport
-from services.client.models import Chunk, Handle, Outcome, Submission
+from inferq.client.http import HttpTransport
+from inferq.client.models import Chunk, Handle, Outcome, Submission
 
 
 def __getattr__(name: str) -> object:
     # Imported on first use: an HTTP-only caller does not load the Kafka clients.
     if name == "KafkaTransport":
-        from services.client.kafka import KafkaTransport
+        from inferq.client.kafka import KafkaTransport
 
         return KafkaTransport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

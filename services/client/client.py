@@ -20,10 +20,10 @@ from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from services.client.errors import InferqError, InvalidRequestError, WaitTimeoutError
-from services.client.models import Chunk, Handle, MessagesLike, Outcome, Submission, as_messages
-from services.client.transport import Transport
-from services.messaging.tiers import Tier
+from inferq.client.errors import InferqError, InvalidRequestError, WaitTimeoutError
+from inferq.client.models import Chunk, Handle, MessagesLike, Outcome, Submission, as_messages
+from inferq.client.transport import Transport
+from inferq.messaging.tiers import Tier
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from services.client.models import Outcome
+    from inferq.client.models import Outcome
 
 
 class InferqError(Exception):

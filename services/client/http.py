@@ -24,15 +24,15 @@ from typing import Any
 
 import httpx
 
-from services.client.errors import (
+from inferq.client.errors import (
     InferqError,
     InvalidRequestError,
     NotAuthorizedError,
     RefusedError,
     TransportError,
 )
-from services.client.models import Chunk, Handle, Outcome, Submission
-from services.messaging.tiers import Tier
+from inferq.client.models import Chunk, Handle, Outcome, Submission
+from inferq.messaging.tiers import Tier
 
 LONG_POLL_MAX_S = 30
 # The bound of one HTTP exchange other than a long poll's wait.

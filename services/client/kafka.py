@@ -34,19 +34,19 @@ from dataclasses import dataclass, replace
 
 from pydantic import ValidationError
 
-from services.client.errors import InvalidRequestError, RefusedError, TransportError
-from services.client.models import Chunk, Handle, Outcome, Submission
-from services.delivery.follower import KafkaReplyFeed, ReplyFollower
-from services.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, Waiter, WaiterHub
-from services.ingest.envelope import FieldRefusedError, build_envelope
-from services.ingest.validation import SubmitRequest, describe
-from services.messaging.codec import request_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.producer import AsyncProducer, ProduceError
-from services.messaging.records import InferenceResult
-from services.messaging.reply_topics import region_problem
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
-from services.results.view import public_view
+from inferq.client.errors import InvalidRequestError, RefusedError, TransportError
+from inferq.client.models import Chunk, Handle, Outcome, Submission
+from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower
+from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, Waiter, WaiterHub
+from inferq.ingest.envelope import FieldRefusedError, build_envelope
+from inferq.ingest.validation import SubmitRequest, describe
+from inferq.messaging.codec import request_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.producer import AsyncProducer, ProduceError
+from inferq.messaging.records import InferenceResult
+from inferq.messaging.reply_topics import region_problem
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
+from inferq.results.view import public_view
 
 # How long past its deadline a request nobody waits for is still held for a later `wait`.
 PENDING_GRACE_S = 60.0

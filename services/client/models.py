@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.client.errors import EvictedError, ExpiredError, FailedError, OutcomeError
-from services.messaging.records import Status
-from services.messaging.tiers import Tier
+from inferq.client.errors import EvictedError, ExpiredError, FailedError, OutcomeError
+from inferq.messaging.records import Status
+from inferq.messaging.tiers import Tier
 
 MessagesLike = str | Sequence[Mapping[str, str]]
 
@@ -99,7 +99,7 @@ class Outcome:
 
     @classmethod
     def from_view(cls, view: Mapping[str, Any]) -> Outcome:
-        """From the results service's JSON (`services.results.view.public_view`)."""
+        """From the results service's JSON (`inferq.results.view.public_view`)."""
         return cls(
             request_id=str(view["request_id"]),
             status=Status(view["status"]),

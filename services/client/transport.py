@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from services.client.models import Chunk, Handle, Outcome, Submission
+from inferq.client.models import Chunk, Handle, Outcome, Submission
 
 
 class Transport(Protocol):

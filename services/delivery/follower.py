@@ -19,12 +19,12 @@ from typing import Protocol
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
-from services.delivery.hub import WaiterHub
-from services.messaging.codec import chunk_codec, result_codec
-from services.messaging.errors import DecodeError
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import ReplyRecord, is_chunk
-from services.supervised import SupervisedTask
+from inferq.delivery.hub import WaiterHub
+from inferq.messaging.codec import chunk_codec, result_codec
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import ReplyRecord, is_chunk
+from inferq.supervised import SupervisedTask
 
 log = logging.getLogger("inferq.delivery")
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 
-from services.messaging.records import InferenceChunk, InferenceResult
+from inferq.messaging.records import InferenceChunk, InferenceResult
 
 Key = tuple[str, str]
 

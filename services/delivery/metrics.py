@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from services.delivery.hub import WaiterHub
+from inferq.delivery.hub import WaiterHub
 
 
 class DeliveryMetrics:

@@ -36,8 +36,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from opentelemetry.trace import Span
 
-from services import tracing
-from services.dispatcher.errors import BackendError
+from inferq import tracing
+from inferq.dispatcher.errors import BackendError
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from services.dispatcher.backend import Backend, ChatBackend
-from services.dispatcher.circuit import BreakerPolicy
-from services.dispatcher.routing import DEFAULT_BACKEND, BackendRoutes
-from services.messaging.tiers import Tier
+from inferq.dispatcher.backend import Backend, ChatBackend
+from inferq.dispatcher.circuit import BreakerPolicy
+from inferq.dispatcher.routing import DEFAULT_BACKEND, BackendRoutes
+from inferq.messaging.tiers import Tier
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")

@@ -15,36 +15,36 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from services import tracing
-from services.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy, Budget, FixedBudget
-from services.dispatcher.backend import Backend
-from services.dispatcher.backend_specs import build_routes
-from services.dispatcher.call_times import CallTimes
-from services.dispatcher.checkpoint import Checkpoint
-from services.dispatcher.consumer import TierConsumer
-from services.dispatcher.eviction import PressurePolicy
-from services.dispatcher.execution import Execution
-from services.dispatcher.forecast import forecast_lending
-from services.dispatcher.health import Health
-from services.dispatcher.housekeeping import Housekeeping, LowEviction
-from services.dispatcher.inflight import InFlight
-from services.dispatcher.intake import Intake
-from services.dispatcher.kafka_consumer import KafkaTierConsumer, Membership
-from services.dispatcher.lag_probe import LagProbe
-from services.dispatcher.metrics import DispatcherMetrics
-from services.dispatcher.models import ModelChoice
-from services.dispatcher.next_start import NextStart
-from services.dispatcher.offsets import OffsetTracker
-from services.dispatcher.outcomes import OutcomeBuilder
-from services.dispatcher.pausing import Pauses
-from services.dispatcher.policies import Scheduler, build_scheduler
-from services.dispatcher.rate_budget import RateBudget
-from services.dispatcher.readahead_shares import ReadaheadShares
-from services.dispatcher.record_rules import RecordRules
-from services.dispatcher.retries import RetryPolicy
-from services.dispatcher.routing import BackendRoutes
-from services.dispatcher.run_loop import Helper, Resource, RunLoop
-from services.dispatcher.settings import (
+from inferq import tracing
+from inferq.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy, Budget, FixedBudget
+from inferq.dispatcher.backend import Backend
+from inferq.dispatcher.backend_specs import build_routes
+from inferq.dispatcher.call_times import CallTimes
+from inferq.dispatcher.checkpoint import Checkpoint
+from inferq.dispatcher.consumer import TierConsumer
+from inferq.dispatcher.eviction import PressurePolicy
+from inferq.dispatcher.execution import Execution
+from inferq.dispatcher.forecast import forecast_lending
+from inferq.dispatcher.health import Health
+from inferq.dispatcher.housekeeping import Housekeeping, LowEviction
+from inferq.dispatcher.inflight import InFlight
+from inferq.dispatcher.intake import Intake
+from inferq.dispatcher.kafka_consumer import KafkaTierConsumer, Membership
+from inferq.dispatcher.lag_probe import LagProbe
+from inferq.dispatcher.metrics import DispatcherMetrics
+from inferq.dispatcher.models import ModelChoice
+from inferq.dispatcher.next_start import NextStart
+from inferq.dispatcher.offsets import OffsetTracker
+from inferq.dispatcher.outcomes import OutcomeBuilder
+from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.policies import Scheduler, build_scheduler
+from inferq.dispatcher.rate_budget import RateBudget
+from inferq.dispatcher.readahead_shares import ReadaheadShares
+from inferq.dispatcher.record_rules import RecordRules
+from inferq.dispatcher.retries import RetryPolicy
+from inferq.dispatcher.routing import BackendRoutes
+from inferq.dispatcher.run_loop import Helper, Resource, RunLoop
+from inferq.dispatcher.settings import (
     DispatcherSettings,
     breaker_policy,
     build_schedule,
@@ -52,20 +52,20 @@ from services.dispatcher.settings import (
     rate_limits,
     renamed_variables_in,
 )
-from services.dispatcher.starting import Starter
-from services.dispatcher.tenant_gate import TenantGate
-from services.dispatcher.tenant_headroom import TenantHeadroom
-from services.dispatcher.tenant_limits import RegistryLimits
-from services.dispatcher.tokens import LocalTokenPool, TokenPool
-from services.dispatcher.waiting import WaitingRoom
-from services.dispatcher.writer import OutcomeWriter, RecordProducer
-from services.messaging.producer import AsyncProducer
-from services.messaging.tiers import TierPolicy
-from services.tenancy.registry import TenantRegistry
-from services.tracing import TracedProducer
+from inferq.dispatcher.starting import Starter
+from inferq.dispatcher.tenant_gate import TenantGate
+from inferq.dispatcher.tenant_headroom import TenantHeadroom
+from inferq.dispatcher.tenant_limits import RegistryLimits
+from inferq.dispatcher.tokens import LocalTokenPool, TokenPool
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.writer import OutcomeWriter, RecordProducer
+from inferq.messaging.producer import AsyncProducer
+from inferq.messaging.tiers import TierPolicy
+from inferq.tenancy.registry import TenantRegistry
+from inferq.tracing import TracedProducer
 
 if TYPE_CHECKING:
-    from services.dispatcher.tokens.redis_pool import RedisTokenPool
+    from inferq.dispatcher.tokens.redis_pool import RedisTokenPool
 
 log = logging.getLogger("inferq.dispatcher")
 
@@ -106,7 +106,7 @@ class TokenSupply:
 
 def redis_pool(settings: DispatcherSettings, group_size: Callable[[], int]) -> RedisTokenPool:
     """The group-wide pool from the one Redis block (`settings.redis`, ``INFERQ_REDIS_*``)."""
-    from services.dispatcher.tokens.redis_pool import RedisTokenPool
+    from inferq.dispatcher.tokens.redis_pool import RedisTokenPool
 
     return RedisTokenPool.from_settings(
         settings.redis,
@@ -119,7 +119,7 @@ def redis_pool(settings: DispatcherSettings, group_size: Callable[[], int]) -> R
 def token_supply(settings: DispatcherSettings) -> TokenSupply:
     if settings.coordination == "local":
         return TokenSupply(LocalTokenPool(), shared=False)
-    from services.dispatcher.group import GroupSizeProbe
+    from inferq.dispatcher.group import GroupSizeProbe
 
     # The group size sets the local share the pool falls back to when Redis is away.
     probe = GroupSizeProbe(settings.kafka, settings.group_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from services.messaging.tiers import Tier
+from inferq.messaging.tiers import Tier
 
 DEFAULT_WEIGHT = 0.1
 DEFAULT_BOUND = 4.0

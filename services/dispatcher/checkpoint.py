@@ -19,12 +19,12 @@ import asyncio
 import logging
 from collections.abc import Collection, Mapping
 
-from services.dispatcher.consumer import Partition, TierConsumer
-from services.dispatcher.errors import CommitFailedError, ConsumerError
-from services.dispatcher.offsets import OffsetTracker, PartitionOffsets, PendingCommit
-from services.dispatcher.pausing import Pauses
-from services.dispatcher.waiting import WaitingRoom
-from services.messaging import commit_metadata
+from inferq.dispatcher.consumer import Partition, TierConsumer
+from inferq.dispatcher.errors import CommitFailedError, ConsumerError
+from inferq.dispatcher.offsets import OffsetTracker, PartitionOffsets, PendingCommit
+from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.messaging import commit_metadata
 
 log = logging.getLogger("inferq.dispatcher")
 

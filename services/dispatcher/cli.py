@@ -7,12 +7,12 @@ import sys
 
 import uvloop
 
-from services.dispatcher.errors import SessionTimeoutRefusedError
-from services.dispatcher.process import serve
-from services.dispatcher.settings import DispatcherSettings
-from services.messaging.errors import KafkaAccessError, MissingTopicsError
-from services.serving import configure_logging
-from services.tenancy.errors import TenantsFileError
+from inferq.dispatcher.errors import SessionTimeoutRefusedError
+from inferq.dispatcher.process import serve
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.messaging.errors import KafkaAccessError, MissingTopicsError
+from inferq.serving import configure_logging
+from inferq.tenancy.errors import TenantsFileError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

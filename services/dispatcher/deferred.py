@@ -20,9 +20,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.dispatcher.consumer import Partition
-from services.dispatcher.offsets import PartitionOffsets
-from services.messaging.tiers import Tier
+from inferq.dispatcher.consumer import Partition
+from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.messaging.tiers import Tier
 
 Key = tuple[Tier, str]
 

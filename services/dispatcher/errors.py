@@ -16,8 +16,8 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from services.messaging.records import InferenceRequest
-    from services.messaging.tiers import Tier
+    from inferq.messaging.records import InferenceRequest
+    from inferq.messaging.tiers import Tier
 
 
 class DispatcherError(Exception):

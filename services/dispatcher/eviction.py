@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.messaging.capacity import default_capacity
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
+from inferq.messaging.capacity import default_capacity
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 
 QUEUE_WAIT_FRACTION = 0.6
 

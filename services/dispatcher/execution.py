@@ -36,20 +36,20 @@ import contextlib
 import time
 from collections.abc import Callable, Coroutine
 
-from services import tracing
-from services.dispatcher.adaptive import AdaptiveBudget, warn_on_change
-from services.dispatcher.backend import Completion
-from services.dispatcher.errors import BackendError
-from services.dispatcher.metrics import DispatcherMetrics
-from services.dispatcher.models import ModelChoice
-from services.dispatcher.rate_budget import Charge, RateBudget, read_headers
-from services.dispatcher.retries import RetryPolicy, Verdict
-from services.dispatcher.routing import BackendRoutes, Route
-from services.dispatcher.streaming import ChunkPolicy, ChunkStream
-from services.dispatcher.tokens import Lease, TokenPool
-from services.dispatcher.work import Work
-from services.dispatcher.writer import OutcomeWriter
-from services.messaging.producer import ProduceError
+from inferq import tracing
+from inferq.dispatcher.adaptive import AdaptiveBudget, warn_on_change
+from inferq.dispatcher.backend import Completion
+from inferq.dispatcher.errors import BackendError
+from inferq.dispatcher.metrics import DispatcherMetrics
+from inferq.dispatcher.models import ModelChoice
+from inferq.dispatcher.rate_budget import Charge, RateBudget, read_headers
+from inferq.dispatcher.retries import RetryPolicy, Verdict
+from inferq.dispatcher.routing import BackendRoutes, Route
+from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
+from inferq.dispatcher.tokens import Lease, TokenPool
+from inferq.dispatcher.work import Work
+from inferq.dispatcher.writer import OutcomeWriter
+from inferq.messaging.producer import ProduceError
 
 
 class Execution:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
-from services.dispatcher.work import Work
+from inferq.dispatcher.work import Work
 
 # Finish tags of idle flows kept beyond this many are pruned when they no longer matter.
 _IDLE_TAGS_KEPT = 64

@@ -35,8 +35,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.dispatcher.call_times import CallTimes
-from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
+from inferq.dispatcher.call_times import CallTimes
+from inferq.messaging.tiers import TIERS_BY_PRIORITY, Tier
 
 
 @dataclass(frozen=True)

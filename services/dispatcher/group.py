@@ -9,7 +9,7 @@ import time
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from services.messaging.kafka_config import KafkaSettings
+from inferq.messaging.kafka_config import KafkaSettings
 
 log = logging.getLogger("inferq.dispatcher.group")
 

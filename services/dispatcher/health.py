@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.dispatcher.adaptive import Budget
-from services.dispatcher.checkpoint import Checkpoint
-from services.dispatcher.consumer import TierConsumer
-from services.dispatcher.inflight import InFlight
-from services.dispatcher.policies import Scheduler
-from services.dispatcher.tokens import TokenPool
-from services.dispatcher.waiting import WaitingRoom
-from services.messaging.tiers import Tier
+from inferq.dispatcher.adaptive import Budget
+from inferq.dispatcher.checkpoint import Checkpoint
+from inferq.dispatcher.consumer import TierConsumer
+from inferq.dispatcher.inflight import InFlight
+from inferq.dispatcher.policies import Scheduler
+from inferq.dispatcher.tokens import TokenPool
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.messaging.tiers import Tier
 
 
 @dataclass(frozen=True)

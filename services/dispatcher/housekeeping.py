@@ -11,19 +11,19 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from services.dispatcher.adaptive import AdaptiveBudget, warn_on_change
-from services.dispatcher.consumer import TierConsumer
-from services.dispatcher.errors import ConsumerError
-from services.dispatcher.eviction import PressurePolicy
-from services.dispatcher.inflight import InFlight
-from services.dispatcher.metrics import DispatcherMetrics
-from services.dispatcher.offsets import OffsetTracker
-from services.dispatcher.pausing import Pauses
-from services.dispatcher.waiting import WaitingRoom
-from services.dispatcher.writer import OutcomeWriter
-from services.messaging.lag import partition_lag
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
+from inferq.dispatcher.adaptive import AdaptiveBudget, warn_on_change
+from inferq.dispatcher.consumer import TierConsumer
+from inferq.dispatcher.errors import ConsumerError
+from inferq.dispatcher.eviction import PressurePolicy
+from inferq.dispatcher.inflight import InFlight
+from inferq.dispatcher.metrics import DispatcherMetrics
+from inferq.dispatcher.offsets import OffsetTracker
+from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.writer import OutcomeWriter
+from inferq.messaging.lag import partition_lag
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
 

@@ -20,8 +20,8 @@ import logging
 from collections import Counter
 from collections.abc import Coroutine
 
-from services.dispatcher.work import Work
-from services.messaging.tiers import Tier
+from inferq.dispatcher.work import Work
+from inferq.messaging.tiers import Tier
 
 log = logging.getLogger("inferq.dispatcher")
 

@@ -23,25 +23,25 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from services import tracing
-from services.dispatcher.consumer import FetchedRecord, Partition, TierConsumer
-from services.dispatcher.deferred import DeferredRecords
-from services.dispatcher.errors import RefusedRequestError
-from services.dispatcher.inflight import InFlight
-from services.dispatcher.metrics import DispatcherMetrics
-from services.dispatcher.offsets import OffsetTracker, PartitionOffsets
-from services.dispatcher.pausing import Pauses
-from services.dispatcher.poison import PoisonWatch
-from services.dispatcher.readahead_shares import ReadaheadShares
-from services.dispatcher.record_rules import RecordRules
-from services.dispatcher.tenant_gate import TenantGate
-from services.dispatcher.waiting import WaitingRoom
-from services.dispatcher.work import Work
-from services.dispatcher.writer import OutcomeWriter
-from services.messaging.codec import request_codec
-from services.messaging.errors import DecodeError
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
+from inferq import tracing
+from inferq.dispatcher.consumer import FetchedRecord, Partition, TierConsumer
+from inferq.dispatcher.deferred import DeferredRecords
+from inferq.dispatcher.errors import RefusedRequestError
+from inferq.dispatcher.inflight import InFlight
+from inferq.dispatcher.metrics import DispatcherMetrics
+from inferq.dispatcher.offsets import OffsetTracker, PartitionOffsets
+from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.poison import PoisonWatch
+from inferq.dispatcher.readahead_shares import ReadaheadShares
+from inferq.dispatcher.record_rules import RecordRules
+from inferq.dispatcher.tenant_gate import TenantGate
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.work import Work
+from inferq.dispatcher.writer import OutcomeWriter
+from inferq.messaging.codec import request_codec
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
 

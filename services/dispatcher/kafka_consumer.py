@@ -19,7 +19,7 @@ from aiokafka.errors import IllegalStateError, InvalidSessionTimeoutError, Kafka
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
 
-from services.dispatcher.consumer import (
+from inferq.dispatcher.consumer import (
     Batches,
     CommitPoint,
     FetchedRecord,
@@ -27,10 +27,10 @@ from services.dispatcher.consumer import (
     RebalanceListener,
     Unfetched,
 )
-from services.dispatcher.errors import CommitFailedError, ConsumerError, SessionTimeoutRefusedError
-from services.messaging.commit_metadata import readable_metadata
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.topics import TopicNames
+from inferq.dispatcher.errors import CommitFailedError, ConsumerError, SessionTimeoutRefusedError
+from inferq.messaging.commit_metadata import readable_metadata
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher.consumer")
 

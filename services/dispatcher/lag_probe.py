@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from services.dispatcher.consumer import TierConsumer
-from services.dispatcher.errors import ConsumerError
-from services.dispatcher.metrics import DispatcherMetrics
-from services.messaging.lag import partition_lag
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
+from inferq.dispatcher.consumer import TierConsumer
+from inferq.dispatcher.errors import ConsumerError
+from inferq.dispatcher.metrics import DispatcherMetrics
+from inferq.messaging.lag import partition_lag
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
 

@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable, Mapping
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from services.dispatcher.errors import BackendError
-from services.dispatcher.schedule import Window
-from services.dispatcher.waiting import WaitingRoom
-from services.messaging.records import InferenceResult
-from services.messaging.tiers import Tier
-from services.telemetry import meter
+from inferq.dispatcher.errors import BackendError
+from inferq.dispatcher.schedule import Window
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.messaging.records import InferenceResult
+from inferq.messaging.tiers import Tier
+from inferq.telemetry import meter
 
 # The `status` of a backend call: its HTTP status, or one of these when no answer came.
 CALL_OK = "200"

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from services.dispatcher.work import Work
-from services.messaging.tiers import Tier
+from inferq.dispatcher.work import Work
+from inferq.messaging.tiers import Tier
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ tenant headroom, which only a HIGH request of a tenant below its share may take,
 ``tenant_headroom.py``) and says whether it must be answered EXPIRED
 instead (its deadline came while it waited). Between the two the dispatcher asks its token pool for
 the token, which may refuse (another dispatcher was quicker); the simulator, whose tokens are exact,
-takes it at once. `services.tools.analysis` replays traces through this very class.
+takes it at once. `inferq.tools.analysis` replays traces through this very class.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from services.dispatcher.policies import Scheduler
-from services.dispatcher.waiting import WaitingRoom
-from services.dispatcher.work import Work
-from services.messaging.tiers import Tier
+from inferq.dispatcher.policies import Scheduler
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.work import Work
+from inferq.messaging.tiers import Tier
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from services.messaging import commit_metadata
+from inferq.messaging import commit_metadata
 
 MAX_UNCOMMITTED = commit_metadata.MAX_SPAN
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.dispatcher.backend import Completion
-from services.messaging.records import InferenceRequest, InferenceResult, Status, Usage
+from inferq.dispatcher.backend import Completion
+from inferq.messaging.records import InferenceRequest, InferenceResult, Status, Usage
 
 
 @dataclass(frozen=True)

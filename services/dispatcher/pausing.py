@@ -21,13 +21,13 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from services.dispatcher.consumer import Partition, TierConsumer
-from services.dispatcher.inflight import InFlight
-from services.dispatcher.metrics import DispatcherMetrics
-from services.dispatcher.offsets import OffsetTracker
-from services.dispatcher.waiting import WaitingRoom
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
+from inferq.dispatcher.consumer import Partition, TierConsumer
+from inferq.dispatcher.inflight import InFlight
+from inferq.dispatcher.metrics import DispatcherMetrics
+from inferq.dispatcher.offsets import OffsetTracker
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
 
 
 class Pauses:

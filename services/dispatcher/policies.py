@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from services.dispatcher.schedule import Schedule, Window
-from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
+from inferq.dispatcher.schedule import Schedule, Window
+from inferq.messaging.tiers import TIERS_BY_PRIORITY, Tier
 
 Clock = Callable[[], datetime]
 

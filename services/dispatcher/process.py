@@ -13,12 +13,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from services.dispatcher.bootstrap import Dispatcher, bootstrap
-from services.dispatcher.settings import DispatcherSettings
-from services.messaging.admin import require_topics
-from services.serving import EmbeddedServer, uvicorn_config
-from services.telemetry import metrics_endpoint, setup_metrics
-from services.tracing import setup_tracing
+from inferq.dispatcher.bootstrap import Dispatcher, bootstrap
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.messaging.admin import require_topics
+from inferq.serving import EmbeddedServer, uvicorn_config
+from inferq.telemetry import metrics_endpoint, setup_metrics
+from inferq.tracing import setup_tracing
 
 METRICS_STOP_S = 5.0
 

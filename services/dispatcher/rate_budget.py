@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from services.messaging.tiers import Tier
+from inferq.messaging.tiers import Tier
 
 WINDOW_MS = 60_000
 # A start stays counted this much longer than the minute: the backend dates a call when it receives

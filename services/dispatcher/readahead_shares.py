@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from services.dispatcher.pausing import Pauses
-from services.dispatcher.tenant_limits import TenantLimits
-from services.dispatcher.waiting import WaitingRoom
-from services.messaging.tiers import Tier
+from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.tenant_limits import TenantLimits
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.messaging.tiers import Tier
 
 RESERVE_WEIGHT = 1.0
 

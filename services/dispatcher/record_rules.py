@@ -44,13 +44,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from services.dispatcher.errors import RefusedRequestError
-from services.messaging import limits
-from services.messaging.errors import DecodeError
-from services.messaging.records import InferenceRequest
-from services.messaging.reply_topics import is_allowed_reply_topic
-from services.messaging.tiers import Tier, TierPolicy
-from services.messaging.topics import TopicNames
+from inferq.dispatcher.errors import RefusedRequestError
+from inferq.messaging import limits
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.records import InferenceRequest
+from inferq.messaging.reply_topics import is_allowed_reply_topic
+from inferq.messaging.tiers import Tier, TierPolicy
+from inferq.messaging.topics import TopicNames
 
 # How much of a hostile value a reason shows.
 SHOWN_CHARS = 40

@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.dispatcher.errors import BackendError
+from inferq.dispatcher.errors import BackendError
 
 
 class Verdict(enum.Enum):

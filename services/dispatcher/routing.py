@@ -25,10 +25,10 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from services.dispatcher.backend import Backend
-from services.dispatcher.circuit import BreakerPolicy, CircuitBreaker, Outcome, State
-from services.dispatcher.errors import BackendError
-from services.messaging.tiers import Tier
+from inferq.dispatcher.backend import Backend
+from inferq.dispatcher.circuit import BreakerPolicy, CircuitBreaker, Outcome, State
+from inferq.dispatcher.errors import BackendError
+from inferq.messaging.tiers import Tier
 
 log = logging.getLogger("inferq.dispatcher")
 

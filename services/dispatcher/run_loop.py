@@ -15,15 +15,15 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.dispatcher.checkpoint import Checkpoint
-from services.dispatcher.consumer import TierConsumer
-from services.dispatcher.inflight import InFlight
-from services.dispatcher.intake import Intake
-from services.dispatcher.pausing import Pauses
-from services.dispatcher.routing import BackendRoutes
-from services.dispatcher.starting import Starter
-from services.dispatcher.tokens import TokenPool
-from services.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.checkpoint import Checkpoint
+from inferq.dispatcher.consumer import TierConsumer
+from inferq.dispatcher.inflight import InFlight
+from inferq.dispatcher.intake import Intake
+from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.routing import BackendRoutes
+from inferq.dispatcher.starting import Starter
+from inferq.dispatcher.tokens import TokenPool
+from inferq.dispatcher.waiting import WaitingRoom
 
 log = logging.getLogger("inferq.dispatcher")
 

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
+from inferq.messaging.tiers import TIERS_BY_PRIORITY, Tier
 
 DEFAULT_HEADROOM = 2
 

@@ -13,16 +13,16 @@ from typing import Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.dispatcher.backend_specs import BackendSpec, backend_url, check_backends
-from services.dispatcher.circuit import BreakerPolicy
-from services.dispatcher.rate_budget import MAX_COUNT, RateLimit
-from services.dispatcher.routing import DEFAULT_BACKEND, check_tier_backends
-from services.dispatcher.schedule import Schedule, TierLimits
-from services.dispatcher.streaming import ChunkPolicy
-from services.dispatcher.tokens.settings import RedisBudgetSettings
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, DEFAULT_SCENARIO_TIERS, Tier, complete_per_tier
-from services.tenancy.settings import TenancySettings
+from inferq.dispatcher.backend_specs import BackendSpec, backend_url, check_backends
+from inferq.dispatcher.circuit import BreakerPolicy
+from inferq.dispatcher.rate_budget import MAX_COUNT, RateLimit
+from inferq.dispatcher.routing import DEFAULT_BACKEND, check_tier_backends
+from inferq.dispatcher.schedule import Schedule, TierLimits
+from inferq.dispatcher.streaming import ChunkPolicy
+from inferq.dispatcher.tokens.settings import RedisBudgetSettings
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, DEFAULT_SCENARIO_TIERS, Tier, complete_per_tier
+from inferq.tenancy.settings import TenancySettings
 
 
 class ModelRateLimit(BaseModel):

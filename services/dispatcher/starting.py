@@ -22,18 +22,18 @@ import asyncio
 from collections.abc import Callable
 from typing import Literal
 
-from services.dispatcher.adaptive import Budget
-from services.dispatcher.execution import Execution
-from services.dispatcher.inflight import InFlight
-from services.dispatcher.models import ModelChoice
-from services.dispatcher.next_start import NextStart
-from services.dispatcher.pausing import Pauses
-from services.dispatcher.rate_budget import Charge, RateBudget, estimate_tokens
-from services.dispatcher.routing import BackendRoutes, Route
-from services.dispatcher.tokens import TokenPool
-from services.dispatcher.work import Work
-from services.dispatcher.writer import OutcomeWriter
-from services.messaging.tiers import Tier
+from inferq.dispatcher.adaptive import Budget
+from inferq.dispatcher.execution import Execution
+from inferq.dispatcher.inflight import InFlight
+from inferq.dispatcher.models import ModelChoice
+from inferq.dispatcher.next_start import NextStart
+from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.rate_budget import Charge, RateBudget, estimate_tokens
+from inferq.dispatcher.routing import BackendRoutes, Route
+from inferq.dispatcher.tokens import TokenPool
+from inferq.dispatcher.work import Work
+from inferq.dispatcher.writer import OutcomeWriter
+from inferq.messaging.tiers import Tier
 
 # With a shared pool, tokens freed by other dispatchers wake nobody here: look again this often.
 SHARED_POOL_RECHECK_S = 0.02

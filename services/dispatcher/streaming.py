@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from services.messaging.producer import ProduceError
+from inferq.messaging.producer import ProduceError
 
 # Writes chunk `seq` with `delta`; None once acknowledged, the `ProduceError` when the topic refuses it.
 ChunkSink = Callable[[int, str], Awaitable[ProduceError | None]]

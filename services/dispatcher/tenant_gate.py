@@ -14,7 +14,7 @@ rules (``record_rules.py``) passes this gate too, after them:
   later ones are refused as unknown. The memory of a removal is kept for `limits.MAX_DEADLINE_MS`
   (nothing older can still be owed), and forgotten at once if the tenant comes back.
 - **entitlements**: the one check ingest runs over HTTP,
-  `services.tenancy.entitlements.apply_entitlements`. A refused record goes to the dead-letter
+  `inferq.tenancy.entitlements.apply_entitlements`. A refused record goes to the dead-letter
   topic with every problem named (ingest's 403); a tier above the tenant's `max_tier` is lowered
   to it and a missing `max_tokens` gets the tenant's cap, as ingest narrows them.
 """
@@ -25,13 +25,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from services.dispatcher.errors import RefusedRequestError
-from services.dispatcher.record_rules import Checked, shown
-from services.messaging import limits
-from services.messaging.errors import DecodeError
-from services.tenancy.entitlements import apply_entitlements
-from services.tenancy.model import Tenant, TenantDirectory
-from services.tenancy.registry import OTHER_LABEL, TenantRegistry
+from inferq.dispatcher.errors import RefusedRequestError
+from inferq.dispatcher.record_rules import Checked, shown
+from inferq.messaging import limits
+from inferq.messaging.errors import DecodeError
+from inferq.tenancy.entitlements import apply_entitlements
+from inferq.tenancy.model import Tenant, TenantDirectory
+from inferq.tenancy.registry import OTHER_LABEL, TenantRegistry
 
 log = logging.getLogger("inferq.dispatcher")
 

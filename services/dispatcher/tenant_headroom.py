@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from services.messaging.tiers import Tier
+from inferq.messaging.tiers import Tier
 
 
 class TenantHeadroom:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from services.tenancy.registry import TenantRegistry
+from inferq.tenancy.registry import TenantRegistry
 
 DEFAULT_WEIGHT = 1.0
 

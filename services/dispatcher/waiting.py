@@ -20,14 +20,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from services.dispatcher.call_times import CallTimes
-from services.dispatcher.fair_queue import FairQueue
-from services.dispatcher.forecast import Lending
-from services.dispatcher.policies import Demand
-from services.dispatcher.tenant_headroom import TenantHeadroom
-from services.dispatcher.tenant_limits import EqualTenants, TenantLimits
-from services.dispatcher.work import Work
-from services.messaging.tiers import Tier
+from inferq.dispatcher.call_times import CallTimes
+from inferq.dispatcher.fair_queue import FairQueue
+from inferq.dispatcher.forecast import Lending
+from inferq.dispatcher.policies import Demand
+from inferq.dispatcher.tenant_headroom import TenantHeadroom
+from inferq.dispatcher.tenant_limits import EqualTenants, TenantLimits
+from inferq.dispatcher.work import Work
+from inferq.messaging.tiers import Tier
 
 TOO_LATE = "deadline passed"
 WOULD_BE_LATE = "less time left than the tier's typical inference"

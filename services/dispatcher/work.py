@@ -9,10 +9,10 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
-from services import tracing
-from services.dispatcher.offsets import PartitionOffsets
-from services.messaging.records import InferenceRequest
-from services.messaging.tiers import Tier
+from inferq import tracing
+from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.messaging.records import InferenceRequest
+from inferq.messaging.tiers import Tier
 
 
 @dataclass

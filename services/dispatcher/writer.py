@@ -9,7 +9,7 @@ one (checkpoint.py).
 No produce loops forever. A failure is handled by what `ProduceError` says of it:
 
 - retriable (an outage, a timeout): waited out, librdkafka's retries first, then ours with a
-  growing pause (`services.messaging.dead_letters.DurableProducer`, shared with the results
+  growing pause (`inferq.messaging.dead_letters.DurableProducer`, shared with the results
   service's webhook dead letters); the offset stays uncommitted meanwhile, so a crash
   means the request is redone, not lost;
 - permanent (invalid or unknown topic, record too large, not authorised): the record can never be
@@ -30,20 +30,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import services.messaging.dead_letters as dead_letters
-from services import tracing
-from services.dispatcher.answered import RecentlyAnswered
-from services.dispatcher.backend import Completion
-from services.dispatcher.errors import BackendError
-from services.dispatcher.metrics import DispatcherMetrics
-from services.dispatcher.models import ModelChoice
-from services.dispatcher.offsets import PartitionOffsets
-from services.dispatcher.outcomes import OutcomeBuilder
-from services.dispatcher.work import Work
-from services.messaging.codec import chunk_codec, request_codec, result_codec
-from services.messaging.producer import ProduceError
-from services.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, Status
-from services.messaging.topics import TopicNames
+import inferq.messaging.dead_letters as dead_letters
+from inferq import tracing
+from inferq.dispatcher.answered import RecentlyAnswered
+from inferq.dispatcher.backend import Completion
+from inferq.dispatcher.errors import BackendError
+from inferq.dispatcher.metrics import DispatcherMetrics
+from inferq.dispatcher.models import ModelChoice
+from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.dispatcher.outcomes import OutcomeBuilder
+from inferq.dispatcher.work import Work
+from inferq.messaging.codec import chunk_codec, request_codec, result_codec
+from inferq.messaging.producer import ProduceError
+from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, Status
+from inferq.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
 
@@ -199,7 +199,7 @@ class OutcomeWriter:
             self._metrics.record_dead_letter(work.offsets.topic)
 
     async def _to_dlq(self, raw: bytes, key: bytes | None, headers: Headers) -> bool:
-        """Write a dead letter (`services.messaging.dead_letters`). False when the DLQ refused it;
+        """Write a dead letter (`inferq.messaging.dead_letters`). False when the DLQ refused it;
         the caller's offset completes either way."""
         return await self._dead_letters.write(raw, key=key, headers=headers)
 
@@ -239,7 +239,7 @@ class OutcomeWriter:
     ) -> ProduceError | None:
         """Produce until the broker acknowledges (None), or until it says it never will (the
         permanent `ProduceError`, returned for the caller to send the record elsewhere): see
-        `services.messaging.dead_letters.DurableProducer`. Once shutdown has begun and the drain
+        `inferq.messaging.dead_letters.DurableProducer`. Once shutdown has begun and the drain
         bound passes, the task is cancelled: the offset stays uncommitted and the next owner redoes
         the request, so nothing is lost either way."""
         return await self._durable.produce(topic, value, key=key, headers=headers)

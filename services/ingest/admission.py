@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from services.messaging.capacity import default_capacity, exact_decimal
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
+from inferq.messaging.capacity import default_capacity, exact_decimal
+from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
 
 # Queue wait may use this share of a tier's deadline; the rest is left for inference.
 DEFAULT_QUEUE_WAIT_FRACTION = 0.6

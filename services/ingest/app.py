@@ -2,7 +2,7 @@
 ``GET /metrics``.
 
 A request is answered 202 only after the broker acknowledged the record (acks=all), so a 202 is a
-promise the pipeline keeps; the refusals are listed in `services.ingest.submit`. The parts, each in
+promise the pipeline keeps; the refusals are listed in `inferq.ingest.submit`. The parts, each in
 its own module:
 
 - `submit.SubmitEndpoint`: the POST handler (`body` reads within a size and a deadline, `json_guard`
@@ -13,11 +13,11 @@ its own module:
 - `backlog_watch`: the 70% alarm, on every request and on a timer
 - `backlog_view.BacklogEndpoint`: ``GET /v1/backlog``
 - `tenants.TenantGate`: the caller's key (401), rate (429), tenant (403) and entitlements (403),
-  over `services.tenancy` (the registry reloads the tenants file; `tenant_shares` is the per-tenant
+  over `inferq.tenancy` (the registry reloads the tenants file; `tenant_shares` is the per-tenant
   admission inside the publisher)
 - `metrics.IngestMetrics`: the OpenTelemetry instruments
 - `chat.endpoint.ChatCompletionsEndpoint`: ``POST /v1/chat/completions`` and ``GET /v1/models``,
-  OpenAI-compatible, through the same submit path; it waits for outcomes in a `services.delivery`
+  OpenAI-compatible, through the same submit path; it waits for outcomes in a `inferq.delivery`
   hub that a `ReplyFollower` of the reply topic (no group, from the end) feeds
 
 `build_parts` makes them from the settings (Kafka clients included: here, never at import time; the
@@ -41,40 +41,40 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from services import tracing
-from services.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower
-from services.delivery.hub import WaiterHub
-from services.delivery.metrics import DeliveryMetrics
-from services.ingest.admission import AdmissionPolicy
-from services.ingest.backlog import BacklogSource, KafkaBacklogReader
-from services.ingest.backlog_view import BacklogEndpoint
-from services.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
-from services.ingest.callbacks import CallbackCheck
-from services.ingest.chat.endpoint import ChatCompletionsEndpoint, ChatLimits
-from services.ingest.envelope import EnvelopeFactory
-from services.ingest.idempotency import IdempotencyCache
-from services.ingest.json_guard import JsonGuard
-from services.ingest.metrics import IngestMetrics
-from services.ingest.publisher import Publisher
-from services.ingest.record_limit import (
+from inferq import tracing
+from inferq.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower
+from inferq.delivery.hub import WaiterHub
+from inferq.delivery.metrics import DeliveryMetrics
+from inferq.ingest.admission import AdmissionPolicy
+from inferq.ingest.backlog import BacklogSource, KafkaBacklogReader
+from inferq.ingest.backlog_view import BacklogEndpoint
+from inferq.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
+from inferq.ingest.callbacks import CallbackCheck
+from inferq.ingest.chat.endpoint import ChatCompletionsEndpoint, ChatLimits
+from inferq.ingest.envelope import EnvelopeFactory
+from inferq.ingest.idempotency import IdempotencyCache
+from inferq.ingest.json_guard import JsonGuard
+from inferq.ingest.metrics import IngestMetrics
+from inferq.ingest.publisher import Publisher
+from inferq.ingest.record_limit import (
     RecordLimit,
     producer_max_message_bytes,
     read_topics_max_message_bytes,
 )
-from services.ingest.settings import IngestSettings
-from services.ingest.submit import SubmitEndpoint
-from services.ingest.tenant_shares import BacklogShares
-from services.ingest.tenants import TenantGate
-from services.messaging.admin import require_topics
-from services.messaging.codec import request_codec
-from services.messaging.producer import AsyncProducer
-from services.messaging.tiers import TierPolicy
-from services.telemetry import meter, metrics_endpoint
-from services.tenancy.rate import RateLimiter
-from services.tenancy.registry import TenantRegistry
-from services.tracing import TracedProducer
-from services.webhooks.guard import AddressGuard
-from services.webhooks.policy import CallbackPolicy
+from inferq.ingest.settings import IngestSettings
+from inferq.ingest.submit import SubmitEndpoint
+from inferq.ingest.tenant_shares import BacklogShares
+from inferq.ingest.tenants import TenantGate
+from inferq.messaging.admin import require_topics
+from inferq.messaging.codec import request_codec
+from inferq.messaging.producer import AsyncProducer
+from inferq.messaging.tiers import TierPolicy
+from inferq.telemetry import meter, metrics_endpoint
+from inferq.tenancy.rate import RateLimiter
+from inferq.tenancy.registry import TenantRegistry
+from inferq.tracing import TracedProducer
+from inferq.webhooks.guard import AddressGuard
+from inferq.webhooks.policy import CallbackPolicy
 
 log = logging.getLogger("inferq.ingest")
 

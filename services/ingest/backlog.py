@@ -29,10 +29,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 # OffsetSpec is public API of confluent_kafka.admin but missing from its type stubs' exports.
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from services.messaging.commit_metadata import readable_metadata
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.lag import unhandled
-from services.messaging.tiers import Tier
+from inferq.messaging.commit_metadata import readable_metadata
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.lag import unhandled
+from inferq.messaging.tiers import Tier
 
 log = logging.getLogger("inferq.ingest.backlog")
 

@@ -8,10 +8,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from services.ingest.admission import AdmissionPolicy
-from services.ingest.backlog import BacklogSnapshot, BacklogSource
-from services.ingest.errors import NotAuthenticatedError
-from services.messaging.tiers import TIERS_BY_PRIORITY
+from inferq.ingest.admission import AdmissionPolicy
+from inferq.ingest.backlog import BacklogSnapshot, BacklogSource
+from inferq.ingest.errors import NotAuthenticatedError
+from inferq.messaging.tiers import TIERS_BY_PRIORITY
 
 
 def describe_backlog(snapshot: BacklogSnapshot, admission: AdmissionPolicy) -> dict[str, dict[str, Any]]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from services.ingest.admission import AdmissionPolicy, FillAlarm
-from services.ingest.backlog import BacklogSnapshot, BacklogSource
-from services.messaging.tiers import Tier
-from services.supervised import SupervisedTask
+from inferq.ingest.admission import AdmissionPolicy, FillAlarm
+from inferq.ingest.backlog import BacklogSnapshot, BacklogSource
+from inferq.messaging.tiers import Tier
+from inferq.supervised import SupervisedTask
 
 # The service's own logger, not a submodule's: operators filter on "inferq.ingest".
 log = logging.getLogger("inferq.ingest")

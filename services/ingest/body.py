@@ -8,15 +8,15 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from services.ingest.errors import (
+from inferq.ingest.errors import (
     BodyIncompleteError,
     BodyTimeoutError,
     BodyTooLargeError,
     InvalidRequestError,
     MalformedBodyError,
 )
-from services.ingest.json_guard import JsonGuard, JsonRefusedError
-from services.ingest.validation import SubmitRequest, deadline_conflict, describe
+from inferq.ingest.json_guard import JsonGuard, JsonRefusedError
+from inferq.ingest.validation import SubmitRequest, deadline_conflict, describe
 
 # Only the nesting a request has (body > messages > message, params > response_format), with room.
 DEFAULT_MAX_JSON_DEPTH = 32

@@ -1,6 +1,6 @@
 """Ingest's side of webhooks: a submission's `callback_url` checked before anything is written.
 
-The rules are `services.webhooks.policy.CallbackPolicy`'s (the results service applies the same
+The rules are `inferq.webhooks.policy.CallbackPolicy`'s (the results service applies the same
 ones again at delivery): the URL's form, the host among the tenant's `callback_hosts` (open mode:
 ``INFERQ_CALLBACK_HOSTS``), a webhook secret to sign with, and the SSRF guard on every address the
 host resolves to now. Any refusal is 422 naming ``callback_url``; a host that does not resolve is
@@ -9,11 +9,11 @@ refused too (the caller can send again once its DNS answers).
 
 from __future__ import annotations
 
-from services.ingest.errors import InvalidRequestError
-from services.ingest.validation import SubmitRequest
-from services.tenancy.auth import Principal
-from services.webhooks.errors import CallbackRefusedError
-from services.webhooks.policy import CallbackPolicy
+from inferq.ingest.errors import InvalidRequestError
+from inferq.ingest.validation import SubmitRequest
+from inferq.tenancy.auth import Principal
+from inferq.webhooks.errors import CallbackRefusedError
+from inferq.webhooks.policy import CallbackPolicy
 
 FIELD = "callback_url"
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from services.ingest.app import create_app
-from services.ingest.settings import IngestSettings
-from services.serving import configure_logging, run_asgi
-from services.telemetry import setup_metrics
-from services.tenancy.bind import require_tenants_or_loopback
-from services.tenancy.errors import OpenModeRefusedError, TenantsFileError
-from services.tracing import setup_tracing, traced_asgi
+from inferq.ingest.app import create_app
+from inferq.ingest.settings import IngestSettings
+from inferq.serving import configure_logging, run_asgi
+from inferq.telemetry import setup_metrics
+from inferq.tenancy.bind import require_tenants_or_loopback
+from inferq.tenancy.errors import OpenModeRefusedError, TenantsFileError
+from inferq.tracing import setup_tracing, traced_asgi
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

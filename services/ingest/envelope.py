@@ -7,12 +7,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from services.ingest.validation import SubmitRequest
-from services.messaging.limits import MAX_DEADLINE_MS
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.reply_topics import is_allowed_reply_topic, reply_topic_rule
-from services.messaging.tiers import Tier, TierPolicy
-from services.messaging.topics import TopicNames
+from inferq.ingest.validation import SubmitRequest
+from inferq.messaging.limits import MAX_DEADLINE_MS
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.reply_topics import is_allowed_reply_topic, reply_topic_rule
+from inferq.messaging.tiers import Tier, TierPolicy
+from inferq.messaging.topics import TopicNames
 
 
 class FieldRefusedError(ValueError):
@@ -85,7 +85,7 @@ def build_envelope(
     Raises a `FieldRefusedError`: `DeadlineInPastError` when the caller's `expire_at_ms` is not in
     the future, `DeadlineTooFarError` when it is more than `MAX_DEADLINE_MS` ahead,
     `ReplyTopicRefusedError` when `reply_to` is not an allowed reply topic
-    (`services.messaging.reply_topics`).
+    (`inferq.messaging.reply_topics`).
     """
     tier = policy.tier_for(body.scenario, body.priority)
     if max_tier is not None and tier.rank < max_tier.rank:

@@ -27,10 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from services.ingest.admission import Refusal
-from services.ingest.tenant_shares import ShareRefusal
-from services.messaging.tiers import Tier
-from services.tenancy.rate import RateRefusal
+from inferq.ingest.admission import Refusal
+from inferq.ingest.tenant_shares import ShareRefusal
+from inferq.messaging.tiers import Tier
+from inferq.tenancy.rate import RateRefusal
 
 Problem = dict[str, str]
 

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from services.ingest.admission import AdmissionPolicy
-from services.ingest.backlog import BacklogSnapshot, BacklogSource
-from services.messaging.tiers import Tier
+from inferq.ingest.admission import AdmissionPolicy
+from inferq.ingest.backlog import BacklogSnapshot, BacklogSource
+from inferq.messaging.tiers import Tier
 
 
 def backlog_observations(snapshot: BacklogSnapshot) -> list[Observation]:

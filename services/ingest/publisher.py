@@ -12,32 +12,32 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from services.ingest.admission import AdmissionPolicy
-from services.ingest.backlog import AdmittedSinceRead, BacklogSnapshot, BacklogSource
-from services.ingest.backlog_watch import BacklogAlarm
-from services.ingest.envelope import Envelope
-from services.ingest.errors import (
+from inferq.ingest.admission import AdmissionPolicy
+from inferq.ingest.backlog import AdmittedSinceRead, BacklogSnapshot, BacklogSource
+from inferq.ingest.backlog_watch import BacklogAlarm
+from inferq.ingest.envelope import Envelope
+from inferq.ingest.errors import (
     InvalidRequestError,
     OverCapacityError,
     QueueUnavailableError,
     RecordTooLargeError,
     TenantOverShareError,
 )
-from services.ingest.idempotency import Answer, IdempotencyCache
-from services.ingest.metrics import IngestMetrics
-from services.ingest.record_limit import RecordLimit, is_too_large
-from services.ingest.tenant_shares import BacklogShares
-from services.messaging.codec import TypedCodec
-from services.messaging.producer import ProduceError
-from services.messaging.records import InferenceRequest
-from services.tracing import MESSAGE_ID
+from inferq.ingest.idempotency import Answer, IdempotencyCache
+from inferq.ingest.metrics import IngestMetrics
+from inferq.ingest.record_limit import RecordLimit, is_too_large
+from inferq.ingest.tenant_shares import BacklogShares
+from inferq.messaging.codec import TypedCodec
+from inferq.messaging.producer import ProduceError
+from inferq.messaging.records import InferenceRequest
+from inferq.tracing import MESSAGE_ID
 
 log = logging.getLogger("inferq.ingest")
 
 
 class RequestProducer(Protocol):
     """What the publisher needs of a producer: one record, awaited until the broker acknowledged it
-    (`services.messaging.producer.AsyncProducer`)."""
+    (`inferq.messaging.producer.AsyncProducer`)."""
 
     async def produce(
         self, topic: str, value: bytes, *, key: bytes | None = None, timeout_s: float | None = None
@@ -45,7 +45,7 @@ class RequestProducer(Protocol):
 
 
 class TenantBook(Protocol):
-    """What the publisher needs of the tenants in force (`services.tenancy.registry.TenantRegistry`)."""
+    """What the publisher needs of the tenants in force (`inferq.tenancy.registry.TenantRegistry`)."""
 
     def weights(self) -> Mapping[str, float] | None: ...
 

@@ -20,8 +20,8 @@ from confluent_kafka import KafkaError, KafkaException
 # Public names of confluent_kafka.admin, which has no __all__ for mypy to see them re-exported.
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.producer import ProduceError
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.producer import ProduceError
 
 log = logging.getLogger("inferq.ingest")
 

@@ -5,23 +5,23 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.ingest.admission import (
+from inferq.ingest.admission import (
     DEFAULT_BUDGET,
     DEFAULT_QUEUE_WAIT_FRACTION,
     AdmissionPolicy,
 )
-from services.ingest.tenant_shares import DEFAULT_ACTIVE_S, DEFAULT_FROM_FILL, DEFAULT_WINDOW
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.reply_topics import region_problem
-from services.messaging.tiers import (
+from inferq.ingest.tenant_shares import DEFAULT_ACTIVE_S, DEFAULT_FROM_FILL, DEFAULT_WINDOW
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.reply_topics import region_problem
+from inferq.messaging.tiers import (
     DEFAULT_DEADLINES_MS,
     DEFAULT_MEAN_LATENCY_S,
     DEFAULT_SCENARIO_TIERS,
     Tier,
     complete_per_tier,
 )
-from services.tenancy.settings import TenancySettings
-from services.webhooks.settings import WebhookSettings
+from inferq.tenancy.settings import TenancySettings
+from inferq.webhooks.settings import WebhookSettings
 
 
 class IngestSettings(BaseSettings):

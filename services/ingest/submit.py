@@ -8,7 +8,7 @@ Answers (the `IngestError` subclasses carry the refusals):
   in ``problems``), or a body `tenant` that is not the key's
 - 400 not a JSON object within the bounds (`json_guard`), 408 the body came too slowly, 413 the
   body or its record over the limit, 422 a field breaks the contract (named in ``problems``; a
-  `callback_url` the webhook rules refuse: `services.ingest.callbacks`), 429
+  `callback_url` the webhook rules refuse: `inferq.ingest.callbacks`), 429
   with Retry-After when the tenant's rate is spent, the tenant is over its share of the tier's
   backlog, or the tier is full, 503 with Retry-After when Kafka does not acknowledge in time (a
   fixed message: librdkafka's reason goes to the log only)
@@ -26,21 +26,21 @@ from typing import Protocol
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from services.ingest.body import parse_submission, read_body
-from services.ingest.callbacks import CallbackCheck
-from services.ingest.envelope import Envelope, FieldRefusedError
-from services.ingest.errors import IngestError, InvalidRequestError
-from services.ingest.idempotency import Answer
-from services.ingest.json_guard import JsonGuard
-from services.ingest.metrics import IngestMetrics
-from services.ingest.tenants import TenantGate
-from services.ingest.validation import SubmitRequest
-from services.messaging.tiers import Tier
-from services.tenancy.auth import Principal
+from inferq.ingest.body import parse_submission, read_body
+from inferq.ingest.callbacks import CallbackCheck
+from inferq.ingest.envelope import Envelope, FieldRefusedError
+from inferq.ingest.errors import IngestError, InvalidRequestError
+from inferq.ingest.idempotency import Answer
+from inferq.ingest.json_guard import JsonGuard
+from inferq.ingest.metrics import IngestMetrics
+from inferq.ingest.tenants import TenantGate
+from inferq.ingest.validation import SubmitRequest
+from inferq.messaging.tiers import Tier
+from inferq.tenancy.auth import Principal
 
 
 class EnvelopeMaker(Protocol):
-    """Builds the record of a submission (`services.ingest.envelope.EnvelopeFactory`)."""
+    """Builds the record of a submission (`inferq.ingest.envelope.EnvelopeFactory`)."""
 
     def __call__(
         self,
@@ -53,7 +53,7 @@ class EnvelopeMaker(Protocol):
 
 
 class SubmissionPublisher(Protocol):
-    """Writes an envelope durably (`services.ingest.publisher.Publisher`); raises `IngestError`."""
+    """Writes an envelope durably (`inferq.ingest.publisher.Publisher`); raises `IngestError`."""
 
     async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> tuple[Answer, bool]: ...
 

@@ -46,9 +46,9 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from services.ingest.admission import AdmissionPolicy
-from services.messaging.capacity import exact_decimal
-from services.messaging.tiers import Tier
+from inferq.ingest.admission import AdmissionPolicy
+from inferq.messaging.capacity import exact_decimal
+from inferq.messaging.tiers import Tier
 
 DEFAULT_WINDOW = 4_096
 DEFAULT_FROM_FILL = 0.5

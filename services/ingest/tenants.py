@@ -1,7 +1,7 @@
 """Ingest's side of tenancy: who is calling (401), whether their rate allows it (429), which tenant
 the record belongs to (403 when the body says another) and whether their entitlements cover it (403).
 
-The rules themselves live in `services.tenancy`; this module turns their answers into `IngestError`
+The rules themselves live in `inferq.tenancy`; this module turns their answers into `IngestError`
 refusals. In open mode (no tenants file) the caller is anonymous: no key, no rate, the global rules,
 and the body's `tenant` (default ``default``) scopes the request as before.
 """
@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from services.ingest.envelope import Envelope
-from services.ingest.errors import NotAuthenticatedError, NotEntitledError, TenantRateLimitedError
-from services.ingest.validation import SubmitRequest
-from services.messaging.topics import TopicNames
-from services.tenancy.auth import Principal
-from services.tenancy.entitlements import apply_entitlements
-from services.tenancy.errors import AuthenticationError
-from services.tenancy.rate import RateLimiter
-from services.tenancy.registry import TenantRegistry
+from inferq.ingest.envelope import Envelope
+from inferq.ingest.errors import NotAuthenticatedError, NotEntitledError, TenantRateLimitedError
+from inferq.ingest.validation import SubmitRequest
+from inferq.messaging.topics import TopicNames
+from inferq.tenancy.auth import Principal
+from inferq.tenancy.entitlements import apply_entitlements
+from inferq.tenancy.errors import AuthenticationError
+from inferq.tenancy.rate import RateLimiter
+from inferq.tenancy.registry import TenantRegistry
 
 
 class TenantGate:

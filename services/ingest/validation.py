@@ -1,12 +1,12 @@
 """The ingest API's request body, validated field by field so every refusal names the field.
 
-Every bound comes from `services.messaging.limits`, the table the dispatcher applies to records
+Every bound comes from `inferq.messaging.limits`, the table the dispatcher applies to records
 written straight to Kafka: integers fit their Avro types, identifiers are short and plain, free text
 is valid Unicode (a lone surrogate cannot be encoded as UTF-8), and `params` is an allow-list.
 Numbers are strict: ``true``, ``"5"`` or ``5.0`` is not an integer.
 
 Rules that need the clock or the topic prefix (`expire_at_ms` against now, `reply_to` against the
-reply topics) are checked when the record is built (`services.ingest.envelope`).
+reply topics) are checked when the record is built (`inferq.ingest.envelope`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from services.messaging import limits
-from services.messaging.tiers import Tier
-from services.webhooks.urls import MAX_URL_CHARS
+from inferq.messaging import limits
+from inferq.messaging.tiers import Tier
+from inferq.webhooks.urls import MAX_URL_CHARS
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 
@@ -139,7 +139,7 @@ class SubmitRequest(BaseModel):
     )
     params: ChatParams | None = None
     # Where the outcome is POSTed, signed (services/webhooks: https, an allowed host, a public
-    # address); the form here, the rules in services.ingest.callbacks.
+    # address); the form here, the rules in inferq.ingest.callbacks.
     callback_url: str | None = Field(default=None, strict=True, min_length=1, max_length=MAX_URL_CHARS)
     # The answer's pieces go to the reply topic as they come (the results service's /events relays them).
     stream: bool = Field(default=False, strict=True)

@@ -46,10 +46,10 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from services.messaging.admin import existing_topics, watched_admin
-from services.messaging.errors import MessagingError
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.topics import TopicNames
+from inferq.messaging.admin import existing_topics, watched_admin
+from inferq.messaging.errors import MessagingError
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.topics import TopicNames
 
 ACL_TIMEOUT_S = 15.0
 _ENFORCED_POLL_S = 0.1

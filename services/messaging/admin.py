@@ -2,7 +2,7 @@
 
 The start-up check (`require_topics`) is also each service's first contact with Kafka: a broker
 that refuses our credentials or certificate raises `KafkaAccessError` within a second or two (see
-`services.messaging.connection`), a broker that does not answer `MessagingError` after the timeout.
+`inferq.messaging.connection`), a broker that does not answer `MessagingError` after the timeout.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from services.messaging.connection import ConnectionWatch
-from services.messaging.errors import MessagingError, MissingTopicsError
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.replication import Replication
-from services.messaging.reply_topics import region_problem
+from inferq.messaging.connection import ConnectionWatch
+from inferq.messaging.errors import MessagingError, MissingTopicsError
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.replication import Replication
+from inferq.messaging.reply_topics import region_problem
 
 ADMIN_TIMEOUT_S = 15.0
 # How often a metadata wait looks at what librdkafka reported: the bound on noticing a refusal.
@@ -73,7 +73,7 @@ def create_topics(
 ) -> dict[str, str]:
     """Create every topic of the table and the reply topic of each of `regions` (configured as the
     results topic); existing ones are left alone. Returns name → outcome. `ValueError` for a region
-    the reply-topic rule refuses (`services.messaging.reply_topics`).
+    the reply-topic rule refuses (`inferq.messaging.reply_topics`).
 
     `replication` None: chosen from the number of brokers (`Replication.for_brokers`: factor 3 and
     min.insync.replicas=2 on three or more, else factor 1); a callable: chosen by it from the number

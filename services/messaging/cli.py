@@ -10,12 +10,12 @@ import argparse
 import os
 import re
 
-from services.messaging.acls import ServicePrincipals, apply_grants, service_grants
-from services.messaging.admin import create_topics, existing_topics
-from services.messaging.errors import MessagingError
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.replication import Replication
-from services.messaging.reply_topics import region_problem
+from inferq.messaging.acls import ServicePrincipals, apply_grants, service_grants
+from inferq.messaging.admin import create_topics, existing_topics
+from inferq.messaging.errors import MessagingError
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.replication import Replication
+from inferq.messaging.reply_topics import region_problem
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

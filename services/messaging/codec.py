@@ -14,18 +14,20 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any, Generic, TypeVar
 
 import fastavro
 from fastavro.schema import fingerprint, parse_schema, to_parsing_canonical_form
 
-from services.messaging.errors import DecodeError, UnknownSchemaError
-from services.messaging.records import InferenceChunk, InferenceRequest, InferenceResult
+from inferq.messaging.errors import DecodeError, UnknownSchemaError
+from inferq.messaging.records import InferenceChunk, InferenceRequest, InferenceResult
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
+# The checkout's schemas/ folder, which the wheel ships as the package `inferq.schemas`.
+SCHEMA_DIR: Traversable = files("inferq.schemas")
 
 Record = dict[str, Any]
 T = TypeVar("T")
@@ -108,7 +110,9 @@ def load_schema(name: str) -> dict[str, Any]:
 def earlier_schemas(name: str) -> list[dict[str, Any]]:
     """The earlier versions of `schemas/<name>.avsc` kept in `schemas/history/<name>.v<N>.avsc`:
     records written by a process not yet upgraded still decode (a rolling upgrade)."""
-    paths = sorted((SCHEMA_DIR / "history").glob(f"{name}.v*.avsc"))
+    prefix = f"{name}.v"
+    found = [p for p in (SCHEMA_DIR / "history").iterdir() if p.name.startswith(prefix)]
+    paths = sorted((p for p in found if p.name.endswith(".avsc")), key=lambda p: p.name)
     return [json.loads(p.read_text(encoding="utf-8")) for p in paths]
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from services.messaging.errors import KafkaAccessError, KafkaAuthenticationError, KafkaTlsError
-from services.messaging.security import KafkaSecurity
+from inferq.messaging.errors import KafkaAccessError, KafkaAuthenticationError, KafkaTlsError
+from inferq.messaging.security import KafkaSecurity
 
 _REFUSED_AUTHENTICATION = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
 

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Protocol
 
-from services.messaging.producer import ProduceError
+from inferq.messaging.producer import ProduceError
 
 log = logging.getLogger("inferq.messaging")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 
 class MessagingError(Exception):
-    """Base of every error raised by `services.messaging`."""
+    """Base of every error raised by `inferq.messaging`."""
 
 
 class DecodeError(MessagingError):

@@ -2,7 +2,7 @@
 
 One object for every service: the bootstrap list (``KAFKA_BOOTSTRAP_SERVERS`` is honoured, as
 every Kafka tool does), the topic prefix, the transport security (`security`, one block for both
-clients: TLS, SASL/SCRAM, secrets as `SecretStr`; see `services.messaging.security`), and a
+clients: TLS, SASL/SCRAM, secrets as `SecretStr`; see `inferq.messaging.security`), and a
 librdkafka pass-through for anything else. The returned dicts are new on every call, so no caller
 can mutate another's configuration.
 """
@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.messaging.security import KafkaSecurity
-from services.messaging.topics import TopicNames
+from inferq.messaging.security import KafkaSecurity
+from inferq.messaging.topics import TopicNames
 
 
 class KafkaSettings(BaseSettings):

@@ -9,7 +9,7 @@ otherwise make every record answered behind it read as backlog.
 
 from __future__ import annotations
 
-from services.messaging import commit_metadata
+from inferq.messaging import commit_metadata
 
 
 def partition_lag(*, high: int, low: int, committed: int | None) -> int:

@@ -26,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from services.messaging.errors import MessagingError
+from inferq.messaging.errors import MessagingError
 
 POLL_INTERVAL_S = 0.05
 

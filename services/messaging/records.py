@@ -3,7 +3,7 @@ answer, `InferenceChunk` (on the reply topic before the result, marked by a head
 
 This module is the one place that spells out their fields (they mirror `schemas/*.avsc`). Every
 service builds and reads them through these classes; `to_record` / `from_record` are the only
-conversions to and from the Avro dicts the codec writes (see `services.messaging.codec`).
+conversions to and from the Avro dicts the codec writes (see `inferq.messaging.codec`).
 
 Decoding proves a record has the right types, not that its values are sane: the bounds of each
 field are in ``limits.py``, and the dispatcher's ``record_rules.py`` applies them to what it reads.
@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from services.messaging.errors import DecodeError
-from services.messaging.tiers import Tier
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.tiers import Tier
 
 Record = dict[str, Any]
 

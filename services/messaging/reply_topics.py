@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from services.messaging.topics import REGION_REGEX, RESERVED_TOPIC_WORDS, TopicNames
+from inferq.messaging.topics import REGION_REGEX, RESERVED_TOPIC_WORDS, TopicNames
 
 # Kafka refuses longer topic names.
 MAX_TOPIC_CHARS = 249

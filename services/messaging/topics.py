@@ -10,12 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from services.messaging.tiers import Tier
+from inferq.messaging.tiers import Tier
 
 HOUR_MS = 3_600_000
 # The last words of the topic table's names: never a region (a regional reply topic's last word).
 RESERVED_TOPIC_WORDS = frozenset({"requests", "retry", "dlq", "results"})
-# A region, as a regular expression (`services.messaging.reply_topics.region_problem` says why not).
+# A region, as a regular expression (`inferq.messaging.reply_topics.region_problem` says why not).
 REGION_REGEX = r"[a-z0-9-]{1,32}"
 
 
@@ -48,13 +48,13 @@ class TopicNames:
 
     def regional_results(self, region: str) -> str:
         """The reply topic of `region` (``<prefix>.results.<region>``); which regions are valid is
-        `services.messaging.reply_topics.region_problem`'s rule."""
+        `inferq.messaging.reply_topics.region_problem`'s rule."""
         return f"{self.results}.{region}"
 
     @property
     def results_pattern(self) -> str:
         """A regular expression matching the results topic and every regional one (the region rule
-        of `services.messaging.reply_topics`, its reserved words left out: ``<prefix>.results.retry``
+        of `inferq.messaging.reply_topics`, its reserved words left out: ``<prefix>.results.retry``
         is the retry topic of a pipeline whose prefix is ``<prefix>.results``), for a consumer that
         serves all regions."""
         reserved = "|".join(sorted(RESERVED_TOPIC_WORDS))

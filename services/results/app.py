@@ -3,7 +3,7 @@
 The parts, each in its own module: `store.ResultStore` (SQLite behind one worker thread; the table
 itself in `table`), `consumer.ResultConsumer` (reply topic → store, commit after the write),
 `routes.ResultRoutes` (the HTTP answers, `view.public_view` their body; who is calling from
-`services.tenancy`; long polls and event streams wait in a `services.delivery` hub),
+`inferq.tenancy`; long polls and event streams wait in a `inferq.delivery` hub),
 `delivery.ReplyFollower` (the reply topic from its end, no group: wakes the waiting callers with
 chunks and results), `retention.RetentionTask` (expired results deleted every `purge_interval_s`),
 `webhooks.ResultWebhooks` (a result's `callback_url` POSTed, signed, from an outbox the store
@@ -26,19 +26,19 @@ from aiokafka import AIOKafkaConsumer
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from services.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower
-from services.delivery.hub import WaiterHub
-from services.delivery.metrics import DeliveryMetrics
-from services.messaging.admin import require_topics
-from services.messaging.codec import result_codec
-from services.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
-from services.results.retention import RetentionTask
-from services.results.routes import Health, ReadMetrics, ResultRoutes, WaitLimits
-from services.results.settings import ResultsSettings
-from services.results.store import ResultStore
-from services.results.webhooks import ResultWebhooks, StoppableProducer
-from services.telemetry import meter, metrics_endpoint
-from services.tenancy.registry import TenantRegistry
+from inferq.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower
+from inferq.delivery.hub import WaiterHub
+from inferq.delivery.metrics import DeliveryMetrics
+from inferq.messaging.admin import require_topics
+from inferq.messaging.codec import result_codec
+from inferq.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
+from inferq.results.retention import RetentionTask
+from inferq.results.routes import Health, ReadMetrics, ResultRoutes, WaitLimits
+from inferq.results.settings import ResultsSettings
+from inferq.results.store import ResultStore
+from inferq.results.webhooks import ResultWebhooks, StoppableProducer
+from inferq.telemetry import meter, metrics_endpoint
+from inferq.tenancy.registry import TenantRegistry
 
 log = logging.getLogger("inferq.results")
 

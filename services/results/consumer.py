@@ -5,7 +5,7 @@ its volume is modest, and an async consumer needs no thread hand-off. Offsets ar
 the batch is in SQLite, so a crash redoes a batch (duplicates are dropped by (tenant, request_id)).
 
 A streamed answer's chunks share the reply topic with the results (header ``inferq-kind: chunk``,
-`services.messaging.records.is_chunk`); they are not results and are passed over, neither stored
+`inferq.messaging.records.is_chunk`); they are not results and are passed over, neither stored
 nor counted as poison.
 """
 
@@ -21,12 +21,12 @@ from aiokafka.errors import KafkaError
 from opentelemetry.metrics import Meter
 from opentelemetry.trace import Span
 
-from services import tracing
-from services.messaging.codec import TypedCodec
-from services.messaging.errors import DecodeError
-from services.messaging.records import InferenceResult, ReplyRecord, is_chunk
-from services.results.store import ResultStore
-from services.supervised import SupervisedTask
+from inferq import tracing
+from inferq.messaging.codec import TypedCodec
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.records import InferenceResult, ReplyRecord, is_chunk
+from inferq.results.store import ResultStore
+from inferq.supervised import SupervisedTask
 
 log = logging.getLogger("inferq.results")
 

@@ -11,8 +11,8 @@ import asyncio
 import logging
 import sqlite3
 
-from services.results.store import ResultStore
-from services.supervised import SupervisedTask
+from inferq.results.store import ResultStore
+from inferq.supervised import SupervisedTask
 
 log = logging.getLogger("inferq.results")
 

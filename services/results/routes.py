@@ -7,7 +7,7 @@ poll and an event stream that wait like for a request still queued), so a caller
 that it exists. In open mode (no tenants file, loopback only) the optional ``?tenant=`` names the
 tenant (``default`` when left out); with a key it must be the key's.
 
-Waiting is the waiter hub's (`services.delivery`): the caller is registered, then the store is
+Waiting is the waiter hub's (`inferq.delivery`): the caller is registered, then the store is
 read, then the caller sleeps until the reply topic's follower (or the store's consumer) wakes it
 or the bound passes. A client that disconnects is unregistered at once.
 """
@@ -23,9 +23,9 @@ from opentelemetry.metrics import Meter
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from services.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, WaiterHub
-from services.delivery.metrics import DeliveryMetrics
-from services.delivery.sse import (
+from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, WaiterHub
+from inferq.delivery.metrics import DeliveryMetrics
+from inferq.delivery.sse import (
     CLIENT_GONE_STATUS,
     ClientGoneError,
     EventStreamResponse,
@@ -33,12 +33,12 @@ from services.delivery.sse import (
     sse_event,
     until_disconnected,
 )
-from services.messaging.limits import ID_PATTERN, MAX_ID_CHARS, MAX_TENANT_CHARS
-from services.messaging.records import InferenceChunk, InferenceResult
-from services.results.store import ResultStore
-from services.results.view import public_view
-from services.tenancy.errors import AuthenticationError
-from services.tenancy.registry import TenantRegistry
+from inferq.messaging.limits import ID_PATTERN, MAX_ID_CHARS, MAX_TENANT_CHARS
+from inferq.messaging.records import InferenceChunk, InferenceResult
+from inferq.results.store import ResultStore
+from inferq.results.view import public_view
+from inferq.tenancy.errors import AuthenticationError
+from inferq.tenancy.registry import TenantRegistry
 
 _BAD_ID = (
     f"request_id must be 1-{MAX_ID_CHARS} characters of letters, digits, '.', '_', ':' or '-' "

@@ -9,10 +9,10 @@ from typing import Any
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.reply_topics import region_problem
-from services.tenancy.settings import TenancySettings
-from services.webhooks.settings import WebhookSettings
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.reply_topics import region_problem
+from inferq.tenancy.settings import TenancySettings
+from inferq.webhooks.settings import WebhookSettings
 
 # `INFERQ_RESULTS_REGION=all`: the results topic and every regional one, by pattern.
 ALL_REGIONS = "all"

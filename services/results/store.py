@@ -21,9 +21,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from services.messaging.records import InferenceResult
-from services.results.errors import StoreNotOpenError
-from services.results.table import ResultsTable, StoredHook
+from inferq.messaging.records import InferenceResult
+from inferq.results.errors import StoreNotOpenError
+from inferq.results.table import ResultsTable, StoredHook
 
 _T = TypeVar("_T")
 WORKER_THREAD_NAME = "results-sqlite"

@@ -17,7 +17,7 @@ own clock, not a time the record carries: a record cannot make itself immortal.
 
 A `ResultsTable` is one sqlite3 connection, which belongs to the thread that opened it (sqlite3
 refuses it anywhere else) and blocks while it works: the service reaches it only through
-`services.results.store.ResultStore`, whose worker thread owns it.
+`inferq.results.store.ResultStore`, whose worker thread owns it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from services.messaging.records import InferenceResult
+from inferq.messaging.records import InferenceResult
 
 _TABLE = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -82,7 +82,7 @@ def _now_ms() -> int:
 
 class StoredHook(Protocol):
     """Something kept beside the results in the same database, written in the same transaction as
-    each newly stored result (the webhook outbox: `services.webhooks.outbox`)."""
+    each newly stored result (the webhook outbox: `inferq.webhooks.outbox`)."""
 
     def prepare(self, db: sqlite3.Connection) -> None:
         """Create what it needs (once the results table exists)."""

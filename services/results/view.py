@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from services.messaging.records import InferenceResult
+from inferq.messaging.records import InferenceResult
 
 
 def public_view(result: InferenceResult) -> dict[str, Any]:

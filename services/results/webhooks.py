@@ -1,6 +1,6 @@
 """The results service's webhook delivery, composed: the outbox (a hook of the results table, so a
 delivery is queued in the same transaction as its result), the dead-letter producer, the poster
-and the sender (`services.webhooks`). `app.create_app` builds one and starts it before the consumer.
+and the sender (`inferq.webhooks`). `app.create_app` builds one and starts it before the consumer.
 
 The body POSTed is the result as ``GET /v1/requests/{id}`` shows it (`view.public_view`), frozen
 when the result is stored. The Kafka producer (dead letters only) starts on its first dead letter:
@@ -12,19 +12,19 @@ from __future__ import annotations
 import json
 from typing import Protocol
 
-from services.messaging.dead_letters import DeadLetters, DurableProducer, Headers, RecordProducer
-from services.messaging.producer import AsyncProducer
-from services.messaging.records import InferenceResult
-from services.results.settings import ResultsSettings
-from services.results.view import public_view
-from services.telemetry import meter
-from services.webhooks.backoff import Backoff
-from services.webhooks.delivery import WebhookPoster
-from services.webhooks.guard import AddressGuard
-from services.webhooks.metrics import WebhookMetrics
-from services.webhooks.outbox import WebhookOutbox
-from services.webhooks.policy import CallbackPolicy
-from services.webhooks.sender import OutboxStore, TenantLookup, WebhookSender
+from inferq.messaging.dead_letters import DeadLetters, DurableProducer, Headers, RecordProducer
+from inferq.messaging.producer import AsyncProducer
+from inferq.messaging.records import InferenceResult
+from inferq.results.settings import ResultsSettings
+from inferq.results.view import public_view
+from inferq.telemetry import meter
+from inferq.webhooks.backoff import Backoff
+from inferq.webhooks.delivery import WebhookPoster
+from inferq.webhooks.guard import AddressGuard
+from inferq.webhooks.metrics import WebhookMetrics
+from inferq.webhooks.outbox import WebhookOutbox
+from inferq.webhooks.policy import CallbackPolicy
+from inferq.webhooks.sender import OutboxStore, TenantLookup, WebhookSender
 
 
 class StoppableProducer(RecordProducer, Protocol):

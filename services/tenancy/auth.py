@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.tenancy.errors import AuthenticationError
-from services.tenancy.keys import UNKNOWN, bearer_key
-from services.tenancy.model import OPEN_TENANT, Tenant, TenantDirectory
+from inferq.tenancy.errors import AuthenticationError
+from inferq.tenancy.keys import UNKNOWN, bearer_key
+from inferq.tenancy.model import OPEN_TENANT, Tenant, TenantDirectory
 
 
 @dataclass(frozen=True)

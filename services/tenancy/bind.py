@@ -11,7 +11,7 @@ import ipaddress
 import socket
 from pathlib import Path
 
-from services.tenancy.errors import OpenModeRefusedError
+from inferq.tenancy.errors import OpenModeRefusedError
 
 
 def is_loopback(host: str) -> bool:

@@ -8,11 +8,11 @@ import secrets
 import sys
 from pathlib import Path
 
-from services.messaging.topics import TopicNames
-from services.tenancy.errors import TenantsFileError
-from services.tenancy.keys import hash_key, new_key
-from services.tenancy.loading import load_tenants
-from services.tenancy.model import Tenant, TenantDirectory
+from inferq.messaging.topics import TopicNames
+from inferq.tenancy.errors import TenantsFileError
+from inferq.tenancy.keys import hash_key, new_key
+from inferq.tenancy.loading import load_tenants
+from inferq.tenancy.model import Tenant, TenantDirectory
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,7 +54,7 @@ def _check(args: argparse.Namespace) -> int:
     prefix = args.topic_prefix
     if prefix is None:
         # Imported here: `inferq tenants key` needs no Kafka settings.
-        from services.messaging.kafka_config import KafkaSettings
+        from inferq.messaging.kafka_config import KafkaSettings
 
         prefix = KafkaSettings().topic_prefix
     try:

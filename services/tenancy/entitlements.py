@@ -16,8 +16,8 @@ becomes: no I/O, no clock, no logging; the same input always gives the same `Ver
   record's `tier`, hence its topic at ingest); a tenant with a `max_tokens` cap that sets none gets
   the cap. A refused request is never narrowed.
 
-It does not check the global rules (field bounds in `services.messaging.limits`, the reply-topic
-rule in `services.messaging.reply_topics`): those run first, for every tenant, and answer 422.
+It does not check the global rules (field bounds in `inferq.messaging.limits`, the reply-topic
+rule in `inferq.messaging.reply_topics`): those run first, for every tenant, and answer 422.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from services.messaging import limits
-from services.messaging.errors import DecodeError
-from services.messaging.records import InferenceRequest
-from services.tenancy.model import SYMMETRIC_PARAMS, Entitlements
+from inferq.messaging import limits
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.records import InferenceRequest
+from inferq.tenancy.model import SYMMETRIC_PARAMS, Entitlements
 
 
 @dataclass(frozen=True)

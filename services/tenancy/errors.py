@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 class TenancyError(Exception):
-    """Base of every error raised by `services.tenancy`."""
+    """Base of every error raised by `inferq.tenancy`."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import hashlib
 import re
 import secrets
 
-from services.tenancy.errors import AuthenticationError
+from inferq.tenancy.errors import AuthenticationError
 
 KEY_PREFIX = "iq_"
 KEY_RANDOM_BYTES = 32

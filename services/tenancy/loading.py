@@ -21,13 +21,13 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from services.messaging import limits
-from services.messaging.reply_topics import MAX_TOPIC_CHARS, is_allowed_reply_topic
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
-from services.tenancy.errors import FileProblem, TenantsFileError
-from services.tenancy.keys import KEY_PREFIX, digest_of_hash, is_key_hash
-from services.tenancy.model import (
+from inferq.messaging import limits
+from inferq.messaging.reply_topics import MAX_TOPIC_CHARS, is_allowed_reply_topic
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
+from inferq.tenancy.errors import FileProblem, TenantsFileError
+from inferq.tenancy.keys import KEY_PREFIX, digest_of_hash, is_key_hash
+from inferq.tenancy.model import (
     ANY,
     DEFAULT_ROLES,
     MAX_KEYS_PER_TENANT,

@@ -1,6 +1,6 @@
 """Tenants as values: who they are, what they may ask for, and their share of the pipeline.
 
-Frozen and validated on construction; `services.tenancy.loading` builds them from the tenants
+Frozen and validated on construction; `inferq.tenancy.loading` builds them from the tenants
 file (each field is documented in ``infra/tenants.example.toml``). `OPEN_TENANT` is the one tenant
 of open mode: every entitlement is the global rule.
 """
@@ -15,9 +15,9 @@ from types import MappingProxyType
 
 from pydantic import SecretStr
 
-from services.messaging import limits
-from services.messaging.tiers import Tier
-from services.tenancy.keys import key_digest
+from inferq.messaging import limits
+from inferq.messaging.tiers import Tier
+from inferq.tenancy.keys import key_digest
 
 ANY = "*"
 ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
@@ -69,7 +69,7 @@ class NameSet:
 
 @dataclass(frozen=True)
 class Entitlements:
-    """What one tenant may ask for. Checked by `services.tenancy.entitlements.apply_entitlements`.
+    """What one tenant may ask for. Checked by `inferq.tenancy.entitlements.apply_entitlements`.
 
     - `max_tier`: the highest tier; a request above it (an explicit priority, an unknown scenario's
       HIGH, a scenario's own tier) is served at `max_tier` instead.
@@ -79,7 +79,7 @@ class Entitlements:
       A `max_tokens` cap is also the value of a request that sets none.
     - `roles`: message roles; `max_estimated_tokens`, `max_deadline_ms`: the largest values.
     - `reply_topics`: the reply topics it may name besides the default one (each must pass the
-      global rule, `services.messaging.reply_topics`); `callback_hosts`: for result delivery.
+      global rule, `inferq.messaging.reply_topics`); `callback_hosts`: for result delivery.
     """
 
     max_tier: Tier
@@ -135,7 +135,7 @@ class Tenant:
 
     `requests_per_minute` None means no rate limit; `burst` (default: a minute's worth) is how many
     requests may arrive at once. `max_concurrency` None means no cap below the shared budget.
-    `webhook_secret` signs its webhooks (`services.webhooks.signing`); None: it gets none.
+    `webhook_secret` signs its webhooks (`inferq.webhooks.signing`); None: it gets none.
     """
 
     name: str
@@ -215,7 +215,7 @@ class TenantDirectory:
         return self._by_name.get(name)
 
     def tenant_for_key(self, key: str) -> Tenant | None:
-        """The tenant holding `key`, by the key's SHA-256 digest (see `services.tenancy.keys`)."""
+        """The tenant holding `key`, by the key's SHA-256 digest (see `inferq.tenancy.keys`)."""
         digest = key_digest(key)
         tenant = self._by_digest.get(digest)
         if tenant is None:

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from services.tenancy.model import Tenant
+from inferq.tenancy.model import Tenant
 
 
 @dataclass

@@ -23,12 +23,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from services.messaging.topics import TopicNames
-from services.supervised import SupervisedTask
-from services.tenancy.auth import ANONYMOUS, Principal, authenticate
-from services.tenancy.errors import TenantsFileError
-from services.tenancy.loading import decode_tenants, read_tenants_file
-from services.tenancy.model import OPEN_TENANT, Tenant, TenantDirectory
+from inferq.messaging.topics import TopicNames
+from inferq.supervised import SupervisedTask
+from inferq.tenancy.auth import ANONYMOUS, Principal, authenticate
+from inferq.tenancy.errors import TenantsFileError
+from inferq.tenancy.loading import decode_tenants, read_tenants_file
+from inferq.tenancy.model import OPEN_TENANT, Tenant, TenantDirectory
 
 # What `signal.getsignal` returns and `signal.signal` takes.
 SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None

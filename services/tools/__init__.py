@@ -1,4 +1,4 @@
-"""Tooling: everything that does not run in production. The product (``services.ingest``,
+"""Tooling: everything that does not run in production. The product (``inferq.ingest``,
 ``dispatcher``, ``results``, ``messaging``, ``telemetry``, ``serving``) never imports from here;
 ``tests/unit/test_layout.py`` checks it.
 

@@ -17,9 +17,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from services.dispatcher.policies import Demand, Scheduler
-from services.messaging.records import InferenceResult
-from services.messaging.tiers import Tier
+from inferq.dispatcher.policies import Demand, Scheduler
+from inferq.messaging.records import InferenceResult
+from inferq.messaging.tiers import Tier
 
 # (tokens in use, waiting count, oldest waiting enqueue ms, budget) -> tokens the policy allows in use.
 AllowedFn = Callable[[Mapping[Tier, int], Mapping[Tier, int], Mapping[Tier, int | None], int], int]

@@ -1,6 +1,6 @@
 """Local server processes (the Kafka broker, MirrorMaker, redis-server) launched and watched by pid.
 
-Shared by `services.tools.broker`, `services.tools.mirror` and `services.tools.redis.server`:
+Shared by `inferq.tools.broker`, `inferq.tools.mirror` and `inferq.tools.redis.server`:
 launching a detached server, whether a port is free (or frees up soon), whether a pid is alive,
 reaping, waiting for an exit without polling where the kernel allows, the tails of its logs.
 """

@@ -1,6 +1,6 @@
 """Signed webhooks: a request's outcome POSTed to its `callback_url`.
 
-Submission (ingest, `services.ingest.callbacks`) and delivery (the results service) apply the same
+Submission (ingest, `inferq.ingest.callbacks`) and delivery (the results service) apply the same
 rules, so a record written straight to Kafka gets no more than an HTTP caller:
 
 - `urls`: what a callback URL may look like (https, or http when allowed; no userinfo, no

@@ -24,17 +24,17 @@ import aiohttp
 import yarl
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from services.webhooks.errors import CallbackRefusedError
-from services.webhooks.guard import AddressGuard
-from services.webhooks.outbox import PendingDelivery
-from services.webhooks.signing import (
+from inferq.webhooks.errors import CallbackRefusedError
+from inferq.webhooks.guard import AddressGuard
+from inferq.webhooks.outbox import PendingDelivery
+from inferq.webhooks.signing import (
     ATTEMPT_HEADER,
     DELIVERY_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     signature_header,
 )
-from services.webhooks.urls import CallbackTarget
+from inferq.webhooks.urls import CallbackTarget
 
 USER_AGENT = "inferq-webhooks/1"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 class CallbackRefusedError(ValueError):
-    """A callback URL refused by the rules of `services.webhooks`: its form, its host, or the address
+    """A callback URL refused by the rules of `inferq.webhooks`: its form, its host, or the address
     its host resolves to. `permanent` is false when trying again later may succeed (the name did not
     resolve: DNS may be down)."""
 

@@ -9,7 +9,7 @@ one (IPv4-mapped ``::ffff:127.0.0.1``, NAT64 ``64:ff9b::/96``, 6to4, Teredo).
 A host name is resolved and judged by every address it resolves to: one refused address refuses
 the name (a name that mixes public and private answers is not to be trusted with either). The
 same check runs at submission (422) and at delivery, where the connection is made only to the
-addresses checked here (`services.webhooks.delivery`), so a DNS answer that changes between the
+addresses checked here (`inferq.webhooks.delivery`), so a DNS answer that changes between the
 check and the connect (rebinding) gains nothing.
 """
 
@@ -20,8 +20,8 @@ import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 
-from services.webhooks.errors import CallbackRefusedError
-from services.webhooks.urls import CallbackTarget, IPAddress
+from inferq.webhooks.errors import CallbackRefusedError
+from inferq.webhooks.urls import CallbackTarget, IPAddress
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from services.tenancy.model import NameSet
-from services.webhooks.urls import CallbackTarget
+from inferq.tenancy.model import NameSet
+from inferq.webhooks.urls import CallbackTarget
 
 
 def host_allowed(target: CallbackTarget, allowed: NameSet) -> bool:

@@ -9,7 +9,7 @@ the next attempt is due and how many were made; it is deleted once the delivery 
 (delivered, 410 Gone, or dead-lettered).
 
 `WebhookOutbox` is synchronous and runs on the result store's worker thread: `prepare` and
-`stored` are the results table's hook (`services.results.table.StoredHook`), the other methods
+`stored` are the results table's hook (`inferq.results.table.StoredHook`), the other methods
 are called through `ResultStore.on_connection`.
 """
 
@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from services.messaging.records import InferenceResult
+from inferq.messaging.records import InferenceResult
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS webhook_outbox (

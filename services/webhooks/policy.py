@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.tenancy.model import NameSet, Tenant
-from services.webhooks.errors import CallbackRefusedError
-from services.webhooks.guard import AddressGuard
-from services.webhooks.hosts import host_allowed, open_mode_hosts
-from services.webhooks.settings import WebhookSettings
-from services.webhooks.urls import CallbackTarget, IPAddress, parse_callback_url
+from inferq.tenancy.model import NameSet, Tenant
+from inferq.webhooks.errors import CallbackRefusedError
+from inferq.webhooks.guard import AddressGuard
+from inferq.webhooks.hosts import host_allowed, open_mode_hosts
+from inferq.webhooks.settings import WebhookSettings
+from inferq.webhooks.urls import CallbackTarget, IPAddress, parse_callback_url
 
 
 @dataclass(frozen=True)

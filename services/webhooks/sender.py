@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from services.messaging.dead_letters import (
+from inferq.messaging.dead_letters import (
     ERROR_HEADER,
     KIND_HEADER,
     REQUEST_ID_HEADER,
@@ -37,14 +37,14 @@ from services.messaging.dead_letters import (
     DeadLetters,
     Headers,
 )
-from services.supervised import SupervisedTask
-from services.tenancy.model import Tenant
-from services.webhooks.backoff import Backoff
-from services.webhooks.delivery import AttemptResult, Outcome, WebhookPoster
-from services.webhooks.errors import CallbackRefusedError
-from services.webhooks.metrics import WebhookMetrics
-from services.webhooks.outbox import PendingDelivery, WebhookOutbox
-from services.webhooks.policy import CallbackPolicy
+from inferq.supervised import SupervisedTask
+from inferq.tenancy.model import Tenant
+from inferq.webhooks.backoff import Backoff
+from inferq.webhooks.delivery import AttemptResult, Outcome, WebhookPoster
+from inferq.webhooks.errors import CallbackRefusedError
+from inferq.webhooks.metrics import WebhookMetrics
+from inferq.webhooks.outbox import PendingDelivery, WebhookOutbox
+from inferq.webhooks.policy import CallbackPolicy
 
 log = logging.getLogger("inferq.webhooks")
 
@@ -57,13 +57,13 @@ STOP_TIMEOUT_S = 10.0
 
 
 class OutboxStore(Protocol):
-    """Where the outbox lives (`services.results.store.ResultStore`)."""
+    """Where the outbox lives (`inferq.results.store.ResultStore`)."""
 
     async def on_connection(self, call: Callable[[sqlite3.Connection], _T]) -> _T: ...
 
 
 class TenantLookup(Protocol):
-    """Whose rules apply (`services.tenancy.registry.TenantRegistry`)."""
+    """Whose rules apply (`inferq.tenancy.registry.TenantRegistry`)."""
 
     @property
     def open_mode(self) -> bool: ...

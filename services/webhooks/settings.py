@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from services.webhooks.urls import MAX_URL_CHARS
+from inferq.webhooks.urls import MAX_URL_CHARS
 
 # An entry of INFERQ_CALLBACK_HOSTS: the tenants file's `callback_hosts` rule (a name, maybe a port).
 _HOST_ENTRY = re.compile(

@@ -16,8 +16,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from services.messaging import limits
-from services.webhooks.errors import CallbackRefusedError
+from inferq.messaging import limits
+from inferq.webhooks.errors import CallbackRefusedError
 
 MAX_URL_CHARS = limits.MAX_CALLBACK_URL_CHARS
 DEFAULT_PORTS = {"https": 443, "http": 80}

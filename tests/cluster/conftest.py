@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.tools.broker.cluster import LocalCluster
-from services.tools.broker.fixture import kafka_cluster_for_tests
+from inferq.tools.broker.cluster import LocalCluster
+from inferq.tools.broker.fixture import kafka_cluster_for_tests
 
 
 @pytest.fixture(scope="package")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from services.tools.broker.cluster import LocalCluster
-from services.tools.chaos.cluster_faults import CaseSpec, Fault, run_case
+from inferq.tools.broker.cluster import LocalCluster
+from inferq.tools.chaos.cluster_faults import CaseSpec, Fault, run_case
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.slow]
 

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
-from services.messaging.cli import register as register_topics
-from services.tools.broker.cli import register as register_broker
-from services.tools.broker.cluster import LocalCluster
-from services.tools.servercli import EXIT_NOT_RUNNING
+from inferq.messaging.cli import register as register_topics
+from inferq.tools.broker.cli import register as register_broker
+from inferq.tools.broker.cluster import LocalCluster
+from inferq.tools.servercli import EXIT_NOT_RUNNING
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.slow]
 

@@ -9,9 +9,9 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.broker.cluster import LocalCluster
+from inferq.messaging.admin import create_topics
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.tools.broker.cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.slow]
 

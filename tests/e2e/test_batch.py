@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.batch.ledger import read_state
-from services.messaging.codec import request_codec
-from services.tools.stack.pipeline import Pipeline
+from inferq.batch.ledger import read_state
+from inferq.messaging.codec import request_codec
+from inferq.tools.stack.pipeline import Pipeline
 from tests.support.inprocess import free_port
 from tests.support.kafka import read_all
 from tests.support.pipeline import running_pipeline
@@ -103,7 +103,7 @@ def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def start_batch(pipeline: Pipeline, proxy: CountingProxy, batch: Path, out: Path) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "services.cli", "batch", "submit", str(batch), "--out", str(out)]
+    args = [sys.executable, "-m", "inferq.cli", "batch", "submit", str(batch), "--out", str(out)]
     args += [
         "--scenario",
         "morning_brief",
@@ -126,7 +126,7 @@ def _default_sigint() -> None:
 
 
 def start_kafka_batch(pipeline: Pipeline, bootstrap: str, batch: Path, out: Path) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "services.cli", "batch", "submit", str(batch), "--out", str(out)]
+    args = [sys.executable, "-m", "inferq.cli", "batch", "submit", str(batch), "--out", str(out)]
     args += ["--scenario", "morning_brief", "--rate", "5/s", "--senders", "2", "--via", "kafka"]
     env = os.environ | {"KAFKA_BOOTSTRAP_SERVERS": bootstrap, "INFERQ_TOPIC_PREFIX": pipeline.topic_prefix}
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -198,7 +198,7 @@ def test_a_batch_interrupted_then_killed_then_resumed_sends_and_runs_each_reques
     stats = pipeline.backend_stats()
     assert stats["total"] == LINES, stats
     status = subprocess.run(
-        [sys.executable, "-m", "services.cli", "batch", "status", str(batch), "--out", str(out)],
+        [sys.executable, "-m", "inferq.cli", "batch", "status", str(batch), "--out", str(out)],
         capture_output=True,
         check=True,
     )

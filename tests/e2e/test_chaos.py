@@ -25,14 +25,14 @@ import httpx
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
-from services.messaging.admin import create_topics
-from services.messaging.codec import HEADER_SIZE, request_codec, result_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import InferenceResult, Status
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
-from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from inferq.messaging.admin import create_topics
+from inferq.messaging.codec import HEADER_SIZE, request_codec, result_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import InferenceResult, Status
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
+from inferq.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
+from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
 from tests.support.kafka import a_request, committed_offsets, end_offsets
 from tests.support.ledger import Answer, Ledger, read_to_end, request_body

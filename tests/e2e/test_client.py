@@ -13,11 +13,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.client import HttpTransport, InferqClient, SyncInferqClient, WaitTimeoutError
-from services.client.kafka import KafkaTransport
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import Status
-from services.tools.stack.pipeline import Pipeline
+from inferq.client import HttpTransport, InferqClient, SyncInferqClient, WaitTimeoutError
+from inferq.client.kafka import KafkaTransport
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import Status
+from inferq.tools.stack.pipeline import Pipeline
 from tests.support.kafka import end_offsets, read_all
 from tests.support.pipeline import running_pipeline
 

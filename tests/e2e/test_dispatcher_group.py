@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from services.tools.demo.workload import Submission, submit_all, wait_outcomes
-from services.tools.stack.pipeline import Pipeline
+from inferq.tools.demo.workload import Submission, submit_all, wait_outcomes
+from inferq.tools.stack.pipeline import Pipeline
 from tests.support.pipeline import running_pipeline
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]

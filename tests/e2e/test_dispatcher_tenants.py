@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from services.messaging.codec import result_codec
-from services.messaging.records import InferenceResult
-from services.messaging.topics import TopicNames
-from services.tools.stack.pipeline import Pipeline
+from inferq.messaging.codec import result_codec
+from inferq.messaging.records import InferenceResult
+from inferq.messaging.topics import TopicNames
+from inferq.tools.stack.pipeline import Pipeline
 from tests.support.kafka import a_request, produce_requests, read_all
 from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants

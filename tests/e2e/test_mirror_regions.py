@@ -29,18 +29,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.client import InferqClient
-from services.client.kafka import KafkaTransport
-from services.messaging.admin import create_topics
-from services.messaging.codec import request_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.bench.recorder import marked_content
-from services.tools.broker.broker import LocalBroker
-from services.tools.broker.ephemeral import broker_on_free_ports
-from services.tools.mirror.config import MirrorConfig
-from services.tools.mirror.mirror import LocalMirrorMaker
-from services.tools.paths import find_project_root
-from services.tools.stack.process import ServiceProcess
+from inferq.client import InferqClient
+from inferq.client.kafka import KafkaTransport
+from inferq.messaging.admin import create_topics
+from inferq.messaging.codec import request_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.tools.bench.recorder import marked_content
+from inferq.tools.broker.broker import LocalBroker
+from inferq.tools.broker.ephemeral import broker_on_free_ports
+from inferq.tools.mirror.config import MirrorConfig
+from inferq.tools.mirror.mirror import LocalMirrorMaker
+from inferq.tools.paths import find_project_root
+from inferq.tools.stack.process import ServiceProcess
 from tests.support.inprocess import free_port
 from tests.support.kafka import end_offsets, read_all
 

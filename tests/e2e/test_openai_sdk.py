@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
-from services.messaging import limits
-from services.tools.stack.pipeline import Pipeline
+from inferq.messaging import limits
+from inferq.tools.stack.pipeline import Pipeline
 from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
 

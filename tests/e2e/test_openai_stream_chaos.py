@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from services.tools.stack.pipeline import Pipeline
+from inferq.tools.stack.pipeline import Pipeline
 from tests.support.pipeline import running_pipeline, slow_streams
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

@@ -13,9 +13,9 @@ import fastavro
 import httpx
 import pytest
 
-from services import tracing
-from services.tools.demo.workload import evening_mix, submit_all, wait_outcomes
-from services.tools.stack.pipeline import Pipeline
+from inferq import tracing
+from inferq.tools.demo.workload import evening_mix, submit_all, wait_outcomes
+from inferq.tools.stack.pipeline import Pipeline
 from tests.support.kafka import end_offsets, read_all
 from tests.support.pipeline import running_pipeline
 
@@ -152,7 +152,7 @@ def test_resent_request_id_is_one_request(pipeline: Pipeline, kafka_bootstrap: s
     assert second.json()["duplicate"] is True
     outcomes = asyncio.run(wait_outcomes(pipeline.results_url, [rid], timeout_s=30))
     assert outcomes[rid]["status"] == "OK"
-    from services.messaging.codec import request_codec
+    from inferq.messaging.codec import request_codec
 
     records = read_all(
         kafka_bootstrap, f"{pipeline.topic_prefix}.requests.medium", expect=10_000, timeout_s=5

@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
-from services.tools.demo.workload import evening_mix, submit_all, wait_outcomes
-from services.tools.report.effective import query_range
-from services.tools.stack.pipeline import Pipeline
+from inferq.tools.demo.workload import evening_mix, submit_all, wait_outcomes
+from inferq.tools.report.effective import query_range
+from inferq.tools.stack.pipeline import Pipeline
 from tests.support.kafka import produce
 from tests.support.pipeline import running_pipeline
 from tests.support.prometheus import Prometheus, config_for, running_prometheus

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from services.tools.stack.pipeline import Pipeline
+from inferq.tools.stack.pipeline import Pipeline
 from tests.support.ledger import Ledger, request_body
 from tests.support.pipeline import running_pipeline
 

@@ -16,10 +16,10 @@ import httpx
 import openai
 import pytest
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.demo.workload import wait_outcomes
-from services.tools.stack.process import ServiceProcess
+from inferq.messaging.admin import create_topics
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.tools.demo.workload import wait_outcomes
+from inferq.tools.stack.process import ServiceProcess
 from tests.support.inprocess import free_port
 from tests.support.kafka import end_offsets, read_all
 
@@ -130,7 +130,7 @@ def test_each_regions_results_land_on_its_topic_and_are_served_by_its_results_se
 def test_topics_list_shows_the_regional_topics(regions: Regions, kafka_bootstrap: str) -> None:
     env = os.environ | {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "INFERQ_TOPIC_PREFIX": regions.prefix}
     listing = subprocess.run(
-        [sys.executable, "-m", "services.cli", "topics", "list"],
+        [sys.executable, "-m", "inferq.cli", "topics", "list"],
         env=env,
         capture_output=True,
         text=True,

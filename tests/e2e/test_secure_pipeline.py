@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from services.messaging.acls import ServicePrincipals, apply_grants, service_grants
-from services.messaging.admin import create_topics
-from services.tools.broker.broker import LocalBroker
-from services.tools.broker.security import ADMIN, client_env
-from services.tools.demo.workload import evening_mix, submit_all, wait_outcomes
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from inferq.messaging.acls import ServicePrincipals, apply_grants, service_grants
+from inferq.messaging.admin import create_topics
+from inferq.tools.broker.broker import LocalBroker
+from inferq.tools.broker.security import ADMIN, client_env
+from inferq.tools.demo.workload import evening_mix, submit_all, wait_outcomes
+from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -96,7 +96,7 @@ def test_a_wrong_password_stops_each_service_at_once_with_a_clear_message(
         }
         with (tmp_path / f"{service}.log").open("wb") as log:
             running[service] = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", service, "--port", str(free_port())],
+                [sys.executable, "-m", "inferq.cli", service, "--port", str(free_port())],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -14,9 +14,9 @@ import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import is_chunk
-from services.tools.stack.pipeline import Pipeline
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import is_chunk
+from inferq.tools.stack.pipeline import Pipeline
 from tests.support.kafka import a_request, produce_requests
 from tests.support.pipeline import running_pipeline, slow_streams
 from tests.support.replies import read_replies

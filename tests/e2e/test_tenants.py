@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from services.tools.stack.pipeline import Pipeline
-from services.tools.stack.process import ServiceProcess
+from inferq.tools.stack.pipeline import Pipeline
+from inferq.tools.stack.process import ServiceProcess
 from tests.support.inprocess import free_port
 from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
@@ -248,7 +248,7 @@ def test_open_mode_on_every_address_refuses_to_start(service: str, tmp_path: Pat
     env = {k: v for k, v in os.environ.items() if k != "INFERQ_TENANTS_FILE"}
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", service, "--host", "0.0.0.0", "--port", str(free_port())],
+        [sys.executable, "-m", "inferq.cli", service, "--host", "0.0.0.0", "--port", str(free_port())],
         capture_output=True,
         text=True,
         env=env,

@@ -13,10 +13,10 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
-from services.messaging.codec import request_codec
-from services.tools.demo.workload import wait_outcomes
-from services.tools.otlp_sink import OtlpSink, ReceivedSpan
-from services.tools.stack.pipeline import Pipeline
+from inferq.messaging.codec import request_codec
+from inferq.tools.demo.workload import wait_outcomes
+from inferq.tools.otlp_sink import OtlpSink, ReceivedSpan
+from inferq.tools.stack.pipeline import Pipeline
 from tests.support.kafka import a_request, read_all
 from tests.support.pipeline import running_pipeline
 

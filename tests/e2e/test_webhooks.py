@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from services.tools.stack.pipeline import Pipeline
-from services.tools.stack.process import ServiceProcess
+from inferq.tools.stack.pipeline import Pipeline
+from inferq.tools.stack.process import ServiceProcess
 from tests.support.inprocess import free_port
 from tests.support.kafka import read_all
 from tests.support.pipeline import running_pipeline

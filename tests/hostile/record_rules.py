@@ -1,15 +1,15 @@
 """What every record ingest writes must satisfy: it decodes with the codec, and each field keeps the
-bounds of `services.messaging.limits` (the table the dispatcher trusts for records from ingest)."""
+bounds of `inferq.messaging.limits` (the table the dispatcher trusts for records from ingest)."""
 
 from __future__ import annotations
 
 import json
 
-from services.messaging import limits
-from services.messaging.codec import request_codec
-from services.messaging.records import InferenceRequest
-from services.messaging.reply_topics import is_allowed_reply_topic
-from services.messaging.topics import TopicNames
+from inferq.messaging import limits
+from inferq.messaging.codec import request_codec
+from inferq.messaging.records import InferenceRequest
+from inferq.messaging.reply_topics import is_allowed_reply_topic
+from inferq.messaging.topics import TopicNames
 
 
 def broken_rules(value: bytes, key: bytes | None, topics: TopicNames) -> list[str]:

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from services.ingest.app import create_app
-from services.ingest.settings import IngestSettings
-from services.messaging.topics import TopicNames
+from inferq.ingest.app import create_app
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.topics import TopicNames
 from tests.hostile.conftest import HostileFigures
 from tests.hostile.record_rules import broken_rules
 from tests.hostile.test_http_ingest_fuzz import json_values

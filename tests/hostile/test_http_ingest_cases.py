@@ -12,12 +12,12 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from starlette.testclient import TestClient
 
-from services.ingest.app import create_app
-from services.ingest.settings import IngestSettings
-from services.messaging import limits
-from services.messaging.codec import request_codec
-from services.messaging.producer import ProduceError
-from services.messaging.topics import TopicNames
+from inferq.ingest.app import create_app
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging import limits
+from inferq.messaging.codec import request_codec
+from inferq.messaging.producer import ProduceError
+from inferq.messaging.topics import TopicNames
 from tests.hostile.conftest import HostileFigures
 from tests.hostile.record_rules import broken_rules
 from tests.support.fakes import FakeBacklog, SwitchableProducer

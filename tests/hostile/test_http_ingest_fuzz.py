@@ -9,7 +9,7 @@ purpose now and then (the only 503 allowed).
   is 202, 400, 413, 422 or 503, never another 5xx.
 
 Every 202's record decodes, round-trips through the codec and keeps the bounds of
-`services.messaging.limits` (`record_rules`).
+`inferq.messaging.limits` (`record_rules`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from services.ingest.app import create_app
-from services.ingest.settings import IngestSettings
-from services.messaging.topics import TopicNames
+from inferq.ingest.app import create_app
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.topics import TopicNames
 from tests.hostile.conftest import HostileFigures
 from tests.hostile.record_rules import broken_rules
 from tests.hostile.schema_strategy import from_schema

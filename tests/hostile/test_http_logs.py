@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from services.ingest.app import create_app as create_ingest
-from services.ingest.settings import IngestSettings
-from services.messaging.codec import result_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import InferenceResult
-from services.results.app import create_app as create_results
-from services.results.settings import ResultsSettings
+from inferq.ingest.app import create_app as create_ingest
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.codec import result_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import InferenceResult
+from inferq.results.app import create_app as create_results
+from inferq.results.settings import ResultsSettings
 from tests.support.fakes import (
     FakeBacklog,
     FakeResultFeed,

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Message
 
-from services.messaging.codec import result_codec
-from services.results.app import create_app
-from services.results.settings import ResultsSettings
+from inferq.messaging.codec import result_codec
+from inferq.results.app import create_app
+from inferq.results.settings import ResultsSettings
 from tests.hostile.conftest import HostileFigures
 from tests.support.fakes import DyingResultFeed, FakeResultFeed, a_result
 

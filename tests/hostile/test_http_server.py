@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from services.ingest.app import create_app as create_ingest
-from services.ingest.settings import IngestSettings
-from services.results.app import create_app as create_results
-from services.results.settings import ResultsSettings
-from services.serving import EmbeddedServer, HttpLimits, uvicorn_config
+from inferq.ingest.app import create_app as create_ingest
+from inferq.ingest.settings import IngestSettings
+from inferq.results.app import create_app as create_results
+from inferq.results.settings import ResultsSettings
+from inferq.serving import EmbeddedServer, HttpLimits, uvicorn_config
 from tests.hostile.conftest import HostileFigures
 from tests.support.fakes import FakeBacklog, FakeResultFeed, RecordingProducer
 from tests.support.inprocess import free_port

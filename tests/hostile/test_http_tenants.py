@@ -16,17 +16,17 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from services.ingest.app import create_app as create_ingest
-from services.ingest.settings import IngestSettings
-from services.messaging.codec import request_codec, result_codec
-from services.messaging.records import InferenceResult
-from services.results.app import create_app as create_results
-from services.results.settings import ResultsSettings
-from services.serving import HttpLimits
-from services.tenancy.errors import TenantsFileError
-from services.tenancy.keys import hash_key
-from services.tenancy.registry import TenantRegistry
-from services.tenancy.settings import TenancySettings
+from inferq.ingest.app import create_app as create_ingest
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.codec import request_codec, result_codec
+from inferq.messaging.records import InferenceResult
+from inferq.results.app import create_app as create_results
+from inferq.results.settings import ResultsSettings
+from inferq.serving import HttpLimits
+from inferq.tenancy.errors import TenantsFileError
+from inferq.tenancy.keys import hash_key
+from inferq.tenancy.registry import TenantRegistry
+from inferq.tenancy.settings import TenancySettings
 from tests.hostile.conftest import HostileFigures
 from tests.hostile.test_http_server import Conversation, note, serving, status_of
 from tests.support.fakes import FakeBacklog, FakeResultFeed, RecordingProducer, result_record

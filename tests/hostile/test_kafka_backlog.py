@@ -18,11 +18,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from starlette.testclient import TestClient
 
-from services.ingest.app import create_app
-from services.ingest.backlog import KafkaBacklogReader
-from services.ingest.settings import IngestSettings
-from services.messaging.codec import result_codec
-from services.messaging.tiers import Tier
+from inferq.ingest.app import create_app
+from inferq.ingest.backlog import KafkaBacklogReader
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.codec import result_codec
+from inferq.messaging.tiers import Tier
 from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
 from tests.support.kafka import a_request, committed_offsets, end_offsets, produce_requests, read_all
 

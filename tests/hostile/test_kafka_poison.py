@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from services.messaging.codec import request_codec, result_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import InferenceRequest, InferenceResult, Status
-from services.messaging.tiers import Tier
+from inferq.messaging.codec import request_codec, result_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import InferenceRequest, InferenceResult, Status
+from inferq.messaging.tiers import Tier
 from tests.support.inprocess import running_dispatcher, sim_backend
 from tests.support.kafka import a_request, committed_offsets, end_offsets
 

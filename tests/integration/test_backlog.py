@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from services.ingest.app import create_app
-from services.ingest.backlog import BacklogSnapshot, KafkaBacklogReader
-from services.ingest.settings import IngestSettings
-from services.messaging.tiers import Tier
+from inferq.ingest.app import create_app
+from inferq.ingest.backlog import BacklogSnapshot, KafkaBacklogReader
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.tiers import Tier
 from tests.support.kafka import a_request, commit_offsets, committed_offsets, end_offsets, produce_requests
 
 pytestmark = pytest.mark.kafka

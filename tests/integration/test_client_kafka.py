@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable
 import pytest
 from confluent_kafka import Producer
 
-from services.client import FailedError, InferqClient, WaitTimeoutError
-from services.client.kafka import KafkaTransport
-from services.messaging.admin import create_topics
-from services.messaging.codec import chunk_codec, request_codec, result_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import (
+from inferq.client import FailedError, InferqClient, WaitTimeoutError
+from inferq.client.kafka import KafkaTransport
+from inferq.messaging.admin import create_topics
+from inferq.messaging.codec import chunk_codec, request_codec, result_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import (
     CHUNK_KIND,
     KIND_HEADER,
     InferenceChunk,
@@ -25,7 +25,7 @@ from services.messaging.records import (
     InferenceResult,
     Status,
 )
-from services.messaging.tiers import Tier
+from inferq.messaging.tiers import Tier
 from tests.support.kafka import read_all
 
 pytestmark = pytest.mark.kafka
@@ -180,7 +180,7 @@ def test_a_failed_outcome_raises_and_a_timeout_holds_nothing(eu_settings: KafkaS
 def test_transports_of_one_region_share_one_follower_and_close_it_with_the_last(
     eu_settings: KafkaSettings,
 ) -> None:
-    from services.client import kafka as kafka_transport
+    from inferq.client import kafka as kafka_transport
 
     async def body() -> None:
         acme, beta = (

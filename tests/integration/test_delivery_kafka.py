@@ -8,12 +8,12 @@ import asyncio
 import pytest
 from confluent_kafka import Producer
 
-from services.delivery.follower import KafkaReplyFeed, ReplyFollower
-from services.delivery.hub import WaiterHub
-from services.messaging.codec import chunk_codec, result_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, Status
-from services.messaging.tiers import Tier
+from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower
+from inferq.delivery.hub import WaiterHub
+from inferq.messaging.codec import chunk_codec, result_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, Status
+from inferq.messaging.tiers import Tier
 
 pytestmark = pytest.mark.kafka
 

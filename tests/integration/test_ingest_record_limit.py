@@ -19,11 +19,11 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 from starlette.testclient import TestClient
 
-from services.ingest.app import create_app
-from services.ingest.record_limit import read_topics_max_message_bytes
-from services.ingest.settings import IngestSettings
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.tiers import Tier
+from inferq.ingest.app import create_app
+from inferq.ingest.record_limit import read_topics_max_message_bytes
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.tiers import Tier
 from tests.support.fakes import FakeBacklog
 from tests.support.kafka import end_offsets
 

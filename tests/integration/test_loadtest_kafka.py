@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from services.messaging.admin import create_topics
-from services.messaging.codec import request_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.loadtest.cli import register
-from services.tools.loadtest.runs import read_records
-from services.tools.loadtest.source import TopicSource
-from services.tools.loadtest.timerange import TimeRange
-from services.tools.loadtest.tracefile import read_trace
-from services.tools.stack.process import ServiceProcess
-from services.tools.traces.generator import generate
-from services.tools.traces.scenario import load
+from inferq.messaging.admin import create_topics
+from inferq.messaging.codec import request_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.tools.loadtest.cli import register
+from inferq.tools.loadtest.runs import read_records
+from inferq.tools.loadtest.source import TopicSource
+from inferq.tools.loadtest.timerange import TimeRange
+from inferq.tools.loadtest.tracefile import read_trace
+from inferq.tools.stack.process import ServiceProcess
+from inferq.tools.traces.generator import generate
+from inferq.tools.traces.scenario import load
 from tests.support.inprocess import free_port
 from tests.support.kafka import a_request
 from tests.support.ledger import read_to_end

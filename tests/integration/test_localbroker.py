@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from services.tools.broker import (
+from inferq.tools.broker import (
     BrokerConfig,
     LocalBroker,
     ToolMissingError,
@@ -27,11 +27,11 @@ from services.tools.broker import (
     require_java,
     require_maven,
 )
-from services.tools.broker.cli import register
-from services.tools.broker.ephemeral import broker_on_free_ports
-from services.tools.broker.fixture import kafka_bootstrap_for_tests
-from services.tools.broker.jars import STAMP_NAME
-from services.tools.servercli import EXIT_NOT_RUNNING
+from inferq.tools.broker.cli import register
+from inferq.tools.broker.ephemeral import broker_on_free_ports
+from inferq.tools.broker.fixture import kafka_bootstrap_for_tests
+from inferq.tools.broker.jars import STAMP_NAME
+from inferq.tools.servercli import EXIT_NOT_RUNNING
 
 PROJECT_ROOT = find_project_root(Path(__file__).parent)
 

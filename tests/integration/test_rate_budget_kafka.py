@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from services.messaging.codec import result_codec
+from inferq.messaging.codec import result_codec
 from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
 from tests.support.kafka import a_request, produce_requests, read_all
 

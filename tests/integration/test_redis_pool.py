@@ -17,18 +17,18 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from services.dispatcher.tokens import Lease
-from services.dispatcher.tokens import lua as scripts
-from services.dispatcher.tokens.errors import UnknownLeaseError
-from services.dispatcher.tokens.redis_pool import RedisTokenPool
-from services.messaging.tiers import Tier
-from services.tools.redis.fixture import local_redis_for_tests
-from services.tools.redis.server import pick_free_port
+from inferq.dispatcher.tokens import Lease
+from inferq.dispatcher.tokens import lua as scripts
+from inferq.dispatcher.tokens.errors import UnknownLeaseError
+from inferq.dispatcher.tokens.redis_pool import RedisTokenPool
+from inferq.messaging.tiers import Tier
+from inferq.tools.redis.fixture import local_redis_for_tests
+from inferq.tools.redis.server import pick_free_port
 
 pytestmark = pytest.mark.redis
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-POOL_LOGGER = "services.dispatcher.tokens.redis_pool"
+POOL_LOGGER = "inferq.dispatcher.tokens.redis_pool"
 
 
 def new_prefix() -> str:
@@ -292,8 +292,8 @@ def test_releasing_a_lease_twice_is_an_error(redis_url: str) -> None:
 
 CHILD = """
 import asyncio, sys
-from services.dispatcher.tokens.redis_pool import RedisTokenPool
-from services.messaging.tiers import Tier
+from inferq.dispatcher.tokens.redis_pool import RedisTokenPool
+from inferq.messaging.tiers import Tier
 
 async def main() -> None:
     pool = RedisTokenPool(url=sys.argv[1], owner="doomed", group_size=lambda: 2, key_prefix=sys.argv[2])

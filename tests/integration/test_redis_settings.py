@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from services.dispatcher.bootstrap import redis_pool
-from services.dispatcher.settings import DispatcherSettings
-from services.messaging.tiers import Tier
-from services.tools.redis.fixture import local_redis_for_tests
-from services.tools.redis.server import LocalRedis
+from inferq.dispatcher.bootstrap import redis_pool
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.messaging.tiers import Tier
+from inferq.tools.redis.fixture import local_redis_for_tests
+from inferq.tools.redis.server import LocalRedis
 
 pytestmark = pytest.mark.redis
 

@@ -7,12 +7,12 @@ import asyncio
 
 import pytest
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.results.app import kafka_result_feed
-from services.results.settings import ResultsSettings
-from services.tools.broker.broker import LocalBroker
-from services.tools.broker.security import ADMIN
+from inferq.messaging.admin import create_topics
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.results.app import kafka_result_feed
+from inferq.results.settings import ResultsSettings
+from inferq.tools.broker.broker import LocalBroker
+from inferq.tools.broker.security import ADMIN
 from tests.integration.test_security_kafka import produce, settings
 
 pytestmark = pytest.mark.kafka

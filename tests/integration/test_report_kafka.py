@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from services.messaging.codec import result_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.report.cli import register
+from inferq.messaging.codec import result_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.tools.report.cli import register
 
 pytestmark = pytest.mark.kafka
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from services.messaging.codec import result_codec
+from inferq.messaging.codec import result_codec
 from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
 from tests.support.kafka import a_request, committed_offsets, produce_requests, read_all
 

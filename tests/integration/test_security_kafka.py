@@ -12,18 +12,18 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import GroupAuthorizationFailedError
 from pydantic import SecretStr
 
-from services.cli import main
-from services.ingest.backlog import KafkaBacklogReader
-from services.messaging.acls import ServicePrincipals, service_grants
-from services.messaging.admin import create_topics, existing_topics, require_topics
-from services.messaging.errors import KafkaAuthenticationError, KafkaTlsError, MissingTopicsError
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.producer import AsyncProducer, ProduceError
-from services.messaging.security import SaslMechanism, SecurityProtocol
-from services.messaging.tiers import Tier
-from services.tools.broker.broker import LocalBroker
-from services.tools.broker.security import ADMIN
-from services.tools.certs import make_ca
+from inferq.cli import main
+from inferq.ingest.backlog import KafkaBacklogReader
+from inferq.messaging.acls import ServicePrincipals, service_grants
+from inferq.messaging.admin import create_topics, existing_topics, require_topics
+from inferq.messaging.errors import KafkaAuthenticationError, KafkaTlsError, MissingTopicsError
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.producer import AsyncProducer, ProduceError
+from inferq.messaging.security import SaslMechanism, SecurityProtocol
+from inferq.messaging.tiers import Tier
+from inferq.tools.broker.broker import LocalBroker
+from inferq.tools.broker.security import ADMIN
+from inferq.tools.certs import make_ca
 
 pytestmark = pytest.mark.kafka
 

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from services.dispatcher.tokens.redis_pool import RedisTokenPool
-from services.dispatcher.tokens.settings import RedisBudgetSettings
-from services.messaging.tiers import Tier
-from services.tools.certs import make_ca
-from services.tools.redis.fixture import local_redis_for_tests
-from services.tools.redis.server import LocalRedis, RedisServerTls, ping
+from inferq.dispatcher.tokens.redis_pool import RedisTokenPool
+from inferq.dispatcher.tokens.settings import RedisBudgetSettings
+from inferq.messaging.tiers import Tier
+from inferq.tools.certs import make_ca
+from inferq.tools.redis.fixture import local_redis_for_tests
+from inferq.tools.redis.server import LocalRedis, RedisServerTls, ping
 
 pytestmark = pytest.mark.redis
 
-POOL_LOGGER = "services.dispatcher.tokens.redis_pool"
+POOL_LOGGER = "inferq.dispatcher.tokens.redis_pool"
 PASSWORD = "r3dis-Pa55-" + uuid.uuid4().hex[:8]
 
 

@@ -9,8 +9,8 @@ import functools
 
 import pytest
 
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import Status
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import Status
 from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
 from tests.support.kafka import a_request, produce_requests, read_all
 from tests.support.replies import Reply, read_replies

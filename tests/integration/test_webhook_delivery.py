@@ -8,11 +8,11 @@ import asyncio
 import ipaddress
 from collections.abc import Sequence
 
-from services.webhooks.delivery import Outcome, WebhookPoster
-from services.webhooks.guard import AddressGuard
-from services.webhooks.outbox import PendingDelivery
-from services.webhooks.signing import verify
-from services.webhooks.urls import IPAddress, parse_callback_url
+from inferq.webhooks.delivery import Outcome, WebhookPoster
+from inferq.webhooks.guard import AddressGuard
+from inferq.webhooks.outbox import PendingDelivery
+from inferq.webhooks.signing import verify
+from inferq.webhooks.urls import IPAddress, parse_callback_url
 from tests.support.webhook_receiver import Receiver, webhook_receiver
 
 SECRET = b"whsec_integration_0123456789abcdefghijkl"

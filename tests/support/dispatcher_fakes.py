@@ -24,9 +24,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from services.dispatcher.backend import Completion
-from services.dispatcher.bootstrap import Dispatcher, TokenSupply, bootstrap, wall_clock_ms
-from services.dispatcher.consumer import (
+from inferq.dispatcher.backend import Completion
+from inferq.dispatcher.bootstrap import Dispatcher, TokenSupply, bootstrap, wall_clock_ms
+from inferq.dispatcher.consumer import (
     Batches,
     CommitPoint,
     FetchedRecord,
@@ -34,14 +34,14 @@ from services.dispatcher.consumer import (
     RebalanceListener,
     Unfetched,
 )
-from services.dispatcher.errors import BackendError, CommitFailedError
-from services.dispatcher.settings import DispatcherSettings
-from services.dispatcher.tokens import LocalTokenPool
-from services.messaging.codec import request_codec, result_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.producer import ProduceError
-from services.messaging.records import InferenceRequest, InferenceResult, is_chunk
-from services.messaging.topics import TopicNames
+from inferq.dispatcher.errors import BackendError, CommitFailedError
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.dispatcher.tokens import LocalTokenPool
+from inferq.messaging.codec import request_codec, result_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.producer import ProduceError
+from inferq.messaging.records import InferenceRequest, InferenceResult, is_chunk
+from inferq.messaging.topics import TopicNames
 
 Headers = list[tuple[str, str | bytes | None]]
 

@@ -18,13 +18,13 @@ from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from services.ingest.backlog import BacklogSnapshot
-from services.ingest.envelope import Envelope
-from services.ingest.errors import IngestError
-from services.ingest.idempotency import Answer
-from services.messaging.producer import AsyncProducer, ProduceError
-from services.messaging.records import InferenceResult
-from services.messaging.tiers import Tier
+from inferq.ingest.backlog import BacklogSnapshot
+from inferq.ingest.envelope import Envelope
+from inferq.ingest.errors import IngestError
+from inferq.ingest.idempotency import Answer
+from inferq.messaging.producer import AsyncProducer, ProduceError
+from inferq.messaging.records import InferenceResult
+from inferq.messaging.tiers import Tier
 
 # --- ingest -------------------------------------------------------------------------------------
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import httpx
 
-from services.dispatcher.bootstrap import Dispatcher, bootstrap
-from services.dispatcher.settings import DispatcherSettings
-from services.messaging.kafka_config import KafkaSettings
-from services.serving import EmbeddedServer, uvicorn_config
-from services.tools.simbackend.app import create_app as create_backend
-from services.tools.simbackend.settings import SimBackendSettings
+from inferq.dispatcher.bootstrap import Dispatcher, bootstrap
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.serving import EmbeddedServer, uvicorn_config
+from inferq.tools.simbackend.app import create_app as create_backend
+from inferq.tools.simbackend.settings import SimBackendSettings
 
 
 def free_port() -> int:

@@ -9,9 +9,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from services.messaging.codec import request_codec
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.tiers import Tier
+from inferq.messaging.codec import request_codec
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.tiers import Tier
 
 
 def a_request(tier: str = "HIGH", *, deadline_ms: int = 30_000, **overrides: Any) -> InferenceRequest:

@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
-from services.messaging.codec import result_codec
-from services.tools.demo.workload import TERMINAL
+from inferq.messaging.codec import result_codec
+from inferq.tools.demo.workload import TERMINAL
 from tests.support.kafka import reader
 
 POLL_INTERVAL_S = 0.25

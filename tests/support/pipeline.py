@@ -8,9 +8,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from inferq.messaging.admin import create_topics
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from services.messaging.codec import chunk_codec, result_codec
-from services.messaging.records import InferenceChunk, InferenceResult, is_chunk
+from inferq.messaging.codec import chunk_codec, result_codec
+from inferq.messaging.records import InferenceChunk, InferenceResult, is_chunk
 from tests.support.kafka import reader
 
 

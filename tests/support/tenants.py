@@ -1,5 +1,5 @@
-"""Tenants files for tests: the tooling's writer (one home: `services.tools.stack.tenants`)."""
+"""Tenants files for tests: the tooling's writer (one home: `inferq.tools.stack.tenants`)."""
 
-from services.tools.stack.tenants import TenantSpec, tenants_toml, write_tenants
+from inferq.tools.stack.tenants import TenantSpec, tenants_toml, write_tenants
 
 __all__ = ["TenantSpec", "tenants_toml", "write_tenants"]

@@ -10,9 +10,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from services.cli import main
-from services.messaging.acls import Grant, Operation, Resource, ServicePrincipals, service_grants
-from services.messaging.topics import TopicNames
+from inferq.cli import main
+from inferq.messaging.acls import Grant, Operation, Resource, ServicePrincipals, service_grants
+from inferq.messaging.topics import TopicNames
 
 
 def grants_of(principal: str) -> set[tuple[str, str, str, bool]]:

@@ -1,4 +1,4 @@
-from services.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy
+from inferq.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy
 
 
 class FakeClock:
@@ -76,7 +76,7 @@ def test_models_have_their_own_baselines():
 
 
 def test_the_models_learnt_are_bounded() -> None:
-    from services.dispatcher.adaptive import MAX_MODELS, AdaptiveBudget, AdaptivePolicy
+    from inferq.dispatcher.adaptive import MAX_MODELS, AdaptiveBudget, AdaptivePolicy
 
     budget = AdaptiveBudget(AdaptivePolicy(max_budget=10, min_budget=1, window_s=5.0), lambda: 0.0)
     for i in range(MAX_MODELS * 10):

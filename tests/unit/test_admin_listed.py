@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from services.messaging.admin import _await_listed
-from services.messaging.errors import MessagingError
+from inferq.messaging.admin import _await_listed
+from inferq.messaging.errors import MessagingError
 
 
 @dataclass

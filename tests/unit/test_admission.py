@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from services.ingest.admission import AdmissionPolicy, FillAlarm, default_capacity
-from services.ingest.app import create_app
-from services.ingest.backlog import KafkaBacklogReader
-from services.ingest.settings import IngestSettings
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.lag import partition_lag
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
+from inferq.ingest.admission import AdmissionPolicy, FillAlarm, default_capacity
+from inferq.ingest.app import create_app
+from inferq.ingest.backlog import KafkaBacklogReader
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.lag import partition_lag
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 from tests.support.fakes import FakeBacklog, RecordingProducer
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW

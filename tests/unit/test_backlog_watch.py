@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from services.ingest.admission import AdmissionPolicy
-from services.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
-from services.messaging.tiers import Tier
+from inferq.ingest.admission import AdmissionPolicy
+from inferq.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
+from inferq.messaging.tiers import Tier
 from tests.support.fakes import FakeBacklog
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
@@ -84,7 +84,7 @@ class _Committed:
 
 
 def test_commit_metadata_that_is_not_utf8_reads_as_none_instead_of_ending_the_reader():
-    from services.messaging.commit_metadata import readable_metadata
+    from inferq.messaging.commit_metadata import readable_metadata
 
     assert readable_metadata(_Committed("v2:2-4,7;")) == "v2:2-4,7;"
     assert readable_metadata(_Committed(b"v2:2\x96\xff;")) is None

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from services.batch.cli import bad_lines
-from services.batch.ledger import Ledger, LedgerError, read_state
-from services.batch.lines import batch_key, read_lines
-from services.batch.runner import BatchRun, Pacing, parse_rate
-from services.cli import main
-from services.client.errors import InvalidRequestError, RefusedError
-from services.client.models import Chunk, Handle, Outcome, Submission
-from services.messaging.records import Status
-from services.messaging.tiers import Tier
+from inferq.batch.cli import bad_lines
+from inferq.batch.ledger import Ledger, LedgerError, read_state
+from inferq.batch.lines import batch_key, read_lines
+from inferq.batch.runner import BatchRun, Pacing, parse_rate
+from inferq.cli import main
+from inferq.client.errors import InvalidRequestError, RefusedError
+from inferq.client.models import Chunk, Handle, Outcome, Submission
+from inferq.messaging.records import Status
+from inferq.messaging.tiers import Tier
 
 
 def write_batch(path: Path, n: int, *, extra: list[str] | None = None) -> Path:

@@ -6,14 +6,14 @@ from collections.abc import Mapping
 
 import pytest
 
-from services.dispatcher.policies import build_scheduler
-from services.dispatcher.settings import DispatcherSettings, build_schedule
-from services.ingest.settings import IngestSettings
-from services.messaging.tiers import Tier
-from services.tools.bench.scheduling_report import MISS, NA, PASS, evaluate
-from services.tools.bench.scheduling_run import compressed_env, run_specs
-from services.tools.bench.summary import RunSummary, Submission, low_makespan, tier_rows
-from services.tools.measures import (
+from inferq.dispatcher.policies import build_scheduler
+from inferq.dispatcher.settings import DispatcherSettings, build_schedule
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.tiers import Tier
+from inferq.tools.bench.scheduling_report import MISS, NA, PASS, evaluate
+from inferq.tools.bench.scheduling_run import compressed_env, run_specs
+from inferq.tools.bench.summary import RunSummary, Submission, low_makespan, tier_rows
+from inferq.tools.measures import (
     AllowedFn,
     Interval,
     Outcome,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.tools.bench.delivery_report import (
+from inferq.tools.bench.delivery_report import (
     Call,
     Phase,
     ReplyStamps,

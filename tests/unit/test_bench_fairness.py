@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from services.messaging.records import InferenceResult, Status
-from services.messaging.tiers import Tier
-from services.tenancy.loading import load_tenants
-from services.tools.bench.fairness import ALONE, WITH_A, report, tenant_specs
-from services.tools.bench.fairness_report import (
+from inferq.messaging.records import InferenceResult, Status
+from inferq.messaging.tiers import Tier
+from inferq.tenancy.loading import load_tenants
+from inferq.tools.bench.fairness import ALONE, WITH_A, report, tenant_specs
+from inferq.tools.bench.fairness_report import (
     MISS,
     PASS,
     LowSplit,
@@ -26,12 +26,12 @@ from services.tools.bench.fairness_report import (
     share_target,
     tenant_rows,
 )
-from services.tools.bench.fairness_trace import TENANT_A, TENANT_B, FairnessSpec
-from services.tools.bench.pipeline_run import PipelineRun
-from services.tools.bench.summary import Submission
-from services.tools.measures import Outcome
-from services.tools.stack.tenants import write_tenants
-from services.tools.traces.generator import generate
+from inferq.tools.bench.fairness_trace import TENANT_A, TENANT_B, FairnessSpec
+from inferq.tools.bench.pipeline_run import PipelineRun
+from inferq.tools.bench.summary import Submission
+from inferq.tools.measures import Outcome
+from inferq.tools.stack.tenants import write_tenants
+from inferq.tools.traces.generator import generate
 
 H, L = Tier.HIGH, Tier.LOW
 

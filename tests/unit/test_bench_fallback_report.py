@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from services.messaging.records import InferenceResult, Status
-from services.messaging.tiers import Tier
-from services.tools.bench.fallback_report import Sample, figures, markdown
+from inferq.messaging.records import InferenceResult, Status
+from inferq.messaging.tiers import Tier
+from inferq.tools.bench.fallback_report import Sample, figures, markdown
 
 START_MS = 1_000_000
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from services.tools.bench.cpu import parse_machine_ticks, parse_process_ticks
-from services.tools.bench.latency_report import (
+from inferq.tools.bench.cpu import parse_machine_ticks, parse_process_ticks
+from inferq.tools.bench.latency_report import (
     HEADLINE,
     STEPS,
     Dist,
@@ -19,15 +19,15 @@ from services.tools.bench.latency_report import (
     timeline,
     worst_seconds,
 )
-from services.tools.bench.recorder import create_app, find_marker, marked_content, marker_of
-from services.tools.bench.throughput_report import (
+from inferq.tools.bench.recorder import create_app, find_marker, marked_content, marker_of
+from inferq.tools.bench.throughput_report import (
     BARE,
     Measurement,
     dispatchers_label,
     median_ratio,
     rate_per_s,
 )
-from services.tools.bench.throughput_report import target_rows as throughput_targets
+from inferq.tools.bench.throughput_report import target_rows as throughput_targets
 
 MS = 1_000_000  # ns
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.dispatcher.settings import DispatcherSettings
-from services.ingest.settings import IngestSettings
-from services.messaging.tiers import Tier, TierPolicy
-from services.tools.bench.prediction import (
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.tiers import Tier, TierPolicy
+from inferq.tools.bench.prediction import (
     ANCHOR_MS,
     Prediction,
     TierPrediction,
@@ -19,14 +19,14 @@ from services.tools.bench.prediction import (
     run_settings,
     sim_arrivals,
 )
-from services.tools.bench.scheduling_report import MISS, NA, PASS
-from services.tools.bench.scheduling_run import compressed_env, run_specs
-from services.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, TraceSpec
-from services.tools.bench.summary import RunSummary, Submission, tier_rows
-from services.tools.measures import Outcome, stats, utilization
-from services.tools.simulation.simulate import SimConfig, sim_config
-from services.tools.traces.arrival import Arrival
-from services.tools.traces.generator import generate
+from inferq.tools.bench.scheduling_report import MISS, NA, PASS
+from inferq.tools.bench.scheduling_run import compressed_env, run_specs
+from inferq.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, TraceSpec
+from inferq.tools.bench.summary import RunSummary, Submission, tier_rows
+from inferq.tools.measures import Outcome, stats, utilization
+from inferq.tools.simulation.simulate import SimConfig, sim_config
+from inferq.tools.traces.arrival import Arrival
+from inferq.tools.traces.generator import generate
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 DEADLINES = {H: 500, M: 3_000, L: 4_320_000}

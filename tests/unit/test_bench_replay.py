@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.tools.bench.replay import per_run_rates, render
+from inferq.tools.bench.replay import per_run_rates, render
 
 
 def test_per_run_rates_come_from_the_run_lines_only() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.tools.bench.takeover import RunResult, SessionSetting, summarize
+from inferq.tools.bench.takeover import RunResult, SessionSetting, summarize
 
 
 def test_a_setting_is_session_over_heartbeat_in_ms() -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from services.messaging.records import InferenceResult, Status, Usage
-from services.messaging.tiers import Tier
-from services.tools.bench.tokens_report import as_json, markdown, percentile, row, verdicts
+from inferq.messaging.records import InferenceResult, Status, Usage
+from inferq.messaging.tiers import Tier
+from inferq.tools.bench.tokens_report import as_json, markdown, percentile, row, verdicts
 
 T0 = 1_000_000
 

@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
-from services.messaging.tiers import Tier
-from services.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, TraceSpec, describe
-from services.tools.traces.arrival import Arrival
-from services.tools.traces.generator import generate
+from inferq.messaging.tiers import Tier
+from inferq.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, TraceSpec, describe
+from inferq.tools.traces.arrival import Arrival
+from inferq.tools.traces.generator import generate
 
 
 def trace_of(spec: TraceSpec) -> list[Arrival]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from opentelemetry import trace
 
-from services import tracing
-from services.tools.bench.tracing_cost import span_cost, traced_ceiling
+from inferq import tracing
+from inferq.tools.bench.tracing_cost import span_cost, traced_ceiling
 
 
 def test_a_span_is_priced_without_turning_tracing_on_in_the_process():

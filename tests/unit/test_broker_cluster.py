@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from services.tools.broker.broker import BrokerConfig, recorded_ports, server_properties
-from services.tools.broker.cli import _cluster_from_args
-from services.tools.broker.cluster import ClusterHomeError, ClusterLayout, LocalCluster
-from services.tools.broker.errors import LocalBrokerError
-from services.tools.servercli import UsageError
+from inferq.tools.broker.broker import BrokerConfig, recorded_ports, server_properties
+from inferq.tools.broker.cli import _cluster_from_args
+from inferq.tools.broker.cluster import ClusterHomeError, ClusterLayout, LocalCluster
+from inferq.tools.broker.errors import LocalBrokerError
+from inferq.tools.servercli import UsageError
 
 
 def props(text: str) -> dict[str, str]:

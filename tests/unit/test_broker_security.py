@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.security import SaslMechanism, SecurityProtocol
-from services.tools.broker.broker import (
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.security import SaslMechanism, SecurityProtocol
+from inferq.tools.broker.broker import (
     BrokerConfig,
     LocalBroker,
     _with_overrides,
@@ -18,7 +18,7 @@ from services.tools.broker.broker import (
     recorded_security,
     server_properties,
 )
-from services.tools.broker.security import USERS, BrokerSecurity, SecurityMaterial, client_env
+from inferq.tools.broker.security import USERS, BrokerSecurity, SecurityMaterial, client_env
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from services.tools.chaos.figures import recovery, refusals
-from services.tools.chaos.traffic import Submitted
+from inferq.tools.chaos.figures import recovery, refusals
+from inferq.tools.chaos.traffic import Submitted
 
 
 def answer(i: int, status: int | None, took: float = 0.1) -> Submitted:

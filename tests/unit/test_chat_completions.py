@@ -21,12 +21,12 @@ import openai
 import pytest
 from starlette.testclient import TestClient
 
-from services.delivery.hub import WaiterHub
-from services.ingest.app import create_app
-from services.ingest.settings import IngestSettings
-from services.messaging import limits
-from services.messaging.codec import chunk_codec, request_codec, result_codec
-from services.messaging.records import (
+from inferq.delivery.hub import WaiterHub
+from inferq.ingest.app import create_app
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging import limits
+from inferq.messaging.codec import chunk_codec, request_codec, result_codec
+from inferq.messaging.records import (
     CHUNK_KIND,
     KIND_HEADER,
     InferenceChunk,
@@ -35,7 +35,7 @@ from services.messaging.records import (
     Status,
     Usage,
 )
-from services.tenancy.settings import TenancySettings
+from inferq.tenancy.settings import TenancySettings
 from tests.support.fakes import (
     DyingResultFeed,
     FakeBacklog,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.cli import main
+from inferq.cli import main
 
 KEY_GIVEN = "sk-live-0123456789abcdef"
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from services.client import (
+from inferq.client import (
     ExpiredError,
     FailedError,
     HttpTransport,
@@ -22,7 +22,7 @@ from services.client import (
     SyncInferqClient,
     WaitTimeoutError,
 )
-from services.messaging.records import Status
+from inferq.messaging.records import Status
 
 Handler = Callable[[httpx.Request], httpx.Response]
 VIEW = {"request_id": "r1", "status": "OK", "tier": "HIGH", "model": "fast", "attempts": 1, "output": "hello"}

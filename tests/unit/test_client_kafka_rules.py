@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from services.client import InferqClient, InvalidRequestError
-from services.client.kafka import KafkaTransport
+from inferq.client import InferqClient, InvalidRequestError
+from inferq.client.kafka import KafkaTransport
 
 NOWHERE = "127.0.0.1:1"
 

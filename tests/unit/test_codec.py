@@ -7,7 +7,7 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from services.messaging.codec import (
+from inferq.messaging.codec import (
     AvroCodec,
     chunk_codec,
     earlier_schemas,
@@ -15,8 +15,8 @@ from services.messaging.codec import (
     request_codec,
     result_codec,
 )
-from services.messaging.errors import DecodeError, UnknownSchemaError
-from services.messaging.records import (
+from inferq.messaging.errors import DecodeError, UnknownSchemaError
+from inferq.messaging.records import (
     CHUNK_KIND,
     KIND_HEADER,
     ChatMessage,
@@ -27,7 +27,7 @@ from services.messaging.records import (
     Usage,
     is_chunk,
 )
-from services.messaging.tiers import Tier
+from inferq.messaging.tiers import Tier
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 

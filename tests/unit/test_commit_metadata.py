@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.messaging import commit_metadata
-from services.messaging.commit_metadata import MAX_SPAN, count_done, encode, parse
-from services.messaging.lag import unhandled
+from inferq.messaging import commit_metadata
+from inferq.messaging.commit_metadata import MAX_SPAN, count_done, encode, parse
+from inferq.messaging.lag import unhandled
 
 
 def test_what_is_encoded_is_read_back() -> None:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from services.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, WaiterHub
-from services.messaging.records import InferenceChunk, InferenceResult, Status
-from services.messaging.tiers import Tier
+from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, WaiterHub
+from inferq.messaging.records import InferenceChunk, InferenceResult, Status
+from inferq.messaging.tiers import Tier
 
 
 def in_loop(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:

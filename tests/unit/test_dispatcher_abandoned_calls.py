@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.messaging.records import Status
+from inferq.messaging.records import Status
 from tests.support.dispatcher_fakes import Rig, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 

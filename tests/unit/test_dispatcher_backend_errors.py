@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from services.dispatcher.backend import ChatBackend
-from services.dispatcher.errors import BackendError
+from inferq.dispatcher.backend import ChatBackend
+from inferq.dispatcher.errors import BackendError
 
 PROMPT = "please keep this prompt private 4417"
 API_KEY = "sk-never-shown-9931"

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 from aiohttp import web
 
-from services.dispatcher.backend import ChatBackend, Completion
-from services.dispatcher.errors import BackendError
+from inferq.dispatcher.backend import ChatBackend, Completion
+from inferq.dispatcher.errors import BackendError
 from tests.unit.test_dispatcher_backend_errors import API_KEY, PROMPT, assert_clean, serving
 
 

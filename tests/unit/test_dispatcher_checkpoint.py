@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from services.dispatcher.consumer import CommitPoint, Partition
-from services.messaging.commit_metadata import parse as parse_metadata
+from inferq.dispatcher.consumer import CommitPoint, Partition
+from inferq.messaging.commit_metadata import parse as parse_metadata
 from tests.support.dispatcher_fakes import encoded, eventually, rig, running
 from tests.support.kafka import a_request
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.dispatcher.circuit import BreakerPolicy, CircuitBreaker, Outcome, State
+from inferq.dispatcher.circuit import BreakerPolicy, CircuitBreaker, Outcome, State
 
 POLICY = BreakerPolicy(failures=3, storm_429=4, storm_window_ms=1_000, open_ms=5_000)
 

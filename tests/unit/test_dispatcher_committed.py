@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-from services.dispatcher.consumer import CommitPoint, Partition
-from services.dispatcher.kafka_consumer import KafkaTierConsumer
+from inferq.dispatcher.consumer import CommitPoint, Partition
+from inferq.dispatcher.kafka_consumer import KafkaTierConsumer
 
 
 class Entry:

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from services.dispatcher.answered import RecentlyAnswered
-from services.messaging.records import Status
+from inferq.dispatcher.answered import RecentlyAnswered
+from inferq.messaging.records import Status
 from tests.support.dispatcher_fakes import encoded, eventually, rig, running
 from tests.support.kafka import a_request
 

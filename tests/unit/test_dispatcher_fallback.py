@@ -8,9 +8,9 @@ import asyncio
 import time
 from typing import Any
 
-from services.dispatcher.errors import BackendError
-from services.messaging.records import Status
-from services.messaging.tiers import Tier
+from inferq.dispatcher.errors import BackendError
+from inferq.messaging.records import Status
+from inferq.messaging.tiers import Tier
 from tests.support.dispatcher_fakes import HeldBackend, Rig, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 

@@ -12,14 +12,14 @@ from dataclasses import replace
 import pytest
 from confluent_kafka import KafkaError
 
-from services.dispatcher import offsets as offsets_module
-from services.dispatcher.consumer import Partition
-from services.dispatcher.errors import BackendError
-from services.dispatcher.tokens.settings import RedisBudgetSettings
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.producer import ProduceError
-from services.messaging.records import ChatMessage, Status
-from services.messaging.tiers import Tier
+from inferq.dispatcher import offsets as offsets_module
+from inferq.dispatcher.consumer import Partition
+from inferq.dispatcher.errors import BackendError
+from inferq.dispatcher.tokens.settings import RedisBudgetSettings
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.producer import ProduceError
+from inferq.messaging.records import ChatMessage, Status
+from inferq.messaging.tiers import Tier
 from tests.support.dispatcher_fakes import ManualClock, Rig, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 

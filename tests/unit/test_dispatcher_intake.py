@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from services.dispatcher.consumer import Partition
-from services.messaging.records import Status
+from inferq.dispatcher.consumer import Partition
+from inferq.messaging.records import Status
 from tests.support.dispatcher_fakes import ManualClock, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 

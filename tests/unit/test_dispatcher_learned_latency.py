@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from services.messaging.records import Status
+from inferq.messaging.records import Status
 from tests.support.dispatcher_fakes import ManualClock, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from services.dispatcher.tokens import Lease
-from services.messaging.records import Status
-from services.messaging.tiers import Tier
+from inferq.dispatcher.tokens import Lease
+from inferq.messaging.records import Status
+from inferq.messaging.tiers import Tier
 from tests.support.dispatcher_fakes import RecordingTokenPool, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from services.dispatcher.errors import SessionTimeoutRefusedError
-from services.dispatcher.kafka_consumer import Membership
-from services.dispatcher.settings import DispatcherSettings
+from inferq.dispatcher.errors import SessionTimeoutRefusedError
+from inferq.dispatcher.kafka_consumer import Membership
+from inferq.dispatcher.settings import DispatcherSettings
 
 
 def test_the_default_session_takes_over_within_three_seconds() -> None:

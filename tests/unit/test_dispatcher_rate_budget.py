@@ -8,7 +8,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from services.dispatcher.backend import Completion
+from inferq.dispatcher.backend import Completion
 from tests.support.dispatcher_fakes import ManualClock, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 

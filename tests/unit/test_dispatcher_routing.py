@@ -10,12 +10,12 @@ import logging
 import pytest
 from pydantic import ValidationError
 
-from services.dispatcher.backend_specs import build_routes
-from services.dispatcher.circuit import BreakerPolicy, State
-from services.dispatcher.errors import BackendError
-from services.dispatcher.routing import BackendRoutes, Outcome, outcome_of
-from services.dispatcher.settings import DispatcherSettings
-from services.messaging.tiers import Tier
+from inferq.dispatcher.backend_specs import build_routes
+from inferq.dispatcher.circuit import BreakerPolicy, State
+from inferq.dispatcher.errors import BackendError
+from inferq.dispatcher.routing import BackendRoutes, Outcome, outcome_of
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.messaging.tiers import Tier
 
 POLICY = BreakerPolicy(failures=2, storm_429=3, storm_window_ms=1_000, open_ms=1_000)
 FAILED = BackendError("backend answered 503", retriable=True, status=503)

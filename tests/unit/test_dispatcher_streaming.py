@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import KafkaError
 
-from services.dispatcher.errors import BackendError
-from services.dispatcher.streaming import ChunkPolicy, ChunkStream
-from services.messaging.codec import chunk_codec, request_codec
-from services.messaging.producer import ProduceError
-from services.messaging.records import KIND_HEADER, InferenceChunk, Status, is_chunk
+from inferq.dispatcher.errors import BackendError
+from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
+from inferq.messaging.codec import chunk_codec, request_codec
+from inferq.messaging.producer import ProduceError
+from inferq.messaging.records import KIND_HEADER, InferenceChunk, Status, is_chunk
 from tests.support.dispatcher_fakes import Produced, Rig, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from services.dispatcher import offsets as offsets_module
-from services.dispatcher.errors import RefusedRequestError
-from services.dispatcher.metrics import DispatcherMetrics
-from services.dispatcher.record_rules import Checked
-from services.dispatcher.tenant_gate import TenantGate
-from services.messaging.records import Status
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
-from services.tenancy.registry import TenantRegistry
-from services.tenancy.settings import TenancySettings
+from inferq.dispatcher import offsets as offsets_module
+from inferq.dispatcher.errors import RefusedRequestError
+from inferq.dispatcher.metrics import DispatcherMetrics
+from inferq.dispatcher.record_rules import Checked
+from inferq.dispatcher.tenant_gate import TenantGate
+from inferq.messaging.records import Status
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
+from inferq.tenancy.registry import TenantRegistry
+from inferq.tenancy.settings import TenancySettings
 from tests.support.dispatcher_fakes import encoded, eventually, rig, running
 from tests.support.fakes import InMemoryMetrics, a_result, labels
 from tests.support.kafka import a_request

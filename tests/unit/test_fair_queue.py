@@ -7,15 +7,15 @@ from collections import Counter
 
 import pytest
 
-from services.dispatcher.fair_queue import FairQueue
-from services.dispatcher.next_start import NextStart
-from services.dispatcher.offsets import PartitionOffsets
-from services.dispatcher.policies import TieredScheduler
-from services.dispatcher.schedule import Schedule
-from services.dispatcher.waiting import TOO_LATE, WaitingRoom
-from services.dispatcher.work import Work
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.tiers import Tier
+from inferq.dispatcher.fair_queue import FairQueue
+from inferq.dispatcher.next_start import NextStart
+from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.dispatcher.policies import TieredScheduler
+from inferq.dispatcher.schedule import Schedule
+from inferq.dispatcher.waiting import TOO_LATE, WaitingRoom
+from inferq.dispatcher.work import Work
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.tiers import Tier
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 FAR = 10**12

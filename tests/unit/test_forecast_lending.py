@@ -7,18 +7,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.dispatcher.call_times import CallTimes
-from services.dispatcher.forecast import ArrivalForecast, ForecastPolicy, forecast_lending
-from services.dispatcher.next_start import NextStart
-from services.dispatcher.offsets import PartitionOffsets
-from services.dispatcher.policies import Demand, TieredScheduler
-from services.dispatcher.schedule import Schedule
-from services.dispatcher.settings import DispatcherSettings
-from services.dispatcher.waiting import WaitingRoom
-from services.dispatcher.work import Work
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.tiers import Tier
-from services.tools.simulation.simulate import sim_config
+from inferq.dispatcher.call_times import CallTimes
+from inferq.dispatcher.forecast import ArrivalForecast, ForecastPolicy, forecast_lending
+from inferq.dispatcher.next_start import NextStart
+from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.dispatcher.policies import Demand, TieredScheduler
+from inferq.dispatcher.schedule import Schedule
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.work import Work
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.tiers import Tier
+from inferq.tools.simulation.simulate import sim_config
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 TYPICAL_MS = {H: 50.0, M: 280.0, L: 500.0}

@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from services.ingest.idempotency import IdempotencyCache
+from inferq.ingest.idempotency import IdempotencyCache
 
 
 def test_idempotency_cache_runs_the_action_once_per_id():

@@ -7,11 +7,11 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-from services.ingest.app import create_app
-from services.ingest.settings import IngestSettings
-from services.messaging.codec import request_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.producer import AsyncProducer
+from inferq.ingest.app import create_app
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.codec import request_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.producer import AsyncProducer
 from tests.support.fakes import FakeBacklog, RecordingProducer
 
 

@@ -9,8 +9,8 @@ import pytest
 from starlette.requests import Request
 from starlette.types import Message
 
-from services.ingest.body import parse_submission, read_body
-from services.ingest.errors import BodyTooLargeError, InvalidRequestError, MalformedBodyError
+from inferq.ingest.body import parse_submission, read_body
+from inferq.ingest.errors import BodyTooLargeError, InvalidRequestError, MalformedBodyError
 
 
 class ChunkedBody:

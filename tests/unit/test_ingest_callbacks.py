@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from services.ingest.app import create_app
-from services.ingest.settings import IngestSettings
-from services.messaging.codec import request_codec
-from services.tenancy.settings import TenancySettings
-from services.webhooks.settings import WebhookSettings
+from inferq.ingest.app import create_app
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.codec import request_codec
+from inferq.tenancy.settings import TenancySettings
+from inferq.webhooks.settings import WebhookSettings
 from tests.support.fakes import FakeBacklog, RecordingProducer
 from tests.support.tenants import TenantSpec, write_tenants
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from services.ingest.app import build_parts, create_app, serve_parts
-from services.ingest.settings import IngestSettings
-from services.messaging.kafka_config import KafkaSettings
+from inferq.ingest.app import build_parts, create_app, serve_parts
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.kafka_config import KafkaSettings
 from tests.support.fakes import FakeBacklog, RecordingProducer
 
 

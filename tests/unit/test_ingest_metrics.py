@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from services.ingest.admission import AdmissionPolicy
-from services.ingest.metrics import IngestMetrics
-from services.messaging.tiers import Tier
+from inferq.ingest.admission import AdmissionPolicy
+from inferq.ingest.metrics import IngestMetrics
+from inferq.messaging.tiers import Tier
 from tests.support.fakes import FakeBacklog, InMemoryMetrics, labels
 
 POLICY = AdmissionPolicy(capacity={Tier.HIGH: 10, Tier.MEDIUM: 20, Tier.LOW: 100})

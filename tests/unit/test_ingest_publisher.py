@@ -10,23 +10,23 @@ from typing import Any
 
 import pytest
 
-from services.ingest.admission import AdmissionPolicy
-from services.ingest.backlog import BacklogSnapshot
-from services.ingest.backlog_watch import BacklogAlarm
-from services.ingest.envelope import Envelope, EnvelopeFactory
-from services.ingest.errors import OverCapacityError, QueueUnavailableError
-from services.ingest.idempotency import IdempotencyCache
-from services.ingest.metrics import IngestMetrics
-from services.ingest.publisher import Publisher
-from services.ingest.record_limit import RecordLimit
-from services.ingest.tenant_shares import BacklogShares
-from services.ingest.validation import SubmitRequest
-from services.messaging.codec import request_codec
-from services.messaging.producer import ProduceError
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
-from services.messaging.topics import TopicNames
-from services.tenancy.registry import TenantRegistry
-from services.tools.stack.tenants import TenantSpec, write_tenants
+from inferq.ingest.admission import AdmissionPolicy
+from inferq.ingest.backlog import BacklogSnapshot
+from inferq.ingest.backlog_watch import BacklogAlarm
+from inferq.ingest.envelope import Envelope, EnvelopeFactory
+from inferq.ingest.errors import OverCapacityError, QueueUnavailableError
+from inferq.ingest.idempotency import IdempotencyCache
+from inferq.ingest.metrics import IngestMetrics
+from inferq.ingest.publisher import Publisher
+from inferq.ingest.record_limit import RecordLimit
+from inferq.ingest.tenant_shares import BacklogShares
+from inferq.ingest.validation import SubmitRequest
+from inferq.messaging.codec import request_codec
+from inferq.messaging.producer import ProduceError
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
+from inferq.messaging.topics import TopicNames
+from inferq.tenancy.registry import TenantRegistry
+from inferq.tools.stack.tenants import TenantSpec, write_tenants
 from tests.support.fakes import (
     FakeBacklog,
     InMemoryMetrics,

@@ -10,17 +10,17 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from services.ingest.admission import AdmissionPolicy
-from services.ingest.envelope import EnvelopeFactory
-from services.ingest.errors import OverCapacityError, QueueUnavailableError
-from services.ingest.json_guard import JsonGuard
-from services.ingest.metrics import IngestMetrics
-from services.ingest.submit import SubmitEndpoint
-from services.ingest.tenants import TenantGate
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
-from services.messaging.topics import TopicNames
-from services.tenancy.rate import RateLimiter
-from services.tenancy.registry import TenantRegistry
+from inferq.ingest.admission import AdmissionPolicy
+from inferq.ingest.envelope import EnvelopeFactory
+from inferq.ingest.errors import OverCapacityError, QueueUnavailableError
+from inferq.ingest.json_guard import JsonGuard
+from inferq.ingest.metrics import IngestMetrics
+from inferq.ingest.submit import SubmitEndpoint
+from inferq.ingest.tenants import TenantGate
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
+from inferq.messaging.topics import TopicNames
+from inferq.tenancy.rate import RateLimiter
+from inferq.tenancy.registry import TenantRegistry
 from tests.support.fakes import FakeBacklog, InMemoryMetrics, ScriptedPublisher, labels
 
 NOW_MS = 1_700_000_000_000

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from services.ingest.app import create_app
-from services.ingest.settings import IngestSettings
-from services.messaging.codec import request_codec
-from services.messaging.records import InferenceRequest
-from services.messaging.tiers import Tier
-from services.tenancy.settings import TenancySettings
+from inferq.ingest.app import create_app
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.codec import request_codec
+from inferq.messaging.records import InferenceRequest
+from inferq.messaging.tiers import Tier
+from inferq.tenancy.settings import TenancySettings
 from tests.support.fakes import FakeBacklog, InMemoryMetrics, RecordingProducer, labels
 from tests.support.tenants import TenantSpec, write_tenants
 

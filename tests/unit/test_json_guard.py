@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from services.ingest.json_guard import JsonGuard, JsonRefusedError
+from inferq.ingest.json_guard import JsonGuard, JsonRefusedError
 
 GUARD = JsonGuard(max_depth=4, max_number_chars=10)
 

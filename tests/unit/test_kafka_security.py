@@ -10,18 +10,18 @@ import pytest
 from confluent_kafka import KafkaError
 from pydantic import SecretStr, ValidationError
 
-from services.ingest.settings import IngestSettings
-from services.messaging.admin import require_topics
-from services.messaging.connection import ConnectionWatch
-from services.messaging.errors import (
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.admin import require_topics
+from inferq.messaging.connection import ConnectionWatch
+from inferq.messaging.errors import (
     KafkaAccessError,
     KafkaAuthenticationError,
     KafkaTlsError,
     MessagingError,
 )
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.security import KafkaSecurity, SaslMechanism, SecurityProtocol
-from services.tools.certs import KeyPair, issue, make_ca
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.security import KafkaSecurity, SaslMechanism, SecurityProtocol
+from inferq.tools.certs import KeyPair, issue, make_ca
 
 PASSWORD = "s3cret-Pa55"  # noqa: S105 - a test value whose absence we check
 KEY_PASSWORD = "k3y-Pa55"  # noqa: S105

@@ -28,12 +28,13 @@ TOOLS = "tools"
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(SERVICES.parent).with_suffix("").parts
+    # The folder is services/, the import package inferq (pyproject's package-dir).
+    parts = ("inferq", *path.relative_to(SERVICES).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def imported(path: Path) -> Iterator[str]:
-    """Every `services.*` module `path` imports, relative imports resolved."""
+    """Every `inferq.*` module `path` imports, relative imports resolved."""
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -46,15 +47,15 @@ def imported(path: Path) -> Iterator[str]:
                 names = [f"{prefix}.{node.module}" if node.module else prefix]
             else:
                 names = [node.module or ""]
-            # `from services.x import y` may name a submodule y: count it as an import of x.y too.
+            # `from inferq.x import y` may name a submodule y: count it as an import of x.y too.
             names += [f"{names[0]}.{alias.name}" for alias in node.names]
         else:
             continue
-        yield from (n for n in names if n == "services" or n.startswith("services."))
+        yield from (n for n in names if n == "inferq" or n.startswith("inferq."))
 
 
 def unit_of(module: str) -> str:
-    """The package a module belongs to: services.<pkg>, or services.tools.<pkg> for tooling."""
+    """The package a module belongs to: inferq.<pkg>, or inferq.tools.<pkg> for tooling."""
     parts = module.split(".")
     if len(parts) >= 3 and parts[1] == TOOLS:
         return ".".join(parts[:3])
@@ -120,7 +121,7 @@ def test_product_never_imports_tooling() -> None:
         module = module_name(path)
         if module.count(".") == 0 or unit_of(module).split(".")[1] not in PRODUCT:
             continue
-        offenders += [f"{module} imports {t}" for t in imported(path) if t.startswith(f"services.{TOOLS}")]
+        offenders += [f"{module} imports {t}" for t in imported(path) if t.startswith(f"inferq.{TOOLS}")]
     assert offenders == []
 
 
@@ -131,9 +132,9 @@ def test_no_import_cycles_between_packages() -> None:
 def test_the_checks_see_what_they_must() -> None:
     """The graph is not vacuous: known edges are found, and a planted cycle would be reported."""
     graph = package_graph()
-    assert "services.messaging" in graph["services.dispatcher"]
-    assert "services.dispatcher" in graph["services.tools.simulation"]
-    assert "services.tools.traces" in graph["services.tools.report"]
+    assert "inferq.messaging" in graph["inferq.dispatcher"]
+    assert "inferq.dispatcher" in graph["inferq.tools.simulation"]
+    assert "inferq.tools.traces" in graph["inferq.tools.report"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -151,6 +152,6 @@ def test_lazy_imports_count() -> None:
     module = SERVICES / "dispatcher" / "bootstrap.py"
     found = set(imported(module))
     # bootstrap imports the Redis pool only when coordination is "redis": still a dependency.
-    assert "services.dispatcher.tokens.redis_pool" in found
-    assert unit_of("services.tools.bench.cli") == "services.tools.bench"
-    assert unit_of("services.dispatcher.tokens.lua") == "services.dispatcher"
+    assert "inferq.dispatcher.tokens.redis_pool" in found
+    assert unit_of("inferq.tools.bench.cli") == "inferq.tools.bench"
+    assert unit_of("inferq.dispatcher.tokens.lua") == "inferq.dispatcher"

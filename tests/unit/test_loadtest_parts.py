@@ -16,21 +16,21 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from services.ingest.validation import SubmitRequest
-from services.messaging.codec import request_codec
-from services.messaging.errors import DecodeError
-from services.messaging.records import InferenceRequest
-from services.messaging.tiers import Tier
-from services.tools.loadtest.errors import LoadtestError, TimeRangeError, TraceFileError
-from services.tools.loadtest.loadgen import LoadOptions, run_load
-from services.tools.loadtest.progress import ProgressLine, Tally, bar, loadgen_line
-from services.tools.loadtest.rewrite import Rewriter, zigzag_varint
-from services.tools.loadtest.runs import RequestRecord, RunWriter, check_run_id, new_run_id, read_records
-from services.tools.loadtest.senders import Answer, HttpSender, http_body
-from services.tools.loadtest.source import TraceFileSource
-from services.tools.loadtest.timerange import TimeRange, parse_instant
-from services.tools.loadtest.tracefile import read_trace, trace_metadata, write_trace
-from services.tools.traces.arrival import Arrival
+from inferq.ingest.validation import SubmitRequest
+from inferq.messaging.codec import request_codec
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.records import InferenceRequest
+from inferq.messaging.tiers import Tier
+from inferq.tools.loadtest.errors import LoadtestError, TimeRangeError, TraceFileError
+from inferq.tools.loadtest.loadgen import LoadOptions, run_load
+from inferq.tools.loadtest.progress import ProgressLine, Tally, bar, loadgen_line
+from inferq.tools.loadtest.rewrite import Rewriter, zigzag_varint
+from inferq.tools.loadtest.runs import RequestRecord, RunWriter, check_run_id, new_run_id, read_records
+from inferq.tools.loadtest.senders import Answer, HttpSender, http_body
+from inferq.tools.loadtest.source import TraceFileSource
+from inferq.tools.loadtest.timerange import TimeRange, parse_instant
+from inferq.tools.loadtest.tracefile import read_trace, trace_metadata, write_trace
+from inferq.tools.traces.arrival import Arrival
 from tests.support.kafka import a_request
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z

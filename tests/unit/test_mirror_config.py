@@ -5,19 +5,20 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from services.cli import build_parser
-from services.tools.bench.recorder import marked_content
-from services.tools.mirror.cli import config_from_args, parse_regions
-from services.tools.mirror.config import CENTRAL, IDENTITY_POLICY, MirrorConfig
-from services.tools.mirror.mirror import LocalMirrorMaker
-from services.tools.paths import find_project_root
-from services.tools.servercli import EXIT_NOT_RUNNING, EXIT_OK, UsageError
-from services.tools.simbackend.timings import CallTimings
+from inferq.cli import build_parser
+from inferq.tools.bench.recorder import marked_content
+from inferq.tools.mirror.cli import config_from_args, parse_regions
+from inferq.tools.mirror.config import CENTRAL, IDENTITY_POLICY, MirrorConfig
+from inferq.tools.mirror.mirror import LocalMirrorMaker
+from inferq.tools.paths import find_project_root
+from inferq.tools.servercli import EXIT_NOT_RUNNING, EXIT_OK, UsageError
+from inferq.tools.simbackend.timings import CallTimings
 
 ROOT = find_project_root(Path(__file__))
 
@@ -184,7 +185,7 @@ def test_a_pid_file_naming_another_process_is_never_signalled(tmp_path: Path) ->
 
 
 def test_status_and_stop_of_a_home_never_started(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    parser = build_parser()
+    parser = build_parser("mirror")
     status = parser.parse_args(["mirror", "status", "--home", str(tmp_path)])
     assert status.func(status) == EXIT_NOT_RUNNING
     stop = parser.parse_args(["mirror", "stop", "--home", str(tmp_path)])
@@ -195,7 +196,7 @@ def test_status_and_stop_of_a_home_never_started(tmp_path: Path, capsys: pytest.
 def test_a_pid_file_is_read_and_its_process_told_from_one_that_reused_the_pid(tmp_path):
     import subprocess
 
-    from services.tools.processes import read_pid, runs_command
+    from inferq.tools.processes import read_pid, runs_command
 
     pid_file = tmp_path / "x.pid"
     assert read_pid(pid_file) is None
@@ -203,6 +204,12 @@ def test_a_pid_file_is_read_and_its_process_told_from_one_that_reused_the_pid(tm
     assert read_pid(pid_file) is None
     sleeper = subprocess.Popen(["sleep", "37"])
     try:
+        # Popen returns after the fork, maybe before the exec: wait (bounded) for the command line.
+        deadline = time.monotonic() + 10
+        while (
+            b"sleep" not in Path(f"/proc/{sleeper.pid}/cmdline").read_bytes() and time.monotonic() < deadline
+        ):
+            time.sleep(0.01)
         pid_file.write_text(f"{sleeper.pid}\n")
         assert read_pid(pid_file) == sleeper.pid
         assert runs_command(sleeper.pid, b"sleep", b"37")

@@ -1,4 +1,4 @@
-from services.dispatcher.offsets import OffsetTracker, PartitionOffsets
+from inferq.dispatcher.offsets import OffsetTracker, PartitionOffsets
 
 
 def tracked(*offsets: int) -> PartitionOffsets:
@@ -67,7 +67,7 @@ def test_completion_after_revocation_is_ignored_and_new_owner_state_is_fresh():
 
 
 def test_completed_offsets_beyond_the_commit_travel_in_metadata():
-    from services.messaging.commit_metadata import parse as parse_metadata
+    from inferq.messaging.commit_metadata import parse as parse_metadata
 
     state = tracked(*range(10, 20))
     for o in (12, 13, 14, 17, 19):
@@ -79,7 +79,7 @@ def test_completed_offsets_beyond_the_commit_travel_in_metadata():
 
 
 def test_metadata_is_cut_to_the_limit_and_foreign_metadata_is_ignored():
-    from services.messaging.commit_metadata import parse as parse_metadata
+    from inferq.messaging.commit_metadata import parse as parse_metadata
 
     state = tracked(*range(0, 5000))
     for o in range(1, 5000, 2):

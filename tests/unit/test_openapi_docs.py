@@ -14,14 +14,14 @@ from openapi_spec_validator import validate
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from services.ingest import errors as ingest_errors
-from services.ingest.app import create_app as create_ingest
-from services.ingest.settings import IngestSettings
-from services.ingest.validation import SubmitRequest
-from services.messaging.records import InferenceResult
-from services.results.app import create_app as create_results
-from services.results.settings import ResultsSettings
-from services.results.view import public_view
+from inferq.ingest import errors as ingest_errors
+from inferq.ingest.app import create_app as create_ingest
+from inferq.ingest.settings import IngestSettings
+from inferq.ingest.validation import SubmitRequest
+from inferq.messaging.records import InferenceResult
+from inferq.results.app import create_app as create_results
+from inferq.results.settings import ResultsSettings
+from inferq.results.view import public_view
 from tests.support.fakes import FakeBacklog, FakeResultFeed, RecordingProducer, result_record
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

@@ -8,16 +8,16 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from services.dispatcher.consumer import Partition
-from services.dispatcher.errors import BackendError
-from services.dispatcher.lag_probe import LagProbe
-from services.dispatcher.metrics import DispatcherMetrics, call_status
-from services.dispatcher.schedule import Schedule
-from services.ingest.admission import AdmissionPolicy
-from services.ingest.metrics import IngestMetrics
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
-from services.results.consumer import ResultsMetrics
+from inferq.dispatcher.consumer import Partition
+from inferq.dispatcher.errors import BackendError
+from inferq.dispatcher.lag_probe import LagProbe
+from inferq.dispatcher.metrics import DispatcherMetrics, call_status
+from inferq.dispatcher.schedule import Schedule
+from inferq.ingest.admission import AdmissionPolicy
+from inferq.ingest.metrics import IngestMetrics
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
+from inferq.results.consumer import ResultsMetrics
 from tests.support.dispatcher_fakes import InMemoryConsumer
 from tests.support.fakes import FakeBacklog, InMemoryMetrics, a_result, labels
 

@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.tools.otlp_sink import OtlpSink, count_spans, decode
+from inferq.tools.otlp_sink import OtlpSink, count_spans, decode
 
 
 def an_export(spans: int) -> bytes:

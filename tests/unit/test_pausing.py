@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from services.dispatcher.consumer import Partition
-from services.dispatcher.metrics import DispatcherMetrics
-from services.dispatcher.offsets import PartitionOffsets
-from services.dispatcher.pausing import Pauses
-from services.dispatcher.waiting import WaitingRoom
-from services.dispatcher.work import Work
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
+from inferq.dispatcher.consumer import Partition
+from inferq.dispatcher.metrics import DispatcherMetrics
+from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.work import Work
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
 from tests.support.dispatcher_fakes import InMemoryConsumer
 
 TOPICS = TopicNames("unit")

@@ -1,6 +1,6 @@
 import pytest
 
-from services.dispatcher.poison import PoisonWatch
+from inferq.dispatcher.poison import PoisonWatch
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""A server's port: free, held for a moment, or held for good (services.tools.processes)."""
+"""A server's port: free, held for a moment, or held for good (inferq.tools.processes)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 import threading
 import time
 
-from services.tools.processes import HOST, port_is_free, wait_port_free
+from inferq.tools.processes import HOST, port_is_free, wait_port_free
 
 
 def _listener() -> socket.socket:

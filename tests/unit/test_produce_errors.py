@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from confluent_kafka import KafkaError
 
-from services.messaging.producer import AsyncProducer, ProduceError
+from inferq.messaging.producer import AsyncProducer, ProduceError
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.messaging.kafka_config import KafkaSettings
+from inferq.messaging.kafka_config import KafkaSettings
 
 
 def test_producers_wait_for_every_in_sync_replica() -> None:

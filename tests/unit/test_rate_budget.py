@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from services.dispatcher.rate_budget import (
+from inferq.dispatcher.rate_budget import (
     DEFAULT_COMPLETION_TOKENS,
     HELD_MS,
     MAX_COUNT,
@@ -22,8 +22,8 @@ from services.dispatcher.rate_budget import (
     parse_duration_s,
     read_headers,
 )
-from services.dispatcher.settings import DispatcherSettings, rate_limits
-from services.messaging.tiers import Tier
+from inferq.dispatcher.settings import DispatcherSettings, rate_limits
+from inferq.messaging.tiers import Tier
 
 
 class Clock:

@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from services.dispatcher.errors import RefusedRequestError
-from services.dispatcher.record_rules import RecordRules
-from services.messaging import limits
-from services.messaging.errors import DecodeError
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
+from inferq.dispatcher.errors import RefusedRequestError
+from inferq.dispatcher.record_rules import RecordRules
+from inferq.messaging import limits
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
 
 TOPICS = TopicNames("unit")
 NOW = 1_800_000_000_000

@@ -10,9 +10,9 @@ from pydantic import ValidationError
 from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.dispatcher.settings import DispatcherSettings
-from services.dispatcher.tokens.redis_pool import RedisTokenPool, _failure, redis_client
-from services.dispatcher.tokens.settings import RedisBudgetSettings, RedisTls
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.dispatcher.tokens.redis_pool import RedisTokenPool, _failure, redis_client
+from inferq.dispatcher.tokens.settings import RedisBudgetSettings, RedisTls
 
 
 @pytest.fixture

@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from services.cli import main
-from services.ingest.app import create_app
-from services.ingest.settings import IngestSettings
-from services.messaging.codec import request_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import InferenceRequest
-from services.messaging.reply_topics import is_allowed_reply_topic, region_problem
-from services.messaging.topics import TopicNames
-from services.results.settings import ResultsSettings
-from services.tenancy.settings import TenancySettings
+from inferq.cli import main
+from inferq.ingest.app import create_app
+from inferq.ingest.settings import IngestSettings
+from inferq.messaging.codec import request_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import InferenceRequest
+from inferq.messaging.reply_topics import is_allowed_reply_topic, region_problem
+from inferq.messaging.topics import TopicNames
+from inferq.results.settings import ResultsSettings
+from inferq.tenancy.settings import TenancySettings
 from tests.support.fakes import FakeBacklog, RecordingProducer
 from tests.support.tenants import TenantSpec, write_tenants
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.messaging.replication import Replication
+from inferq.messaging.replication import Replication
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.messaging.reply_topics import is_allowed_reply_topic
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
+from inferq.messaging.reply_topics import is_allowed_reply_topic
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
 
 TOPICS = TopicNames("inferq")
 

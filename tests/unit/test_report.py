@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from services.messaging.tiers import Tier
-from services.tools.measures import Outcome
-from services.tools.report.documents import (
+from inferq.messaging.tiers import Tier
+from inferq.tools.measures import Outcome
+from inferq.tools.report.documents import (
     RunDocument,
     load_documents,
     outcome_from_record,
     write_documents,
 )
-from services.tools.report.plots import write_plots
-from services.tools.report.results_source import run_of
-from services.tools.report.stats import RequestCounts, request_counts, summarize
-from services.tools.report.table import render
-from services.tools.report.timeseries import (
+from inferq.tools.report.plots import write_plots
+from inferq.tools.report.results_source import run_of
+from inferq.tools.report.stats import RequestCounts, request_counts, summarize
+from inferq.tools.report.table import render
+from inferq.tools.report.timeseries import (
     Step,
     backlog,
     count_over_time,
@@ -28,8 +28,8 @@ from services.tools.report.timeseries import (
     utilization,
     wait_points,
 )
-from services.tools.simulation.backend_latency import mean_inference_s, recorded_outcomes
-from services.tools.traces.files import load_trace
+from inferq.tools.simulation.backend_latency import mean_inference_s, recorded_outcomes
+from inferq.tools.traces.files import load_trace
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 

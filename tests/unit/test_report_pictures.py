@@ -10,9 +10,9 @@ import httpx
 import pytest
 from matplotlib.image import imread
 
-from services.messaging.tiers import Tier
-from services.tools.measures import Outcome
-from services.tools.report.binned import (
+from inferq.messaging.tiers import Tier
+from inferq.tools.measures import Outcome
+from inferq.tools.report.binned import (
     Bins,
     BudgetSteps,
     effective_budget_of,
@@ -20,10 +20,10 @@ from services.tools.report.binned import (
     tokens_by_tier,
     wait_quantiles,
 )
-from services.tools.report.documents import RunDocument, load_documents, write_documents
-from services.tools.report.effective import attach_effective_budget, query_range
-from services.tools.report.pictures import tokens_area_plot, wait_percentiles_plot
-from services.tools.report.plots import write_plots
+from inferq.tools.report.documents import RunDocument, load_documents, write_documents
+from inferq.tools.report.effective import attach_effective_budget, query_range
+from inferq.tools.report.pictures import tokens_area_plot, wait_percentiles_plot
+from inferq.tools.report.plots import write_plots
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 
@@ -108,7 +108,7 @@ def test_pictures_side_by_side_share_their_axes(tmp_path: Path):
 
 
 def test_queue_wait_and_backlog_put_compared_runs_side_by_side(tmp_path: Path):
-    from services.tools.report.plots import backlog_plot, queue_wait_plot
+    from inferq.tools.report.plots import backlog_plot, queue_wait_plot
 
     for plot in (queue_wait_plot, backlog_plot):
         one = imread(str(plot([run("a")], tmp_path / "one.png")))
@@ -120,7 +120,7 @@ def test_queue_wait_and_backlog_put_compared_runs_side_by_side(tmp_path: Path):
 def test_pictures_share_x_and_y_between_runs():
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401 - the canvas the module uses
 
-    import services.tools.report.pictures as pictures
+    import inferq.tools.report.pictures as pictures
 
     captured = {}
     original = pictures._save

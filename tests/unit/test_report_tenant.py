@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from services.messaging.records import InferenceResult, Status
-from services.messaging.tiers import Tier
-from services.tools.measures import Outcome
-from services.tools.report.cli import register
-from services.tools.report.documents import RunDocument, load_documents, outcome_from_record, write_documents
-from services.tools.report.stats import RequestCounts, request_counts
-from services.tools.report.tenants import check_tenant, describe_tenants, document_of_tenant, tenant_counts
-from services.tools.traces.files import load_trace
+from inferq.messaging.records import InferenceResult, Status
+from inferq.messaging.tiers import Tier
+from inferq.tools.measures import Outcome
+from inferq.tools.report.cli import register
+from inferq.tools.report.documents import RunDocument, load_documents, outcome_from_record, write_documents
+from inferq.tools.report.stats import RequestCounts, request_counts
+from inferq.tools.report.tenants import check_tenant, describe_tenants, document_of_tenant, tenant_counts
+from inferq.tools.traces.files import load_trace
 
 H, L = Tier.HIGH, Tier.LOW
 

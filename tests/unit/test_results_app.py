@@ -10,11 +10,11 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-from services.messaging.codec import result_codec
-from services.results.app import create_app
-from services.results.settings import ResultsSettings
-from services.results.store import WORKER_THREAD_NAME
-from services.results.view import public_view
+from inferq.messaging.codec import result_codec
+from inferq.results.app import create_app
+from inferq.results.settings import ResultsSettings
+from inferq.results.store import WORKER_THREAD_NAME
+from inferq.results.view import public_view
 from tests.support.fakes import FakeResultFeed, a_result
 
 CODEC = result_codec()

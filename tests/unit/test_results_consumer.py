@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
-from services.messaging.codec import chunk_codec, result_codec
-from services.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk
-from services.results import consumer as consumer_module
-from services.results.consumer import ResultConsumer, ResultsMetrics
-from services.results.store import ResultStore
+from inferq.messaging.codec import chunk_codec, result_codec
+from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk
+from inferq.results import consumer as consumer_module
+from inferq.results.consumer import ResultConsumer, ResultsMetrics
+from inferq.results.store import ResultStore
 from tests.support.fakes import FakeResultFeed, InMemoryMetrics
 from tests.support.fakes import a_result as result
 

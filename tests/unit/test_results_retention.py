@@ -11,12 +11,12 @@ import pytest
 from pydantic import ValidationError
 from starlette.testclient import TestClient
 
-from services.messaging.codec import result_codec
-from services.results.app import create_app
-from services.results.retention import RetentionTask
-from services.results.settings import ResultsSettings
-from services.results.store import ResultStore
-from services.results.table import ResultsTable
+from inferq.messaging.codec import result_codec
+from inferq.results.app import create_app
+from inferq.results.retention import RetentionTask
+from inferq.results.settings import ResultsSettings
+from inferq.results.store import ResultStore
+from inferq.results.table import ResultsTable
 from tests.support.fakes import DyingResultFeed, FakeResultFeed, a_result
 
 DAY_MS = 86_400_000

@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
-from services.messaging.records import InferenceResult
-from services.results.errors import StoreNotOpenError
-from services.results.store import WORKER_THREAD_NAME, ResultStore
-from services.results.table import ResultsTable
-from services.results.view import public_view
+from inferq.messaging.records import InferenceResult
+from inferq.results.errors import StoreNotOpenError
+from inferq.results.store import WORKER_THREAD_NAME, ResultStore
+from inferq.results.table import ResultsTable
+from inferq.results.view import public_view
 from tests.support.fakes import a_result as result
 from tests.support.fakes import result_record as record
 

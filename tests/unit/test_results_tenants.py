@@ -12,14 +12,14 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from services.messaging.codec import result_codec
-from services.messaging.records import InferenceResult
-from services.results.app import create_app
-from services.results.routes import Health, ReadMetrics, ResultRoutes
-from services.results.settings import ResultsSettings
-from services.results.store import ResultStore
-from services.tenancy.registry import TenantRegistry
-from services.tenancy.settings import TenancySettings
+from inferq.messaging.codec import result_codec
+from inferq.messaging.records import InferenceResult
+from inferq.results.app import create_app
+from inferq.results.routes import Health, ReadMetrics, ResultRoutes
+from inferq.results.settings import ResultsSettings
+from inferq.results.store import ResultStore
+from inferq.tenancy.registry import TenantRegistry
+from inferq.tenancy.settings import TenancySettings
 from tests.support.fakes import FakeResultFeed, InMemoryMetrics, labels, result_record
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.unit.test_results_app import wait_for

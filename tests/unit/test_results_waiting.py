@@ -19,12 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from services.delivery.hub import WaiterHub
-from services.messaging.codec import chunk_codec, result_codec
-from services.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult
-from services.results.app import create_app
-from services.results.settings import ResultsSettings
-from services.tenancy.settings import TenancySettings
+from inferq.delivery.hub import WaiterHub
+from inferq.messaging.codec import chunk_codec, result_codec
+from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult
+from inferq.results.app import create_app
+from inferq.results.settings import ResultsSettings
+from inferq.tenancy.settings import TenancySettings
 from tests.support.fakes import FakeResultFeed, result_record
 from tests.support.inprocess import served
 from tests.support.tenants import TenantSpec, write_tenants

@@ -1,7 +1,7 @@
 import pytest
 
-from services.dispatcher.errors import BackendError
-from services.dispatcher.retries import RetryPolicy, Verdict
+from inferq.dispatcher.errors import BackendError
+from inferq.dispatcher.retries import RetryPolicy, Verdict
 
 NOW = 1_000_000
 

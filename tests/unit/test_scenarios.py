@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from services.messaging.tiers import Tier
-from services.tools.traces.arrival import Arrival
-from services.tools.traces.errors import ScenarioError
-from services.tools.traces.generator import generate
-from services.tools.traces.scenario import Scenario, builtin_names, load, parse
+from inferq.messaging.tiers import Tier
+from inferq.tools.traces.arrival import Arrival
+from inferq.tools.traces.errors import ScenarioError
+from inferq.tools.traces.generator import generate
+from inferq.tools.traces.scenario import Scenario, builtin_names, load, parse
 
 BUILTINS = ["evening-peak", "night-batch", "overload-10x", "steady"]
 X = 'duration = "1h"\n[[streams]]\nscenario = "x"\n'  # the smallest valid head of a scenario file

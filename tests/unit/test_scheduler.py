@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.dispatcher.policies import Demand, FifoScheduler, StaticScheduler, TieredScheduler
-from services.dispatcher.schedule import Schedule, ScheduleError, TierLimits, Window
-from services.messaging.tiers import Tier
+from inferq.dispatcher.policies import Demand, FifoScheduler, StaticScheduler, TieredScheduler
+from inferq.dispatcher.schedule import Schedule, ScheduleError, TierLimits, Window
+from inferq.messaging.tiers import Tier
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 

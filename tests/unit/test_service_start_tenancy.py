@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from services.cli import main
+from inferq.cli import main
 from tests.support.tenants import TenantSpec
 
 

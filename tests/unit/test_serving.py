@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from services.serving import HttpLimits, uvicorn_config
+from inferq.serving import HttpLimits, uvicorn_config
 
 
 def test_the_limits_reach_uvicorn_and_the_guarded_protocol(monkeypatch):

@@ -14,11 +14,11 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from services.tools.bench.recorder import marked_content
-from services.tools.simbackend import DEFAULT_LATENCY_S, SimBackendSettings, create_app
-from services.tools.simbackend.cli import register, run, settings_from_args
-from services.tools.simbackend.latency_model import LatencyModel
-from services.tools.simbackend.timings import CallTimings
+from inferq.tools.bench.recorder import marked_content
+from inferq.tools.simbackend import DEFAULT_LATENCY_S, SimBackendSettings, create_app
+from inferq.tools.simbackend.cli import register, run, settings_from_args
+from inferq.tools.simbackend.latency_model import LatencyModel
+from inferq.tools.simbackend.timings import CallTimings
 
 CHAT = "/v1/chat/completions"
 HELLO = {"model": "inferq-fast", "messages": [{"role": "user", "content": "hello there"}]}

@@ -9,9 +9,9 @@ import os
 import httpx
 import pytest
 
-from services.dispatcher.rate_budget import parse_duration_s, read_headers
-from services.tools.simbackend import SimBackendSettings, create_app
-from services.tools.simbackend.rate_limits import MinuteLimits, openai_duration
+from inferq.dispatcher.rate_budget import parse_duration_s, read_headers
+from inferq.tools.simbackend import SimBackendSettings, create_app
+from inferq.tools.simbackend.rate_limits import MinuteLimits, openai_duration
 
 CHAT = "/v1/chat/completions"
 

@@ -14,14 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.dispatcher.schedule import Schedule
-from services.messaging.tiers import Tier
-from services.tools.measures import Outcome
-from services.tools.report.timeseries import tokens_in_use
-from services.tools.simulation.backend_latency import mean_inference_s, parse_latency
-from services.tools.simulation.simulate import SimConfig, SimResult, sim_scheduler, simulate
-from services.tools.traces.errors import TraceError
-from services.tools.traces.files import Arrival, load_trace
+from inferq.dispatcher.schedule import Schedule
+from inferq.messaging.tiers import Tier
+from inferq.tools.measures import Outcome
+from inferq.tools.report.timeseries import tokens_in_use
+from inferq.tools.simulation.backend_latency import mean_inference_s, parse_latency
+from inferq.tools.simulation.simulate import SimConfig, SimResult, sim_scheduler, simulate
+from inferq.tools.traces.errors import TraceError
+from inferq.tools.traces.files import Arrival, load_trace
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 # 2024-01-01 20:00 UTC: the default schedule's evening peak.

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from services.supervised import SupervisedTask
+from inferq.supervised import SupervisedTask
 
 log = logging.getLogger("inferq.test-supervised")
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.tiers import Tier
-from services.tenancy.entitlements import Problem, apply_entitlements
-from services.tenancy.model import Entitlements, NameSet
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.tiers import Tier
+from inferq.tenancy.entitlements import Problem, apply_entitlements
+from inferq.tenancy.model import Entitlements, NameSet
 
 RESULTS = "inferq.results"
 NARROW = Entitlements(

@@ -6,9 +6,9 @@ import hashlib
 
 import pytest
 
-from services.messaging.tiers import Tier
-from services.tenancy.errors import AuthenticationError
-from services.tenancy.keys import (
+from inferq.messaging.tiers import Tier
+from inferq.tenancy.errors import AuthenticationError
+from inferq.tenancy.keys import (
     MAX_KEY_CHARS,
     bearer_key,
     digest_of_hash,
@@ -17,7 +17,7 @@ from services.tenancy.keys import (
     key_digest,
     new_key,
 )
-from services.tenancy.model import Entitlements, Tenant, TenantDirectory
+from inferq.tenancy.model import Entitlements, Tenant, TenantDirectory
 
 
 def test_new_keys_are_random_url_safe_and_carry_256_bits():

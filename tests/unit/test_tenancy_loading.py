@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from services.messaging import limits
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicNames
-from services.tenancy.errors import TenantsFileError
-from services.tenancy.keys import hash_key, key_digest, new_key
-from services.tenancy.loading import MAX_FILE_BYTES, load_tenants, parse_tenants
-from services.tenancy.model import DEFAULT_ROLES
+from inferq.messaging import limits
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicNames
+from inferq.tenancy.errors import TenantsFileError
+from inferq.tenancy.keys import hash_key, key_digest, new_key
+from inferq.tenancy.loading import MAX_FILE_BYTES, load_tenants, parse_tenants
+from inferq.tenancy.model import DEFAULT_ROLES
 from tests.support.tenants import TenantSpec, tenants_toml
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "infra" / "tenants.example.toml"

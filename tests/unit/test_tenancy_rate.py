@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from services.messaging.tiers import Tier
-from services.tenancy.model import Entitlements, NameSet, Tenant
-from services.tenancy.rate import RateLimiter
+from inferq.messaging.tiers import Tier
+from inferq.tenancy.model import Entitlements, NameSet, Tenant
+from inferq.tenancy.rate import RateLimiter
 
 ANYTHING = Entitlements(max_tier=Tier.HIGH, scenarios=NameSet.everything())
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from services.cli import main
-from services.tenancy.auth import ANONYMOUS
-from services.tenancy.bind import is_loopback, require_tenants_or_loopback
-from services.tenancy.errors import AuthenticationError, OpenModeRefusedError, TenantsFileError
-from services.tenancy.keys import hash_key
-from services.tenancy.registry import TenantRegistry
+from inferq.cli import main
+from inferq.tenancy.auth import ANONYMOUS
+from inferq.tenancy.bind import is_loopback, require_tenants_or_loopback
+from inferq.tenancy.errors import AuthenticationError, OpenModeRefusedError, TenantsFileError
+from inferq.tenancy.keys import hash_key
+from inferq.tenancy.registry import TenantRegistry
 from tests.support.tenants import TenantSpec, write_tenants
 
 

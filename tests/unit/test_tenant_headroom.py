@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from services.dispatcher.next_start import NextStart
-from services.dispatcher.offsets import PartitionOffsets
-from services.dispatcher.policies import TieredScheduler
-from services.dispatcher.schedule import Schedule
-from services.dispatcher.tenant_headroom import TenantHeadroom
-from services.dispatcher.waiting import WaitingRoom
-from services.dispatcher.work import Work
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.tiers import Tier
+from inferq.dispatcher.next_start import NextStart
+from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.dispatcher.policies import TieredScheduler
+from inferq.dispatcher.schedule import Schedule
+from inferq.dispatcher.tenant_headroom import TenantHeadroom
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.work import Work
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.tiers import Tier
 
 H = Tier.HIGH
 M = Tier.MEDIUM

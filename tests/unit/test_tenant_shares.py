@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.ingest.admission import AdmissionPolicy
-from services.ingest.tenant_shares import BacklogShares
-from services.messaging.tiers import Tier
+from inferq.ingest.admission import AdmissionPolicy
+from inferq.ingest.tenant_shares import BacklogShares
+from inferq.messaging.tiers import Tier
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 POLICY = AdmissionPolicy(capacity={H: 60, M: 30, L: 1_000})

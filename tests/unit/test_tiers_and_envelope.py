@@ -1,10 +1,10 @@
 import pytest
 from pydantic import ValidationError
 
-from services.ingest.envelope import DeadlineInPastError, build_envelope
-from services.ingest.validation import SubmitRequest, describe
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
-from services.messaging.topics import TopicNames
+from inferq.ingest.envelope import DeadlineInPastError, build_envelope
+from inferq.ingest.validation import SubmitRequest, describe
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
+from inferq.messaging.topics import TopicNames
 
 NOW = 1_700_000_000_000
 
@@ -86,8 +86,8 @@ def test_validation_names_the_field(body, field):
 
 
 def test_a_per_tier_setting_given_for_one_tier_keeps_the_others():
-    from services.dispatcher.settings import DispatcherSettings
-    from services.ingest.settings import IngestSettings
+    from inferq.dispatcher.settings import DispatcherSettings
+    from inferq.ingest.settings import IngestSettings
 
     dispatcher = DispatcherSettings(typical_latency_s={Tier.HIGH: 0.05})
     assert dispatcher.typical_latency_s == {Tier.HIGH: 0.05, Tier.MEDIUM: 2.8, Tier.LOW: 5.0}

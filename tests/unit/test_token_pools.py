@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from services.dispatcher.tokens import Lease, LocalTokenPool, TokenPool
-from services.messaging.tiers import Tier
+from inferq.dispatcher.tokens import Lease, LocalTokenPool, TokenPool
+from inferq.messaging.tiers import Tier
 
 
 def run(scenario: Callable[[LocalTokenPool], Awaitable[None]]) -> None:

@@ -6,9 +6,9 @@ import httpx
 import pytest
 from rich.console import Console
 
-from services.tools.top.command import Scraper
-from services.tools.top.frame import build_frame, render
-from services.tools.top.samples import Scrape, quantile
+from inferq.tools.top.command import Scraper
+from inferq.tools.top.frame import build_frame, render
+from inferq.tools.top.samples import Scrape, quantile
 
 SCOPE = 'otel_scope_name="inferq.dispatcher",otel_scope_schema_url="",otel_scope_version=""'
 
@@ -160,7 +160,7 @@ def test_a_page_that_is_not_the_prometheus_format_counts_as_no_answer():
 
 
 def test_bad_options_are_refused(capsys: pytest.CaptureFixture[str]):
-    from services.cli import main
+    from inferq.cli import main
 
     with pytest.raises(SystemExit):
         main(["top", "--interval", "0"])

@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from services import tracing
+from inferq import tracing
 
 
 class Acked:

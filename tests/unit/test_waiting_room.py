@@ -1,8 +1,8 @@
-from services.dispatcher.offsets import PartitionOffsets
-from services.dispatcher.waiting import TOO_LATE, WOULD_BE_LATE, WaitingRoom
-from services.dispatcher.work import Work
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.tiers import Tier
+from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.dispatcher.waiting import TOO_LATE, WOULD_BE_LATE, WaitingRoom
+from inferq.dispatcher.work import Work
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.tiers import Tier
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 
@@ -70,7 +70,7 @@ def test_pop_of_an_empty_tier():
 
 
 def test_pressure_policy_compares_backlog_with_the_owned_share_of_capacity():
-    from services.dispatcher.eviction import PressurePolicy
+    from inferq.dispatcher.eviction import PressurePolicy
 
     policy = PressurePolicy.from_budget(10, {H: 0.5, M: 2.8, L: 5.0})
     assert policy.capacity == {H: 60, M: 64}

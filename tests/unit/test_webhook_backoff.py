@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.webhooks.backoff import Backoff
+from inferq.webhooks.backoff import Backoff
 
 POLICY = Backoff(first_backoff_s=1.0, max_backoff_s=60.0, retry_period_s=3_600)
 

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from services.webhooks.errors import CallbackRefusedError
-from services.webhooks.guard import AddressGuard, address_problem
-from services.webhooks.urls import IPAddress, parse_callback_url
+from inferq.webhooks.errors import CallbackRefusedError
+from inferq.webhooks.guard import AddressGuard, address_problem
+from inferq.webhooks.urls import IPAddress, parse_callback_url
 
 REFUSED = [
     ("127.0.0.1", "loopback"),

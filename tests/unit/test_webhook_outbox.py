@@ -13,19 +13,19 @@ from typing import Any
 
 import pytest
 
-from services.messaging.dead_letters import DeadLetters, DurableProducer
-from services.messaging.records import InferenceResult
-from services.results.store import ResultStore
-from services.results.webhooks import result_body
-from services.tenancy.model import Entitlements, NameSet, Tenant, TenantDirectory
-from services.webhooks.backoff import Backoff
-from services.webhooks.delivery import AttemptResult, Outcome
-from services.webhooks.guard import AddressGuard
-from services.webhooks.metrics import WebhookMetrics
-from services.webhooks.outbox import WebhookOutbox
-from services.webhooks.policy import CallbackPolicy
-from services.webhooks.sender import WebhookSender
-from services.webhooks.settings import WebhookSettings
+from inferq.messaging.dead_letters import DeadLetters, DurableProducer
+from inferq.messaging.records import InferenceResult
+from inferq.results.store import ResultStore
+from inferq.results.webhooks import result_body
+from inferq.tenancy.model import Entitlements, NameSet, Tenant, TenantDirectory
+from inferq.webhooks.backoff import Backoff
+from inferq.webhooks.delivery import AttemptResult, Outcome
+from inferq.webhooks.guard import AddressGuard
+from inferq.webhooks.metrics import WebhookMetrics
+from inferq.webhooks.outbox import WebhookOutbox
+from inferq.webhooks.policy import CallbackPolicy
+from inferq.webhooks.sender import WebhookSender
+from inferq.webhooks.settings import WebhookSettings
 from tests.support.fakes import InMemoryMetrics, a_result, labels
 
 SECRET = "whsec_test_secret_0123456789abcdefghij"  # noqa: S105 - a test secret

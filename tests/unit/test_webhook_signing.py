@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from services.webhooks.signing import SignatureError, signature_header, verify
+from inferq.webhooks.signing import SignatureError, signature_header, verify
 
 SECRET = b"whsec_0123456789abcdef0123456789abcdef"
 BODY = b'{"request_id":"r1","status":"OK"}'

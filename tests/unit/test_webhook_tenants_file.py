@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.tenancy.errors import TenantsFileError
-from services.tenancy.loading import parse_tenants
+from inferq.tenancy.errors import TenantsFileError
+from inferq.tenancy.loading import parse_tenants
 from tests.support.tenants import TenantSpec, tenants_toml
 
 GOOD = "whsec_" + "x" * 40

@@ -7,6 +7,6 @@
 
 from __future__ import annotations
 
-from services.dispatcher.tokens.pool import Lease, LocalTokenPool, TokenPool
+from inferq.dispatcher.tokens.pool import Lease, LocalTokenPool, TokenPool
 
 __all__ = ["Lease", "LocalTokenPool", "TokenPool"]

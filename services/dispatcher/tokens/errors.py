@@ -7,7 +7,7 @@
                                  as LocalTokenPool raises RuntimeError for the same mistake)
 
 Redis being unreachable is not an error of the pool: `RedisTokenPool` switches to its degraded local
-budget instead (see ``services.dispatcher.tokens.redis_pool``).
+budget instead (see ``inferq.dispatcher.tokens.redis_pool``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ even when several dispatchers decide at once from stale snapshots. A refused acq
 "look again".
 
 `LocalTokenPool` is exact for one dispatcher process. A group of dispatchers shares one budget
-through `services.tools.redis` (Redis leases).
+through `inferq.tools.redis` (Redis leases).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.messaging.tiers import Tier
+from inferq.messaging.tiers import Tier
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 What a user can rely on
 =======================
 
-**The budget holds across the group.** A token is a lease in Redis (see `services.dispatcher.tokens.lua`
+**The budget holds across the group.** A token is a lease in Redis (see `inferq.dispatcher.tokens.lua`
 for the data model). `try_acquire` is one Lua script: it drops expired leases, counts every tier and
 takes the token only when ``total < total_limit`` and ``count(tier) < tier_limit``. Scripts run
 atomically in Redis, so dispatchers deciding at the same moment from stale snapshots can never take
@@ -70,19 +70,19 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, RedisError
 
-from services.dispatcher.tokens import lua
-from services.dispatcher.tokens.errors import UnknownLeaseError
-from services.dispatcher.tokens.pool import Lease
-from services.dispatcher.tokens.settings import (
+from inferq.dispatcher.tokens import lua
+from inferq.dispatcher.tokens.errors import UnknownLeaseError
+from inferq.dispatcher.tokens.pool import Lease
+from inferq.dispatcher.tokens.settings import (
     DEFAULT_KEY_PREFIX,
     RedisBudgetSettings,
     RedisTls,
     redacted_url,
 )
-from services.messaging.tiers import Tier
+from inferq.messaging.tiers import Tier
 
 if TYPE_CHECKING:
-    from services.dispatcher.tokens.pool import TokenPool
+    from inferq.dispatcher.tokens.pool import TokenPool
 
 logger = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from services.ingest.chat.errors import ChatRefusal
-from services.ingest.errors import IngestError
-from services.messaging.records import InferenceResult, Status
+from inferq.ingest.chat.errors import ChatRefusal
+from inferq.ingest.errors import IngestError
+from inferq.messaging.records import InferenceResult, Status
 
 _TYPES = {
     400: "invalid_request_error",

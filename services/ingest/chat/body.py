@@ -33,12 +33,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.datastructures import Headers
 
-from services.ingest.body import load_object
-from services.ingest.chat.errors import ChatBodyError, ModelNotFoundError
-from services.ingest.envelope import Envelope
-from services.ingest.json_guard import JsonGuard
-from services.ingest.validation import SubmitRequest, describe
-from services.messaging import limits
+from inferq.ingest.body import load_object
+from inferq.ingest.chat.errors import ChatBodyError, ModelNotFoundError
+from inferq.ingest.envelope import Envelope
+from inferq.ingest.json_guard import JsonGuard
+from inferq.ingest.validation import SubmitRequest, describe
+from inferq.messaging import limits
 
 HEADER_SCENARIO = "x-inferq-scenario"
 HEADER_PRIORITY = "x-inferq-priority"

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from services.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, Waiter, WaiterHub
-from services.delivery.metrics import DeliveryMetrics
-from services.delivery.sse import (
+from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, Waiter, WaiterHub
+from inferq.delivery.metrics import DeliveryMetrics
+from inferq.delivery.sse import (
     CLIENT_GONE_STATUS,
     ClientGoneError,
     EventStreamResponse,
@@ -41,15 +41,15 @@ from services.delivery.sse import (
     sse_event,
     until_disconnected,
 )
-from services.ingest.chat import answers
-from services.ingest.chat.body import AUTO_MODEL, ChatCall, parse_chat_call
-from services.ingest.chat.errors import NotFollowingError, WaitersFullError
-from services.ingest.envelope import Envelope
-from services.ingest.errors import IngestError
-from services.ingest.json_guard import JsonGuard
-from services.ingest.submit import Admitted, SubmitEndpoint
-from services.ingest.tenants import TenantGate
-from services.messaging.records import InferenceResult
+from inferq.ingest.chat import answers
+from inferq.ingest.chat.body import AUTO_MODEL, ChatCall, parse_chat_call
+from inferq.ingest.chat.errors import NotFollowingError, WaitersFullError
+from inferq.ingest.envelope import Envelope
+from inferq.ingest.errors import IngestError
+from inferq.ingest.json_guard import JsonGuard
+from inferq.ingest.submit import Admitted, SubmitEndpoint
+from inferq.ingest.tenants import TenantGate
+from inferq.messaging.records import InferenceResult
 
 _DONE = sse_event("[DONE]")
 _RESULTS_HINT = "GET /v1/requests/{id} on the results service gives its outcome"

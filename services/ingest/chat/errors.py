@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from services.ingest.errors import IngestError
+from inferq.ingest.errors import IngestError
 
 
 class ChatRefusal(IngestError):

@@ -30,9 +30,9 @@ import aiohttp
 import httpx
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from services.messaging.codec import request_codec, result_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import InferenceResult, Status, Usage
+from inferq.messaging.codec import request_codec, result_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import InferenceResult, Status, Usage
 
 BLAST_BODY = {"model": "inferq-fast", "messages": [{"role": "user", "content": "Hi, how was your day?"}]}
 CONSUME_BATCH = 500
@@ -221,7 +221,7 @@ async def blast(*, backend_url: str, concurrency: int, count: int, timeout_s: fl
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of `inferq bench bareloop` (arguments from `services.tools.bench.cli`)."""
+    """Entry point of `inferq bench bareloop` (arguments from `inferq.tools.bench.cli`)."""
     import uvloop
 
     summary_path: Path = args.summary

@@ -52,7 +52,7 @@ def _register_tokens(kinds: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _tokens(args: argparse.Namespace) -> int:
-    from services.tools.bench import tokens
+    from inferq.tools.bench import tokens
 
     return tokens.run(out=args.out, home=args.home.resolve(), tpm=args.tpm, minutes=args.minutes)
 
@@ -77,7 +77,7 @@ def _register_fallback(kinds: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _fallback(args: argparse.Namespace) -> int:
-    from services.tools.bench import fallback
+    from inferq.tools.bench import fallback
 
     breaker = {} if args.breaker_open is None else {"breaker_open_s": args.breaker_open}
     return fallback.run(
@@ -114,7 +114,7 @@ def _trace_replay(
 
 
 def _register_scheduling(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from services.tools.bench.scheduling_trace import TraceSpec
+    from inferq.tools.bench.scheduling_trace import TraceSpec
 
     d = TraceSpec()
     sched = kinds.add_parser(
@@ -136,7 +136,7 @@ def _register_scheduling(kinds: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def _register_fairness(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from services.tools.bench.fairness_trace import FairnessSpec
+    from inferq.tools.bench.fairness_trace import FairnessSpec
 
     d = FairnessSpec()
     fair = kinds.add_parser(
@@ -201,7 +201,7 @@ def _register_delivery(kinds: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _delivery(args: argparse.Namespace) -> int:
-    from services.tools.bench import delivery
+    from inferq.tools.bench import delivery
 
     spec = delivery.DeliverySpec(
         rate_per_s=args.rate,
@@ -299,9 +299,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _scheduling(args: argparse.Namespace) -> int:
     # Imported here: `inferq --help` must not load the Kafka clients.
-    from services.tools.bench import scheduling
-    from services.tools.bench.scheduling_run import run_specs
-    from services.tools.bench.scheduling_trace import TraceSpec
+    from inferq.tools.bench import scheduling
+    from inferq.tools.bench.scheduling_run import run_specs
+    from inferq.tools.bench.scheduling_trace import TraceSpec
 
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     unknown = [r for r in runs if r not in run_specs(args.budget)]
@@ -317,8 +317,8 @@ def _scheduling(args: argparse.Namespace) -> int:
 
 
 def _fairness(args: argparse.Namespace) -> int:
-    from services.tools.bench import fairness
-    from services.tools.bench.fairness_trace import FairnessSpec
+    from inferq.tools.bench import fairness
+    from inferq.tools.bench.fairness_trace import FairnessSpec
 
     try:
         spec = FairnessSpec(
@@ -337,7 +337,7 @@ def _fairness(args: argparse.Namespace) -> int:
 
 
 def _memory(args: argparse.Namespace) -> int:
-    from services.tools.bench import memory
+    from inferq.tools.bench import memory
 
     return memory.run(
         args.records,
@@ -351,7 +351,7 @@ def _memory(args: argparse.Namespace) -> int:
 
 
 def _latency(args: argparse.Namespace) -> int:
-    from services.tools.bench import latency
+    from inferq.tools.bench import latency
 
     spec = latency.LatencySpec(
         rate_per_s=args.rate,
@@ -366,7 +366,7 @@ def _latency(args: argparse.Namespace) -> int:
 
 
 def _throughput(args: argparse.Namespace) -> int:
-    from services.tools.bench import throughput
+    from inferq.tools.bench import throughput
 
     sizes = [int(n) for n in args.dispatchers.split(",") if n.strip()]
     if not sizes or min(sizes) < 1:
@@ -388,19 +388,19 @@ def _throughput(args: argparse.Namespace) -> int:
 
 
 def _recorder(args: argparse.Namespace) -> int:
-    from services.tools.bench import recorder
+    from inferq.tools.bench import recorder
 
     return recorder.serve(args.host, args.port, args.latency_ms / 1000)
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from services.tools.bench import probe
+    from inferq.tools.bench import probe
 
     return probe.run(args.port, fetch_log=args.fetch_log, profile=args.profile)
 
 
 def _bareloop(args: argparse.Namespace) -> int:
-    from services.tools.bench import bareloop
+    from inferq.tools.bench import bareloop
 
     return bareloop.run(args)
 
@@ -414,13 +414,13 @@ def _register_replay(kinds: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from services.tools.bench import replay
+    from inferq.tools.bench import replay
 
     return replay.run(args.records, runs=args.runs, out=args.out, home=args.home.resolve())
 
 
 def _register_cluster_chaos(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from services.tools.chaos.cluster_faults import CaseSpec, Fault
+    from inferq.tools.chaos.cluster_faults import CaseSpec, Fault
 
     d = CaseSpec()
     cc = kinds.add_parser(
@@ -452,8 +452,8 @@ def _register_cluster_chaos(kinds: argparse._SubParsersAction[argparse.ArgumentP
 
 
 def _cluster_chaos(args: argparse.Namespace) -> int:
-    from services.tools.bench import cluster_chaos
-    from services.tools.chaos.cluster_faults import CaseSpec, Fault
+    from inferq.tools.bench import cluster_chaos
+    from inferq.tools.chaos.cluster_faults import CaseSpec, Fault
 
     try:
         faults = [Fault(name.strip()) for name in args.cases.split(",") if name.strip()]
@@ -473,7 +473,7 @@ def _cluster_chaos(args: argparse.Namespace) -> int:
 
 
 def _register_takeover(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from services.tools.bench.takeover import TakeoverSpec
+    from inferq.tools.bench.takeover import TakeoverSpec
 
     d = TakeoverSpec()
     tko = kinds.add_parser(
@@ -499,7 +499,7 @@ def _register_takeover(kinds: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _takeover(args: argparse.Namespace) -> int:
-    from services.tools.bench import takeover
+    from inferq.tools.bench import takeover
 
     try:
         settings = tuple(

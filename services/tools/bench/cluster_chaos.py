@@ -1,6 +1,6 @@
 """`inferq bench cluster-chaos`: what each broker fault costs on a three-node cluster under traffic.
 
-Runs the faults of `services.tools.chaos.cluster_faults` (SIGKILL the leader of a request partition,
+Runs the faults of `inferq.tools.chaos.cluster_faults` (SIGKILL the leader of a request partition,
 SIGKILL the active controller, a rolling restart) `runs` times each, every time on a fresh pipeline,
 on one cluster the bench starts (512 MB of heap per node) and stops. Per case: accepted requests
 lost and outcomes seen twice by callers (goal 0 for both), ingest's refusals (503) and their
@@ -18,10 +18,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from services.tools.bench.machine import code_line, command_line, machine, results_dir
-from services.tools.broker.ephemeral import cluster_on_free_ports
-from services.tools.chaos.cluster_faults import CaseReport, CaseSpec, Fault, run_case
-from services.tools.chaos.figures import BASELINE_S, RECOVERED_SHARE, WINDOW_S
+from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.broker.ephemeral import cluster_on_free_ports
+from inferq.tools.chaos.cluster_faults import CaseReport, CaseSpec, Fault, run_case
+from inferq.tools.chaos.figures import BASELINE_S, RECOVERED_SHARE, WINDOW_S
 
 HEAP = "512m"
 

@@ -26,13 +26,13 @@ import aiohttp
 import httpx
 import uvloop
 
-from services.messaging.admin import create_topics
-from services.messaging.codec import chunk_codec, result_codec
-from services.messaging.errors import DecodeError
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.tiers import Tier
-from services.tools.bench.cpu import CpuUse, CpuWindow
-from services.tools.bench.delivery_report import (
+from inferq.messaging.admin import create_topics
+from inferq.messaging.codec import chunk_codec, result_codec
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.tiers import Tier
+from inferq.tools.bench.cpu import CpuUse, CpuWindow
+from inferq.tools.bench.delivery_report import (
     Call,
     Phase,
     PhaseStats,
@@ -43,13 +43,13 @@ from services.tools.bench.delivery_report import (
     table,
     targets,
 )
-from services.tools.bench.kafka import bench_broker
-from services.tools.bench.machine import code_line, command_line, machine, results_dir
-from services.tools.bench.recorder import marked_content
-from services.tools.bench.topicio import create_with_log_append_time, read_topic
-from services.tools.broker.broker import pick_free_ports
-from services.tools.measures import Stats
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.recorder import marked_content
+from inferq.tools.bench.topicio import create_with_log_append_time, read_topic
+from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.measures import Stats
+from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 
 MODEL = "inferq-fast"
 SIM_MODELS = ("inferq-fast", "inferq-accurate", "inferq-cheap")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from services.tools.measures import Stats, stats
+from inferq.tools.measures import Stats, stats
 
 # Backend stamps per marker: [received_ns, first_token_ns, done_ns] (None: not stamped).
 BackendStamps = Mapping[str, Sequence[int | None]]

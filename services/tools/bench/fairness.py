@@ -18,8 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
-from services.tools.bench.fairness_report import (
+from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
+from inferq.tools.bench.fairness_report import (
     LowSplit,
     arrivals_at_full_backend,
     backend_target,
@@ -36,15 +36,15 @@ from services.tools.bench.fairness_report import (
     tenant_rows,
     tier_table,
 )
-from services.tools.bench.fairness_trace import TENANT_A, TENANT_B, FairnessSpec, describe
-from services.tools.bench.kafka import bench_broker
-from services.tools.bench.machine import code_line, command_line, machine, results_dir
-from services.tools.bench.pipeline_run import BenchConfig, PipelineRun, raw_records, run_pipeline
-from services.tools.bench.scheduling_run import RunSpec, compressed_env
-from services.tools.bench.summary import TierRow, submit_stats
-from services.tools.measures import Outcome
-from services.tools.stack.tenants import TenantSpec, write_tenants
-from services.tools.traces.generator import generate
+from inferq.tools.bench.fairness_trace import TENANT_A, TENANT_B, FairnessSpec, describe
+from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.pipeline_run import BenchConfig, PipelineRun, raw_records, run_pipeline
+from inferq.tools.bench.scheduling_run import RunSpec, compressed_env
+from inferq.tools.bench.summary import TierRow, submit_stats
+from inferq.tools.measures import Outcome
+from inferq.tools.stack.tenants import TenantSpec, write_tenants
+from inferq.tools.traces.generator import generate
 
 ALONE, WITH_A = "b-alone", "b-with-a"
 BIN_S = 5.0  # wall-clock seconds per bin of the LOW completions series

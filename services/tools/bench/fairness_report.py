@@ -16,10 +16,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from services.messaging.tiers import Tier
-from services.tools.bench.summary import REFUSED, Submission, TierRow, tier_rows
-from services.tools.measures import Outcome, Stats, stats
-from services.tools.report.timeseries import tokens_in_use
+from inferq.messaging.tiers import Tier
+from inferq.tools.bench.summary import REFUSED, Submission, TierRow, tier_rows
+from inferq.tools.measures import Outcome, Stats, stats
+from inferq.tools.report.timeseries import tokens_in_use
 
 PASS, MISS = "PASS", "MISS"
 # Targets (issue 10): B's HIGH p95 wait with A present at most this much above B alone (ms of the

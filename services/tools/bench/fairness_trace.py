@@ -1,5 +1,5 @@
 """The fairness benchmark's trace: a steady tenant B and a flooding tenant A, as one scenario of the
-one trace generator (`services.tools.traces.generator`), generated once.
+one trace generator (`inferq.tools.traces.generator`), generated once.
 
 - **B** (weight 3 by default) sends the evening peak's steady mix: chat and emotion analysis at 60 a
   minute real time (2/3 chat), and morning briefs at 1.2 x its weighted share of LOW's peak slots,
@@ -18,11 +18,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from services.dispatcher.schedule import Schedule
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
-from services.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, CHAT_SESSIONS, PROMPT_CHARS
-from services.tools.traces.arrival import Arrival
-from services.tools.traces.scenario import Scenario, Size, Stream
+from inferq.dispatcher.schedule import Schedule
+from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
+from inferq.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, CHAT_SESSIONS, PROMPT_CHARS
+from inferq.tools.traces.arrival import Arrival
+from inferq.tools.traces.scenario import Scenario, Size, Stream
 
 TENANT_A = "a"  # floods
 TENANT_B = "b"  # steady

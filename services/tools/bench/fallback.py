@@ -24,19 +24,19 @@ from pathlib import Path
 import httpx
 from confluent_kafka import Producer
 
-from services.dispatcher.backend_specs import BackendSpec
-from services.dispatcher.bootstrap import bootstrap
-from services.dispatcher.settings import DispatcherSettings
-from services.messaging.admin import create_topics
-from services.messaging.codec import request_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
-from services.tools.bench.fallback_report import FallbackFigures, Sample, as_json, figures, markdown
-from services.tools.bench.kafka import ResultCollector, bench_broker
-from services.tools.bench.machine import code_line, command_line, machine, results_dir
-from services.tools.bench.sim_process import sim_backend
-from services.tools.broker.broker import pick_free_ports
+from inferq.dispatcher.backend_specs import BackendSpec
+from inferq.dispatcher.bootstrap import bootstrap
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.messaging.admin import create_topics
+from inferq.messaging.codec import request_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
+from inferq.tools.bench.fallback_report import FallbackFigures, Sample, as_json, figures, markdown
+from inferq.tools.bench.kafka import ResultCollector, bench_broker
+from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.sim_process import sim_backend
+from inferq.tools.broker.broker import pick_free_ports
 
 SCENARIO = {Tier.HIGH: "realtime_chat", Tier.MEDIUM: "emotion_analysis", Tier.LOW: "morning_brief"}
 # Requests a second per tier.

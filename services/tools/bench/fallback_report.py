@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from services.messaging.records import InferenceResult, Status
-from services.messaging.tiers import Tier
-from services.tools.measures import percentile
+from inferq.messaging.records import InferenceResult, Status
+from inferq.messaging.tiers import Tier
+from inferq.tools.measures import percentile
 
 
 @dataclass(frozen=True)

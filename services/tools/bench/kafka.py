@@ -11,11 +11,11 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from services.messaging.codec import result_codec
-from services.messaging.errors import DecodeError
-from services.messaging.lag import partition_lag
-from services.messaging.records import InferenceResult, is_chunk
-from services.tools.broker.ephemeral import broker_on_free_ports, cluster_on_free_ports
+from inferq.messaging.codec import result_codec
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.lag import partition_lag
+from inferq.messaging.records import InferenceResult, is_chunk
+from inferq.tools.broker.ephemeral import broker_on_free_ports, cluster_on_free_ports
 
 _POLL_S = 0.2
 CLUSTER_HEAP = "512m"

@@ -27,14 +27,14 @@ import aiohttp
 import httpx
 import uvloop
 
-from services.messaging.admin import create_topics
-from services.messaging.codec import request_codec, result_codec
-from services.messaging.errors import DecodeError
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.tiers import Tier
-from services.tools.bench.cpu import CpuWindow
-from services.tools.bench.kafka import bench_broker
-from services.tools.bench.latency_report import (
+from inferq.messaging.admin import create_topics
+from inferq.messaging.codec import request_codec, result_codec
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.tiers import Tier
+from inferq.tools.bench.cpu import CpuWindow
+from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.latency_report import (
     HEADLINE,
     Dist,
     Joined,
@@ -48,14 +48,14 @@ from services.tools.bench.latency_report import (
     timeline,
     worst_seconds,
 )
-from services.tools.bench.machine import code_line, command_line, machine, results_dir
-from services.tools.bench.probe import record_key
-from services.tools.bench.procs import dispatcher_env, dispatcher_process
-from services.tools.bench.recorder import marked_content
-from services.tools.bench.topicio import RecordCounter, create_with_log_append_time, read_topic
-from services.tools.broker.broker import pick_free_ports
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
-from services.tools.stack.process import ServiceProcess
+from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.probe import record_key
+from inferq.tools.bench.procs import dispatcher_env, dispatcher_process
+from inferq.tools.bench.recorder import marked_content
+from inferq.tools.bench.topicio import RecordCounter, create_with_log_append_time, read_topic
+from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
+from inferq.tools.stack.process import ServiceProcess
 
 HTTP_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32

@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from services.tools.measures import percentile
+from inferq.tools.measures import percentile
 
 TARGET_P50_MS = 5.0
 TARGET_P99_MS = 25.0

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 
 import httpx
 
-from services.tools.bench.summary import Submission
-from services.tools.loadtest.senders import http_body
-from services.tools.traces.arrival import Arrival
+from inferq.tools.bench.summary import Submission
+from inferq.tools.loadtest.senders import http_body
+from inferq.tools.traces.arrival import Arrival
 
 # Enough connections that a burst does not queue behind itself for long; few enough for 2 cores.
 MAX_CONNECTIONS = 64

@@ -10,8 +10,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from services.tools.bench.kafka import kafka_version
-from services.tools.paths import find_project_root
+from inferq.tools.bench.kafka import kafka_version
+from inferq.tools.paths import find_project_root
 
 
 def _git(*args: str) -> str:

@@ -18,14 +18,14 @@ from typing import Any
 
 import httpx
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.tiers import Tier
-from services.tools.bench.kafka import bench_broker, group_lag
-from services.tools.bench.machine import code_line, command_line, machine, results_dir
-from services.tools.bench.topicio import brief_requests, bulk_produce
-from services.tools.broker.broker import pick_free_ports
-from services.tools.stack.process import ServiceProcess
+from inferq.messaging.admin import create_topics
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.tiers import Tier
+from inferq.tools.bench.kafka import bench_broker, group_lag
+from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.topicio import brief_requests, bulk_produce
+from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.stack.process import ServiceProcess
 
 TARGET_MB = 150.0
 

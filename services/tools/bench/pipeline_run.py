@@ -24,15 +24,15 @@ from typing import Any
 
 import httpx
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import InferenceResult
-from services.tools.bench.kafka import ResultCollector
-from services.tools.bench.load import sample_health, submit_in_process, submit_trace
-from services.tools.bench.summary import Submission
-from services.tools.broker.broker import pick_free_ports
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
-from services.tools.traces.arrival import Arrival
+from inferq.messaging.admin import create_topics
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import InferenceResult
+from inferq.tools.bench.kafka import ResultCollector
+from inferq.tools.bench.load import sample_health, submit_in_process, submit_trace
+from inferq.tools.bench.summary import Submission
+from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
+from inferq.tools.traces.arrival import Arrival
 
 CHILD_START_LEAD_S = 3.0  # a spawned Python child takes about a second to import httpx on 2 cores
 CHILD_TIMEOUT_S = 120.0  # bound of the child's posting beyond the trace's own duration

@@ -1,7 +1,7 @@
 """The simulator's prediction beside each real run of the scheduling benchmark.
 
 For every run spec, the same seeded trace (its offsets, tiers and compressed deadlines) goes through
-`services.tools.simulation.simulate` with the settings the run's dispatcher gets (`compressed_env`: policy,
+`inferq.tools.simulation.simulate` with the settings the run's dispatcher gets (`compressed_env`: policy,
 pinned schedule, LOW ceiling, compressed typical latencies and promotion age) and the compressed
 backend latencies. The simulator runs the dispatcher's own scheduler and waiting room with instant
 fetches and HTTP-free arrivals, so real - simulated is what the pipeline itself adds: the ingest
@@ -19,14 +19,14 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from services.dispatcher.settings import DispatcherSettings, build_schedule
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
-from services.tools.bench.scheduling_report import MISS, NA, PASS, Target
-from services.tools.bench.scheduling_run import RunSpec, compressed_env
-from services.tools.bench.summary import RunSummary
-from services.tools.measures import Stats, makespan_s, stats
-from services.tools.simulation.simulate import SimResult, sim_config, sim_scheduler, simulate
-from services.tools.traces.arrival import Arrival
+from inferq.dispatcher.settings import DispatcherSettings, build_schedule
+from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
+from inferq.tools.bench.scheduling_report import MISS, NA, PASS, Target
+from inferq.tools.bench.scheduling_run import RunSpec, compressed_env
+from inferq.tools.bench.summary import RunSummary
+from inferq.tools.measures import Stats, makespan_s, stats
+from inferq.tools.simulation.simulate import SimResult, sim_config, sim_scheduler, simulate
+from inferq.tools.traces.arrival import Arrival
 
 # The schedule is pinned to peak, so the anchor does not pick the window; an evening-peak instant
 # anyway, so that an unpinned run would still be simulated in the window the bench means.

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from services.dispatcher.consumer import Batches
-    from services.dispatcher.kafka_consumer import KafkaTierConsumer
+    from inferq.dispatcher.consumer import Batches
+    from inferq.dispatcher.kafka_consumer import KafkaTierConsumer
 
 
 def record_key(topic: str, partition: int, offset: int) -> str:
@@ -29,7 +29,7 @@ def record_key(topic: str, partition: int, offset: int) -> str:
 
 
 def _time_fetches(stamps: dict[str, int]) -> None:
-    from services.dispatcher.kafka_consumer import KafkaTierConsumer
+    from inferq.dispatcher.kafka_consumer import KafkaTierConsumer
 
     original = KafkaTierConsumer.fetch
 
@@ -47,7 +47,7 @@ def _time_fetches(stamps: dict[str, int]) -> None:
 
 def run(port: int, *, fetch_log: Path | None, profile: Path | None) -> int:
     """Run `inferq dispatcher --port PORT` (settings from the environment) until it stops."""
-    from services.dispatcher.cli import register
+    from inferq.dispatcher.cli import register
 
     parser = argparse.ArgumentParser(prog="inferq")
     register(parser.add_subparsers(dest="command", required=True))

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import httpx
 
-from services.tools.stack.process import ServiceProcess
+from inferq.tools.stack.process import ServiceProcess
 
 
 def dispatcher_env(
     *, bootstrap: str, prefix: str, backend_url: str, budget: int, dispatcher_id: str, extra: dict[str, str]
 ) -> dict[str, str]:
-    """A dispatcher's environment, named as `services.tools.stack.pipeline.Pipeline` names it."""
+    """A dispatcher's environment, named as `inferq.tools.stack.pipeline.Pipeline` names it."""
     return {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "INFERQ_TOPIC_PREFIX": prefix,

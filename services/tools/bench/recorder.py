@@ -110,6 +110,6 @@ def create_app(latency_s: float, *, clock_ns: Callable[[], int] = time.time_ns) 
 
 def serve(host: str, port: int, latency_s: float) -> int:
     """Serve until SIGTERM (the entry point of `inferq bench recorder`)."""
-    from services.serving import run_asgi
+    from inferq.serving import run_asgi
 
     return run_asgi(create_app(latency_s), host, port)

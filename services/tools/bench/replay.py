@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from services.tools.bench.kafka import bench_broker
-from services.tools.bench.machine import code_line, command_line, machine, results_dir
-from services.tools.bench.replay_rate import measure_replay_rate
+from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.replay_rate import measure_replay_rate
 
 TARGET_PER_S = 100_000.0
 # `measure_replay_rate` returns the median only; its per-run figures are read back from its log lines

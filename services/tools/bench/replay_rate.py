@@ -16,17 +16,17 @@ from collections.abc import Callable
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from services.messaging.admin import create_topics
-from services.messaging.codec import request_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
-from services.messaging.topics import TopicNames
-from services.tools.loadtest.errors import ReplayError
-from services.tools.loadtest.replay import Replayer, producer_config
-from services.tools.loadtest.rewrite import Rewriter
-from services.tools.loadtest.source import TopicSource
-from services.tools.loadtest.timerange import TimeRange
+from inferq.messaging.admin import create_topics
+from inferq.messaging.codec import request_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
+from inferq.messaging.topics import TopicNames
+from inferq.tools.loadtest.errors import ReplayError
+from inferq.tools.loadtest.replay import Replayer, producer_config
+from inferq.tools.loadtest.rewrite import Rewriter
+from inferq.tools.loadtest.source import TopicSource
+from inferq.tools.loadtest.timerange import TimeRange
 
 _MIX = ((Tier.HIGH, "realtime_chat"), (Tier.HIGH, "realtime_chat"), (Tier.MEDIUM, "emotion_analysis"))
 _LOW_EVERY = 10  # one record in ten is a morning brief

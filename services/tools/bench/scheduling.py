@@ -12,11 +12,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
-from services.tools.bench.kafka import bench_broker
-from services.tools.bench.machine import code_line, command_line, machine, results_dir
-from services.tools.bench.pipeline_run import BenchConfig
-from services.tools.bench.prediction import (
+from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
+from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.pipeline_run import BenchConfig
+from inferq.tools.bench.prediction import (
     TOLERANCE_MS,
     Prediction,
     comparison_table,
@@ -24,11 +24,11 @@ from services.tools.bench.prediction import (
     predict,
     prediction_targets,
 )
-from services.tools.bench.scheduling_report import evaluate, run_table, target_table, tier_table
-from services.tools.bench.scheduling_run import run_one, run_specs
-from services.tools.bench.scheduling_trace import TraceSpec, describe
-from services.tools.bench.summary import RunSummary
-from services.tools.traces.generator import generate
+from inferq.tools.bench.scheduling_report import evaluate, run_table, target_table, tier_table
+from inferq.tools.bench.scheduling_run import run_one, run_specs
+from inferq.tools.bench.scheduling_trace import TraceSpec, describe
+from inferq.tools.bench.summary import RunSummary
+from inferq.tools.traces.generator import generate
 
 RUN_ORDER = ("inferq", "inferq-lifted", "forecast", "static", "fifo")
 

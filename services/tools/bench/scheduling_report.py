@@ -6,9 +6,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
-from services.messaging.tiers import Tier
-from services.tools.bench.summary import RunSummary
-from services.tools.measures import Stats
+from inferq.messaging.tiers import Tier
+from inferq.tools.bench.summary import RunSummary
+from inferq.tools.measures import Stats
 
 PASS, MISS, NA = "PASS", "MISS", "n/a"
 

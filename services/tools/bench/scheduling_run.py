@@ -11,13 +11,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from services.dispatcher.policies import build_scheduler
-from services.dispatcher.settings import DispatcherSettings, build_schedule
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_MEAN_LATENCY_S, Tier
-from services.tools.bench.pipeline_run import BenchConfig, raw_records, run_pipeline
-from services.tools.bench.summary import RunSummary, Submission, low_makespan, submit_stats, tier_rows
-from services.tools.measures import Outcome, allowed_by, busy_intervals, utilization, waiting_intervals
-from services.tools.traces.arrival import Arrival
+from inferq.dispatcher.policies import build_scheduler
+from inferq.dispatcher.settings import DispatcherSettings, build_schedule
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_MEAN_LATENCY_S, Tier
+from inferq.tools.bench.pipeline_run import BenchConfig, raw_records, run_pipeline
+from inferq.tools.bench.summary import RunSummary, Submission, low_makespan, submit_stats, tier_rows
+from inferq.tools.measures import Outcome, allowed_by, busy_intervals, utilization, waiting_intervals
+from inferq.tools.traces.arrival import Arrival
 
 # Real-time (S = 1) values the compression divides: the tiers' latencies and deadlines and the
 # dispatcher's own defaults.

@@ -1,5 +1,5 @@
 """The arrival trace of the scheduling benchmark: a time-compressed evening peak, written as a
-scenario and generated once by the one trace generator (`services.tools.traces.generator`), then
+scenario and generated once by the one trace generator (`inferq.tools.traces.generator`), then
 replayed identically for every policy.
 
 Real-time shape (the evening peak): about 60 requests a minute, two thirds realtime chat and one
@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from services.tools.traces.arrival import Arrival
-from services.tools.traces.scenario import Burst, Scenario, Size, Stream
+from inferq.tools.traces.arrival import Arrival
+from inferq.tools.traces.scenario import Burst, Scenario, Size, Stream
 
 CHAT = "realtime_chat"
 ANALYSIS = "emotion_analysis"

@@ -6,8 +6,8 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from services.tools.broker.broker import pick_free_ports
-from services.tools.stack.process import ServiceProcess
+from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.stack.process import ServiceProcess
 
 
 @contextlib.contextmanager

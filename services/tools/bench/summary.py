@@ -6,8 +6,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
-from services.tools.measures import Outcome, Stats, Utilization, makespan_s, stats
+from inferq.messaging.tiers import TIERS_BY_PRIORITY, Tier
+from inferq.tools.measures import Outcome, Stats, Utilization, makespan_s, stats
 
 ACCEPTED = 202
 REFUSED = (429, 503)  # a refusal by ingest is an outcome of the run, not an error of the bench

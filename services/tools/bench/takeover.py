@@ -30,17 +30,17 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from services.messaging.admin import create_topics
-from services.messaging.codec import request_codec, result_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import InferenceResult
-from services.messaging.tiers import Tier
-from services.tools.bench.kafka import bench_broker
-from services.tools.bench.machine import code_line, command_line, machine, results_dir
-from services.tools.bench.procs import dispatcher_env, dispatcher_process, wait_group_stable
-from services.tools.bench.topicio import chat_requests, read_topic
-from services.tools.broker.broker import pick_free_ports
-from services.tools.stack.process import ServiceProcess
+from inferq.messaging.admin import create_topics
+from inferq.messaging.codec import request_codec, result_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import InferenceResult
+from inferq.messaging.tiers import Tier
+from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.procs import dispatcher_env, dispatcher_process, wait_group_stable
+from inferq.tools.bench.topicio import chat_requests, read_topic
+from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.stack.process import ServiceProcess
 
 Log = Callable[[str], None]
 REVOKED = "partitions revoked"

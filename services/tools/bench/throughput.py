@@ -16,7 +16,7 @@ fresh topics and fresh processes:
 
 - inferq, 1 dispatcher with tracing on: the same single dispatcher with 100% sampling and the OTLP
   exporter (``OTEL_EXPORTER_OTLP_ENDPOINT``) sending to a receiver this bench runs
-  (`services.tools.otlp_sink`); the spans received are counted once the dispatcher has exited
+  (`inferq.tools.otlp_sink`); the spans received are counted once the dispatcher has exited
   (its exporter flushes then). Once more with 10% of the traces sampled
   (`parentbased_traceidratio`), what an operator who cannot pay for every trace would run. Tracing
   off is the plain measurement above; what its hooks cost is measured apart (`tracing_cost.py`),
@@ -40,21 +40,21 @@ from typing import Any
 
 import httpx
 
-from services.messaging.admin import create_topics
-from services.messaging.codec import result_codec
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.tiers import Tier
-from services.tools.bench.cpu import CpuWindow
-from services.tools.bench.kafka import bench_broker
-from services.tools.bench.machine import code_line, command_line, machine, results_dir
-from services.tools.bench.procs import (
+from inferq.messaging.admin import create_topics
+from inferq.messaging.codec import result_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.tiers import Tier
+from inferq.tools.bench.cpu import CpuWindow
+from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.procs import (
     dispatcher_env,
     dispatcher_process,
     health,
     wait_exit,
     wait_group_stable,
 )
-from services.tools.bench.throughput_report import (
+from inferq.tools.bench.throughput_report import (
     BACKEND,
     BACKEND_HTTPX,
     BARE,
@@ -69,11 +69,11 @@ from services.tools.bench.throughput_report import (
     target_rows,
     tracing_rows,
 )
-from services.tools.bench.topicio import RecordCounter, bulk_produce, chat_requests, read_topic
-from services.tools.bench.tracing_cost import span_cost, traced_ceiling, tracing_off_cost
-from services.tools.broker.broker import pick_free_ports
-from services.tools.otlp_sink import OtlpSink
-from services.tools.stack.process import ServiceProcess
+from inferq.tools.bench.topicio import RecordCounter, bulk_produce, chat_requests, read_topic
+from inferq.tools.bench.tracing_cost import span_cost, traced_ceiling, tracing_off_cost
+from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.otlp_sink import OtlpSink
+from inferq.tools.stack.process import ServiceProcess
 
 Log = Callable[[str], None]
 # ("group", size) | ("traced" | "sampled", 1) | ("bare", 0) | ("backend-aiohttp" | "backend-httpx", 0)

@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from services.messaging.records import InferenceResult
-from services.messaging.tiers import Tier
+from inferq.messaging.records import InferenceResult
+from inferq.messaging.tiers import Tier
 
 TPM_TARGET = 0.95
 MINUTE_MS = 60_000

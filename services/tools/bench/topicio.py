@@ -19,10 +19,10 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from services.messaging.codec import request_codec
-from services.messaging.records import ChatMessage, InferenceRequest
-from services.messaging.tiers import Tier
-from services.messaging.topics import TopicSpec
+from inferq.messaging.codec import request_codec
+from inferq.messaging.records import ChatMessage, InferenceRequest
+from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicSpec
 
 ADMIN_TIMEOUT_S = 15.0
 _HOUR_MS = 3_600_000

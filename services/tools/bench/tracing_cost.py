@@ -33,8 +33,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, SpanKind
 
-from services import tracing
-from services.dispatcher.backend import Completion
+from inferq import tracing
+from inferq.dispatcher.backend import Completion
 
 # The dispatcher's spans per request: the record's process span, the chat span and the HTTP call's.
 SPANS_PER_REQUEST = 3

@@ -9,9 +9,9 @@ gives tests a bootstrap string.
 
 from __future__ import annotations
 
-from services.tools.broker.broker import BrokerConfig, BrokerStatus, LocalBroker, pick_free_ports
-from services.tools.broker.ephemeral import broker_on_free_ports
-from services.tools.broker.errors import (
+from inferq.tools.broker.broker import BrokerConfig, BrokerStatus, LocalBroker, pick_free_ports
+from inferq.tools.broker.ephemeral import broker_on_free_ports
+from inferq.tools.broker.errors import (
     BrokerStartError,
     BrokerStopError,
     JarFetchError,
@@ -20,8 +20,8 @@ from services.tools.broker.errors import (
     PortInUseError,
     ToolMissingError,
 )
-from services.tools.broker.jars import ensure_jars, require_java, require_maven
-from services.tools.paths import find_project_root
+from inferq.tools.broker.jars import ensure_jars, require_java, require_maven
+from inferq.tools.paths import find_project_root
 
 __all__ = [
     "BrokerConfig",

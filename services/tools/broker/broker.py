@@ -31,13 +31,13 @@ from typing import Self
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.security import KafkaSecurity, SaslMechanism, SecurityProtocol
-from services.tools.broker.errors import BrokerStartError, BrokerStopError, PortInUseError
-from services.tools.broker.jars import ensure_jars, log4j_config_path, require_java
-from services.tools.broker.security import ADMIN, BrokerSecurity, SecurityMaterial
-from services.tools.paths import find_project_root
-from services.tools.processes import (
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.security import KafkaSecurity, SaslMechanism, SecurityProtocol
+from inferq.tools.broker.errors import BrokerStartError, BrokerStopError, PortInUseError
+from inferq.tools.broker.jars import ensure_jars, log4j_config_path, require_java
+from inferq.tools.broker.security import ADMIN, BrokerSecurity, SecurityMaterial
+from inferq.tools.paths import find_project_root
+from inferq.tools.processes import (
     launched_process_exited,
     log_tails,
     read_pid,
@@ -59,7 +59,7 @@ _PROBE_INTERVAL_S = 0.2
 PORT_FREE_WAIT_S = 10.0
 
 _SERVER_PROPERTIES = """\
-# Written by services.tools.broker on every start; edits here are overwritten.
+# Written by inferq.tools.broker on every start; edits here are overwritten.
 process.roles=broker,controller
 node.id={node_id}
 controller.quorum.voters={voters}
@@ -90,7 +90,7 @@ class BrokerConfig:
     ``heap`` is the JVM's -Xmx (the initial heap is kept small so an idle broker stays light on a
     laptop). ``project_root`` locates ``infra/kafka`` (pom, log4j2 config) and the shared jar cache.
     With ``security=sasl_ssl`` the client port is a SASL_SSL listener and ``ssl_port`` a mutual-TLS
-    one (see `services.tools.broker.security`); otherwise ``ssl_port`` is unused.
+    one (see `inferq.tools.broker.security`); otherwise ``ssl_port`` is unused.
     """
 
     home: Path
@@ -101,7 +101,7 @@ class BrokerConfig:
     project_root: Path = field(default_factory=find_project_root)
     security: BrokerSecurity = BrokerSecurity.PLAINTEXT
     ssl_port: int = DEFAULT_SSL_PORT
-    # A node of a cluster (services.tools.broker.cluster): its id, every voter ("1@host:port,..."),
+    # A node of a cluster (inferq.tools.broker.cluster): its id, every voter ("1@host:port,..."),
     # the cluster id its storage is formatted with, and the internal topics' replication.
     node_id: int = 1
     quorum_voters: str | None = None  # None: this node alone
@@ -236,7 +236,7 @@ def _with_overrides(text: str, overrides: Mapping[str, str]) -> str:
         key = line.partition("=")[0].strip()
         lines.append(f"{key}={pending.pop(key)}" if key in pending and not line.startswith("#") else line)
     if pending:
-        lines.append("# Transport security and authorization (services.tools.broker.security)")
+        lines.append("# Transport security and authorization (inferq.tools.broker.security)")
         lines += [f"{key}={value}" for key, value in pending.items()]
     return "\n".join(lines) + "\n"
 

@@ -1,9 +1,9 @@
 """``inferq broker start|stop|status|env``: manage the project's local Kafka broker from the shell.
 
 ``start --nodes 3`` starts a three-node KRaft cluster in --home (ports chosen at its first start
-and remembered there; see `services.tools.broker.cluster`); ``stop`` and ``status`` then cover every
+and remembered there; see `inferq.tools.broker.cluster`); ``stop`` and ``status`` then cover every
 node. ``start --security sasl_ssl`` starts a secured broker (SASL_SSL with SCRAM users, mutual TLS, ACLs
-enforced; see `services.tools.broker.security`) and prints how clients connect; ``env --user <name>``
+enforced; see `inferq.tools.broker.security`) and prints how clients connect; ``env --user <name>``
 prints that user's ``INFERQ_KAFKA_*`` settings as shell exports (passwords included: for ``eval``,
 not for a log).
 
@@ -17,8 +17,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from services.messaging.security import SaslMechanism, SecurityProtocol
-from services.tools.broker.broker import (
+from inferq.messaging.security import SaslMechanism, SecurityProtocol
+from inferq.tools.broker.broker import (
     DEFAULT_CONTROLLER_PORT,
     DEFAULT_PORT,
     DEFAULT_SSL_PORT,
@@ -27,12 +27,12 @@ from services.tools.broker.broker import (
     recorded_ports,
     recorded_security,
 )
-from services.tools.broker.cluster import MAX_NODES, ClusterLayout, LocalCluster
-from services.tools.broker.errors import LocalBrokerError
-from services.tools.broker.jars import STATE_DIR, ensure_jars
-from services.tools.broker.security import USERS, BrokerSecurity, client_env
-from services.tools.paths import find_project_root
-from services.tools.servercli import EXIT_OK, EXIT_USAGE, ServerCommands, UsageError, port_from_env
+from inferq.tools.broker.cluster import MAX_NODES, ClusterLayout, LocalCluster
+from inferq.tools.broker.errors import LocalBrokerError
+from inferq.tools.broker.jars import STATE_DIR, ensure_jars
+from inferq.tools.broker.security import USERS, BrokerSecurity, client_env
+from inferq.tools.paths import find_project_root
+from inferq.tools.servercli import EXIT_OK, EXIT_USAGE, ServerCommands, UsageError, port_from_env
 
 PORT_ENV = "INFERQ_BROKER_PORT"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from services.tools.broker.broker import (
+from inferq.tools.broker.broker import (
     HOST,
     BrokerConfig,
     BrokerStatus,
@@ -36,9 +36,9 @@ from services.tools.broker.broker import (
     new_cluster_id,
     pick_free_ports,
 )
-from services.tools.broker.errors import BrokerStartError, LocalBrokerError
-from services.tools.paths import find_project_root
-from services.tools.processes import wait_pid_exit
+from inferq.tools.broker.errors import BrokerStartError, LocalBrokerError
+from inferq.tools.paths import find_project_root
+from inferq.tools.processes import wait_pid_exit
 
 CLUSTER_FILE = "cluster.json"
 MAX_NODES = 9

@@ -4,7 +4,7 @@ What the test fixture and the benchmarks both need: a broker nobody else uses, i
 (a reused home formatted for another cluster fails with "Invalid cluster.id"), on ports picked free
 just before the start. Another process can take a picked port before the broker binds it, so a
 port clash (`PortInUseError`) is retried on newly picked ports a few times. With
-``security=sasl_ssl`` the broker is secured (see `services.tools.broker.security`): its CA and
+``security=sasl_ssl`` the broker is secured (see `inferq.tools.broker.security`): its CA and
 users are made in its fresh home.
 """
 
@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from services.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
-from services.tools.broker.cluster import LocalCluster
-from services.tools.broker.errors import PortInUseError
-from services.tools.broker.security import BrokerSecurity
+from inferq.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
+from inferq.tools.broker.cluster import LocalCluster
+from inferq.tools.broker.errors import PortInUseError
+from inferq.tools.broker.security import BrokerSecurity
 
 PORT_ATTEMPTS = 3
 START_TIMEOUT_S = 180.0  # generous: a cold 2-core machine may also be compiling or fetching jars

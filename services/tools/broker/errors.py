@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 class LocalBrokerError(Exception):
-    """Base class of every error raised by ``services.tools.broker``."""
+    """Base class of every error raised by ``inferq.tools.broker``."""
 
 
 class ToolMissingError(LocalBrokerError):

@@ -15,11 +15,11 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from services.tools.broker.broker import LocalBroker
-from services.tools.broker.cluster import LocalCluster
-from services.tools.broker.ephemeral import broker_on_free_ports, cluster_on_free_ports
-from services.tools.broker.errors import LocalBrokerError, NoKafkaAvailableError
-from services.tools.broker.security import BrokerSecurity
+from inferq.tools.broker.broker import LocalBroker
+from inferq.tools.broker.cluster import LocalCluster
+from inferq.tools.broker.ephemeral import broker_on_free_ports, cluster_on_free_ports
+from inferq.tools.broker.errors import LocalBrokerError, NoKafkaAvailableError
+from inferq.tools.broker.security import BrokerSecurity
 
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
 _DOCKER_PING_TIMEOUT_S = 3

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from services.tools.broker.errors import JarFetchError, ToolMissingError
+from inferq.tools.broker.errors import JarFetchError, ToolMissingError
 
 MIN_JAVA_MAJOR = 17
 # Maven 3.8's default dependency plugin (2.8) predates features we rely on: name a current one.

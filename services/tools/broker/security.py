@@ -32,8 +32,8 @@ from types import MappingProxyType
 
 from pydantic import SecretStr
 
-from services.messaging.security import KafkaSecurity, SaslMechanism, SecurityProtocol
-from services.tools.certs import KeyPair, issue, make_ca, pkcs12_keystore
+from inferq.messaging.security import KafkaSecurity, SaslMechanism, SecurityProtocol
+from inferq.tools.certs import KeyPair, issue, make_ca, pkcs12_keystore
 
 ADMIN = "admin"
 USERS = (ADMIN, "ingest", "dispatcher", "results")

@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.demo.workload import TERMINAL
-from services.tools.report.results_source import read_results
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.tools.demo.workload import TERMINAL
+from inferq.tools.report.results_source import read_results
 
 _READ_CONCURRENCY = 16
 _POLL_S = 0.5

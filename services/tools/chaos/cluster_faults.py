@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.tiers import Tier
-from services.tools.broker.broker import pick_free_ports
-from services.tools.broker.cluster import LocalCluster
-from services.tools.chaos.account import Account, account
-from services.tools.chaos.figures import Recovery, Refusals, recovery, refusals
-from services.tools.chaos.traffic import Traffic
-from services.tools.stack.pipeline import Pipeline, PipelinePorts
+from inferq.messaging.admin import create_topics
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.tiers import Tier
+from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.broker.cluster import LocalCluster
+from inferq.tools.chaos.account import Account, account
+from inferq.tools.chaos.figures import Recovery, Refusals, recovery, refusals
+from inferq.tools.chaos.traffic import Traffic
+from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 
 Log = Callable[[str], None]
 REPLICATED_TIMEOUT_S = 120.0

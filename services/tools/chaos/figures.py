@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.tools.chaos.traffic import Submitted
+from inferq.tools.chaos.traffic import Submitted
 
 # Throughput counts as recovered once a window holds this share of the pre-fault rate.
 RECOVERED_SHARE = 0.7

@@ -8,11 +8,11 @@ import os
 import time
 from pathlib import Path
 
-from services.messaging.admin import create_topics
-from services.messaging.kafka_config import KafkaSettings
-from services.tools.broker.broker import BrokerConfig, LocalBroker
-from services.tools.demo.workload import evening_mix, format_table, submit_all, wait_outcomes
-from services.tools.stack.pipeline import Pipeline
+from inferq.messaging.admin import create_topics
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.tools.broker.broker import BrokerConfig, LocalBroker
+from inferq.tools.demo.workload import evening_mix, format_table, submit_all, wait_outcomes
+from inferq.tools.stack.pipeline import Pipeline
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -3,7 +3,7 @@
 Public surface:
 
 - `loadgen` + `senders`: a trace (a scenario of ``infra/scenarios/*.toml`` turned into arrivals by
-  `services.tools.traces`) driven into a running pipeline over HTTP ingest or Kafka, with
+  `inferq.tools.traces`) driven into a running pipeline over HTTP ingest or Kafka, with
   request records written by `runs` for reports.
 - `source`, `rewrite`, `replay`: recorded requests (a topic time range or a trace file) re-published
   with rewritten ids and shifted times; `export` and `tracefile`: the trace file format.

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from services.messaging.tiers import Tier
-from services.tools.loadtest.commands import run_export, run_loadgen, run_replay
+from inferq.messaging.tiers import Tier
+from inferq.tools.loadtest.commands import run_export, run_loadgen, run_replay
 
 _TIERS = [t.value for t in Tier]
 

@@ -18,22 +18,22 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from services.messaging.admin import require_topics
-from services.messaging.errors import MessagingError
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.tiers import Tier
-from services.tools.loadtest import export, loadgen, replay
-from services.tools.loadtest.errors import LoadtestError
-from services.tools.loadtest.progress import ProgressLine, count_line, loadgen_line
-from services.tools.loadtest.rewrite import Rewriter
-from services.tools.loadtest.runs import RunWriter, check_run_id, default_out, new_run_id
-from services.tools.loadtest.senders import HttpSender, KafkaSender, Sender
-from services.tools.loadtest.source import TopicSource, TraceFileSource
-from services.tools.loadtest.timerange import TimeRange
-from services.tools.traces.arrival import Arrival
-from services.tools.traces.errors import ScenarioError
-from services.tools.traces.generator import describe, generate
-from services.tools.traces.scenario import load
+from inferq.messaging.admin import require_topics
+from inferq.messaging.errors import MessagingError
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.tiers import Tier
+from inferq.tools.loadtest import export, loadgen, replay
+from inferq.tools.loadtest.errors import LoadtestError
+from inferq.tools.loadtest.progress import ProgressLine, count_line, loadgen_line
+from inferq.tools.loadtest.rewrite import Rewriter
+from inferq.tools.loadtest.runs import RunWriter, check_run_id, default_out, new_run_id
+from inferq.tools.loadtest.senders import HttpSender, KafkaSender, Sender
+from inferq.tools.loadtest.source import TopicSource, TraceFileSource
+from inferq.tools.loadtest.timerange import TimeRange
+from inferq.tools.traces.arrival import Arrival
+from inferq.tools.traces.errors import ScenarioError
+from inferq.tools.traces.generator import describe, generate
+from inferq.tools.traces.scenario import load
 
 EXIT_OK, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 130
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class LoadtestError(Exception):
-    """Base of every error raised by `services.tools.loadtest`."""
+    """Base of every error raised by `inferq.tools.loadtest`."""
 
 
 class TimeRangeError(LoadtestError):

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.messaging.codec import request_codec
-from services.messaging.errors import DecodeError
-from services.tools.loadtest.source import TopicSource
-from services.tools.loadtest.tracefile import write_trace
+from inferq.messaging.codec import request_codec
+from inferq.messaging.errors import DecodeError
+from inferq.tools.loadtest.source import TopicSource
+from inferq.tools.loadtest.tracefile import write_trace
 
 
 @dataclass

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from services.tools.loadtest.progress import Tally
-from services.tools.loadtest.runs import RequestRecord, request_id
-from services.tools.loadtest.senders import Sender
-from services.tools.traces.arrival import Arrival
+from inferq.tools.loadtest.progress import Tally
+from inferq.tools.loadtest.runs import RequestRecord, request_id
+from inferq.tools.loadtest.senders import Sender
+from inferq.tools.traces.arrival import Arrival
 
 TICK_S = 0.25
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from services.messaging.tiers import TIERS_BY_PRIORITY
+from inferq.messaging.tiers import TIERS_BY_PRIORITY
 
 OUTCOMES = ("accepted", "refused", "unavailable", "error")
 

@@ -20,11 +20,11 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from services.messaging.errors import DecodeError
-from services.messaging.topics import TopicNames
-from services.tools.loadtest.errors import ReplayError
-from services.tools.loadtest.rewrite import Rewriter
-from services.tools.loadtest.source import SourceRecord
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.topics import TopicNames
+from inferq.tools.loadtest.errors import ReplayError
+from inferq.tools.loadtest.rewrite import Rewriter
+from inferq.tools.loadtest.source import SourceRecord
 
 QUEUE_FULL_WAIT_S = 60.0
 FLUSH_TIMEOUT_S = 60.0

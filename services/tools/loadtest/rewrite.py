@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
-from services.messaging.codec import TypedCodec, request_codec
-from services.messaging.records import InferenceRequest
+from inferq.messaging.codec import TypedCodec, request_codec
+from inferq.messaging.records import InferenceRequest
 
 # The 13 bytes after `tier`: created_at_ms and expire_at_ms as 6-byte varints, attempt as 1 byte.
 # A varint byte has its high bit set exactly when more bytes follow; the low bit of a zigzag

@@ -16,16 +16,16 @@ from typing import Any, Protocol, Self
 
 import httpx
 
-from services.ingest.envelope import build_envelope
-from services.ingest.validation import SubmitRequest
-from services.messaging.admin import require_topics
-from services.messaging.codec import request_codec
-from services.messaging.errors import MessagingError
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.producer import AsyncProducer, ProduceError
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, TierPolicy
-from services.tools.loadtest.errors import LoadtestError
-from services.tools.traces.arrival import Arrival
+from inferq.ingest.envelope import build_envelope
+from inferq.ingest.validation import SubmitRequest
+from inferq.messaging.admin import require_topics
+from inferq.messaging.codec import request_codec
+from inferq.messaging.errors import MessagingError
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.producer import AsyncProducer, ProduceError
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, TierPolicy
+from inferq.tools.loadtest.errors import LoadtestError
+from inferq.tools.traces.arrival import Arrival
 
 HEALTH_TIMEOUT_S = 5.0
 

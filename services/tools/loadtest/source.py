@@ -19,11 +19,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from services.messaging.codec import request_codec
-from services.messaging.topics import TopicNames
-from services.tools.loadtest.errors import ReplayError
-from services.tools.loadtest.timerange import PartitionRange, TimeRange, partition_ranges
-from services.tools.loadtest.tracefile import read_trace
+from inferq.messaging.codec import request_codec
+from inferq.messaging.topics import TopicNames
+from inferq.tools.loadtest.errors import ReplayError
+from inferq.tools.loadtest.timerange import PartitionRange, TimeRange, partition_ranges
+from inferq.tools.loadtest.tracefile import read_trace
 
 # (timestamp_ms, tier, key, value, topic, partition, offset): where it was recorded travels along.
 SourceRecord = tuple[int, str, bytes | None, bytes, str, int, int]

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from services.tools.loadtest.errors import ReplayError, TimeRangeError
+from inferq.tools.loadtest.errors import ReplayError, TimeRangeError
 
 _EPOCH_MS = re.compile(r"^\d{1,16}$")
 _NO_OFFSET = -1  # offsets_for_times: no record at or after the timestamp

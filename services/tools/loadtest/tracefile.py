@@ -16,8 +16,8 @@ from typing import Any
 import fastavro
 from fastavro.schema import parse_schema
 
-from services.messaging.codec import load_schema
-from services.tools.loadtest.errors import TraceFileError
+from inferq.messaging.codec import load_schema
+from inferq.tools.loadtest.errors import TraceFileError
 
 TRACE_SCHEMA_NAME = "io.inferq.TraceRecord"
 _REQUEST_TYPE = "io.inferq.InferenceRequest"

@@ -4,7 +4,7 @@
     inferq mirror status          # exit 0 running (and whether every flow's heartbeats arrive), 3 not
     inferq mirror stop
 
-`start` writes the configuration (flows, replication policy: see `services.tools.mirror.config`),
+`start` writes the configuration (flows, replication policy: see `inferq.tools.mirror.config`),
 fetches MirrorMaker's jars on first use and waits until a heartbeat has crossed every flow. Without
 ``--central``/``--region`` it reuses the last start's in ``--home``.
 
@@ -17,11 +17,11 @@ import argparse
 import os
 from pathlib import Path
 
-from services.tools.broker.errors import LocalBrokerError
-from services.tools.mirror.config import DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_HEAP, MirrorConfig
-from services.tools.mirror.mirror import DEFAULT_HOME, LocalMirrorMaker
-from services.tools.paths import find_project_root
-from services.tools.servercli import EXIT_NOT_RUNNING, EXIT_OK, ServerCommands, UsageError
+from inferq.tools.broker.errors import LocalBrokerError
+from inferq.tools.mirror.config import DEFAULT_FLUSH_INTERVAL_MS, DEFAULT_HEAP, MirrorConfig
+from inferq.tools.mirror.mirror import DEFAULT_HOME, LocalMirrorMaker
+from inferq.tools.paths import find_project_root
+from inferq.tools.servercli import EXIT_NOT_RUNNING, EXIT_OK, ServerCommands, UsageError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

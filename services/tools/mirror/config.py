@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.messaging.reply_topics import region_problem
-from services.messaging.topics import TopicNames
-from services.tools.paths import find_project_root
+from inferq.messaging.reply_topics import region_problem
+from inferq.messaging.topics import TopicNames
+from inferq.tools.paths import find_project_root
 
 CENTRAL = "central"
 IDENTITY_POLICY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"

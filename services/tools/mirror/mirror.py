@@ -27,10 +27,10 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from services.tools.broker.errors import LocalBrokerError
-from services.tools.broker.jars import ensure_jars_of, log4j_config_path, require_java
-from services.tools.mirror.config import Flow, MirrorConfig
-from services.tools.processes import (
+from inferq.tools.broker.errors import LocalBrokerError
+from inferq.tools.broker.jars import ensure_jars_of, log4j_config_path, require_java
+from inferq.tools.mirror.config import Flow, MirrorConfig
+from inferq.tools.processes import (
     launched_process_exited,
     log_tails,
     read_pid,

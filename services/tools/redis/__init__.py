@@ -2,19 +2,19 @@
 
 ``LocalRedis`` runs a throwaway redis-server, ``cli.register`` adds ``inferq redis start|stop|status``
 and ``fixture.redis_url_for_tests`` gives tests a Redis URL. The pool that uses Redis in production
-is ``services.dispatcher.tokens.redis_pool``.
+is ``inferq.dispatcher.tokens.redis_pool``.
 """
 
 from __future__ import annotations
 
-from services.tools.redis.errors import (
+from inferq.tools.redis.errors import (
     LocalRedisError,
     PortInUseError,
     RedisServerMissingError,
     RedisStartError,
     RedisStopError,
 )
-from services.tools.redis.server import LocalRedis, RedisConfig, RedisServerTls, RedisStatus, pick_free_port
+from inferq.tools.redis.server import LocalRedis, RedisConfig, RedisServerTls, RedisStatus, pick_free_port
 
 __all__ = [
     "LocalRedis",

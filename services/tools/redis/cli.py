@@ -9,16 +9,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from services.tools.paths import find_project_root
-from services.tools.redis.errors import LocalRedisError
-from services.tools.redis.server import (
+from inferq.tools.paths import find_project_root
+from inferq.tools.redis.errors import LocalRedisError
+from inferq.tools.redis.server import (
     DEFAULT_PORT,
     ENSURE_SCRIPT,
     LocalRedis,
     RedisConfig,
     recorded_port,
 )
-from services.tools.servercli import ServerCommands, UsageError, port_from_env
+from inferq.tools.servercli import ServerCommands, UsageError, port_from_env
 
 PORT_ENV = "INFERQ_REDIS_PORT"
 STATE_DIR = Path(".inferq") / "redis"

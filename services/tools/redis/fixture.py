@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from services.tools.redis.errors import PortInUseError
-from services.tools.redis.server import (
+from inferq.tools.redis.errors import PortInUseError
+from inferq.tools.redis.server import (
     LocalRedis,
     RedisConfig,
     RedisServerTls,

@@ -30,8 +30,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from services.tools.certs import KeyPair, issue, make_ca
-from services.tools.processes import (
+from inferq.tools.certs import KeyPair, issue, make_ca
+from inferq.tools.processes import (
     launched_process_exited,
     pid_alive,
     port_is_free,
@@ -40,7 +40,7 @@ from services.tools.processes import (
     spawn_detached,
     wait_pid_exit,
 )
-from services.tools.redis.errors import (
+from inferq.tools.redis.errors import (
     PortInUseError,
     RedisServerMissingError,
     RedisStartError,

@@ -14,9 +14,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from services.messaging.tiers import Tier
-from services.tools.measures import Outcome, percentile
-from services.tools.report.timeseries import busy_spans
+from inferq.messaging.tiers import Tier
+from inferq.tools.measures import Outcome, percentile
+from inferq.tools.report.timeseries import busy_spans
 
 QUANTILES = (50, 95, 99)
 

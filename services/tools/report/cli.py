@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
     def run(args: argparse.Namespace) -> int:
-        from services.tools.report.command import (
+        from inferq.tools.report.command import (
             run_report,  # matplotlib and librdkafka load on use only
         )
 
@@ -69,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _tenant(name: str) -> str:
-    from services.tools.report.tenants import check_tenant
+    from inferq.tools.report.tenants import check_tenant
 
     try:
         return check_tenant(name)

@@ -14,23 +14,23 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import InferenceResult
-from services.tools.measures import Outcome
-from services.tools.report.documents import (
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import InferenceResult
+from inferq.tools.measures import Outcome
+from inferq.tools.report.documents import (
     RunDocument,
     load_documents,
     write_documents,
 )
-from services.tools.report.effective import attach_effective_budget
-from services.tools.report.errors import ReportError
-from services.tools.report.plots import write_plots
-from services.tools.report.results_source import ResultsRead, read_results
-from services.tools.report.stats import request_counts
-from services.tools.report.table import render
-from services.tools.report.tenants import describe_tenants, document_of_tenant, tenant_counts
-from services.tools.traces.errors import TraceError
-from services.tools.traces.files import load_trace
+from inferq.tools.report.effective import attach_effective_budget
+from inferq.tools.report.errors import ReportError
+from inferq.tools.report.plots import write_plots
+from inferq.tools.report.results_source import ResultsRead, read_results
+from inferq.tools.report.stats import request_counts
+from inferq.tools.report.table import render
+from inferq.tools.report.tenants import describe_tenants, document_of_tenant, tenant_counts
+from inferq.tools.traces.errors import TraceError
+from inferq.tools.traces.files import load_trace
 
 
 def is_document(item: str) -> bool:

@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.messaging.tiers import Tier
-from services.tools.measures import Outcome
-from services.tools.report.errors import DocumentError
-from services.tools.report.stats import RequestCounts, Summary, summarize
+from inferq.messaging.tiers import Tier
+from inferq.tools.measures import Outcome
+from inferq.tools.report.errors import DocumentError
+from inferq.tools.report.stats import RequestCounts, Summary, summarize
 
 
 @dataclass

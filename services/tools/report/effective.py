@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import httpx
 
-from services.tools.report.binned import BudgetSteps
-from services.tools.report.documents import RunDocument
+from inferq.tools.report.binned import BudgetSteps
+from inferq.tools.report.documents import RunDocument
 
 QUERY = "max(inferq_effective_budget)"
 MAX_POINTS = 10_000  # Prometheus refuses a range query of more than 11,000 points

@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 class ReportError(Exception):
-    """Base of every error raised by `services.tools.report`."""
+    """Base of every error raised by `inferq.tools.report`."""
 
 
 class DocumentError(ReportError):

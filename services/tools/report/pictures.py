@@ -16,8 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
 
-from services.messaging.tiers import TIERS_BY_PRIORITY
-from services.tools.report.binned import (
+from inferq.messaging.tiers import TIERS_BY_PRIORITY
+from inferq.tools.report.binned import (
     QUANTILES,
     Bins,
     auto_width_ms,
@@ -25,8 +25,8 @@ from services.tools.report.binned import (
     tokens_by_tier,
     wait_quantiles,
 )
-from services.tools.report.documents import RunDocument
-from services.tools.report.plots import TIER_COLORS
+from inferq.tools.report.documents import RunDocument
+from inferq.tools.report.plots import TIER_COLORS
 
 # At most this many bins of tokens in use per run (1 s each up to half an hour of run).
 MAX_TOKEN_BINS = 2_000

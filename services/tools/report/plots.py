@@ -16,9 +16,9 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
-from services.tools.report.documents import RunDocument
-from services.tools.report.timeseries import Step, backlog, wait_points
+from inferq.messaging.tiers import TIERS_BY_PRIORITY, Tier
+from inferq.tools.report.documents import RunDocument
+from inferq.tools.report.timeseries import Step, backlog, wait_points
 
 TIER_COLORS = {Tier.HIGH: "tab:red", Tier.MEDIUM: "tab:blue", Tier.LOW: "tab:green"}
 _PANEL_HEIGHT_IN = 3.6
@@ -88,7 +88,7 @@ def backlog_plot(runs: Sequence[RunDocument], path: Path) -> Path:
 def write_plots(runs: Sequence[RunDocument], out: Path) -> list[Path]:
     """queue_wait.png and backlog.png (one panel per run) and, from ``pictures``, tokens_in_use.png
     and wait_percentiles.png (the runs side by side) in `out`."""
-    from services.tools.report.pictures import tokens_area_plot, wait_percentiles_plot
+    from inferq.tools.report.pictures import tokens_area_plot, wait_percentiles_plot
 
     if not runs:
         raise ValueError("nothing to plot")

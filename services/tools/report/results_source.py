@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
-from services.messaging.codec import TypedCodec, result_codec
-from services.messaging.errors import DecodeError
-from services.messaging.kafka_config import KafkaSettings
-from services.messaging.records import InferenceResult, is_chunk
-from services.tools.report.errors import SourceError
+from inferq.messaging.codec import TypedCodec, result_codec
+from inferq.messaging.errors import DecodeError
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import InferenceResult, is_chunk
+from inferq.tools.report.errors import SourceError
 
 _BATCH = 1000
 _POLL_S = 0.5

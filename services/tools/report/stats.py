@@ -14,10 +14,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from services.messaging.tiers import TIERS_BY_PRIORITY, Tier
-from services.tools.measures import Outcome, Stats, stats
-from services.tools.report.timeseries import Utilization, tokens_in_use, utilization
-from services.tools.traces.files import Trace
+from inferq.messaging.tiers import TIERS_BY_PRIORITY, Tier
+from inferq.tools.measures import Outcome, Stats, stats
+from inferq.tools.report.timeseries import Utilization, tokens_in_use, utilization
+from inferq.tools.traces.files import Trace
 
 # The result schema's statuses, in the order tables show them.
 STATUSES = ("OK", "EXPIRED", "EVICTED", "REJECTED", "FAILED")

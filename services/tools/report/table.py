@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.messaging.tiers import TIERS_BY_PRIORITY
-from services.tools.measures import Stats
-from services.tools.report.stats import Summary, TierSummary
+from inferq.messaging.tiers import TIERS_BY_PRIORITY
+from inferq.tools.measures import Stats
+from inferq.tools.report.stats import Summary, TierSummary
 
 _NUM_WIDTH = 8
 _LABEL_WIDTH = 26

@@ -2,7 +2,7 @@
 
 A result carries its request's tenant, so a run's outcomes are split by it; every figure of the
 report (waits, outcomes by status, tokens in use, utilization of the budget) is then that tenant's.
-A tenant name is checked against the identifier rule every record obeys (`services.messaging.limits`)
+A tenant name is checked against the identifier rule every record obeys (`inferq.messaging.limits`)
 before anything is read: a name no record can carry is a mistake, not an empty report.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from services.messaging import limits
-from services.tools.measures import Outcome
-from services.tools.report.documents import RunDocument
+from inferq.messaging import limits
+from inferq.tools.measures import Outcome
+from inferq.tools.report.documents import RunDocument
 
 
 def check_tenant(name: str) -> str:

@@ -13,8 +13,8 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from services.messaging.tiers import Tier
-from services.tools.measures import Outcome
+from inferq.messaging.tiers import Tier
+from inferq.tools.measures import Outcome
 
 Span = tuple[int, int]
 

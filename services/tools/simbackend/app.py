@@ -34,9 +34,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from services.tools.simbackend.backend import Rejected, SimBackend
-from services.tools.simbackend.latency_model import LatencyModel
-from services.tools.simbackend.protocol import (
+from inferq.tools.simbackend.backend import Rejected, SimBackend
+from inferq.tools.simbackend.latency_model import LatencyModel
+from inferq.tools.simbackend.protocol import (
     OUTAGE,
     SERVER_ERROR,
     UNAUTHORIZED,
@@ -50,11 +50,11 @@ from services.tools.simbackend.protocol import (
     parse,
     rate_limited,
 )
-from services.tools.simbackend.rate_limits import MinuteLimits
-from services.tools.simbackend.settings import SimBackendSettings
-from services.tools.simbackend.state import FaultState
-from services.tools.simbackend.streaming import StreamDroppedError, StreamPlan, sse_events
-from services.tools.simbackend.timings import CallTiming, CallTimings
+from inferq.tools.simbackend.rate_limits import MinuteLimits
+from inferq.tools.simbackend.settings import SimBackendSettings
+from inferq.tools.simbackend.state import FaultState
+from inferq.tools.simbackend.streaming import StreamDroppedError, StreamPlan, sse_events
+from inferq.tools.simbackend.timings import CallTiming, CallTimings
 
 Sleep = Callable[[float], Awaitable[None]]
 

@@ -6,8 +6,8 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from services.tools.simbackend.latency_model import LatencyModel
-from services.tools.simbackend.state import CallStats, FaultState
+from inferq.tools.simbackend.latency_model import LatencyModel
+from inferq.tools.simbackend.state import CallStats, FaultState
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from types import FrameType
 import uvicorn
 from pydantic import ValidationError
 
-from services.tools.simbackend.app import create_app
-from services.tools.simbackend.settings import SimBackendSettings
+from inferq.tools.simbackend.app import create_app
+from inferq.tools.simbackend.settings import SimBackendSettings
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8780

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from services.tools.simbackend.settings import SimBackendSettings
+from inferq.tools.simbackend.settings import SimBackendSettings
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
+from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 
 # Per-model latency of one call at speed 1, in seconds: the model the dispatcher picks for each tier
 # takes that tier's typical latency.

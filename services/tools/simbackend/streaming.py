@@ -20,7 +20,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from services.tools.simbackend.protocol import Answer
+from inferq.tools.simbackend.protocol import Answer
 
 DONE = b"data: [DONE]\n\n"
 

@@ -1,7 +1,7 @@
 """When the simulator received, first streamed and finished each benchmark call (`GET /timings`).
 
 A call is recorded only when its user message carries the benchmark's marker
-(`services.tools.bench.recorder.marked_content`): the delivery benchmark sends the same marked
+(`inferq.tools.bench.recorder.marked_content`): the delivery benchmark sends the same marked
 request to the simulator directly and through inferq, then subtracts the simulator's own time from
 the time its client waited. Stamps are epoch nanoseconds from this machine's clock, the clock the
 benchmark's client stamps with too. At most `max_calls` are kept (a long run keeps its first ones).
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.tools.bench.recorder import find_marker
+from inferq.tools.bench.recorder import find_marker
 
 MAX_CALLS = 200_000
 

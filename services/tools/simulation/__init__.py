@@ -5,10 +5,10 @@
   by benchmarks, and `_engine` its event loop.
 - `backend_latency`: each tier's backend call time, from options or from a recorded run.
 - `cli` (argument parsing) and `command` (the composition root): reads the trace
-  (`services.tools.traces.files`), simulates, prints the table and writes the same
-  `services.tools.report.documents.RunDocument` a recorded run gets, so `inferq report` compares
+  (`inferq.tools.traces.files`), simulates, prints the table and writes the same
+  `inferq.tools.report.documents.RunDocument` a recorded run gets, so `inferq report` compares
   a simulation and a real run with the same code.
 
-Errors: a trace that cannot be read is a `services.tools.traces.errors.TraceError`; a results file
-or document given to `--latency-from`, a `services.tools.report.errors.ReportError`.
+Errors: a trace that cannot be read is a `inferq.tools.traces.errors.TraceError`; a results file
+or document given to `--latency-from`, a `inferq.tools.report.errors.ReportError`.
 """

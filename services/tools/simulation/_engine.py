@@ -1,6 +1,6 @@
 """The simulation's machinery: an event heap over the dispatcher's waiting room and scheduler.
 
-See `services.tools.simulation.simulate` for what is modelled; this module is its implementation.
+See `inferq.tools.simulation.simulate` for what is modelled; this module is its implementation.
 """
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from services.dispatcher.call_times import CallTimes
-from services.dispatcher.forecast import forecast_lending
-from services.dispatcher.next_start import NextStart
-from services.dispatcher.offsets import PartitionOffsets
-from services.dispatcher.policies import Clock, Scheduler
-from services.dispatcher.tenant_headroom import TenantHeadroom
-from services.dispatcher.tenant_limits import EqualTenants
-from services.dispatcher.waiting import WaitingRoom
-from services.dispatcher.work import Work
-from services.messaging.records import InferenceRequest
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
-from services.tools.measures import Outcome
-from services.tools.traces.arrival import Arrival
+from inferq.dispatcher.call_times import CallTimes
+from inferq.dispatcher.forecast import forecast_lending
+from inferq.dispatcher.next_start import NextStart
+from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.dispatcher.policies import Clock, Scheduler
+from inferq.dispatcher.tenant_headroom import TenantHeadroom
+from inferq.dispatcher.tenant_limits import EqualTenants
+from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.work import Work
+from inferq.messaging.records import InferenceRequest
+from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
+from inferq.tools.measures import Outcome
+from inferq.tools.traces.arrival import Arrival
 
 SchedulerFactory = Callable[[Clock], Scheduler]
 # Every UTC offset in use is a multiple of 15 minutes, so every local full hour (a possible window

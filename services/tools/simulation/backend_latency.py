@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
-from services.tools.measures import Outcome
-from services.tools.report.documents import load_documents, outcome_from_record
-from services.tools.report.errors import DocumentError
-from services.tools.traces.files import read_jsonl
+from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
+from inferq.tools.measures import Outcome
+from inferq.tools.report.documents import load_documents, outcome_from_record
+from inferq.tools.report.errors import DocumentError
+from inferq.tools.traces.files import read_jsonl
 
 MODEL_TIERS: Mapping[str, Tier] = {
     "fast": Tier.HIGH,

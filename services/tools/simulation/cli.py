@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from services.dispatcher.policies import POLICIES
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S
+from inferq.dispatcher.policies import POLICIES
+from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--json", type=Path, help="write the simulation document (summary and outcomes) here")
 
     def run(args: argparse.Namespace) -> int:
-        from services.tools.simulation.command import (
+        from inferq.tools.simulation.command import (
             run_simulate,  # the dispatcher's modules load on use only
         )
 

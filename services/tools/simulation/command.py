@@ -12,17 +12,17 @@ from zoneinfo import ZoneInfo
 
 from pydantic import ValidationError
 
-from services.dispatcher.schedule import ScheduleError
-from services.dispatcher.settings import DispatcherSettings, build_schedule
-from services.messaging.tiers import DEFAULT_MEAN_LATENCY_S
-from services.tools.report.documents import RunDocument, write_documents
-from services.tools.report.errors import ReportError
-from services.tools.report.stats import request_counts
-from services.tools.report.table import render
-from services.tools.simulation.backend_latency import mean_inference_s, parse_latency, recorded_outcomes
-from services.tools.simulation.simulate import sim_config, sim_scheduler, simulate
-from services.tools.traces.errors import TraceError
-from services.tools.traces.files import load_trace
+from inferq.dispatcher.schedule import ScheduleError
+from inferq.dispatcher.settings import DispatcherSettings, build_schedule
+from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S
+from inferq.tools.report.documents import RunDocument, write_documents
+from inferq.tools.report.errors import ReportError
+from inferq.tools.report.stats import request_counts
+from inferq.tools.report.table import render
+from inferq.tools.simulation.backend_latency import mean_inference_s, parse_latency, recorded_outcomes
+from inferq.tools.simulation.simulate import sim_config, sim_scheduler, simulate
+from inferq.tools.traces.errors import TraceError
+from inferq.tools.traces.files import load_trace
 
 
 def dispatcher_settings(args: argparse.Namespace) -> DispatcherSettings:

@@ -29,17 +29,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import partial
 
-from services.dispatcher.policies import build_scheduler
-from services.dispatcher.schedule import Schedule
-from services.dispatcher.settings import DispatcherSettings
-from services.messaging.tiers import Tier
-from services.tools.simulation._engine import (
+from inferq.dispatcher.policies import build_scheduler
+from inferq.dispatcher.schedule import Schedule
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.messaging.tiers import Tier
+from inferq.tools.simulation._engine import (
     SchedulerFactory,
     SimConfig,
     SimResult,
     Simulation,
 )
-from services.tools.traces.arrival import Arrival
+from inferq.tools.traces.arrival import Arrival
 
 __all__ = ["SchedulerFactory", "SimConfig", "SimResult", "sim_config", "sim_scheduler", "simulate"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from services.tools.stack.process import ServiceProcess
+from inferq.tools.stack.process import ServiceProcess
 
 
 class PortsInUseError(RuntimeError):

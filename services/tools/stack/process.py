@@ -38,7 +38,7 @@ class ServiceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
-                [sys.executable, "-m", "services.cli", *self.args],
+                [sys.executable, "-m", "inferq.cli", *self.args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.tenancy.keys import hash_key, new_key
+from inferq.tenancy.keys import hash_key, new_key
 
 
 @dataclass

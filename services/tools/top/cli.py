@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--once", action="store_true", help="print one frame (after two scrapes) and exit")
 
     def run(args: argparse.Namespace) -> int:
-        from services.tools.top.command import run_top  # rich and httpx load on use only
+        from inferq.tools.top.command import run_top  # rich and httpx load on use only
 
         if args.interval <= 0 or args.window <= 0:
             parser.error("--interval and --window must be > 0")

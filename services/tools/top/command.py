@@ -12,8 +12,8 @@ import httpx
 from rich.console import Console
 from rich.live import Live
 
-from services.tools.top.frame import build_frame, render
-from services.tools.top.samples import Scrape
+from inferq.tools.top.frame import build_frame, render
+from inferq.tools.top.samples import Scrape
 
 SCRAPE_TIMEOUT_S = 2.0
 

@@ -14,7 +14,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from services.tools.top.samples import Scrape, delta, quantile
+from inferq.tools.top.samples import Scrape, delta, quantile
 
 TIERS = ("HIGH", "MEDIUM", "LOW")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 
 # Which part of its trace an arrival came from: a scenario's Poisson (possibly clustered) arrivals,
 # one of its bursts or dumps, or a record read from a trace file.

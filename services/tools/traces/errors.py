@@ -1,4 +1,4 @@
-"""Errors of `services.tools.traces`: scenario and trace files that cannot be used, each named."""
+"""Errors of `inferq.tools.traces`: scenario and trace files that cannot be used, each named."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 class TracesError(Exception):
-    """Base of every error raised by `services.tools.traces`."""
+    """Base of every error raised by `inferq.tools.traces`."""
 
 
 class ScenarioError(TracesError):

@@ -37,9 +37,9 @@ from typing import Any
 
 import fastavro
 
-from services.messaging.tiers import Tier, TierPolicy
-from services.tools.traces.arrival import Arrival
-from services.tools.traces.errors import TraceError
+from inferq.messaging.tiers import Tier, TierPolicy
+from inferq.tools.traces.arrival import Arrival
+from inferq.tools.traces.errors import TraceError
 
 AVRO_MAGIC = b"Obj\x01"
 

@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 
-from services.messaging.tiers import Tier, TierPolicy
-from services.tools.traces.arrival import Arrival
-from services.tools.traces.scenario import Scenario, Stream
+from inferq.messaging.tiers import Tier, TierPolicy
+from inferq.tools.traces.arrival import Arrival
+from inferq.tools.traces.scenario import Scenario, Stream
 
 # Filler vocabulary of a companion app's diary and chat; the text's content does not matter, its size does.
 _VOCABULARY = (

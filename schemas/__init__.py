@@ -1,0 +1,1 @@
+"""The Avro schemas and OpenAPI documents, shipped in the wheel as `inferq.schemas` (read with importlib.resources)."""
