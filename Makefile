@@ -49,6 +49,12 @@ test: setup jars redis-server prometheus
 test-cluster: setup jars redis-server
 	$(BIN)/pytest -m cluster
 
+# The wheel as a user installs it (fresh virtualenv, its own pip, outside the checkout), one request
+# through its ingest, dispatcher and results: kept out of `make test`; .ci/run runs it.
+.PHONY: test-wheel
+test-wheel: setup jars
+	$(BIN)/pytest -m wheel tests/packaging
+
 test-unit: setup
 	$(BIN)/pytest tests/unit
 

@@ -57,6 +57,10 @@ class Pipeline:
     # + 100, + 200...): the dispatchers' INFERQ_BACKENDS names them; INFERQ_TIER_BACKENDS (extra_env)
     # says which tiers call them, in which order.
     spare_backends: tuple[str, ...] = ()
+    # Per service: the `inferq` command to run it with (another install's, e.g. a wheel's venv) and
+    # the folder it runs in; default this interpreter's, in the current folder.
+    service_command: dict[str, list[str]] = field(default_factory=dict)
+    service_cwd: Path | None = None
     processes: list[ServiceProcess] = field(default_factory=list)
     dispatchers: list[ServiceProcess] = field(default_factory=list)
 
@@ -98,6 +102,8 @@ class Pipeline:
     def _process(self, name: str, args: list[str], *, service: str | None = None) -> ServiceProcess:
         env = self._env() | self.service_env.get(service or name, {})
         proc = ServiceProcess(name, args, self.work_dir / "logs" / f"{name}.log", env=env)
+        if (service or name) in self.service_command:
+            proc.command, proc.cwd = self.service_command[service or name], self.service_cwd
         self.processes.append(proc)
         return proc
 

@@ -28,6 +28,9 @@ class ServiceProcess:
     args: Sequence[str]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    # The `inferq` command to run (default: this interpreter's), and the folder it runs in.
+    command: Sequence[str] = (sys.executable, "-m", "inferq")
+    cwd: Path | None = None
     _proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -38,7 +41,8 @@ class ServiceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
-                [sys.executable, "-m", "inferq.cli", *self.args],
+                [*self.command, *self.args],
+                cwd=self.cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
