@@ -29,7 +29,8 @@ def _run(*argv: str | Path, cwd: Path, timeout_s: float = 600) -> str:
     done = subprocess.run(
         [str(a) for a in argv], cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False
     )
-    assert done.returncode == 0, f"{argv[:3]} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    output = f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"{argv[:3]} failed ({done.returncode}):\n{output}"
     return done.stdout
 
 
@@ -108,7 +109,9 @@ def installed_pipeline(
         yield stack
 
 
-def test_one_request_goes_through_the_installed_services(installed_pipeline: Pipeline, installed: Path) -> None:
+def test_one_request_goes_through_the_installed_services(
+    installed_pipeline: Pipeline, installed: Path
+) -> None:
     for proc in installed_pipeline.processes:
         if not proc.name.startswith("sim-backend"):
             cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
