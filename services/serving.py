@@ -30,6 +30,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from inferq.log_format import formatter
+
 
 class HttpLimits(BaseSettings):
     """Bounds of every HTTP server (env prefix ``INFERQ_HTTP_``)."""
@@ -49,11 +51,16 @@ class HttpLimits(BaseSettings):
 
 
 def configure_logging() -> None:
-    """One line per event on stderr; level from INFERQ_LOG_LEVEL (default INFO)."""
-    logging.basicConfig(
-        level=os.environ.get("INFERQ_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    """One line per event on stderr; level from INFERQ_LOG_LEVEL (default INFO), text or JSON lines
+    from INFERQ_LOG_FORMAT (default text; see `inferq.log_format`). An unknown format ends the
+    process with a message naming the choices."""
+    try:
+        chosen = formatter(os.environ.get("INFERQ_LOG_FORMAT", "text").strip().lower())
+    except ValueError as exc:
+        raise SystemExit(f"inferq: {exc}") from None
+    handler = logging.StreamHandler()
+    handler.setFormatter(chosen)
+    logging.basicConfig(level=os.environ.get("INFERQ_LOG_LEVEL", "INFO").upper(), handlers=[handler])
     # httpx logs every request at INFO; at our volumes that is noise.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
@@ -188,6 +195,9 @@ def uvicorn_config(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | N
         app,
         host=host,
         port=port,
+        # None: uvicorn's loggers go through ours (configure_logging), in the format chosen there;
+        # its own configuration would print its lines in its own format beside our JSON.
+        log_config=None,
         log_level="warning",
         access_log=False,
         lifespan="on",

@@ -23,6 +23,7 @@ PRODUCT = (
     "tracing",
     "serving",
     "supervised",
+    "log_format",
 )
 TOOLS = "tools"
 
