@@ -171,6 +171,15 @@ class Pipeline:
         self.dispatchers.append(proc)
         return proc
 
+    def add_ingest(self, port: int, timeout_s: float = 60.0) -> ServiceProcess:
+        """Start one more ingest replica on `port` and wait until it answers (a replica behind the same
+        load balancer: same topics, same settings)."""
+        index = sum(1 for p in self.processes if p.name.startswith("ingest"))
+        proc = self._process(f"ingest-{index}", ["ingest", "--port", str(port)], service="ingest")
+        proc.start()
+        proc.wait_http_ready(f"http://127.0.0.1:{port}/healthz", timeout_s)
+        return proc
+
     def dispatcher_url(self, index: int) -> str:
         return f"http://127.0.0.1:{self.ports.dispatcher + 10 * index}"
 
