@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 
-.PHONY: setup jars redis-server demo test test-cluster demo-regions bench bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay bench-tokens bench-fallback test-unit check lint format typecheck broker-up broker-down clean
+.PHONY: helm test-helm setup jars redis-server demo test test-cluster demo-regions bench bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay bench-tokens bench-fallback test-unit check lint format typecheck broker-up broker-down clean
 
 setup: $(STAMP)
 
@@ -45,7 +45,7 @@ TEST_WORKERS ?= 2
 test: setup jars redis-server prometheus
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
-# Several brokers, MirrorMaker: kept out of `make test` (addopts: -m 'not cluster'); .ci/run runs both.
+# Several brokers, MirrorMaker: kept out of `make test` (addopts: -m 'not cluster and not helm'); .ci/run runs them all.
 test-cluster: setup jars redis-server
 	$(BIN)/pytest -m cluster
 
@@ -54,6 +54,20 @@ test-cluster: setup jars redis-server
 .PHONY: test-wheel
 test-wheel: setup jars
 	$(BIN)/pytest -m wheel tests/packaging
+# helm v4 for the chart in infra/helm/inferq: /opt/helm/helm when present, else built from the Go
+# module proxy into .inferq/bin (git-ignored; about 3 minutes on 2 cores). No cluster needed.
+HELM_VERSION := v4.3.2
+HELM ?= $(shell test -x /opt/helm/helm && echo /opt/helm/helm || echo $(CURDIR)/.inferq/bin/helm)
+
+helm:
+	@test -x $(HELM) || GOBIN=$(CURDIR)/.inferq/bin go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+	@$(HELM) version --short
+
+# Lints and renders the chart, then checks the rendered manifests (tests/deploy, marker helm).
+test-helm: setup helm
+	$(HELM) lint infra/helm/inferq
+	$(HELM) template inferq infra/helm/inferq > /dev/null
+	HELM=$(HELM) $(BIN)/pytest -m helm tests/deploy
 
 test-unit: setup
 	$(BIN)/pytest tests/unit

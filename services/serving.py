@@ -9,7 +9,10 @@ Every HTTP server of inferq is uvicorn with `HttpLimits` (env prefix ``INFERQ_HT
   protocol has no such deadline, so a client that connects and trickles (or sends nothing) would
   hold a connection slot forever;
 - the request line and headers may take at most `max_header_bytes`, else 431 and the connection is
-  closed: httptools has no such bound either, and buffers one header value whole.
+  closed: httptools has no such bound either, and buffers one header value whole;
+- on SIGTERM, requests in progress (long polls, event streams, chat completions) get
+  `graceful_shutdown_s` to end before they are cancelled and the lifespan shuts down; unset, they
+  are waited for without bound (an orchestrator's kill deadline must then cover the longest one).
 
 The body's own deadline belongs to the endpoint that reads it (ingest's body reader answers 408).
 """
@@ -48,6 +51,8 @@ class HttpLimits(BaseSettings):
     header_timeout_s: float = Field(default=10.0, gt=0, le=300)
     # Request line plus headers; past it 431.
     max_header_bytes: int = Field(default=16_384, ge=1_024, le=1_048_576)
+    # On SIGTERM, requests in progress get this long to end, then are cancelled; None: no bound.
+    graceful_shutdown_s: int | None = Field(default=None, ge=1, le=3_600)
 
 
 def configure_logging() -> None:
@@ -189,6 +194,7 @@ def uvicorn_config(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | N
         "timeout_keep_alive": limits.timeout_keep_alive_s,
         # h11's bound of the request line and headers, should h11 ever serve (httptools is guarded).
         "h11_max_incomplete_event_size": limits.max_header_bytes,
+        "timeout_graceful_shutdown": limits.graceful_shutdown_s,
     }
     # uvicorn installs SIGTERM/SIGINT handlers that end serving and run the app's lifespan shutdown.
     return uvicorn.Config(

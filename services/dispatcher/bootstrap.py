@@ -153,6 +153,9 @@ class Dispatcher:
     def health(self) -> dict[str, object]:
         return self.status.snapshot()
 
+    def ready_problems(self) -> list[str]:
+        return self.status.ready_problems()
+
     @property
     def effective_budget(self) -> int:
         return self.status.budget.effective

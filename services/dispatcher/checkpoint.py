@@ -60,6 +60,11 @@ class Checkpoint:
     def assigned_count(self) -> int:
         return len(self._offsets.owned())
 
+    def in_group(self) -> bool:
+        """Whether the last rebalance gave this member its assignment (possibly no partition) and
+        none has begun since: false before the first join and during a rebalance."""
+        return self._assignment_ready.is_set()
+
     async def run(self) -> None:
         """The commit loop."""
         while True:

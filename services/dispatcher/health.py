@@ -1,4 +1,5 @@
-"""What ``/healthz`` reports about a running dispatcher (read-only views over its parts)."""
+"""What ``/healthz`` (liveness) and ``/readyz`` (readiness) report about a running dispatcher
+(read-only views over its parts)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ class Health:
     deferred: Callable[[], int] = lambda: 0
     # Each backend's circuit breaker: "closed", "half_open" or "open" (``routing.py``).
     circuits: Callable[[], dict[str, str]] = dict
+
+    def ready_problems(self) -> list[str]:
+        """Why this member is not doing its share of the group's work now (empty: it is). A member
+        the group assigned no partition (more members than partitions) is ready: it is a standby
+        that takes partitions at the next rebalance. Kafka's reachability is the process's watch."""
+        return [] if self.checkpoint.in_group() else ["not in the consumer group (joining or rebalancing)"]
 
     def snapshot(self) -> dict[str, object]:
         return {

@@ -1,5 +1,5 @@
-"""The ingest service's composition root: ``POST /v1/requests``, ``GET /v1/backlog``, ``GET /healthz``,
-``GET /metrics``.
+"""The ingest service's composition root: ``POST /v1/requests``, ``GET /v1/backlog``, ``GET /healthz``
+(liveness), ``GET /readyz`` (readiness: Kafka answers and the topics exist), ``GET /metrics``.
 
 A request is answered 202 only after the broker acknowledged the record (acks=all), so a 202 is a
 promise the pipeline keeps; the refusals are listed in `inferq.ingest.submit`. The parts, each in
@@ -68,6 +68,7 @@ from inferq.ingest.tenants import TenantGate
 from inferq.messaging.admin import require_topics
 from inferq.messaging.codec import request_codec
 from inferq.messaging.producer import AsyncProducer
+from inferq.messaging.readiness import ReadinessSettings, TopicsWatch, readiness_endpoint
 from inferq.messaging.tiers import TierPolicy
 from inferq.telemetry import meter, metrics_endpoint
 from inferq.tenancy.rate import RateLimiter
@@ -107,6 +108,8 @@ class IngestParts:
     # None when no reply topic is followed (tests with an injected producer): completions then wait
     # for nothing and end at their bound.
     follower: ReplyFollower | None
+    # The start-up topic check, re-run in the background for ``/readyz``.
+    readiness: TopicsWatch
 
 
 def build_parts(
@@ -119,6 +122,7 @@ def build_parts(
     metrics_meter: Meter | None = None,
     follow_feed: Callable[[], ReplyFeed] | None = None,
     hub: WaiterHub | None = None,
+    topics_check: Callable[[], None] | None = None,
 ) -> IngestParts:
     """Wire ingest from `settings`. `producer` and `backlog` (the per-tier backlogs admission weighs)
     may be injected (tests); otherwise a librdkafka producer and a `KafkaBacklogReader` of the group
@@ -127,7 +131,8 @@ def build_parts(
     tenants' rate limiter's clock (monotonic seconds); `metrics_meter` replaces the global meter
     (tests read the counters back). `follow_feed` makes the reply topic's follower (default: a
     `KafkaReplyFeed` of `settings.default_reply_topic`, or none when `producer` is injected); `hub`
-    the waiters' hub (tests count its waiters)."""
+    the waiters' hub (tests count its waiters). `topics_check` is what ``/readyz`` re-runs (default:
+    the start-up check of the request and reply topics; none when `producer` is injected)."""
     topics = settings.kafka.topics
     tenants = TenantRegistry(
         settings.tenants.file, topics=topics, reload_interval_s=settings.tenants.reload_interval_s
@@ -223,6 +228,18 @@ def build_parts(
             stream_idle_s=settings.chat_stream_idle_s,
         ),
     )
+    ready = ReadinessSettings()
+    if topics_check is None:
+        topics_check = (
+            functools.partial(
+                require_topics,
+                settings.kafka,
+                _needed_topics(settings),
+                timeout_s=ready.check_timeout_s,
+            )
+            if producer is None
+            else _nothing_to_check
+        )
     return IngestParts(
         settings=settings,
         producer=kafka_producer,
@@ -235,7 +252,16 @@ def build_parts(
         tenants=tenants,
         chat=chat,
         follower=follower,
+        readiness=TopicsWatch(topics_check, interval_s=ready.check_interval_s),
     )
+
+
+def _needed_topics(settings: IngestSettings) -> list[str]:
+    return [*settings.kafka.topics.all_requests, settings.default_reply_topic]
+
+
+def _nothing_to_check() -> None:
+    return None
 
 
 @asynccontextmanager
@@ -249,10 +275,8 @@ async def serve_parts(
     settings = parts.settings
     async with AsyncExitStack() as started:
         if check_topics:
-            followed = [settings.default_reply_topic]
-            await asyncio.to_thread(
-                require_topics, settings.kafka, settings.kafka.topics.all_requests + followed
-            )
+            await asyncio.to_thread(require_topics, settings.kafka, _needed_topics(settings))
+            parts.readiness.passed()
             parts.record_limit.topic_max_bytes = await asyncio.to_thread(
                 read_topics_max_message_bytes, settings.kafka, settings.kafka.topics.all_requests
             )
@@ -264,6 +288,8 @@ async def serve_parts(
         started.push_async_callback(parts.watcher.stop)
         await parts.tenants.start(sighup=reload_on_sighup)
         started.push_async_callback(parts.tenants.stop)
+        await parts.readiness.start()
+        started.push_async_callback(parts.readiness.stop)
         if parts.follower is not None:
             await parts.follower.start()
             started.push_async_callback(parts.follower.stop)
@@ -304,6 +330,13 @@ def health_endpoint(follower: ReplyFollower | None) -> Callable[[Request], Await
     return healthz
 
 
+def ready_problems(parts: IngestParts) -> list[str]:
+    """Why ingest should not take requests now (empty: it should): Kafka or the topics, as of the
+    last background check."""
+    problem = parts.readiness.problem()
+    return [] if problem is None else [problem]
+
+
 def create_app(
     settings: IngestSettings,
     *,
@@ -316,6 +349,7 @@ def create_app(
     reload_on_sighup: bool = False,
     follow_feed: Callable[[], ReplyFeed] | None = None,
     hub: WaiterHub | None = None,
+    topics_check: Callable[[], None] | None = None,
 ) -> Starlette:
     """The ingest ASGI app; its lifespan runs `serve_parts`. See `build_parts` for the injections;
     `reload_on_sighup` (the command sets it) installs the SIGHUP handler on the serving loop."""
@@ -328,6 +362,7 @@ def create_app(
         metrics_meter=metrics_meter,
         follow_feed=follow_feed,
         hub=hub,
+        topics_check=topics_check,
     )
     return Starlette(
         routes=[
@@ -336,6 +371,7 @@ def create_app(
             Route("/v1/models", parts.chat.models, methods=["GET"]),
             Route("/v1/backlog", parts.backlog_view.handle, methods=["GET"]),
             Route("/healthz", health_endpoint(parts.follower), methods=["GET"]),
+            Route("/readyz", readiness_endpoint(functools.partial(ready_problems, parts)), methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
         lifespan=lambda _: serve_parts(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup),

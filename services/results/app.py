@@ -1,4 +1,6 @@
-"""The results service's composition root: ``GET /v1/requests/{id}``, ``GET /healthz``, ``GET /metrics``.
+"""The results service's composition root: ``GET /v1/requests/{id}``, ``GET /healthz`` (liveness),
+``GET /readyz`` (readiness: Kafka answers, the reply topics exist, the consumer is assigned),
+``GET /metrics``.
 
 The parts, each in its own module: `store.ResultStore` (SQLite behind one worker thread; the table
 itself in `table`), `consumer.ResultConsumer` (reply topic → store, commit after the write),
@@ -31,6 +33,7 @@ from inferq.delivery.hub import WaiterHub
 from inferq.delivery.metrics import DeliveryMetrics
 from inferq.messaging.admin import require_topics
 from inferq.messaging.codec import result_codec
+from inferq.messaging.readiness import ReadinessSettings, TopicsWatch, readiness_endpoint
 from inferq.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
 from inferq.results.retention import RetentionTask
 from inferq.results.routes import Health, ReadMetrics, ResultRoutes, WaitLimits
@@ -82,6 +85,7 @@ async def serve_parts(
     check_topics: bool = True,
     reload_on_sighup: bool = False,
     webhooks: ResultWebhooks | None = None,
+    readiness: TopicsWatch | None = None,
 ) -> AsyncIterator[None]:
     """Open the store, then start the webhook sender, the consumer, the follower, the retention
     task and the tenants' reloader (with `reload_on_sighup`, SIGHUP reloads too); on exit (or a
@@ -91,6 +95,8 @@ async def serve_parts(
             # One metadata read for every topic the service needs (`MissingTopicsError` names each).
             needed = settings.reply_topics + (webhooks.topics if webhooks is not None else [])
             await asyncio.to_thread(require_topics, settings.kafka, needed)
+            if readiness is not None:
+                readiness.passed()
         await store.open()
         started.push_async_callback(store.close)
         if webhooks is not None:
@@ -105,6 +111,9 @@ async def serve_parts(
         started.push_async_callback(retention.stop)
         await tenants.start(sighup=reload_on_sighup)
         started.push_async_callback(tenants.stop)
+        if readiness is not None:
+            await readiness.start()
+            started.push_async_callback(readiness.stop)
         log.info(
             "results ready, consuming %s into %s; kept %g s, at most %d; %s",
             settings.kafka.topics.results_pattern
@@ -136,6 +145,19 @@ def service_health(
     if webhooks is not None and webhooks.failed:
         return Health("webhook sender stopped", healthy=False)
     return Health("ok" if consumer.ready.is_set() else "starting")
+
+
+def ready_problems(health: Health, consumer: ResultConsumer, readiness: TopicsWatch | None) -> list[str]:
+    """Why results should not answer reads now (empty: it should). A replica answers from the
+    moment its consumer has joined the group (assigned, possibly no partition): what it stores
+    from then on is read from the group's committed offsets, so there is no history to catch up."""
+    reasons = [] if health.healthy else [health.status]
+    if not consumer.ready.is_set():
+        reasons.append("consumer not assigned yet")
+    kafka = readiness.problem() if readiness is not None else None
+    if kafka is not None:
+        reasons.append(kafka)
+    return reasons
 
 
 def create_app(
@@ -193,9 +215,28 @@ def create_app(
     # A test that injects only the results feed gets no follower: stored results wake the waiters.
     follower = ReplyFollower(follow_feed, hub) if follow_feed is not None else None
     retention = RetentionTask(store, interval_s=settings.purge_interval_s)
+    ready = ReadinessSettings()
+    # Re-runs the start-up check for /readyz; none with an injected feed (no Kafka in those tests).
+    readiness = (
+        TopicsWatch(
+            functools.partial(
+                require_topics,
+                settings.kafka,
+                settings.reply_topics + (webhooks.topics if webhooks is not None else []),
+                timeout_s=ready.check_timeout_s,
+            ),
+            interval_s=ready.check_interval_s,
+        )
+        if feed is None
+        else None
+    )
+
+    def health() -> Health:
+        return service_health(consumer, retention, follower, webhooks)
+
     routes = ResultRoutes(
         store,
-        health=lambda: service_health(consumer, retention, follower, webhooks),
+        health=health,
         tenants=tenants,
         metrics=ReadMetrics(meter("inferq.results")),
         hub=hub,
@@ -211,6 +252,11 @@ def create_app(
             Route("/v1/requests/{request_id}", routes.get_result, methods=["GET"]),
             Route("/v1/requests/{request_id}/events", routes.events, methods=["GET"]),
             Route("/healthz", routes.healthz, methods=["GET"]),
+            Route(
+                "/readyz",
+                readiness_endpoint(lambda: ready_problems(health(), consumer, readiness)),
+                methods=["GET"],
+            ),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
         lifespan=lambda _: serve_parts(
@@ -223,5 +269,6 @@ def create_app(
             check_topics=check_topics,
             reload_on_sighup=reload_on_sighup,
             webhooks=webhooks,
+            readiness=readiness,
         ),
     )

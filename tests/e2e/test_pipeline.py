@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,6 +159,17 @@ def test_resent_request_id_is_one_request(pipeline: Pipeline, kafka_bootstrap: s
         kafka_bootstrap, f"{pipeline.topic_prefix}.requests.medium", expect=10_000, timeout_s=5
     )
     assert sum(1 for m in records if request_codec().decode(m.value()).request_id == rid) == 1
+
+
+def test_every_running_service_is_ready_and_alive(pipeline: Pipeline) -> None:
+    for url in (pipeline.ingest_url, pipeline.results_url, pipeline.dispatcher_url(0)):
+        # A dispatcher may still be in a rebalance right after the stack started: a bounded wait.
+        deadline = time.monotonic() + 30
+        while (ready := httpx.get(f"{url}/readyz", timeout=5)).status_code != 200:
+            assert time.monotonic() < deadline, f"{url} not ready: {ready.text}"
+            time.sleep(0.1)
+        assert ready.json() == {"status": "ready"}, url
+        assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200, url
 
 
 def test_unknown_request_id_is_404(pipeline: Pipeline) -> None:

@@ -16,6 +16,12 @@ def test_the_limits_reach_uvicorn_and_the_guarded_protocol(monkeypatch):
     assert config.h11_max_incomplete_event_size == 16_384
     assert issubclass(config.http, HttpToolsProtocol)
     assert config.http.limits == HttpLimits(limit_concurrency=64, header_timeout_s=2.5)
+    assert config.timeout_graceful_shutdown is None  # unbounded unless asked
+
+
+def test_the_shutdown_bound_reaches_uvicorn(monkeypatch):
+    monkeypatch.setenv("INFERQ_HTTP_GRACEFUL_SHUTDOWN_S", "25")
+    assert uvicorn_config(Starlette(), "127.0.0.1", 0).timeout_graceful_shutdown == 25
 
 
 def test_explicit_limits_win_over_the_environment(monkeypatch):
