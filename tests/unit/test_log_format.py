@@ -20,7 +20,7 @@ def _record(message: str, **extra: object) -> logging.LogRecord:
 
 
 def test_a_json_line_has_the_fields_and_stays_one_line() -> None:
-    line = JsonLines().format(_record("first\nsecond \"quoted\"", request_id="r-1", partition=3))
+    line = JsonLines().format(_record('first\nsecond "quoted"', request_id="r-1", partition=3))
     assert "\n" not in line
     entry = json.loads(line)
     assert entry["level"] == "WARNING"
@@ -35,7 +35,9 @@ def test_an_exception_is_one_field_of_the_same_line() -> None:
     try:
         raise RuntimeError("broken\nacross lines")
     except RuntimeError:
-        record = logging.getLogger("x").makeRecord("x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+        record = logging.getLogger("x").makeRecord(
+            "x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info()
+        )
     line = JsonLines().format(record)
     assert "\n" not in line
     assert "RuntimeError: broken" in json.loads(line)["exception"]
