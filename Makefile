@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 
-.PHONY: setup jars redis-server demo test test-cluster demo-regions bench bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay bench-tokens bench-fallback test-unit check lint format typecheck broker-up broker-down clean
+.PHONY: setup jars redis-server demo test test-cluster test-container image demo-regions bench bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay bench-tokens bench-fallback test-unit check lint format typecheck broker-up broker-down clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,19 @@ test: setup jars redis-server prometheus
 # Several brokers, MirrorMaker: kept out of `make test` (addopts: -m 'not cluster'); .ci/run runs both.
 test-cluster: setup jars redis-server
 	$(BIN)/pytest -m cluster
+
+# inferq's image (infra/container/Dockerfile) built with podman on a Debian base made here (no
+# registry needed), its services run against the local broker: kept out of `make test` (addopts:
+# -m 'not container'); .ci/run runs it. CONTAINER_BASE=python:3.11-slim-bookworm where a registry is.
+CONTAINER_BASE ?= localhost/debian-base:bookworm
+
+test-container: setup jars
+	INFERQ_CONTAINER_BASE=$(CONTAINER_BASE) $(BIN)/pytest -m container tests/container
+
+# The image alone: make image [BASE=...] [EXTRAS=tools] [IMAGE=localhost/inferq:latest]
+IMAGE ?= localhost/inferq:latest
+image:
+	BASE=$(CONTAINER_BASE) EXTRAS=$(EXTRAS) bash infra/container/build.sh $(IMAGE)
 
 test-unit: setup
 	$(BIN)/pytest tests/unit
