@@ -45,6 +45,8 @@ def test_the_image_runs_the_checkouts_inferq(image: str) -> None:
     listed = run_once(image)
     for service in ("ingest", "dispatcher", "results", "topics"):
         assert f"    {service}" in listed
+    # compose.yaml's `sim` profile runs the simulated backend from this image (the base install).
+    assert "--speed" in run_once(image, "sim-backend", "--help")
 
 
 @contextlib.contextmanager
@@ -112,4 +114,6 @@ def test_a_request_goes_through_the_services_in_containers(
         # Stopped as an orchestrator stops them (SIGTERM): each drains and exits 0, in the order
         # the pipeline stops (no new work first).
         codes = {c.name: c.stop() for c in (ingest, dispatcher, results)}
-        assert codes == dict.fromkeys(codes, 0), {c.name: c.logs()[-2000:] for c in (ingest, dispatcher, results)}
+        assert codes == dict.fromkeys(codes, 0), {
+            c.name: c.logs()[-2000:] for c in (ingest, dispatcher, results)
+        }

@@ -21,9 +21,7 @@ DEFAULT_BASE = "localhost/debian-base:bookworm"
 TEST_IMAGE = "localhost/inferq:test"
 # runc (crun refuses a hybrid cgroup layout), ulimits the machine allows, the host's network (no
 # bridge networking here; the services reach the local broker on 127.0.0.1): docs/deployment.md.
-DEFAULT_RUN_FLAGS = (
-    "--runtime runc --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 --network=host"
-)
+DEFAULT_RUN_FLAGS = "--runtime runc --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 --network=host"
 BUILD_TIMEOUT_S = 900.0
 PODMAN_TIMEOUT_S = 60.0
 
@@ -35,9 +33,7 @@ def run_flags() -> list[str]:
 
 def podman(*args: str, timeout_s: float = PODMAN_TIMEOUT_S, check: bool = True) -> str:
     """`podman args...`; its stdout. A failure (with `check`) names the command and its stderr."""
-    done = subprocess.run(
-        ["podman", *args], capture_output=True, text=True, timeout=timeout_s, check=False
-    )
+    done = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout_s, check=False)
     if check and done.returncode != 0:
         raise RuntimeError(f"podman {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}")
     return done.stdout
