@@ -54,12 +54,20 @@ test-cluster: setup jars redis-server
 # -m 'not container'); .ci/run runs it. CONTAINER_BASE=python:3.11-slim-bookworm where a registry is.
 CONTAINER_BASE ?= localhost/debian-base:bookworm
 
-test-container: setup jars
+# Debian's podman, runc (crun refuses this machine's cgroup layout) and mmdebstrap (the base image)
+# when missing.
+.PHONY: podman
+podman:
+	bash infra/ensure-debian-package.sh ensure-podman podman podman
+	bash infra/ensure-debian-package.sh ensure-runc runc runc
+	bash infra/ensure-debian-package.sh ensure-mmdebstrap mmdebstrap mmdebstrap
+
+test-container: setup jars podman
 	INFERQ_CONTAINER_BASE=$(CONTAINER_BASE) $(BIN)/pytest -m container tests/container
 
 # The image alone: make image [BASE=...] [EXTRAS=tools] [IMAGE=localhost/inferq:latest]
 IMAGE ?= localhost/inferq:latest
-image:
+image: podman
 	BASE=$(CONTAINER_BASE) EXTRAS=$(EXTRAS) bash infra/container/build.sh $(IMAGE)
 
 test-unit: setup
