@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 
 
 .PHONY: helm test-helm setup jars redis-server demo test test-cluster demo-regions bench bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay bench-tokens bench-fallback test-unit check lint format typecheck broker-up broker-down clean
+.PHONY: setup jars redis-server demo test test-cluster test-container image demo-regions bench bench-scheduling bench-fairness bench-memory bench-latency bench-delivery bench-throughput bench-replay bench-tokens bench-fallback test-unit check lint format typecheck broker-up broker-down clean
 
 setup: $(STAMP)
 
@@ -68,6 +69,26 @@ test-helm: setup helm
 	$(HELM) lint infra/helm/inferq
 	$(HELM) template inferq infra/helm/inferq > /dev/null
 	HELM=$(HELM) $(BIN)/pytest -m helm tests/deploy
+# inferq's image (infra/container/Dockerfile) built with podman on a Debian base made here (no
+# registry needed), its services run against the local broker: kept out of `make test` (addopts:
+# -m 'not container'); .ci/run runs it. CONTAINER_BASE=python:3.11-slim-bookworm where a registry is.
+CONTAINER_BASE ?= localhost/debian-base:bookworm
+
+# Debian's podman, runc (crun refuses this machine's cgroup layout) and mmdebstrap (the base image)
+# when missing.
+.PHONY: podman
+podman:
+	bash infra/ensure-debian-package.sh ensure-podman podman podman
+	bash infra/ensure-debian-package.sh ensure-runc runc runc
+	bash infra/ensure-debian-package.sh ensure-mmdebstrap mmdebstrap mmdebstrap
+
+test-container: setup jars podman
+	INFERQ_CONTAINER_BASE=$(CONTAINER_BASE) $(BIN)/pytest -m container tests/container
+
+# The image alone: make image [BASE=...] [EXTRAS=tools] [IMAGE=localhost/inferq:latest]
+IMAGE ?= localhost/inferq:latest
+image: podman
+	BASE=$(CONTAINER_BASE) EXTRAS=$(EXTRAS) bash infra/container/build.sh $(IMAGE)
 
 test-unit: setup
 	$(BIN)/pytest tests/unit
