@@ -31,6 +31,8 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
+import socket
 from collections.abc import Awaitable, Callable, Collection, Mapping
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -47,8 +49,9 @@ log = logging.getLogger("inferq.results")
 
 STOP_TIMEOUT_S = 10.0
 RETRY_PAUSE_S = 1.0
-# One idle fetch (every partition is paused): how often the member shows the group it is alive.
-IDLE_FETCH_MS = 200
+# How long the loop waits for a delivery to end before its idle round (a fetch that finds nothing,
+# every partition being paused, which shows the group this member is alive; the watermarks' refresh).
+IDLE_WAIT_S = 0.2
 # With `--region all`, how soon a regional reply topic created later joins the assignment.
 PATTERN_METADATA_MAX_AGE_MS = 30_000
 
@@ -87,7 +90,7 @@ class WebhookOwnership(ConsumerRebalanceListener):  # type: ignore[misc]
         store: ResultStore,
         outbox: WebhookOutbox,
         *,
-        commit_interval_s: float = 0.1,
+        commit_interval_s: float = 0.02,
         refresh_interval_s: float = 5.0,
         drain_timeout_s: float = 5.0,
     ) -> None:
@@ -146,7 +149,8 @@ class WebhookOwnership(ConsumerRebalanceListener):  # type: ignore[misc]
         settings = self._settings
         consumer = AIOKafkaConsumer(
             **settings.kafka.aiokafka_config(),
-            client_id="inferq-results-ownership",
+            # The group's description then says which replica (host, process) owns which partition.
+            client_id=f"inferq-results-{socket.gethostname()}-{os.getpid()}",
             group_id=settings.consumer_group,
             # The offsets are done watermarks, committed by hand (never by a fetch: nothing is fetched).
             enable_auto_commit=False,
@@ -160,6 +164,8 @@ class WebhookOwnership(ConsumerRebalanceListener):  # type: ignore[misc]
             consumer.subscribe(pattern=settings.kafka.topics.results_pattern, listener=self)
         else:
             consumer.subscribe(settings.reply_topics, listener=self)
+        # Set before the start: the first assignment may arrive before `start` returns.
+        self._consumer = consumer
         while True:
             try:
                 await consumer.start()
@@ -167,17 +173,20 @@ class WebhookOwnership(ConsumerRebalanceListener):  # type: ignore[misc]
             except KafkaError as exc:
                 log.error("cannot join the results group yet, trying again in 1 s: %s", exc)  # noqa: TRY400
                 await asyncio.sleep(RETRY_PAUSE_S)
-        self._consumer = consumer
         try:
             refreshed_at = -math.inf
             loop = asyncio.get_running_loop()
             while True:
                 try:
                     # Nothing is fetched (all paused); the call keeps the membership alive.
-                    await consumer.getmany(timeout_ms=IDLE_FETCH_MS)
+                    await consumer.getmany(timeout_ms=0)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._progress.wait(), IDLE_WAIT_S)
                     if self._progress.is_set():
+                        # Committed at once: a successor resends only what ended after this commit.
                         self._progress.clear()
                         await self.commit_watermarks()
+                        # Deliveries ending together share a commit.
                         await asyncio.sleep(self._commit_interval_s)
                     if loop.time() - refreshed_at >= self._refresh_interval_s:
                         await self.follow_others()
@@ -203,7 +212,7 @@ class WebhookOwnership(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         consumer = self._consumer
-        if consumer is None or not assigned:
+        if consumer is None:
             return
         # Ownership only: nothing of the reply topic is read through the group.
         consumer.pause(*assigned)
