@@ -108,7 +108,7 @@ def service_health(
     if retention.failed:
         return Health("retention stopped", healthy=False)
     if webhooks is not None and webhooks.failed:
-        return Health("webhook sender stopped", healthy=False)
+        return Health("webhook sender or its partition ownership stopped", healthy=False)
     return Health("ok" if consumer.ready.is_set() else "starting")
 
 

@@ -205,6 +205,7 @@ class WebhookSender:
                 self._outbox.pending(db, owned),
             )
         )
+        started = 0
         for delivery in due:
             if self._owner is not None and delivery.source is not None:
                 # Read before the partition moved away (the read ran on the worker): not ours now.
@@ -214,7 +215,8 @@ class WebhookSender:
             task = asyncio.create_task(self._deliver(delivery), name=f"webhook-{delivery.delivery_id}")
             self._in_flight[delivery.delivery_id] = task
             task.add_done_callback(functools.partial(self._finished, delivery.delivery_id))
-        return len(due)
+            started += 1
+        return started
 
     def _finished(self, delivery_id: str, task: asyncio.Task[None]) -> None:
         self._in_flight.pop(delivery_id, None)

@@ -19,6 +19,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,6 +37,8 @@ FIRST_WAVE = 40
 SECOND_WAVE = 40
 # The second wave's replica is killed after this many of its requests were accepted.
 KILL_AFTER = 12
+# The reply topic's partitions (`TopicTable.specs`).
+PARTITIONS = 6
 
 
 class Replicas:
@@ -83,6 +86,24 @@ class Replicas:
                     if event in {"result", "timeout"}:
                         break
         return seen
+
+    def owned(self, index: int) -> set[str]:
+        """The partitions replica `index` said last it sends the webhooks of (its log)."""
+        name = "results" if index == 0 else f"results-{index}"
+        log = (self.pipeline.work_dir / "logs" / f"{name}.log").read_text(errors="replace")
+        said = [
+            line.split("sending the webhooks of ", 1)[1]
+            for line in log.splitlines()
+            if "sending the webhooks of" in line
+        ]
+        return set() if not said or said[-1] == "no partition" else set(said[-1].split(", "))
+
+    def wait_owned(self, index: int, count: int, timeout_s: float = 30.0) -> set[str]:
+        deadline = time.monotonic() + timeout_s
+        while len(owned := self.owned(index)) != count:
+            assert time.monotonic() < deadline, f"replica {index} owns {owned}, not {count} partitions"
+            time.sleep(0.1)
+        return owned
 
     def answered_by(self, url: str, request_ids: list[str]) -> int:
         """How many of `request_ids` a plain GET on `url` answers with their outcome."""
@@ -148,6 +169,15 @@ def test_any_replica_answers_every_request_and_each_webhook_comes_once(replicas:
     answered = [replicas.answered_by(url, request_ids) for url in replicas.urls]
     print(f"plain GET answered: replica 0 {answered[0]}/{FIRST_WAVE}, replica 1 {answered[1]}/{FIRST_WAVE}")
     assert answered == [FIRST_WAVE, FIRST_WAVE]
+    for i, process in enumerate(replicas.pipeline.results_processes):
+        rss = next(
+            line
+            for line in Path(f"/proc/{process.pid}/status").read_text().splitlines()
+            if line.startswith("VmRSS")
+        )
+        db = replicas.pipeline.results_db(i)
+        on_disk = sum(f.stat().st_size for f in db.parent.glob(db.name + "*"))
+        print(f"replica {i}: {rss.split(':')[1].strip()} resident, {on_disk / 1e3:.0f} kB on disk")
     for request_id in request_ids[:5]:
         bodies = [replicas.get(url, request_id).json() for url in replicas.urls]
         assert bodies[0] == bodies[1] and bodies[0]["status"] == "OK"
@@ -178,6 +208,10 @@ def test_a_long_poll_and_an_event_stream_work_on_both_replicas(replicas: Replica
 
 def test_a_replica_killed_mid_run_loses_no_result_and_no_webhook(replicas: Replicas) -> None:
     survivor, killed = replicas.urls[0], replicas.pipeline.results_processes[1]
+    # The replica to kill sends some partitions' webhooks: the survivor must take them over.
+    before = [replicas.owned(0), replicas.owned(1)]
+    print(f"partitions owned before the kill: {len(before[0])} and {len(before[1])}")
+    assert before[0] and before[1] and not before[0] & before[1] and len(before[0] | before[1]) == PARTITIONS
     request_ids: list[str] = []
     killed_at: list[float] = []
 
@@ -199,6 +233,7 @@ def test_a_replica_killed_mid_run_loses_no_result_and_no_webhook(replicas: Repli
     print(f"after the kill, the survivor answered {answered}/{SECOND_WAVE}")
     assert answered == SECOND_WAVE
     found = replicas.wait_delivered(request_ids, timeout_s=60)
+    assert replicas.wait_owned(0, PARTITIONS) == before[0] | before[1]
     last = max(d.received_at_ns for r in request_ids for d in found[r])
     attempts = Counter(len(found[r]) for r in request_ids)
     duplicates = sum(len(found[r]) - 1 for r in request_ids)
