@@ -1,15 +1,16 @@
 """The results service's composition root: ``GET /v1/requests/{id}``, ``GET /healthz`` (liveness),
-``GET /readyz`` (readiness: Kafka answers, the reply topics exist, the consumer is assigned),
+``GET /readyz`` (readiness: Kafka answers, the reply topics exist, the reply topic read up to now),
 ``GET /metrics``.
 
 The parts, each in its own module: `store.ResultStore` (SQLite behind one worker thread; the table
-itself in `table`), `consumer.ResultConsumer` (reply topic → store, commit after the write),
+itself in `table`), `consumer.ResultConsumer` (every partition of the reply topic → store, with no
+group: every replica holds every result, resuming from its own stored positions; `feed`),
 `routes.ResultRoutes` (the HTTP answers, `view.public_view` their body; who is calling from
 `inferq.tenancy`; long polls and event streams wait in a `inferq.delivery` hub),
 `delivery.ReplyFollower` (the reply topic from its end, no group: wakes the waiting callers with
 chunks and results), `retention.RetentionTask` (expired results deleted every `purge_interval_s`),
 `webhooks.ResultWebhooks` (a result's `callback_url` POSTed, signed, from an outbox the store
-writes with the result).
+writes with the result, by the replica the results group assigns its partition: `ownership`).
 `create_app` builds them from the settings (and reads the tenants file: a bad one stops the service
 before anything starts); its lifespan checks the topics, opens the store, then starts the webhook
 sender, the consumer, the follower, the retention task and the tenants' reloader, and stops them
@@ -24,7 +25,6 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from aiokafka import AIOKafkaConsumer
 from starlette.applications import Starlette
 from starlette.routing import Route
 
@@ -35,6 +35,7 @@ from inferq.messaging.admin import require_topics
 from inferq.messaging.codec import result_codec
 from inferq.messaging.readiness import ReadinessSettings, TopicsWatch, readiness_endpoint
 from inferq.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
+from inferq.results.feed import KafkaResultFeed
 from inferq.results.retention import RetentionTask
 from inferq.results.routes import Health, ReadMetrics, ResultRoutes, WaitLimits
 from inferq.results.settings import ResultsSettings
@@ -44,33 +45,6 @@ from inferq.telemetry import meter, metrics_endpoint
 from inferq.tenancy.registry import TenantRegistry
 
 log = logging.getLogger("inferq.results")
-
-
-# With `--region all`, how soon a regional reply topic created later is found and consumed.
-PATTERN_METADATA_MAX_AGE_MS = 30_000
-
-
-def kafka_result_feed(settings: ResultsSettings) -> ResultFeed:
-    """The aiokafka consumer of the reply topics the settings' region names (the results topic, a
-    region's, or all of them by pattern); call it inside the running loop (aiokafka binds to it)."""
-    by_pattern = settings.all_regions
-    consumer = AIOKafkaConsumer(
-        *([] if by_pattern else settings.reply_topics),
-        **settings.kafka.aiokafka_config(),
-        group_id=settings.consumer_group,
-        # Committed only after the batch is stored.
-        enable_auto_commit=False,
-        # Every result ever produced is owed to its caller, including those before we started.
-        auto_offset_reset="earliest",
-        # The broker holds a fetch that finds nothing new for at most 50 ms (aiokafka's default: 500).
-        fetch_max_wait_ms=50,
-        # A pattern is matched against the topics of each metadata refresh (default every 5 min).
-        **({"metadata_max_age_ms": PATTERN_METADATA_MAX_AGE_MS} if by_pattern else {}),
-    )
-    if by_pattern:
-        consumer.subscribe(pattern=settings.kafka.topics.results_pattern)
-    feed: ResultFeed = consumer
-    return feed
 
 
 @asynccontextmanager
@@ -143,17 +117,17 @@ def service_health(
     if retention.failed:
         return Health("retention stopped", healthy=False)
     if webhooks is not None and webhooks.failed:
-        return Health("webhook sender stopped", healthy=False)
+        return Health("webhook sender or its partition ownership stopped", healthy=False)
     return Health("ok" if consumer.ready.is_set() else "starting")
 
 
 def ready_problems(health: Health, consumer: ResultConsumer, readiness: TopicsWatch | None) -> list[str]:
-    """Why results should not answer reads now (empty: it should). A replica answers from the
-    moment its consumer has joined the group (assigned, possibly no partition): what it stores
-    from then on is read from the group's committed offsets, so there is no history to catch up."""
+    """Why results should not answer reads now (empty: it should). A replica answers once its
+    reader has stored everything written to the reply topic before it started (every replica holds
+    every result), so a load balancer never sends it a read it would answer 404."""
     reasons = [] if health.healthy else [health.status]
     if not consumer.ready.is_set():
-        reasons.append("consumer not assigned yet")
+        reasons.append("not caught up with the reply topic yet")
     kafka = readiness.problem() if readiness is not None else None
     if kafka is not None:
         reasons.append(kafka)
@@ -170,14 +144,16 @@ def create_app(
     reload_on_sighup: bool = False,
     dead_letter_producer: StoppableProducer | None = None,
 ) -> Starlette:
-    """The results ASGI app. `feed` makes the reply topic's consumer and `follow_feed` its
-    group-less follower (tests inject fakes); by default `kafka_result_feed(settings)` and a
-    `KafkaReplyFeed`, built when the lifespan starts (with `feed` injected and no `follow_feed`,
-    there is no follower: stored results alone wake the waiters). `hub` may be injected (tests count
-    its waiters). The tenants file is read now (`TenantsFileError`); `reload_on_sighup` (the command
-    sets it) installs the SIGHUP handler. With ``INFERQ_WEBHOOK_ENABLED`` (the default) webhooks are
-    delivered; their dead letters go through `dead_letter_producer` (default: a librdkafka
-    producer, started on first use)."""
+    """The results ASGI app. `feed` makes the reply topic's reader and `follow_feed` its
+    follower (tests inject fakes); by default a `KafkaResultFeed` (every partition, from the
+    store's positions) and a `KafkaReplyFeed`, built when the lifespan starts (with `feed`
+    injected and no `follow_feed`, there is no follower: stored results alone wake the waiters).
+    `hub` may be injected (tests count its waiters). The tenants file is read now
+    (`TenantsFileError`); `reload_on_sighup` (the command sets it) installs the SIGHUP handler.
+    With ``INFERQ_WEBHOOK_ENABLED`` (the default) webhooks are delivered; their dead letters go
+    through `dead_letter_producer` (default: a librdkafka producer, started on first use). The
+    replica sends the webhooks of the partitions the results group assigns it, unless `feed` is
+    injected (a test with no broker: it sends them all)."""
     tenants = TenantRegistry(
         settings.tenants.file,
         topics=settings.kafka.topics,
@@ -185,7 +161,7 @@ def create_app(
     )
     tenants.load()
     webhooks = (
-        ResultWebhooks(settings, tenants, producer=dead_letter_producer)
+        ResultWebhooks(settings, tenants, producer=dead_letter_producer, replicated=feed is None)
         if settings.webhooks.enabled
         else None
     )
@@ -197,7 +173,7 @@ def create_app(
     )
     hub = hub or WaiterHub(max_waiters=settings.max_waiters)
     consumer = ResultConsumer(
-        feed or functools.partial(kafka_result_feed, settings),
+        feed or functools.partial(KafkaResultFeed, settings, store.positions),
         store,
         result_codec(),
         ResultsMetrics(meter("inferq.results")),

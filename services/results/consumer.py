@@ -1,8 +1,14 @@
-"""Consumes the reply topic into the result store; commits the offsets only after the batch is stored.
+"""Reads the reply topics into the result store: every partition, no consumer group, resuming from
+the positions stored with the results.
 
-aiokafka is the consumer here: this service is one event loop that both serves HTTP and consumes,
-its volume is modest, and an async consumer needs no thread hand-off. Offsets are committed after
-the batch is in SQLite, so a crash redoes a batch (duplicates are dropped by (tenant, request_id)).
+Every results replica holds every result (so any replica answers any request), so each reads all
+of the reply topic's partitions itself (`feed.KafkaResultFeed`) and nothing is committed to Kafka:
+how far each partition was read is saved in the same SQLite transaction as the batch
+(`ResultsTable.put_many(positions=...)`), so a restarted replica resumes exactly after what it
+stored, and a record below a stored position (read again) is passed over. Which replica sends a
+partition's webhooks is decided elsewhere (`ownership`). aiokafka is the consumer here: this
+service is one event loop that both serves HTTP and consumes, its volume is modest, and an async
+consumer needs no thread hand-off.
 
 A streamed answer's chunks share the reply topic with the results (header ``inferq-kind: chunk``,
 `inferq.messaging.records.is_chunk`); they are not results and are passed over, neither stored
@@ -25,6 +31,7 @@ from inferq import tracing
 from inferq.messaging.codec import TypedCodec
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.records import InferenceResult, ReplyRecord, is_chunk
+from inferq.messaging.reply_positions import ReplyPartition, ReplySource
 from inferq.results.store import ResultStore
 from inferq.supervised import SupervisedTask
 
@@ -47,7 +54,9 @@ class FeedPartition(Protocol):
 
 
 class ResultFeed(Protocol):
-    """The reply topic as the consumer sees it: `aiokafka.AIOKafkaConsumer` subscribed to it."""
+    """The reply topics as the consumer sees them (`feed.KafkaResultFeed`): `start` positions every
+    partition where the store left off; `caught_up` says whether everything written before the
+    start has been handed out."""
 
     async def start(self) -> None: ...
 
@@ -57,7 +66,7 @@ class ResultFeed(Protocol):
         self, *, timeout_ms: int, max_records: int
     ) -> Mapping[FeedPartition, Sequence[ReplyRecord]]: ...
 
-    async def commit(self) -> None: ...
+    async def caught_up(self) -> bool: ...
 
 
 class ResultsMetrics:
@@ -95,10 +104,12 @@ class ResultsMetrics:
 
 
 class ResultConsumer:
-    """Runs `feed` into `store` in one task: fetch a batch, decode, store, then commit.
+    """Runs `feed` into `store` in one task: fetch a batch, decode, store it with the positions read.
 
     The feed is made by `make_feed` when the consumer starts (aiokafka binds its clients to the
-    running loop). `ready` is set once the feed has started. A Kafka error pauses a second and
+    running loop). `ready` is set once the feed has handed out everything written before it
+    started (a replica starting on an empty store answers 404 for nothing it will soon know).
+    A Kafka error pauses a second and
     consumption goes on: results are owed to their callers. Any other error ends the task: it is
     logged, and `failed` turns true (``/healthz`` answers 503). Start and stop are idempotent.
     Chunks of streamed answers on the same topic are not results: skipped. `stored` is told of
@@ -120,6 +131,8 @@ class ResultConsumer:
         self._store = store
         self._codec = codec
         self._metrics = metrics
+        # The next offset to store per partition, as the store has it (loaded when the task starts).
+        self._positions: dict[ReplyPartition, int] = {}
         self._task = SupervisedTask(
             "results-consumer",
             ended="results consumer stopped; /healthz answers 503",
@@ -142,12 +155,14 @@ class ResultConsumer:
         await self._task.stop()
 
     async def _run(self, feed: ResultFeed) -> None:
+        self._positions = await self._store.positions()
         await feed.start()
-        self.ready.set()
         try:
             while True:
                 try:
                     await self.consume_once(feed)
+                    if not self.ready.is_set() and await feed.caught_up():
+                        self.ready.set()
                 except KafkaError as exc:
                     # A broker outage must not end consumption: results are owed to their callers.
                     log.error(  # noqa: TRY400 - a traceback per retry is noise
@@ -158,15 +173,23 @@ class ResultConsumer:
             await feed.stop()
 
     async def consume_once(self, feed: ResultFeed) -> None:
-        """One fetch: decode what decodes (poison is counted and logged), store it, then commit."""
+        """One fetch: decode what decodes (poison is counted and logged), store it with how far each
+        partition was read (records below a stored position were stored already: passed over)."""
         batches = await feed.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=MAX_BATCH_RECORDS)
         if not batches:
             return
         decoded: list[InferenceResult] = []
+        sources: list[ReplySource] = []
+        read_up_to: dict[ReplyPartition, int] = {}
         # Per record, when tracing is on: its process span, ended once the batch is stored.
         spans: list[tuple[Span, str]] = []
         for tp, records in batches.items():
+            where = ReplyPartition(tp.topic, tp.partition)
+            stored_up_to = self._positions.get(where, 0)
             for record in records:
+                if record.offset < stored_up_to:
+                    continue
+                read_up_to[where] = record.offset + 1
                 if is_chunk(list(record.headers or ())):
                     continue
                 span = tracing.start_process(
@@ -174,6 +197,7 @@ class ResultConsumer:
                 )
                 try:
                     decoded.append(self._codec.decode(record.value or b""))
+                    sources.append(ReplySource(tp.topic, tp.partition, record.offset))
                     if span is not None:
                         spans.append((span, decoded[-1].request_id))
                 except DecodeError as exc:
@@ -186,15 +210,21 @@ class ResultConsumer:
                         record.offset,
                         _loggable(exc),
                     )
-        stored, duplicates = await self._store.put_many(decoded)
+        if not read_up_to:
+            return
+        stored, duplicates = await self._store.put_many(decoded, sources=sources, positions=read_up_to)
+        self._positions.update(read_up_to)
         for span, request_id in spans:
             tracing.end_process(span, message_id=request_id)
         self._metrics.batch_stored(stored, duplicates)
         if self._stored is not None:
             for result in decoded:
                 self._stored(result)
-        await feed.commit()
         self._metrics.delivered(decoded, time.time_ns() // 1_000_000)
+
+    def position(self, where: ReplyPartition) -> int | None:
+        """The next offset of `where` to store (None: nothing read there yet)."""
+        return self._positions.get(where)
 
 
 def _loggable(exc: DecodeError) -> str:

@@ -41,7 +41,12 @@ class ResultsSettings(BaseSettings):
     tenants: TenancySettings = Field(default_factory=TenancySettings)
     # INFERQ_WEBHOOK_* and INFERQ_CALLBACK_HOSTS: delivery of callback_url webhooks, shared with ingest.
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
+    # The group the replicas share: not to read (each reads every partition itself) but to decide
+    # which replica sends each reply partition's webhooks (`ownership`); its offsets are done watermarks.
     group_id: str = "inferq-results"
+    # How soon a replica that died without leaving is declared dead and its partitions' webhooks
+    # move to a survivor (the brokers' group.min.session.timeout.ms must allow it; 6 s by default).
+    session_timeout_ms: int = Field(default=10_000, ge=1_000, le=300_000)
     # Which reply topics this service serves: None, the results topic; a region's name, that
     # region's (<prefix>.results.<region>); "all", the results topic and every regional one.
     region: str | None = None

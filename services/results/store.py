@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
 from inferq.messaging.records import InferenceResult
+from inferq.messaging.reply_positions import ReplyPartition, ReplySource
 from inferq.results.errors import StoreNotOpenError
 from inferq.results.table import ResultsTable, StoredHook
 
@@ -92,11 +93,24 @@ class ResultStore:
         # A second caller waits for the first close rather than returning before it is done.
         await asyncio.shield(self._closing)
 
-    async def put_many(self, results: Iterable[InferenceResult]) -> tuple[int, int]:
-        """Store results in one transaction; returns (stored, duplicates dropped)."""
-        # Materialised here: the caller's iterable is not to be walked from another thread.
+    async def put_many(
+        self,
+        results: Iterable[InferenceResult],
+        *,
+        sources: Sequence[ReplySource] | None = None,
+        positions: Mapping[ReplyPartition, int] | None = None,
+    ) -> tuple[int, int]:
+        """Store results in one transaction; returns (stored, duplicates dropped). `sources` and
+        `positions`: see `ResultsTable.put_many` (the records read, how far each partition was read)."""
+        # Materialised here: the caller's iterables are not to be walked from another thread.
         batch = tuple(results)
-        return await self._on_table(lambda table: table.put_many(batch))
+        froms = tuple(sources) if sources is not None else None
+        upto = dict(positions) if positions is not None else None
+        return await self._on_table(lambda table: table.put_many(batch, sources=froms, positions=upto))
+
+    async def positions(self) -> dict[ReplyPartition, int]:
+        """How far each reply partition was read and stored (the next offset): where to resume."""
+        return await self._on_table(ResultsTable.positions)
 
     async def get(self, tenant: str, request_id: str) -> InferenceResult | None:
         """The first result stored for `tenant`'s `request_id`, or None (also when it is past

@@ -15,6 +15,10 @@ does not serve them even before the purge ran) and by count (`max_rows`: past it
 stored first are deleted first, after every batch). Age counts from `stored_at_ms`, this service's
 own clock, not a time the record carries: a record cannot make itself immortal.
 
+Beside the results, `reply_positions` holds how far each reply partition was read (the offset of
+the next record), written in the same transaction as the batch read up to there: a replica
+restarted resumes exactly after what it stored, with no consumer group and no Kafka commit.
+
 A `ResultsTable` is one sqlite3 connection, which belongs to the thread that opened it (sqlite3
 refuses it anywhere else) and blocks while it works: the service reaches it only through
 `inferq.results.store.ResultStore`, whose worker thread owns it.
@@ -26,11 +30,12 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from inferq.messaging.records import InferenceResult
+from inferq.messaging.reply_positions import ReplyPartition, ReplySource
 
 _TABLE = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -74,6 +79,18 @@ _INSERT = (
     f"VALUES ({', '.join('?' for _ in _COLUMNS)})"
 )
 _RECORD_COLUMNS = _COLUMNS[:-1]
+_POSITIONS = """
+CREATE TABLE IF NOT EXISTS reply_positions (
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+)
+"""
+_SAVE_POSITION = (
+    "INSERT INTO reply_positions (topic, partition, next_offset) VALUES (?, ?, ?) "
+    "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = MAX(next_offset, excluded.next_offset)"
+)
 
 
 def _now_ms() -> int:
@@ -87,8 +104,15 @@ class StoredHook(Protocol):
     def prepare(self, db: sqlite3.Connection) -> None:
         """Create what it needs (once the results table exists)."""
 
-    def stored(self, db: sqlite3.Connection, result: InferenceResult, stored_at_ms: int) -> None:
-        """`result` was just stored (not a duplicate), inside the still open transaction."""
+    def stored(
+        self,
+        db: sqlite3.Connection,
+        result: InferenceResult,
+        stored_at_ms: int,
+        source: ReplySource | None,
+    ) -> None:
+        """`result` was just stored (not a duplicate), inside the still open transaction; `source`
+        is the record it was read from (None when the caller did not say)."""
 
 
 class ResultsTable:
@@ -123,6 +147,7 @@ class ResultsTable:
         self._add_stored_at()
         self._key_by_tenant()
         self._db.execute(_INDEX)
+        self._db.execute(_POSITIONS)
         self._hooks = tuple(hooks)
         for hook in self._hooks:
             hook.prepare(self._db)
@@ -163,27 +188,45 @@ class ResultsTable:
         """The connection, for what lives beside the results (`hooks`): same thread rules."""
         return self._db
 
-    def put_many(self, results: Iterable[InferenceResult]) -> tuple[int, int]:
+    def put_many(
+        self,
+        results: Iterable[InferenceResult],
+        *,
+        sources: Sequence[ReplySource] | None = None,
+        positions: Mapping[ReplyPartition, int] | None = None,
+    ) -> tuple[int, int]:
         """Store results in one transaction; returns (stored, duplicates dropped). Past `max_rows`,
-        the oldest results are deleted in the same transaction."""
+        the oldest results are deleted in the same transaction. `sources` (one per result, in
+        order) says which record each came from; `positions` (the next offset to read, per
+        partition) is saved in the same transaction, never moving back."""
+        batch = tuple(results)
+        if sources is not None and len(sources) != len(batch):
+            raise ValueError(f"{len(sources)} sources for {len(batch)} results")
         stored = duplicates = 0
         stored_at_ms = self._clock_ms()
         with self._recounted_on_error(), self._db:
             self._db.execute("BEGIN")
-            for result in results:
+            for index, result in enumerate(batch):
                 record = result.to_record()
                 row = [record[c] for c in _RECORD_COLUMNS] + [stored_at_ms]
                 row[_COLUMNS.index("usage")] = json.dumps(record["usage"]) if record["usage"] else None
                 cursor = self._db.execute(_INSERT, row)
                 if cursor.rowcount == 1:
                     stored += 1
+                    source = sources[index] if sources is not None else None
                     for hook in self._hooks:
-                        hook.stored(self._db, result, stored_at_ms)
+                        hook.stored(self._db, result, stored_at_ms, source)
                 else:
                     duplicates += 1
+            for where, next_offset in (positions or {}).items():
+                self._db.execute(_SAVE_POSITION, (where.topic, where.partition, next_offset))
             self._rows += stored
             self._evict_oldest()
         return stored, duplicates
+
+    def positions(self) -> dict[ReplyPartition, int]:
+        """How far each reply partition was read: the offset of the next record to store."""
+        return stored_positions(self._db)
 
     def get(
         self, tenant: str, request_id: str, *, stored_since_ms: int | None = None
@@ -239,3 +282,9 @@ class ResultsTable:
         ).rowcount
         self._rows -= evicted
         return evicted
+
+
+def stored_positions(db: sqlite3.Connection) -> dict[ReplyPartition, int]:
+    """How far each reply partition was stored (the next offset), read on `db` (the store's worker)."""
+    rows = db.execute("SELECT topic, partition, next_offset FROM reply_positions")
+    return {ReplyPartition(topic, partition): next_offset for topic, partition, next_offset in rows}

@@ -15,7 +15,9 @@ from typing import Protocol
 from inferq.messaging.dead_letters import DeadLetters, DurableProducer, Headers, RecordProducer
 from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.records import InferenceResult
+from inferq.results.ownership import WebhookOwnership
 from inferq.results.settings import ResultsSettings
+from inferq.results.store import ResultStore
 from inferq.results.view import public_view
 from inferq.telemetry import meter
 from inferq.webhooks.backoff import Backoff
@@ -24,7 +26,7 @@ from inferq.webhooks.guard import AddressGuard
 from inferq.webhooks.metrics import WebhookMetrics
 from inferq.webhooks.outbox import WebhookOutbox
 from inferq.webhooks.policy import CallbackPolicy
-from inferq.webhooks.sender import OutboxStore, TenantLookup, WebhookSender
+from inferq.webhooks.sender import TenantLookup, WebhookSender
 
 
 class StoppableProducer(RecordProducer, Protocol):
@@ -61,12 +63,23 @@ def result_body(result: InferenceResult) -> bytes:
 
 class ResultWebhooks:
     """`outbox` goes to the store (`ResultStore(hooks=[webhooks.outbox])`); `start(store)` starts the
-    sender on it, `stop()` stops it (deliveries in flight stay in the outbox)."""
+    sender on it, and with `replicated` this replica's membership of the results group, which says
+    which reply partitions' deliveries it sends (`ownership`; without it, it sends every row: a
+    test's single process). `stop()` gives the partitions up (in-flight deliveries drained, the
+    watermark committed, the group left), then stops the sender (deliveries still in flight stay
+    in the outbox)."""
 
     def __init__(
-        self, settings: ResultsSettings, tenants: TenantLookup, *, producer: StoppableProducer | None = None
+        self,
+        settings: ResultsSettings,
+        tenants: TenantLookup,
+        *,
+        producer: StoppableProducer | None = None,
+        replicated: bool = True,
     ) -> None:
         hooks = settings.webhooks
+        self._results_settings = settings
+        self._replicated = replicated
         self._kafka = settings.kafka
         self.outbox = WebhookOutbox(result_body)
         self._tenants = tenants
@@ -90,20 +103,24 @@ class ResultWebhooks:
         self._settings = hooks
         self._metrics = WebhookMetrics(meter("inferq.results"))
         self.sender: WebhookSender | None = None
+        self.ownership: WebhookOwnership | None = None
 
     @property
     def failed(self) -> bool:
-        return self.sender is not None and self.sender.failed
+        sender_failed = self.sender is not None and self.sender.failed
+        return sender_failed or (self.ownership is not None and self.ownership.failed)
 
     @property
     def topics(self) -> list[str]:
         """The topics this writes to (the DLQ): the service checks they exist with its own."""
         return [self._kafka.topics.dlq]
 
-    async def start(self, store: OutboxStore) -> None:
-        """Start the sender on `store`."""
+    async def start(self, store: ResultStore) -> None:
+        """Start the sender on `store`, then (replicated) join the results group."""
         await self._poster.start()
-        self.sender = WebhookSender(
+        if self._replicated:
+            self.ownership = WebhookOwnership(self._results_settings, store, self.outbox)
+        sender = self.sender = WebhookSender(
             store,
             self.outbox,
             self._policy,
@@ -114,10 +131,18 @@ class ResultWebhooks:
             self._metrics,
             max_in_flight=self._settings.max_in_flight,
             poll_interval_s=self._settings.poll_interval_s,
+            owner=self.ownership,
         )
-        await self.sender.start()
+        await sender.start()
+        if self.ownership is not None:
+            self.ownership.on_release(
+                lambda moving, timeout_s: sender.drain(moving, timeout_s=timeout_s), sender.wake
+            )
+            await self.ownership.start()
 
     async def stop(self) -> None:
+        if self.ownership is not None:
+            await self.ownership.stop()
         if self.sender is not None:
             await self.sender.stop()
         await self._poster.stop()

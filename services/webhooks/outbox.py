@@ -8,6 +8,16 @@ loses nothing: the sender reads the rows back and goes on. A row holds what ever
 the next attempt is due and how many were made; it is deleted once the delivery is over
 (delivered, 410 Gone, or dead-lettered).
 
+Every results replica holds every result, so every replica writes the same rows; the replica that
+owns a reply partition (`inferq.results.ownership`) sends that partition's rows. So that a successor
+can tell what its predecessor finished, a row remembers its source record (topic, partition,
+offset), and `webhook_done_below` holds, per partition, the offset below which every delivery is
+over (the owner's committed watermark): rows below it are deleted, and a result read later from
+below it queues nothing. The delivery id is derived from the result (tenant, request id, the
+dispatcher and time that completed it), so every replica's row for one result carries the same id,
+and a delivery sent again by a successor is one receivers deduplicate. A row without a source
+(written before replicas, or by a caller that did not say) is sent by whichever replica holds it.
+
 `WebhookOutbox` is synchronous and runs on the result store's worker thread: `prepare` and
 `stored` are the results table's hook (`inferq.results.table.StoredHook`), the other methods
 are called through `ResultStore.on_connection`.
@@ -17,10 +27,12 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from inferq.messaging.records import InferenceResult
+from inferq.messaging.reply_positions import ReplyPartition, ReplySource
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS webhook_outbox (
@@ -35,8 +47,26 @@ CREATE TABLE IF NOT EXISTS webhook_outbox (
     last_error TEXT
 )
 """
+# Added for replicas (a database from before gets them, NULL in its rows: sent by their holder).
+_SOURCE_COLUMNS = {"topic": "TEXT", "partition": "INTEGER", "source_offset": "INTEGER"}
 _INDEX = "CREATE INDEX IF NOT EXISTS webhook_outbox_due ON webhook_outbox (next_attempt_at_ms)"
-_COLUMNS = "delivery_id, tenant, request_id, callback_url, body, stored_at_ms, attempts, last_error"
+_SOURCE_INDEX = (
+    "CREATE INDEX IF NOT EXISTS webhook_outbox_source ON webhook_outbox (topic, partition, source_offset)"
+)
+_DONE = """
+CREATE TABLE IF NOT EXISTS webhook_done_below (
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+)
+"""
+_COLUMNS = (
+    "delivery_id, tenant, request_id, callback_url, body, stored_at_ms, attempts, last_error, "
+    "topic, partition, source_offset"
+)
+# The namespace of derived delivery ids (a constant: every replica derives the same id).
+_DELIVERY_NAMESPACE = uuid.UUID("0b6c3f2e-5d0e-4c55-9a57-1f4e3c1a7d21")
 
 
 @dataclass(frozen=True)
@@ -51,10 +81,37 @@ class PendingDelivery:
     stored_at_ms: int
     attempts: int = 0
     last_error: str | None = None
+    # The record its result came from; None for a row from before replicas.
+    source: ReplySource | None = None
 
 
-def _new_id() -> str:
-    return str(uuid.uuid4())
+def delivery_id_of(result: InferenceResult) -> str:
+    """The same id on every replica for the same stored result; another result for a request id
+    used again later (another completion) gets another."""
+    name = "\n".join((result.tenant, result.request_id, result.dispatcher_id, str(result.completed_at_ms)))
+    return str(uuid.uuid5(_DELIVERY_NAMESPACE, name))
+
+
+def _pending(row: Sequence[Any]) -> PendingDelivery:
+    """A row of `_COLUMNS` as the sender sees it."""
+    delivery_id, tenant, request_id, url, body, stored_at_ms, attempts, last_error, *where = tuple(row)
+    topic, partition, offset = where
+    source = None if topic is None else ReplySource(topic, partition, offset)
+    return PendingDelivery(
+        delivery_id, tenant, request_id, url, body, stored_at_ms, attempts, last_error, source
+    )
+
+
+def _owned_clause(owned: Collection[ReplyPartition] | None) -> tuple[str, list[object]]:
+    """SQL (and its parameters) keeping the rows `owned` covers: all with None, else the rows of
+    those partitions and the rows without a source."""
+    if owned is None:
+        return "1", []
+    if not owned:
+        return "topic IS NULL", []
+    values = ", ".join("(?, ?)" for _ in owned)
+    params: list[object] = [v for where in owned for v in (where.topic, where.partition)]
+    return f"(topic IS NULL OR (topic, partition) IN (VALUES {values}))", params
 
 
 class WebhookOutbox:
@@ -62,7 +119,10 @@ class WebhookOutbox:
     `on_enqueued` is called (on the worker thread) when a row is added: the sender's wake-up."""
 
     def __init__(
-        self, body_of: Callable[[InferenceResult], bytes], *, new_id: Callable[[], str] = _new_id
+        self,
+        body_of: Callable[[InferenceResult], bytes],
+        *,
+        new_id: Callable[[InferenceResult], str] = delivery_id_of,
     ) -> None:
         self._body_of = body_of
         self._new_id = new_id
@@ -72,40 +132,109 @@ class WebhookOutbox:
 
     def prepare(self, db: sqlite3.Connection) -> None:
         db.execute(_SCHEMA)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(webhook_outbox)")}
+        for name, kind in _SOURCE_COLUMNS.items():
+            if name not in columns:
+                db.execute(f"ALTER TABLE webhook_outbox ADD COLUMN {name} {kind}")
         db.execute(_INDEX)
+        db.execute(_SOURCE_INDEX)
+        db.execute(_DONE)
 
-    def stored(self, db: sqlite3.Connection, result: InferenceResult, stored_at_ms: int) -> None:
-        """Inside the transaction that stored `result` (first of its request): queue its delivery."""
+    def stored(
+        self,
+        db: sqlite3.Connection,
+        result: InferenceResult,
+        stored_at_ms: int,
+        source: ReplySource | None = None,
+    ) -> None:
+        """Inside the transaction that stored `result` (first of its request): queue its delivery,
+        unless its record lies below its partition's done watermark (its owner finished it)."""
         if result.callback_url is None:
             return
+        if source is not None and source.offset < self._done_below(db, source.where):
+            return
         db.execute(
-            "INSERT INTO webhook_outbox (delivery_id, tenant, request_id, callback_url, body, "
-            "stored_at_ms, next_attempt_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO webhook_outbox (delivery_id, tenant, request_id, callback_url, body, "
+            "stored_at_ms, next_attempt_at_ms, topic, partition, source_offset) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                self._new_id(),
+                self._new_id(result),
                 result.tenant,
                 result.request_id,
                 result.callback_url,
                 self._body_of(result),
                 stored_at_ms,
                 stored_at_ms,
+                source.topic if source is not None else None,
+                source.partition if source is not None else None,
+                source.offset if source is not None else None,
             ),
         )
         self.on_enqueued()
 
+    # --- which replica sends, and what is done ---------------------------------------------------------
+
+    def _done_below(self, db: sqlite3.Connection, where: ReplyPartition) -> int:
+        row = db.execute(
+            "SELECT next_offset FROM webhook_done_below WHERE topic = ? AND partition = ?",
+            (where.topic, where.partition),
+        ).fetchone()
+        return -1 if row is None else int(row[0])
+
+    def mark_done_below(self, db: sqlite3.Connection, marks: Mapping[ReplyPartition, int]) -> int:
+        """Every delivery of a record below `marks[partition]` is over (its owner committed so):
+        remember it (never moving back) and delete those rows; returns how many were deleted."""
+        deleted = 0
+        with db:
+            db.execute("BEGIN")
+            for where, next_offset in marks.items():
+                db.execute(
+                    "INSERT INTO webhook_done_below (topic, partition, next_offset) VALUES (?, ?, ?) "
+                    "ON CONFLICT (topic, partition) DO UPDATE "
+                    "SET next_offset = MAX(next_offset, excluded.next_offset)",
+                    (where.topic, where.partition, next_offset),
+                )
+                deleted += db.execute(
+                    "DELETE FROM webhook_outbox WHERE topic = ? AND partition = ? AND source_offset < ?",
+                    (where.topic, where.partition, next_offset),
+                ).rowcount
+        return deleted
+
+    def first_pending(
+        self, db: sqlite3.Connection, partitions: Iterable[ReplyPartition]
+    ) -> dict[ReplyPartition, int]:
+        """Per partition with rows, the lowest source offset still owed (the owner's watermark
+        cannot pass it)."""
+        found: dict[ReplyPartition, int] = {}
+        for where in partitions:
+            row = db.execute(
+                "SELECT MIN(source_offset) FROM webhook_outbox WHERE topic = ? AND partition = ?",
+                (where.topic, where.partition),
+            ).fetchone()
+            if row is not None and row[0] is not None:
+                found[where] = int(row[0])
+        return found
+
     # --- the sender's side -------------------------------------------------------------------------
 
     def due(
-        self, db: sqlite3.Connection, *, now_ms: int, limit: int, exclude: Collection[str] = ()
+        self,
+        db: sqlite3.Connection,
+        *,
+        now_ms: int,
+        limit: int,
+        exclude: Collection[str] = (),
+        owned: Collection[ReplyPartition] | None = None,
     ) -> list[PendingDelivery]:
         """At most `limit` deliveries due at `now_ms`, the longest due first, leaving out `exclude`
-        (those in flight)."""
+        (those in flight); with `owned`, only those of these partitions (and rows without a source)."""
+        where, params = _owned_clause(owned)
         rows = db.execute(
-            f"SELECT {_COLUMNS} FROM webhook_outbox WHERE next_attempt_at_ms <= ? "  # noqa: S608 - constant columns
+            f"SELECT {_COLUMNS} FROM webhook_outbox WHERE next_attempt_at_ms <= ? AND {where} "  # noqa: S608 - constant columns, placeholders
             "ORDER BY next_attempt_at_ms LIMIT ?",
-            (now_ms, limit + len(exclude)),
+            (now_ms, *params, limit + len(exclude)),
         ).fetchall()
-        found = [PendingDelivery(*tuple(row)) for row in rows if row[0] not in exclude]
+        found = [_pending(row) for row in rows if row[0] not in exclude]
         return found[:limit]
 
     def reschedule(
@@ -124,12 +253,15 @@ class WebhookOutbox:
             db.execute("BEGIN")
             db.execute("DELETE FROM webhook_outbox WHERE delivery_id = ?", (delivery_id,))
 
-    def pending(self, db: sqlite3.Connection) -> int:
-        return int(db.execute("SELECT COUNT(*) FROM webhook_outbox").fetchone()[0])
+    def pending(self, db: sqlite3.Connection, owned: Collection[ReplyPartition] | None = None) -> int:
+        """Deliveries owed (with `owned`: by this replica, see `due`)."""
+        where, params = _owned_clause(owned)
+        query = f"SELECT COUNT(*) FROM webhook_outbox WHERE {where}"  # noqa: S608 - placeholders only
+        return int(db.execute(query, params).fetchone()[0])
 
     def get(self, db: sqlite3.Connection, delivery_id: str) -> PendingDelivery | None:
         row = db.execute(
             f"SELECT {_COLUMNS} FROM webhook_outbox WHERE delivery_id = ?",  # noqa: S608 - constant columns
             (delivery_id,),
         ).fetchone()
-        return None if row is None else PendingDelivery(*tuple(row))
+        return None if row is None else _pending(row)

@@ -15,6 +15,11 @@ A row is deleted only after its delivery is over and, for a dead letter, after t
 acknowledged it; a crash before that means the attempt is made again after the restart, with the
 same delivery id (at least once: receivers deduplicate by ``Inferq-Delivery``). The sender is woken
 when a result with a callback is stored, and otherwise reads the outbox every `poll_interval_s`.
+
+With results replicas every replica holds every row; an `owner` (`PartitionOwner`) says which reply
+partitions' rows this replica sends, is told when a delivery ended (so it can move the partition's
+done watermark on), and, when partitions move to another replica, `drain` lets the deliveries in
+flight there finish (bounded) before the successor starts.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import logging
 import random
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol, TypeVar
 
 from inferq.messaging.dead_letters import (
@@ -37,6 +42,7 @@ from inferq.messaging.dead_letters import (
     DeadLetters,
     Headers,
 )
+from inferq.messaging.reply_positions import ReplyPartition
 from inferq.supervised import SupervisedTask
 from inferq.tenancy.model import Tenant
 from inferq.webhooks.backoff import Backoff
@@ -71,6 +77,16 @@ class TenantLookup(Protocol):
     def tenant(self, name: str) -> Tenant | None: ...
 
 
+class PartitionOwner(Protocol):
+    """Which reply partitions' deliveries this replica sends (`inferq.results.ownership`)."""
+
+    def owned(self) -> Collection[ReplyPartition]:
+        """The partitions whose deliveries are this replica's now."""
+
+    def delivery_ended(self) -> None:
+        """A delivery is over and its row deleted: the done watermark may move on."""
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -91,6 +107,7 @@ class WebhookSender:
         poll_interval_s: float = 1.0,
         clock_ms: Callable[[], int] = _now_ms,
         uniform: Callable[[float, float], float] = random.uniform,
+        owner: PartitionOwner | None = None,
     ) -> None:
         self._store = store
         self._outbox = outbox
@@ -104,7 +121,10 @@ class WebhookSender:
         self._poll_interval_s = poll_interval_s
         self._clock_ms = clock_ms
         self._uniform = uniform
+        self._owner = owner
         self._in_flight: dict[str, asyncio.Task[None]] = {}
+        # The partition of each delivery in flight that has a source: what `drain` waits for.
+        self._in_flight_at: dict[str, ReplyPartition] = {}
         self._wake = asyncio.Event()
         self._task = SupervisedTask(
             "webhook-sender",
@@ -140,6 +160,29 @@ class WebhookSender:
         if in_flight:
             await asyncio.wait(in_flight, timeout=STOP_TIMEOUT_S)
 
+    def wake(self) -> None:
+        """Read the outbox now (partitions were just taken over)."""
+        self._wake.set()
+
+    async def drain(self, partitions: Collection[ReplyPartition], *, timeout_s: float) -> int:
+        """Wait up to `timeout_s` for the deliveries in flight from `partitions` (no longer owned:
+        none starts there any more), then cancel those left (their rows stay, for the successor);
+        returns how many were cancelled."""
+        moving = set(partitions)
+        running = [
+            task
+            for delivery_id, task in self._in_flight.items()
+            if self._in_flight_at.get(delivery_id) in moving
+        ]
+        if not running:
+            return 0
+        _, left = await asyncio.wait(running, timeout=timeout_s)
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.wait(left, timeout=STOP_TIMEOUT_S)
+        return len(left)
+
     async def _run(self) -> None:
         while True:
             # Cleared before the read: a row queued during it wakes the next wait at once.
@@ -155,20 +198,29 @@ class WebhookSender:
             return 0
         now_ms = self._clock_ms()
         busy = set(self._in_flight)
+        owned = frozenset(self._owner.owned()) if self._owner is not None else None
         due, self._metrics.pending = await self._store.on_connection(
             lambda db: (
-                self._outbox.due(db, now_ms=now_ms, limit=free, exclude=busy),
-                self._outbox.pending(db),
+                self._outbox.due(db, now_ms=now_ms, limit=free, exclude=busy, owned=owned),
+                self._outbox.pending(db, owned),
             )
         )
+        started = 0
         for delivery in due:
+            if self._owner is not None and delivery.source is not None:
+                # Read before the partition moved away (the read ran on the worker): not ours now.
+                if delivery.source.where not in self._owner.owned():
+                    continue
+                self._in_flight_at[delivery.delivery_id] = delivery.source.where
             task = asyncio.create_task(self._deliver(delivery), name=f"webhook-{delivery.delivery_id}")
             self._in_flight[delivery.delivery_id] = task
             task.add_done_callback(functools.partial(self._finished, delivery.delivery_id))
-        return len(due)
+            started += 1
+        return started
 
     def _finished(self, delivery_id: str, task: asyncio.Task[None]) -> None:
         self._in_flight.pop(delivery_id, None)
+        self._in_flight_at.pop(delivery_id, None)
         self._wake.set()  # a slot is free
         if not task.cancelled() and task.exception() is not None:
             log.error("webhook delivery %s failed unexpectedly", delivery_id, exc_info=task.exception())
@@ -264,3 +316,5 @@ class WebhookSender:
 
     async def _remove(self, delivery: PendingDelivery) -> None:
         await self._store.on_connection(lambda db: self._outbox.remove(db, delivery.delivery_id))
+        if self._owner is not None:
+            self._owner.delivery_ended()

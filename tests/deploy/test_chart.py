@@ -96,7 +96,7 @@ def test_the_replicas_are_the_values():
     def replicas(*args: str) -> dict[str, int]:
         return {d["metadata"]["name"]: d["spec"]["replicas"] for d in of_kind(manifests(*args), "Deployment")}
 
-    assert replicas() == {"inferq-ingest": 2, "inferq-results": 1, "inferq-dispatcher": 2}
+    assert replicas() == {"inferq-ingest": 2, "inferq-results": 2, "inferq-dispatcher": 2}
     assert replicas(*OVERRIDES)["inferq-results"] == 3
 
 

@@ -1,5 +1,5 @@
 """Regional reply topics under ACLs (the secured broker): the dispatcher writes a region's results,
-the results principal reads one region's or, by pattern, every region's, each in its own group."""
+the results principal reads one region's or, by pattern, every region's (every partition, no group)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from inferq.messaging.admin import create_topics
 from inferq.messaging.kafka_config import KafkaSettings
-from inferq.results.app import kafka_result_feed
+from inferq.results.feed import KafkaResultFeed
 from inferq.results.settings import ResultsSettings
 from inferq.tools.broker.broker import LocalBroker
 from inferq.tools.broker.security import ADMIN
@@ -21,7 +21,11 @@ pytestmark = pytest.mark.kafka
 async def read_feed(results: KafkaSettings, prefix: str, region: str, expect: int) -> list[tuple[str, bytes]]:
     """What the results service's own consumer for `region` reads: (topic, value), `expect` of them."""
     service = ResultsSettings(kafka=results, group_id=f"{prefix}-results", region=region)
-    feed = kafka_result_feed(service)
+
+    async def nothing_stored() -> dict[object, int]:
+        return {}
+
+    feed = KafkaResultFeed(service, nothing_stored)
     await feed.start()
     read: list[tuple[str, bytes]] = []
     try:
@@ -29,7 +33,6 @@ async def read_feed(results: KafkaSettings, prefix: str, region: str, expect: in
             while len(read) < expect:
                 batches = await feed.getmany(timeout_ms=500, max_records=100)
                 read += [(tp.topic, r.value or b"") for tp, records in batches.items() for r in records]
-        await feed.commit()
     finally:
         await feed.stop()
     return read

@@ -201,21 +201,23 @@ class FakeRecord:
 
 
 class FakeResultFeed:
-    """A stand-in for the reply topic's consumer: `getmany` hands out the batches the test `push`es
-    (waiting up to `timeout_ms` for one), `commit` records how many batches were handed out by then.
+    """A stand-in for the reply topic's reader: `getmany` hands out the batches the test `push`es
+    (waiting up to `timeout_ms` for one), offsets counting from 0 (or `first_offset`); it is caught
+    up once every batch pushed was handed out.
 
     `push` may be called from another thread (a test driving the app through `TestClient`).
     """
 
-    def __init__(self, topic: str = "inferq.results", events: list[str] | None = None) -> None:
+    def __init__(
+        self, topic: str = "inferq.results", events: list[str] | None = None, *, first_offset: int = 0
+    ) -> None:
         self.partition = FakePartition(topic, 0)
         self._batches: asyncio.Queue[tuple[list[bytes | None], tuple[tuple[str, bytes], ...]]] = (
             asyncio.Queue()
         )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._next_offset = 0
+        self._next_offset = first_offset
         self.handed_out = 0
-        self.commits: list[int] = []
         self.events = events if events is not None else []
 
     def push(self, values: Sequence[bytes | None], *, headers: Sequence[tuple[str, bytes]] = ()) -> None:
@@ -243,9 +245,8 @@ class FakeResultFeed:
         self.handed_out += 1
         return {self.partition: records}
 
-    async def commit(self) -> None:
-        self.events.append("feed.commit")
-        self.commits.append(self.handed_out)
+    async def caught_up(self) -> bool:
+        return self._batches.empty()
 
 
 class DyingResultFeed(FakeResultFeed):

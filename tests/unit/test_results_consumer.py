@@ -1,4 +1,5 @@
-"""The results consumer alone: a fake feed, the real store; commit only after the batch is stored."""
+"""The results reader alone: a fake feed, the real store; how far each partition was read is stored
+with the batch, a restart resumes after it, and the reader is ready once caught up."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from aiokafka.errors import KafkaConnectionError
 
 from inferq.messaging.codec import chunk_codec, result_codec
 from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk
+from inferq.messaging.reply_positions import ReplyPartition
 from inferq.results import consumer as consumer_module
 from inferq.results.consumer import ResultConsumer, ResultsMetrics
 from inferq.results.store import ResultStore
@@ -20,41 +22,86 @@ from tests.support.fakes import a_result as result
 CODEC = result_codec()
 
 
-class StoreCheckingFeed(FakeResultFeed):
-    """Notes, at each commit, how many results the store already holds."""
-
-    def __init__(self, store: ResultStore) -> None:
-        super().__init__()
-        self.store = store
-        self.stored_at_commit: list[int] = []
-
-    async def commit(self) -> None:
-        self.stored_at_commit.append(await self.store.count())
-        await super().commit()
+PARTITION = ReplyPartition("inferq.results", 0)
 
 
-def test_a_batch_is_stored_before_its_offsets_are_committed(tmp_path, caplog):
+def test_a_batch_is_stored_with_how_far_its_partition_was_read(tmp_path, caplog):
     caplog.set_level(logging.ERROR, logger="inferq.results")
     reader = InMemoryMetrics()
 
-    async def scenario() -> StoreCheckingFeed:
+    async def scenario() -> list[dict[ReplyPartition, int]]:
         async with ResultStore(tmp_path / "r.db") as store:
-            feed = StoreCheckingFeed(store)
+            feed = FakeResultFeed()
             consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(reader.meter))
             feed.push([CODEC.encode(result("a")), b"\x00garbage", None, CODEC.encode(result("b"))])
             feed.push([CODEC.encode(result("a", status="FAILED")), CODEC.encode(result("c"))])
-            for _ in range(3):  # the third fetch finds nothing: no commit for it
+            positions = []
+            for _ in range(3):  # the third fetch finds nothing
                 await consumer.consume_once(feed)
+                positions.append(await store.positions())
             assert (await store.get("default", "a")).status == "OK"
-            return feed
+            return positions
 
-    feed = asyncio.run(scenario())
-    assert feed.stored_at_commit == [2, 3]
-    assert feed.commits == [1, 2]
+    assert asyncio.run(scenario()) == [{PARTITION: 4}, {PARTITION: 6}, {PARTITION: 6}]
     assert reader.points("inferq_results_stored_total") == {frozenset(): 3}
     assert reader.points("inferq_results_duplicates_total") == {frozenset(): 1}
     assert reader.points("inferq_results_undecodable_total") == {frozenset(): 2}
     assert "undecodable result inferq.results[0]@1 skipped" in caplog.text
+
+
+def test_a_restarted_reader_passes_over_what_it_stored_before_and_goes_on_after_it(tmp_path):
+    reader = InMemoryMetrics()
+
+    async def scenario() -> tuple[str, str, dict[ReplyPartition, int]]:
+        async with ResultStore(tmp_path / "r.db") as store:
+            first = FakeResultFeed()
+            consumer = ResultConsumer(lambda: first, store, CODEC, ResultsMetrics(InMemoryMetrics().meter))
+            first.push([CODEC.encode(result("a")), CODEC.encode(result("b"))])
+            await consumer.consume_once(first)
+        async with ResultStore(tmp_path / "r.db") as store:
+            # The feed hands offset 0 out again (a seek lost, a partition re-assigned from its start).
+            again = FakeResultFeed()
+            consumer = ResultConsumer(lambda: again, store, CODEC, ResultsMetrics(reader.meter))
+            replayed = [result("a", status="FAILED"), result("b"), result("c")]
+            again.push([CODEC.encode(r) for r in replayed])
+            await consumer.start()
+            async with asyncio.timeout(5.0):
+                await consumer.ready.wait()
+            await consumer.stop()
+            a, c = await store.get("default", "a"), await store.get("default", "c")
+            return a.status, c.status, await store.positions()
+
+    assert asyncio.run(scenario()) == ("OK", "OK", {PARTITION: 3})
+    # Passed over, not even read as duplicates: the two records below the stored position.
+    assert reader.points("inferq_results_duplicates_total") == {frozenset(): 0}
+    assert reader.points("inferq_results_stored_total") == {frozenset(): 1}
+
+
+def test_ready_only_once_everything_written_before_the_start_is_stored(tmp_path):
+    class Backlog(FakeResultFeed):
+        async def getmany(self, **kwargs):
+            # One record per fetch: the backlog takes three fetches to read.
+            return await super().getmany(timeout_ms=kwargs["timeout_ms"], max_records=1)
+
+    async def scenario() -> list[tuple[bool, int]]:
+        async with ResultStore(tmp_path / "r.db") as store:
+            feed = Backlog()
+            consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter))
+            for name in "abc":
+                feed.push([CODEC.encode(result(name))])
+            seen: list[tuple[bool, int]] = []
+            await consumer.start()
+            async with asyncio.timeout(5.0):
+                while not consumer.ready.is_set():
+                    seen.append((consumer.ready.is_set(), await store.count()))
+                    await asyncio.sleep(0.001)
+            seen.append((consumer.ready.is_set(), await store.count()))
+            await consumer.stop()
+            return seen
+
+    seen = asyncio.run(scenario())
+    assert seen[-1] == (True, 3)
+    assert all(count < 3 for ready, count in seen if not ready)
 
 
 def test_consumption_outlives_a_broker_error_and_stops_cleanly(tmp_path, monkeypatch, caplog):
@@ -86,23 +133,23 @@ def test_consumption_outlives_a_broker_error_and_stops_cleanly(tmp_path, monkeyp
             return ready
 
     assert asyncio.run(scenario()) is True
-    assert events == ["feed.start", "feed.commit", "feed.stop"]
+    assert events == ["feed.start", "feed.stop"]
     assert "consuming results failed, trying again in 1 s" in caplog.text
 
 
 @pytest.mark.parametrize("value", [b"", b"\xc3\x01" + b"\x00" * 8])
-def test_poison_alone_still_commits(tmp_path, value):
-    async def scenario() -> list[int]:
+def test_poison_alone_still_moves_the_position_on(tmp_path, value):
+    async def scenario() -> dict[ReplyPartition, int]:
         async with ResultStore(tmp_path / "r.db") as store:
             feed = FakeResultFeed()
             consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter))
             feed.push([value])
             await consumer.consume_once(feed)
             assert await store.count() == 0
-            return feed.commits
+            return await store.positions()
 
-    # The record can never be stored: committing it is what keeps the partition moving.
-    assert asyncio.run(scenario()) == [1]
+    # The record can never be stored: reading past it is what keeps a restart from reading it again.
+    assert asyncio.run(scenario()) == {PARTITION: 1}
 
 
 def test_chunks_of_a_streamed_answer_are_passed_over_not_stored_nor_poison(tmp_path, caplog):
@@ -111,7 +158,7 @@ def test_chunks_of_a_streamed_answer_are_passed_over_not_stored_nor_poison(tmp_p
     chunk = InferenceChunk("a", "default", 1, 0, "par", "m", 10, "d")
     marked = [(KIND_HEADER, CHUNK_KIND)]
 
-    async def scenario() -> tuple[object, int, FakeResultFeed]:
+    async def scenario() -> tuple[object, int, dict[ReplyPartition, int]]:
         async with ResultStore(tmp_path / "r.db") as store:
             feed = FakeResultFeed()
             consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(reader.meter))
@@ -127,12 +174,12 @@ def test_chunks_of_a_streamed_answer_are_passed_over_not_stored_nor_poison(tmp_p
             feed.push([b"\x00not avro"], headers=marked)
             for _ in range(3):
                 await consumer.consume_once(feed)
-            return await store.get("default", "a"), await store.count(), feed
+            return await store.get("default", "a"), await store.count(), await store.positions()
 
-    stored, count, feed = asyncio.run(scenario())
+    stored, count, positions = asyncio.run(scenario())
     assert stored is not None and stored.status == "OK"
     assert count == 1
-    assert feed.commits == [1, 2, 3], "chunks are committed past like everything else"
+    assert positions == {PARTITION: 4}, "chunks are read past like everything else"
     assert reader.points("inferq_results_undecodable_total") == {}
     assert reader.points("inferq_results_stored_total") == {frozenset(): 1}
     assert "undecodable" not in caplog.text

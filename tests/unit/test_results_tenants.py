@@ -54,7 +54,7 @@ def results(tmp_path: Path) -> Iterator[Results]:
     feed = FakeResultFeed()
     with TestClient(create_app(settings, check_topics=False, feed=lambda: feed)) as client:
         feed.push([of("acme", "x", "acme's"), of("beta", "x", "beta's"), of("acme", "mine", "acme only")])
-        wait_for("the batch", lambda: len(feed.commits), lambda n: n == 1)
+        wait_for("the batch", lambda: client.get("/healthz").json()["results"], lambda n: n == 3)
         yield Results(client, feed, path)
 
 
@@ -111,7 +111,7 @@ def test_open_mode_reads_the_tenant_named_in_the_query(tmp_path):
     app = create_app(ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=lambda: feed)
     with TestClient(app) as client:
         feed.push([of("loadtest", "x", "theirs"), of("default", "y", "mine")])
-        wait_for("the batch", lambda: len(feed.commits), lambda n: n == 1)
+        wait_for("the batch", lambda: client.get("/healthz").json()["results"], lambda n: n == 2)
         assert client.get("/v1/requests/x", params={"tenant": "loadtest"}).json()["output"] == "theirs"
         assert client.get("/v1/requests/x").status_code == 404
         assert client.get("/v1/requests/y").json()["output"] == "mine"

@@ -61,6 +61,9 @@ class Pipeline:
     # the folder it runs in; default this interpreter's, in the current folder.
     service_command: dict[str, list[str]] = field(default_factory=dict)
     service_cwd: Path | None = None
+    # Results replicas: the first on `ports.results` with `results.db`, replica i on the port + 10 i
+    # with `results-<i>.db`, all in the one results group (any of them answers any request).
+    results_replicas: int = 1
     processes: list[ServiceProcess] = field(default_factory=list)
     dispatchers: list[ServiceProcess] = field(default_factory=list)
 
@@ -71,6 +74,17 @@ class Pipeline:
     @property
     def results_url(self) -> str:
         return f"http://127.0.0.1:{self.ports.results}"
+
+    def results_replica_url(self, index: int) -> str:
+        return f"http://127.0.0.1:{self.ports.results + 10 * index}"
+
+    def results_db(self, index: int = 0) -> Path:
+        """Replica `index`'s own database."""
+        return self.work_dir / ("results.db" if index == 0 else f"results-{index}.db")
+
+    @property
+    def results_processes(self) -> list[ServiceProcess]:
+        return [p for p in self.processes if p.name == "results" or p.name.startswith("results-")]
 
     @property
     def backend_url(self) -> str:
@@ -110,7 +124,11 @@ class Pipeline:
     def start(self, *, dispatchers: int = 1, timeout_s: float = 60.0) -> dict[str, float]:
         """Start every service and wait until each answers; returns seconds each took to be ready."""
         # Another server on one of our ports would answer our readiness checks in our service's place.
-        ports = vars(self.ports) | {f"backend {name}": self._spare_port(name) for name in self.spare_backends}
+        ports = (
+            vars(self.ports)
+            | {f"backend {name}": self._spare_port(name) for name in self.spare_backends}
+            | {f"results {i}": self.ports.results + 10 * i for i in range(1, self.results_replicas)}
+        )
         busy = [f"{name} {port}" for name, port in ports.items() if not port_is_free(port)]
         if busy:
             raise PortsInUseError(
@@ -142,20 +160,30 @@ class Pipeline:
             )
             for name in self.spare_backends
         }
-        results = self._process("results", ["results", "--port", str(self.ports.results)])
+        replicas = [
+            self._process(
+                "results" if i == 0 else f"results-{i}",
+                ["results", "--port", str(self.ports.results + 10 * i)],
+                service="results",
+            )
+            for i in range(self.results_replicas)
+        ]
+        for i, replica in enumerate(replicas[1:], start=1):
+            replica.env["INFERQ_RESULTS_DB_PATH"] = str(self.results_db(i))
         ingest = self._process("ingest", ["ingest", "--port", str(self.ports.ingest)])
-        for proc in (backend, *spares.values(), results, ingest):
+        for proc in (backend, *spares.values(), *replicas, ingest):
             proc.start()
         ready = {"sim-backend": backend.wait_http_ready(f"{self.backend_url}/healthz", timeout_s)}
         for name, proc in spares.items():
             ready[proc.name] = proc.wait_http_ready(f"{self.spare_url(name)}/healthz", timeout_s)
         for _ in range(dispatchers):
             self.add_dispatcher()
-        ready["results"] = results.wait_http_ready(
-            f"{self.results_url}/healthz",
-            timeout_s,
-            lambda r: r.status_code == 200 and r.json()["status"] == "ok",
-        )
+        for i, replica in enumerate(replicas):
+            ready[replica.name] = replica.wait_http_ready(
+                f"{self.results_replica_url(i)}/healthz",
+                timeout_s,
+                lambda r: r.status_code == 200 and r.json()["status"] == "ok",
+            )
         ready["ingest"] = ingest.wait_http_ready(f"{self.ingest_url}/healthz", timeout_s)
         for i, proc in enumerate(self.dispatchers):
             ready[proc.name] = self.wait_dispatcher_assigned(i, timeout_s)
