@@ -125,9 +125,9 @@ def ready_problems(health: Health, consumer: ResultConsumer, readiness: TopicsWa
     """Why results should not answer reads now (empty: it should). A replica answers once its
     reader has stored everything written to the reply topic before it started (every replica holds
     every result), so a load balancer never sends it a read it would answer 404."""
-    reasons = [] if health.healthy else [health.status]
-    if not consumer.ready.is_set():
-        reasons.append("not caught up with the reply topic yet")
+    if not health.healthy:
+        return [health.status]
+    reasons = [] if consumer.ready.is_set() else ["not caught up with the reply topic yet"]
     kafka = readiness.problem() if readiness is not None else None
     if kafka is not None:
         reasons.append(kafka)

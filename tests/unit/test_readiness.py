@@ -143,7 +143,7 @@ def test_results_is_not_ready_until_its_consumer_is_assigned(tmp_path):
     with TestClient(app) as client:
         answer = client.get("/readyz")
         assert answer.status_code == 503
-        assert answer.json() == {"status": "not ready", "reasons": ["consumer not assigned yet"]}
+        assert answer.json() == {"status": "not ready", "reasons": ["not caught up with the reply topic yet"]}
         assert client.get("/healthz").status_code == 200  # starting is alive
         feed.gate.set()
         wait_for("ready", lambda: client.get("/readyz").status_code, lambda s: s == 200)
