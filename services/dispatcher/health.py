@@ -28,6 +28,8 @@ class Health:
     deferred: Callable[[], int] = lambda: 0
     # Each backend's circuit breaker: "closed", "half_open" or "open" (``routing.py``).
     circuits: Callable[[], dict[str, str]] = dict
+    # The per-minute budget: shared by the group or not, degraded, a start's added round trip.
+    rate_budget: Callable[[], dict[str, object]] = dict
 
     def snapshot(self) -> dict[str, object]:
         return {
@@ -44,4 +46,5 @@ class Health:
             "window": self.scheduler.window().name,
             "policy": self.scheduler.name,
             "backends": self.circuits(),
+            "rate_budget": self.rate_budget(),
         }
