@@ -116,7 +116,9 @@ class SharedRateBudget:
         self._views: dict[str, GroupView] = {}
         self._degraded = False
         self._local: RateBudget | None = None
-        self._taken_locally: deque[SharedCharge] = deque()
+        # This process's starts of the last minute (in Redis or the local share), entered again when
+        # Redis answers after an outage: a restarted Redis has forgotten them (it keeps no files).
+        self._recent: deque[SharedCharge] = deque()
         self._check_s: deque[float] = deque(maxlen=CHECK_SAMPLES)
 
     @classmethod
@@ -213,7 +215,10 @@ class SharedRateBudget:
             else:
                 self._check_s.append(time.perf_counter() - started)
                 self._read(model, reply)
-                return charge if reply[0] == 1 else None
+                if reply[0] != 1:
+                    return None
+                self._remember(charge)
+                return charge
         return self._take_locally(charge, force)
 
     async def refund(self, charge: Charge) -> None:
@@ -335,12 +340,16 @@ class SharedRateBudget:
         entered = local.take(charge.model, charge.tier, charge.tokens, force=force)
         if entered is None:
             return None
-        charge.local, charge.in_redis, charge.amount = entered, False, charge.tokens
-        now = self._clock_ms()
-        while self._taken_locally and self._taken_locally[0].taken_at_ms <= now - HELD_MS:
-            self._taken_locally.popleft()
-        self._taken_locally.append(charge)
+        charge.local, charge.in_redis = entered, False
+        self._remember(charge)
         return charge
+
+    def _remember(self, charge: SharedCharge) -> None:
+        charge.amount = charge.tokens
+        horizon = self._clock_ms() - HELD_MS
+        while self._recent and self._recent[0].taken_at_ms <= horizon:
+            self._recent.popleft()
+        self._recent.append(charge)
 
     def _enter_degraded(self, exc: BaseException) -> None:
         if self._degraded:
@@ -363,31 +372,35 @@ class SharedRateBudget:
         )
 
     async def _recover(self, client: Redis) -> None:
-        """Enter the starts made while Redis was away, then use the shared budget again."""
+        """Enter this process's starts of the last minute (those made while Redis was away, and the
+        others again, which a restarted Redis has lost; an entry Redis holds is not doubled, its
+        id tells), then use the shared budget again."""
+        entered: set[str] = set()
         for _ in range(_RECOVERY_ATTEMPTS):
             now = self._clock_ms()
-            pending = [c for c in self._taken_locally if not c.in_redis and now - c.taken_at_ms < HELD_MS]
+            pending = [c for c in self._recent if c.entry_id not in entered and now - c.taken_at_ms < HELD_MS]
             try:
-                if not pending:
-                    async with asyncio.timeout(self._call_timeout_s):
-                        await client.ping()
+                async with asyncio.timeout(self._call_timeout_s):
+                    await client.ping()
                 for charge in pending:
-                    age_ms = max(1, now - charge.taken_at_ms)
-                    await self._run(client, scripts.TAKE, charge.model, self._take_args(charge, True, age_ms))
+                    if charge.requests or charge.amount:  # a refunded start counts nothing
+                        age_ms = max(1, now - charge.taken_at_ms)
+                        args = self._take_args(charge, True, age_ms)
+                        await self._run(client, scripts.TAKE, charge.model, args)
                     charge.in_redis = True
+                    entered.add(charge.entry_id)
             except _UNAVAILABLE:
                 return
             # Leave only when Redis holds every start made locally: one made during these calls
             # would otherwise be invisible to the group.
-            if all(c.in_redis for c in self._taken_locally if now - c.taken_at_ms < HELD_MS):
+            if all(c.in_redis for c in self._recent):
                 self._degraded = False
                 self._local = None
-                self._taken_locally.clear()
                 logger.warning(
                     "Redis at %s answers again: %s is back on the shared rate budget (%d starts entered)",
                     redacted_url(self._url),
                     self._owner_id,
-                    len(pending),
+                    len(entered),
                 )
                 return
 
