@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from inferq.dispatcher.rate_budget import RateBudget, RateHeaders, RateLimit
 from inferq.dispatcher.rate_ledger import LocalRateLedger, RateLedger
+from inferq.dispatcher.shared_rate import scripts
 from inferq.dispatcher.shared_rate.budget import KEYS_TTL_MS, SharedRateBudget
 from inferq.messaging.tiers import Tier
 from inferq.tools.redis.fixture import local_redis_for_tests
@@ -287,3 +288,41 @@ def test_an_outage_keeps_the_group_under_the_limit_and_the_starts_made_meanwhile
     messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert sum("unreachable" in m for m in messages) == 2, messages  # one per dispatcher
     assert sum("is back on the shared rate budget" in m for m in messages) == 2, messages
+
+
+def test_every_kind_of_entry_leaves_the_minute_and_takes_its_count_with_it(redis_url: str) -> None:
+    """The scripts with a 300 ms "minute": a start, a start refunded to nothing, a start settled and
+    the backend's excess all leave it, and the minute's counts come back to zero."""
+    held_ms, ttl_ms = 300, 10_000
+    base = f"test:{uuid.uuid4().hex[:12]}:rate:m"
+    keys = [f"{base}:log", f"{base}:entries", f"{base}:sums", f"{base}:learned"]
+    shares = ["0.6", "0.3", "0.1"]
+
+    async def scenario() -> tuple[list[int], list[int], int]:
+        client = Redis.from_url(redis_url, socket_timeout=2.0)
+        try:
+
+            async def take(entry: str) -> list[int]:
+                args = [held_ms, ttl_ms, 1, 1, 100, 0, entry, 0, 1000, *shares, 0]
+                return await scripts.TAKE.run(client, keys, args)
+
+            async def settle(entry: str, requests: int, tokens: int) -> list[int]:
+                return await scripts.SETTLE.run(client, keys, [held_ms, ttl_ms, entry, requests, tokens])
+
+            await take("a")
+            await take("b")
+            await settle("b", 0, 0)
+            await take("c")
+            await settle("c", -1, 40)
+            excess = [held_ms, ttl_ms, 0, 1000, -1, -1, -1, 500, -1, 100, -1, scripts.LEARNED_TTL_MS]
+            counted = await scripts.OBSERVE.run(client, keys, excess)
+            deadline = time.monotonic() + 10
+            while (left := await settle("nothing", 0, 0))[2:4] != [0, 0] and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            return counted[2:4], left[2:4], await client.hlen(keys[1])
+        finally:
+            await client.aclose()
+
+    counted, left, entries = asyncio.run(scenario())
+    assert counted == [2, 500]  # a and c, 140 tokens, and 360 the backend counts beyond them
+    assert (left, entries) == ([0, 0], 0)

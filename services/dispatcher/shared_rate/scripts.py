@@ -33,6 +33,10 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- HINCRBY only when it changes something: Lua writes the negated zero as "-0", which Redis refuses.
+local function incr(field, n)
+  if n ~= 0 then redis.call('HINCRBY', KEYS[3], field, n) end
+end
 local function parse(v)
   local tier, req, tok = string.match(v, '^(%d) (%d+) (%d+)$')
   return tier, tonumber(req), tonumber(tok)
@@ -44,8 +48,8 @@ local function prune(now)
     local v = redis.call('HGET', KEYS[2], id)
     if v then
       local tier, req, tok = parse(v)
-      redis.call('HINCRBY', KEYS[3], 'r' .. tier, -req)
-      redis.call('HINCRBY', KEYS[3], 't' .. tier, -tok)
+      incr('r' .. tier, 0 - req)
+      incr('t' .. tier, 0 - tok)
       redis.call('HDEL', KEYS[2], id)
     end
   end
@@ -57,8 +61,8 @@ end
 local function add(id, tier, req, tok, at)
   redis.call('ZADD', KEYS[1], at, id)
   redis.call('HSET', KEYS[2], id, string.format('%d %d %d', tier, req, tok))
-  redis.call('HINCRBY', KEYS[3], 'r' .. tier, req)
-  redis.call('HINCRBY', KEYS[3], 't' .. tier, tok)
+  incr('r' .. tier, req)
+  incr('t' .. tier, tok)
   touch()
 end
 -- {total, by} of 'r' or 't': by[i + 1] is tier i's (by[1] the backend's excess).
@@ -144,8 +148,8 @@ if v then
   local new_tok = tonumber(ARGV[5])
   if new_req < 0 then new_req = req end
   if new_tok < 0 then new_tok = tok end
-  redis.call('HINCRBY', KEYS[3], 'r' .. tier, new_req - req)
-  redis.call('HINCRBY', KEYS[3], 't' .. tier, new_tok - tok)
+  incr('r' .. tier, new_req - req)
+  incr('t' .. tier, new_tok - tok)
   redis.call('HSET', KEYS[2], id, string.format('%s %d %d', tier, new_req, new_tok))
   touch()
   found = 1
