@@ -21,6 +21,7 @@ Where things are::
 
 Pure pieces beside them: ``waiting`` (the read-ahead), ``policies``/``schedule`` (the scheduler),
 ``forecast`` (lending past the ceilings), ``call_times`` (call times learned online), ``offsets``,
-``retries``, ``adaptive``, ``eviction``, ``poison``, ``models``, ``outcomes``; the token pools in
-``tokens``; errors in ``errors``.
+``retries``, ``adaptive``, ``eviction``, ``poison``, ``models``, ``outcomes``, ``rate_budget`` (the
+per-minute limits); the token pools in ``tokens``, the rate budget as a start uses it in
+``rate_ledger`` (one process's, or the group's in ``shared_rate``); errors in ``errors``.
 """

@@ -39,6 +39,7 @@ from inferq.dispatcher.outcomes import OutcomeBuilder
 from inferq.dispatcher.pausing import Pauses
 from inferq.dispatcher.policies import Scheduler, build_scheduler
 from inferq.dispatcher.rate_budget import RateBudget
+from inferq.dispatcher.rate_ledger import LocalRateLedger, RateLedger
 from inferq.dispatcher.readahead_shares import ReadaheadShares
 from inferq.dispatcher.record_rules import RecordRules
 from inferq.dispatcher.retries import RetryPolicy
@@ -102,6 +103,8 @@ class TokenSupply:
     pool: TokenPool
     shared: bool
     companions: Sequence[Resource] = ()
+    # How many dispatchers share the budget (read for the local shares while Redis is away).
+    group_size: Callable[[], int] = lambda: 1
 
 
 def redis_pool(settings: DispatcherSettings, group_size: Callable[[], int]) -> RedisTokenPool:
@@ -123,7 +126,30 @@ def token_supply(settings: DispatcherSettings) -> TokenSupply:
 
     # The group size sets the local share the pool falls back to when Redis is away.
     probe = GroupSizeProbe(settings.kafka, settings.group_id)
-    return TokenSupply(redis_pool(settings, probe.size), shared=True, companions=(probe,))
+    return TokenSupply(
+        redis_pool(settings, probe.size), shared=True, companions=(probe,), group_size=probe.size
+    )
+
+
+def rate_ledger(
+    settings: DispatcherSettings, group_size: Callable[[], int], clock_ms: Callable[[], int]
+) -> tuple[RateLedger, Sequence[Resource]]:
+    """Requests and tokens per minute per model (configured or learned from the backend's headers):
+    this process's with ``INFERQ_COORDINATION=local``, the group's in Redis with ``redis``; and what
+    must run for it."""
+    if settings.coordination == "local":
+        return LocalRateLedger(RateBudget(rate_limits(settings), clock_ms=clock_ms)), ()
+    from inferq.dispatcher.shared_rate.budget import SharedRateBudget
+
+    shared = SharedRateBudget.from_settings(
+        settings.redis,
+        owner=settings.dispatcher_id,
+        configured=rate_limits(settings),
+        group_size=group_size,
+        clock_ms=clock_ms,
+        topic_prefix=settings.kafka.topic_prefix,
+    )
+    return shared, (shared,)
 
 
 def adaptive_budget(settings: DispatcherSettings) -> AdaptiveBudget | None:
@@ -274,8 +300,7 @@ def bootstrap(
         clock_ms,
     )
     next_start = NextStart(room, scheduler)
-    # Requests and tokens per minute per model, configured or learned from the backend's headers.
-    rate = RateBudget(rate_limits(settings), clock_ms=clock_ms)
+    rate, rate_resources = rate_ledger(settings, tokens.group_size, clock_ms)
     execution = Execution(
         routes=routes,
         pool=pool,
@@ -410,7 +435,7 @@ def bootstrap(
         helpers=helpers,
         drain_timeout_s=settings.drain_timeout_s,
         describe=describe,
-        pool_companions=tokens.companions,
+        pool_companions=(*tokens.companions, *rate_resources),
         watchers=(TenantsWatch(registry, sighup=sighup),),
     )
     writer.on_fatal = loop.fail
@@ -424,5 +449,6 @@ def bootstrap(
         inflight=inflight,
         deferred=lambda: len(intake.deferred),
         circuits=lambda: {name: state.value for name, state in routes.states(clock_ms()).items()},
+        rate_budget=rate.status,
     )
     return Dispatcher(loop, health)

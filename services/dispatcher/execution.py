@@ -42,7 +42,8 @@ from inferq.dispatcher.backend import Completion
 from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.metrics import DispatcherMetrics
 from inferq.dispatcher.models import ModelChoice
-from inferq.dispatcher.rate_budget import Charge, RateBudget, read_headers
+from inferq.dispatcher.rate_budget import Charge, read_headers
+from inferq.dispatcher.rate_ledger import RateLedger
 from inferq.dispatcher.retries import RetryPolicy, Verdict
 from inferq.dispatcher.routing import BackendRoutes, Route
 from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
@@ -70,7 +71,7 @@ class Execution:
         call_ended: Callable[[Work, int | None, bool], None],
         linger: Callable[[Coroutine[object, object, None], str], None],
         monotonic: Callable[[], float] = time.monotonic,
-        rate: RateBudget | None = None,
+        rate: RateLedger | None = None,
     ) -> None:
         self._routes = routes
         self._pool = pool
@@ -143,7 +144,9 @@ class Execution:
         )
         if self._rate is not None:
             answered = completion if failure is None else None
-            self._rate_learned(self._rate, self._routes.rate_key(route, model), charge, answered, failure)
+            await self._rate_learned(
+                self._rate, self._routes.rate_key(route, model), charge, answered, failure
+            )
         if failure is not None:
             if (
                 failure.overload
@@ -260,9 +263,9 @@ class Execution:
             return True
         return False
 
-    def _rate_learned(
+    async def _rate_learned(
         self,
-        rate: RateBudget,
+        rate: RateLedger,
         model: str,
         charge: Charge | None,
         completion: Completion | None,
@@ -273,9 +276,11 @@ class Execution:
             completion.rate_headers if completion is not None else (failure.rate_headers if failure else {})
         )
         if headers:
-            rate.observe(model, read_headers(headers, status=failure.status if failure is not None else None))
+            await rate.observe(
+                model, read_headers(headers, status=failure.status if failure is not None else None)
+            )
         if charge is not None and completion is not None and completion.total_tokens > 0:
-            rate.settle(charge, completion.total_tokens)
+            await rate.settle(charge, completion.total_tokens)
 
     def _feedback_overload(self) -> None:
         if self._adaptive is not None:

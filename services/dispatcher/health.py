@@ -29,6 +29,8 @@ class Health:
     deferred: Callable[[], int] = lambda: 0
     # Each backend's circuit breaker: "closed", "half_open" or "open" (``routing.py``).
     circuits: Callable[[], dict[str, str]] = dict
+    # The per-minute budget: shared by the group or not, degraded, a start's added round trip.
+    rate_budget: Callable[[], dict[str, object]] = dict
 
     def ready_problems(self) -> list[str]:
         """Why this member is not doing its share of the group's work now (empty: it is). A member
@@ -51,4 +53,5 @@ class Health:
             "window": self.scheduler.window().name,
             "policy": self.scheduler.name,
             "backends": self.circuits(),
+            "rate_budget": self.rate_budget(),
         }

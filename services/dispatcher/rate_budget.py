@@ -332,6 +332,25 @@ class RateBudget:
         if headers.retry_after_s is not None:
             state.held_until_ms = max(state.held_until_ms, now + int(headers.retry_after_s * 1000))
 
+    def count_others(self, model: str, *, requests: int, tokens: int, until_ms: int) -> None:
+        """Count `requests` and `tokens` of someone else's in `model`'s minute until `until_ms` (no
+        tier's: nobody's floor). The local share of the group's budget counts so what the group had
+        spent when Redis went away (``shared_rate/``)."""
+        state = self._models.get(model)
+        if state is None:
+            state = self._models[model] = _ModelState(RateLimit())
+        now = self._clock_ms()
+        for window, amount in ((state.requests, requests), (state.tokens, tokens)):
+            if amount > 0:
+                window.add(_Entry(until_ms - HELD_MS, min(amount, MAX_COUNT), None), now)
+
+    def hold(self, model: str, until_ms: int) -> None:
+        """No start of `model` before `until_ms` (a retry-after learned elsewhere)."""
+        state = self._models.get(model)
+        if state is None:
+            state = self._models[model] = _ModelState(RateLimit())
+        state.held_until_ms = max(state.held_until_ms, until_ms)
+
     def _counted_unlimited(self, model: str, now: int) -> _ModelState | None:
         """A new state for `model`, which has no limit known, to count its starts in; None when
         `MAX_UNLIMITED_MODELS` are counted already (the ones with an empty minute forgotten first)."""

@@ -128,7 +128,8 @@ class DispatcherSettings(BaseSettings):
     stream_chunk_linger_ms: float = Field(default=5.0, ge=0, le=10_000)
     # Requests and tokens per minute per backend model, e.g. '{"inferq-fast": {"rpm": 500, "tpm":
     # 90000}}'; the backend's x-ratelimit-* headers teach them too, the lower one holding
-    # (services/dispatcher/rate_budget.py). Unset and no headers: only the concurrency budget.
+    # (services/dispatcher/rate_budget.py). Unset and no headers: only the concurrency budget. With
+    # coordination "redis" the group shares each minute (services/dispatcher/shared_rate/).
     rate_limits: dict[str, ModelRateLimit] = Field(default_factory=dict)
     model_fast: str = "inferq-fast"
     model_accurate: str = "inferq-accurate"

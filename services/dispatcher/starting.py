@@ -28,7 +28,8 @@ from inferq.dispatcher.inflight import InFlight
 from inferq.dispatcher.models import ModelChoice
 from inferq.dispatcher.next_start import NextStart
 from inferq.dispatcher.pausing import Pauses
-from inferq.dispatcher.rate_budget import Charge, RateBudget, estimate_tokens
+from inferq.dispatcher.rate_budget import Charge, estimate_tokens
+from inferq.dispatcher.rate_ledger import RateLedger
 from inferq.dispatcher.routing import BackendRoutes, Route
 from inferq.dispatcher.tokens import TokenPool
 from inferq.dispatcher.work import Work
@@ -58,7 +59,7 @@ class Starter:
         wake: asyncio.Event,
         routes: BackendRoutes,
         max_attempts: int,
-        rate: RateBudget | None = None,
+        rate: RateLedger | None = None,
         models: ModelChoice | None = None,
     ) -> None:
         self._next = next_start
@@ -111,25 +112,25 @@ class Starter:
             if route is None:
                 self._rate_blocked = True
                 return True
-            charge = self._charge(tier, budget, route)
+            charge = await self._charge(tier, budget, route)
             if charge is False:
                 self._rate_blocked = True
                 return True
             lease = await self._pool.try_acquire(tier, total_limit=budget, tier_limit=in_use.get(tier, 0) + 1)
             if lease is None:
-                self._refund(charge)
+                await self._refund(charge)
                 continue  # another dispatcher took it first; the pool refreshed its snapshot
             start = self._next.take(tier, self._clock_ms())
             if start is None:  # its partition was revoked while we asked the pool
-                self._refund(charge)
+                await self._refund(charge)
                 await self._pool.release(lease)
                 continue
             if start.expired is not None:
-                self._refund(charge)
+                await self._refund(charge)
                 await self._pool.release(lease)
                 self._inflight.begin(start.work, self._writer.expire(start.work, start.expired), "expire")
                 continue
-            charge = self._recharge(charge, start.work, tier, route)
+            charge = await self._recharge(charge, start.work, tier, route)
             probe = self._routes.started(route, self._clock_ms())
             call = self._execution.call(start.work, lease, route, charge, probe=probe)
             self._inflight.begin(start.work, call, "call")
@@ -147,7 +148,7 @@ class Starter:
         )
         return self._routes.choose(tier, self._clock_ms(), may_probe=not last)
 
-    def _charge(self, tier: Tier, budget: int, route: Route) -> Charge | Literal[False] | None:
+    async def _charge(self, tier: Tier, budget: int, route: Route) -> Charge | Literal[False] | None:
         """The rate budget's charge for the request `tier` would start (None: no rate budget, or
         nothing to price); False: the rate budget has no room for it now."""
         if self._rate is None or self._models is None:
@@ -157,14 +158,14 @@ class Starter:
             return None
         self._rate.set_floor_shares(self._next.floor_shares(budget))
         model = self._routes.rate_key(route, self._models.model_for(work))
-        charge = self._rate.take(model, tier, request_cost(work))
+        charge = await self._rate.take(model, tier, request_cost(work))
         return False if charge is None else charge
 
-    def _refund(self, charge: Charge | None) -> None:
+    async def _refund(self, charge: Charge | None) -> None:
         if self._rate is not None and charge is not None:
-            self._rate.refund(charge)
+            await self._rate.refund(charge)
 
-    def _recharge(self, charge: Charge | None, work: Work, tier: Tier, route: Route) -> Charge | None:
+    async def _recharge(self, charge: Charge | None, work: Work, tier: Tier, route: Route) -> Charge | None:
         """The charge for `work`, the request actually taken: while the pool was asked another may
         have come first (a shared pool's await lets intake run); it is then priced instead, at once
         (the one start the race lets past the check, corrected by its usage after)."""
@@ -173,8 +174,8 @@ class Starter:
         model, cost = self._routes.rate_key(route, self._models.model_for(work)), request_cost(work)
         if charge is not None and charge.model == model and charge.tokens == cost:
             return charge
-        self._refund(charge)
-        return self._rate.take(model, tier, cost, force=True)
+        await self._refund(charge)
+        return await self._rate.take(model, tier, cost, force=True)
 
 
 def request_cost(work: Work) -> int:

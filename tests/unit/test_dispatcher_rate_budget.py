@@ -9,6 +9,12 @@ from dataclasses import replace
 from typing import Any
 
 from inferq.dispatcher.backend import Completion
+from inferq.dispatcher.bootstrap import rate_ledger
+from inferq.dispatcher.rate_ledger import LocalRateLedger
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.dispatcher.shared_rate.budget import SharedRateBudget
+from inferq.dispatcher.tokens.settings import RedisBudgetSettings
+from inferq.messaging.kafka_config import KafkaSettings
 from tests.support.dispatcher_fakes import ManualClock, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 
@@ -106,3 +112,19 @@ async def starts_without_limits() -> int:
 def test_without_limits_or_headers_only_the_concurrency_budget_holds() -> None:
     # The normal window lets HIGH run up to its ceiling however many tokens the calls cost.
     assert asyncio.run(starts_without_limits()) >= 5
+
+
+def test_the_coordination_setting_chooses_whose_minute_a_start_counts_in() -> None:
+    kafka = KafkaSettings(topic_prefix="unit")
+    limits = {"rate_limits": {"m": {"tpm": 1000}}, "kafka": kafka, "dispatcher_id": "unit"}
+    local, running_beside = rate_ledger(DispatcherSettings(**limits), lambda: 1, ManualClock())
+    assert isinstance(local, LocalRateLedger) and running_beside == ()
+    assert local.status() == {"shared": False}
+    redis = RedisBudgetSettings(url="redis://user:pw-in-url@127.0.0.1:1/0")
+    shared, running_beside = rate_ledger(
+        DispatcherSettings(coordination="redis", redis=redis, **limits), lambda: 1, ManualClock()
+    )
+    # Started and stopped with the token pool; nothing connects before then.
+    assert isinstance(shared, SharedRateBudget) and running_beside == (shared,)
+    assert shared.status() == {"shared": True, "degraded": False, "check_ms_median": None}
+    assert "pw-in-url" not in repr(shared)
