@@ -1,6 +1,6 @@
 """Tiers, the scenario → tier map and each tier's deadline.
 
-Policy (README, "The request"): realtime chat and any unknown scenario are HIGH (a user is waiting);
+Policy (docs/api.md, "The request"): realtime chat and any unknown scenario are HIGH (a user is waiting);
 emotion analysis never drops below MEDIUM; briefs and batch jobs are LOW. A producer may raise a
 request's tier explicitly (a paid "express" request), never lower emotion analysis below MEDIUM.
 """

@@ -125,7 +125,7 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def assert_signed(delivery: Any, secret: str) -> dict[str, Any]:
-    """Verify as the README tells a receiver to; returns the body."""
+    """Verify as docs/api.md tells a receiver to; returns the body."""
     header = delivery.headers["inferq-signature"]
     parts = dict(p.split("=", 1) for p in header.split(","))
     assert parts["t"] == delivery.headers["inferq-timestamp"]

@@ -68,17 +68,17 @@ def test_errors_never_carry_the_secret():
     assert SECRET.decode() not in str(caught.value)
 
 
-def readme_verifier():
-    """The receiver's snippet in README.md ("Webhooks"), run as a user would paste it."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    block = readme.split("<!-- webhook-verify -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+def documented_verifier():
+    """The receiver's snippet in docs/api.md ("Webhooks"), run as a user would paste it."""
+    page = (Path(__file__).parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    block = page.split("<!-- webhook-verify -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict[str, Any] = {}
-    exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
+    exec(compile(block, "docs/api.md", "exec"), namespace)  # noqa: S102 - our own documentation
     return namespace["verify_inferq_webhook"]
 
 
-def test_the_readme_snippet_verifies_what_inferq_signs_and_refuses_the_rest():
-    verify_snippet = readme_verifier()
+def test_the_documented_snippet_verifies_what_inferq_signs_and_refuses_the_rest():
+    verify_snippet = documented_verifier()
     now = int(time.time())
     header = signature_header(SECRET, now, BODY)
     assert verify_snippet(SECRET, header, BODY) is True
