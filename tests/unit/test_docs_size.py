@@ -99,7 +99,8 @@ def test_benchmarks_is_at_most_150_lines():
 
 
 def test_the_readme_starts_with_its_two_commands():
-    commands = [line.split()[0:2] for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("make ")]
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    commands = [line.split()[:2] for line in lines if line.startswith("make ")]
     assert commands[:2] == [["make", "demo"], ["make", "test"]]
 
 
