@@ -13,7 +13,7 @@ from aiokafka.errors import KafkaConnectionError
 from inferq.messaging.codec import chunk_codec, result_codec
 from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk
 from inferq.messaging.reply_positions import ReplyPartition
-from inferq.results import consumer as consumer_module
+from inferq.messaging import reply_reader
 from inferq.results.consumer import ResultConsumer, ResultsMetrics
 from inferq.results.store import ResultStore
 from tests.support.fakes import FakeResultFeed, InMemoryMetrics
@@ -105,7 +105,7 @@ def test_ready_only_once_everything_written_before_the_start_is_stored(tmp_path)
 
 
 def test_consumption_outlives_a_broker_error_and_stops_cleanly(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(consumer_module, "RETRY_PAUSE_S", 0.01)
+    monkeypatch.setattr(reply_reader, "RETRY_PAUSE_S", 0.01)
     events: list[str] = []
 
     class FlakyFeed(FakeResultFeed):
@@ -134,7 +134,7 @@ def test_consumption_outlives_a_broker_error_and_stops_cleanly(tmp_path, monkeyp
 
     assert asyncio.run(scenario()) is True
     assert events == ["feed.start", "feed.stop"]
-    assert "consuming results failed, trying again in 1 s" in caplog.text
+    assert "reading the reply topic failed, trying again in 1 s" in caplog.text
 
 
 @pytest.mark.parametrize("value", [b"", b"\xc3\x01" + b"\x00" * 8])
