@@ -53,7 +53,7 @@ class ReplyFeed(Protocol):
 
 class KafkaReplyFeed:
     """`ReplyFeed` over aiokafka: no group, every partition of `topics` (or of the topics matching
-    `pattern`, the results service serving all regions), positioned at the end, or at the first
+    `pattern`), positioned at the end, or at the first
     record written at or after `from_ms` (a client resuming a batch replays what it missed)."""
 
     def __init__(
