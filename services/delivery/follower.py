@@ -1,4 +1,6 @@
-"""Follows a reply topic for the waiter hub: every partition, from the end, no consumer group.
+"""Follows a reply topic for the waiter hub: every partition, from the end, no consumer group
+(ingest's sync and streamed chat callers, and the Kafka client; the results service's reader wakes
+its hub itself: `inferq.results.consumer`).
 
 Following needs no commits: a process that holds callers' connections only cares about outcomes
 written while it runs (a result written before it started is in the results store). So the consumer
@@ -6,7 +8,8 @@ has no group (aiokafka assigns it every partition of the topic, new ones include
 end of each partition; `ready` is set once each partition's position is known, so a request produced
 after that is never missed. Each record is a chunk (`records.is_chunk` of its headers) or a result;
 one that does not decode is counted and skipped. A Kafka error pauses a second and following goes on;
-any other error ends the task (`failed`), which the service's health reports.
+any other error ends the task (`failed`), which the service's health reports. The consumer, the
+retry loop and the decoding are the reply topics' one shape (`inferq.messaging.reply_reader`).
 """
 
 from __future__ import annotations
@@ -17,25 +20,23 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from aiokafka import AIOKafkaConsumer
-from aiokafka.errors import KafkaError
 
 from inferq.delivery.hub import WaiterHub
-from inferq.messaging.codec import chunk_codec, result_codec
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.kafka_config import KafkaSettings
-from inferq.messaging.records import ReplyRecord, is_chunk
+from inferq.messaging.records import InferenceChunk, ReplyRecord
+from inferq.messaging.reply_reader import (
+    FETCH_TIMEOUT_MS,
+    MAX_BATCH_RECORDS,
+    STOP_TIMEOUT_S,
+    ReplyDecoder,
+    read_replies,
+    reply_consumer,
+    start_assigned,
+)
 from inferq.supervised import SupervisedTask
 
 log = logging.getLogger("inferq.delivery")
-
-FETCH_TIMEOUT_MS = 200
-MAX_BATCH_RECORDS = 1_000
-RETRY_PAUSE_S = 1.0
-STOP_TIMEOUT_S = 10.0
-# Bound of the start: the topic's partitions assigned and each position at the end resolved.
-READY_TIMEOUT_S = 30.0
-# Following by pattern: how soon a reply topic created later is followed.
-PATTERN_METADATA_MAX_AGE_MS = 30_000
 
 
 class ReplyFeed(Protocol):
@@ -52,7 +53,7 @@ class ReplyFeed(Protocol):
 
 class KafkaReplyFeed:
     """`ReplyFeed` over aiokafka: no group, every partition of `topics` (or of the topics matching
-    `pattern`, the results service serving all regions), positioned at the end, or at the first
+    `pattern`), positioned at the end, or at the first
     record written at or after `from_ms` (a client resuming a batch replays what it missed)."""
 
     def __init__(
@@ -72,32 +73,20 @@ class KafkaReplyFeed:
         self._consumer: AIOKafkaConsumer | None = None
 
     async def start(self) -> None:
-        consumer = AIOKafkaConsumer(
-            *([] if self._pattern else self._topics),
-            **self._kafka.aiokafka_config(),
+        consumer = reply_consumer(
+            self._kafka,
+            self._topics,
             client_id=self._client_id,
-            # No group: every partition is ours, nothing is committed.
-            group_id=None,
-            enable_auto_commit=False,
+            pattern=self._pattern,
             # Only outcomes written from now on are owed to the callers this process holds.
-            auto_offset_reset="latest",
-            # A waiting caller is woken within this of the record's write when the topic is quiet.
-            fetch_max_wait_ms=20,
-            # A pattern is matched at each metadata refresh: a reply topic created later is found.
-            **({"metadata_max_age_ms": PATTERN_METADATA_MAX_AGE_MS} if self._pattern else {}),
+            start="latest",
         )
-        if self._pattern:
-            consumer.subscribe(pattern=self._pattern)
+        await start_assigned(consumer)
         try:
-            await consumer.start()
-            async with asyncio.timeout(READY_TIMEOUT_S):
-                # aiokafka assigns a group-less subscription from its metadata, with no event to await.
-                while not consumer.assignment():  # noqa: ASYNC110
-                    await asyncio.sleep(0.05)
-                # Resolving each position now (to the end) fixes where following starts: a record
-                # written after this returns is read.
-                for tp in consumer.assignment():
-                    await consumer.position(tp)
+            # Resolving each position now (to the end) fixes where following starts: a record
+            # written after this returns is read.
+            for tp in consumer.assignment():
+                await consumer.position(tp)
             if self._from_ms is not None:
                 partitions = consumer.assignment()
                 found = await consumer.offsets_for_times(dict.fromkeys(partitions, self._from_ms))
@@ -140,8 +129,13 @@ class ReplyFollower:
             log=log,
         )
         self.ready = asyncio.Event()
-        self.undecodable = 0
+        self._decoder = ReplyDecoder()
         self.records = 0
+
+    @property
+    def undecodable(self) -> int:
+        """Records read that decoded neither as a chunk nor as a result."""
+        return self._decoder.undecodable
 
     @property
     def failed(self) -> bool:
@@ -157,27 +151,7 @@ class ReplyFollower:
 
     async def _run(self) -> None:
         feed = self._make_feed()
-        while True:
-            try:
-                await feed.start()
-                break
-            except (KafkaError, TimeoutError) as exc:
-                log.error(  # noqa: TRY400 - a traceback per retry is noise
-                    "cannot follow the reply topic yet, trying again in 1 s: %s", exc or type(exc).__name__
-                )
-                await asyncio.sleep(RETRY_PAUSE_S)
-        self.ready.set()
-        try:
-            while True:
-                try:
-                    await self.follow_once(feed)
-                except KafkaError as exc:
-                    log.error(  # noqa: TRY400 - a traceback per retry is noise
-                        "following the reply topic failed, trying again in 1 s: %s", exc
-                    )
-                    await asyncio.sleep(RETRY_PAUSE_S)
-        finally:
-            await feed.stop()
+        await read_replies(feed, lambda: self.follow_once(feed), log=log, started=self.ready.set)
 
     async def follow_once(self, feed: ReplyFeed) -> None:
         """One fetch: each record to the hub, chunks and results in the order read."""
@@ -188,13 +162,13 @@ class ReplyFollower:
                 self.deliver(record)
 
     def deliver(self, record: ReplyRecord) -> None:
-        value = record.value or b""
         try:
-            if is_chunk(list(record.headers or ())):
-                self._hub.publish_chunk(chunk_codec().decode(value))
-            else:
-                self._hub.publish_result(result_codec().decode(value))
+            reply = self._decoder.decode(record)
         except DecodeError as exc:
             # The results service counts and logs poison on this topic; here it is only skipped.
-            self.undecodable += 1
             log.debug("undecodable reply record at offset %d skipped: %s", record.offset, type(exc).__name__)
+            return
+        if isinstance(reply, InferenceChunk):
+            self._hub.publish_chunk(reply)
+        else:
+            self._hub.publish_result(reply)

@@ -1,9 +1,9 @@
 """The waiter hub: callers wait for a (tenant, request_id); the reply topic's records wake them.
 
 `WaiterHub.waiting(tenant, request_id)` registers a `Waiter` for the length of a ``with`` block (so a
-caller that goes away, by cancellation or an exception, is unregistered at once). The follower calls
-`publish_chunk` and `publish_result` for every record it reads, on the same event loop; each wakes
-only the waiters of that key. Bounds:
+caller that goes away, by cancellation or an exception, is unregistered at once). The reply topic's
+reader (a follower, or the results service's consumer) calls `publish_chunk` and `publish_result`
+for the records it reads, on the same event loop; each wakes only the waiters of that key. Bounds:
 
 - at most `max_waiters` at once: past it `HubFullError` (the endpoint answers 503);
 - at most `max_pending_chunks` chunks queued per waiter: a caller that does not read them loses the
@@ -120,7 +120,7 @@ def _chunk_bytes(chunk: InferenceChunk) -> int:
 class WaiterHub:
     """Who waits for which (tenant, request_id), and the recent chunks of streams in progress.
 
-    Not thread-safe: registration and publication run on one event loop (the follower's task and the
+    Not thread-safe: registration and publication run on one event loop (the reader's task and the
     HTTP handlers share it)."""
 
     def __init__(

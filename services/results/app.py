@@ -3,17 +3,17 @@
 ``GET /metrics``.
 
 The parts, each in its own module: `store.ResultStore` (SQLite behind one worker thread; the table
-itself in `table`), `consumer.ResultConsumer` (every partition of the reply topic → store, with no
-group: every replica holds every result, resuming from its own stored positions; `feed`),
-`routes.ResultRoutes` (the HTTP answers, `view.public_view` their body; who is calling from
-`inferq.tenancy`; long polls and event streams wait in a `inferq.delivery` hub),
-`delivery.ReplyFollower` (the reply topic from its end, no group: wakes the waiting callers with
-chunks and results), `retention.RetentionTask` (expired results deleted every `purge_interval_s`),
+itself in `table`), `consumer.ResultConsumer` (the process's one reader of the reply topic: every
+partition → store, with no group, every replica holding every result and resuming from its own
+stored positions, `feed`; it wakes the waiting callers with the results it stored and the chunks
+written since it started), `routes.ResultRoutes` (the HTTP answers, `view.public_view` their body;
+who is calling from `inferq.tenancy`; long polls and event streams wait in a `inferq.delivery`
+hub), `retention.RetentionTask` (expired results deleted every `purge_interval_s`),
 `webhooks.ResultWebhooks` (a result's `callback_url` POSTed, signed, from an outbox the store
 writes with the result, by the replica the results group assigns its partition: `ownership`).
 `create_app` builds them from the settings (and reads the tenants file: a bad one stops the service
 before anything starts); its lifespan checks the topics, opens the store, then starts the webhook
-sender, the consumer, the follower, the retention task and the tenants' reloader, and stops them
+sender, the consumer, the retention task and the tenants' reloader, and stops them
 in the reverse order, so the last batch is written before the database closes.
 """
 
@@ -28,7 +28,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from inferq.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower
 from inferq.delivery.hub import WaiterHub
 from inferq.delivery.metrics import DeliveryMetrics
 from inferq.messaging.admin import require_topics
@@ -54,16 +53,15 @@ async def serve_parts(
     consumer: ResultConsumer,
     retention: RetentionTask,
     tenants: TenantRegistry,
-    follower: ReplyFollower | None,
     *,
     check_topics: bool = True,
     reload_on_sighup: bool = False,
     webhooks: ResultWebhooks | None = None,
     readiness: TopicsWatch | None = None,
 ) -> AsyncIterator[None]:
-    """Open the store, then start the webhook sender, the consumer, the follower, the retention
-    task and the tenants' reloader (with `reload_on_sighup`, SIGHUP reloads too); on exit (or a
-    failed start) stop in the reverse order."""
+    """Open the store, then start the webhook sender, the consumer, the retention task and the
+    tenants' reloader (with `reload_on_sighup`, SIGHUP reloads too); on exit (or a failed start)
+    stop in the reverse order."""
     async with AsyncExitStack() as started:
         if check_topics:
             # One metadata read for every topic the service needs (`MissingTopicsError` names each).
@@ -78,9 +76,6 @@ async def serve_parts(
             started.push_async_callback(webhooks.stop)
         await consumer.start()
         started.push_async_callback(consumer.stop)
-        if follower is not None:
-            await follower.start()
-            started.push_async_callback(follower.stop)
         await retention.start()
         started.push_async_callback(retention.stop)
         await tenants.start(sighup=reload_on_sighup)
@@ -104,16 +99,13 @@ async def serve_parts(
 def service_health(
     consumer: ResultConsumer,
     retention: RetentionTask,
-    follower: ReplyFollower | None = None,
     webhooks: ResultWebhooks | None = None,
 ) -> Health:
-    """Unhealthy once the consumer (results stop arriving), the follower (waiting callers are no
-    longer woken), the retention task (the disk fills) or the webhook sender has stopped;
-    "starting" until the consumer has joined the reply topic."""
+    """Unhealthy once the consumer (results stop arriving, waiting callers are no longer woken),
+    the retention task (the disk fills) or the webhook sender has stopped; "starting" until the
+    consumer has caught up with the reply topic."""
     if consumer.failed:
         return Health("consumer stopped", healthy=False)
-    if follower is not None and follower.failed:
-        return Health("follower stopped", healthy=False)
     if retention.failed:
         return Health("retention stopped", healthy=False)
     if webhooks is not None and webhooks.failed:
@@ -139,16 +131,13 @@ def create_app(
     *,
     check_topics: bool = True,
     feed: Callable[[], ResultFeed] | None = None,
-    follow_feed: Callable[[], ReplyFeed] | None = None,
     hub: WaiterHub | None = None,
     reload_on_sighup: bool = False,
     dead_letter_producer: StoppableProducer | None = None,
 ) -> Starlette:
-    """The results ASGI app. `feed` makes the reply topic's reader and `follow_feed` its
-    follower (tests inject fakes); by default a `KafkaResultFeed` (every partition, from the
-    store's positions) and a `KafkaReplyFeed`, built when the lifespan starts (with `feed`
-    injected and no `follow_feed`, there is no follower: stored results alone wake the waiters).
-    `hub` may be injected (tests count its waiters). The tenants file is read now
+    """The results ASGI app. `feed` makes the reply topic's one reader (tests inject a fake); by
+    default a `KafkaResultFeed` (every partition, from the store's positions), built when the
+    lifespan starts. `hub` may be injected (tests count its waiters). The tenants file is read now
     (`TenantsFileError`); `reload_on_sighup` (the command sets it) installs the SIGHUP handler.
     With ``INFERQ_WEBHOOK_ENABLED`` (the default) webhooks are delivered; their dead letters go
     through `dead_letter_producer` (default: a librdkafka producer, started on first use). The
@@ -177,19 +166,8 @@ def create_app(
         store,
         result_codec(),
         ResultsMetrics(meter("inferq.results")),
-        stored=hub.publish_result,
+        hub=hub,
     )
-    if follow_feed is None and feed is None:
-        # The same reply topics as the store's consumer: the region's, or all of them by pattern.
-        follow_feed = functools.partial(
-            KafkaReplyFeed,
-            settings.kafka,
-            settings.reply_topics,
-            client_id="inferq-results-follower",
-            pattern=settings.kafka.topics.results_pattern if settings.all_regions else None,
-        )
-    # A test that injects only the results feed gets no follower: stored results wake the waiters.
-    follower = ReplyFollower(follow_feed, hub) if follow_feed is not None else None
     retention = RetentionTask(store, interval_s=settings.purge_interval_s)
     ready = ReadinessSettings()
     # Re-runs the start-up check for /readyz; none with an injected feed (no Kafka in those tests).
@@ -208,7 +186,7 @@ def create_app(
     )
 
     def health() -> Health:
-        return service_health(consumer, retention, follower, webhooks)
+        return service_health(consumer, retention, webhooks)
 
     routes = ResultRoutes(
         store,
@@ -241,7 +219,6 @@ def create_app(
             consumer,
             retention,
             tenants,
-            follower,
             check_topics=check_topics,
             reload_on_sighup=reload_on_sighup,
             webhooks=webhooks,

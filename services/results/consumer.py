@@ -10,9 +10,13 @@ partition's webhooks is decided elsewhere (`ownership`). aiokafka is the consume
 service is one event loop that both serves HTTP and consumes, its volume is modest, and an async
 consumer needs no thread hand-off.
 
-A streamed answer's chunks share the reply topic with the results (header ``inferq-kind: chunk``,
-`inferq.messaging.records.is_chunk`); they are not results and are passed over, neither stored
-nor counted as poison.
+This is the service's one reader of the reply topics: it also wakes the callers waiting in the
+`inferq.delivery` hub. A result wakes them once it is stored, so a woken long poll finds it in the
+store. A streamed answer's chunks share the topic (header ``inferq-kind: chunk``,
+`inferq.messaging.records.is_chunk`); they are not results, neither stored nor counted as poison,
+but those written since the reader started (`ResultFeed.live_from`) go to the hub for the event
+streams. Older ones, read while a new replica catches up, are passed over undecoded: no caller
+waits on this replica for a stream's past beyond what the hub kept since it started.
 """
 
 from __future__ import annotations
@@ -23,26 +27,26 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
-from aiokafka.errors import KafkaError
 from opentelemetry.metrics import Meter
 from opentelemetry.trace import Span
 
 from inferq import tracing
+from inferq.delivery.hub import WaiterHub
 from inferq.messaging.codec import TypedCodec
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.records import InferenceResult, ReplyRecord, is_chunk
 from inferq.messaging.reply_positions import ReplyPartition, ReplySource
+from inferq.messaging.reply_reader import (
+    FETCH_TIMEOUT_MS,
+    MAX_BATCH_RECORDS,
+    STOP_TIMEOUT_S,
+    ReplyDecoder,
+    read_replies,
+)
 from inferq.results.store import ResultStore
 from inferq.supervised import SupervisedTask
 
 log = logging.getLogger("inferq.results")
-
-# One fetch waits at most this long for records to arrive.
-FETCH_TIMEOUT_MS = 200
-# One transaction per fetch; it also bounds how long an HTTP read can wait behind a write.
-MAX_BATCH_RECORDS = 1000
-RETRY_PAUSE_S = 1.0
-STOP_TIMEOUT_S = 10.0
 
 
 class FeedPartition(Protocol):
@@ -56,7 +60,8 @@ class FeedPartition(Protocol):
 class ResultFeed(Protocol):
     """The reply topics as the consumer sees them (`feed.KafkaResultFeed`): `start` positions every
     partition where the store left off; `caught_up` says whether everything written before the
-    start has been handed out."""
+    start has been handed out; `live_from` is the first offset of a partition written since the
+    feed started reading it (its end then)."""
 
     async def start(self) -> None: ...
 
@@ -67,6 +72,8 @@ class ResultFeed(Protocol):
     ) -> Mapping[FeedPartition, Sequence[ReplyRecord]]: ...
 
     async def caught_up(self) -> bool: ...
+
+    def live_from(self, partition: FeedPartition) -> int: ...
 
 
 class ResultsMetrics:
@@ -104,17 +111,17 @@ class ResultsMetrics:
 
 
 class ResultConsumer:
-    """Runs `feed` into `store` in one task: fetch a batch, decode, store it with the positions read.
+    """Runs `feed` into `store` in one task: fetch a batch, decode, store it with the positions read,
+    then wake `hub`'s waiters with the results stored (chunks written since the start go to `hub`
+    as they are read, before the batch is stored).
 
     The feed is made by `make_feed` when the consumer starts (aiokafka binds its clients to the
     running loop). `ready` is set once the feed has handed out everything written before it
     started (a replica starting on an empty store answers 404 for nothing it will soon know).
-    A Kafka error pauses a second and
-    consumption goes on: results are owed to their callers. Any other error ends the task: it is
-    logged, and `failed` turns true (``/healthz`` answers 503). Start and stop are idempotent.
-    Chunks of streamed answers on the same topic are not results: skipped. `stored` is told of
-    each batch's results once they are in the store (the waiter hub, so a long poll that looked in
-    the store a moment before they were written is still woken).
+    A Kafka error (a failed start too) pauses a second and reading goes on
+    (`inferq.messaging.reply_reader.read_replies`): results are owed to their callers. Any other
+    error ends the task: it is logged, and `failed` turns true (``/healthz`` answers 503). Start
+    and stop are idempotent. Without a `hub`, chunks are passed over undecoded.
     """
 
     def __init__(
@@ -124,12 +131,12 @@ class ResultConsumer:
         codec: TypedCodec[InferenceResult],
         metrics: ResultsMetrics,
         *,
-        stored: Callable[[InferenceResult], None] | None = None,
+        hub: WaiterHub | None = None,
     ) -> None:
         self._make_feed = make_feed
-        self._stored = stored
+        self._hub = hub
         self._store = store
-        self._codec = codec
+        self._decoder = ReplyDecoder(results=codec)
         self._metrics = metrics
         # The next offset to store per partition, as the store has it (loaded when the task starts).
         self._positions: dict[ReplyPartition, int] = {}
@@ -140,6 +147,9 @@ class ResultConsumer:
             log=log,
         )
         self.ready = asyncio.Event()
+        # Chunks handed to the hub (written since the start) and the ones among them that did not decode.
+        self.chunks = 0
+        self.undecodable_chunks = 0
 
     @property
     def failed(self) -> bool:
@@ -156,21 +166,13 @@ class ResultConsumer:
 
     async def _run(self, feed: ResultFeed) -> None:
         self._positions = await self._store.positions()
-        await feed.start()
-        try:
-            while True:
-                try:
-                    await self.consume_once(feed)
-                    if not self.ready.is_set() and await feed.caught_up():
-                        self.ready.set()
-                except KafkaError as exc:
-                    # A broker outage must not end consumption: results are owed to their callers.
-                    log.error(  # noqa: TRY400 - a traceback per retry is noise
-                        "consuming results failed, trying again in 1 s: %s", exc
-                    )
-                    await asyncio.sleep(RETRY_PAUSE_S)
-        finally:
-            await feed.stop()
+
+        async def fetch_once() -> None:
+            await self.consume_once(feed)
+            if not self.ready.is_set() and await feed.caught_up():
+                self.ready.set()
+
+        await read_replies(feed, fetch_once, log=log)
 
     async def consume_once(self, feed: ResultFeed) -> None:
         """One fetch: decode what decodes (poison is counted and logged), store it with how far each
@@ -178,6 +180,7 @@ class ResultConsumer:
         batches = await feed.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=MAX_BATCH_RECORDS)
         if not batches:
             return
+        hub = self._hub
         decoded: list[InferenceResult] = []
         sources: list[ReplySource] = []
         read_up_to: dict[ReplyPartition, int] = {}
@@ -186,20 +189,21 @@ class ResultConsumer:
         for tp, records in batches.items():
             where = ReplyPartition(tp.topic, tp.partition)
             stored_up_to = self._positions.get(where, 0)
+            # Chunks below it were written before the feed started: no caller here waits for them.
+            live_from = feed.live_from(tp) if hub is not None else 0
             for record in records:
                 if record.offset < stored_up_to:
                     continue
                 read_up_to[where] = record.offset + 1
                 if is_chunk(list(record.headers or ())):
+                    if hub is not None and record.offset >= live_from:
+                        self._chunk(record, hub)
                     continue
                 span = tracing.start_process(
                     tp.topic, tp.partition, record.offset, tracing.extract(record.headers)
                 )
                 try:
-                    decoded.append(self._codec.decode(record.value or b""))
-                    sources.append(ReplySource(tp.topic, tp.partition, record.offset))
-                    if span is not None:
-                        spans.append((span, decoded[-1].request_id))
+                    result = self._decoder.result(record)
                 except DecodeError as exc:
                     tracing.end_process(span, error="undecodable")
                     self._metrics.undecodable()
@@ -210,6 +214,11 @@ class ResultConsumer:
                         record.offset,
                         _loggable(exc),
                     )
+                    continue
+                decoded.append(result)
+                sources.append(ReplySource(tp.topic, tp.partition, record.offset))
+                if span is not None:
+                    spans.append((span, result.request_id))
         if not read_up_to:
             return
         stored, duplicates = await self._store.put_many(decoded, sources=sources, positions=read_up_to)
@@ -217,10 +226,23 @@ class ResultConsumer:
         for span, request_id in spans:
             tracing.end_process(span, message_id=request_id)
         self._metrics.batch_stored(stored, duplicates)
-        if self._stored is not None:
+        if hub is not None:
+            # Stored first: a long poll woken now reads the result from the store.
             for result in decoded:
-                self._stored(result)
+                hub.publish_result(result)
         self._metrics.delivered(decoded, time.time_ns() // 1_000_000)
+
+    def _chunk(self, record: ReplyRecord, hub: WaiterHub) -> None:
+        """A chunk written since the start, to the hub for the event streams (not stored)."""
+        try:
+            chunk = self._decoder.chunk(record)
+        except DecodeError as exc:
+            # Not a result either: not the results' poison; counted and skipped.
+            self.undecodable_chunks += 1
+            log.debug("undecodable chunk at offset %d skipped: %s", record.offset, type(exc).__name__)
+            return
+        self.chunks += 1
+        hub.publish_chunk(chunk)
 
     def position(self, where: ReplyPartition) -> int | None:
         """The next offset of `where` to store (None: nothing read there yet)."""

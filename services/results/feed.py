@@ -9,27 +9,24 @@ with the results (`ResultsTable.put_many`), so they can never run ahead of what 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from inferq.messaging.records import ReplyRecord
 from inferq.messaging.reply_positions import ReplyPartition
+from inferq.messaging.reply_reader import reply_consumer, start_assigned
 from inferq.results.consumer import FeedPartition
 from inferq.results.settings import ResultsSettings
 
-# With `--region all`, how soon a regional reply topic created later is found and read.
-PATTERN_METADATA_MAX_AGE_MS = 30_000
-# Bound of the start: the topics' partitions assigned from the metadata.
-ASSIGNED_TIMEOUT_S = 30.0
-
 
 class KafkaResultFeed:
-    """`ResultFeed` over aiokafka. `positions` reads the store's positions (the next offset per
-    partition) once, at start; a partition without one is read from its beginning (a new replica
-    fills its table from what the topic still holds). A partition assigned later (a regional topic
-    found by pattern) is positioned the same way before its first fetch."""
+    """`ResultFeed` over aiokafka (`inferq.messaging.reply_reader`). `positions` reads the store's
+    positions (the next offset per partition) once, at start; a partition without one is read from
+    its beginning (a new replica fills its table from what the topic still holds). A partition
+    assigned later (a regional topic found by pattern) is positioned the same way before its first
+    fetch. Each partition's end when it was positioned is kept: `live_from` (records written since)
+    and `caught_up` (the partitions of the start all read up to theirs)."""
 
     def __init__(
         self,
@@ -43,40 +40,28 @@ class KafkaResultFeed:
         self._client_id = client_id
         self._consumer: AIOKafkaConsumer | None = None
         self._stored: dict[ReplyPartition, int] = {}
-        self._positioned: set[TopicPartition] = set()
+        # Each partition's end when it was positioned: records from there on were written since.
+        self._live_from: dict[TopicPartition, int] = {}
         # Each partition's end when the feed started: reaching them all is being caught up.
         self._ends: dict[TopicPartition, int] = {}
         self._caught_up = False
 
     async def start(self) -> None:
         by_pattern = self._settings.all_regions
-        consumer = AIOKafkaConsumer(
-            *([] if by_pattern else self._settings.reply_topics),
-            **self._settings.kafka.aiokafka_config(),
+        consumer = reply_consumer(
+            self._settings.kafka,
+            self._settings.reply_topics,
             client_id=self._client_id,
-            # No group: every partition is this replica's, and nothing is committed to Kafka.
-            group_id=None,
-            enable_auto_commit=False,
-            # A partition with no stored position (a new replica, a new topic) is read from its start;
-            # so is one whose stored position fell out of the topic's retention.
-            auto_offset_reset="earliest",
-            # The broker holds a fetch that finds nothing new for at most 50 ms (aiokafka's default: 500).
-            fetch_max_wait_ms=50,
-            # A pattern is matched against the topics of each metadata refresh (default every 5 min).
-            **({"metadata_max_age_ms": PATTERN_METADATA_MAX_AGE_MS} if by_pattern else {}),
+            pattern=self._settings.kafka.topics.results_pattern if by_pattern else None,
+            # A partition with no stored position (a new replica, a new topic) is read from its
+            # start; so is one whose stored position fell out of the topic's retention.
+            start="earliest",
         )
-        if by_pattern:
-            consumer.subscribe(pattern=self._settings.kafka.topics.results_pattern)
+        await start_assigned(consumer)
         try:
-            await consumer.start()
             self._stored = dict(await self._positions())
-            async with asyncio.timeout(ASSIGNED_TIMEOUT_S):
-                # aiokafka assigns a group-less subscription from its metadata, with no event to await.
-                while not consumer.assignment():  # noqa: ASYNC110
-                    await asyncio.sleep(0.05)
-            self._position_new(consumer)
-            assigned = list(consumer.assignment())
-            self._ends = dict(await consumer.end_offsets(assigned))
+            await self._position_new(consumer)
+            self._ends = {tp: self._live_from[tp] for tp in consumer.assignment()}
         except BaseException:
             # A start that failed (or was cancelled) leaves nothing open.
             await consumer.stop()
@@ -92,7 +77,7 @@ class KafkaResultFeed:
         self, *, timeout_ms: int, max_records: int
     ) -> Mapping[FeedPartition, Sequence[ReplyRecord]]:
         consumer = self._running()
-        self._position_new(consumer)
+        await self._position_new(consumer)
         batches: Mapping[FeedPartition, Sequence[ReplyRecord]] = await consumer.getmany(
             timeout_ms=timeout_ms, max_records=max_records
         )
@@ -108,12 +93,21 @@ class KafkaResultFeed:
             self._caught_up = True
         return True
 
-    def _position_new(self, consumer: AIOKafkaConsumer) -> None:
-        for tp in consumer.assignment() - self._positioned:
+    def live_from(self, partition: FeedPartition) -> int:
+        """The first offset of `partition` written since it was positioned (its end then)."""
+        return self._live_from.get(TopicPartition(partition.topic, partition.partition), 0)
+
+    async def _position_new(self, consumer: AIOKafkaConsumer) -> None:
+        new = list(consumer.assignment() - self._live_from.keys())
+        if not new:
+            return
+        # Ends first: a Kafka error here leaves the partitions to position at the next fetch.
+        ends = await consumer.end_offsets(new)
+        for tp in new:
             stored = self._stored.get(ReplyPartition(tp.topic, tp.partition))
             if stored is not None:
                 consumer.seek(tp, stored)
-            self._positioned.add(tp)
+            self._live_from[tp] = ends[tp]
 
     def _running(self) -> AIOKafkaConsumer:
         if self._consumer is None:

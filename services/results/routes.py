@@ -8,7 +8,7 @@ that it exists. In open mode (no tenants file, loopback only) the optional ``?te
 tenant (``default`` when left out); with a key it must be the key's.
 
 Waiting is the waiter hub's (`inferq.delivery`): the caller is registered, then the store is
-read, then the caller sleeps until the reply topic's follower (or the store's consumer) wakes it
+read, then the caller sleeps until the reply topic's reader (`consumer.ResultConsumer`) wakes it
 or the bound passes. A client that disconnects is unregistered at once.
 """
 

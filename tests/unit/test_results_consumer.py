@@ -10,10 +10,11 @@ from dataclasses import replace
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
+from inferq.delivery.hub import WaiterHub
+from inferq.messaging import reply_reader
 from inferq.messaging.codec import chunk_codec, result_codec
 from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk
 from inferq.messaging.reply_positions import ReplyPartition
-from inferq.results import consumer as consumer_module
 from inferq.results.consumer import ResultConsumer, ResultsMetrics
 from inferq.results.store import ResultStore
 from tests.support.fakes import FakeResultFeed, InMemoryMetrics
@@ -105,7 +106,7 @@ def test_ready_only_once_everything_written_before_the_start_is_stored(tmp_path)
 
 
 def test_consumption_outlives_a_broker_error_and_stops_cleanly(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(consumer_module, "RETRY_PAUSE_S", 0.01)
+    monkeypatch.setattr(reply_reader, "RETRY_PAUSE_S", 0.01)
     events: list[str] = []
 
     class FlakyFeed(FakeResultFeed):
@@ -134,7 +135,7 @@ def test_consumption_outlives_a_broker_error_and_stops_cleanly(tmp_path, monkeyp
 
     assert asyncio.run(scenario()) is True
     assert events == ["feed.start", "feed.stop"]
-    assert "consuming results failed, trying again in 1 s" in caplog.text
+    assert "reading the reply topic failed, trying again in 1 s" in caplog.text
 
 
 @pytest.mark.parametrize("value", [b"", b"\xc3\x01" + b"\x00" * 8])
@@ -183,3 +184,46 @@ def test_chunks_of_a_streamed_answer_are_passed_over_not_stored_nor_poison(tmp_p
     assert reader.points("inferq_results_undecodable_total") == {}
     assert reader.points("inferq_results_stored_total") == {frozenset(): 1}
     assert "undecodable" not in caplog.text
+
+
+def test_the_reader_wakes_the_hub_with_stored_results_and_chunks_written_since_it_started(tmp_path):
+    class CatchingUp(FakeResultFeed):
+        """Offsets 0 and 1 were written before the feed started (a new replica catching up)."""
+
+        def live_from(self, partition):
+            return 2
+
+    chunk = InferenceChunk("s1", "default", 1, 0, "old", "m", 10, "d")
+    marked = [(KIND_HEADER, CHUNK_KIND)]
+
+    async def scenario() -> tuple[list[str], object, object, int]:
+        async with ResultStore(tmp_path / "r.db") as store:
+            hub = WaiterHub()
+            feed = CatchingUp()
+            consumer = ResultConsumer(
+                lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter), hub=hub
+            )
+            feed.push(
+                [chunk_codec().encode(chunk), chunk_codec().encode(replace(chunk, seq=1, delta="er"))],
+                headers=marked,
+            )
+            feed.push(
+                [chunk_codec().encode(replace(chunk, seq=2, delta="new")), b"\x00not avro"], headers=marked
+            )
+            await consumer.consume_once(feed)
+            await consumer.consume_once(feed)
+            with hub.waiting("default", "s1", replay=True) as late:
+                replayed = []
+                while (got := await late.next(0)) is not None:
+                    replayed.append(got.delta)
+            with hub.waiting("default", "r", chunks=False) as polling:
+                feed.push([CODEC.encode(result("r"))])
+                await consumer.consume_once(feed)
+                woken = await polling.result(1.0)
+            return replayed, woken, await store.get("default", "r"), consumer.undecodable_chunks
+
+    replayed, woken, stored, undecodable = asyncio.run(scenario())
+    assert replayed == ["new"], "chunks written before the reader started are not handed to the hub"
+    assert woken is not None and woken.request_id == "r"
+    assert stored is not None
+    assert undecodable == 1

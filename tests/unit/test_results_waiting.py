@@ -1,5 +1,6 @@
-"""Long poll and event stream of the results service, served by uvicorn on loopback: fake reply-topic
-feeds (the store's and the follower's), the real store and hub, tenants with keys.
+"""Long poll and event stream of the results service, served by uvicorn on loopback: a fake reply-topic
+feed (the service's one reader: it stores results and wakes the hub), the real store and hub, tenants
+with keys.
 
 What a caller notices: an answer as soon as the outcome exists, chunks in order, 202 or a timeout
 event at the bound, another tenant's id like an id nobody sent, refusals for hostile parameters, and
@@ -67,8 +68,7 @@ CHUNK_HEADERS = [(KIND_HEADER, CHUNK_KIND)]
 class Service:
     url: str
     hub: WaiterHub
-    stored: FakeResultFeed
-    followed: FakeResultFeed
+    replies: FakeResultFeed
 
     def client(self, spec: TenantSpec | None = ACME, **kwargs: Any) -> httpx.AsyncClient:
         headers = spec.headers() if spec is not None else {}
@@ -84,16 +84,15 @@ class Service:
 async def service(tmp_path: Path, **settings: Any) -> AsyncIterator[Service]:
     tenants = write_tenants(tmp_path / "tenants.toml", ACME, BETA)
     hub = WaiterHub(max_waiters=settings.pop("max_waiters", 100))
-    stored, followed = FakeResultFeed(), FakeResultFeed()
+    replies = FakeResultFeed()
     app = create_app(
         ResultsSettings(db_path=tmp_path / "r.db", tenants=TenancySettings(file=tenants), **settings),
         check_topics=False,
-        feed=lambda: stored,
-        follow_feed=lambda: followed,
+        feed=lambda: replies,
         hub=hub,
     )
     async with served(app) as url:
-        yield Service(url, hub, stored, followed)
+        yield Service(url, hub, replies)
 
 
 def events_of(text: str) -> list[tuple[str, Any]]:
@@ -110,11 +109,11 @@ def events_of(text: str) -> list[tuple[str, Any]]:
 
 
 @run
-async def test_a_long_poll_answers_as_soon_as_the_follower_reads_the_result(tmp_path: Path) -> None:
+async def test_a_long_poll_answers_as_soon_as_the_reader_stores_the_result(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         polling = asyncio.create_task(client.get("/v1/requests/r1", params={"wait": 30}))
         await svc.until_waiting(1)
-        svc.followed.push([result_of("acme", "r1", "hello")])
+        svc.replies.push([result_of("acme", "r1", "hello")])
         response = await polling
         assert response.status_code == 200
         assert response.json()["output"] == "hello"
@@ -122,11 +121,11 @@ async def test_a_long_poll_answers_as_soon_as_the_follower_reads_the_result(tmp_
 
 
 @run
-async def test_a_long_poll_is_woken_by_the_store_too_and_answers_at_once_when_stored(tmp_path: Path) -> None:
+async def test_a_woken_long_poll_and_a_later_one_answer_from_the_store(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         polling = asyncio.create_task(client.get("/v1/requests/r2", params={"wait": 30}))
         await svc.until_waiting(1)
-        svc.stored.push([result_of("acme", "r2")])  # only the group consumer sees it
+        svc.replies.push([result_of("acme", "r2")])
         assert (await polling).status_code == 200
         # Now stored: a later poll answers without waiting, and without ?wait it is a plain read.
         assert (await client.get("/v1/requests/r2", params={"wait": 60})).status_code == 200
@@ -147,9 +146,8 @@ async def test_another_tenants_result_is_like_an_id_nobody_sent(tmp_path: Path) 
     async with service(tmp_path, events_max_s=1) as svc, svc.client(ACME) as acme, svc.client(BETA) as beta:
         polling = asyncio.create_task(beta.get("/v1/requests/secret", params={"wait": 1}))
         await svc.until_waiting(1)
-        svc.followed.push([result_of("acme", "secret", "acme's only")])
+        svc.replies.push([result_of("acme", "secret", "acme's only")])
         assert (await polling).status_code == 202
-        svc.stored.push([result_of("acme", "secret", "acme's only")])
         async with asyncio.timeout(10):
             while (await acme.get("/v1/requests/secret")).status_code != 200:
                 await asyncio.sleep(0.02)
@@ -205,18 +203,18 @@ async def test_waiting_needs_a_key_and_a_valid_id(tmp_path: Path) -> None:
 async def test_events_stream_chunks_in_order_then_the_result(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         # Two pieces written before the caller connects are replayed; repeats are dropped.
-        svc.followed.push(
+        svc.replies.push(
             [chunk_of("acme", "s1", 0, "Hel"), chunk_of("acme", "s1", 1, "lo")], headers=CHUNK_HEADERS
         )
         async with client.stream("GET", "/v1/requests/s1/events") as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             await svc.until_waiting(1)
-            svc.followed.push(
+            svc.replies.push(
                 [chunk_of("acme", "s1", 1, "lo"), chunk_of("acme", "s1", 2, " world")], headers=CHUNK_HEADERS
             )
-            svc.followed.push([chunk_of("beta", "s1", 3, "not yours")], headers=CHUNK_HEADERS)
-            svc.followed.push([result_of("acme", "s1", "Hello world")])
+            svc.replies.push([chunk_of("beta", "s1", 3, "not yours")], headers=CHUNK_HEADERS)
+            svc.replies.push([result_of("acme", "s1", "Hello world")])
             body = (await response.aread()).decode()
         got = events_of(body)
         assert [name for name, _ in got] == ["chunk", "chunk", "chunk", "result"]
@@ -230,14 +228,14 @@ async def test_events_say_when_the_answer_starts_over(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         async with client.stream("GET", "/v1/requests/s2/events") as response:
             await svc.until_waiting(1)
-            svc.followed.push(
+            svc.replies.push(
                 [
                     chunk_of("acme", "s2", 0, "first try"),
                     chunk_of("acme", "s2", 0, "second", attempt=2, dispatcher_id="d2"),
                 ],
                 headers=CHUNK_HEADERS,
             )
-            svc.followed.push([result_of("acme", "s2", "second")])
+            svc.replies.push([result_of("acme", "s2", "second")])
             got = events_of((await response.aread()).decode())
         assert [name for name, _ in got] == ["chunk", "restart", "chunk", "result"]
         assert got[1][1] == {"request_id": "s2", "attempt": 2}
@@ -246,7 +244,7 @@ async def test_events_say_when_the_answer_starts_over(tmp_path: Path) -> None:
 @run
 async def test_events_of_a_stored_result_is_the_result_alone(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
-        svc.stored.push([result_of("acme", "done")])
+        svc.replies.push([result_of("acme", "done")])
         async with asyncio.timeout(10):
             while (await client.get("/v1/requests/done")).status_code != 200:
                 await asyncio.sleep(0.02)
@@ -293,5 +291,5 @@ async def test_too_many_waiters_is_503_with_retry_after(tmp_path: Path) -> None:
             refused = await client.get(path)
             assert refused.status_code == 503
             assert refused.headers["retry-after"] == "1"
-        svc.followed.push([result_of("acme", "r1")])
+        svc.replies.push([result_of("acme", "r1")])
         assert (await polling).status_code == 200

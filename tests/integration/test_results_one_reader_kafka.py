@@ -1,0 +1,108 @@
+"""The results service on the real broker reads its reply topic once: the reader that stores the
+results is the one Kafka consumer that reads records (the webhook ownership group beside it only
+holds partitions, paused), and it still wakes a long poll and an event stream with what is written
+after they asked, while chunks written before the replica started are not streamed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiokafka import AIOKafkaConsumer
+from confluent_kafka import Producer
+
+from inferq.delivery.hub import WaiterHub
+from inferq.messaging.codec import chunk_codec, result_codec
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, Status
+from inferq.messaging.tiers import Tier
+from inferq.results.app import create_app
+from inferq.results.settings import ResultsSettings
+from tests.support.inprocess import served
+
+pytestmark = pytest.mark.kafka
+
+
+def a_chunk(request_id: str, seq: int, delta: str) -> InferenceChunk:
+    return InferenceChunk(request_id, "default", 1, seq, delta, "m", 1, "d1")
+
+
+def a_result(request_id: str, output: str) -> InferenceResult:
+    return InferenceResult(request_id, Tier.HIGH, Status.OK, "m", 1, 2, 1, "d1", output=output)
+
+
+def produce(settings: KafkaSettings, request_id: str, values: list[tuple[bytes, bool]]) -> None:
+    """(value, is_chunk) pairs, keyed by the request id like the dispatcher's records."""
+    producer = Producer(settings.producer_config(client_id="test-replies"))
+    for value, chunk in values:
+        headers = [(KIND_HEADER, CHUNK_KIND)] if chunk else None
+        producer.produce(settings.topics.results, value=value, key=request_id.encode(), headers=headers)
+    assert producer.flush(15) == 0
+
+
+def events_of(text: str) -> list[tuple[str, Any]]:
+    found = []
+    for block in text.split("\n\n"):
+        lines = [line for line in block.split("\n") if line and not line.startswith(":")]
+        if lines:
+            name = next((line[7:] for line in lines if line.startswith("event: ")), "message")
+            found.append((name, json.loads(next(line[6:] for line in lines if line.startswith("data: ")))))
+    return found
+
+
+def test_one_reader_per_replica_still_wakes_a_long_poll_and_an_event_stream(
+    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    consumers: list[dict[str, Any]] = []
+    construct = AIOKafkaConsumer.__init__
+
+    def counted(self: AIOKafkaConsumer, *topics: str, **config: Any) -> None:
+        consumers.append({"client_id": config.get("client_id"), "group_id": config.get("group_id")})
+        construct(self, *topics, **config)
+
+    monkeypatch.setattr(AIOKafkaConsumer, "__init__", counted)
+    settings = ResultsSettings(
+        kafka=kafka_settings, group_id=f"{kafka_settings.topic_prefix}-results", db_path=tmp_path / "r.db"
+    )
+    # Written before the replica starts: the result is stored, the chunk is history nobody waits for.
+    produce(kafka_settings, "s1", [(chunk_codec().encode(a_chunk("s1", 0, "stale")), True)])
+    produce(kafka_settings, "r0", [(result_codec().encode(a_result("r0", "earlier")), False)])
+    hub = WaiterHub()
+
+    async def scenario() -> None:
+        async with served(create_app(settings, hub=hub)) as url, httpx.AsyncClient(base_url=url) as client:
+            async with asyncio.timeout(45):
+                while (await client.get("/readyz")).status_code != 200:
+                    await asyncio.sleep(0.1)
+            assert (await client.get("/v1/requests/r0")).json()["output"] == "earlier"
+            polling = asyncio.create_task(client.get("/v1/requests/r1", params={"wait": 30}, timeout=40))
+            async with client.stream("GET", "/v1/requests/s1/events", timeout=40) as stream:
+                async with asyncio.timeout(10):
+                    while hub.waiters != 2:
+                        await asyncio.sleep(0.02)
+                records = [
+                    (chunk_codec().encode(a_chunk("s1", seq, d)), True) for seq, d in [(1, "Hel"), (2, "lo")]
+                ]
+                records.append((result_codec().encode(a_result("s1", "Hello")), False))
+                await asyncio.to_thread(produce, kafka_settings, "s1", records)
+                await asyncio.to_thread(
+                    produce, kafka_settings, "r1", [(result_codec().encode(a_result("r1", "woken")), False)]
+                )
+                body = (await stream.aread()).decode()
+            answer = await polling
+            assert answer.status_code == 200
+            assert answer.json()["output"] == "woken"
+            got = events_of(body)
+            assert [name for name, _ in got] == ["chunk", "chunk", "result"]
+            assert "".join(data["delta"] for name, data in got if name == "chunk") == "Hello"
+            assert "stale" not in body
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))
+    readers = [c for c in consumers if c["group_id"] is None]
+    assert readers == [{"client_id": "inferq-results", "group_id": None}], consumers
+    # The only other consumer is the webhook ownership membership (it reads no records).
+    assert [c["group_id"] for c in consumers if c["group_id"] is not None] == [settings.consumer_group]
