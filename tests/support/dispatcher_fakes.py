@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -339,19 +338,6 @@ class RecordingTokenPool(LocalTokenPool):
     async def stop(self) -> None:
         self.events.append(f"pool.stop holding {sum(self.held_locally().values())}")
         await super().stop()
-
-
-class ManualClock:
-    """The dispatcher's wall clock (`clock_ms`), standing still until the test calls `advance`."""
-
-    def __init__(self, now_ms: int | None = None) -> None:
-        self.now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
 
 
 # -- the whole dispatcher on these fakes -----------------------------------------------------------

@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from tests.support.dispatcher_fakes import ManualClock, encoded, eventually, rig, running
+from tests.support.clock import ManualClock
+from tests.support.dispatcher_fakes import encoded, eventually, rig, running
 from tests.support.kafka import a_request
 
 

@@ -20,7 +20,8 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.producer import ProduceError
 from inferq.messaging.records import ChatMessage, Status
 from inferq.messaging.tiers import Tier
-from tests.support.dispatcher_fakes import ManualClock, Rig, encoded, eventually, rig, running
+from tests.support.clock import ManualClock
+from tests.support.dispatcher_fakes import Rig, encoded, eventually, rig, running
 from tests.support.kafka import a_request
 
 

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from inferq.messaging.records import Status
-from tests.support.dispatcher_fakes import ManualClock, encoded, eventually, rig, running
+from tests.support.clock import ManualClock
+from tests.support.dispatcher_fakes import encoded, eventually, rig, running
 from tests.support.kafka import a_request
 
 

@@ -20,6 +20,7 @@ from inferq.messaging.codec import request_codec
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.tiers import Tier
 from inferq.tenancy.settings import TenancySettings
+from tests.support.clock import ManualClock
 from tests.support.fakes import FakeBacklog, InMemoryMetrics, RecordingProducer, labels
 from tests.support.tenants import TenantSpec, write_tenants
 
@@ -42,20 +43,12 @@ BETA = TenantSpec("beta", entitlements={"roles": ["user", "system"]}, params={"s
 GAMMA = TenantSpec("gamma")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
 @dataclass
 class Ingest:
     client: TestClient
     producer: RecordingProducer
     backlog: FakeBacklog
-    clock: Clock
+    clock: ManualClock
     metrics: InMemoryMetrics
     path: Path
 
@@ -81,7 +74,7 @@ class Ingest:
 @pytest.fixture
 def ingest(tmp_path: Path) -> Iterator[Ingest]:
     path = write_tenants(tmp_path / "tenants.toml", ACME, BETA, GAMMA)
-    producer, backlog, clock, metrics = RecordingProducer(), FakeBacklog(), Clock(), InMemoryMetrics()
+    producer, backlog, clock, metrics = RecordingProducer(), FakeBacklog(), ManualClock(0), InMemoryMetrics()
     settings = IngestSettings(tenants=TenancySettings(file=path, reload_interval_s=0.05))
     app = create_app(
         settings,
@@ -89,7 +82,7 @@ def ingest(tmp_path: Path) -> Iterator[Ingest]:
         check_topics=False,
         backlog=backlog,
         clock_ms=lambda: NOW_MS,
-        rate_clock_s=clock,
+        rate_clock_s=clock.seconds,
         metrics_meter=metrics.meter,
     )
     with TestClient(app) as client:
@@ -231,7 +224,7 @@ def test_a_tenant_over_its_rate_gets_429_with_its_own_retry_after_while_another_
         "retry_after_s": 30,
     }
     ingest.accepted(CHAT, BETA)  # no rate: never limited
-    ingest.clock.now_s += 30
+    ingest.clock.advance(s=30)
     ingest.accepted(CHAT, ACME)
 
 

@@ -17,18 +17,11 @@ from inferq.results.retention import RetentionTask
 from inferq.results.settings import ResultsSettings
 from inferq.results.store import ResultStore
 from inferq.results.table import ResultsTable
+from tests.support.clock import ManualClock
 from tests.support.fakes import DyingResultFeed, FakeResultFeed, a_result
 
 DAY_MS = 86_400_000
 CODEC = result_codec()
-
-
-class Clock:
-    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
 
 
 @pytest.mark.parametrize(
@@ -52,14 +45,14 @@ def test_a_retention_that_is_not_a_duration_is_refused(text):
 
 
 def test_an_expired_result_is_not_served_before_the_purge_and_is_deleted_by_it(tmp_path):
-    clock = Clock()
+    clock = ManualClock(1_700_000_000_000)
 
     async def scenario() -> None:
         async with ResultStore(tmp_path / "r.db", retention_s=86_400, clock_ms=clock) as store:
             await store.put_many([a_result("old")])
-            clock.now_ms += DAY_MS // 2
+            clock.advance(DAY_MS // 2)
             await store.put_many([a_result("new")])
-            clock.now_ms += DAY_MS // 2 + 1
+            clock.advance(DAY_MS // 2 + 1)
             assert await store.get("default", "old") is None  # past retention: not served, still stored
             assert (await store.get("default", "new")).request_id == "new"
             assert await store.count() == 2
@@ -71,11 +64,11 @@ def test_an_expired_result_is_not_served_before_the_purge_and_is_deleted_by_it(t
 
 
 def test_the_row_cap_deletes_the_oldest_stored_first_within_the_batch(tmp_path):
-    clock = Clock()
+    clock = ManualClock(1_700_000_000_000)
     table = ResultsTable(tmp_path / "r.db", max_rows=3, clock_ms=clock)
     for name in ("a", "b"):
         table.put_many([a_result(name)])
-        clock.now_ms += 1
+        clock.advance(1)
     assert table.put_many([a_result("c"), a_result("d")]) == (2, 0)
     assert table.count() == 3
     assert table.get("default", "a") is None
@@ -97,19 +90,19 @@ def test_a_database_from_before_retention_gets_stored_times_from_completion(tmp_
         db.execute(
             "INSERT INTO results VALUES ('old', 'HIGH', 'OK', 'hi', NULL, 'm', NULL, 0, 10, 30, 1, 'd')"
         )
-    table = ResultsTable(path, clock_ms=Clock())
+    table = ResultsTable(path, clock_ms=ManualClock(1_700_000_000_000))
     assert table.get("default", "old").output == "hi"
     assert table.purge(stored_before_ms=31) == (1, 0)
     table.close()
 
 
 def test_the_retention_task_purges_on_its_interval_and_stops(tmp_path):
-    clock = Clock()
+    clock = ManualClock(1_700_000_000_000)
 
     async def scenario() -> int:
         async with ResultStore(tmp_path / "r.db", retention_s=60, clock_ms=clock) as store:
             await store.put_many([a_result("a")])
-            clock.now_ms += 61_000
+            clock.advance(61_000)
             task = RetentionTask(store, interval_s=0.01)
             await task.start()
             async with asyncio.timeout(5):
