@@ -21,10 +21,11 @@ from inferq.messaging.topics import TopicNames
 from inferq.tenancy.registry import TenantRegistry
 from inferq.tenancy.settings import TenancySettings
 from tests.support.clock import ManualClock
-from tests.support.dispatcher_fakes import encoded, eventually, rig, running
+from tests.support.dispatcher_fakes import encoded, rig, running
 from tests.support.fakes import InMemoryMetrics, a_result, labels
 from tests.support.kafka import a_request
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import eventually
 
 
 def tenants_rig(path: Path, *specs: TenantSpec, **overrides: object):  # type: ignore[no-untyped-def]

@@ -5,7 +5,6 @@ backlog (429 for one tenant while another is admitted), and the counters per ten
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from inferq.tenancy.settings import TenancySettings
 from tests.support.clock import ManualClock
 from tests.support.fakes import FakeBacklog, InMemoryMetrics, RecordingProducer, labels
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import wait_until
 
 NOW_MS = 1_700_000_000_000
 CHAT: dict[str, Any] = {"scenario": "realtime_chat", "messages": [{"role": "user", "content": "hi"}]}
@@ -155,7 +155,11 @@ def test_an_unknown_scenarios_high_is_capped_when_the_tenant_may_use_any_scenari
     assert ingest.accepted({**CHAT, "scenario": "something-new"}, BETA).tier is Tier.HIGH
     capped = TenantSpec("capped", max_tier="LOW")
     write_tenants(ingest.path, ACME, BETA, GAMMA, capped)
-    wait_until(lambda: ingest.post({**CHAT, "scenario": "something-new"}, capped).status_code == 202)
+    wait_until(
+        lambda: ingest.post({**CHAT, "scenario": "something-new"}, capped).status_code,
+        "the capped tenant, after the reload",
+        done=lambda v: v == 202,
+    )
     assert request_codec().decode(ingest.producer.sent[-1][1]).tier is Tier.LOW
 
 
@@ -283,21 +287,22 @@ def test_the_backlog_view_needs_a_key(ingest):
 def test_a_rotated_key_works_after_the_reload_and_the_removed_one_is_401(ingest):
     rotated = TenantSpec("beta", keys=[TenantSpec("x").key, BETA.key])
     write_tenants(ingest.path, ACME, rotated, GAMMA)
-    wait_until(lambda: ingest.post(CHAT, rotated).status_code == 202)
+    wait_until(
+        lambda: ingest.post(CHAT, rotated).status_code,
+        "the rotated key, after the reload",
+        done=lambda v: v == 202,
+    )
     ingest.accepted(CHAT, BETA)  # the previous key too, until it is removed
     write_tenants(ingest.path, ACME, TenantSpec("beta", keys=[rotated.key]), GAMMA)
-    wait_until(lambda: ingest.post(CHAT, BETA).status_code == 401)
+    wait_until(
+        lambda: ingest.post(CHAT, BETA).status_code,
+        "the removed key refused, after the reload",
+        done=lambda v: v == 401,
+    )
     ingest.accepted(CHAT, rotated)
 
 
 def test_an_invalid_rewrite_keeps_the_tenants_in_force(ingest, caplog):
     ingest.path.write_text('[[tenants]]\nname = "acme"\nweight = 0\n')
-    wait_until(lambda: "tenants file invalid" in caplog.text)
+    wait_until(lambda: "tenants file invalid" in caplog.text, "the invalid file reported, after the reload")
     ingest.accepted(CHAT, BETA)
-
-
-def wait_until(done: Any, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, "not within the reload interval"
-        time.sleep(0.02)

@@ -19,6 +19,7 @@ from inferq.results.store import ResultStore
 from inferq.results.table import ResultsTable
 from tests.support.clock import ManualClock
 from tests.support.fakes import DyingResultFeed, FakeResultFeed, a_result
+from tests.support.waiting import wait_until
 
 DAY_MS = 86_400_000
 CODEC = result_codec()
@@ -119,10 +120,9 @@ def test_the_retention_task_purges_on_its_interval_and_stops(tmp_path):
 def test_healthz_is_503_once_the_consumer_has_died(tmp_path, caplog):
     app = create_app(ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=DyingResultFeed)
     with TestClient(app) as client:
-        deadline = time.monotonic() + 5
-        while (response := client.get("/healthz")).status_code == 200:
-            assert time.monotonic() < deadline, "the dead consumer was never reported"
-            time.sleep(0.01)
+        response = wait_until(
+            lambda: client.get("/healthz"), "the dead consumer reported", done=lambda r: r.status_code != 200
+        )
     assert response.status_code == 503
     assert response.json() == {"status": "consumer stopped", "results": 0}
     assert "results consumer stopped; /healthz answers 503" in caplog.text
@@ -136,8 +136,7 @@ def test_a_result_past_retention_is_404_over_http(tmp_path):
     feed = FakeResultFeed()
     with TestClient(create_app(settings, check_topics=False, feed=lambda: feed)) as client:
         feed.push([CODEC.encode(a_result("new"))])
-        deadline = time.monotonic() + 5
-        while client.get("/v1/requests/new").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(
+            lambda: client.get("/v1/requests/new").status_code, "the new result", done=lambda v: v == 200
+        )
         assert client.get("/v1/requests/old").status_code == 404
