@@ -27,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from inferq.messaging.codec import result_codec
 from inferq.tools.demo.workload import TERMINAL
-from tests.support.kafka import reader
+from tests.support.kafka import read_all
 
 POLL_INTERVAL_S = 0.25
 READ_CONCURRENCY = 16
@@ -200,7 +199,7 @@ class Ledger:
         """Every outcome record on the results topic, grouped by request_id."""
         codec = result_codec().avro  # as written, field by field
         grouped: dict[str, list[dict[str, Any]]] = {}
-        for message in read_to_end(bootstrap, topic, timeout_s=timeout_s):
+        for message in read_all(bootstrap, topic, timeout_s=timeout_s):
             record = codec.decode(message.value() or b"")
             grouped.setdefault(str(record["request_id"]), []).append(record)
         self.topic_outcomes = grouped
@@ -290,35 +289,3 @@ def _info(body: dict[str, Any], response: httpx.Response) -> dict[str, Any]:
         return {}
     info: dict[str, Any] = response.json() | {"scenario": body["scenario"]}
     return info
-
-
-def read_to_end(bootstrap: str, topic: str, *, timeout_s: float = 30.0) -> list[Message]:
-    """Every record of `topic` up to the end offsets it had when called, in partition order.
-
-    Fails (rather than returning a partial list) when the end is not reached within `timeout_s`.
-    """
-    consumer = reader(bootstrap)
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        ends: dict[int, int] = {}
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                ends[p] = high
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        found: list[Message] = []
-        deadline = time.monotonic() + timeout_s
-        while ends and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None or message.error():
-                continue
-            partition, offset = message.partition(), message.offset()
-            if partition is None or offset is None or partition not in ends:
-                continue
-            found.append(message)
-            if offset >= ends[partition] - 1:
-                del ends[partition]
-        assert not ends, f"{topic}: partitions {sorted(ends)} not read to their end within {timeout_s} s"
-        return found
-    finally:
-        consumer.close()
