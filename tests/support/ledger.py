@@ -16,8 +16,6 @@ store absorbed on the way.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sqlite3
 import threading
 import time
 from collections import Counter
@@ -29,11 +27,8 @@ from typing import Any
 import httpx
 
 from inferq.messaging.codec import result_codec
-from inferq.tools.demo.workload import TERMINAL
+from inferq.tools.chaos.account import extra_rows, read_outcomes
 from tests.support.kafka import read_all
-
-POLL_INTERVAL_S = 0.25
-READ_CONCURRENCY = 16
 
 
 def request_body(
@@ -158,42 +153,16 @@ class Ledger:
         """Poll the results API until every accepted request (or every one of `ids`) has a terminal
         outcome or `timeout_s` passes; then read each outcome `rereads` more times."""
         wanted = list(ids) if ids is not None else list(self.accepted)
-        deadline = time.monotonic() + timeout_s
-        gate = asyncio.Semaphore(READ_CONCURRENCY)
-        async with httpx.AsyncClient(base_url=results_url, timeout=5.0) as client:
-
-            async def read(rid: str) -> tuple[str, dict[str, Any] | None]:
-                tenant = self.accepted.get(rid, {}).get("tenant")
-                async with gate:
-                    response = await client.get(
-                        f"/v1/requests/{rid}", params={"tenant": tenant} if tenant else None
-                    )
-                if response.status_code == 200 and response.json()["status"] in TERMINAL:
-                    view: dict[str, Any] = response.json()
-                    return rid, view
-                return rid, None
-
-            while True:
-                pending = [rid for rid in wanted if rid not in self.outcomes]
-                for rid, view in await asyncio.gather(*(read(r) for r in pending)):
-                    if view is not None:
-                        self.outcomes[rid] = view
-                if len(pending) == 0 or time.monotonic() >= deadline:
-                    break
-                await asyncio.sleep(POLL_INTERVAL_S)
-            for _ in range(rereads):
-                seen = [rid for rid in wanted if rid in self.outcomes]
-                for rid, view in await asyncio.gather(*(read(r) for r in seen)):
-                    if view != self.outcomes[rid]:
-                        self.changed.setdefault(rid, []).append(view)
+        tenants = {rid: info["tenant"] for rid, info in self.accepted.items() if info.get("tenant")}
+        _, changed = await read_outcomes(
+            results_url, wanted, timeout_s, found=self.outcomes, tenants=tenants, rereads=rereads
+        )
+        for rid, views in changed.items():
+            self.changed.setdefault(rid, []).extend(views)
 
     def count_store_rows(self, db_path: Path) -> None:
         """Rows per request_id in the results service's SQLite file (read-only, beside the service)."""
-        with contextlib.closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as db:
-            rows = db.execute(
-                "SELECT request_id, COUNT(*) FROM results GROUP BY request_id HAVING COUNT(*) > 1"
-            ).fetchall()
-        self.extra_rows = {str(rid): int(n) for rid, n in rows}
+        self.extra_rows = extra_rows(db_path)
 
     def read_results_topic(self, bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
         """Every outcome record on the results topic, grouped by request_id."""
