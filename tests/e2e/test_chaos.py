@@ -34,8 +34,8 @@ from inferq.messaging.topics import TopicNames
 from inferq.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
-from tests.support.kafka import a_request, committed_offsets, end_offsets
-from tests.support.ledger import Answer, Ledger, read_to_end, request_body
+from tests.support.kafka import a_request, committed_offsets, end_offsets, read_all
+from tests.support.ledger import Answer, Ledger, request_body
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -128,7 +128,7 @@ def request_partitions(bootstrap: str, topics: list[str]) -> dict[str, str]:
     codec = request_codec()
     where: dict[str, str] = {}
     for topic in topics:
-        for message in read_to_end(bootstrap, topic):
+        for message in read_all(bootstrap, topic):
             where[codec.decode(message.value() or b"").request_id] = f"{topic}[{message.partition()}]"
     return where
 
@@ -473,7 +473,7 @@ def test_backend_outage_fails_exhausted_expires_interactive_and_retries_the_rest
             interval_s=0.5,
         )
         retried = sum(end_offsets(kafka_bootstrap, topics.retry).values())
-        dead = read_to_end(kafka_bootstrap, topics.dlq)
+        dead = read_all(kafka_bootstrap, topics.dlq)
         assert_all_alive(stack)
 
     letters = {_header(m, "inferq.request_id"): m for m in dead}
@@ -597,7 +597,7 @@ def test_poison_records_are_dead_lettered_and_never_block_valid_ones(
             "a dead letter per poison record",
             interval_s=0.2,
         )
-        dead = read_to_end(kafka_bootstrap, topics.dlq)
+        dead = read_all(kafka_bootstrap, topics.dlq)
         assert_all_alive(stack)
     print(
         f"\n[{ledger.name}] {len(plan)} records on {len(tier_of)} topics: {len(ledger.accepted)} valid "

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from tests.support.fakes import (
     SwitchableProducer,
     result_record,
 )
+from tests.support.waiting import wait_until
 
 PROMPT = "prompt-7c1e-my-diary-says-I-am-sad"
 OUTPUT = "output-41b9-you-will-feel-better"
@@ -120,10 +120,11 @@ def test_results_logs_hold_no_output_even_of_a_poison_record(tmp_path, caplog, h
     app = create_results(ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=lambda: feed)
     with TestClient(app) as client:
         feed.push([poison, good])
-        deadline = time.monotonic() + 5
-        while (response := client.get("/v1/requests/r-ok")).status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        response = wait_until(
+            lambda: client.get("/v1/requests/r-ok"),
+            "the good result stored",
+            done=lambda r: r.status_code == 200,
+        )
         assert response.json()["output"] == OUTPUT
         assert client.get("/v1/requests/r-bad").status_code == 404
         client.get(f"/v1/requests/{OUTPUT}", headers={"authorization": f"Bearer {API_KEY}"})

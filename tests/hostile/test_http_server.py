@@ -26,6 +26,7 @@ from inferq.serving import EmbeddedServer, HttpLimits, uvicorn_config
 from tests.hostile.conftest import HostileFigures
 from tests.support.fakes import FakeBacklog, FakeResultFeed, RecordingProducer
 from tests.support.inprocess import free_port
+from tests.support.waiting import wait_until
 
 BODY_TIMEOUT_S = 0.5
 HEADER_TIMEOUT_S = 0.5
@@ -40,10 +41,8 @@ def serving(app: Any, limits: HttpLimits = LIMITS) -> Iterator[int]:
     server = EmbeddedServer(uvicorn_config(app, "127.0.0.1", port, limits=limits))
     thread = threading.Thread(target=server.run, name="hostile-uvicorn", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
+    wait_until(lambda: server.started or not thread.is_alive(), "uvicorn starting", 10)
+    assert server.started, "uvicorn did not start: its thread ended"
     try:
         yield port
     finally:

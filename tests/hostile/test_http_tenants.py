@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from tests.hostile.conftest import HostileFigures
 from tests.hostile.test_http_server import Conversation, note, serving, status_of
 from tests.support.fakes import FakeBacklog, FakeResultFeed, RecordingProducer, result_record
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import wait_until
 
 ACME = TenantSpec(
     "acme", max_tier="MEDIUM", scenarios=["realtime_chat"], extra={"requests_per_minute": 1_000}
@@ -101,10 +101,11 @@ def services(tmp_path: Path, hostile_figures: HostileFigures) -> Iterator[Servic
             ]
         )
         both = Services(i, r, producer, hostile_figures)
-        deadline = time.monotonic() + 5
-        while r.get("/v1/requests/shared", headers=ACME.headers()).status_code != 200:
-            assert time.monotonic() < deadline, "the results were not stored"
-            time.sleep(0.01)
+        wait_until(
+            lambda: r.get("/v1/requests/shared", headers=ACME.headers()).status_code,
+            "the results stored",
+            done=lambda v: v == 200,
+        )
         yield both
         for answer in both.answers:
             assert_no_secret(answer)
@@ -285,10 +286,7 @@ def test_no_key_or_hash_reaches_a_log_line_on_any_tenant_path(tmp_path, caplog, 
             ACME.toml().replace(hash_key(ACME.key), ACME.key)
             + BETA.toml().replace(hash_key(BETA.key), hash_key(BETA.key)[:-1])
         )
-        deadline = time.monotonic() + 5
-        while "tenants file invalid" not in caplog.text:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(lambda: "tenants file invalid" in caplog.text, "the invalid tenants file reported")
     logged = "\n".join(
         caplog.handler.format(r) for r in caplog.records if not r.name.startswith(("httpx", "httpcore"))
     )

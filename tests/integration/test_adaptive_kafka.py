@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.inprocess import running_dispatcher, sim_backend
 from tests.support.kafka import a_request, produce_requests
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kafka
 
@@ -23,12 +24,6 @@ async def steady_load(bootstrap: str, topic: str) -> None:
     while True:
         await asyncio.to_thread(produce_requests, bootstrap, topic, [a_request("HIGH") for _ in range(10)])
         await asyncio.sleep(0.1)
-
-
-async def wait_for(predicate, timeout_s: float) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.05)
 
 
 def test_budget_is_cut_on_outage_and_on_slowness_and_restored(kafka_settings):
@@ -45,16 +40,40 @@ def test_budget_is_cut_on_outage_and_on_slowness_and_restored(kafka_settings):
                 await asyncio.sleep(1.5)  # healthy windows: baselines are learnt
                 seen["healthy"] = dispatcher.effective_budget
                 await set_faults(url, outage=True)
-                await wait_for(lambda: dispatcher.effective_budget <= 7, 10)
+                await eventually(
+                    lambda: dispatcher.effective_budget,
+                    "the budget cut by the outage",
+                    10,
+                    interval_s=0.05,
+                    done=lambda b: b <= 7,
+                )
                 seen["outage"] = dispatcher.effective_budget
                 await set_faults(url, outage=False)
-                await wait_for(lambda: dispatcher.effective_budget == 10, 20)
+                await eventually(
+                    lambda: dispatcher.effective_budget,
+                    "the budget restored after the outage",
+                    20,
+                    interval_s=0.05,
+                    done=lambda b: b == 10,
+                )
                 seen["recovered"] = dispatcher.effective_budget
                 await set_faults(url, degradation=2.5)  # every call 2.5x slower
-                await wait_for(lambda: dispatcher.effective_budget <= 5, 20)
+                await eventually(
+                    lambda: dispatcher.effective_budget,
+                    "the budget cut by slow calls",
+                    20,
+                    interval_s=0.05,
+                    done=lambda b: b <= 5,
+                )
                 seen["slow"] = dispatcher.effective_budget
                 await set_faults(url, degradation=1.0)
-                await wait_for(lambda: dispatcher.effective_budget == 10, 30)
+                await eventually(
+                    lambda: dispatcher.effective_budget,
+                    "the budget restored after slow calls",
+                    30,
+                    interval_s=0.05,
+                    done=lambda b: b == 10,
+                )
                 seen["restored"] = dispatcher.effective_budget
             finally:
                 load.cancel()

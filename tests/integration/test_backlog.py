@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,24 +14,11 @@ from inferq.ingest.backlog import BacklogSnapshot, KafkaBacklogReader
 from inferq.ingest.settings import IngestSettings
 from inferq.messaging.tiers import Tier
 from tests.support.kafka import a_request, commit_offsets, committed_offsets, end_offsets, produce_requests
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
 WAIT_S = 15.0
-
-
-def wait_for(
-    what: str, probe: Callable[[], Any], done: Callable[[Any], bool], timeout_s: float = WAIT_S
-) -> Any:
-    """Probe until `done(value)` or the timeout; returns the last value, fails naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    value = probe()
-    while not done(value):
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout_s} s; last value {value!r}")
-        time.sleep(0.05)
-        value = probe()
-    return value
 
 
 def expected_lag(bootstrap: str, group: str, topic: str) -> int:
@@ -64,7 +50,12 @@ def test_reader_reports_high_watermark_minus_committed_per_tier(kafka_settings):
         try:
             commit_offsets(bootstrap, group, {(high, 1): 3})
             return await asyncio.to_thread(
-                wait_for, "HIGH lag 1 after the commit", reader.snapshot, lambda s: s.backlogs[Tier.HIGH] == 1
+                wait_until,
+                reader.snapshot,
+                "HIGH lag 1 after the commit",
+                WAIT_S,
+                done=lambda s: s.backlogs[Tier.HIGH] == 1,
+                interval_s=0.05,
             )
         finally:
             await reader.stop()
@@ -97,9 +88,11 @@ def test_ingest_refuses_high_at_capacity_and_accepts_after_the_group_commits(kaf
         def high_backlog() -> Any:
             return c.get("/v1/backlog").json()["HIGH"]
 
-        wait_for("HIGH backlog 4", high_backlog, lambda v: v["backlog"] == 4)
+        wait_until(high_backlog, "HIGH backlog 4", WAIT_S, done=lambda v: v["backlog"] == 4, interval_s=0.05)
         assert c.post("/v1/requests", json=chat).status_code == 202  # 4 < 5: the fifth gets in
-        view = wait_for("HIGH backlog 5", high_backlog, lambda v: v["backlog"] == 5)
+        view = wait_until(
+            high_backlog, "HIGH backlog 5", WAIT_S, done=lambda v: v["backlog"] == 5, interval_s=0.05
+        )
         assert view == {
             "backlog": 5,
             "capacity": 5,
@@ -120,6 +113,6 @@ def test_ingest_refuses_high_at_capacity_and_accepts_after_the_group_commits(kaf
 
         # The dispatchers catch up: the group commits every HIGH partition to its end.
         commit_offsets(bootstrap, group, {(high, p): end for p, end in end_offsets(bootstrap, high).items()})
-        wait_for("HIGH backlog 0", high_backlog, lambda v: v["backlog"] == 0)
+        wait_until(high_backlog, "HIGH backlog 0", WAIT_S, done=lambda v: v["backlog"] == 0, interval_s=0.05)
         assert c.post("/v1/requests", json=chat).status_code == 202
         assert c.post("/v1/requests", json=brief).status_code == 202

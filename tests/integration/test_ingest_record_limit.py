@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from tests.support.fakes import FakeBacklog
 from tests.support.kafka import end_offsets
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -37,10 +37,13 @@ def set_topic_max_message_bytes(kafka: KafkaSettings, topic: str, size: int) -> 
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=15)
-    deadline = time.monotonic() + 15
-    while read_topics_max_message_bytes(kafka, [topic]) != size:
-        assert time.monotonic() < deadline, f"the broker never reported max.message.bytes={size}"
-        time.sleep(0.1)
+    wait_until(
+        lambda: read_topics_max_message_bytes(kafka, [topic]),
+        f"the broker reporting max.message.bytes={size}",
+        15,
+        interval_s=0.1,
+        done=lambda v: v == size,
+    )
 
 
 def chat(content: str) -> dict[str, Any]:

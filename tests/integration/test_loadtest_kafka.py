@@ -26,8 +26,7 @@ from inferq.tools.stack.process import ServiceProcess
 from inferq.tools.traces.generator import generate
 from inferq.tools.traces.scenario import load
 from tests.support.inprocess import free_port
-from tests.support.kafka import a_request
-from tests.support.ledger import read_to_end
+from tests.support.kafka import a_request, read_all
 
 pytestmark = pytest.mark.kafka
 
@@ -88,7 +87,7 @@ def requests_on(settings: KafkaSettings) -> list[tuple[str, dict[str, Any], int,
     codec = request_codec().avro  # the records as any Avro consumer sees them
     found = []
     for topic in settings.topics.all_requests:
-        for m in read_to_end(settings.bootstrap_servers, topic):
+        for m in read_all(settings.bootstrap_servers, topic):
             found.append((topic, codec.decode(m.value() or b""), m.timestamp()[1], m.key()))
     return found
 

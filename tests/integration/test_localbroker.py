@@ -6,7 +6,6 @@ import argparse
 import shutil
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from inferq.tools.broker.ephemeral import broker_on_free_ports
 from inferq.tools.broker.fixture import kafka_bootstrap_for_tests
 from inferq.tools.broker.jars import STAMP_NAME
 from inferq.tools.servercli import EXIT_NOT_RUNNING
+from tests.support.waiting import wait_until
 
 PROJECT_ROOT = find_project_root(Path(__file__).parent)
 
@@ -76,15 +76,10 @@ def _consume_one(servers: str, topic: str, timeout_s: float = 60.0) -> tuple[byt
     )
     try:
         consumer.subscribe([topic])
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                raise AssertionError(f"consumer error: {msg.error()}")
-            return msg.key(), msg.value()
-        raise AssertionError(f"no record from {topic} within {timeout_s:.0f}s")
+        msg = wait_until(lambda: consumer.poll(1.0), f"a record from {topic}", timeout_s, interval_s=0)
+        if msg.error() is not None:
+            raise AssertionError(f"consumer error: {msg.error()}")
+        return msg.key(), msg.value()
     finally:
         consumer.close()
 

@@ -24,6 +24,7 @@ from inferq.dispatcher.tokens.redis_pool import RedisTokenPool
 from inferq.messaging.tiers import Tier
 from inferq.tools.redis.fixture import local_redis_for_tests
 from inferq.tools.redis.server import pick_free_port
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.redis
 
@@ -71,18 +72,6 @@ async def take_all(pool: RedisTokenPool, tier: Tier, *, total: int, per_tier: in
         leases.append(lease)
         assert len(leases) <= total, "granted more tokens than the total limit"
     return leases
-
-
-async def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Poll ``condition`` (no event exists for it) until true; returns the seconds it took."""
-    started = time.monotonic()
-    try:
-        async with asyncio.timeout(timeout_s):
-            while not condition():
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"{what}: not within {timeout_s} s") from None
-    return time.monotonic() - started
 
 
 # -- 1. the budget holds under concurrent hammering ---------------------------------------------------
@@ -237,7 +226,13 @@ def test_an_idle_pool_leaves_the_whole_budget_to_a_busy_one(redis_url: str) -> N
             await busy.release(leases.pop())
             assert await idle.try_acquire(Tier.HIGH, total_limit=10, tier_limit=10) is not None
             # The idle pool sees the group's use through its heartbeat, not only through its own calls.
-            await wait_until(lambda: idle.in_use()[Tier.MEDIUM] == 9, 3.0, "idle's snapshot")
+            await eventually(
+                lambda: idle.in_use()[Tier.MEDIUM],
+                "idle's snapshot",
+                3.0,
+                interval_s=0.02,
+                done=lambda n: n == 9,
+            )
             assert idle.in_use() == {Tier.HIGH: 1, Tier.MEDIUM: 9, Tier.LOW: 0}
 
     asyncio.run(scenario())
@@ -391,7 +386,9 @@ def test_a_stopped_redis_switches_to_the_local_share_and_back(
             assert pool.held_locally() == {Tier.HIGH: 2, Tier.MEDIUM: 0, Tier.LOW: 1}
 
             await asyncio.to_thread(server_start)  # same port, empty: a restart forgets every lease
-            took = await wait_until(lambda: not pool.degraded, 5.0, "the pool back on Redis")
+            started = time.monotonic()
+            await eventually(lambda: not pool.degraded, "the pool back on Redis", 5.0, interval_s=0.02)
+            took = time.monotonic() - started
             print(f"\nback on Redis {took:.2f} s after the restart (probe every 0.2 s)")
             # Redis now holds exactly the 3 leases this process holds, taken during the outage.
             assert await lease_counts(client, prefix) == {Tier.HIGH: 2, Tier.MEDIUM: 0, Tier.LOW: 1}
@@ -464,7 +461,7 @@ def test_a_redis_that_stops_answering_in_time_is_left_and_rejoined_without_stray
             assert c is not None  # 2 held < the local share of 6 // 2
             assert await pool.try_acquire(Tier.HIGH, total_limit=6, tier_limit=6) is None
             await pool.release(a)  # Redis still lists a: only the recovery can remove it
-            await wait_until(lambda: not pool.degraded, 5.0, "the pool back on Redis")
+            await eventually(lambda: not pool.degraded, "the pool back on Redis", 5.0, interval_s=0.02)
             # Redis converges on exactly the leases held: a gone, c added, and the acquire that timed out
             # (Redis may run it once the pause ends) not left behind as a stray.
             wanted = {f"{pool.owner_id}:{lease.lease_id}".encode() for lease in (b, c)}

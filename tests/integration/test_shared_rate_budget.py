@@ -25,6 +25,7 @@ from inferq.dispatcher.shared_rate.budget import KEYS_TTL_MS, SharedRateBudget
 from inferq.messaging.tiers import Tier
 from inferq.tools.redis.fixture import local_redis_for_tests
 from inferq.tools.redis.server import pick_free_port
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.redis
 
@@ -240,15 +241,6 @@ async def admitted_tokens_of(budget: RateLedger, model: str, cost: int, tries: i
     return total
 
 
-async def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    try:
-        async with asyncio.timeout(timeout_s):
-            while not condition():
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"{what}: not within {timeout_s} s") from None
-
-
 def test_an_outage_keeps_the_group_under_the_limit_and_the_starts_made_meanwhile_count_after(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -277,7 +269,9 @@ def test_an_outage_keeps_the_group_under_the_limit_and_the_starts_made_meanwhile
             ]
             assert a.degraded and b.degraded
             start()  # a fresh server: it has forgotten the minute
-            await wait_until(lambda: not a.degraded and not b.degraded, 15, "back on the shared budget")
+            await eventually(
+                lambda: not a.degraded and not b.degraded, "back on the shared budget", 15, interval_s=0.05
+            )
             # Each entered its starts of the minute again: 700 of 1000 spent, 300 left.
             after = await admitted_tokens(a, Tier.HIGH, 100, 10)
             return [*before, *during, after]
@@ -316,9 +310,13 @@ def test_every_kind_of_entry_leaves_the_minute_and_takes_its_count_with_it(redis
             await settle("c", -1, 40)
             excess = [held_ms, ttl_ms, 0, 1000, -1, -1, -1, 500, -1, 100, -1, scripts.LEARNED_TTL_MS]
             counted = await scripts.OBSERVE.run(client, keys, excess)
-            deadline = time.monotonic() + 10
-            while (left := await settle("nothing", 0, 0))[2:4] != [0, 0] and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            left = await eventually(
+                lambda: settle("nothing", 0, 0),
+                "the entries pruned",
+                10,
+                interval_s=0.05,
+                done=lambda v: v[2:4] == [0, 0],
+            )
             return counted[2:4], left[2:4], await client.hlen(keys[1])
         finally:
             await client.aclose()

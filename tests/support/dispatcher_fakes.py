@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +41,7 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.producer import ProduceError
 from inferq.messaging.records import InferenceRequest, InferenceResult, is_chunk
 from inferq.messaging.topics import TopicNames
+from tests.support.waiting import eventually
 
 Headers = list[tuple[str, str | bytes | None]]
 
@@ -341,19 +341,6 @@ class RecordingTokenPool(LocalTokenPool):
         await super().stop()
 
 
-class ManualClock:
-    """The dispatcher's wall clock (`clock_ms`), standing still until the test calls `advance`."""
-
-    def __init__(self, now_ms: int | None = None) -> None:
-        self.now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        self.now_ms += ms
-
-
 # -- the whole dispatcher on these fakes -----------------------------------------------------------
 
 
@@ -437,16 +424,6 @@ async def running(test_rig: Rig) -> AsyncIterator[Rig]:
         test_rig.dispatcher.request_stop()
         async with asyncio.timeout(30):
             await task
-
-
-async def eventually(condition: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
-    """Poll `condition` (no event announces it) until true; fail after `timeout_s`."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            while not condition():
-                await asyncio.sleep(0.005)
-    except TimeoutError:
-        raise AssertionError(f"{what}: not within {timeout_s} s") from None
 
 
 def encoded(request: InferenceRequest) -> bytes:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
 from inferq.messaging.codec import request_codec
 from inferq.messaging.records import ChatMessage, InferenceRequest
@@ -64,21 +65,61 @@ def reader(bootstrap: str) -> Consumer:
     )
 
 
-def read_all(bootstrap: str, topic: str, *, expect: int, timeout_s: float = 30.0) -> list[Any]:
-    """Read `topic` from the beginning until `expect` records arrived or the timeout passed."""
+def read_all(
+    bootstrap: str,
+    topic: str,
+    *,
+    expect: int | None = None,
+    until: Callable[[list[Message]], bool] | None = None,
+    timeout_s: float = 30.0,
+) -> list[Message]:
+    """The tests' one topic reader: records of `topic` from its beginning, in the order they come.
+
+    With `expect`, until that many came; with `until`, until it holds of the records so far (asked
+    after every poll, records or not); on a timeout these return what came, for the caller to count.
+    With neither: every record up to the end offsets the topic had when called, failing when they
+    are not reached within `timeout_s`.
+    """
     consumer = reader(bootstrap)
-    consumer.subscribe([topic])
-    found: list[Any] = []
-    deadline = time.monotonic() + timeout_s
+    ends: dict[int, int] | None = None
     try:
-        while len(found) < expect and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
+        if expect is None and until is None:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            ends = {}
+            for p in partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                if high > low:
+                    ends[p] = high
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        else:
+            consumer.subscribe([topic])
+        found: list[Message] = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if ends is not None and not ends:
+                break
+            if expect is not None and len(found) >= expect:
+                break
+            if until is not None and until(found):
+                break
+            message = consumer.poll(0.2)
+            if message is None or message.error():
                 continue
-            found.append(msg)
+            found.append(message)
+            partition, offset = message.partition(), message.offset()
+            if (
+                ends is not None
+                and partition in ends
+                and offset is not None
+                and offset >= ends[partition] - 1
+            ):
+                del ends[partition]
+        assert not ends, (
+            f"{topic}: partitions {sorted(ends or ())} not read to their end within {timeout_s} s"
+        )
+        return found
     finally:
         consumer.close()
-    return found
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:

@@ -16,8 +16,6 @@ store absorbed on the way.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sqlite3
 import threading
 import time
 from collections import Counter
@@ -27,14 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from confluent_kafka import OFFSET_BEGINNING, Message, TopicPartition
 
 from inferq.messaging.codec import result_codec
-from inferq.tools.demo.workload import TERMINAL
-from tests.support.kafka import reader
-
-POLL_INTERVAL_S = 0.25
-READ_CONCURRENCY = 16
+from inferq.tools.chaos.account import extra_rows, read_outcomes
+from tests.support.kafka import read_all
 
 
 def request_body(
@@ -159,48 +153,22 @@ class Ledger:
         """Poll the results API until every accepted request (or every one of `ids`) has a terminal
         outcome or `timeout_s` passes; then read each outcome `rereads` more times."""
         wanted = list(ids) if ids is not None else list(self.accepted)
-        deadline = time.monotonic() + timeout_s
-        gate = asyncio.Semaphore(READ_CONCURRENCY)
-        async with httpx.AsyncClient(base_url=results_url, timeout=5.0) as client:
-
-            async def read(rid: str) -> tuple[str, dict[str, Any] | None]:
-                tenant = self.accepted.get(rid, {}).get("tenant")
-                async with gate:
-                    response = await client.get(
-                        f"/v1/requests/{rid}", params={"tenant": tenant} if tenant else None
-                    )
-                if response.status_code == 200 and response.json()["status"] in TERMINAL:
-                    view: dict[str, Any] = response.json()
-                    return rid, view
-                return rid, None
-
-            while True:
-                pending = [rid for rid in wanted if rid not in self.outcomes]
-                for rid, view in await asyncio.gather(*(read(r) for r in pending)):
-                    if view is not None:
-                        self.outcomes[rid] = view
-                if len(pending) == 0 or time.monotonic() >= deadline:
-                    break
-                await asyncio.sleep(POLL_INTERVAL_S)
-            for _ in range(rereads):
-                seen = [rid for rid in wanted if rid in self.outcomes]
-                for rid, view in await asyncio.gather(*(read(r) for r in seen)):
-                    if view != self.outcomes[rid]:
-                        self.changed.setdefault(rid, []).append(view)
+        tenants = {rid: info["tenant"] for rid, info in self.accepted.items() if info.get("tenant")}
+        _, changed = await read_outcomes(
+            results_url, wanted, timeout_s, found=self.outcomes, tenants=tenants, rereads=rereads
+        )
+        for rid, views in changed.items():
+            self.changed.setdefault(rid, []).extend(views)
 
     def count_store_rows(self, db_path: Path) -> None:
         """Rows per request_id in the results service's SQLite file (read-only, beside the service)."""
-        with contextlib.closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as db:
-            rows = db.execute(
-                "SELECT request_id, COUNT(*) FROM results GROUP BY request_id HAVING COUNT(*) > 1"
-            ).fetchall()
-        self.extra_rows = {str(rid): int(n) for rid, n in rows}
+        self.extra_rows = extra_rows(db_path)
 
     def read_results_topic(self, bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
         """Every outcome record on the results topic, grouped by request_id."""
         codec = result_codec().avro  # as written, field by field
         grouped: dict[str, list[dict[str, Any]]] = {}
-        for message in read_to_end(bootstrap, topic, timeout_s=timeout_s):
+        for message in read_all(bootstrap, topic, timeout_s=timeout_s):
             record = codec.decode(message.value() or b"")
             grouped.setdefault(str(record["request_id"]), []).append(record)
         self.topic_outcomes = grouped
@@ -290,35 +258,3 @@ def _info(body: dict[str, Any], response: httpx.Response) -> dict[str, Any]:
         return {}
     info: dict[str, Any] = response.json() | {"scenario": body["scenario"]}
     return info
-
-
-def read_to_end(bootstrap: str, topic: str, *, timeout_s: float = 30.0) -> list[Message]:
-    """Every record of `topic` up to the end offsets it had when called, in partition order.
-
-    Fails (rather than returning a partial list) when the end is not reached within `timeout_s`.
-    """
-    consumer = reader(bootstrap)
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        ends: dict[int, int] = {}
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                ends[p] = high
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        found: list[Message] = []
-        deadline = time.monotonic() + timeout_s
-        while ends and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None or message.error():
-                continue
-            partition, offset = message.partition(), message.offset()
-            if partition is None or offset is None or partition not in ends:
-                continue
-            found.append(message)
-            if offset >= ends[partition] - 1:
-                del ends[partition]
-        assert not ends, f"{topic}: partitions {sorted(ends)} not read to their end within {timeout_s} s"
-        return found
-    finally:
-        consumer.close()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from confluent_kafka import Message
+
 from inferq.messaging.codec import chunk_codec, result_codec
 from inferq.messaging.records import InferenceChunk, InferenceResult, is_chunk
-from tests.support.kafka import reader
+from tests.support.kafka import read_all
 
 
 @dataclass
@@ -25,29 +27,26 @@ def read_replies(
 ) -> dict[str, Reply]:
     """Read `topic` from the start until each request has a result, then on until nothing new came
     for `settle_s` (so a second outcome would be seen too); bounded by `timeout_s`."""
-    consumer = reader(bootstrap)
-    consumer.subscribe([topic])
+    answered: set[str] = set()
+    seen, quiet_since = 0, time.monotonic()
+
+    def settled(records: list[Message]) -> bool:
+        nonlocal seen, quiet_since
+        answered.update((m.key() or b"").decode() for m in records[seen:] if not is_chunk(m.headers()))
+        if len(records) > seen:
+            seen, quiet_since = len(records), time.monotonic()
+        return request_ids <= answered and time.monotonic() - quiet_since >= settle_s
+
     replies = {rid: Reply([], [], [], set()) for rid in request_ids}
-    deadline = time.monotonic() + timeout_s
-    quiet_since = time.monotonic()
-    try:
-        while time.monotonic() < deadline:
-            if all(r.results for r in replies.values()) and time.monotonic() - quiet_since >= settle_s:
-                break
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            quiet_since = time.monotonic()
-            reply = replies.get((msg.key() or b"").decode())
-            if reply is None:
-                continue
-            reply.partitions.add(msg.partition())
-            if is_chunk(msg.headers()):
-                reply.chunks.append(chunk_codec().decode(msg.value()))
-                reply.order.append("chunk")
-            else:
-                reply.results.append(result_codec().decode(msg.value()))
-                reply.order.append("result")
-    finally:
-        consumer.close()
+    for msg in read_all(bootstrap, topic, until=settled, timeout_s=timeout_s):
+        reply = replies.get((msg.key() or b"").decode())
+        if reply is None:
+            continue
+        reply.partitions.add(msg.partition())
+        if is_chunk(msg.headers()):
+            reply.chunks.append(chunk_codec().decode(msg.value()))
+            reply.order.append("chunk")
+        else:
+            reply.results.append(result_codec().decode(msg.value()))
+            reply.order.append("result")
     return replies

@@ -1,23 +1,16 @@
 from inferq.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy
+from tests.support.clock import ManualClock
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+def budget(**kw) -> tuple[AdaptiveBudget, ManualClock]:
+    clock = ManualClock(0)
+    return AdaptiveBudget(AdaptivePolicy(max_budget=10, **kw), clock.seconds), clock
 
 
-def budget(**kw) -> tuple[AdaptiveBudget, FakeClock]:
-    clock = FakeClock()
-    return AdaptiveBudget(AdaptivePolicy(max_budget=10, **kw), clock), clock
-
-
-def window(ab: AdaptiveBudget, clock: FakeClock, latency: float, n: int = 10, model: str = "m") -> None:
+def window(ab: AdaptiveBudget, clock: ManualClock, latency: float, n: int = 10, model: str = "m") -> None:
     for _ in range(n):
         ab.record_success(model, latency)
-    clock.now += ab.policy.window_s
+    clock.advance(s=ab.policy.window_s)
     ab.tick()
 
 
@@ -26,7 +19,7 @@ def test_overload_cuts_fast_but_once_per_burst():
     for _ in range(10):
         ab.record_overload()  # one burst of 429s
     assert ab.effective == 7
-    clock.now += 1.0
+    clock.advance(s=1.0)
     ab.record_overload()
     assert ab.effective == 4  # floor(7 * 0.7)
 
@@ -55,7 +48,7 @@ def test_never_below_min_budget_and_few_samples_are_ignored():
     ab, clock = budget(min_budget=2)
     for _ in range(20):
         ab.record_overload()
-        clock.now += 2
+        clock.advance(s=2)
     assert ab.effective == 2
     ab2, clock2 = budget()
     window(ab2, clock2, 0.5)
@@ -68,7 +61,7 @@ def test_models_have_their_own_baselines():
     for _ in range(10):
         ab.record_success("fast", 0.5)
         ab.record_success("accurate", 2.8)
-    clock.now += 5
+    clock.advance(s=5)
     ab.tick()
     window(ab, clock, 2.8, model="accurate")
     window(ab, clock, 0.5, model="fast")

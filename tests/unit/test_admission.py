@@ -17,6 +17,7 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.lag import partition_lag
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 from tests.support.fakes import FakeBacklog, RecordingProducer
+from tests.support.waiting import wait_until
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 
@@ -310,9 +311,7 @@ def test_crossing_is_alerted_without_any_request(caplog):
     backlog = FakeBacklog(HIGH=0, MEDIUM=0, LOW=0)
     with app_client(backlog, RecordingProducer(), backlog_refresh_s=0.02):
         backlog.lags[L] = 8
-        deadline = time.monotonic() + 5.0
-        while not alerts(caplog, "LOW") and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: alerts(caplog, "LOW"), "the LOW crossing alerted", 5.0)
     assert len(alerts(caplog, "LOW")) == 1
 
 

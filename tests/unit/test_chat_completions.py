@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,6 +45,7 @@ from tests.support.fakes import (
 )
 from tests.support.inprocess import served
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import wait_until
 
 # Every model, role and parameter: the OpenAI body's values all reach ingest's checks.
 WIDE = {"models": ["*"], "roles": ["user", "assistant", "system", "tool", "developer"]}
@@ -631,10 +631,12 @@ def test_ingest_is_unhealthy_once_its_reply_follower_died() -> None:
         follow_feed=DyingResultFeed,
     )
     with TestClient(app) as client:
-        deadline = time.monotonic() + 10
-        while (health := client.get("/healthz")).status_code == 200:
-            assert time.monotonic() < deadline, "the follower's death was not noticed"
-            time.sleep(0.01)
+        health = wait_until(
+            lambda: client.get("/healthz"),
+            "the follower's death noticed",
+            10,
+            done=lambda r: r.status_code != 200,
+        )
         assert health.status_code == 503
         assert health.json() == {"status": "follower stopped"}
 

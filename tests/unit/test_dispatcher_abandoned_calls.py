@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from inferq.messaging.records import Status
-from tests.support.dispatcher_fakes import Rig, encoded, eventually, rig, running
+from tests.support.dispatcher_fakes import Rig, encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 
 def tokens_in_use(r: Rig) -> int:

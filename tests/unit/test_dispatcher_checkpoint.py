@@ -7,8 +7,9 @@ import asyncio
 
 from inferq.dispatcher.consumer import CommitPoint, Partition
 from inferq.messaging.commit_metadata import parse as parse_metadata
-from tests.support.dispatcher_fakes import encoded, eventually, rig, running
+from tests.support.dispatcher_fakes import encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 
 def test_commits_never_run_ahead_of_durable_outcomes() -> None:

@@ -10,8 +10,9 @@ import pytest
 
 from inferq.dispatcher.answered import RecentlyAnswered
 from inferq.messaging.records import Status
-from tests.support.dispatcher_fakes import encoded, eventually, rig, running
+from tests.support.dispatcher_fakes import encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 
 def test_a_copy_of_a_request_answered_ok_is_not_run_again_and_its_offset_commits() -> None:

@@ -11,8 +11,9 @@ from typing import Any
 from inferq.dispatcher.errors import BackendError
 from inferq.messaging.records import Status
 from inferq.messaging.tiers import Tier
-from tests.support.dispatcher_fakes import HeldBackend, Rig, encoded, eventually, rig, running
+from tests.support.dispatcher_fakes import HeldBackend, Rig, encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 BOTH = {t: ["default", "spare"] for t in Tier}
 

@@ -8,8 +8,10 @@ import asyncio
 
 import pytest
 
-from tests.support.dispatcher_fakes import ManualClock, encoded, eventually, rig, running
+from tests.support.clock import ManualClock
+from tests.support.dispatcher_fakes import encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 
 async def briefs_running(*, lending: bool) -> int:

@@ -20,8 +20,10 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.producer import ProduceError
 from inferq.messaging.records import ChatMessage, Status
 from inferq.messaging.tiers import Tier
-from tests.support.dispatcher_fakes import ManualClock, Rig, encoded, eventually, rig, running
+from tests.support.clock import ManualClock
+from tests.support.dispatcher_fakes import Rig, encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 
 def committed_to_end(r: Rig, partition: Partition) -> bool:

@@ -7,8 +7,10 @@ import time
 
 from inferq.dispatcher.consumer import Partition
 from inferq.messaging.records import Status
-from tests.support.dispatcher_fakes import ManualClock, encoded, eventually, rig, running
+from tests.support.clock import ManualClock
+from tests.support.dispatcher_fakes import encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 
 def test_the_read_ahead_bound_holds_exactly_and_the_partition_is_rewound() -> None:

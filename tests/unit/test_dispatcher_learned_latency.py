@@ -9,8 +9,10 @@ import asyncio
 import pytest
 
 from inferq.messaging.records import Status
-from tests.support.dispatcher_fakes import ManualClock, encoded, eventually, rig, running
+from tests.support.clock import ManualClock
+from tests.support.dispatcher_fakes import encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 
 async def tight_chat_after_slow_ones(*, learn: bool) -> tuple[Status, int]:

@@ -10,8 +10,9 @@ import pytest
 from inferq.dispatcher.tokens import Lease
 from inferq.messaging.records import Status
 from inferq.messaging.tiers import Tier
-from tests.support.dispatcher_fakes import RecordingTokenPool, encoded, eventually, rig, running
+from tests.support.dispatcher_fakes import RecordingTokenPool, encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 
 def lifecycle(events: list[str]) -> list[str]:

@@ -15,8 +15,10 @@ from inferq.dispatcher.settings import DispatcherSettings
 from inferq.dispatcher.shared_rate.budget import SharedRateBudget
 from inferq.dispatcher.tokens.settings import RedisBudgetSettings
 from inferq.messaging.kafka_config import KafkaSettings
-from tests.support.dispatcher_fakes import ManualClock, encoded, eventually, rig, running
+from tests.support.clock import ManualClock
+from tests.support.dispatcher_fakes import encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 HOUR_MS = 3_600_000
 

@@ -14,8 +14,9 @@ from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
 from inferq.messaging.codec import chunk_codec, request_codec
 from inferq.messaging.producer import ProduceError
 from inferq.messaging.records import KIND_HEADER, InferenceChunk, Status, is_chunk
-from tests.support.dispatcher_fakes import Produced, Rig, encoded, eventually, rig, running
+from tests.support.dispatcher_fakes import Produced, Rig, encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 # --- ChunkStream on its own ---------------------------------------------------------------------------
 

@@ -20,10 +20,12 @@ from inferq.messaging.tiers import Tier
 from inferq.messaging.topics import TopicNames
 from inferq.tenancy.registry import TenantRegistry
 from inferq.tenancy.settings import TenancySettings
-from tests.support.dispatcher_fakes import encoded, eventually, rig, running
+from tests.support.clock import ManualClock
+from tests.support.dispatcher_fakes import encoded, rig, running
 from tests.support.fakes import InMemoryMetrics, a_result, labels
 from tests.support.kafka import a_request
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import eventually
 
 
 def tenants_rig(path: Path, *specs: TenantSpec, **overrides: object):  # type: ignore[no-untyped-def]
@@ -145,14 +147,14 @@ def checked(tenant: str, created_at_ms: int) -> Checked:
 
 def test_a_removed_tenant_keeps_the_requests_it_made_before_the_reload(tmp_path: Path) -> None:
     path = write_tenants(tmp_path / "t.toml", TenantSpec("a"), TenantSpec("gone"))
-    now = [1_000_000]
+    clock = ManualClock(1_000_000)
     registry = TenantRegistry(path, topics=TopicNames())
     registry.load()
-    gate = TenantGate(registry, default_reply_topic="inferq.results", clock_ms=lambda: now[0])
+    gate = TenantGate(registry, default_reply_topic="inferq.results", clock_ms=clock)
     assert gate.check(checked("gone", 999_000)).request.tenant == "gone"
 
     write_tenants(path, TenantSpec("a"))
-    now[0] = 2_000_000
+    clock.now_ms = 2_000_000
     assert asyncio.run(registry.reload())
     # Made before the reload: still runs. Made after: refused as unknown, like any stranger.
     assert gate.check(checked("gone", 1_999_999)).request.tenant == "gone"
@@ -162,11 +164,11 @@ def test_a_removed_tenant_keeps_the_requests_it_made_before_the_reload(tmp_path:
     assert gate.label("gone") == "gone" and gate.label("stranger") == "other"
 
     write_tenants(path, TenantSpec("a"), TenantSpec("gone"))  # back: everything runs again
-    now[0] = 3_000_000
+    clock.now_ms = 3_000_000
     assert asyncio.run(registry.reload())
     assert gate.check(checked("gone", 2_500_000)).request.tenant == "gone"
     write_tenants(path, TenantSpec("a"))  # removed again: the new removal time counts
-    now[0] = 4_000_000
+    clock.now_ms = 4_000_000
     assert asyncio.run(registry.reload())
     with pytest.raises(RefusedRequestError):
         gate.check(checked("gone", 4_000_001))

@@ -5,7 +5,6 @@ backlog (429 for one tenant while another is admitted), and the counters per ten
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +19,10 @@ from inferq.messaging.codec import request_codec
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.tiers import Tier
 from inferq.tenancy.settings import TenancySettings
+from tests.support.clock import ManualClock
 from tests.support.fakes import FakeBacklog, InMemoryMetrics, RecordingProducer, labels
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import wait_until
 
 NOW_MS = 1_700_000_000_000
 CHAT: dict[str, Any] = {"scenario": "realtime_chat", "messages": [{"role": "user", "content": "hi"}]}
@@ -42,20 +43,12 @@ BETA = TenantSpec("beta", entitlements={"roles": ["user", "system"]}, params={"s
 GAMMA = TenantSpec("gamma")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
 @dataclass
 class Ingest:
     client: TestClient
     producer: RecordingProducer
     backlog: FakeBacklog
-    clock: Clock
+    clock: ManualClock
     metrics: InMemoryMetrics
     path: Path
 
@@ -81,7 +74,7 @@ class Ingest:
 @pytest.fixture
 def ingest(tmp_path: Path) -> Iterator[Ingest]:
     path = write_tenants(tmp_path / "tenants.toml", ACME, BETA, GAMMA)
-    producer, backlog, clock, metrics = RecordingProducer(), FakeBacklog(), Clock(), InMemoryMetrics()
+    producer, backlog, clock, metrics = RecordingProducer(), FakeBacklog(), ManualClock(0), InMemoryMetrics()
     settings = IngestSettings(tenants=TenancySettings(file=path, reload_interval_s=0.05))
     app = create_app(
         settings,
@@ -89,7 +82,7 @@ def ingest(tmp_path: Path) -> Iterator[Ingest]:
         check_topics=False,
         backlog=backlog,
         clock_ms=lambda: NOW_MS,
-        rate_clock_s=clock,
+        rate_clock_s=clock.seconds,
         metrics_meter=metrics.meter,
     )
     with TestClient(app) as client:
@@ -162,7 +155,11 @@ def test_an_unknown_scenarios_high_is_capped_when_the_tenant_may_use_any_scenari
     assert ingest.accepted({**CHAT, "scenario": "something-new"}, BETA).tier is Tier.HIGH
     capped = TenantSpec("capped", max_tier="LOW")
     write_tenants(ingest.path, ACME, BETA, GAMMA, capped)
-    wait_until(lambda: ingest.post({**CHAT, "scenario": "something-new"}, capped).status_code == 202)
+    wait_until(
+        lambda: ingest.post({**CHAT, "scenario": "something-new"}, capped).status_code,
+        "the capped tenant, after the reload",
+        done=lambda v: v == 202,
+    )
     assert request_codec().decode(ingest.producer.sent[-1][1]).tier is Tier.LOW
 
 
@@ -231,7 +228,7 @@ def test_a_tenant_over_its_rate_gets_429_with_its_own_retry_after_while_another_
         "retry_after_s": 30,
     }
     ingest.accepted(CHAT, BETA)  # no rate: never limited
-    ingest.clock.now_s += 30
+    ingest.clock.advance(s=30)
     ingest.accepted(CHAT, ACME)
 
 
@@ -290,21 +287,22 @@ def test_the_backlog_view_needs_a_key(ingest):
 def test_a_rotated_key_works_after_the_reload_and_the_removed_one_is_401(ingest):
     rotated = TenantSpec("beta", keys=[TenantSpec("x").key, BETA.key])
     write_tenants(ingest.path, ACME, rotated, GAMMA)
-    wait_until(lambda: ingest.post(CHAT, rotated).status_code == 202)
+    wait_until(
+        lambda: ingest.post(CHAT, rotated).status_code,
+        "the rotated key, after the reload",
+        done=lambda v: v == 202,
+    )
     ingest.accepted(CHAT, BETA)  # the previous key too, until it is removed
     write_tenants(ingest.path, ACME, TenantSpec("beta", keys=[rotated.key]), GAMMA)
-    wait_until(lambda: ingest.post(CHAT, BETA).status_code == 401)
+    wait_until(
+        lambda: ingest.post(CHAT, BETA).status_code,
+        "the removed key refused, after the reload",
+        done=lambda v: v == 401,
+    )
     ingest.accepted(CHAT, rotated)
 
 
 def test_an_invalid_rewrite_keeps_the_tenants_in_force(ingest, caplog):
     ingest.path.write_text('[[tenants]]\nname = "acme"\nweight = 0\n')
-    wait_until(lambda: "tenants file invalid" in caplog.text)
+    wait_until(lambda: "tenants file invalid" in caplog.text, "the invalid file reported, after the reload")
     ingest.accepted(CHAT, BETA)
-
-
-def wait_until(done: Any, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, "not within the reload interval"
-        time.sleep(0.02)

@@ -31,6 +31,7 @@ from inferq.tools.loadtest.source import TraceFileSource
 from inferq.tools.loadtest.timerange import TimeRange, parse_instant
 from inferq.tools.loadtest.tracefile import read_trace, trace_metadata, write_trace
 from inferq.tools.traces.arrival import Arrival
+from tests.support.clock import ManualClock
 from tests.support.kafka import a_request
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -163,12 +164,12 @@ def test_progress_text_and_throttling() -> None:
     tally.add("LOW", "unavailable")
     line = loadgen_line(tally, 10, 2.0)
     assert "3/10" in line and "HIGH 2/1/1" in line and "LOW 1/0/1" in line and "1.5/s" in line
-    now = [0.0]
+    clock = ManualClock(0)
     out = io.StringIO()
-    progress = ProgressLine(out, tty=False, interval_s=5.0, clock_s=lambda: now[0])
+    progress = ProgressLine(out, tty=False, interval_s=5.0, clock_s=clock.seconds)
     progress.show("a")
     progress.show("b")  # within the interval: not drawn
-    now[0] = 6.0
+    clock.advance(s=6)
     progress.show("c")
     progress.finish("d")
     assert out.getvalue() == "a\nc\nd\n"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from inferq.tools.mirror.mirror import LocalMirrorMaker
 from inferq.tools.paths import find_project_root
 from inferq.tools.servercli import EXIT_NOT_RUNNING, EXIT_OK, UsageError
 from inferq.tools.simbackend.timings import CallTimings
+from tests.support.waiting import wait_until
 
 ROOT = find_project_root(Path(__file__))
 
@@ -205,11 +205,9 @@ def test_a_pid_file_is_read_and_its_process_told_from_one_that_reused_the_pid(tm
     sleeper = subprocess.Popen(["sleep", "37"])
     try:
         # Popen returns after the fork, maybe before the exec: wait (bounded) for the command line.
-        deadline = time.monotonic() + 10
-        while (
-            b"sleep" not in Path(f"/proc/{sleeper.pid}/cmdline").read_bytes() and time.monotonic() < deadline
-        ):
-            time.sleep(0.01)
+        wait_until(
+            lambda: b"sleep" in Path(f"/proc/{sleeper.pid}/cmdline").read_bytes(), "the exec of sleep", 10
+        )
         pid_file.write_text(f"{sleeper.pid}\n")
         assert read_pid(pid_file) == sleeper.pid
         assert runs_command(sleeper.pid, b"sleep", b"37")

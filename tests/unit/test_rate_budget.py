@@ -24,47 +24,39 @@ from inferq.dispatcher.rate_budget import (
 )
 from inferq.dispatcher.settings import DispatcherSettings, rate_limits
 from inferq.messaging.tiers import Tier
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_ms = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now_ms
-
+from tests.support.clock import ManualClock
 
 PEAK_SHARES = {Tier.HIGH: 0.6, Tier.MEDIUM: 0.3, Tier.LOW: 0.1}
 
 
 def test_no_limit_configured_or_seen_allows_everything_and_counts_the_minutes_starts() -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({}, clock_ms=clock)
     for _ in range(1000):
         assert budget.take("m", Tier.LOW, 10_000) is not None
     assert budget.used("m") == (1000, 10_000_000)
     assert not budget.limited("m")
-    clock.now_ms += HELD_MS
+    clock.advance(HELD_MS)
     assert budget.used("m") == (0, 0)
 
 
 def test_the_log_of_a_model_with_no_limit_keeps_only_its_last_minute() -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({}, clock_ms=clock)
     for _ in range(10 * 60):  # ten minutes, a start a second: nothing but `take` is called
         assert budget.take("m", Tier.LOW, 10) is not None
-        clock.now_ms += 1000
+        clock.advance(1000)
     state = budget._models["m"]
     assert len(state.requests._entries) <= HELD_MS // 1000
     assert len(state.tokens._entries) <= HELD_MS // 1000
 
 
 def test_a_limit_learned_from_the_first_answer_counts_the_calls_started_before_it() -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({}, clock_ms=clock)
     # Ten calls of 120 estimated tokens start before any limit is known.
     charges = [budget.take("m", Tier.HIGH, 120) for _ in range(10)]
-    clock.now_ms += 500
+    clock.advance(500)
     # The first answer: 1200 tokens a minute, and the backend had counted only that call (114 tokens)
     # when it received it; the nine others were received after it, and are still running.
     first = charges[0]
@@ -84,12 +76,12 @@ def test_a_limit_learned_from_the_first_answer_counts_the_calls_started_before_i
     # 114 + 9 x 120 = 1194 tokens in the minute: an eleventh call of 120 would be a 429.
     assert not budget.allows("m", Tier.HIGH, 120)
     assert budget.used("m") == (10, 1194)
-    clock.now_ms += HELD_MS
+    clock.advance(HELD_MS)
     assert budget.allows("m", Tier.HIGH, 120)
 
 
 def test_starts_of_at_most_so_many_unlimited_models_are_counted_and_idle_ones_are_forgotten() -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({"configured": RateLimit()}, clock_ms=clock)
     for n in range(MAX_UNLIMITED_MODELS + 10):
         assert budget.take(f"model-{n}", Tier.LOW, 10) is not None
@@ -99,7 +91,7 @@ def test_starts_of_at_most_so_many_unlimited_models_are_counted_and_idle_ones_ar
     assert budget.take("late", Tier.LOW, 10) is not None
     assert budget.used("late") == (0, 0)
     # A minute on, the idle ones are forgotten and a new model's starts are counted again.
-    clock.now_ms += HELD_MS
+    clock.advance(HELD_MS)
     assert budget.take("late", Tier.LOW, 10) is not None
     assert budget.used("late") == (1, 10)
     assert budget.take("configured", Tier.LOW, 10) is not None
@@ -107,7 +99,7 @@ def test_starts_of_at_most_so_many_unlimited_models_are_counted_and_idle_ones_ar
 
 
 def test_once_full_a_new_models_starts_do_not_each_pass_over_every_model(monkeypatch) -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({}, clock_ms=clock)
     for n in range(MAX_UNLIMITED_MODELS):
         assert budget.take(f"model-{n}", Tier.LOW, 10) is not None
@@ -126,25 +118,25 @@ def test_once_full_a_new_models_starts_do_not_each_pass_over_every_model(monkeyp
     assert looked_at == MAX_UNLIMITED_MODELS
     assert budget.used("late") == (0, 0)
     # Once the idle ones may be forgotten, the next look (a second on at most) counts it.
-    clock.now_ms += HELD_MS
+    clock.advance(HELD_MS)
     assert budget.take("late", Tier.LOW, 10) is not None
     assert budget.used("late") == (1, 10)
 
 
 def test_tokens_per_minute_refuses_past_the_limit_until_the_minute_moves_on() -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({"m": RateLimit(tpm=1000)}, clock_ms=clock)
     assert budget.take("m", Tier.HIGH, 600) is not None
     assert budget.take("m", Tier.HIGH, 400) is not None
     assert budget.take("m", Tier.HIGH, 1) is None
-    clock.now_ms += HELD_MS - 1
+    clock.advance(HELD_MS - 1)
     assert not budget.allows("m", Tier.HIGH, 1)
-    clock.now_ms += 1
+    clock.advance(1)
     assert budget.allows("m", Tier.HIGH, 1000)
 
 
 def test_requests_per_minute_counts_starts() -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({"m": RateLimit(rpm=3)}, clock_ms=clock)
     assert all(budget.take("m", Tier.HIGH, 1) is not None for _ in range(3))
     assert budget.take("m", Tier.HIGH, 1) is None
@@ -152,7 +144,7 @@ def test_requests_per_minute_counts_starts() -> None:
 
 
 def test_settle_returns_the_unused_estimate_to_the_window() -> None:
-    budget = RateBudget({"m": RateLimit(tpm=1000)}, clock_ms=Clock())
+    budget = RateBudget({"m": RateLimit(tpm=1000)}, clock_ms=ManualClock(1_000_000))
     charge = budget.take("m", Tier.HIGH, 900)
     assert charge is not None
     assert not budget.allows("m", Tier.HIGH, 500)
@@ -162,7 +154,7 @@ def test_settle_returns_the_unused_estimate_to_the_window() -> None:
 
 
 def test_settle_takes_a_larger_usage_from_the_window() -> None:
-    budget = RateBudget({"m": RateLimit(tpm=1000)}, clock_ms=Clock())
+    budget = RateBudget({"m": RateLimit(tpm=1000)}, clock_ms=ManualClock(1_000_000))
     charge = budget.take("m", Tier.HIGH, 100)
     assert charge is not None
     budget.settle(charge, 950)
@@ -170,7 +162,7 @@ def test_settle_takes_a_larger_usage_from_the_window() -> None:
 
 
 def test_low_may_not_spend_the_share_high_has_not_used_yet() -> None:
-    budget = RateBudget({"m": RateLimit(tpm=1000)}, floor_shares=PEAK_SHARES, clock_ms=Clock())
+    budget = RateBudget({"m": RateLimit(tpm=1000)}, floor_shares=PEAK_SHARES, clock_ms=ManualClock(1_000_000))
     # LOW may take what HIGH's 600 and MEDIUM's 300 leave: 100.
     assert budget.take("m", Tier.LOW, 100) is not None
     assert budget.take("m", Tier.LOW, 1) is None
@@ -182,14 +174,14 @@ def test_low_may_not_spend_the_share_high_has_not_used_yet() -> None:
 
 
 def test_when_room_is_left_for_one_the_high_request_gets_it() -> None:
-    budget = RateBudget({"m": RateLimit(tpm=1000)}, floor_shares=PEAK_SHARES, clock_ms=Clock())
+    budget = RateBudget({"m": RateLimit(tpm=1000)}, floor_shares=PEAK_SHARES, clock_ms=ManualClock(1_000_000))
     assert budget.take("m", Tier.HIGH, 900) is not None
     assert not budget.allows("m", Tier.LOW, 100)
     assert budget.allows("m", Tier.HIGH, 100)
 
 
 def test_a_request_dearer_than_the_minute_starts_on_an_empty_window_only() -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({"m": RateLimit(tpm=100)}, clock_ms=clock)
     assert budget.take("m", Tier.HIGH, 5000) is not None
     assert budget.used("m") == (1, 100)
@@ -197,7 +189,7 @@ def test_a_request_dearer_than_the_minute_starts_on_an_empty_window_only() -> No
 
 
 def test_limits_are_learned_from_headers_and_the_lower_of_configured_and_learned_holds() -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({"m": RateLimit(tpm=5000)}, clock_ms=clock)
     budget.observe("m", read_headers({"X-RateLimit-Limit-Tokens": "1000", "x-ratelimit-limit-requests": "2"}))
     assert budget.take("m", Tier.HIGH, 900) is not None
@@ -209,7 +201,7 @@ def test_limits_are_learned_from_headers_and_the_lower_of_configured_and_learned
 
 
 def test_remaining_below_our_count_holds_the_excess_until_the_backend_resets() -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({"m": RateLimit(tpm=1000)}, clock_ms=clock)
     assert budget.take("m", Tier.HIGH, 100) is not None
     # Another client on the same key: the backend counts 900 used, resetting in 2 s.
@@ -218,17 +210,17 @@ def test_remaining_below_our_count_holds_the_excess_until_the_backend_resets() -
     )
     assert budget.allows("m", Tier.HIGH, 100)
     assert not budget.allows("m", Tier.HIGH, 101)
-    clock.now_ms += 2000
+    clock.advance(2000)
     assert budget.allows("m", Tier.HIGH, 900)
 
 
 def test_retry_after_holds_every_start_of_the_model_until_it_has_passed() -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({"m": RateLimit(tpm=1000)}, clock_ms=clock)
     budget.observe("m", read_headers({"retry-after": "3"}))
     assert not budget.allows("m", Tier.HIGH, 1)
     assert budget.allows("n", Tier.HIGH, 1)
-    clock.now_ms += 3000
+    clock.advance(3000)
     assert budget.allows("m", Tier.HIGH, 1)
 
 
@@ -270,14 +262,14 @@ def test_hostile_header_values_are_ignored() -> None:
         }
     )
     assert headers == RateHeaders()
-    budget = RateBudget({}, clock_ms=Clock())
+    budget = RateBudget({}, clock_ms=ManualClock(1_000_000))
     budget.observe("m", headers)
     assert budget.allows("m", Tier.LOW, 10**6)
     assert not budget.limited("m")
 
 
 def test_a_zero_limit_header_teaches_nothing() -> None:
-    budget = RateBudget({}, clock_ms=Clock())
+    budget = RateBudget({}, clock_ms=ManualClock(1_000_000))
     budget.observe("m", read_headers({"x-ratelimit-limit-tokens": "0", "x-ratelimit-limit-requests": "0"}))
     assert budget.allows("m", Tier.LOW, 10)
 
@@ -316,11 +308,11 @@ starts = st.lists(
 def test_no_minute_ever_holds_more_than_either_limit(
     attempts: list[tuple[int, Tier, int, int]], tpm: int, rpm: int
 ) -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({"m": RateLimit(rpm=rpm, tpm=tpm)}, floor_shares=PEAK_SHARES, clock_ms=clock)
     started: list[tuple[int, int]] = []
     for gap, tier, estimate, usage in attempts:
-        clock.now_ms += gap
+        clock.advance(gap)
         charge = budget.take("m", tier, min(estimate, tpm))
         if charge is not None:
             budget.settle(charge, min(usage, estimate))
@@ -336,11 +328,11 @@ def test_no_minute_ever_holds_more_than_either_limit(
 def test_lower_tiers_never_eat_into_the_unused_floor_of_a_higher_tier(
     attempts: list[tuple[int, Tier, int, int]], tpm: int
 ) -> None:
-    clock = Clock()
+    clock = ManualClock(1_000_000)
     budget = RateBudget({"m": RateLimit(tpm=tpm)}, floor_shares=PEAK_SHARES, clock_ms=clock)
     started: list[tuple[int, Tier, int]] = []
     for gap, tier, estimate, _ in attempts:
-        clock.now_ms += gap
+        clock.advance(gap)
         if budget.take("m", tier, estimate) is not None:
             started.append((clock.now_ms, tier, min(estimate, tpm)))
             # At each start, HIGH can still have what it has not used of its 60% share.
@@ -357,11 +349,11 @@ def test_the_same_attempts_with_the_same_clock_decide_the_same(
     attempts: list[tuple[int, Tier, int, int]],
 ) -> None:
     def run() -> list[bool]:
-        clock = Clock()
+        clock = ManualClock(1_000_000)
         budget = RateBudget({"m": RateLimit(rpm=20, tpm=2000)}, floor_shares=PEAK_SHARES, clock_ms=clock)
         decided = []
         for gap, tier, estimate, usage in attempts:
-            clock.now_ms += gap
+            clock.advance(gap)
             charge = budget.take("m", tier, estimate)
             decided.append(charge is not None)
             if charge is not None:
@@ -377,7 +369,7 @@ def test_any_header_text_parses_to_none_or_a_sane_value(text: str) -> None:
     assert seconds is None or 0 <= seconds <= 3600
     count = parse_count(text)
     assert count is None or 0 <= count <= MAX_COUNT
-    budget = RateBudget({}, clock_ms=Clock())
+    budget = RateBudget({}, clock_ms=ManualClock(1_000_000))
     budget.observe("m", read_headers({"x-ratelimit-limit-tokens": text, "retry-after": text}))
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,16 +17,7 @@ from inferq.messaging.readiness import TopicsWatch
 from inferq.results.app import create_app as create_results
 from inferq.results.settings import ResultsSettings
 from tests.support.fakes import FakeBacklog, FakeResultFeed, RecordingProducer
-
-
-def wait_for(what: str, probe: Callable[[], Any], done: Callable[[Any], bool], timeout_s: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    value = probe()
-    while not done(value):
-        assert time.monotonic() < deadline, f"{what} not within {timeout_s} s; last {value!r}"
-        time.sleep(0.01)
-        value = probe()
-    return value
+from tests.support.waiting import wait_until
 
 
 class SwitchableKafka:
@@ -107,14 +96,14 @@ def test_ingest_is_not_ready_while_a_topic_is_missing_and_stays_alive(monkeypatc
     monkeypatch.setenv("INFERQ_READY_CHECK_INTERVAL_S", "0.02")
     kafka = SwitchableKafka()
     with TestClient(ingest_app(kafka)) as client:
-        wait_for("ready", lambda: client.get("/readyz").status_code, lambda s: s == 200)
+        wait_until(lambda: client.get("/readyz").status_code, "ready", done=lambda v: v == 200)
         assert client.get("/readyz").json() == {"status": "ready"}
         kafka.failure = missing("inferq.requests.high")
-        answer = wait_for("not ready", lambda: client.get("/readyz"), lambda r: r.status_code == 503)
+        answer = wait_until(lambda: client.get("/readyz"), "not ready", done=lambda r: r.status_code == 503)
         assert answer.json() == {"status": "not ready", "reasons": ["topics missing: inferq.requests.high"]}
         assert client.get("/healthz").status_code == 200  # liveness: the process still works
         kafka.failure = None
-        wait_for("ready again", lambda: client.get("/readyz").status_code, lambda s: s == 200)
+        wait_until(lambda: client.get("/readyz").status_code, "ready again", done=lambda v: v == 200)
 
 
 def test_ingest_is_not_ready_when_kafka_does_not_answer(monkeypatch):
@@ -122,7 +111,7 @@ def test_ingest_is_not_ready_when_kafka_does_not_answer(monkeypatch):
     kafka = SwitchableKafka()
     kafka.failure = MessagingError("Kafka at 10.0.0.7:9092 did not answer within 5 s")
     with TestClient(ingest_app(kafka)) as client:
-        answer = wait_for("a check", lambda: client.get("/readyz"), lambda r: r.status_code != 200)
+        answer = wait_until(lambda: client.get("/readyz"), "a check", done=lambda r: r.status_code != 200)
     assert answer.status_code == 503
     assert answer.json()["reasons"] == ["kafka unreachable"]
     assert "10.0.0.7" not in answer.text
@@ -146,7 +135,7 @@ def test_results_is_not_ready_until_its_consumer_is_assigned(tmp_path):
         assert answer.json() == {"status": "not ready", "reasons": ["not caught up with the reply topic yet"]}
         assert client.get("/healthz").status_code == 200  # starting is alive
         feed.gate.set()
-        wait_for("ready", lambda: client.get("/readyz").status_code, lambda s: s == 200)
+        wait_until(lambda: client.get("/readyz").status_code, "ready", done=lambda v: v == 200)
         assert client.get("/readyz").json() == {"status": "ready"}
 
 
@@ -159,7 +148,7 @@ def test_results_with_a_dead_consumer_is_neither_ready_nor_alive(tmp_path, caplo
         ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=lambda: DyingFeed()
     )
     with TestClient(app) as client:
-        wait_for("dead", lambda: client.get("/healthz").status_code, lambda s: s == 503)
+        wait_until(lambda: client.get("/healthz").status_code, "dead", done=lambda v: v == 503)
         answer = client.get("/readyz")
     assert answer.status_code == 503
     assert answer.json()["reasons"] == ["consumer stopped"]

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable
-from typing import Any
 
 from starlette.testclient import TestClient
 
@@ -16,18 +13,9 @@ from inferq.results.settings import ResultsSettings
 from inferq.results.store import WORKER_THREAD_NAME
 from inferq.results.view import public_view
 from tests.support.fakes import FakeResultFeed, a_result
+from tests.support.waiting import wait_until
 
 CODEC = result_codec()
-
-
-def wait_for(what: str, probe: Callable[[], Any], done: Callable[[Any], bool], timeout_s: float = 5.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    value = probe()
-    while not done(value):
-        assert time.monotonic() < deadline, f"{what} not within {timeout_s} s; last {value!r}"
-        time.sleep(0.01)
-        value = probe()
-    return value
 
 
 def test_results_are_served_once_stored_and_the_first_one_wins(tmp_path):
@@ -37,10 +25,12 @@ def test_results_are_served_once_stored_and_the_first_one_wins(tmp_path):
     with TestClient(app) as client:
         assert client.get("/v1/requests/a").status_code == 404
         feed.push([CODEC.encode(a_result("a")), CODEC.encode(a_result("b", status="FAILED"))])
-        found = wait_for("result a", lambda: client.get("/v1/requests/a"), lambda r: r.status_code == 200)
+        found = wait_until(
+            lambda: client.get("/v1/requests/a"), "result a", done=lambda r: r.status_code == 200
+        )
         assert found.json() == public_view(a_result("a"))
         feed.push([CODEC.encode(a_result("a", status="FAILED", completed_at_ms=99))])
-        wait_for("the duplicate read", lambda: feed.handed_out, lambda n: n == 2)
+        wait_until(lambda: feed.handed_out, "the duplicate read", done=lambda v: v == 2)
         assert client.get("/v1/requests/a").json()["status"] == "OK"
         assert client.get("/v1/requests/b").json()["status"] == "FAILED"
         assert client.get("/healthz").json() == {"status": "ok", "results": 2}
@@ -63,7 +53,7 @@ def test_results_survive_a_restart(tmp_path):
     feed = FakeResultFeed()
     with TestClient(create_app(settings, check_topics=False, feed=lambda: feed)) as client:
         feed.push([CODEC.encode(a_result("a"))])
-        wait_for("result a", lambda: client.get("/v1/requests/a").status_code, lambda s: s == 200)
+        wait_until(lambda: client.get("/v1/requests/a").status_code, "result a", done=lambda v: v == 200)
     with TestClient(create_app(settings, check_topics=False, feed=lambda: FakeResultFeed())) as client:
         assert client.get("/v1/requests/a").json() == public_view(a_result("a"))
 
@@ -83,4 +73,4 @@ def test_healthz_says_starting_until_the_feed_has_started(tmp_path):
     with TestClient(app) as client:
         assert client.get("/healthz").json() == {"status": "starting", "results": 0}
         feed.gate.set()
-        wait_for("consuming", lambda: client.get("/healthz").json()["status"], lambda s: s == "ok")
+        wait_until(lambda: client.get("/healthz").json()["status"], "consuming", done=lambda v: v == "ok")

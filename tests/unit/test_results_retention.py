@@ -17,18 +17,12 @@ from inferq.results.retention import RetentionTask
 from inferq.results.settings import ResultsSettings
 from inferq.results.store import ResultStore
 from inferq.results.table import ResultsTable
+from tests.support.clock import ManualClock
 from tests.support.fakes import DyingResultFeed, FakeResultFeed, a_result
+from tests.support.waiting import wait_until
 
 DAY_MS = 86_400_000
 CODEC = result_codec()
-
-
-class Clock:
-    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
 
 
 @pytest.mark.parametrize(
@@ -52,14 +46,14 @@ def test_a_retention_that_is_not_a_duration_is_refused(text):
 
 
 def test_an_expired_result_is_not_served_before_the_purge_and_is_deleted_by_it(tmp_path):
-    clock = Clock()
+    clock = ManualClock(1_700_000_000_000)
 
     async def scenario() -> None:
         async with ResultStore(tmp_path / "r.db", retention_s=86_400, clock_ms=clock) as store:
             await store.put_many([a_result("old")])
-            clock.now_ms += DAY_MS // 2
+            clock.advance(DAY_MS // 2)
             await store.put_many([a_result("new")])
-            clock.now_ms += DAY_MS // 2 + 1
+            clock.advance(DAY_MS // 2 + 1)
             assert await store.get("default", "old") is None  # past retention: not served, still stored
             assert (await store.get("default", "new")).request_id == "new"
             assert await store.count() == 2
@@ -71,11 +65,11 @@ def test_an_expired_result_is_not_served_before_the_purge_and_is_deleted_by_it(t
 
 
 def test_the_row_cap_deletes_the_oldest_stored_first_within_the_batch(tmp_path):
-    clock = Clock()
+    clock = ManualClock(1_700_000_000_000)
     table = ResultsTable(tmp_path / "r.db", max_rows=3, clock_ms=clock)
     for name in ("a", "b"):
         table.put_many([a_result(name)])
-        clock.now_ms += 1
+        clock.advance(1)
     assert table.put_many([a_result("c"), a_result("d")]) == (2, 0)
     assert table.count() == 3
     assert table.get("default", "a") is None
@@ -97,19 +91,19 @@ def test_a_database_from_before_retention_gets_stored_times_from_completion(tmp_
         db.execute(
             "INSERT INTO results VALUES ('old', 'HIGH', 'OK', 'hi', NULL, 'm', NULL, 0, 10, 30, 1, 'd')"
         )
-    table = ResultsTable(path, clock_ms=Clock())
+    table = ResultsTable(path, clock_ms=ManualClock(1_700_000_000_000))
     assert table.get("default", "old").output == "hi"
     assert table.purge(stored_before_ms=31) == (1, 0)
     table.close()
 
 
 def test_the_retention_task_purges_on_its_interval_and_stops(tmp_path):
-    clock = Clock()
+    clock = ManualClock(1_700_000_000_000)
 
     async def scenario() -> int:
         async with ResultStore(tmp_path / "r.db", retention_s=60, clock_ms=clock) as store:
             await store.put_many([a_result("a")])
-            clock.now_ms += 61_000
+            clock.advance(61_000)
             task = RetentionTask(store, interval_s=0.01)
             await task.start()
             async with asyncio.timeout(5):
@@ -126,10 +120,9 @@ def test_the_retention_task_purges_on_its_interval_and_stops(tmp_path):
 def test_healthz_is_503_once_the_consumer_has_died(tmp_path, caplog):
     app = create_app(ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=DyingResultFeed)
     with TestClient(app) as client:
-        deadline = time.monotonic() + 5
-        while (response := client.get("/healthz")).status_code == 200:
-            assert time.monotonic() < deadline, "the dead consumer was never reported"
-            time.sleep(0.01)
+        response = wait_until(
+            lambda: client.get("/healthz"), "the dead consumer reported", done=lambda r: r.status_code != 200
+        )
     assert response.status_code == 503
     assert response.json() == {"status": "consumer stopped", "results": 0}
     assert "results consumer stopped; /healthz answers 503" in caplog.text
@@ -143,8 +136,7 @@ def test_a_result_past_retention_is_404_over_http(tmp_path):
     feed = FakeResultFeed()
     with TestClient(create_app(settings, check_topics=False, feed=lambda: feed)) as client:
         feed.push([CODEC.encode(a_result("new"))])
-        deadline = time.monotonic() + 5
-        while client.get("/v1/requests/new").status_code != 200:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(
+            lambda: client.get("/v1/requests/new").status_code, "the new result", done=lambda v: v == 200
+        )
         assert client.get("/v1/requests/old").status_code == 404

@@ -22,7 +22,7 @@ from inferq.tenancy.registry import TenantRegistry
 from inferq.tenancy.settings import TenancySettings
 from tests.support.fakes import FakeResultFeed, InMemoryMetrics, labels, result_record
 from tests.support.tenants import TenantSpec, write_tenants
-from tests.unit.test_results_app import wait_for
+from tests.support.waiting import wait_until
 
 CODEC = result_codec()
 ACME, BETA = TenantSpec("acme"), TenantSpec("beta")
@@ -54,7 +54,7 @@ def results(tmp_path: Path) -> Iterator[Results]:
     feed = FakeResultFeed()
     with TestClient(create_app(settings, check_topics=False, feed=lambda: feed)) as client:
         feed.push([of("acme", "x", "acme's"), of("beta", "x", "beta's"), of("acme", "mine", "acme only")])
-        wait_for("the batch", lambda: client.get("/healthz").json()["results"], lambda n: n == 3)
+        wait_until(lambda: client.get("/healthz").json()["results"], "the batch", done=lambda n: n == 3)
         yield Results(client, feed, path)
 
 
@@ -102,7 +102,7 @@ def test_a_tenant_parameter_must_be_the_keys_own(results):
 def test_a_new_key_works_after_the_file_changes_and_a_removed_one_stops(results):
     rotated = TenantSpec("acme")
     write_tenants(results.path, rotated, BETA)
-    wait_for("the reload", lambda: results.get("x", rotated).status_code, lambda s: s == 200)
+    wait_until(lambda: results.get("x", rotated).status_code, "the reload", done=lambda s: s == 200)
     assert results.get("x", ACME).status_code == 401
 
 
@@ -111,7 +111,7 @@ def test_open_mode_reads_the_tenant_named_in_the_query(tmp_path):
     app = create_app(ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=lambda: feed)
     with TestClient(app) as client:
         feed.push([of("loadtest", "x", "theirs"), of("default", "y", "mine")])
-        wait_for("the batch", lambda: client.get("/healthz").json()["results"], lambda n: n == 2)
+        wait_until(lambda: client.get("/healthz").json()["results"], "the batch", done=lambda n: n == 2)
         assert client.get("/v1/requests/x", params={"tenant": "loadtest"}).json()["output"] == "theirs"
         assert client.get("/v1/requests/x").status_code == 404
         assert client.get("/v1/requests/y").json()["output"] == "mine"

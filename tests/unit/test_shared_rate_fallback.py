@@ -13,16 +13,9 @@ from inferq.dispatcher.shared_rate.fallback import (
     shared_headers,
 )
 from inferq.messaging.tiers import Tier
+from tests.support.clock import ManualClock
 
 NOW = 5_000_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_ms = NOW
-
-    def __call__(self) -> int:
-        return self.now_ms
 
 
 def tokens_admitted(take: Callable[[int], object], cost: int, tries: int = 100) -> int:
@@ -41,7 +34,7 @@ def test_a_share_is_the_limit_over_the_group_and_never_none_of_it() -> None:
 
 
 def test_a_fresh_reading_leaves_the_share_less_what_the_group_had_until_it_leaves_the_minute() -> None:
-    clock = Clock()
+    clock = ManualClock(NOW)
     read_at = NOW - FRESH_MS // 2
     views = {"m": GroupView(rpm=None, tpm=1000, requests=4, tokens=400, hold_until_ms=0, read_at_ms=read_at)}
     budget = local_share_budget(views, {}, group_size=2, floor_shares={}, clock_ms=clock)
@@ -51,7 +44,7 @@ def test_a_fresh_reading_leaves_the_share_less_what_the_group_had_until_it_leave
 
 
 def test_a_stale_reading_or_none_counts_the_whole_limit_for_a_minute() -> None:
-    clock = Clock()
+    clock = ManualClock(NOW)
     stale = GroupView(rpm=10, tpm=None, requests=0, tokens=0, hold_until_ms=0, read_at_ms=NOW - FRESH_MS - 1)
     budget = local_share_budget(
         {"m": stale}, {"c": RateLimit(tpm=1000)}, group_size=2, floor_shares={}, clock_ms=clock
@@ -65,7 +58,7 @@ def test_a_stale_reading_or_none_counts_the_whole_limit_for_a_minute() -> None:
 
 
 def test_a_hold_the_group_learned_still_holds_the_local_share() -> None:
-    clock = Clock()
+    clock = ManualClock(NOW)
     view = GroupView(rpm=100, tpm=None, requests=0, tokens=0, hold_until_ms=NOW + 5_000, read_at_ms=NOW)
     budget = local_share_budget({"m": view}, {}, group_size=2, floor_shares={}, clock_ms=clock)
     assert budget.take("m", Tier.HIGH, 1) is None
@@ -74,7 +67,7 @@ def test_a_hold_the_group_learned_still_holds_the_local_share() -> None:
 
 
 def test_the_share_keeps_the_tiers_floors() -> None:
-    clock = Clock()
+    clock = ManualClock(NOW)
     view = GroupView(rpm=None, tpm=2000, requests=0, tokens=0, hold_until_ms=0, read_at_ms=NOW)
     shares = {Tier.HIGH: 0.6, Tier.MEDIUM: 0.3, Tier.LOW: 0.1}
     budget = local_share_budget({"m": view}, {}, group_size=2, floor_shares=shares, clock_ms=clock)

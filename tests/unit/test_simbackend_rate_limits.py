@@ -12,6 +12,7 @@ import pytest
 from inferq.dispatcher.rate_budget import parse_duration_s, read_headers
 from inferq.tools.simbackend import SimBackendSettings, create_app
 from inferq.tools.simbackend.rate_limits import MinuteLimits, openai_duration
+from tests.support.clock import ManualClock
 
 CHAT = "/v1/chat/completions"
 
@@ -21,14 +22,6 @@ def _no_sim_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("INFERQ_SIM_"):
             monkeypatch.delenv(name)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def no_sleep(_: float) -> None:
@@ -42,12 +35,12 @@ def test_openai_durations_read_back_by_the_dispatcher() -> None:
 
 
 def test_the_minute_refuses_past_either_limit_and_frees_as_it_moves_on() -> None:
-    clock = Clock()
-    limits = MinuteLimits(rpm=3, tpm=100, clock=clock)
+    clock = ManualClock(now_s=100.0)
+    limits = MinuteLimits(rpm=3, tpm=100, clock=clock.seconds)
     assert limits.refusal(60) is None
     limits.count(60)
     assert limits.refusal(41) == "tokens"
-    clock.now += 10
+    clock.advance(s=10)
     limits.count(40)
     limits.count(0)
     assert limits.refusal(0) == "requests"
@@ -60,7 +53,7 @@ def test_the_minute_refuses_past_either_limit_and_frees_as_it_moves_on() -> None
         "x-ratelimit-remaining-tokens": "0",
         "x-ratelimit-reset-tokens": "50s",
     }
-    clock.now += 50
+    clock.advance(s=50)
     assert limits.refusal(60) is None
 
 

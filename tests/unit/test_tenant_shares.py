@@ -7,6 +7,7 @@ import pytest
 from inferq.ingest.admission import AdmissionPolicy
 from inferq.ingest.tenant_shares import BacklogShares
 from inferq.messaging.tiers import Tier
+from tests.support.clock import ManualClock
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 POLICY = AdmissionPolicy(capacity={H: 60, M: 30, L: 1_000})
@@ -88,19 +89,11 @@ def test_bad_settings_are_refused(window, from_fill):
         BacklogShares(POLICY, window=window, from_fill=from_fill)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_steady_tenant_missing_from_the_last_requests_still_keeps_its_share_of_the_tier():
-    clock = FakeClock()
-    shares = BacklogShares(POLICY, active_s=30.0, monotonic=clock)
+    clock = ManualClock(now_s=1_000.0)
+    shares = BacklogShares(POLICY, active_s=30.0, monotonic=clock.seconds)
     shares.accepted("b", H)  # B's chat, then 60 of A's flood: B is out of the last 60
-    clock.now += 0.3
+    clock.advance(s=0.3)
     for _ in range(60):
         shares.accepted("a", H)
     assert "b" not in shares.mix(H)
@@ -110,10 +103,10 @@ def test_a_steady_tenant_missing_from_the_last_requests_still_keeps_its_share_of
 
 
 def test_a_tenant_quiet_for_longer_than_the_window_leaves_the_split():
-    clock = FakeClock()
-    shares = BacklogShares(POLICY, active_s=30.0, monotonic=clock)
+    clock = ManualClock(now_s=1_000.0)
+    shares = BacklogShares(POLICY, active_s=30.0, monotonic=clock.seconds)
     shares.accepted("b", H)
-    clock.now += 31
+    clock.advance(s=31)
     for _ in range(60):
         shares.accepted("a", H)
     assert shares.decide("a", H, 40, {"a": 1.0, "b": 3.0}) is None  # alone: the whole tier

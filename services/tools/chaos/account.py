@@ -10,7 +10,7 @@ import contextlib
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,19 +36,31 @@ class Account:
     by_dispatcher: dict[str, int]
 
 
-async def _read_outcomes(
-    results_url: str, ids: Sequence[str], timeout_s: float
-) -> tuple[dict[str, dict[str, Any]], int]:
-    """Poll until every id has a terminal outcome (bounded); then read each once more and count the
-    ids whose outcome differs."""
-    found: dict[str, dict[str, Any]] = {}
+async def read_outcomes(
+    results_url: str,
+    ids: Sequence[str],
+    timeout_s: float,
+    *,
+    found: dict[str, dict[str, Any]] | None = None,
+    tenants: Mapping[str, str] | None = None,
+    rereads: int = 1,
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any] | None]]]:
+    """Poll until every id has a terminal outcome (bounded; ids already in `found` are not read
+    again); then read each found outcome `rereads` more times. Returns the outcomes (`found`, added
+    to) and, per id, the later reads that differed from its first outcome. An id with a tenant in
+    `tenants` is read as that tenant (open mode's ``?tenant=``)."""
+    found = {} if found is None else found
+    tenants = tenants or {}
     gate = asyncio.Semaphore(_READ_CONCURRENCY)
     async with httpx.AsyncClient(base_url=results_url, timeout=10.0) as client:
 
         async def read(rid: str) -> tuple[str, dict[str, Any] | None]:
+            tenant = tenants.get(rid)
             async with gate:
                 try:
-                    response = await client.get(f"/v1/requests/{rid}")
+                    response = await client.get(
+                        f"/v1/requests/{rid}", params={"tenant": tenant} if tenant else None
+                    )
                 except httpx.HTTPError:
                     return rid, None
             if response.status_code == 200 and response.json().get("status") in TERMINAL:
@@ -65,15 +77,19 @@ async def _read_outcomes(
             if not pending or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(_POLL_S)
-        again = await asyncio.gather(*(read(r) for r in found))
-    changed = sum(1 for rid, view in again if view != found[rid])
+        changed: dict[str, list[dict[str, Any] | None]] = {}
+        for _ in range(rereads):
+            for rid, view in await asyncio.gather(*(read(r) for r in ids if r in found)):
+                if view != found[rid]:
+                    changed.setdefault(rid, []).append(view)
     return found, changed
 
 
-def _extra_rows(db_path: Path) -> set[str]:
+def extra_rows(db_path: Path) -> dict[str, int]:
+    """Rows per request_id in the results service's SQLite file, for ids stored more than once."""
     with contextlib.closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as db:
-        rows = db.execute("SELECT request_id FROM results GROUP BY request_id HAVING COUNT(*) > 1")
-        return {str(rid) for (rid,) in rows.fetchall()}
+        rows = db.execute("SELECT request_id, COUNT(*) FROM results GROUP BY request_id HAVING COUNT(*) > 1")
+        return {str(rid): int(n) for rid, n in rows.fetchall()}
 
 
 def account(
@@ -86,7 +102,7 @@ def account(
     timeout_s: float,
 ) -> Account:
     """`accepted`: the run's request ids (``<run_id>:...``) ingest answered 202."""
-    outcomes, changed = asyncio.run(_read_outcomes(results_url, accepted, timeout_s))
+    outcomes, changed = asyncio.run(read_outcomes(results_url, accepted, timeout_s))
     wanted = set(accepted)
     read = read_results(kafka, [run_id])
     first_completion: dict[str, int] = {}
@@ -97,11 +113,11 @@ def account(
             writers[result.dispatcher_id] += 1
     # The run's ids only are on its topic: every duplicate the reader dropped is one of its requests'.
     absorbed = read.duplicates
-    extra = _extra_rows(db_path)
+    extra = extra_rows(db_path).keys()
     return Account(
         accepted=len(accepted),
         lost=[rid for rid in accepted if rid not in outcomes],
-        caller_duplicates=changed + len(extra & wanted),
+        caller_duplicates=len(changed) + len(extra & wanted),
         absorbed=absorbed,
         statuses=dict(Counter(str(view["status"]) for view in outcomes.values())),
         completions_ms=sorted(first_completion.values()),
