@@ -77,8 +77,10 @@ Every service reads its settings from environment variables, one name per value:
 """
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _cell(text: str, *, code: bool = False) -> str:
+    text = text.replace("|", "\\|").replace("\n", " ")
+    # Outside backticks a bare <prefix> would be read as an HTML tag and vanish.
+    return f"`{text}`" if code else text.replace("<", "&lt;")
 
 
 def markdown() -> str:
@@ -89,7 +91,7 @@ def markdown() -> str:
     for row in table():
         s = row.setting
         name = f"`{s.name}`" + "".join(f" (or `{also}`)" for also in s.also)
-        default = "unset" if s.default == "unset" else f"`{_cell(s.default)}`"
+        default = "unset" if s.default == "unset" else _cell(s.default, code=True)
         lines.append(
             f"| {name} | {', '.join(row.services)} | {_cell(s.type)} | {default} | "
             f"{'yes' if s.secret else ''} | {_cell(s.description)} |"

@@ -15,7 +15,7 @@ class TenancySettings(BaseSettings):
     )
 
     file: Path | None = None
-    """INFERQ_TENANTS_FILE: the tenants file (infra/tenants.example.toml). Unset: open mode, which
+    """The tenants file (infra/tenants.example.toml). Unset: open mode, which
     serves anyone without a key and so binds only to loopback addresses."""
     reload_interval_s: float = Field(default=2.0, gt=0, le=3_600)
     """How often the file is checked for changes (a SIGHUP reloads at once)."""
