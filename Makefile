@@ -101,6 +101,11 @@ format: setup
 	$(BIN)/ruff format services tests
 	$(BIN)/ruff check --fix services tests
 
+# docs/configuration.md from the settings models (tests/unit/test_configuration_doc.py fails when it is stale).
+.PHONY: config-docs
+config-docs: setup
+	$(BIN)/inferq config docs > docs/configuration.md
+
 typecheck: setup
 	@mkdir -p .typecheck && ln -sfn ../services .typecheck/inferq
 	$(BIN)/mypy

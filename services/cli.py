@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("inferq.ingest.cli", "HTTP ingest: /v1/chat/completions (OpenAI) and /v1/requests"),
     "dispatcher": ("inferq.dispatcher.cli", "dispatcher: tier topics → LLM backend → reply topic"),
     "results": ("inferq.results.cli", "results service: GET /v1/requests/{id} (long poll, SSE), webhooks"),
+    "config": (
+        "inferq.config.cli",
+        "every service's settings: `show` the values in effect, `docs` the table",
+    ),
     "tenants": ("inferq.tenancy.cli", "API keys and the tenants file (INFERQ_TENANTS_FILE)"),
     "batch": ("inferq.batch.cli", "send a JSONL file of requests; resumable, with progress"),
     "sim-backend": ("inferq.tools.simbackend.cli", "run the simulated OpenAI-compatible LLM backend"),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,33 +38,47 @@ from inferq.log_format import formatter
 class HttpLimits(BaseSettings):
     """Bounds of every HTTP server (env prefix ``INFERQ_HTTP_``)."""
 
-    model_config = SettingsConfigDict(env_prefix="INFERQ_HTTP_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="INFERQ_HTTP_", extra="ignore", use_attribute_docstrings=True
+    )
 
-    # Connections plus requests in progress; past it new requests get 503 at once.
     limit_concurrency: int = Field(default=1_000, ge=1)
-    # Connections the kernel queues before accept().
+    """Connections plus requests in progress; past it new requests get 503 at once."""
     backlog: int = Field(default=2_048, ge=1)
-    # An idle keep-alive connection is closed after this.
+    """Connections the kernel queues before accept()."""
     timeout_keep_alive_s: int = Field(default=5, ge=1, le=300)
-    # A request's line and headers must arrive within this of its first byte.
+    """An idle keep-alive connection is closed after this."""
     header_timeout_s: float = Field(default=10.0, gt=0, le=300)
-    # Request line plus headers; past it 431.
+    """A request's line and headers must arrive within this of its first byte."""
     max_header_bytes: int = Field(default=16_384, ge=1_024, le=1_048_576)
-    # On SIGTERM, requests in progress get this long to end, then are cancelled; None: no bound.
+    """Request line plus headers; past it 431."""
     graceful_shutdown_s: int | None = Field(default=None, ge=1, le=3_600)
+    """On SIGTERM, requests in progress get this long to end, then are cancelled; None: no bound."""
+
+
+class LogSettings(BaseSettings):
+    """How every service logs (env prefix ``INFERQ_LOG_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="INFERQ_LOG_", extra="ignore", use_attribute_docstrings=True)
+
+    level: str = "INFO"
+    """The least severe level logged: DEBUG, INFO, WARNING, ERROR."""
+    format: str = "text"
+    """text (one readable line per event) or json (one JSON object per line; `inferq.log_format`)."""
 
 
 def configure_logging() -> None:
     """One line per event on stderr; level from INFERQ_LOG_LEVEL (default INFO), text or JSON lines
     from INFERQ_LOG_FORMAT (default text; see `inferq.log_format`). An unknown format ends the
     process with a message naming the choices."""
+    chosen_log = LogSettings()
     try:
-        chosen = formatter(os.environ.get("INFERQ_LOG_FORMAT", "text").strip().lower())
+        chosen = formatter(chosen_log.format.strip().lower())
     except ValueError as exc:
         raise SystemExit(f"inferq: {exc}") from None
     handler = logging.StreamHandler()
     handler.setFormatter(chosen)
-    logging.basicConfig(level=os.environ.get("INFERQ_LOG_LEVEL", "INFO").upper(), handlers=[handler])
+    logging.basicConfig(level=chosen_log.level.upper(), handlers=[handler])
     # httpx logs every request at INFO; at our volumes that is noise.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.WARNING)

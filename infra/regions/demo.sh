@@ -34,7 +34,7 @@ $IQ mirror status --home "$HOME_DIR/mirror"
 
 echo "== central: the simulated LLM backend and the dispatcher group (one process here)"
 $IQ sim-backend --port 18780 --speed 5 >"$HOME_DIR/backend.log" 2>&1 & pids+=($!)
-KAFKA_BOOTSTRAP_SERVERS=$CENTRAL INFERQ_BACKEND_URL=http://127.0.0.1:18780/v1 \
+KAFKA_BOOTSTRAP_SERVERS=$CENTRAL INFERQ_DISPATCHER_BACKEND_URL=http://127.0.0.1:18780/v1 \
   $IQ dispatcher --port 18702 >"$HOME_DIR/dispatcher.log" 2>&1 & pids+=($!)
 echo "== eu: a results service reading eu's reply topic"
 KAFKA_BOOTSTRAP_SERVERS=$EU INFERQ_RESULTS_DB_PATH="$HOME_DIR/results-eu.db" \

@@ -1,10 +1,10 @@
-"""The backends a dispatcher may call, as configured: ``INFERQ_BACKENDS`` names them (the one of
-``INFERQ_BACKEND_URL`` is ``default``) and ``INFERQ_TIER_BACKENDS`` orders them per tier
+"""The backends a dispatcher may call, as configured: ``INFERQ_DISPATCHER_BACKENDS`` names them (the one of
+``INFERQ_DISPATCHER_BACKEND_URL`` is ``default``) and ``INFERQ_DISPATCHER_TIER_BACKENDS`` orders them per tier
 (``routing.py`` says how a start picks one).
 
-    INFERQ_BACKENDS='{"cheap": {"url": "https://cheap.example/v1", "api_key_env": "CHEAP_API_KEY",
+    INFERQ_DISPATCHER_BACKENDS='{"cheap": {"url": "https://cheap.example/v1", "api_key_env": "CHEAP_API_KEY",
                                "max_concurrency": 4}}'
-    INFERQ_TIER_BACKENDS='{"LOW": ["cheap", "default"], "HIGH": ["default", "cheap"]}'
+    INFERQ_DISPATCHER_TIER_BACKENDS='{"LOW": ["cheap", "default"], "HIGH": ["default", "cheap"]}'
 
 A backend's key is read from the variable `api_key_env` names, never from this setting, so the
 setting can be logged and shown; a variable named but unset stops the dispatcher at start.
@@ -29,7 +29,7 @@ ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 
 
 class BackendSpec(BaseModel):
-    """One named backend of INFERQ_BACKENDS."""
+    """One named backend of INFERQ_DISPATCHER_BACKENDS."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -68,7 +68,7 @@ def check_backends(backends: Mapping[str, BackendSpec]) -> None:
     for name in backends:
         if name == DEFAULT_BACKEND:
             raise ValueError(
-                f"{DEFAULT_BACKEND!r} is INFERQ_BACKEND_URL's backend: name the others otherwise"
+                f"{DEFAULT_BACKEND!r} is INFERQ_DISPATCHER_BACKEND_URL's backend: name the others otherwise"
             )
         if not NAME.fullmatch(name):
             raise ValueError(f"backend name {name!r} must be 1-32 of a-z, 0-9, '_', '-'")

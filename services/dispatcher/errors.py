@@ -92,7 +92,7 @@ class SessionTimeoutRefusedError(ConsumerError):
         super().__init__(
             f"the brokers refuse a group session of {session_timeout_ms} ms: set "
             f"group.min.session.timeout.ms to at most {session_timeout_ms} on every broker, or raise "
-            "INFERQ_SESSION_TIMEOUT_MS (a dead dispatcher's partitions then wait that long)",
+            "INFERQ_DISPATCHER_SESSION_TIMEOUT_MS (a dead dispatcher's partitions then wait that long)",
             retriable=False,
         )
         self.session_timeout_ms = session_timeout_ms

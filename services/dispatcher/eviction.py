@@ -1,6 +1,6 @@
 """Shedding LOW under pressure: the oldest waiting briefs answered EVICTED to make room for chat.
 
-Off by default (`INFERQ_EVICT_LOW_UNDER_PRESSURE`). When on, once a second the dispatcher compares
+Off by default (`INFERQ_DISPATCHER_EVICT_LOW_UNDER_PRESSURE`). When on, once a second the dispatcher compares
 the backlog of HIGH and MEDIUM on the partitions it owns with its share of each tier's capacity
 (budget x 60% of the deadline / typical latency, as ingest's admission; the typical latency as
 learned from completed calls, ``call_times.py``). While either is over, the

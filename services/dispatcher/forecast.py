@@ -2,9 +2,9 @@
 
 The seed's ceilings keep LOW to 1 slot at peak and keep the last `high_headroom` slots from MEDIUM
 and LOW, whatever the demand: after a chat burst, nine slots may idle while briefs wait (issue 14).
-With `INFERQ_FORECAST_LENDING`, the scheduler (``policies.py``) may start a request of a tier past
+With `INFERQ_DISPATCHER_FORECAST_LENDING`, the scheduler (``policies.py``) may start a request of a tier past
 its ceiling, never into the HIGH headroom, when this forecast says the higher tiers' demand over the
-borrowed call's expected duration still finds free slots (`INFERQ_FORECAST_LENDING`, on by default;
+borrowed call's expected duration still finds free slots (`INFERQ_DISPATCHER_FORECAST_LENDING`, on by default;
 false: the ceilings alone):
 
 - **Arrivals per tier** (`ArrivalForecast`): counts per interval (each tier's configured typical

@@ -12,7 +12,7 @@ Policies:
   capacity is lent in priority order up to each tier's ceiling, except the HIGH headroom: MEDIUM
   and LOW never take the last `high_headroom` free slots. At night LOW may use `low_idle_ceiling`
   (the whole budget) when HIGH and MEDIUM have nothing waiting or running. With forecast lending
-  (`INFERQ_FORECAST_LENDING`, ``forecast.py``), a tier at its ceiling may still take a free slot
+  (`INFERQ_DISPATCHER_FORECAST_LENDING`, ``forecast.py``), a tier at its ceiling may still take a free slot
   outside the headroom when the `Demand`'s outlook says the higher tiers will not need it during
   the call (the room attaches the outlook; without one, the ceilings are the rule). Lending moves
   ceilings, never the headroom: while a tier below holds borrowed slots, MEDIUM below its floor

@@ -1,7 +1,7 @@
 """The rate budget: requests and tokens per minute per model, beside the concurrency budget.
 
 Pure and synchronous, with an injected clock. A start needs both a concurrency token (``tokens/``)
-and room here. Each model's limits come from the settings (``INFERQ_RATE_LIMITS``) and from the
+and room here. Each model's limits come from the settings (``INFERQ_DISPATCHER_RATE_LIMITS``) and from the
 responses' rate-limit headers (``x-ratelimit-limit-*``); where both are known the lower one holds.
 A model with neither is unlimited: every start is allowed, so with no limits configured and no
 headers seen the dispatcher behaves as before. Its starts are still counted (for at most

@@ -1,9 +1,10 @@
 """Which backend a start calls: per tier an ordered list of backends, each behind a circuit breaker.
 
-The default is one backend (``INFERQ_BACKEND_URL``) for every tier, and then nothing here changes a
-call: no breaker (there is nowhere else to send the traffic; retries and the adaptive budget
-handle a failing backend). With ``INFERQ_BACKENDS`` and ``INFERQ_TIER_BACKENDS`` a tier lists its
-backends in order (LOW to a cheaper deployment first, say); a start goes to the first one that
+The default is one backend (``INFERQ_DISPATCHER_BACKEND_URL``) for every tier, and then nothing
+here changes a call: no breaker (there is nowhere else to send the traffic; retries and the
+adaptive budget handle a failing backend). With ``INFERQ_DISPATCHER_BACKENDS`` and
+``INFERQ_DISPATCHER_TIER_BACKENDS`` a tier lists its backends in order (LOW to a cheaper
+deployment first, say); a start goes to the first one that
 
 - its breaker admits (``circuit.py``: open after failures in a row or a 429 storm; after a pause
   one probe call at a time; a probe that answers brings the traffic back; a request on its last
@@ -16,7 +17,7 @@ waits for a token: its requests stay in the read-ahead (their deadlines still dr
 breaker lets a probe through or a call ends.
 
 Each backend also has its own rate budget: with several backends, the rate budget's key for a
-model is ``<backend>/<model>`` (``INFERQ_RATE_LIMITS`` names them so), so their minutes never mix.
+model is ``<backend>/<model>`` (``INFERQ_DISPATCHER_RATE_LIMITS`` names them so), so their minutes never mix.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ log = logging.getLogger("inferq.dispatcher")
 
 STATE_GAUGE = {State.CLOSED: 0, State.HALF_OPEN: 1, State.OPEN: 2}
 
-# The backend of ``INFERQ_BACKEND_URL``, the one every tier calls unless configured otherwise.
+# The backend of ``INFERQ_DISPATCHER_BACKEND_URL``, the one every tier calls unless configured otherwise.
 DEFAULT_BACKEND = "default"
 
 

@@ -221,7 +221,7 @@ def build_parts(
         delivery=DeliveryMetrics(metrics_meter or meter("inferq.ingest"), hub, service="ingest"),
         guard=json_guard,
         limits=ChatLimits(
-            models=frozenset(settings.chat_models),
+            models=frozenset(settings.listed_models),
             default_scenario=settings.chat_default_scenario,
             max_wait_s=settings.chat_max_wait_s,
             grace_s=settings.chat_grace_s,

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from inferq.ingest.app import create_app
-from inferq.ingest.settings import IngestSettings
+from inferq.ingest.settings import READ_BY_INGEST, IngestSettings
 from inferq.serving import configure_logging, run_asgi
+from inferq.settings.renamed import log_renamed
+from inferq.settings.table import help_text, settings_in
 from inferq.telemetry import setup_metrics
 from inferq.tenancy.bind import require_tenants_or_loopback
 from inferq.tenancy.errors import OpenModeRefusedError, TenantsFileError
@@ -16,7 +19,10 @@ from inferq.tracing import setup_tracing, traced_asgi
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "ingest", help="HTTP ingest: POST /v1/chat/completions (OpenAI) and /v1/requests → priority topics"
+        "ingest",
+        help="HTTP ingest: POST /v1/chat/completions (OpenAI) and /v1/requests → priority topics",
+        epilog=help_text(settings_in(READ_BY_INGEST)),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default 8700)")
@@ -25,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _run(args: argparse.Namespace) -> int:
     configure_logging()
+    log_renamed(READ_BY_INGEST, os.environ)
     settings = IngestSettings()
     host = args.host or settings.host
     port = args.port or settings.port

@@ -76,8 +76,10 @@ def _register_acls(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     apply.add_argument("--results-user", default=defaults.results, help="default: %(default)s")
     apply.add_argument(
         "--dispatcher-group",
-        default=os.environ.get("INFERQ_GROUP_ID", defaults.dispatcher_group),
-        help="the dispatchers' consumer group (default: $INFERQ_GROUP_ID, else %(default)s)",
+        # INFERQ_GROUP_ID: the previous release's name, read for one more release like the services do.
+        default=os.environ.get("INFERQ_DISPATCHER_GROUP_ID")
+        or os.environ.get("INFERQ_GROUP_ID", defaults.dispatcher_group),
+        help="the dispatchers' consumer group (default: $INFERQ_DISPATCHER_GROUP_ID, else %(default)s)",
     )
     apply.add_argument(
         "--results-group",

@@ -20,18 +20,25 @@ from inferq.messaging.topics import TopicNames
 
 class KafkaSettings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="INFERQ_KAFKA_", extra="ignore", populate_by_name=True, hide_input_in_errors=True
+        env_prefix="INFERQ_KAFKA_",
+        extra="ignore",
+        populate_by_name=True,
+        hide_input_in_errors=True,
+        use_attribute_docstrings=True,
     )
 
     bootstrap_servers: str = Field(
         default="127.0.0.1:9092",
         validation_alias=AliasChoices("INFERQ_KAFKA_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS"),
     )
+    """The brokers, host:port comma-separated (KAFKA_BOOTSTRAP_SERVERS is read too)."""
     topic_prefix: str = Field(default="inferq", validation_alias=AliasChoices("INFERQ_TOPIC_PREFIX"))
-    # Read from its own INFERQ_KAFKA_* variables (security_protocol, sasl_*, ssl_*).
+    """The first word of every topic's name (<prefix>.requests.high, ...): pipelines sharing a
+    cluster use different ones."""
     security: KafkaSecurity = Field(default_factory=KafkaSecurity)
-    # librdkafka pass-through (JSON object in INFERQ_KAFKA_EXTRA) for options we do not model.
+    """Read from its own INFERQ_KAFKA_* variables (security_protocol, sasl_*, ssl_*)."""
     extra: dict[str, str] = Field(default_factory=dict)
+    """librdkafka pass-through (JSON object in INFERQ_KAFKA_EXTRA) for options we do not model."""
 
     @property
     def topics(self) -> TopicNames:

@@ -35,12 +35,14 @@ _STOP_TIMEOUT_S = 2.0
 class ReadinessSettings(BaseSettings):
     """How often and how patiently Kafka is checked for ``/readyz`` (env prefix ``INFERQ_READY_``)."""
 
-    model_config = SettingsConfigDict(env_prefix="INFERQ_READY_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="INFERQ_READY_", extra="ignore", use_attribute_docstrings=True
+    )
 
-    # Between two checks: how stale ``/readyz``'s view of Kafka may be.
     check_interval_s: float = Field(default=10.0, gt=0, le=300)
-    # One check's bound; past it Kafka counts as unreachable.
+    """Between two checks: how stale ``/readyz``'s view of Kafka may be."""
     check_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    """One check's bound; past it Kafka counts as unreachable."""
 
 
 class TopicsWatch:

@@ -48,17 +48,30 @@ class KafkaSecurity(BaseSettings):
     """
 
     model_config = SettingsConfigDict(
-        env_prefix="INFERQ_KAFKA_", extra="ignore", frozen=True, hide_input_in_errors=True
+        env_prefix="INFERQ_KAFKA_",
+        extra="ignore",
+        frozen=True,
+        hide_input_in_errors=True,
+        use_attribute_docstrings=True,
     )
 
     security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    """PLAINTEXT (no TLS, no authentication), SSL (TLS; mutual with a client certificate) or
+    SASL_SSL (TLS plus SCRAM)."""
     sasl_mechanism: SaslMechanism = SaslMechanism.SCRAM_SHA_512
+    """The SCRAM mechanism of SASL_SSL."""
     sasl_username: str | None = None
+    """The SASL user (SASL_SSL only)."""
     sasl_password: SecretStr | None = None
+    """The SASL user's password (SASL_SSL only)."""
     ssl_ca_file: FilePath | None = None
+    """The CA that signed the brokers' certificates (PEM); unset: the system's trust store."""
     ssl_cert_file: FilePath | None = None
+    """The client certificate (PEM) of mutual TLS, with INFERQ_KAFKA_SSL_KEY_FILE."""
     ssl_key_file: FilePath | None = None
+    """The client certificate's private key (PEM)."""
     ssl_key_password: SecretStr | None = None
+    """The password of an encrypted INFERQ_KAFKA_SSL_KEY_FILE."""
 
     @model_validator(mode="after")
     def _consistent(self) -> KafkaSecurity:

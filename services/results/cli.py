@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from inferq.results.app import create_app
-from inferq.results.settings import ResultsSettings
+from inferq.results.settings import READ_BY_RESULTS, ResultsSettings
 from inferq.serving import configure_logging, run_asgi
+from inferq.settings.renamed import log_renamed
+from inferq.settings.table import help_text, settings_in
 from inferq.telemetry import setup_metrics
 from inferq.tenancy.bind import require_tenants_or_loopback
 from inferq.tenancy.errors import OpenModeRefusedError, TenantsFileError
@@ -16,7 +19,10 @@ from inferq.tracing import setup_tracing, traced_asgi
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "results", help="results service: reply topic → GET /v1/requests/{id} (?wait= long poll, /events SSE)"
+        "results",
+        help="results service: reply topic → GET /v1/requests/{id} (?wait= long poll, /events SSE)",
+        epilog=help_text(settings_in(READ_BY_RESULTS)),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default 8701)")
@@ -34,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _run(args: argparse.Namespace) -> int:
     configure_logging()
+    log_renamed(READ_BY_RESULTS, os.environ)
     settings = ResultsSettings(**({"region": args.region} if args.region is not None else {}))
     host = args.host or settings.host
     try:

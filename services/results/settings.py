@@ -6,11 +6,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.readiness import ReadinessSettings
 from inferq.messaging.reply_topics import region_problem
+from inferq.serving import HttpLimits, LogSettings
 from inferq.tenancy.settings import TenancySettings
 from inferq.webhooks.settings import WebhookSettings
 
@@ -32,45 +34,53 @@ def parse_duration_s(value: Any) -> Any:
 
 
 class ResultsSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="INFERQ_RESULTS_", extra="ignore", populate_by_name=True)
+    """The results service's own settings (``INFERQ_RESULTS_*``) and its blocks: Kafka, the tenants
+    file, webhooks."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="INFERQ_RESULTS_", extra="ignore", populate_by_name=True, use_attribute_docstrings=True
+    )
 
     host: str = "127.0.0.1"
+    """The address to listen on (--host); another than loopback needs a tenants file."""
     port: int = 8701
+    """The port to listen on (--port)."""
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
-    # INFERQ_TENANTS_FILE and its reload interval, shared with ingest.
     tenants: TenancySettings = Field(default_factory=TenancySettings)
-    # INFERQ_WEBHOOK_* and INFERQ_CALLBACK_HOSTS: delivery of callback_url webhooks, shared with ingest.
+    """INFERQ_TENANTS_FILE and its reload interval, shared with ingest."""
     webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
-    # The group the replicas share: not to read (each reads every partition itself) but to decide
-    # which replica sends each reply partition's webhooks (`ownership`); its offsets are done watermarks.
+    """INFERQ_WEBHOOK_* and INFERQ_CALLBACK_HOSTS: delivery of callback_url webhooks, shared with ingest."""
     group_id: str = "inferq-results"
-    # How soon a replica that died without leaving is declared dead and its partitions' webhooks
-    # move to a survivor (the brokers' group.min.session.timeout.ms must allow it; 6 s by default).
+    """The group the replicas share: not to read (each reads every partition itself) but to decide
+    which replica sends each reply partition's webhooks (`ownership`); its offsets are done watermarks."""
     session_timeout_ms: int = Field(default=10_000, ge=1_000, le=300_000)
-    # Which reply topics this service serves: None, the results topic; a region's name, that
-    # region's (<prefix>.results.<region>); "all", the results topic and every regional one.
+    """How soon a replica that died without leaving is declared dead and its partitions' webhooks
+    move to a survivor (the brokers' group.min.session.timeout.ms must allow it; 6 s by default)."""
     region: str | None = None
+    """Which reply topics this service serves (--region): unset, the results topic; a region's name, that
+    region's (<prefix>.results.<region>); "all", the results topic and every regional one."""
     db_path: Path = Path(".inferq/results.db")
-    # How long a result is kept and served after it was stored ("7d", "36h" or seconds); past it
-    # the result is no longer served (404) and the next purge deletes it.
+    """The SQLite file the results are stored in."""
     retention_s: float = Field(
         default=7 * 86_400,
         ge=60,
-        validation_alias=AliasChoices("INFERQ_RESULTS_RETENTION", "retention_s"),
+        validation_alias="INFERQ_RESULTS_RETENTION",
     )
-    # At most this many results are kept; past it the oldest stored are deleted first. Rows, not
-    # bytes: an output is bounded by max_tokens, so rows bound the disk too, and a count is exact.
+    """How long a result is kept and served after it was stored ("7d", "36h" or seconds); past it
+    the result is no longer served (404) and the next purge deletes it."""
     max_results: int = Field(default=1_000_000, ge=1)
-    # How often expired results are deleted.
+    """At most this many results are kept; past it the oldest stored are deleted first. Rows, not
+    bytes: an output is bounded by max_tokens, so rows bound the disk too, and a count is exact."""
     purge_interval_s: float = Field(default=60.0, gt=0, le=3_600)
-    # The largest ?wait= of a long poll (seconds); a larger one is refused (422).
+    """How often expired results are deleted."""
     max_wait_s: int = Field(default=60, ge=1, le=600)
-    # An event stream ends (event: timeout) after this long without the outcome; the client reconnects.
+    """The largest ?wait= of a long poll (seconds); a larger one is refused (422)."""
     events_max_s: float = Field(default=300.0, gt=0, le=3_600)
-    # A comment line on a quiet event stream this often: proxies keep it open, a gone client is noticed.
+    """An event stream ends (event: timeout) after this long without the outcome; the client reconnects."""
     events_keepalive_s: float = Field(default=15.0, gt=0, le=300)
-    # Callers waiting at once (long polls and event streams); past it 503 with Retry-After.
+    """A comment line on a quiet event stream this often: proxies keep it open, a gone client is noticed."""
     max_waiters: int = Field(default=10_000, ge=1, le=1_000_000)
+    """Callers waiting at once (long polls and event streams); past it 503 with Retry-After."""
 
     @field_validator("region")
     @classmethod
@@ -106,3 +116,12 @@ class ResultsSettings(BaseSettings):
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return parse_duration_s(value)
+
+
+# Every settings class the results service reads (its `--help` and `inferq config show` list their variables).
+READ_BY_RESULTS: tuple[type[BaseSettings], ...] = (
+    ResultsSettings,
+    HttpLimits,
+    ReadinessSettings,
+    LogSettings,
+)

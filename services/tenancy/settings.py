@@ -10,13 +10,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class TenancySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="INFERQ_TENANTS_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="INFERQ_TENANTS_", extra="ignore", use_attribute_docstrings=True
+    )
 
-    # INFERQ_TENANTS_FILE: the tenants file (infra/tenants.example.toml). Unset: open mode, which
-    # serves anyone without a key and so binds only to loopback addresses.
     file: Path | None = None
-    # How often the file is checked for changes (a SIGHUP reloads at once).
+    """The tenants file (infra/tenants.example.toml). Unset: open mode, which
+    serves anyone without a key and so binds only to loopback addresses."""
     reload_interval_s: float = Field(default=2.0, gt=0, le=3_600)
+    """How often the file is checked for changes (a SIGHUP reloads at once)."""
 
     @field_validator("file", mode="before")
     @classmethod

@@ -19,38 +19,46 @@ _HOST_ENTRY = re.compile(
 
 class WebhookSettings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="INFERQ_WEBHOOK_", extra="ignore", populate_by_name=True, hide_input_in_errors=True
+        env_prefix="INFERQ_WEBHOOK_",
+        extra="ignore",
+        populate_by_name=True,
+        hide_input_in_errors=True,
+        use_attribute_docstrings=True,
     )
 
-    # Off: the results service delivers no webhook (ingest still checks callback_url).
     enabled: bool = True
-    # Open mode only (no tenants file): the hosts a callback_url may name, comma-separated
-    # ("hooks.example.com,hooks.example.com:8443"; "*" for any host the SSRF guard lets through).
-    # With a tenants file each tenant's `callback_hosts` decides instead. Empty: no webhooks.
+    """Off: the results service delivers no webhook (ingest still checks callback_url)."""
     callback_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(), validation_alias=AliasChoices("INFERQ_CALLBACK_HOSTS", "callback_hosts")
     )
-    # Open mode's signing secret (a tenant's is `webhook_secret` in the tenants file). Without one,
-    # open mode's webhooks are refused at submission.
+    """Open mode only (no tenants file): the hosts a callback_url may name, comma-separated
+    ("hooks.example.com,hooks.example.com:8443"; "*" for any host the SSRF guard lets through).
+    With a tenants file each tenant's `callback_hosts` decides instead. Empty: no webhooks."""
     secret: SecretStr | None = None
-    # http:// callbacks (tests, a receiver on the same private network); https only by default.
+    """Open mode's signing secret (a tenant's is `webhook_secret` in the tenants file). Without one,
+    open mode's webhooks are refused at submission."""
     allow_http: bool = False
-    # Loopback, private, link-local... addresses: only for tests and a receiver on a private network.
+    """http:// callbacks (tests, a receiver on the same private network); https only by default."""
     allow_private_addresses: bool = False
+    """Loopback, private, link-local... addresses: only for tests and a receiver on a private network."""
     max_url_chars: int = Field(default=MAX_URL_CHARS, ge=16, le=MAX_URL_CHARS)
-    # Deliveries are retried for this long after the result was stored, then dead-lettered.
+    """The longest callback_url accepted."""
     retry_period_s: float = Field(default=24 * 3_600.0, gt=0, le=7 * 86_400)
-    # The first retry waits about this long; each next one twice as long, at most max_backoff_s.
+    """Deliveries are retried for this long after the result was stored, then dead-lettered."""
     first_backoff_s: float = Field(default=1.0, gt=0, le=3_600)
+    """The first retry waits about this long; each next one twice as long, at most max_backoff_s."""
     max_backoff_s: float = Field(default=600.0, gt=0, le=86_400)
-    # One attempt's bound (connect, send, the answer's headers); connect alone, and the DNS lookup.
+    """The longest wait between two attempts."""
     timeout_s: float = Field(default=10.0, gt=0, le=60)
+    """One attempt's bound (connect, send, the answer's headers)."""
     connect_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    """The bound of an attempt's connect alone."""
     resolve_timeout_s: float = Field(default=5.0, gt=0, le=60)
-    # Deliveries in flight at once: a slow receiver holds one slot, not the whole sender.
+    """The bound of a callback host's DNS lookup."""
     max_in_flight: int = Field(default=16, ge=1, le=1_000)
-    # The outbox is read for due deliveries at least this often (a stored result wakes it at once).
+    """Deliveries in flight at once: a slow receiver holds one slot, not the whole sender."""
     poll_interval_s: float = Field(default=1.0, gt=0, le=60)
+    """The outbox is read for due deliveries at least this often (a stored result wakes it at once)."""
 
     @field_validator("callback_hosts", mode="before")
     @classmethod

@@ -72,12 +72,11 @@ def test_a_request_goes_through_the_services_in_containers(
     env = {
         "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "INFERQ_TOPIC_PREFIX": prefix,
-        "INFERQ_BACKEND_URL": f"http://127.0.0.1:{ports['backend']}/v1",
-        "INFERQ_GROUP_ID": f"{prefix}-dispatcher",
-        "INFERQ_INGEST_DISPATCHER_GROUP": f"{prefix}-dispatcher",
+        "INFERQ_DISPATCHER_BACKEND_URL": f"http://127.0.0.1:{ports['backend']}/v1",
+        "INFERQ_DISPATCHER_GROUP_ID": f"{prefix}-dispatcher",
         "INFERQ_RESULTS_GROUP_ID": f"{prefix}-results",
         # The test must not depend on the hour it runs at.
-        "INFERQ_SCHEDULE_PIN": "normal",
+        "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
     }
     with contextlib.ExitStack() as stack:
         stack.enter_context(sim_backend(ports["backend"], tmp_path))

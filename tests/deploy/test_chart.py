@@ -22,7 +22,7 @@ CHART = Path(__file__).resolve().parents[2] / "infra" / "helm" / "inferq"
 RENDER_TIMEOUT_S = 60
 SECRET_WORDS = ("PASSWORD", "SECRET", "API_KEY", "TOKEN")
 # Every variable the services read as a drain bound (dispatcher, then ingest and results).
-DRAIN_VARIABLES = ("INFERQ_DRAIN_TIMEOUT_S", "INFERQ_HTTP_GRACEFUL_SHUTDOWN_S")
+DRAIN_VARIABLES = ("INFERQ_DISPATCHER_DRAIN_TIMEOUT_S", "INFERQ_HTTP_GRACEFUL_SHUTDOWN_S")
 
 # Overrides a user would plausibly set: three results replicas, a longer drain, SASL and secret env.
 OVERRIDES = [
@@ -35,9 +35,9 @@ OVERRIDES = [
     "--set",
     "kafka.sasl.existingSecret=kafka-user",
     "--set",
-    "secretEnv.INFERQ_BACKEND_API_KEY.secretName=backend",
+    "secretEnv.INFERQ_DISPATCHER_BACKEND_API_KEY.secretName=backend",
     "--set",
-    "secretEnv.INFERQ_BACKEND_API_KEY.key=api-key",
+    "secretEnv.INFERQ_DISPATCHER_BACKEND_API_KEY.key=api-key",
 ]
 
 
@@ -237,7 +237,7 @@ def test_no_secret_reaches_a_configmap(docs):
     [
         ("settings.INFERQ_KAFKA_SASL_PASSWORD=hunter2", "looks secret"),
         ("redis.url=redis://:hunter2@redis:6379/0", "carries a password"),
-        ("settings.INFERQ_DRAIN_TIMEOUT_S=600", "shutdown.drainTimeoutSeconds"),
+        ("settings.INFERQ_DISPATCHER_DRAIN_TIMEOUT_S=600", "shutdown.drainTimeoutSeconds"),
         ("tenants.existingSecret=", "open mode"),
         ("dispatcher.coordination=local", "whole budget"),
     ],

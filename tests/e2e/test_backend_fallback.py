@@ -68,10 +68,10 @@ def test_an_outage_of_the_first_backend_moves_every_tier_to_the_next_and_a_probe
         spare_backends=("spare",),
         backend_args=["--speed", "10"],
         extra_env={
-            "INFERQ_TIER_BACKENDS": json.dumps({t: BOTH for t in ("HIGH", "MEDIUM", "LOW")}),
-            "INFERQ_BREAKER_FAILURES": str(FAILURES),
-            "INFERQ_BREAKER_OPEN_S": str(OPEN_S),
-            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_DISPATCHER_TIER_BACKENDS": json.dumps({t: BOTH for t in ("HIGH", "MEDIUM", "LOW")}),
+            "INFERQ_DISPATCHER_BREAKER_FAILURES": str(FAILURES),
+            "INFERQ_DISPATCHER_BREAKER_OPEN_S": str(OPEN_S),
+            "INFERQ_DISPATCHER_ADAPTIVE": "false",
         },
     ) as stack:
         primary, spare = stack.backend_url, stack.spare_url("spare")

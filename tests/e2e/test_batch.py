@@ -97,7 +97,7 @@ def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
         budget=4,
         backend_args=["--speed", "20"],
         # LOW may use the whole budget at night: the test must not depend on the hour.
-        extra_env={"INFERQ_SCHEDULE_PIN": "night"},
+        extra_env={"INFERQ_DISPATCHER_SCHEDULE_PIN": "night"},
     ) as stack:
         yield stack
 

@@ -64,7 +64,11 @@ def new_pipeline(
         topic_prefix=prefix,
         backend_args=backend_args,
         # Admission is not what these tests are about: a 429 would only shrink what is owed.
-        extra_env={"INFERQ_INGEST_ADMISSION_ENABLED": "false", "INFERQ_SCHEDULE_PIN": "normal", **extra_env},
+        extra_env={
+            "INFERQ_INGEST_ADMISSION_ENABLED": "false",
+            "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
+            **extra_env,
+        },
     )
 
 
@@ -189,7 +193,7 @@ def test_sigkilled_dispatcher_loses_nothing_and_its_peer_takes_over(
         extra_env={
             "INFERQ_COORDINATION": "redis",
             "INFERQ_REDIS_URL": redis_url,
-            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_DISPATCHER_ADAPTIVE": "false",
         },
     )
     ledger = Ledger("sigkill-dispatcher")
@@ -412,9 +416,9 @@ def test_backend_outage_fails_exhausted_expires_interactive_and_retries_the_rest
             # Four attempts: about 6 s of retrying at the backend's Retry-After. A 2 s chat reaches
             # its deadline first (the Retry-After is capped at half the time it has left).
             "INFERQ_SIM_RETRY_AFTER_S": str(RETRY_AFTER_S),
-            "INFERQ_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
-            "INFERQ_RETRY_BASE_BACKOFF_S": "0.1",
-            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_DISPATCHER_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+            "INFERQ_DISPATCHER_RETRY_BASE_BACKOFF_S": "0.1",
+            "INFERQ_DISPATCHER_ADAPTIVE": "false",
         },
     )
     ledger = Ledger("backend-outage")

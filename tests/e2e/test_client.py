@@ -33,7 +33,7 @@ def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
         regions=["eu", "us"],
         budget=4,
         backend_args=["--speed", "10"],
-        extra_env={"INFERQ_SCHEDULE_PIN": "normal"},
+        extra_env={"INFERQ_DISPATCHER_SCHEDULE_PIN": "normal"},
     ) as stack:
         yield stack
 

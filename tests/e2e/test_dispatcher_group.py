@@ -33,8 +33,8 @@ def group(kafka_bootstrap: str, redis_url: str, tmp_path) -> Iterator[Pipeline]:
         extra_env={
             "INFERQ_COORDINATION": "redis",
             "INFERQ_REDIS_URL": redis_url,
-            "INFERQ_SCHEDULE_PIN": "peak",
-            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
+            "INFERQ_DISPATCHER_ADAPTIVE": "false",
             # A deep admission limit: this test is about the budget, not about refusing work.
             "INFERQ_INGEST_ADMISSION_ENABLED": "false",
         },

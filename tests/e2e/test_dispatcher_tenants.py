@@ -49,7 +49,7 @@ def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
         # Fast calls: the flood drains in seconds. Night: LOW may use the whole budget (nothing else
         # waits), so the test does not depend on the hour it runs at.
         backend_args=["--speed", "50"],
-        extra_env={"INFERQ_TENANTS_FILE": str(tenants_file), "INFERQ_SCHEDULE_PIN": "night"},
+        extra_env={"INFERQ_TENANTS_FILE": str(tenants_file), "INFERQ_DISPATCHER_SCHEDULE_PIN": "night"},
     ) as stack:
         yield stack
 

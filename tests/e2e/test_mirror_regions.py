@@ -91,7 +91,11 @@ def regions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoRegions]:
             )
         )
         ports = {"backend": free_port(), "dispatcher": free_port(), "results-eu": free_port()}
-        common = {"INFERQ_TOPIC_PREFIX": prefix, "INFERQ_SCHEDULE_PIN": "normal", "INFERQ_ADAPTIVE": "false"}
+        common = {
+            "INFERQ_TOPIC_PREFIX": prefix,
+            "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
+            "INFERQ_DISPATCHER_ADAPTIVE": "false",
+        }
         at_central = common | {"KAFKA_BOOTSTRAP_SERVERS": central.bootstrap}
         processes = [
             ServiceProcess(
@@ -105,8 +109,8 @@ def regions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoRegions]:
                 work / "dispatcher.log",
                 env=at_central
                 | {
-                    "INFERQ_BACKEND_URL": f"http://127.0.0.1:{ports['backend']}/v1",
-                    "INFERQ_GROUP_ID": f"{prefix}-dispatcher",
+                    "INFERQ_DISPATCHER_BACKEND_URL": f"http://127.0.0.1:{ports['backend']}/v1",
+                    "INFERQ_DISPATCHER_GROUP_ID": f"{prefix}-dispatcher",
                 },
             ),
             # The eu results service reads eu's cluster only.

@@ -48,7 +48,7 @@ def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
         extra_env={
             "INFERQ_INGEST_BACKLOG_CAPACITY": json.dumps({"LOW": LOW_CAPACITY}),
             # The errors would cut the budget for many seconds: not what these tests look at.
-            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_DISPATCHER_ADAPTIVE": "false",
         },
     ) as stack:
         yield stack

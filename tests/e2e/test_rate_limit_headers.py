@@ -1,4 +1,4 @@
-"""The backend's rate-limit headers through the whole pipeline, with no ``INFERQ_RATE_LIMITS`` set.
+"""The backend's rate-limit headers through the whole pipeline, with no ``INFERQ_DISPATCHER_RATE_LIMITS`` set.
 
 What a user gets: a backend limited in tokens or requests per minute (the simulated one with
 ``--tpm``/``--rpm``, answering with OpenAI's ``x-ratelimit-*`` headers, and 429 with ``retry-after``
@@ -81,7 +81,7 @@ def wait_for(condition: Any, timeout_s: float, what: str) -> float:
 def limited_pipeline(bootstrap: str, work_dir: Path, name: str, *limit: str) -> Iterator[Pipeline]:
     """The pipeline with the simulated backend limited per minute (`limit`, e.g. ``--tpm 1200``)
     and its concurrency limit far above the budget, so every 429 is one for the minute; no
-    `INFERQ_RATE_LIMITS`, no adaptive budget, no ingest admission, the normal window."""
+    `INFERQ_DISPATCHER_RATE_LIMITS`, no adaptive budget, no ingest admission, the normal window."""
     with running_pipeline(
         bootstrap,
         work_dir,
@@ -89,8 +89,8 @@ def limited_pipeline(bootstrap: str, work_dir: Path, name: str, *limit: str) -> 
         budget=BUDGET,
         backend_args=["--speed", "1", "--limit", "100", *limit],
         extra_env={
-            "INFERQ_SCHEDULE_PIN": "normal",
-            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
+            "INFERQ_DISPATCHER_ADAPTIVE": "false",
             "INFERQ_INGEST_ADMISSION_ENABLED": "false",
         },
     ) as stack:

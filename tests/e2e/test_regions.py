@@ -50,11 +50,10 @@ def regions(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     base = {
         "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "INFERQ_TOPIC_PREFIX": prefix,
-        "INFERQ_BACKEND_URL": f"http://127.0.0.1:{ports['backend']}/v1",
-        "INFERQ_GROUP_ID": f"{prefix}-dispatcher",
-        "INFERQ_INGEST_DISPATCHER_GROUP": f"{prefix}-dispatcher",
+        "INFERQ_DISPATCHER_BACKEND_URL": f"http://127.0.0.1:{ports['backend']}/v1",
+        "INFERQ_DISPATCHER_GROUP_ID": f"{prefix}-dispatcher",
         "INFERQ_RESULTS_GROUP_ID": f"{prefix}-results",
-        "INFERQ_SCHEDULE_PIN": "normal",
+        "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
     }
 
     def service(name: str, args: list[str], **env: str) -> ServiceProcess:

@@ -1,6 +1,6 @@
 """Two dispatchers share the per-minute token budget through Redis, as a user runs them.
 
-What a user gets: with ``INFERQ_COORDINATION=redis`` and the API's limit in ``INFERQ_RATE_LIMITS``,
+What a user gets: with ``INFERQ_COORDINATION=redis`` and the API's limit in ``INFERQ_DISPATCHER_RATE_LIMITS``,
 a group of dispatchers sends the backend no more tokens a minute than the limit together, instead
 of each sending up to it (and learning from 429s). A batch needing two minutes' tokens is served
 in two minutes, every request OK, and the backend never answers 429 for a call past its minute.
@@ -103,9 +103,9 @@ def limited_group(bootstrap: str, work_dir: Path, redis_url: str, *, shared: boo
         backend_args=["--speed", "1", "--limit", "100", "--tpm", str(TPM)],
         extra_env={
             **coordination,
-            "INFERQ_RATE_LIMITS": json.dumps({MODEL: {"tpm": TPM}}),
-            "INFERQ_SCHEDULE_PIN": "normal",
-            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_DISPATCHER_RATE_LIMITS": json.dumps({MODEL: {"tpm": TPM}}),
+            "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
+            "INFERQ_DISPATCHER_ADAPTIVE": "false",
             "INFERQ_INGEST_ADMISSION_ENABLED": "false",
         },
     ) as stack:

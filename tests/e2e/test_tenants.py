@@ -207,7 +207,7 @@ def test_sighup_reloads_at_once(pipeline: Pipeline, kafka_bootstrap: str, tmp_pa
         "INFERQ_TOPIC_PREFIX": pipeline.topic_prefix,
         "INFERQ_TENANTS_FILE": str(path),
         "INFERQ_TENANTS_RELOAD_INTERVAL_S": "3600",
-        "INFERQ_INGEST_DISPATCHER_GROUP": f"{pipeline.topic_prefix}-dispatcher",
+        "INFERQ_DISPATCHER_GROUP_ID": f"{pipeline.topic_prefix}-dispatcher",
         "INFERQ_RESULTS_GROUP_ID": f"{pipeline.topic_prefix}-results-sighup",
         "INFERQ_RESULTS_DB_PATH": str(tmp_path / "results.db"),
     }

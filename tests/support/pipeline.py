@@ -21,10 +21,10 @@ def slow_streams(**env: str) -> dict[str, Any]:
     return {
         "backend_args": ["--speed", "1"],
         "extra_env": {
-            "INFERQ_SCHEDULE_PIN": "normal",
-            "INFERQ_ADAPTIVE": "false",
-            "INFERQ_STREAM_CHUNK_TOKENS": "1",
-            "INFERQ_STREAM_CHUNK_LINGER_MS": "0",
+            "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
+            "INFERQ_DISPATCHER_ADAPTIVE": "false",
+            "INFERQ_DISPATCHER_STREAM_CHUNK_TOKENS": "1",
+            "INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS": "0",
             **env,
         },
     }

@@ -86,7 +86,7 @@ def test_acls_apply_dry_run_prints_the_set(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("INFERQ_TOPIC_PREFIX", "demo")
-    monkeypatch.setenv("INFERQ_GROUP_ID", "demo-dispatcher")
+    monkeypatch.setenv("INFERQ_DISPATCHER_GROUP_ID", "demo-dispatcher")
     assert main(["acls", "apply", "--dry-run", "--results-group", "demo-results"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(service_grants(TopicNames("demo"), ServicePrincipals()))

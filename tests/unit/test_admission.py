@@ -316,9 +316,9 @@ def test_crossing_is_alerted_without_any_request(caplog):
 
 
 def test_settings_from_the_environment(monkeypatch):
-    monkeypatch.setenv("INFERQ_INGEST_DISPATCHER_GROUP", "other-dispatchers")
+    monkeypatch.setenv("INFERQ_DISPATCHER_GROUP_ID", "other-dispatchers")
     monkeypatch.setenv("INFERQ_INGEST_BACKLOG_CAPACITY", '{"HIGH": 5}')
-    monkeypatch.setenv("INFERQ_INGEST_MEAN_LATENCY_S", '{"MEDIUM": 1.8}')
+    monkeypatch.setenv("INFERQ_TYPICAL_LATENCY_S", '{"MEDIUM": 1.8}')
     monkeypatch.setenv("INFERQ_INGEST_ADMISSION_ENABLED", "false")
     settings = IngestSettings()
     policy = settings.admission_policy()

@@ -321,5 +321,5 @@ def test_compressed_env_names_are_the_ones_the_settings_classes_read(monkeypatch
     assert (dispatcher.retry_base_backoff_s, dispatcher.retry_max_backoff_s) == (0.05, 3.0)
     ingest = IngestSettings()
     assert ingest.deadlines_ms == {H: 500, M: 3_000, L: 4_320_000}
-    assert ingest.mean_latency_s == {H: 0.05, M: 0.28, L: 0.5}
+    assert ingest.typical_latency_s == {H: 0.05, M: 0.28, L: 0.5}
     assert ingest.dispatcher_group == "bench.x-dispatcher"

@@ -10,7 +10,10 @@ from inferq.tools.bench.takeover import RunResult, SessionSetting, summarize
 def test_a_setting_is_session_over_heartbeat_in_ms() -> None:
     setting = SessionSetting.parse("2000/500")
     assert (setting.session_timeout_ms, setting.heartbeat_interval_ms) == (2000, 500)
-    assert setting.env() == {"INFERQ_SESSION_TIMEOUT_MS": "2000", "INFERQ_HEARTBEAT_INTERVAL_MS": "500"}
+    assert setting.env() == {
+        "INFERQ_DISPATCHER_SESSION_TIMEOUT_MS": "2000",
+        "INFERQ_DISPATCHER_HEARTBEAT_INTERVAL_MS": "500",
+    }
 
 
 @pytest.mark.parametrize("text", ["2000", "2000/", "/500", "two/half", "2000/500/1", ""])

@@ -15,18 +15,21 @@ KEY_GIVEN = "sk-live-0123456789abcdef"
     [
         (
             ["dispatcher"],
-            {"INFERQ_BACKEND_API_KEY": KEY_GIVEN, "INFERQ_TIER_BACKENDS": '{"LOW": ["nowhere"]}'},
+            {
+                "INFERQ_DISPATCHER_BACKEND_API_KEY": KEY_GIVEN,
+                "INFERQ_DISPATCHER_TIER_BACKENDS": '{"LOW": ["nowhere"]}',
+            },
             "LOW lists unknown backends ['nowhere']",
         ),
         (
             ["dispatcher"],
-            {"INFERQ_BACKEND_API_KEY": KEY_GIVEN, "INFERQ_BUDGET": "ten"},
-            "budget: Input should be",
+            {"INFERQ_DISPATCHER_BACKEND_API_KEY": KEY_GIVEN, "INFERQ_BUDGET": "ten"},
+            "INFERQ_BUDGET: Input should be",
         ),
         (
             # The key itself in the value refused (a key put in the setting, not in its variable).
             ["dispatcher"],
-            {"INFERQ_BACKENDS": '{"x": {"url": "http://a/v1", "api_key": "' + KEY_GIVEN + '"}}'},
+            {"INFERQ_DISPATCHER_BACKENDS": '{"x": {"url": "http://a/v1", "api_key": "' + KEY_GIVEN + '"}}'},
             "backends.x.api_key: Extra inputs are not permitted",
         ),
         (
@@ -52,7 +55,9 @@ def test_invalid_settings_say_what_and_exit_2_without_the_values(monkeypatch, ca
 
 
 def test_a_variable_that_is_not_json_names_its_field_not_its_value(monkeypatch, capsys):
-    monkeypatch.setenv("INFERQ_BACKENDS", '{"cheap": {"url": "https://a/v1", "api_key": "' + KEY_GIVEN)
+    monkeypatch.setenv(
+        "INFERQ_DISPATCHER_BACKENDS", '{"cheap": {"url": "https://a/v1", "api_key": "' + KEY_GIVEN
+    )
     assert main(["dispatcher"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("inferq dispatcher: invalid settings:\n"), err

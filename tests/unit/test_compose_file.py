@@ -234,7 +234,7 @@ def test_the_dispatcher_calls_the_simulated_backend_by_default_and_shares_its_bu
     assert settings.coordination == "redis"
     assert settings.redis.url.startswith("redis://redis:")
     # The backend's key comes from the user's environment, never from the file.
-    assert services["dispatcher"]["environment"]["INFERQ_BACKEND_API_KEY"] is None
+    assert services["dispatcher"]["environment"]["INFERQ_DISPATCHER_BACKEND_API_KEY"] is None
 
 
 def test_healthchecks_ask_each_service_on_its_own_port(

@@ -1,4 +1,4 @@
-"""INFERQ_FORECAST_LENDING through the whole dispatcher (fakes for its edges, a manual clock): at
+"""INFERQ_DISPATCHER_FORECAST_LENDING through the whole dispatcher (fakes for its edges, a manual clock): at
 peak, with no chat for 10 s, briefs borrow every slot but the HIGH headroom (2 of 10);
 without it they keep to LOW's peak ceiling of 1."""
 

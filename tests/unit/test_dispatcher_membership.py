@@ -19,8 +19,8 @@ def test_the_default_session_takes_over_within_three_seconds() -> None:
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("INFERQ_SESSION_TIMEOUT_MS", "6000")
-    monkeypatch.setenv("INFERQ_HEARTBEAT_INTERVAL_MS", "1500")
+    monkeypatch.setenv("INFERQ_DISPATCHER_SESSION_TIMEOUT_MS", "6000")
+    monkeypatch.setenv("INFERQ_DISPATCHER_HEARTBEAT_INTERVAL_MS", "1500")
     settings = DispatcherSettings()
     assert (settings.session_timeout_ms, settings.heartbeat_interval_ms) == (6000, 1500)
 
@@ -32,8 +32,8 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_session_that_one_late_heartbeat_would_end_is_refused(
     monkeypatch: pytest.MonkeyPatch, session: str, heartbeat: str
 ) -> None:
-    monkeypatch.setenv("INFERQ_SESSION_TIMEOUT_MS", session)
-    monkeypatch.setenv("INFERQ_HEARTBEAT_INTERVAL_MS", heartbeat)
+    monkeypatch.setenv("INFERQ_DISPATCHER_SESSION_TIMEOUT_MS", session)
+    monkeypatch.setenv("INFERQ_DISPATCHER_HEARTBEAT_INTERVAL_MS", heartbeat)
     with pytest.raises(ValidationError):
         DispatcherSettings()
 
@@ -47,5 +47,5 @@ def test_membership_refuses_heartbeats_that_do_not_fit(session: int, heartbeat: 
 def test_a_refused_session_names_both_settings_that_fix_it() -> None:
     error = SessionTimeoutRefusedError(2000)
     assert "group.min.session.timeout.ms to at most 2000" in str(error)
-    assert "INFERQ_SESSION_TIMEOUT_MS" in str(error)
+    assert "INFERQ_DISPATCHER_SESSION_TIMEOUT_MS" in str(error)
     assert error.retriable is False

@@ -1,4 +1,4 @@
-"""INFERQ_RATE_LIMITS and the backend's rate-limit headers through the whole dispatcher (fakes for
+"""INFERQ_DISPATCHER_RATE_LIMITS and the backend's rate-limit headers through the whole dispatcher (fakes for
 its edges, a manual clock): a start needs room in the minute's tokens and requests as well as a
 concurrency token, and HIGH keeps its priority under the token budget."""
 

@@ -148,8 +148,8 @@ def settings(monkeypatch, **env: str) -> DispatcherSettings:
 def test_backends_and_tier_orders_from_the_environment(monkeypatch):
     s = settings(
         monkeypatch,
-        INFERQ_BACKENDS='{"cheap": {"url": "http://127.0.0.1:9/v1", "max_concurrency": 4}}',
-        INFERQ_TIER_BACKENDS='{"LOW": ["cheap", "default"]}',
+        INFERQ_DISPATCHER_BACKENDS='{"cheap": {"url": "http://127.0.0.1:9/v1", "max_concurrency": 4}}',
+        INFERQ_DISPATCHER_TIER_BACKENDS='{"LOW": ["cheap", "default"]}',
     )
     routes = build_routes(
         default_url=s.backend_url,
@@ -167,30 +167,42 @@ def test_backends_and_tier_orders_from_the_environment(monkeypatch):
 @pytest.mark.parametrize(
     ("env", "says"),
     [
-        ({"INFERQ_TIER_BACKENDS": '{"LOW": ["nowhere"]}'}, "unknown backends ['nowhere']"),
-        ({"INFERQ_TIER_BACKENDS": '{"LOW": []}'}, "LOW lists no backend"),
-        ({"INFERQ_TIER_BACKENDS": '{"LOW": ["default", "default"]}'}, "lists a backend twice"),
-        ({"INFERQ_TIER_BACKENDS": '{"LOW": "default"}'}, "valid list"),
-        ({"INFERQ_TIER_BACKENDS": '{"URGENT": ["default"]}'}, "URGENT"),
-        ({"INFERQ_BACKENDS": '{"default": {"url": "http://a/v1"}}'}, "name the others otherwise"),
-        ({"INFERQ_BACKENDS": '{"Bad Name!": {"url": "http://a/v1"}}'}, "must be 1-32 of"),
-        ({"INFERQ_BACKENDS": '{"x": {"url": "file:///etc/passwd"}}'}, "http:// or https://"),
-        ({"INFERQ_BACKENDS": '{"x": {"url": "https://user:sk-1@a/v1"}}'}, "the key belongs in api_key_env"),
-        ({"INFERQ_BACKEND_URL": "https://user:sk-1@a/v1"}, "the key belongs in INFERQ_BACKEND_API_KEY"),
-        ({"INFERQ_BACKEND_URL": "ftp://a/v1"}, "http:// or https://"),
-        ({"INFERQ_BACKENDS": '{"x": {"url": "http://a/v1", "max_concurrency": 0}}'}, "greater than or equal"),
-        ({"INFERQ_BACKENDS": '{"x": {"url": "http://a/v1", "api_key": "sk-1"}}'}, "Extra inputs"),
-        ({"INFERQ_BACKENDS": '{"x": {"url": "http://a/v1", "api_key_env": "a b"}}'}, "variable name"),
-        ({"INFERQ_BACKENDS": '{"x": {"url": "' + "h" * 3000 + '"}}'}, "at most 2048"),
-        ({"INFERQ_BREAKER_OPEN_S": "0"}, "greater than 0"),
+        ({"INFERQ_DISPATCHER_TIER_BACKENDS": '{"LOW": ["nowhere"]}'}, "unknown backends ['nowhere']"),
+        ({"INFERQ_DISPATCHER_TIER_BACKENDS": '{"LOW": []}'}, "LOW lists no backend"),
+        ({"INFERQ_DISPATCHER_TIER_BACKENDS": '{"LOW": ["default", "default"]}'}, "lists a backend twice"),
+        ({"INFERQ_DISPATCHER_TIER_BACKENDS": '{"LOW": "default"}'}, "valid list"),
+        ({"INFERQ_DISPATCHER_TIER_BACKENDS": '{"URGENT": ["default"]}'}, "URGENT"),
+        ({"INFERQ_DISPATCHER_BACKENDS": '{"default": {"url": "http://a/v1"}}'}, "name the others otherwise"),
+        ({"INFERQ_DISPATCHER_BACKENDS": '{"Bad Name!": {"url": "http://a/v1"}}'}, "must be 1-32 of"),
+        ({"INFERQ_DISPATCHER_BACKENDS": '{"x": {"url": "file:///etc/passwd"}}'}, "http:// or https://"),
+        (
+            {"INFERQ_DISPATCHER_BACKENDS": '{"x": {"url": "https://user:sk-1@a/v1"}}'},
+            "the key belongs in api_key_env",
+        ),
+        (
+            {"INFERQ_DISPATCHER_BACKEND_URL": "https://user:sk-1@a/v1"},
+            "the key belongs in INFERQ_DISPATCHER_BACKEND_API_KEY",
+        ),
+        ({"INFERQ_DISPATCHER_BACKEND_URL": "ftp://a/v1"}, "http:// or https://"),
+        (
+            {"INFERQ_DISPATCHER_BACKENDS": '{"x": {"url": "http://a/v1", "max_concurrency": 0}}'},
+            "greater than or equal",
+        ),
+        ({"INFERQ_DISPATCHER_BACKENDS": '{"x": {"url": "http://a/v1", "api_key": "sk-1"}}'}, "Extra inputs"),
+        (
+            {"INFERQ_DISPATCHER_BACKENDS": '{"x": {"url": "http://a/v1", "api_key_env": "a b"}}'},
+            "variable name",
+        ),
+        ({"INFERQ_DISPATCHER_BACKENDS": '{"x": {"url": "' + "h" * 3000 + '"}}'}, "at most 2048"),
+        ({"INFERQ_DISPATCHER_BREAKER_OPEN_S": "0"}, "greater than 0"),
         (
             {
-                "INFERQ_BACKENDS": '{"spare": {"url": "http://a/v1"}}',
-                "INFERQ_RATE_LIMITS": '{"spare/m": {"rpm": 5}, "m": {"rpm": 5}}',
+                "INFERQ_DISPATCHER_BACKENDS": '{"spare": {"url": "http://a/v1"}}',
+                "INFERQ_DISPATCHER_RATE_LIMITS": '{"spare/m": {"rpm": 5}, "m": {"rpm": 5}}',
             },
             "names each model <backend>/<model>: ['m'] name no backend",
         ),
-        ({"INFERQ_BREAKER_FAILURES": "many"}, "valid integer"),
+        ({"INFERQ_DISPATCHER_BREAKER_FAILURES": "many"}, "valid integer"),
     ],
 )
 def test_settings_it_cannot_use_are_refused_saying_why(monkeypatch, env, says):
@@ -201,14 +213,17 @@ def test_settings_it_cannot_use_are_refused_saying_why(monkeypatch, env, says):
 def test_with_several_backends_rate_limits_name_their_backend(monkeypatch):
     s = settings(
         monkeypatch,
-        INFERQ_BACKENDS='{"spare": {"url": "http://a/v1"}}',
-        INFERQ_RATE_LIMITS='{"spare/m": {"rpm": 5}, "default/org/m": {"tpm": 900}}',
+        INFERQ_DISPATCHER_BACKENDS='{"spare": {"url": "http://a/v1"}}',
+        INFERQ_DISPATCHER_RATE_LIMITS='{"spare/m": {"rpm": 5}, "default/org/m": {"tpm": 900}}',
     )
     assert set(s.rate_limits) == {"spare/m", "default/org/m"}
 
 
 def test_a_keys_variable_unset_stops_the_start_naming_the_variable_never_a_key(monkeypatch):
-    s = settings(monkeypatch, INFERQ_BACKENDS='{"cheap": {"url": "http://a/v1", "api_key_env": "CHEAP_KEY"}}')
+    s = settings(
+        monkeypatch,
+        INFERQ_DISPATCHER_BACKENDS='{"cheap": {"url": "http://a/v1", "api_key_env": "CHEAP_KEY"}}',
+    )
     kwargs = dict(
         default_url=s.backend_url,
         default_api_key="sk-default-secret",

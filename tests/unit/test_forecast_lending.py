@@ -254,10 +254,10 @@ def test_policy_rejects_nonsense(bad: dict[str, float]) -> None:
 def test_forecast_lending_is_on_by_default_and_the_simulator_follows_the_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv("INFERQ_FORECAST_LENDING", raising=False)
-    monkeypatch.delenv("INFERQ_LEARN_LATENCY", raising=False)
+    monkeypatch.delenv("INFERQ_DISPATCHER_FORECAST_LENDING", raising=False)
+    monkeypatch.delenv("INFERQ_DISPATCHER_LEARN_LATENCY", raising=False)
     settings = DispatcherSettings()
     assert (settings.forecast_lending, settings.learn_latency) == (True, True)
     assert sim_config(settings).forecast_lending is True
-    monkeypatch.setenv("INFERQ_FORECAST_LENDING", "false")
+    monkeypatch.setenv("INFERQ_DISPATCHER_FORECAST_LENDING", "false")
     assert sim_config(DispatcherSettings()).forecast_lending is False

@@ -24,6 +24,8 @@ PRODUCT = (
     "serving",
     "supervised",
     "log_format",
+    "settings",
+    "config",
 )
 TOOLS = "tools"
 

@@ -376,7 +376,9 @@ def test_any_header_text_parses_to_none_or_a_sane_value(text: str) -> None:
 def test_rate_limits_setting_reads_json_per_model_and_refuses_hostile_values(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("INFERQ_RATE_LIMITS", '{"inferq-fast": {"rpm": 500, "tpm": 90000}, "x": {"tpm": 10}}')
+    monkeypatch.setenv(
+        "INFERQ_DISPATCHER_RATE_LIMITS", '{"inferq-fast": {"rpm": 500, "tpm": 90000}, "x": {"tpm": 10}}'
+    )
     assert rate_limits(DispatcherSettings()) == {
         "inferq-fast": RateLimit(rpm=500, tpm=90000),
         "x": RateLimit(tpm=10),
@@ -390,10 +392,10 @@ def test_rate_limits_setting_reads_json_per_model_and_refuses_hostile_values(
         '{"m": 5}',
         "[1, 2]",
     ):
-        monkeypatch.setenv("INFERQ_RATE_LIMITS", bad)
+        monkeypatch.setenv("INFERQ_DISPATCHER_RATE_LIMITS", bad)
         with pytest.raises(ValidationError):
             DispatcherSettings()
-    monkeypatch.delenv("INFERQ_RATE_LIMITS")
+    monkeypatch.delenv("INFERQ_DISPATCHER_RATE_LIMITS")
     assert rate_limits(DispatcherSettings()) == {}
 
 

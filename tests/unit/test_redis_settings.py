@@ -7,7 +7,8 @@ from redis.asyncio.connection import SSLConnection
 
 from inferq.dispatcher.settings import DispatcherSettings, renamed_variables_in
 from inferq.dispatcher.tokens.redis_pool import redis_client
-from inferq.dispatcher.tokens.settings import RedisBudgetSettings, redacted_url
+from inferq.dispatcher.tokens.settings import RedisBudgetSettings
+from inferq.settings.masking import redacted_url
 
 
 def test_every_redis_variable_lands_in_the_one_block(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -46,8 +46,9 @@ from inferq.dispatcher.shared_rate import scripts
 from inferq.dispatcher.shared_rate.fallback import GroupView, local_share_budget, shared_headers
 from inferq.dispatcher.tokens.lua import Script
 from inferq.dispatcher.tokens.redis_pool import redis_client
-from inferq.dispatcher.tokens.settings import RedisBudgetSettings, RedisTls, redacted_url
+from inferq.dispatcher.tokens.settings import RedisBudgetSettings, RedisTls
 from inferq.messaging.tiers import Tier
+from inferq.settings.masking import redacted_url
 
 if TYPE_CHECKING:
     from inferq.dispatcher.rate_ledger import RateLedger

@@ -77,9 +77,9 @@ from inferq.dispatcher.tokens.settings import (
     DEFAULT_KEY_PREFIX,
     RedisBudgetSettings,
     RedisTls,
-    redacted_url,
 )
 from inferq.messaging.tiers import Tier
+from inferq.settings.masking import redacted_url
 
 if TYPE_CHECKING:
     from inferq.dispatcher.tokens.pool import TokenPool

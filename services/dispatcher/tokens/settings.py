@@ -10,22 +10,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pydantic import Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from inferq.settings.masking import redacted_url
+
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_KEY_PREFIX = "inferq:budget"
-
-
-def redacted_url(url: str) -> str:
-    """``url`` without its password, for logs and reprs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,16 +60,28 @@ class RedisBudgetSettings(BaseSettings):
     """
 
     # hide_input_in_errors: a refused URL may carry a password.
-    model_config = SettingsConfigDict(env_prefix="INFERQ_REDIS_", extra="ignore", hide_input_in_errors=True)
+    model_config = SettingsConfigDict(
+        env_prefix="INFERQ_REDIS_", extra="ignore", hide_input_in_errors=True, use_attribute_docstrings=True
+    )
 
     url: str = DEFAULT_URL
+    """The Redis of INFERQ_COORDINATION=redis: redis:// or, for TLS, rediss:// (a password written
+    here works, and is never printed)."""
     password: SecretStr | None = None
+    """Sent with AUTH; kept apart from the URL."""
     ca_file: FilePath | None = None
+    """rediss:// only: the CA that signed the server's certificate (PEM); unset: the system's store."""
     cert_file: FilePath | None = None
+    """rediss:// only: a client certificate (PEM), with INFERQ_REDIS_KEY_FILE, when the server asks."""
     key_file: FilePath | None = None
+    """rediss:// only: the client certificate's private key (PEM)."""
     key_prefix: str | None = Field(default=None, min_length=1)
+    """The budget's Redis keys' prefix; unset: <topic prefix>:budget, so pipelines sharing a Redis
+    keep separate budgets."""
     lease_ttl_s: float = Field(default=6.0, ge=0.3, le=10.0)
+    """How long a crashed dispatcher's tokens stay taken (renewed every third of it)."""
     call_timeout_s: float = Field(default=0.5, gt=0, le=5.0)
+    """Bound of every Redis call: past it the dispatcher falls back to its local share."""
 
     @model_validator(mode="after")
     def _call_fits_in_renewal_period(self) -> RedisBudgetSettings:

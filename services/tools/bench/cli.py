@@ -70,7 +70,10 @@ def _register_fallback(kinds: argparse._SubParsersAction[argparse.ArgumentParser
     )
     fb.add_argument("--after", type=float, default=30.0, help="seconds after it (default 30)")
     fb.add_argument(
-        "--breaker-open", type=float, default=None, help="INFERQ_BREAKER_OPEN_S (default its default)"
+        "--breaker-open",
+        type=float,
+        default=None,
+        help="INFERQ_DISPATCHER_BREAKER_OPEN_S (default its default)",
     )
     _common(fb)
     fb.set_defaults(func=_fallback)
@@ -195,7 +198,10 @@ def _register_delivery(kinds: argparse._SubParsersAction[argparse.ArgumentParser
         "--backend-latency-ms", type=float, default=100.0, help="the simulator's latency (default 100)"
     )
     dlv.add_argument(
-        "--chunk-linger-ms", type=float, default=None, help="INFERQ_STREAM_CHUNK_LINGER_MS (default: its own)"
+        "--chunk-linger-ms",
+        type=float,
+        default=None,
+        help="INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS (default: its own)",
     )
     dlv.set_defaults(func=_delivery)
 
@@ -235,7 +241,7 @@ def _register_throughput(kinds: argparse._SubParsersAction[argparse.ArgumentPars
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a setting for every dispatcher, e.g. INFERQ_READAHEAD_PER_TIER=200; repeatable",
+        help="a setting for every dispatcher, e.g. INFERQ_DISPATCHER_READAHEAD_PER_TIER=200; repeatable",
     )
     thr.add_argument(
         "--cluster",

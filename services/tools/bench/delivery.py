@@ -69,7 +69,9 @@ class DeliverySpec:
     backend_latency_ms: float = 100.0
     # Far above rate x latency (20 calls in flight): a request never waits for a token.
     budget: int = 200
-    chunk_linger_ms: float | None = None  # INFERQ_STREAM_CHUNK_LINGER_MS; None: the dispatcher's default
+    chunk_linger_ms: float | None = (
+        None  # INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS; None: the dispatcher's default
+    )
     # A pause between the pipeline's start and the first phase: the services' and the broker's
     # start-up work (first fetches, metadata, the results consumer catching up) is not measured.
     settle_s: float = 10.0
@@ -144,15 +146,15 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
     prefix = f"bench.{tag}"
     latency_s = spec.backend_latency_ms / 1000
     extra = {
-        "INFERQ_SCHEDULE_PIN": "peak",
+        "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
         # Ingest's admission sized for this backend (as in the latency bench): nothing is refused.
-        "INFERQ_INGEST_ADMISSION_BUDGET": str(spec.budget),
-        "INFERQ_INGEST_MEAN_LATENCY_S": json.dumps({Tier.HIGH.value: latency_s}),
+        "INFERQ_BUDGET": str(spec.budget),
+        "INFERQ_TYPICAL_LATENCY_S": json.dumps({Tier.HIGH.value: latency_s}),
         # One latency for every model: the direct and the queued calls meet the same backend.
         "INFERQ_SIM_LATENCY_S": json.dumps({m: latency_s for m in SIM_MODELS}),
     }
     if spec.chunk_linger_ms is not None:
-        extra["INFERQ_STREAM_CHUNK_LINGER_MS"] = f"{spec.chunk_linger_ms:g}"
+        extra["INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS"] = f"{spec.chunk_linger_ms:g}"
 
     phases: list[Phase] = []
     stamps: dict[str, list[int | None]] = {}

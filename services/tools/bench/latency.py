@@ -200,13 +200,13 @@ def run_one(
         run_dir / "logs" / "recorder.log",
     )
     extra = {
-        "INFERQ_BACKEND_URL": f"{recorder_url}/v1",
-        "INFERQ_SCHEDULE_PIN": "peak",
+        "INFERQ_DISPATCHER_BACKEND_URL": f"{recorder_url}/v1",
+        "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
         # Ingest's admission sized for this backend: by default it assumes a budget of 10 and 0.5 s
         # calls (HIGH capacity 60), and at 200/s the committed-offset lag runs into that (0.2 s of
         # commit interval alone is 40 records): requests were refused 429 with every slot free.
-        "INFERQ_INGEST_ADMISSION_BUDGET": str(spec.budget),
-        "INFERQ_INGEST_MEAN_LATENCY_S": json.dumps({Tier.HIGH.value: spec.backend_latency_ms / 1000}),
+        "INFERQ_BUDGET": str(spec.budget),
+        "INFERQ_TYPICAL_LATENCY_S": json.dumps({Tier.HIGH.value: spec.backend_latency_ms / 1000}),
     }
     pipeline = Pipeline(
         bootstrap=bootstrap,

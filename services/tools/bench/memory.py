@@ -74,11 +74,11 @@ def sample_dispatcher(
     env = {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "INFERQ_TOPIC_PREFIX": prefix,
-        "INFERQ_BACKEND_URL": f"{backend_url}/v1",
+        "INFERQ_DISPATCHER_BACKEND_URL": f"{backend_url}/v1",
         "INFERQ_BUDGET": str(budget),
-        "INFERQ_GROUP_ID": group,
+        "INFERQ_DISPATCHER_GROUP_ID": group,
         "INFERQ_DISPATCHER_ID": f"{label}-d0",
-        "INFERQ_SCHEDULE_PIN": "peak",
+        "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
     }
     proc = ServiceProcess(
         f"dispatcher-{label}", ["dispatcher", "--port", str(port)], work_dir / f"{label}.log", env

@@ -21,6 +21,7 @@ from typing import Any
 
 from inferq.dispatcher.settings import DispatcherSettings, build_schedule
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
+from inferq.settings.table import settings_of
 from inferq.tools.bench.scheduling_report import MISS, NA, PASS, Target
 from inferq.tools.bench.scheduling_run import RunSpec, compressed_env
 from inferq.tools.bench.summary import RunSummary
@@ -33,8 +34,7 @@ from inferq.tools.traces.arrival import Arrival
 ANCHOR_MS = int(datetime(2024, 1, 1, 20, tzinfo=UTC).timestamp() * 1000)
 TOLERANCE_MS = 30.0
 TARGET_TIERS = (Tier.HIGH, Tier.MEDIUM)
-_DISPATCHER_PREFIX = "INFERQ_"
-_INGEST_PREFIX = "INFERQ_INGEST_"
+_DISPATCHER_PREFIX = "INFERQ_DISPATCHER_"
 
 
 @dataclass(frozen=True)
@@ -70,12 +70,11 @@ def run_settings(spec: RunSpec, compress: float, budget: int) -> tuple[Dispatche
     """The dispatcher's settings and ingest's deadlines of one run, read from the very environment
     the run's services get (`compressed_env`), so the simulation cannot drift from the real run."""
     env = compressed_env(spec, compress, prefix="bench.prediction")
-    overrides = {
-        name.removeprefix(_DISPATCHER_PREFIX).lower(): _decode(value)
-        for name, value in env.items()
-        if name.startswith(_DISPATCHER_PREFIX) and not name.startswith(_INGEST_PREFIX)
-    }
-    unknown = sorted(set(overrides) - set(DispatcherSettings.model_fields))
+    # The dispatcher's own fields by the variable each reads (INFERQ_DISPATCHER_*, and the shared
+    # names such as INFERQ_TYPICAL_LATENCY_S), from the settings table.
+    fields = {s.name: s.path[0] for s in settings_of(DispatcherSettings) if len(s.path) == 1}
+    overrides = {fields[name]: _decode(value) for name, value in env.items() if name in fields}
+    unknown = sorted(n for n in env if n.startswith(_DISPATCHER_PREFIX) and n not in fields)
     if unknown:
         raise ValueError(f"compressed_env sets dispatcher settings that do not exist: {unknown}")
     settings = DispatcherSettings(budget=budget, **overrides)

@@ -17,9 +17,9 @@ def dispatcher_env(
     return {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "INFERQ_TOPIC_PREFIX": prefix,
-        "INFERQ_BACKEND_URL": backend_url,
+        "INFERQ_DISPATCHER_BACKEND_URL": backend_url,
         "INFERQ_BUDGET": str(budget),
-        "INFERQ_GROUP_ID": f"{prefix}-dispatcher",
+        "INFERQ_DISPATCHER_GROUP_ID": f"{prefix}-dispatcher",
         "INFERQ_DISPATCHER_ID": dispatcher_id,
         **extra,
     }

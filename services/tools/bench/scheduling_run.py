@@ -59,26 +59,26 @@ def compressed_env(spec: RunSpec, compress: float, prefix: str) -> dict[str, str
     latency = {t: round(s / compress, 6) for t, s in DEFAULT_MEAN_LATENCY_S.items()}
     deadlines = {t: max(1, round(ms / compress)) for t, ms in DEFAULT_DEADLINES_MS.items()}
     env = {
-        # dispatcher (DispatcherSettings, INFERQ_)
-        "INFERQ_POLICY": spec.policy,
-        "INFERQ_SCHEDULE_PIN": "peak",
+        # read by ingest's admission and the dispatcher alike (inferq.settings.shared)
         "INFERQ_TYPICAL_LATENCY_S": _by_tier(latency),
-        "INFERQ_PROMOTION_AGE_S": str(REAL_PROMOTION_AGE_S / compress),
+        # dispatcher (DispatcherSettings, INFERQ_DISPATCHER_)
+        "INFERQ_DISPATCHER_POLICY": spec.policy,
+        "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
+        "INFERQ_DISPATCHER_PROMOTION_AGE_S": str(REAL_PROMOTION_AGE_S / compress),
         # Retry backoffs are durations of a request's life too: unscaled, a retried chat (0.5 s
         # deadline) would always expire during its 0.5 s backoff.
-        "INFERQ_RETRY_BASE_BACKOFF_S": str(REAL_RETRY_BACKOFF_S[0] / compress),
-        "INFERQ_RETRY_MAX_BACKOFF_S": str(REAL_RETRY_BACKOFF_S[1] / compress),
+        "INFERQ_DISPATCHER_RETRY_BASE_BACKOFF_S": str(REAL_RETRY_BACKOFF_S[0] / compress),
+        "INFERQ_DISPATCHER_RETRY_MAX_BACKOFF_S": str(REAL_RETRY_BACKOFF_S[1] / compress),
         # ingest (IngestSettings, INFERQ_INGEST_)
         "INFERQ_INGEST_DEADLINES_MS": json.dumps({t.value: v for t, v in deadlines.items()}),
-        "INFERQ_INGEST_MEAN_LATENCY_S": _by_tier(latency),
         # Pipeline does not tell ingest which group's lag is the backlog; without this, admission
         # would weigh the lag of a group that never reads these topics (every record ever written).
-        "INFERQ_INGEST_DISPATCHER_GROUP": f"{prefix}-dispatcher",
+        "INFERQ_DISPATCHER_GROUP_ID": f"{prefix}-dispatcher",
     }
     if spec.low_peak_ceiling is not None:
-        env["INFERQ_LOW_PEAK_CEILING"] = str(spec.low_peak_ceiling)
+        env["INFERQ_DISPATCHER_LOW_PEAK_CEILING"] = str(spec.low_peak_ceiling)
     # Said either way: the capped runs are the seed's ceilings whatever the dispatcher's default.
-    env["INFERQ_FORECAST_LENDING"] = "true" if spec.forecast_lending else "false"
+    env["INFERQ_DISPATCHER_FORECAST_LENDING"] = "true" if spec.forecast_lending else "false"
     return env
 
 

@@ -69,8 +69,8 @@ class SessionSetting:
 
     def env(self) -> dict[str, str]:
         return {
-            "INFERQ_SESSION_TIMEOUT_MS": str(self.session_timeout_ms),
-            "INFERQ_HEARTBEAT_INTERVAL_MS": str(self.heartbeat_interval_ms),
+            "INFERQ_DISPATCHER_SESSION_TIMEOUT_MS": str(self.session_timeout_ms),
+            "INFERQ_DISPATCHER_HEARTBEAT_INTERVAL_MS": str(self.heartbeat_interval_ms),
         }
 
 
@@ -179,7 +179,7 @@ def one_run(
                 backend_url=f"{backend_url}/v1",
                 budget=spec.budget,
                 dispatcher_id=f"{prefix}-d{i}",
-                extra={"INFERQ_SCHEDULE_PIN": "normal", **setting.env(), **spec.dispatcher_env},
+                extra={"INFERQ_DISPATCHER_SCHEDULE_PIN": "normal", **setting.env(), **spec.dispatcher_env},
             ),
             work_dir / prefix,
         )

@@ -89,7 +89,8 @@ class ThroughputSpec:
     runs: int = 3
     group_sizes: tuple[int, ...] = (1, 2)
     profile: bool = False
-    # Extra dispatcher settings (e.g. INFERQ_READAHEAD_PER_TIER), to try a change without a rebuild.
+    # Extra dispatcher settings (e.g. INFERQ_DISPATCHER_READAHEAD_PER_TIER), to try a change without a
+    # rebuild.
     dispatcher_env: dict[str, str] = field(default_factory=dict)
     # A single dispatcher with tracing on (100% sampled, OTLP to a local receiver) in every run.
     tracing: bool = True
@@ -169,7 +170,7 @@ class Bench:
                     budget=per_member,
                     dispatcher_id=f"{prefix}-d{i}",
                     extra={
-                        "INFERQ_SCHEDULE_PIN": "peak",
+                        "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
                         **self.spec.dispatcher_env,
                         **_tracing_env(sink, sampled),
                     },

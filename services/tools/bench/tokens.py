@@ -2,7 +2,7 @@
 
 Per policy (inferq, then fifo), from fresh topics: the simulated backend (a process) with
 `--tpm` set and a concurrency limit far above what the minute allows (so only tokens bind), and one
-dispatcher in this process (budget 50, the normal window, `INFERQ_RATE_LIMITS` at the same TPM).
+dispatcher in this process (budget 50, the normal window, `INFERQ_DISPATCHER_RATE_LIMITS` at the same TPM).
 Mixed tiers: a backlog of briefs and analyses at the start and chat arriving steadily at 60% of
 the minute's calls, more than the minute's tokens in all. Measured over `minutes` from the first
 dispatch: tokens per minute achieved against the limit (target >= 95%), the simulator's 429s for

@@ -160,8 +160,8 @@ def new_pipeline(cluster: LocalCluster, work_dir: Path, spec: CaseSpec) -> Pipel
         extra_env={
             # Admission is not what this is about: a 429 would only shrink what is owed.
             "INFERQ_INGEST_ADMISSION_ENABLED": "false",
-            "INFERQ_SCHEDULE_PIN": "normal",
-            "INFERQ_ADAPTIVE": "false",
+            "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
+            "INFERQ_DISPATCHER_ADAPTIVE": "false",
             **spec.extra_env,
         },
     )

@@ -39,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"broker started at {bootstrap} in {took:.1f} s")
     # The workload is the evening peak's, so the schedule's peak window is pinned whatever the hour.
     pipeline = Pipeline(
-        bootstrap=bootstrap, work_dir=home / "demo", extra_env={"INFERQ_SCHEDULE_PIN": "peak"}
+        bootstrap=bootstrap, work_dir=home / "demo", extra_env={"INFERQ_DISPATCHER_SCHEDULE_PIN": "peak"}
     )
     try:
         outcome = create_topics(KafkaSettings(bootstrap_servers=bootstrap))

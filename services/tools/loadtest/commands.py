@@ -75,7 +75,10 @@ def run_loadgen(args: argparse.Namespace) -> int:
     )
     print(describe(trace))
     if scenario.starts_at:
-        print(f"it models {scenario.starts_at}: pin the dispatcher's schedule (INFERQ_SCHEDULE_PIN) to match")
+        print(
+            f"it models {scenario.starts_at}: pin the dispatcher's schedule "
+            "(INFERQ_DISPATCHER_SCHEDULE_PIN) to match"
+        )
     sender: HttpSender | KafkaSender = (
         HttpSender(args.ingest_url, max_connections=args.max_in_flight, timeout_s=args.timeout)
         if args.via == "http"

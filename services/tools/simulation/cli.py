@@ -22,7 +22,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "trace", type=Path, help="JSONL trace (offset_ms or created_at_ms per line) or Avro file"
     )
-    parser.add_argument("--policy", choices=sorted(POLICIES), help="default INFERQ_POLICY or inferq")
+    parser.add_argument(
+        "--policy", choices=sorted(POLICIES), help="default INFERQ_DISPATCHER_POLICY or inferq"
+    )
     parser.add_argument("--budget", type=int, help="concurrency budget (default INFERQ_BUDGET or 10)")
     parser.add_argument("--schedule", type=Path, help="schedule TOML (default: the built-in table)")
     parser.add_argument("--pin", help="force one window of the schedule, e.g. peak")
@@ -61,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action=argparse.BooleanOptionalAction,
         default=None,
         help="lend slots past the ceilings when the higher tiers' forecast allows "
-        "(INFERQ_FORECAST_LENDING, on by default)",
+        "(INFERQ_DISPATCHER_FORECAST_LENDING, on by default)",
     )
     parser.add_argument("--readahead", type=int, help="requests per tier held by the dispatcher (default 20)")
     parser.add_argument("--name", help="the run's name in tables and plots")

@@ -54,8 +54,8 @@ class Pipeline:
     # Per service ("ingest", "dispatcher", "results", "sim-backend"): on top of extra_env, for it only.
     service_env: dict[str, dict[str, str]] = field(default_factory=dict)
     # Named simulated backends beside the first, each a process on its own port (the first's port
-    # + 100, + 200...): the dispatchers' INFERQ_BACKENDS names them; INFERQ_TIER_BACKENDS (extra_env)
-    # says which tiers call them, in which order.
+    # + 100, + 200...): the dispatchers' INFERQ_DISPATCHER_BACKENDS names them;
+    # INFERQ_DISPATCHER_TIER_BACKENDS (extra_env) says which tiers call them, in which order.
     spare_backends: tuple[str, ...] = ()
     # Per service: the `inferq` command to run it with (another install's, e.g. a wheel's venv) and
     # the folder it runs in; default this interpreter's, in the current folder.
@@ -102,14 +102,13 @@ class Pipeline:
         return {
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             "INFERQ_TOPIC_PREFIX": self.topic_prefix,
-            "INFERQ_BACKEND_URL": f"{self.backend_url}/v1",
+            "INFERQ_DISPATCHER_BACKEND_URL": f"{self.backend_url}/v1",
             "INFERQ_BUDGET": str(self.budget),
-            "INFERQ_GROUP_ID": f"{self.topic_prefix}-dispatcher",
-            # Ingest's admission reads this group's lag as the backlog.
-            "INFERQ_INGEST_DISPATCHER_GROUP": f"{self.topic_prefix}-dispatcher",
+            # The dispatchers' group; ingest's admission reads its lag as the backlog.
+            "INFERQ_DISPATCHER_GROUP_ID": f"{self.topic_prefix}-dispatcher",
             "INFERQ_RESULTS_GROUP_ID": f"{self.topic_prefix}-results",
             "INFERQ_RESULTS_DB_PATH": str(self.work_dir / "results.db"),
-            **({"INFERQ_BACKENDS": json.dumps(spares)} if spares else {}),
+            **({"INFERQ_DISPATCHER_BACKENDS": json.dumps(spares)} if spares else {}),
             **self.extra_env,
         }
 

@@ -47,7 +47,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- if regexMatch "(?i)(PASSWORD|SECRET|API_KEY|TOKEN)" $name -}}
 {{- fail (printf "settings.%s looks secret and would land in a ConfigMap: name a Secret in secretEnv instead" $name) -}}
 {{- end -}}
-{{- if has $name (list "INFERQ_DRAIN_TIMEOUT_S" "INFERQ_HTTP_GRACEFUL_SHUTDOWN_S") -}}
+{{- if has $name (list "INFERQ_DISPATCHER_DRAIN_TIMEOUT_S" "INFERQ_DRAIN_TIMEOUT_S" "INFERQ_HTTP_GRACEFUL_SHUTDOWN_S") -}}
 {{- fail (printf "settings.%s is set from shutdown.drainTimeoutSeconds (the grace periods are derived from it)" $name) -}}
 {{- end -}}
 {{- if has $name (list "INFERQ_BUDGET" "INFERQ_INGEST_ADMISSION_BUDGET" "INFERQ_COORDINATION" "INFERQ_TENANTS_FILE" "INFERQ_RESULTS_DB_PATH") -}}
