@@ -39,9 +39,9 @@ class Pauses:
         metrics: DispatcherMetrics,
         *,
         readahead: int,
-        inflight: InFlight | None = None,
-        offsets: OffsetTracker | None = None,
-        max_budget: int = 0,
+        inflight: InFlight,
+        offsets: OffsetTracker,
+        max_budget: int,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._consumer = consumer
@@ -49,8 +49,10 @@ class Pauses:
         self._room = room
         self._metrics = metrics
         self._readahead = readahead
-        self._inflight = inflight if inflight is not None else InFlight()
-        self._offsets = offsets if offsets is not None else OffsetTracker()
+        # Required, never a fresh default: an InFlight or OffsetTracker of its own would see no task
+        # and no offset, and the task and window pauses would silently never happen.
+        self._inflight = inflight
+        self._offsets = offsets
         # Running calls are bounded by the budget; beyond it, tasks are outcomes waiting to be written.
         self._max_tasks = readahead + max_budget
         self._monotonic = monotonic
