@@ -22,6 +22,7 @@ from inferq.dispatcher.backend_specs import build_routes
 from inferq.dispatcher.call_times import CallTimes
 from inferq.dispatcher.checkpoint import Checkpoint
 from inferq.dispatcher.consumer import TierConsumer
+from inferq.dispatcher.deferred import ReadPositions
 from inferq.dispatcher.eviction import PressurePolicy
 from inferq.dispatcher.execution import Execution
 from inferq.dispatcher.forecast import forecast_lending
@@ -44,7 +45,7 @@ from inferq.dispatcher.readahead_shares import ReadaheadShares
 from inferq.dispatcher.record_rules import RecordRules
 from inferq.dispatcher.retries import RetryPolicy
 from inferq.dispatcher.routing import BackendRoutes
-from inferq.dispatcher.run_loop import Helper, Resource, RunLoop
+from inferq.dispatcher.run_loop import Helper, Resource, RunLoop, Stop
 from inferq.dispatcher.settings import (
     DispatcherSettings,
     breaker_policy,
@@ -224,6 +225,8 @@ def bootstrap(
     for line in renamed_variables_in(os.environ):
         log.warning("%s", line)
     topics = settings.kafka.topics
+    # First: the writer stops the dispatcher through it when the producer fails for good.
+    stop = Stop()
     tokens = tokens or token_supply(settings)
     pool = tokens.pool
     adaptive = adaptive_budget(settings)
@@ -275,6 +278,7 @@ def bootstrap(
         lending=forecast_lending(calls) if settings.forecast_lending else None,
     )
     offsets = OffsetTracker()
+    positions = ReadPositions(offsets)
     inflight = InFlight()
     wake = asyncio.Event()  # set by arrivals, freed tokens and housekeeping; the starter waits on it
     pauses = Pauses(
@@ -286,6 +290,7 @@ def bootstrap(
         inflight=inflight,
         offsets=offsets,
         max_budget=settings.budget,
+        rereading=positions.rereading,
     )
     models = ModelChoice.of(
         fast=settings.model_fast, accurate=settings.model_accurate, cheap=settings.model_cheap
@@ -298,6 +303,7 @@ def bootstrap(
         models,
         metrics,
         clock_ms,
+        on_fatal=stop.fail,
     )
     next_start = NextStart(room, scheduler)
     rate, rate_resources = rate_ledger(settings, tokens.group_size, clock_ms)
@@ -347,8 +353,8 @@ def bootstrap(
             readahead=settings.readahead,
             enabled=lambda: registry.directory is not None and len(registry.directory) > 1,
         ),
+        positions=positions,
     )
-    pauses.rereading = intake.rereading
     metrics.watch_paused(pauses.paused_by_tier)
     metrics.watch_circuits(lambda: routes.gauge(clock_ms()))
     metrics.watch_tenants(room.running_by_tenant, room.held_by_tenant, lambda: len(intake.deferred))
@@ -435,10 +441,10 @@ def bootstrap(
         helpers=helpers,
         drain_timeout_s=settings.drain_timeout_s,
         describe=describe,
+        stop=stop,
         pool_companions=(*tokens.companions, *rate_resources),
         watchers=(TenantsWatch(registry, sighup=sighup),),
     )
-    writer.on_fatal = loop.fail
     health = Health(
         checkpoint=checkpoint,
         pool=pool,

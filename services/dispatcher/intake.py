@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from inferq import tracing
 from inferq.dispatcher.consumer import FetchedRecord, Partition, TierConsumer
-from inferq.dispatcher.deferred import DeferredRecords
+from inferq.dispatcher.deferred import DeferredRecords, ReadPositions
 from inferq.dispatcher.errors import RefusedRequestError
 from inferq.dispatcher.inflight import InFlight
 from inferq.dispatcher.metrics import DispatcherMetrics
@@ -80,6 +80,7 @@ class Intake:
         clock_ms: Callable[[], int],
         gate: TenantGate | None = None,
         shares: ReadaheadShares | None = None,
+        positions: ReadPositions,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._consumer = consumer
@@ -102,8 +103,8 @@ class Intake:
         self._gate = gate
         self._shares = shares
         self.deferred = DeferredRecords()
-        # Per partition with deferred records: the next offset the consumer returns (where it reads).
-        self._reading_at: dict[Partition, int] = {}
+        # Per partition, the next offset the consumer returns (where it reads); pausing reads it too.
+        self._positions = positions
         metrics.watch_poison(self._poison.ratios)
 
     def fetch_size(self) -> int:
@@ -120,7 +121,7 @@ class Intake:
         if offsets is None:
             return  # fetched just before its partition was revoked: the new owner reads it
         for record in records:
-            self._reading_at[partition] = record.offset + 1
+            self._positions.move(partition, record.offset + 1)
             if offsets.seen(record.offset):
                 if not self._reread(partition, offsets, record, source_tier):
                     return
@@ -140,13 +141,6 @@ class Intake:
                 self._seek(partition, record.offset)
                 return
 
-    def rereading(self, partition: Partition) -> bool:
-        """The consumer reads `partition` behind its newest record: deferred records, again."""
-        offsets = self._offsets.owned_state(partition.topic, partition.partition)
-        at = self._reading_at.get(partition)
-        newest = offsets.next_to_read if offsets is not None else None
-        return at is not None and newest is not None and at < newest
-
     def rewind(self) -> None:
         """Seek each partition back to its first deferred record whose tenant has room again
         (enough of it to be worth the re-fetch)."""
@@ -159,7 +153,8 @@ class Intake:
 
         for partition, _ in self.deferred.partitions():
             target = self.deferred.next_offset(partition, 0, worth)
-            if target is not None and target < self._reading_at.get(partition, target + 1):
+            at = self._positions.at(partition)
+            if target is not None and target < (at if at is not None else target + 1):
                 self._seek(partition, target)
                 self._pauses.update()  # a partition paused for its full window is read again
 
@@ -190,7 +185,7 @@ class Intake:
 
     def _seek(self, partition: Partition, offset: int) -> None:
         self._consumer.seek(partition, offset)
-        self._reading_at[partition] = offset
+        self._positions.move(partition, offset)
 
     def _take(
         self,

@@ -48,6 +48,30 @@ class Helper:
     run: Callable[[], Coroutine[object, object, None]]
 
 
+class Stop:
+    """Whether and why the dispatcher stops: a signal requests it, a part that cannot go on fails it.
+
+    Built first in the composition root, so every part that may stop the dispatcher (the writer,
+    when the producer fails for good) gets it in its constructor; the run loop waits on it."""
+
+    def __init__(self) -> None:
+        self._requested = asyncio.Event()
+        self.failure: BaseException | None = None
+
+    def request(self) -> None:
+        """Signal handlers only call this; shutdown itself happens in `RunLoop.run`."""
+        self._requested.set()
+
+    def fail(self, error: BaseException) -> None:
+        """A part cannot go on (the producer failed for good): stop, and `run` re-raises `error`."""
+        if self.failure is None:
+            self.failure = error
+        self._requested.set()
+
+    def is_set(self) -> bool:
+        return self._requested.is_set()
+
+
 class RunLoop:
     def __init__(
         self,
@@ -65,6 +89,7 @@ class RunLoop:
         helpers: Sequence[Helper],
         drain_timeout_s: float,
         describe: Callable[[], str],
+        stop: Stop,
         pool_companions: Sequence[Resource] = (),
         watchers: Sequence[Resource] = (),
     ) -> None:
@@ -83,18 +108,11 @@ class RunLoop:
         self._helpers = helpers
         self._drain_timeout_s = drain_timeout_s
         self._describe = describe
-        self._stop = asyncio.Event()
-        self._failure: BaseException | None = None
+        self._stop = stop
 
     def request_stop(self) -> None:
         """Signal handlers only call this; shutdown itself happens in `run`."""
-        self._stop.set()
-
-    def fail(self, error: BaseException) -> None:
-        """A part cannot go on (the producer failed for good): stop, and `run` re-raises `error`."""
-        if self._failure is None:
-            self._failure = error
-        self._stop.set()
+        self._stop.request()
 
     async def run(self) -> None:
         """Start every part, fetch until asked to stop, shut down in order; re-raises a helper's crash."""
@@ -123,8 +141,8 @@ class RunLoop:
             log.info("%s started", self._describe())
             while not self._stop.is_set():
                 await self._fetch_once()
-        if self._failure is not None:
-            raise self._failure
+        if self._stop.failure is not None:
+            raise self._stop.failure
         log.info("%s stopped cleanly", self._describe())
 
     async def _fetch_once(self) -> None:
@@ -148,9 +166,10 @@ class RunLoop:
         if task.cancelled():
             return
         # A helper never returns by itself: the dispatcher cannot work without it, so it stops.
-        self._failure = task.exception() or RuntimeError(f"helper {task.get_name()} returned")
-        log.error("helper %s ended; stopping the dispatcher", task.get_name(), exc_info=self._failure)
-        self._stop.set()
+        failure = task.exception() or RuntimeError(f"helper {task.get_name()} returned")
+        self._stop.failure = failure
+        log.error("helper %s ended; stopping the dispatcher", task.get_name(), exc_info=failure)
+        self._stop.request()
 
     async def _stop_taking_work(self, helpers: list[asyncio.Task[None]]) -> None:
         for task in helpers:

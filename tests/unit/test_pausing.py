@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from inferq.dispatcher.consumer import Partition
+from inferq.dispatcher.deferred import ReadPositions
 from inferq.dispatcher.inflight import InFlight
 from inferq.dispatcher.metrics import DispatcherMetrics
 from inferq.dispatcher.offsets import OffsetTracker, PartitionOffsets
@@ -46,6 +47,7 @@ def setup(readahead: int = 2) -> tuple[InMemoryConsumer, WaitingRoom, Pauses]:
     consumer = InMemoryConsumer.for_topics(TOPICS, partitions_each=2)
     room = WaitingRoom(promotion_age_ms=60_000)
     metrics = DispatcherMetrics(tokens_in_use=dict, tokens_held=dict, effective_budget=lambda: 1)
+    offsets = OffsetTracker()
     pauses = Pauses(
         consumer,
         TOPICS,
@@ -53,8 +55,9 @@ def setup(readahead: int = 2) -> tuple[InMemoryConsumer, WaitingRoom, Pauses]:
         metrics,
         readahead=readahead,
         inflight=InFlight(),
-        offsets=OffsetTracker(),
+        offsets=offsets,
         max_budget=0,
+        rereading=ReadPositions(offsets).rereading,
     )
     return consumer, room, pauses
 
