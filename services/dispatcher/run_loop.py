@@ -17,13 +17,11 @@ from typing import Protocol
 
 from inferq.dispatcher.checkpoint import Checkpoint
 from inferq.dispatcher.consumer import TierConsumer
-from inferq.dispatcher.inflight import InFlight
 from inferq.dispatcher.intake import Intake
-from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.parts import ReadAhead
 from inferq.dispatcher.routing import BackendRoutes
 from inferq.dispatcher.starting import Starter
 from inferq.dispatcher.tokens import TokenPool
-from inferq.dispatcher.waiting import WaitingRoom
 
 log = logging.getLogger("inferq.dispatcher")
 
@@ -46,6 +44,31 @@ class Helper:
 
     name: str
     run: Callable[[], Coroutine[object, object, None]]
+
+
+@dataclass(frozen=True)
+class Edges:
+    """What the loop starts before it runs and stops after, in this order of start-up: the
+    tenants-file watchers, what the token pool relies on, the pool, the backend clients, the
+    producer, and the consumer (started with the checkpoint as its rebalance listener)."""
+
+    watchers: Sequence[Resource]
+    pool_companions: Sequence[Resource]
+    pool: TokenPool
+    backends: BackendRoutes
+    producer: Resource
+    consumer: TierConsumer
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The steps the loop drives: intake each fetch, the checkpoint, the starter, and the helper
+    tasks that run beside it."""
+
+    intake: Intake
+    checkpoint: Checkpoint
+    starter: Starter
+    helpers: Sequence[Helper]
 
 
 class Stop:
@@ -76,36 +99,26 @@ class RunLoop:
     def __init__(
         self,
         *,
-        consumer: TierConsumer,
-        producer: Resource,
-        backends: BackendRoutes,
-        pool: TokenPool,
-        intake: Intake,
-        checkpoint: Checkpoint,
-        starter: Starter,
-        pauses: Pauses,
-        room: WaitingRoom,
-        inflight: InFlight,
-        helpers: Sequence[Helper],
+        edges: Edges,
+        steps: Steps,
+        held: ReadAhead,
+        stop: Stop,
         drain_timeout_s: float,
         describe: Callable[[], str],
-        stop: Stop,
-        pool_companions: Sequence[Resource] = (),
-        watchers: Sequence[Resource] = (),
     ) -> None:
-        self._consumer = consumer
-        self._producer = producer
-        self._backends = backends
-        self._pool = pool
-        self._pool_companions = pool_companions
-        self._watchers = watchers
-        self._intake = intake
-        self._checkpoint = checkpoint
-        self._starter = starter
-        self._pauses = pauses
-        self._room = room
-        self._inflight = inflight
-        self._helpers = helpers
+        self._consumer = edges.consumer
+        self._producer = edges.producer
+        self._backends = edges.backends
+        self._pool = edges.pool
+        self._pool_companions = edges.pool_companions
+        self._watchers = edges.watchers
+        self._intake = steps.intake
+        self._checkpoint = steps.checkpoint
+        self._starter = steps.starter
+        self._pauses = held.pauses
+        self._room = held.room
+        self._inflight = held.inflight
+        self._helpers = steps.helpers
         self._drain_timeout_s = drain_timeout_s
         self._describe = describe
         self._stop = stop
