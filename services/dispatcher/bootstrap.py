@@ -504,15 +504,12 @@ def housekeeping(
     instruments: Instruments,
 ) -> Housekeeping:
     return Housekeeping(
-        room=held.room,
+        held=held,
         writer=writer,
-        inflight=held.inflight,
-        adaptive=budgets.adaptive,
-        metrics=instruments.metrics,
-        clock_ms=instruments.clock_ms,
+        budgets=budgets,
+        instruments=instruments,
         interval_s=settings.housekeeping_interval_s,
         promotion_age_s=settings.promotion_age_s,
-        wake=budgets.wake,
     )
 
 
@@ -528,16 +525,7 @@ def low_eviction(
         typical_s = {tier: calls.typical_ms(tier) / 1000 for tier in settings.typical_latency_s}
         return PressurePolicy.from_budget(settings.budget, typical_s, settings.pressure_capacity)
 
-    eviction = LowEviction(
-        consumer=kafka.consumer,
-        topics=kafka.topics,
-        policy=pressure,
-        offsets=held.offsets,
-        room=held.room,
-        pauses=held.pauses,
-        writer=writer,
-        inflight=held.inflight,
-    )
+    eviction = LowEviction(kafka=kafka, held=held, writer=writer, policy=pressure)
     return [Helper("eviction", eviction.run)]
 
 
