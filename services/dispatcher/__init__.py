@@ -5,6 +5,7 @@ Where things are::
 
     process.py         the process: topics checked, /metrics and /healthz, SIGTERM → request_stop
     bootstrap.py       the composition root: every part built from settings (edges injectable)
+    parts.py           the collaborators steps share, grouped (read-ahead, budgets, call policy, clocks)
     run_loop.py        fetch → intake → wake the starter → update pauses; start-up/shutdown order
     intake.py          decode, dead-letter poison, apply the record rules, expire, admit, rewind
     record_rules.py    what a record from Kafka may not claim: clamped, refused (DLQ + FAILED) or poison

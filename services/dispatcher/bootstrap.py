@@ -16,19 +16,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from inferq import tracing
-from inferq.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy, Budget, FixedBudget
+from inferq.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy, FixedBudget
 from inferq.dispatcher.backend import Backend
 from inferq.dispatcher.backend_specs import build_routes
 from inferq.dispatcher.call_times import CallTimes
 from inferq.dispatcher.checkpoint import Checkpoint
 from inferq.dispatcher.consumer import TierConsumer
+from inferq.dispatcher.deferred import ReadPositions
 from inferq.dispatcher.eviction import PressurePolicy
 from inferq.dispatcher.execution import Execution
 from inferq.dispatcher.forecast import forecast_lending
 from inferq.dispatcher.health import Health
 from inferq.dispatcher.housekeeping import Housekeeping, LowEviction
 from inferq.dispatcher.inflight import InFlight
-from inferq.dispatcher.intake import Intake
+from inferq.dispatcher.intake import Admission, Intake
 from inferq.dispatcher.kafka_consumer import KafkaTierConsumer, Membership
 from inferq.dispatcher.lag_probe import LagProbe
 from inferq.dispatcher.metrics import DispatcherMetrics
@@ -36,6 +37,7 @@ from inferq.dispatcher.models import ModelChoice
 from inferq.dispatcher.next_start import NextStart
 from inferq.dispatcher.offsets import OffsetTracker
 from inferq.dispatcher.outcomes import OutcomeBuilder
+from inferq.dispatcher.parts import Budgets, CallPolicy, Instruments, KafkaPorts, ReadAhead
 from inferq.dispatcher.pausing import Pauses
 from inferq.dispatcher.policies import Scheduler, build_scheduler
 from inferq.dispatcher.rate_budget import RateBudget
@@ -44,7 +46,7 @@ from inferq.dispatcher.readahead_shares import ReadaheadShares
 from inferq.dispatcher.record_rules import RecordRules
 from inferq.dispatcher.retries import RetryPolicy
 from inferq.dispatcher.routing import BackendRoutes
-from inferq.dispatcher.run_loop import Helper, Resource, RunLoop
+from inferq.dispatcher.run_loop import Edges, Helper, Resource, RunLoop, Steps, Stop
 from inferq.dispatcher.settings import (
     DispatcherSettings,
     breaker_policy,
@@ -62,6 +64,7 @@ from inferq.dispatcher.waiting import WaitingRoom
 from inferq.dispatcher.writer import OutcomeWriter, RecordProducer
 from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.tiers import TierPolicy
+from inferq.messaging.topics import TopicNames
 from inferq.tenancy.registry import TenantRegistry
 from inferq.tracing import TracedProducer
 
@@ -221,234 +224,340 @@ def bootstrap(
     """Build every part of one dispatcher from `settings`; the keyword arguments replace an edge.
     The tenants file is read here (`TenantsFileError` when it cannot be used); `sighup`: SIGHUP
     reloads it (the process's choice, not a test's)."""
+    warn_renamed_variables()
+    # First: the writer stops the dispatcher through it when the producer fails for good.
+    stop = Stop()
+    tokens = tokens or token_supply(settings)
+    rate, rate_resources = rate_ledger(settings, tokens.group_size, clock_ms)
+    budgets = budget_parts(settings, tokens, rate)
+    scheduler = scheduler or build_scheduler(settings.policy, build_schedule(settings))
+    kafka = KafkaPorts(consumer or kafka_consumer(settings), settings.kafka.topics)
+    producer = producer or kafka_producer(settings)
+    calls = call_policy(settings, backend_routes(settings, backend))
+    tenants = tenant_parts(settings, clock_ms)
+    instruments = Instruments(dispatcher_metrics(budgets, tenants.gate), clock_ms, time.monotonic)
+    times = call_times(settings)
+    held, positions = read_ahead(settings, kafka, waiting_room(settings, tenants, times), instruments)
+    writer = outcome_writer(settings, producer, kafka.topics, calls.models, instruments, stop)
+    next_start = NextStart(held.room, scheduler)
+    execution = Execution(
+        calls=calls,
+        budgets=budgets,
+        writer=writer,
+        instruments=instruments,
+        call_ended=lambda work, now_ms, completed: next_start.ended(work, now_ms, completed=completed),
+        linger=held.inflight.linger,
+    )
+    intake = Intake(
+        kafka=kafka,
+        held=held,
+        writer=writer,
+        admission=admission(settings, kafka.topics, held, tenants),
+        positions=positions,
+        instruments=instruments,
+    )
+    watch_gauges(instruments, held, calls.routes, intake, budgets, scheduler)
+    starter = Starter(
+        next_start=next_start,
+        budgets=budgets,
+        calls=calls,
+        held=held,
+        execution=execution,
+        instruments=instruments,
+    )
+    checkpoint = checkpoint_of(settings, kafka, held)
+    helpers = [
+        Helper("committer", checkpoint.run),
+        Helper("starter", starter.run),
+        Helper("housekeeping", housekeeping(settings, held, writer, budgets, instruments).run),
+        Helper("lag-probe", LagProbe(kafka.consumer, kafka.topics, instruments.metrics).run),
+        *low_eviction(settings, kafka, held, writer, times),
+    ]
+    edges = Edges(
+        watchers=(TenantsWatch(tenants.registry, sighup=sighup),),
+        pool_companions=(*tokens.companions, *rate_resources),
+        pool=budgets.pool,
+        backends=calls.routes,
+        producer=producer,
+        consumer=kafka.consumer,
+    )
+    loop = RunLoop(
+        edges=edges,
+        steps=Steps(intake, checkpoint, starter, helpers),
+        held=held,
+        stop=stop,
+        drain_timeout_s=settings.drain_timeout_s,
+        describe=describer(settings, scheduler),
+    )
+    return Dispatcher(
+        loop, health(checkpoint, kafka, held, budgets, scheduler, intake, calls.routes, clock_ms)
+    )
+
+
+# The builders `bootstrap` lists, in the order it calls them.
+
+
+def warn_renamed_variables() -> None:
     for line in renamed_variables_in(os.environ):
         log.warning("%s", line)
-    topics = settings.kafka.topics
-    tokens = tokens or token_supply(settings)
-    pool = tokens.pool
+
+
+def budget_parts(settings: DispatcherSettings, tokens: TokenSupply, rate: RateLedger) -> Budgets:
     adaptive = adaptive_budget(settings)
-    budget: Budget = adaptive or FixedBudget(settings.budget)
-    scheduler = scheduler or build_scheduler(settings.policy, build_schedule(settings))
-    consumer = consumer or KafkaTierConsumer(
+    return Budgets(
+        pool=tokens.pool,
+        pool_is_shared=tokens.shared,
+        budget=adaptive or FixedBudget(settings.budget),
+        adaptive=adaptive,
+        max_budget=settings.budget,
+        rate=rate,
+        wake=asyncio.Event(),  # set by arrivals, freed tokens and housekeeping; the starter waits on it
+    )
+
+
+def kafka_consumer(settings: DispatcherSettings) -> KafkaTierConsumer:
+    return KafkaTierConsumer(
         settings.kafka,
         settings.group_id,
         client_id=settings.dispatcher_id,
         membership=Membership(settings.session_timeout_ms, settings.heartbeat_interval_ms),
     )
-    producer = producer or AsyncProducer(
+
+
+def kafka_producer(settings: DispatcherSettings) -> AsyncProducer:
+    return AsyncProducer(
         settings.kafka.producer_config(client_id=f"inferq-dispatcher-{settings.dispatcher_id}")
         # A topic the broker does not know (auto-creation is off) fails its records with "unknown
         # topic" after this long, before message.timeout.ms, instead of timing out like an outage
         # would: the writer then answers FAILED instead of waiting forever (librdkafka default 30 s).
         | {"topic.metadata.propagation.max.ms": TOPIC_PROPAGATION_MS}
     )
-    routes = backend_routes(settings, backend)
+
+
+def call_policy(settings: DispatcherSettings, routes: BackendRoutes) -> CallPolicy:
+    return CallPolicy(
+        routes=routes,
+        models=ModelChoice.of(
+            fast=settings.model_fast, accurate=settings.model_accurate, cheap=settings.model_cheap
+        ),
+        retries=RetryPolicy(
+            max_attempts=settings.max_attempts,
+            base_backoff_s=settings.retry_base_backoff_s,
+            max_backoff_s=settings.retry_max_backoff_s,
+        ),
+        chunks=chunk_policy(settings),
+        backend_timeout_s=settings.backend_timeout_s,
+    )
+
+
+@dataclass(frozen=True)
+class Tenants:
+    """The tenants file, the gate every record passes, and the per-tenant limits read from it."""
+
+    registry: TenantRegistry
+    gate: TenantGate
+    limits: RegistryLimits
+
+    def several(self) -> bool:
+        return self.registry.directory is not None and len(self.registry.directory) > 1
+
+
+def tenant_parts(settings: DispatcherSettings, clock_ms: Callable[[], int]) -> Tenants:
+    topics = settings.kafka.topics
     registry = TenantRegistry(
         settings.tenants.file, topics=topics, reload_interval_s=settings.tenants.reload_interval_s
     )
     if registry.load() is None:
         log.warning("dispatcher in open mode: every tenant a record names runs, with the global rules")
     gate = TenantGate(registry, default_reply_topic=topics.results, clock_ms=clock_ms)
-    limits = RegistryLimits(registry)
-    metrics = DispatcherMetrics(
-        tokens_in_use=pool.in_use,
-        tokens_held=pool.held_locally,
-        effective_budget=lambda: budget.effective,
+    return Tenants(registry, gate, RegistryLimits(registry))
+
+
+def dispatcher_metrics(budgets: Budgets, gate: TenantGate) -> DispatcherMetrics:
+    return DispatcherMetrics(
+        tokens_in_use=budgets.pool.in_use,
+        tokens_held=budgets.pool.held_locally,
+        effective_budget=lambda: budgets.budget.effective,
         tenant_label=gate.label,
     )
 
-    calls = CallTimes(
+
+def call_times(settings: DispatcherSettings) -> CallTimes:
+    return CallTimes(
         {t: s * 1000 for t, s in settings.typical_latency_s.items()}, learn=settings.learn_latency
     )
-    room = WaitingRoom(
+
+
+def waiting_room(settings: DispatcherSettings, tenants: Tenants, calls: CallTimes) -> WaitingRoom:
+    return WaitingRoom(
         promotion_age_ms=int(settings.promotion_age_s * 1000),
         early_drop_ms={t: int(s * 1000) for t, s in settings.typical_latency_s.items()}
         if settings.early_drop
         else None,
-        tenants=limits,
+        tenants=tenants.limits,
         headroom=TenantHeadroom(
             slots=settings.tenant_headroom_slots,
             window_ms=round(settings.tenant_active_window_s * 1000),
-            weight_of=limits.weight,
+            weight_of=tenants.limits.weight,
         ),
         calls=calls,
         lending=forecast_lending(calls) if settings.forecast_lending else None,
     )
+
+
+def read_ahead(
+    settings: DispatcherSettings, kafka: KafkaPorts, room: WaitingRoom, instruments: Instruments
+) -> tuple[ReadAhead, ReadPositions]:
+    """The read-ahead's parts, and where the consumer reads (which intake moves and pausing asks)."""
     offsets = OffsetTracker()
+    positions = ReadPositions(offsets)
     inflight = InFlight()
-    wake = asyncio.Event()  # set by arrivals, freed tokens and housekeeping; the starter waits on it
     pauses = Pauses(
-        consumer,
-        topics,
+        kafka.consumer,
+        kafka.topics,
         room,
-        metrics,
+        instruments.metrics,
         readahead=settings.readahead,
         inflight=inflight,
         offsets=offsets,
         max_budget=settings.budget,
+        rereading=positions.rereading,
     )
-    models = ModelChoice.of(
-        fast=settings.model_fast, accurate=settings.model_accurate, cheap=settings.model_cheap
-    )
-    writer = OutcomeWriter(
+    return ReadAhead(room, offsets, inflight, pauses), positions
+
+
+def outcome_writer(
+    settings: DispatcherSettings,
+    producer: ProducerEdge,
+    topics: TopicNames,
+    models: ModelChoice,
+    instruments: Instruments,
+    stop: Stop,
+) -> OutcomeWriter:
+    return OutcomeWriter(
         # Tracing on: each record carries the context of the request's process span.
         TracedProducer(producer, send_spans=False) if tracing.enabled() else producer,
         topics,
         OutcomeBuilder(settings.dispatcher_id),
         models,
-        metrics,
-        clock_ms,
+        instruments.metrics,
+        instruments.clock_ms,
+        on_fatal=stop.fail,
     )
-    next_start = NextStart(room, scheduler)
-    rate, rate_resources = rate_ledger(settings, tokens.group_size, clock_ms)
-    execution = Execution(
-        routes=routes,
-        pool=pool,
-        writer=writer,
-        models=models,
-        retry_policy=RetryPolicy(
-            max_attempts=settings.max_attempts,
-            base_backoff_s=settings.retry_base_backoff_s,
-            max_backoff_s=settings.retry_max_backoff_s,
-        ),
-        adaptive=adaptive,
-        metrics=metrics,
-        chunk_policy=chunk_policy(settings),
-        clock_ms=clock_ms,
-        backend_timeout_s=settings.backend_timeout_s,
-        token_freed=wake,
-        call_ended=lambda work, now_ms, completed: next_start.ended(work, now_ms, completed=completed),
-        linger=inflight.linger,
-        rate=rate,
-    )
-    intake = Intake(
-        consumer=consumer,
-        topics=topics,
-        offsets=offsets,
-        room=room,
-        pauses=pauses,
-        writer=writer,
-        inflight=inflight,
-        metrics=metrics,
+
+
+def admission(
+    settings: DispatcherSettings, topics: TopicNames, held: ReadAhead, tenants: Tenants
+) -> Admission:
+    return Admission(
         rules=RecordRules(
             topics=topics,
             max_attempts=settings.max_attempts,
             max_backoff_ms=int(settings.retry_max_backoff_s * 1000),
             tier_policy=TierPolicy(scenario_tiers=settings.scenario_tiers),
         ),
+        gate=tenants.gate,
+        shares=ReadaheadShares(
+            room=held.room,
+            pauses=held.pauses,
+            limits=tenants.limits,
+            readahead=settings.readahead,
+            enabled=tenants.several,
+        ),
         readahead=settings.readahead,
         poison_alarm_ratio=settings.poison_alarm_ratio,
-        clock_ms=clock_ms,
-        gate=gate,
-        shares=ReadaheadShares(
-            room=room,
-            pauses=pauses,
-            limits=limits,
-            readahead=settings.readahead,
-            enabled=lambda: registry.directory is not None and len(registry.directory) > 1,
-        ),
     )
-    pauses.rereading = intake.rereading
-    metrics.watch_paused(pauses.paused_by_tier)
+
+
+def watch_gauges(
+    instruments: Instruments,
+    held: ReadAhead,
+    routes: BackendRoutes,
+    intake: Intake,
+    budgets: Budgets,
+    scheduler: Scheduler,
+) -> None:
+    metrics, clock_ms = instruments.metrics, instruments.clock_ms
+    metrics.watch_paused(held.pauses.paused_by_tier)
     metrics.watch_circuits(lambda: routes.gauge(clock_ms()))
-    metrics.watch_tenants(room.running_by_tenant, room.held_by_tenant, lambda: len(intake.deferred))
+    metrics.watch_tenants(held.room.running_by_tenant, held.room.held_by_tenant, lambda: len(intake.deferred))
     metrics.watch_schedule(
-        budget=settings.budget, window=scheduler.window, effective=lambda: budget.effective
+        budget=budgets.max_budget, window=scheduler.window, effective=lambda: budgets.budget.effective
     )
-    starter = Starter(
-        next_start=next_start,
-        pool=pool,
-        pool_is_shared=tokens.shared,
-        budget=budget,
-        max_budget=settings.budget,
-        execution=execution,
-        writer=writer,
-        inflight=inflight,
-        pauses=pauses,
-        clock_ms=clock_ms,
-        wake=wake,
-        routes=routes,
-        max_attempts=settings.max_attempts,
-        rate=rate,
-        models=models,
-    )
-    checkpoint = Checkpoint(
-        consumer=consumer,
-        offsets=offsets,
-        room=room,
-        pauses=pauses,
+
+
+def checkpoint_of(settings: DispatcherSettings, kafka: KafkaPorts, held: ReadAhead) -> Checkpoint:
+    return Checkpoint(
+        consumer=kafka.consumer,
+        offsets=held.offsets,
+        room=held.room,
+        pauses=held.pauses,
         commit_interval_s=settings.commit_interval_s,
     )
-    housekeeping = Housekeeping(
-        room=room,
+
+
+def housekeeping(
+    settings: DispatcherSettings,
+    held: ReadAhead,
+    writer: OutcomeWriter,
+    budgets: Budgets,
+    instruments: Instruments,
+) -> Housekeeping:
+    return Housekeeping(
+        held=held,
         writer=writer,
-        inflight=inflight,
-        adaptive=adaptive,
-        metrics=metrics,
-        clock_ms=clock_ms,
+        budgets=budgets,
+        instruments=instruments,
         interval_s=settings.housekeeping_interval_s,
         promotion_age_s=settings.promotion_age_s,
-        wake=wake,
     )
-    helpers = [
-        Helper("committer", checkpoint.run),
-        Helper("starter", starter.run),
-        Helper("housekeeping", housekeeping.run),
-        Helper("lag-probe", LagProbe(consumer, topics, metrics).run),
-    ]
-    if settings.evict_low_under_pressure:
 
-        def pressure() -> PressurePolicy:
-            # Capacity by the tiers' typical call times as learned (the configured ones until calls end).
-            typical_s = {tier: calls.typical_ms(tier) / 1000 for tier in settings.typical_latency_s}
-            return PressurePolicy.from_budget(settings.budget, typical_s, settings.pressure_capacity)
 
-        eviction = LowEviction(
-            consumer=consumer,
-            topics=topics,
-            policy=pressure,
-            offsets=offsets,
-            room=room,
-            pauses=pauses,
-            writer=writer,
-            inflight=inflight,
-        )
-        helpers.append(Helper("eviction", eviction.run))
+def low_eviction(
+    settings: DispatcherSettings, kafka: KafkaPorts, held: ReadAhead, writer: OutcomeWriter, calls: CallTimes
+) -> list[Helper]:
+    """The eviction helper, when LOW is evicted under pressure (none otherwise)."""
+    if not settings.evict_low_under_pressure:
+        return []
 
+    def pressure() -> PressurePolicy:
+        # Capacity by the tiers' typical call times as learned (the configured ones until calls end).
+        typical_s = {tier: calls.typical_ms(tier) / 1000 for tier in settings.typical_latency_s}
+        return PressurePolicy.from_budget(settings.budget, typical_s, settings.pressure_capacity)
+
+    eviction = LowEviction(kafka=kafka, held=held, writer=writer, policy=pressure)
+    return [Helper("eviction", eviction.run)]
+
+
+def describer(settings: DispatcherSettings, scheduler: Scheduler) -> Callable[[], str]:
     def describe() -> str:
         return (
             f"dispatcher {settings.dispatcher_id}: policy {scheduler.name}, budget {settings.budget}, "
             f"window {scheduler.window().name}"
         )
 
-    loop = RunLoop(
-        consumer=consumer,
-        producer=producer,
-        backends=routes,
-        pool=pool,
-        intake=intake,
+    return describe
+
+
+def health(
+    checkpoint: Checkpoint,
+    kafka: KafkaPorts,
+    held: ReadAhead,
+    budgets: Budgets,
+    scheduler: Scheduler,
+    intake: Intake,
+    routes: BackendRoutes,
+    clock_ms: Callable[[], int],
+) -> Health:
+    return Health(
         checkpoint=checkpoint,
-        starter=starter,
-        pauses=pauses,
-        room=room,
-        inflight=inflight,
-        helpers=helpers,
-        drain_timeout_s=settings.drain_timeout_s,
-        describe=describe,
-        pool_companions=(*tokens.companions, *rate_resources),
-        watchers=(TenantsWatch(registry, sighup=sighup),),
-    )
-    writer.on_fatal = loop.fail
-    health = Health(
-        checkpoint=checkpoint,
-        pool=pool,
-        room=room,
-        consumer=consumer,
-        budget=budget,
+        pool=budgets.pool,
+        room=held.room,
+        consumer=kafka.consumer,
+        budget=budgets.budget,
         scheduler=scheduler,
-        inflight=inflight,
+        inflight=held.inflight,
         deferred=lambda: len(intake.deferred),
         circuits=lambda: {name: state.value for name, state in routes.states(clock_ms()).items()},
-        rate_budget=rate.status,
+        rate_budget=budgets.rate.status,
     )
-    return Dispatcher(loop, health)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inferq.dispatcher.consumer import Partition
-from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.dispatcher.offsets import OffsetTracker, PartitionOffsets
 from inferq.messaging.tiers import Tier
 
 Key = tuple[Tier, str]
@@ -104,3 +104,28 @@ class DeferredRecords:
             del self._parts[partition]
             return False
         return True
+
+
+class ReadPositions:
+    """Where the consumer reads each partition: the offset its next fetch returns. Intake moves it
+    (each record read, each seek); pausing asks whether a partition is read again behind its newest
+    record, for its deferred records (a partition whose window is full stays unpaused meanwhile).
+
+    Built by the composition root before both, so neither is patched after construction."""
+
+    def __init__(self, offsets: OffsetTracker) -> None:
+        self._offsets = offsets
+        self._at: dict[Partition, int] = {}
+
+    def at(self, partition: Partition) -> int | None:
+        return self._at.get(partition)
+
+    def move(self, partition: Partition, offset: int) -> None:
+        self._at[partition] = offset
+
+    def rereading(self, partition: Partition) -> bool:
+        """The consumer reads `partition` behind its newest record: deferred records, again."""
+        offsets = self._offsets.owned_state(partition.topic, partition.partition)
+        at = self._at.get(partition)
+        newest = offsets.next_to_read if offsets is not None else None
+        return at is not None and newest is not None and at < newest

@@ -33,21 +33,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Coroutine
 
 from inferq import tracing
-from inferq.dispatcher.adaptive import AdaptiveBudget, warn_on_change
+from inferq.dispatcher.adaptive import warn_on_change
 from inferq.dispatcher.backend import Completion
 from inferq.dispatcher.errors import BackendError
-from inferq.dispatcher.metrics import DispatcherMetrics
-from inferq.dispatcher.models import ModelChoice
+from inferq.dispatcher.parts import Budgets, CallPolicy, Instruments
 from inferq.dispatcher.rate_budget import Charge, read_headers
 from inferq.dispatcher.rate_ledger import RateLedger
-from inferq.dispatcher.retries import RetryPolicy, Verdict
-from inferq.dispatcher.routing import BackendRoutes, Route
-from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
-from inferq.dispatcher.tokens import Lease, TokenPool
+from inferq.dispatcher.retries import Verdict
+from inferq.dispatcher.routing import Route
+from inferq.dispatcher.streaming import ChunkStream
+from inferq.dispatcher.tokens import Lease
 from inferq.dispatcher.work import Work
 from inferq.dispatcher.writer import OutcomeWriter
 from inferq.messaging.producer import ProduceError
@@ -57,40 +55,36 @@ class Execution:
     def __init__(
         self,
         *,
-        routes: BackendRoutes,
-        pool: TokenPool,
+        calls: CallPolicy,
+        budgets: Budgets,
         writer: OutcomeWriter,
-        models: ModelChoice,
-        retry_policy: RetryPolicy,
-        adaptive: AdaptiveBudget | None,
-        metrics: DispatcherMetrics,
-        chunk_policy: ChunkPolicy | None = None,
-        clock_ms: Callable[[], int],
-        backend_timeout_s: float,
-        token_freed: asyncio.Event,
+        instruments: Instruments,
         call_ended: Callable[[Work, int | None, bool], None],
         linger: Callable[[Coroutine[object, object, None], str], None],
-        monotonic: Callable[[], float] = time.monotonic,
-        rate: RateLedger | None = None,
     ) -> None:
-        self._routes = routes
-        self._pool = pool
+        self._routes = calls.routes
+        self._pool = budgets.pool
         self._writer = writer
-        self._models = models
-        self._retry_policy = retry_policy
-        self._adaptive = adaptive
-        self._metrics = metrics
-        self._chunk_policy = chunk_policy or ChunkPolicy()
-        self._clock_ms = clock_ms
-        self._backend_timeout_s = backend_timeout_s
-        self._token_freed = token_freed
+        self._models = calls.models
+        self._retry_policy = calls.retries
+        self._adaptive = budgets.adaptive
+        self._metrics = instruments.metrics
+        self._chunk_policy = calls.chunks
+        self._clock_ms = instruments.clock_ms
+        self._backend_timeout_s = calls.backend_timeout_s
+        # Set when a token comes back: the starter waits on it.
+        self._token_freed = budgets.wake
         # The tenant's concurrency cap counts the call until its token is back (`NextStart.ended`),
         # told when and whether it answered (a completed call's time is learned, ``call_times.py``).
         self._call_ended = call_ended
-        self._monotonic = monotonic
-        self._rate = rate
+        self._monotonic = instruments.monotonic
+        self._rate: RateLedger | None = budgets.rate
         # Where a call the deadline cut goes on until the backend ends it (`InFlight.linger`).
         self._linger = linger
+
+    def expire(self, work: Work, reason: str) -> Coroutine[object, object, None]:
+        """A started request found expired once its token came: answered EXPIRED, no call."""
+        return self._writer.expire(work, reason)
 
     async def call(
         self, work: Work, lease: Lease, route: Route, charge: Charge | None = None, *, probe: bool = False

@@ -11,19 +11,13 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from inferq.dispatcher.adaptive import AdaptiveBudget, warn_on_change
-from inferq.dispatcher.consumer import TierConsumer
+from inferq.dispatcher.adaptive import warn_on_change
 from inferq.dispatcher.errors import ConsumerError
 from inferq.dispatcher.eviction import PressurePolicy
-from inferq.dispatcher.inflight import InFlight
-from inferq.dispatcher.metrics import DispatcherMetrics
-from inferq.dispatcher.offsets import OffsetTracker
-from inferq.dispatcher.pausing import Pauses
-from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.parts import Budgets, Instruments, KafkaPorts, ReadAhead
 from inferq.dispatcher.writer import OutcomeWriter
 from inferq.messaging.lag import partition_lag
 from inferq.messaging.tiers import Tier
-from inferq.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
 
@@ -38,25 +32,23 @@ class Housekeeping:
     def __init__(
         self,
         *,
-        room: WaitingRoom,
+        held: ReadAhead,
         writer: OutcomeWriter,
-        inflight: InFlight,
-        adaptive: AdaptiveBudget | None,
-        metrics: DispatcherMetrics,
-        clock_ms: Callable[[], int],
+        budgets: Budgets,
+        instruments: Instruments,
         interval_s: float,
         promotion_age_s: float,
-        wake: asyncio.Event,
     ) -> None:
-        self._room = room
+        self._room = held.room
         self._writer = writer
-        self._inflight = inflight
-        self._adaptive = adaptive
-        self._metrics = metrics
-        self._clock_ms = clock_ms
+        self._inflight = held.inflight
+        self._adaptive = budgets.adaptive
+        self._metrics = instruments.metrics
+        self._clock_ms = instruments.clock_ms
         self._interval_s = interval_s
         self._promotion_age_s = promotion_age_s
-        self._wake = wake
+        # Set when the sweep changed what may start: the starter waits on it.
+        self._wake = budgets.wake
 
     async def run(self) -> None:
         while True:
@@ -85,24 +77,20 @@ class LowEviction:
     def __init__(
         self,
         *,
-        consumer: TierConsumer,
-        topics: TopicNames,
-        policy: Callable[[], PressurePolicy],
-        offsets: OffsetTracker,
-        room: WaitingRoom,
-        pauses: Pauses,
+        kafka: KafkaPorts,
+        held: ReadAhead,
         writer: OutcomeWriter,
-        inflight: InFlight,
+        policy: Callable[[], PressurePolicy],
     ) -> None:
-        self._consumer = consumer
-        self._topics = topics
+        self._consumer = kafka.consumer
+        self._topics = kafka.topics
         # Asked once a round: the capacities follow the learned call times (``call_times.py``).
         self._policy = policy
-        self._offsets = offsets
-        self._room = room
-        self._pauses = pauses
+        self._offsets = held.offsets
+        self._room = held.room
+        self._pauses = held.pauses
         self._writer = writer
-        self._inflight = inflight
+        self._inflight = held.inflight
         self._pressed: Tier | None = None
 
     async def run(self) -> None:

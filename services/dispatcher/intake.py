@@ -20,28 +20,24 @@ the partition read on for the others; `rewind` seeks back to it once the tenant 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from inferq import tracing
-from inferq.dispatcher.consumer import FetchedRecord, Partition, TierConsumer
-from inferq.dispatcher.deferred import DeferredRecords
+from inferq.dispatcher.consumer import FetchedRecord, Partition
+from inferq.dispatcher.deferred import DeferredRecords, ReadPositions
 from inferq.dispatcher.errors import RefusedRequestError
-from inferq.dispatcher.inflight import InFlight
-from inferq.dispatcher.metrics import DispatcherMetrics
-from inferq.dispatcher.offsets import OffsetTracker, PartitionOffsets
-from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.dispatcher.parts import Instruments, KafkaPorts, ReadAhead
 from inferq.dispatcher.poison import PoisonWatch
 from inferq.dispatcher.readahead_shares import ReadaheadShares
 from inferq.dispatcher.record_rules import RecordRules
 from inferq.dispatcher.tenant_gate import TenantGate
-from inferq.dispatcher.waiting import WaitingRoom
 from inferq.dispatcher.work import Work
 from inferq.dispatcher.writer import OutcomeWriter
 from inferq.messaging.codec import request_codec
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.tiers import Tier
-from inferq.messaging.topics import TopicNames
 
 log = logging.getLogger("inferq.dispatcher")
 
@@ -62,49 +58,52 @@ def poison_reason(exc: DecodeError) -> str:
     return f"cannot decode record ({exc.raw_size} bytes): {reason}"[:MAX_REASON_CHARS]
 
 
+@dataclass(frozen=True)
+class Admission:
+    """What decides a record's way in: the record rules, the tenant gate, the tenants' shares of
+    the read-ahead, the read-ahead per tier, and the poison ratio that raises the alarm."""
+
+    rules: RecordRules
+    gate: TenantGate | None
+    shares: ReadaheadShares | None
+    readahead: int
+    poison_alarm_ratio: float
+
+
 class Intake:
     def __init__(
         self,
         *,
-        consumer: TierConsumer,
-        topics: TopicNames,
-        offsets: OffsetTracker,
-        room: WaitingRoom,
-        pauses: Pauses,
+        kafka: KafkaPorts,
+        held: ReadAhead,
         writer: OutcomeWriter,
-        inflight: InFlight,
-        metrics: DispatcherMetrics,
-        rules: RecordRules,
-        readahead: int,
-        poison_alarm_ratio: float,
-        clock_ms: Callable[[], int],
-        gate: TenantGate | None = None,
-        shares: ReadaheadShares | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        admission: Admission,
+        positions: ReadPositions,
+        instruments: Instruments,
     ) -> None:
-        self._consumer = consumer
-        self._topics = topics
-        self._offsets = offsets
-        self._room = room
-        self._pauses = pauses
+        self._consumer = kafka.consumer
+        self._topics = kafka.topics
+        self._offsets = held.offsets
+        self._room = held.room
+        self._pauses = held.pauses
         self._writer = writer
-        self._inflight = inflight
-        self._metrics = metrics
-        self._rules = rules
-        self._readahead = readahead
-        self._clock_ms = clock_ms
+        self._inflight = held.inflight
+        self._metrics = instruments.metrics
+        self._rules = admission.rules
+        self._readahead = admission.readahead
+        self._clock_ms = instruments.clock_ms
         self._requests = request_codec()
-        self._poison = PoisonWatch(monotonic, threshold=poison_alarm_ratio)
+        self._poison = PoisonWatch(instruments.monotonic, threshold=admission.poison_alarm_ratio)
         # Per retry partition, the record held back last and when it is due: read again, it keeps
         # that time (a not-before clamped when first read must not move with every read). One entry
         # per retry partition.
         self._held_head: dict[Partition, tuple[int, int]] = {}
-        self._gate = gate
-        self._shares = shares
+        self._gate = admission.gate
+        self._shares = admission.shares
         self.deferred = DeferredRecords()
-        # Per partition with deferred records: the next offset the consumer returns (where it reads).
-        self._reading_at: dict[Partition, int] = {}
-        metrics.watch_poison(self._poison.ratios)
+        # Per partition, the next offset the consumer returns (where it reads); pausing reads it too.
+        self._positions = positions
+        self._metrics.watch_poison(self._poison.ratios)
 
     def fetch_size(self) -> int:
         """How many records the next fetch may bring: the room left in the read-ahead (at least 1,
@@ -120,7 +119,7 @@ class Intake:
         if offsets is None:
             return  # fetched just before its partition was revoked: the new owner reads it
         for record in records:
-            self._reading_at[partition] = record.offset + 1
+            self._positions.move(partition, record.offset + 1)
             if offsets.seen(record.offset):
                 if not self._reread(partition, offsets, record, source_tier):
                     return
@@ -140,13 +139,6 @@ class Intake:
                 self._seek(partition, record.offset)
                 return
 
-    def rereading(self, partition: Partition) -> bool:
-        """The consumer reads `partition` behind its newest record: deferred records, again."""
-        offsets = self._offsets.owned_state(partition.topic, partition.partition)
-        at = self._reading_at.get(partition)
-        newest = offsets.next_to_read if offsets is not None else None
-        return at is not None and newest is not None and at < newest
-
     def rewind(self) -> None:
         """Seek each partition back to its first deferred record whose tenant has room again
         (enough of it to be worth the re-fetch)."""
@@ -159,7 +151,8 @@ class Intake:
 
         for partition, _ in self.deferred.partitions():
             target = self.deferred.next_offset(partition, 0, worth)
-            if target is not None and target < self._reading_at.get(partition, target + 1):
+            at = self._positions.at(partition)
+            if target is not None and target < (at if at is not None else target + 1):
                 self._seek(partition, target)
                 self._pauses.update()  # a partition paused for its full window is read again
 
@@ -190,7 +183,7 @@ class Intake:
 
     def _seek(self, partition: Partition, offset: int) -> None:
         self._consumer.seek(partition, offset)
-        self._reading_at[partition] = offset
+        self._positions.move(partition, offset)
 
     def _take(
         self,

@@ -39,9 +39,10 @@ class Pauses:
         metrics: DispatcherMetrics,
         *,
         readahead: int,
-        inflight: InFlight | None = None,
-        offsets: OffsetTracker | None = None,
-        max_budget: int = 0,
+        inflight: InFlight,
+        offsets: OffsetTracker,
+        max_budget: int,
+        rereading: Callable[[Partition], bool],
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._consumer = consumer
@@ -49,8 +50,10 @@ class Pauses:
         self._room = room
         self._metrics = metrics
         self._readahead = readahead
-        self._inflight = inflight if inflight is not None else InFlight()
-        self._offsets = offsets if offsets is not None else OffsetTracker()
+        # Required, never a fresh default: an InFlight or OffsetTracker of its own would see no task
+        # and no offset, and the task and window pauses would silently never happen.
+        self._inflight = inflight
+        self._offsets = offsets
         # Running calls are bounded by the budget; beyond it, tasks are outcomes waiting to be written.
         self._max_tasks = readahead + max_budget
         self._monotonic = monotonic
@@ -60,8 +63,8 @@ class Pauses:
         self._everything = False
         # Retry partitions held back until their head record's not-before time (monotonic seconds).
         self._held_back: dict[Partition, float] = {}
-        # Whether intake reads a partition again for deferred records (set by the composition root).
-        self.rereading: Callable[[Partition], bool] = lambda _: False
+        # Whether intake reads a partition again for deferred records (`deferred.ReadPositions`).
+        self._reads_again = rereading
         self._rereading: set[Partition] = set()
 
     def tier_is_full(self, tier: Tier) -> bool:
@@ -79,7 +82,7 @@ class Pauses:
         full = {t for t in Tier if self.tier_is_full(t)}
         retries = self.room_is_full()
         windows = {Partition(s.topic, s.partition) for s in self._offsets.owned() if s.window_full()}
-        rereading = {p for p in windows if self.rereading(p)}
+        rereading = {p for p in windows if self._reads_again(p)}
         if (
             full != self._full_tiers
             or retries != self._retries_full

@@ -17,13 +17,11 @@ from typing import Protocol
 
 from inferq.dispatcher.checkpoint import Checkpoint
 from inferq.dispatcher.consumer import TierConsumer
-from inferq.dispatcher.inflight import InFlight
 from inferq.dispatcher.intake import Intake
-from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.parts import ReadAhead
 from inferq.dispatcher.routing import BackendRoutes
 from inferq.dispatcher.starting import Starter
 from inferq.dispatcher.tokens import TokenPool
-from inferq.dispatcher.waiting import WaitingRoom
 
 log = logging.getLogger("inferq.dispatcher")
 
@@ -48,53 +46,86 @@ class Helper:
     run: Callable[[], Coroutine[object, object, None]]
 
 
+@dataclass(frozen=True)
+class Edges:
+    """What the loop starts before it runs and stops after, in this order of start-up: the
+    tenants-file watchers, what the token pool relies on, the pool, the backend clients, the
+    producer, and the consumer (started with the checkpoint as its rebalance listener)."""
+
+    watchers: Sequence[Resource]
+    pool_companions: Sequence[Resource]
+    pool: TokenPool
+    backends: BackendRoutes
+    producer: Resource
+    consumer: TierConsumer
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The steps the loop drives: intake each fetch, the checkpoint, the starter, and the helper
+    tasks that run beside it."""
+
+    intake: Intake
+    checkpoint: Checkpoint
+    starter: Starter
+    helpers: Sequence[Helper]
+
+
+class Stop:
+    """Whether and why the dispatcher stops: a signal requests it, a part that cannot go on fails it.
+
+    Built first in the composition root, so every part that may stop the dispatcher (the writer,
+    when the producer fails for good) gets it in its constructor; the run loop waits on it."""
+
+    def __init__(self) -> None:
+        self._requested = asyncio.Event()
+        self.failure: BaseException | None = None
+
+    def request(self) -> None:
+        """Signal handlers only call this; shutdown itself happens in `RunLoop.run`."""
+        self._requested.set()
+
+    def fail(self, error: BaseException) -> None:
+        """A part cannot go on (the producer failed for good): stop, and `run` re-raises `error`."""
+        if self.failure is None:
+            self.failure = error
+        self._requested.set()
+
+    def is_set(self) -> bool:
+        return self._requested.is_set()
+
+
 class RunLoop:
     def __init__(
         self,
         *,
-        consumer: TierConsumer,
-        producer: Resource,
-        backends: BackendRoutes,
-        pool: TokenPool,
-        intake: Intake,
-        checkpoint: Checkpoint,
-        starter: Starter,
-        pauses: Pauses,
-        room: WaitingRoom,
-        inflight: InFlight,
-        helpers: Sequence[Helper],
+        edges: Edges,
+        steps: Steps,
+        held: ReadAhead,
+        stop: Stop,
         drain_timeout_s: float,
         describe: Callable[[], str],
-        pool_companions: Sequence[Resource] = (),
-        watchers: Sequence[Resource] = (),
     ) -> None:
-        self._consumer = consumer
-        self._producer = producer
-        self._backends = backends
-        self._pool = pool
-        self._pool_companions = pool_companions
-        self._watchers = watchers
-        self._intake = intake
-        self._checkpoint = checkpoint
-        self._starter = starter
-        self._pauses = pauses
-        self._room = room
-        self._inflight = inflight
-        self._helpers = helpers
+        self._consumer = edges.consumer
+        self._producer = edges.producer
+        self._backends = edges.backends
+        self._pool = edges.pool
+        self._pool_companions = edges.pool_companions
+        self._watchers = edges.watchers
+        self._intake = steps.intake
+        self._checkpoint = steps.checkpoint
+        self._starter = steps.starter
+        self._pauses = held.pauses
+        self._room = held.room
+        self._inflight = held.inflight
+        self._helpers = steps.helpers
         self._drain_timeout_s = drain_timeout_s
         self._describe = describe
-        self._stop = asyncio.Event()
-        self._failure: BaseException | None = None
+        self._stop = stop
 
     def request_stop(self) -> None:
         """Signal handlers only call this; shutdown itself happens in `run`."""
-        self._stop.set()
-
-    def fail(self, error: BaseException) -> None:
-        """A part cannot go on (the producer failed for good): stop, and `run` re-raises `error`."""
-        if self._failure is None:
-            self._failure = error
-        self._stop.set()
+        self._stop.request()
 
     async def run(self) -> None:
         """Start every part, fetch until asked to stop, shut down in order; re-raises a helper's crash."""
@@ -123,8 +154,8 @@ class RunLoop:
             log.info("%s started", self._describe())
             while not self._stop.is_set():
                 await self._fetch_once()
-        if self._failure is not None:
-            raise self._failure
+        if self._stop.failure is not None:
+            raise self._stop.failure
         log.info("%s stopped cleanly", self._describe())
 
     async def _fetch_once(self) -> None:
@@ -148,9 +179,10 @@ class RunLoop:
         if task.cancelled():
             return
         # A helper never returns by itself: the dispatcher cannot work without it, so it stops.
-        self._failure = task.exception() or RuntimeError(f"helper {task.get_name()} returned")
-        log.error("helper %s ended; stopping the dispatcher", task.get_name(), exc_info=self._failure)
-        self._stop.set()
+        failure = task.exception() or RuntimeError(f"helper {task.get_name()} returned")
+        self._stop.failure = failure
+        log.error("helper %s ended; stopping the dispatcher", task.get_name(), exc_info=failure)
+        self._stop.request()
 
     async def _stop_taking_work(self, helpers: list[asyncio.Task[None]]) -> None:
         for task in helpers:

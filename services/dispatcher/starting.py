@@ -19,21 +19,16 @@ since the minute moving on and a breaker's pause ending wake nobody.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Literal
 
-from inferq.dispatcher.adaptive import Budget
 from inferq.dispatcher.execution import Execution
-from inferq.dispatcher.inflight import InFlight
 from inferq.dispatcher.models import ModelChoice
 from inferq.dispatcher.next_start import NextStart
-from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.parts import Budgets, CallPolicy, Instruments, ReadAhead
 from inferq.dispatcher.rate_budget import Charge, estimate_tokens
 from inferq.dispatcher.rate_ledger import RateLedger
-from inferq.dispatcher.routing import BackendRoutes, Route
-from inferq.dispatcher.tokens import TokenPool
+from inferq.dispatcher.routing import Route
 from inferq.dispatcher.work import Work
-from inferq.dispatcher.writer import OutcomeWriter
 from inferq.messaging.tiers import Tier
 
 # With a shared pool, tokens freed by other dispatchers wake nobody here: look again this often.
@@ -47,37 +42,27 @@ class Starter:
         self,
         *,
         next_start: NextStart,
-        pool: TokenPool,
-        pool_is_shared: bool,
-        budget: Budget,
-        max_budget: int,
+        budgets: Budgets,
+        calls: CallPolicy,
+        held: ReadAhead,
         execution: Execution,
-        writer: OutcomeWriter,
-        inflight: InFlight,
-        pauses: Pauses,
-        clock_ms: Callable[[], int],
-        wake: asyncio.Event,
-        routes: BackendRoutes,
-        max_attempts: int,
-        rate: RateLedger | None = None,
-        models: ModelChoice | None = None,
+        instruments: Instruments,
     ) -> None:
         self._next = next_start
-        self._pool = pool
-        self._pool_is_shared = pool_is_shared
-        self._budget = budget
+        self._pool = budgets.pool
+        self._pool_is_shared = budgets.pool_is_shared
+        self._budget = budgets.budget
         # Bounds one round: a stale snapshot is asked again, not spun on.
-        self._max_attempts = 4 * max_budget + 4
+        self._max_attempts = 4 * budgets.max_budget + 4
         self._execution = execution
-        self._writer = writer
-        self._inflight = inflight
-        self._pauses = pauses
-        self._clock_ms = clock_ms
-        self._wake = wake
-        self._routes = routes
-        self._max_attempts_per_request = max_attempts
-        self._rate = rate
-        self._models = models
+        self._inflight = held.inflight
+        self._pauses = held.pauses
+        self._clock_ms = instruments.clock_ms
+        self._wake = budgets.wake
+        self._routes = calls.routes
+        self._max_attempts_per_request = calls.retries.max_attempts
+        self._rate: RateLedger | None = budgets.rate
+        self._models: ModelChoice | None = calls.models
         # The last start the rate budget or the routing refused: the starter looks again after
         # RATE_RECHECK_S.
         self._rate_blocked = False
@@ -128,7 +113,7 @@ class Starter:
             if start.expired is not None:
                 await self._refund(charge)
                 await self._pool.release(lease)
-                self._inflight.begin(start.work, self._writer.expire(start.work, start.expired), "expire")
+                self._inflight.begin(start.work, self._execution.expire(start.work, start.expired), "expire")
                 continue
             charge = await self._recharge(charge, start.work, tier, route)
             probe = self._routes.started(route, self._clock_ms())

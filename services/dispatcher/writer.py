@@ -52,10 +52,6 @@ Headers = dead_letters.Headers
 RecordProducer = dead_letters.RecordProducer
 
 
-def _ignore_fatal(error: ProduceError) -> None:
-    """Until the run loop installs its own: a fatal producer error still fails the task."""
-
-
 class OutcomeWriter:
     def __init__(
         self,
@@ -65,7 +61,10 @@ class OutcomeWriter:
         models: ModelChoice,
         metrics: DispatcherMetrics,
         clock_ms: Callable[[], int],
+        *,
+        on_fatal: Callable[[ProduceError], None],
     ) -> None:
+        """`on_fatal`: the producer is unusable (the dispatcher stops: `run_loop.Stop.fail`)."""
         self._producer = producer
         self._topics = topics
         self._outcomes = outcomes
@@ -78,11 +77,7 @@ class OutcomeWriter:
         self.answered = RecentlyAnswered()
         self._chunks = chunk_codec()
         self._own_topics = frozenset({topics.results, topics.retry, topics.dlq})
-        # Set by the composition root: stops the dispatcher when the producer is unusable.
-        self.on_fatal: Callable[[ProduceError], None] = _ignore_fatal
-        self._durable = dead_letters.DurableProducer(producer, own_topics=self._own_topics)
-        # Read at call time: the composition root sets on_fatal after construction.
-        self._durable.on_fatal = lambda error: self.on_fatal(error)
+        self._durable = dead_letters.DurableProducer(producer, own_topics=self._own_topics, on_fatal=on_fatal)
         self._dead_letters = dead_letters.DeadLetters(
             self._durable, topics.dlq, on_unwritable=lambda: metrics.record_unwritable("dead_letter")
         )

@@ -54,17 +54,23 @@ class RecordProducer(Protocol):
 
 
 def _ignore_fatal(error: ProduceError) -> None:
-    """Until the owner installs its own: a fatal producer error still raises."""
+    """An owner that passes no `on_fatal`: a fatal producer error only raises."""
 
 
 class DurableProducer:
     """`produce` until acknowledged or refused for good (module docstring)."""
 
-    def __init__(self, producer: RecordProducer, *, own_topics: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        producer: RecordProducer,
+        *,
+        own_topics: Collection[str] = (),
+        on_fatal: Callable[[ProduceError], None] = _ignore_fatal,
+    ) -> None:
         self._producer = producer
         self._own_topics = frozenset(own_topics)
-        # Set by a composition root: e.g. stops the dispatcher when the producer is unusable.
-        self.on_fatal: Callable[[ProduceError], None] = _ignore_fatal
+        # E.g. stops the dispatcher when the producer is unusable; by default, the error only raises.
+        self._on_fatal = on_fatal
 
     async def produce(
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Headers | None = None
@@ -79,7 +85,7 @@ class DurableProducer:
             except ProduceError as exc:
                 if exc.fatal:
                     log.exception("the producer failed for good: %s", exc.reason)
-                    self.on_fatal(exc)
+                    self._on_fatal(exc)
                     raise
                 if not exc.retriable and not (exc.unknown_topic and topic in self._own_topics):
                     log.warning("produce to %s refused for good: %s", topic, exc.reason)

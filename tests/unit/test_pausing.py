@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 
 from inferq.dispatcher.consumer import Partition
+from inferq.dispatcher.deferred import ReadPositions
+from inferq.dispatcher.inflight import InFlight
 from inferq.dispatcher.metrics import DispatcherMetrics
-from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.dispatcher.offsets import OffsetTracker, PartitionOffsets
 from inferq.dispatcher.pausing import Pauses
 from inferq.dispatcher.waiting import WaitingRoom
 from inferq.dispatcher.work import Work
@@ -45,7 +47,19 @@ def setup(readahead: int = 2) -> tuple[InMemoryConsumer, WaitingRoom, Pauses]:
     consumer = InMemoryConsumer.for_topics(TOPICS, partitions_each=2)
     room = WaitingRoom(promotion_age_ms=60_000)
     metrics = DispatcherMetrics(tokens_in_use=dict, tokens_held=dict, effective_budget=lambda: 1)
-    return consumer, room, Pauses(consumer, TOPICS, room, metrics, readahead=readahead)
+    offsets = OffsetTracker()
+    pauses = Pauses(
+        consumer,
+        TOPICS,
+        room,
+        metrics,
+        readahead=readahead,
+        inflight=InFlight(),
+        offsets=offsets,
+        max_budget=0,
+        rereading=ReadPositions(offsets).rereading,
+    )
+    return consumer, room, pauses
 
 
 def partitions(topic: str) -> set[Partition]:
