@@ -38,7 +38,8 @@ from inferq.client.errors import InvalidRequestError, RefusedError, TransportErr
 from inferq.client.models import Chunk, Handle, Outcome, Submission
 from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower
 from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, Waiter, WaiterHub
-from inferq.ingest.envelope import FieldRefusedError, build_envelope
+from inferq.ingest.deadlines import FieldRefusedError
+from inferq.ingest.envelope import build_envelope
 from inferq.ingest.validation import SubmitRequest, describe
 from inferq.messaging.codec import request_codec
 from inferq.messaging.kafka_config import KafkaSettings

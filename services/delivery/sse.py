@@ -5,6 +5,11 @@ when the client disconnects, the iterator is cancelled at once (its ``finally`` 
 run, so a waiter it holds is unregistered), even if no event was due to be written. Starlette does
 this for ASGI servers below spec 2.4 only; here it holds on every server. `until_disconnected` does
 the same for a handler that waits before answering once (the long poll, a chat completion).
+
+`follow` is the one loop both event streams (ingest's chat completions, the results service's
+``/events``) read a waiter with: the bound, the keep-alive comments, the chunks in order (repeats
+dropped, an answer that started over marked `Restarted`) and, when asked, the stream gone idle. Each
+endpoint only writes the steps in its own format.
 """
 
 from __future__ import annotations
@@ -13,11 +18,16 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from inferq.delivery.hub import ChunkOrder, ChunkTracker, Waiter
+from inferq.messaging.records import InferenceChunk, InferenceResult
 
 T = TypeVar("T")
 
@@ -39,6 +49,63 @@ def sse_event(data: Any, *, event: str | None = None) -> bytes:
 def sse_comment(text: str) -> bytes:
     """A comment line: keeps a quiet connection alive through proxies; clients ignore it."""
     return f": {text}\n\n".encode()
+
+
+# Written on a quiet stream: proxies keep the connection, and a client that left is noticed.
+KEEPALIVE = sse_comment("waiting")
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """The first chunk of an answer that started over (a retry): the text before it is void."""
+
+    chunk: InferenceChunk
+
+
+class Stopped(Enum):
+    """Why `follow` ended without an outcome."""
+
+    # The stream's bound passed.
+    BOUND = "bound"
+    # No chunk for `idle_s` after the first one (a dispatcher died mid-answer).
+    IDLE = "idle"
+
+
+Step = bytes | InferenceChunk | Restarted | InferenceResult | Stopped
+
+
+async def follow(
+    waiter: Waiter, *, bound_s: float, keepalive_s: float, idle_s: float | None = None
+) -> AsyncIterator[Step]:
+    """What `waiter` receives within `bound_s`, in order: `KEEPALIVE` (bytes, to write as they are)
+    after each `keepalive_s` without news, each new chunk (`Restarted` for one that starts the answer
+    over; repeats are dropped), and last either the `InferenceResult` or why it stopped (`Stopped`;
+    `IDLE` only with `idle_s`: that long without a chunk once one came)."""
+    loop = asyncio.get_running_loop()
+    ends_at = loop.time() + bound_s
+    tracker = ChunkTracker()
+    last_chunk_at: float | None = None
+    while (left := ends_at - loop.time()) > 0:
+        wait_s = min(left, keepalive_s)
+        if idle_s is not None and last_chunk_at is not None:
+            idle_left = last_chunk_at + idle_s - loop.time()
+            if idle_left <= 0:
+                yield Stopped.IDLE
+                return
+            wait_s = min(wait_s, idle_left)
+        item = await waiter.next(wait_s)
+        if item is None:
+            yield KEEPALIVE
+        elif isinstance(item, InferenceResult):
+            yield item
+            return
+        else:
+            order = tracker.accept(item)
+            if order is ChunkOrder.REPEAT:
+                continue
+            last_chunk_at = loop.time()
+            yield Restarted(item) if order is ChunkOrder.RESTART else item
+    yield Stopped.BOUND
 
 
 class EventStreamResponse(Response):

@@ -220,6 +220,7 @@ def build_parts(
         following=(lambda: True) if follower is None else follower.ready.is_set,
         delivery=DeliveryMetrics(metrics_meter or meter("inferq.ingest"), hub, service="ingest"),
         guard=json_guard,
+        clock_ms=clock_ms,
         limits=ChatLimits(
             models=frozenset(settings.listed_models),
             default_scenario=settings.chat_default_scenario,

@@ -7,33 +7,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from inferq.ingest.deadlines import FieldRefusedError, expire_at_ms
 from inferq.ingest.validation import SubmitRequest
-from inferq.messaging.limits import MAX_DEADLINE_MS
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.reply_topics import is_allowed_reply_topic, reply_topic_rule
 from inferq.messaging.tiers import Tier, TierPolicy
 from inferq.messaging.topics import TopicNames
-
-
-class FieldRefusedError(ValueError):
-    """A field that is well-formed but refused in context (the clock, the topic prefix); the
-    endpoint answers 422 naming `field`, counted under `reason`."""
-
-    field = "body"
-    reason = "invalid"
-
-
-class DeadlineInPastError(FieldRefusedError):
-    """The caller's absolute deadline has already passed: nobody would wait for the answer."""
-
-    field = "expire_at_ms"
-    reason = "deadline_past"
-
-
-class DeadlineTooFarError(FieldRefusedError):
-    """The caller's absolute deadline is further away than any topic keeps a request."""
-
-    field = "expire_at_ms"
 
 
 class ReplyTopicRefusedError(FieldRefusedError):
@@ -92,19 +71,13 @@ def build_envelope(
         tier = max_tier
     if body.reply_to is not None and not is_allowed_reply_topic(body.reply_to, topics):
         raise ReplyTopicRefusedError(reply_topic_rule(topics))
-    if body.expire_at_ms is not None:
-        if body.expire_at_ms <= now_ms:
-            raise DeadlineInPastError(
-                f"expire_at_ms {body.expire_at_ms} is {now_ms - body.expire_at_ms} ms ago"
-            )
-        if body.expire_at_ms - now_ms > MAX_DEADLINE_MS:
-            raise DeadlineTooFarError(f"must be at most {MAX_DEADLINE_MS} ms (7 days) from now")
-        expire_at_ms = body.expire_at_ms
-    else:
-        default_ms = (
-            deadlines_ms[tier] if max_deadline_ms is None else min(deadlines_ms[tier], max_deadline_ms)
-        )
-        expire_at_ms = now_ms + (body.deadline_ms or default_ms)
+    expire_at = expire_at_ms(
+        now_ms,
+        asked_expire_at_ms=body.expire_at_ms,
+        asked_deadline_ms=body.deadline_ms,
+        tier_deadline_ms=deadlines_ms[tier],
+        max_deadline_ms=max_deadline_ms,
+    )
     request = InferenceRequest(
         request_id=body.request_id or str(uuid.uuid4()),
         tenant=body.tenant if tenant is None else tenant,
@@ -112,7 +85,7 @@ def build_envelope(
         scenario=body.scenario,
         tier=tier,
         created_at_ms=now_ms,
-        expire_at_ms=expire_at_ms,
+        expire_at_ms=expire_at,
         estimated_tokens=body.estimated_tokens,
         reply_to=body.reply_to or default_reply_to,
         # One session's requests share a partition (the key) so a user's chat stays in order.

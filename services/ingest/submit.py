@@ -19,8 +19,7 @@ tenant's rate, the body, its fields, the envelope, the tenant's entitlements, th
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from starlette.requests import Request
@@ -28,7 +27,8 @@ from starlette.responses import JSONResponse, Response
 
 from inferq.ingest.body import parse_submission, read_body
 from inferq.ingest.callbacks import CallbackCheck
-from inferq.ingest.envelope import Envelope, FieldRefusedError
+from inferq.ingest.deadlines import FieldRefusedError, within_patience
+from inferq.ingest.envelope import Envelope
 from inferq.ingest.errors import IngestError, InvalidRequestError
 from inferq.ingest.idempotency import Answer
 from inferq.ingest.json_guard import JsonGuard
@@ -99,44 +99,54 @@ class SubmitEndpoint:
         self._callbacks = callbacks
 
     async def handle(self, request: Request) -> Response:
+        principal: Principal | None = None
         try:
-            admitted = await self.admit(request, lambda raw: parse_submission(raw, self._json_guard))
+            principal = self.caller(request)
+            raw = await self.body(request, principal)
+            submission = parse_submission(raw, self._json_guard)
+            envelope = await self.record(submission, principal)
+            admitted = await self.publish(envelope, idempotency_key=submission.request_id)
         except IngestError as exc:
+            self.refused(exc, principal)
             return refusal_response(exc)
         return JSONResponse(admitted.answer | {"duplicate": admitted.replayed}, status_code=202)
 
-    async def admit(
-        self,
-        request: Request,
-        parse: Callable[[bytes], SubmitRequest],
-        *,
-        finish: Callable[[Envelope], Envelope] | None = None,
-        idempotent: bool = True,
-    ) -> Admitted:
-        """The whole path of a submission, for every endpoint that takes one: the caller, its rate,
-        the body (read within the bounds, then `parse`d into a `SubmitRequest`; `parse` raises an
-        `IngestError` for a body it refuses), the envelope and the tenant's entitlements, then
-        `finish` (the caller's last word on the record, and its chance to get ready for the outcome
-        before it can exist), then the publish (idempotent on the body's `request_id` when
-        `idempotent`). Every refusal is counted and raised as an `IngestError`."""
-        label: str | None = None
-        try:
-            principal = self._tenants.caller(request)
-            label = principal.label
-            self._tenants.take_rate(principal)
-            raw = await read_body(request, self._max_body_bytes, timeout_s=self._body_timeout_s)
-            submission = parse(raw)
-            if self._callbacks is not None:
-                await self._callbacks.check(submission, principal)
-            envelope = self._envelope(submission, principal)
-            if finish is not None:
-                envelope = finish(envelope)
-            key = submission.request_id if idempotent else None
-            answer, replayed = await self._publisher.publish(envelope, idempotency_key=key)
-        except IngestError as exc:
-            self._metrics.refused(exc.reason, exc.tier, tenant=label)
-            raise
+    # The steps of a submission, in order, for every endpoint that takes one: `caller`, `body`
+    # (then the endpoint parses it into a `SubmitRequest`), `record`, `publish`. Each raises an
+    # `IngestError` for what it refuses; the endpoint hands it to `refused` to be counted.
+
+    def caller(self, request: Request) -> Principal:
+        """Who is calling (before the body is read: an unknown caller costs a header check)."""
+        return self._tenants.caller(request)
+
+    async def body(self, request: Request, principal: Principal) -> bytes:
+        """The caller's rate spent, then the body read within the bounds."""
+        self._tenants.take_rate(principal)
+        return await read_body(request, self._max_body_bytes, timeout_s=self._body_timeout_s)
+
+    async def record(
+        self, submission: SubmitRequest, principal: Principal, *, patience_ms: int | None = None
+    ) -> Envelope:
+        """The record of `submission` as the tenant may send it: its callback checked, the tier and
+        deadline within the tenant's entitlements, the deadline then cut to the caller's
+        `patience_ms` (a chat SDK's timeout)."""
+        if self._callbacks is not None:
+            await self._callbacks.check(submission, principal)
+        envelope = self._envelope(submission, principal)
+        request = envelope.request
+        expire_at_ms = within_patience(request.created_at_ms, request.expire_at_ms, patience_ms)
+        if expire_at_ms == request.expire_at_ms:
+            return envelope
+        return Envelope(envelope.topic, replace(request, expire_at_ms=expire_at_ms))
+
+    async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> Admitted:
+        """`envelope` written and acknowledged (idempotent per tenant on `idempotency_key`)."""
+        answer, replayed = await self._publisher.publish(envelope, idempotency_key=idempotency_key)
         return Admitted(answer, replayed, envelope)
+
+    def refused(self, error: IngestError, principal: Principal | None) -> None:
+        """Counts a refusal by reason, tier and tenant (as far as they are known)."""
+        self._metrics.refused(error.reason, error.tier, tenant=None if principal is None else principal.label)
 
     def _envelope(self, submission: SubmitRequest, principal: Principal) -> Envelope:
         tenant = self._tenants.tenant_of(principal, submission)

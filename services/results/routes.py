@@ -14,7 +14,6 @@ or the bound passes. A client that disconnects is unregistered at once.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -23,13 +22,15 @@ from opentelemetry.metrics import Meter
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, WaiterHub
+from inferq.delivery.hub import HubFullError, WaiterHub
 from inferq.delivery.metrics import DeliveryMetrics
 from inferq.delivery.sse import (
     CLIENT_GONE_STATUS,
     ClientGoneError,
     EventStreamResponse,
-    sse_comment,
+    Restarted,
+    Step,
+    follow,
     sse_event,
     until_disconnected,
 )
@@ -176,38 +177,33 @@ class ResultRoutes:
             self._delivery.ended(endpoint, how)
 
     async def _event_stream(self, scope: _Scope) -> AsyncIterator[bytes]:
-        loop = asyncio.get_running_loop()
-        ends_at = loop.time() + self._limits.events_max_s
         how = "disconnected"
         try:
             with self._hub.waiting(scope.tenant, scope.request_id, replay=True) as waiter:
                 stored = await self._store.get(scope.tenant, scope.request_id)
-                if stored is not None:
-                    self._metrics.read(scope.label, found=True)
-                    how = "outcome"
-                    yield sse_event(public_view(stored), event="result")
-                    return
-                tracker = ChunkTracker()
-                while (left := ends_at - loop.time()) > 0:
-                    item = await waiter.next(min(self._limits.keepalive_s, left))
-                    if item is None:
-                        yield sse_comment("waiting")
-                    elif isinstance(item, InferenceResult):
+                steps = (
+                    follow(waiter, bound_s=self._limits.events_max_s, keepalive_s=self._limits.keepalive_s)
+                    if stored is None
+                    else _stored(stored)
+                )
+                async for step in steps:
+                    if isinstance(step, bytes):
+                        yield step
+                    elif isinstance(step, InferenceResult):
                         self._metrics.read(scope.label, found=True)
                         how = "outcome"
-                        yield sse_event(public_view(item), event="result")
-                        return
+                        yield sse_event(public_view(step), event="result")
+                    elif isinstance(step, Restarted):
+                        restart = {"request_id": step.chunk.request_id, "attempt": step.chunk.attempt}
+                        yield sse_event(restart, event="restart")
+                        yield sse_event(_chunk_view(step.chunk), event="chunk")
+                    elif isinstance(step, InferenceChunk):
+                        yield sse_event(_chunk_view(step), event="chunk")
                     else:
-                        order = tracker.accept(item)
-                        if order is ChunkOrder.RESTART:
-                            yield sse_event(
-                                {"request_id": item.request_id, "attempt": item.attempt}, event="restart"
-                            )
-                        if order is not ChunkOrder.REPEAT:
-                            yield sse_event(_chunk_view(item), event="chunk")
-                self._metrics.read(scope.label, found=False)
-                how = "bound"
-                yield sse_event({"request_id": scope.request_id, "status": "PENDING"}, event="timeout")
+                        self._metrics.read(scope.label, found=False)
+                        how = "bound"
+                        pending = {"request_id": scope.request_id, "status": "PENDING"}
+                        yield sse_event(pending, event="timeout")
         except HubFullError:
             how = "error"
             yield sse_event({"error": "too many callers are waiting; reconnect later"}, event="error")
@@ -267,6 +263,11 @@ class ResultRoutes:
         health = self._health()
         body = {"status": health.status, "results": await self._store.count()}
         return JSONResponse(body, status_code=200 if health.healthy else 503)
+
+
+async def _stored(result: InferenceResult) -> AsyncIterator[Step]:
+    """The steps of an outcome already stored: the outcome."""
+    yield result
 
 
 def _chunk_view(chunk: InferenceChunk) -> dict[str, object]:

@@ -1,7 +1,8 @@
 import pytest
 from pydantic import ValidationError
 
-from inferq.ingest.envelope import DeadlineInPastError, build_envelope
+from inferq.ingest.deadlines import DeadlineInPastError
+from inferq.ingest.envelope import build_envelope
 from inferq.ingest.validation import SubmitRequest, describe
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
 from inferq.messaging.topics import TopicNames

@@ -2,6 +2,6 @@
 
 `body` turns an OpenAI request body and inferq's headers into ingest's own `SubmitRequest` (so every
 bound, the tenant's entitlements, admission and the produce are ingest's, through
-`SubmitEndpoint.admit`); `answers` writes OpenAI's objects (``chat.completion``, its chunks, its
+`SubmitEndpoint`'s steps); `answers` writes OpenAI's objects (``chat.completion``, its chunks, its
 errors); `endpoint` waits for the outcome in the delivery hub, fed by the reply topic, and answers.
 """

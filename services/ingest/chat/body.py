@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -35,7 +34,6 @@ from starlette.datastructures import Headers
 
 from inferq.ingest.body import load_object
 from inferq.ingest.chat.errors import ChatBodyError, ModelNotFoundError
-from inferq.ingest.envelope import Envelope
 from inferq.ingest.json_guard import JsonGuard
 from inferq.ingest.validation import SubmitRequest, describe
 from inferq.messaging import limits
@@ -137,47 +135,30 @@ class ChatCompletionBody(BaseModel):
     response_format: Any = None
 
 
-@dataclass(frozen=True)
-class ChatCall:
-    """One chat completion as ingest will queue it."""
-
-    submission: SubmitRequest
-    stream: bool
-    include_usage: bool
-    # The `model` the caller asked for (`AUTO_MODEL` included): the name the answer reports until
-    # the backend's is known.
-    requested_model: str
-    # The SDK's timeout: the deadline is cut to it.
-    patience_ms: int | None
-
-    def finish(self, envelope: Envelope) -> Envelope:
-        """The record as queued: its deadline cut to the caller's patience."""
-        request = envelope.request
-        if self.patience_ms is None or request.created_at_ms + self.patience_ms >= request.expire_at_ms:
-            return envelope
-        return Envelope(
-            envelope.topic, replace(request, expire_at_ms=request.created_at_ms + self.patience_ms)
-        )
-
-
-def parse_chat_call(
-    raw: bytes,
-    headers: Headers,
-    *,
-    guard: JsonGuard,
-    models: frozenset[str],
-    default_scenario: str,
-    request_id: str,
-) -> ChatCall:
-    """The `ChatCall` of a body and its headers, queued as `request_id` (its outcome goes to the
-    ingest's default reply topic, the one it follows); `ChatBodyError` (400), `ModelNotFoundError`
-    (404), `MalformedBodyError` (400) for what is not JSON within the bounds."""
+def parse_chat_body(raw: bytes, guard: JsonGuard) -> ChatCompletionBody:
+    """The OpenAI body of `raw`: `MalformedBodyError` (400) for what is not JSON within the bounds,
+    `ChatBodyError` (400) for a parameter OpenAI does not have or inferq does not serve, or a value
+    out of the body's own shape."""
     data = load_object(raw, guard)
     _refuse_unknown(data)
     try:
-        body = ChatCompletionBody.model_validate(data)
+        return ChatCompletionBody.model_validate(data)
     except ValidationError as exc:
         raise _body_error(describe(exc), {}) from exc
+
+
+def chat_submission(
+    body: ChatCompletionBody,
+    headers: Headers,
+    *,
+    models: frozenset[str],
+    default_scenario: str,
+    request_id: str,
+) -> SubmitRequest:
+    """`body` and inferq's headers checked by ingest's own rules (`SubmitRequest`: the same bounds as
+    ``POST /v1/requests``), queued as `request_id` (its outcome goes to the ingest's default reply
+    topic, the one it follows); `ChatBodyError` (400) naming the parameter or header at fault,
+    `ModelNotFoundError` (404)."""
     sources: dict[str, str] = {}
     fields: dict[str, Any] = {
         "request_id": request_id,
@@ -222,17 +203,9 @@ def parse_chat_call(
         submission = SubmitRequest.model_validate(fields)
     except ValidationError as exc:
         raise _body_error(describe(exc), sources) from exc
-    stream = bool(body.stream)
-    options = body.stream_options
-    if options is not None and not stream:
+    if body.stream_options is not None and not body.stream:
         raise ChatBodyError("stream_options is only allowed when stream is true", param="stream_options")
-    return ChatCall(
-        submission=submission,
-        stream=stream,
-        include_usage=bool(options is not None and options.include_usage),
-        requested_model=body.model,
-        patience_ms=sdk_patience_ms(headers),
-    )
+    return submission
 
 
 def sdk_patience_ms(headers: Headers) -> int | None:

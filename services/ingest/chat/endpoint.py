@@ -1,7 +1,8 @@
 """``POST /v1/chat/completions`` and ``GET /v1/models``.
 
-A completion is submitted through `SubmitEndpoint.admit` (the caller, its rate, the body, the
-envelope, entitlements, admission, the produce: ingest's one path). Before the record is produced,
+A completion takes `SubmitEndpoint`'s steps (the caller, its rate and body; the OpenAI body parsed
+and checked by ingest's rules; the record, its deadline cut to the SDK's timeout; the produce:
+ingest's one path). Before the record is produced,
 a waiter is registered in the delivery hub for (tenant, request_id), so its outcome cannot slip by;
 the reply topic's follower wakes it. Then:
 
@@ -21,8 +22,6 @@ still runs.
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack
@@ -31,25 +30,34 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, Waiter, WaiterHub
+from inferq.delivery.hub import HubFullError, Waiter, WaiterHub
 from inferq.delivery.metrics import DeliveryMetrics
 from inferq.delivery.sse import (
     CLIENT_GONE_STATUS,
     ClientGoneError,
     EventStreamResponse,
-    sse_comment,
+    Restarted,
+    Stopped,
+    follow,
     sse_event,
     until_disconnected,
 )
 from inferq.ingest.chat import answers
-from inferq.ingest.chat.body import AUTO_MODEL, ChatCall, parse_chat_call
+from inferq.ingest.chat.body import (
+    AUTO_MODEL,
+    ChatCompletionBody,
+    chat_submission,
+    parse_chat_body,
+    sdk_patience_ms,
+)
 from inferq.ingest.chat.errors import NotFollowingError, WaitersFullError
-from inferq.ingest.envelope import Envelope
+from inferq.ingest.deadlines import wait_s
 from inferq.ingest.errors import IngestError
 from inferq.ingest.json_guard import JsonGuard
-from inferq.ingest.submit import Admitted, SubmitEndpoint
+from inferq.ingest.submit import SubmitEndpoint
 from inferq.ingest.tenants import TenantGate
-from inferq.messaging.records import InferenceResult
+from inferq.messaging.records import InferenceChunk, InferenceRequest, InferenceResult
+from inferq.tenancy.auth import Principal
 
 _DONE = sse_event("[DONE]")
 _RESULTS_HINT = "GET /v1/requests/{id} on the results service gives its outcome"
@@ -84,6 +92,7 @@ class ChatCompletionsEndpoint:
         *,
         guard: JsonGuard,
         limits: ChatLimits,
+        clock_ms: Callable[[], int],
         following: Callable[[], bool] = lambda: True,
         delivery: DeliveryMetrics | None = None,
     ) -> None:
@@ -94,6 +103,7 @@ class ChatCompletionsEndpoint:
         self._gate = gate
         self._guard = guard
         self._limits = limits
+        self._clock_ms = clock_ms
 
     async def models(self, request: Request) -> Response:
         """The models a caller may name: `AUTO_MODEL` (the tier's model) and the configured ones
@@ -110,56 +120,47 @@ class ChatCompletionsEndpoint:
         if not self._following():
             return answers.refusal_error(NotFollowingError()).response()
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        principal: Principal | None = None
         held = ExitStack()
-        calls: list[ChatCall] = []
-        waiters: list[Waiter] = []
-
-        def parse(raw: bytes) -> ChatCall:
-            call = parse_chat_call(
-                raw,
+        try:
+            principal = self._submit.caller(request)
+            raw = await self._submit.body(request, principal)
+            body = parse_chat_body(raw, self._guard)
+            submission = chat_submission(
+                body,
                 request.headers,
-                guard=self._guard,
                 models=self._limits.models,
                 default_scenario=self._limits.default_scenario,
                 request_id=request_id,
             )
-            calls.append(call)
-            return call
-
-        def finish(envelope: Envelope) -> Envelope:
-            envelope = calls[0].finish(envelope)
-            try:
-                waiters.append(
-                    held.enter_context(
-                        self._hub.waiting(
-                            envelope.request.tenant, envelope.request_id, chunks=calls[0].stream
-                        )
-                    )
-                )
-            except HubFullError as exc:
-                raise WaitersFullError() from exc
-            return envelope
-
-        try:
-            admitted = await self._submit.admit(
-                request, lambda raw: parse(raw).submission, finish=finish, idempotent=False
+            envelope = await self._submit.record(
+                submission, principal, patience_ms=sdk_patience_ms(request.headers)
             )
+            # Waiting before the record exists: its outcome cannot slip by.
+            waiter = self._waiting(held, envelope.request, chunks=bool(body.stream))
+            await self._submit.publish(envelope, idempotency_key=None)
         except IngestError as exc:
             held.close()
+            self._submit.refused(exc, principal)
             return answers.refusal_error(exc).response()
         except BaseException:
             # Cancelled (shutdown) or broken while publishing: the waiter must not outlive us.
             held.close()
             raise
-        call, waiter = calls[0], waiters[0]
+        queued = envelope.request
         headers = {
             "x-inferq-request-id": request_id,
             "x-request-id": request_id,
-            "x-inferq-tier": admitted.envelope.tier.value,
+            "x-inferq-tier": queued.tier.value,
         }
-        bound_s = self._bound_s(admitted)
-        if call.stream:
-            events = self._stream(call, waiter, admitted, bound_s)
+        bound_s = wait_s(
+            queued.expire_at_ms,
+            self._clock_ms(),
+            grace_s=self._limits.grace_s,
+            max_wait_s=self._limits.max_wait_s,
+        )
+        if body.stream:
+            events = self._stream(body, waiter, queued, bound_s)
             return EventStreamResponse(events, headers=headers, on_close=held.close)
         try:
             with held:
@@ -175,25 +176,27 @@ class ChatCompletionsEndpoint:
             return error.response(headers)
         return JSONResponse(answers.completion(result), headers=headers)
 
+    def _waiting(self, held: ExitStack, queued: InferenceRequest, *, chunks: bool) -> Waiter:
+        """A waiter for `queued`'s outcome, held until `held` closes; `WaitersFullError` (503)."""
+        try:
+            return held.enter_context(self._hub.waiting(queued.tenant, queued.request_id, chunks=chunks))
+        except HubFullError as exc:
+            raise WaitersFullError() from exc
+
     def _ended(self, endpoint: str, how: str) -> None:
         if self._delivery is not None:
             self._delivery.ended(endpoint, how)
-
-    def _bound_s(self, admitted: Admitted) -> float:
-        request = admitted.envelope.request
-        left_s = (request.expire_at_ms - time.time() * 1000) / 1000 + self._limits.grace_s
-        return max(0.0, min(self._limits.max_wait_s, left_s))
 
     @staticmethod
     def _hint(request_id: str) -> str:
         return _RESULTS_HINT.replace("{id}", request_id)
 
     async def _stream(
-        self, call: ChatCall, waiter: Waiter, admitted: Admitted, bound_s: float
+        self, body: ChatCompletionBody, waiter: Waiter, queued: InferenceRequest, bound_s: float
     ) -> AsyncIterator[bytes]:
         how = "disconnected"
         try:
-            async for event in self._events(call, waiter, admitted, bound_s):
+            async for event in self._events(body, waiter, queued, bound_s):
                 if event.startswith(b'data: {"error"'):
                     how = "error"
                 elif event == _DONE:
@@ -203,50 +206,40 @@ class ChatCompletionsEndpoint:
             self._ended("stream", how)
 
     async def _events(
-        self, call: ChatCall, waiter: Waiter, admitted: Admitted, bound_s: float
+        self, body: ChatCompletionBody, waiter: Waiter, queued: InferenceRequest, bound_s: float
     ) -> AsyncIterator[bytes]:
-        loop = asyncio.get_running_loop()
-        ends_at = loop.time() + bound_s
-        rid = admitted.envelope.request_id
-        created_s = int(time.time())
-        model = call.requested_model
-        yield sse_event(answers.chunk(rid, created_s, model, role=True, content=""))
-        tracker = ChunkTracker()
+        rid = queued.request_id
+        created_s = queued.created_at_ms // 1000
+        yield sse_event(answers.chunk(rid, created_s, body.model, role=True, content=""))
         sent: list[str] = []
         restarted = False
-        last_chunk_at: float | None = None
-        while (left := ends_at - loop.time()) > 0:
-            wait_s = min(left, self._limits.keepalive_s)
-            if last_chunk_at is not None:
-                idle_left = last_chunk_at + self._limits.stream_idle_s - loop.time()
-                if idle_left <= 0:
-                    message = f"the answer to {rid} stopped arriving mid-stream; {self._hint(rid)}"
-                    yield _error_event(answers.ChatError(502, message, "server_error", "stream_interrupted"))
-                    return
-                wait_s = min(wait_s, idle_left)
-            item = await waiter.next(wait_s)
-            if item is None:
-                yield sse_comment("waiting")
-                continue
-            if isinstance(item, InferenceResult):
-                async for event in self._ending(call, item, "".join(sent), created_s):
+        steps = follow(
+            waiter,
+            bound_s=bound_s,
+            keepalive_s=self._limits.keepalive_s,
+            idle_s=self._limits.stream_idle_s,
+        )
+        async for step in steps:
+            if isinstance(step, bytes):
+                yield step
+            elif isinstance(step, InferenceResult):
+                async for event in self._ending(body, step, "".join(sent), created_s):
                     yield event
-                return
-            order = tracker.accept(item)
-            if order is ChunkOrder.RESTART:
+            elif isinstance(step, Restarted) or restarted:
                 # Text already sent cannot be taken back: the rest comes from the result, if it
                 # continues what was sent.
                 restarted = True
-            if order is ChunkOrder.REPEAT or restarted:
-                continue
-            last_chunk_at = loop.time()
-            model = item.model
-            sent.append(item.delta)
-            yield sse_event(answers.chunk(rid, created_s, model, content=item.delta))
-        yield _error_event(answers.wait_exceeded(rid, bound_s, self._hint(rid)))
+            elif isinstance(step, InferenceChunk):
+                sent.append(step.delta)
+                yield sse_event(answers.chunk(rid, created_s, step.model, content=step.delta))
+            elif step is Stopped.IDLE:
+                message = f"the answer to {rid} stopped arriving mid-stream; {self._hint(rid)}"
+                yield _error_event(answers.ChatError(502, message, "server_error", "stream_interrupted"))
+            else:
+                yield _error_event(answers.wait_exceeded(rid, bound_s, self._hint(rid)))
 
     async def _ending(
-        self, call: ChatCall, result: InferenceResult, sent: str, created_s: int
+        self, body: ChatCompletionBody, result: InferenceResult, sent: str, created_s: int
     ) -> AsyncIterator[bytes]:
         error = answers.outcome_error(result)
         if error is not None:
@@ -261,7 +254,7 @@ class ChatCompletionsEndpoint:
         if len(output) > len(sent):
             yield sse_event(answers.chunk(rid, created_s, result.model, content=output[len(sent) :]))
         yield sse_event(answers.chunk(rid, created_s, result.model, finish_reason="stop"))
-        if call.include_usage:
+        if body.stream_options is not None and body.stream_options.include_usage:
             yield sse_event(answers.usage_chunk(result, created_s))
         yield _DONE
 

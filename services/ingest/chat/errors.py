@@ -1,12 +1,12 @@
 """Refusals of the OpenAI-compatible endpoint that ingest's own API does not have.
 
-ChatRefusal (an `IngestError`, so `SubmitEndpoint.admit` counts it like the others)
+ChatRefusal (an `IngestError`, so `SubmitEndpoint.refused` counts it like the others)
  ├── ChatBodyError       400: the OpenAI body or an inferq header is not acceptable (`param` names it)
  ├── ModelNotFoundError  404: a model this deployment does not serve
  ├── WaitersFullError    503: too many callers are waiting for outcomes (Retry-After)
  └── NotFollowingError   503: the reply topic is not followed yet (Kafka down at start; Retry-After)
 
-Each is answered in OpenAI's error shape by `answers.error_response`, like every `IngestError`.
+Each is answered in OpenAI's error shape by `answers.refusal_error`, like every `IngestError`.
 """
 
 from __future__ import annotations
