@@ -10,7 +10,6 @@ Results: ``bench-results/cluster-chaos.{json,md}``.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 import uuid
@@ -18,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import command_line, header, machine, publish
 from inferq.tools.broker.ephemeral import cluster_on_free_ports
 from inferq.tools.chaos.cluster_faults import CaseReport, CaseSpec, Fault, run_case
 from inferq.tools.chaos.figures import BASELINE_S, RECOVERED_SHARE, WINDOW_S
@@ -83,13 +82,11 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
 
 
 def render(document: dict[str, Any]) -> str:
-    m, spec = document["machine"], document["spec"]
+    spec = document["spec"]
     lines = [
         "# Broker faults on a three-node cluster",
         "",
-        f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Kafka {m['kafka']}, three "
-        f"combined broker+controller nodes ({HEAP} heap each), load average at the end "
-        f"{m['load_average_1m_5m']}; {code_line(m)}; {document['seconds']:.0f} s in all.",
+        header(document, python=False, kafka=f", three combined broker+controller nodes ({HEAP} heap each)"),
         "",
         f"Each case on a fresh pipeline (ingest, results, {spec['dispatchers']} dispatchers, simulated "
         f"backend at 10x speed), topics with replication factor 3 and min.insync.replicas=2. Traffic: "
@@ -154,11 +151,7 @@ def run(spec: CaseSpec, faults: list[Fault], *, runs: int, out: Path, home: Path
         "summary": {str(f): summarize([r for r in rows if r["fault"] == str(f)]) for f in faults},
         "rows": rows,
     }
-    directory = results_dir(out)
-    (directory / "cluster-chaos.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
     markdown = render(document)
-    (directory / "cluster-chaos.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
+    publish(out, "cluster-chaos", document, markdown, indent=1)
     clean = all(r["lost"] == 0 and r["caller_duplicates"] == 0 for r in rows)
     return 0 if clean else 1

@@ -44,7 +44,7 @@ from inferq.tools.bench.delivery_report import (
     targets,
 )
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import command_line, header, machine, publish
 from inferq.tools.bench.recorder import marked_content
 from inferq.tools.bench.topicio import create_with_log_append_time, read_topic
 from inferq.tools.broker.broker import pick_free_ports
@@ -213,13 +213,8 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
         "calls": {p.label: [asdict(c) for c in p.calls] for p in phases},
         "backend_stamps": stamps,
     }
-    directory = results_dir(out)
-    (directory / "delivery.json").write_text(json.dumps(document), encoding="utf-8")
     markdown = render(document, rows, legs)
-    (directory / "delivery.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
-    log(f"wrote {directory / 'delivery.json'} and {directory / 'delivery.md'} ({took:.0f} s in all)")
+    publish(out, "delivery", document, markdown)
     return 0 if all(r.complete == r.sent for r in rows) else 1
 
 
@@ -263,7 +258,6 @@ def reply_stamps(bootstrap: str, topic: str) -> dict[str, ReplyStamps]:
 
 
 def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dict[str, Stats | None]]) -> str:
-    m = document["machine"]
     spec = document["spec"]
     linger = spec["chunk_linger_ms"]
     target_rows = [
@@ -274,9 +268,7 @@ def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dic
         [
             "# Delivery benchmark: direct vs through inferq",
             "",
-            f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
-            f"{document['seconds']:.0f} s in all.",
+            header(document),
             "",
             f"Each phase: {spec['rate_per_s']:g} calls/s open loop for {spec['duration_s']:g} s after a "
             f"{spec['warmup_s']:g} s warm-up (not counted), one aiohttp client; simulated backend with a "

@@ -48,7 +48,7 @@ from inferq.tools.bench.latency_report import (
     timeline,
     worst_seconds,
 )
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import command_line, header, machine, publish
 from inferq.tools.bench.probe import record_key
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process
 from inferq.tools.bench.recorder import marked_content
@@ -353,13 +353,8 @@ def run(spec: LatencySpec, *, out: Path, home: Path) -> int:
         ],
         "runs": raws,
     }
-    directory = results_dir(out)
-    (directory / "latency.json").write_text(json.dumps(document), encoding="utf-8")
     markdown = render(document, stats)
-    (directory / "latency.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
-    log(f"wrote {directory / 'latency.json'} and {directory / 'latency.md'} ({took:.0f} s in all)")
+    publish(out, "latency", document, markdown)
     missing = sum(m["count"] for r in raws for k, m in r["missing"].items() if k != "fetch probe")
     return 0 if missing == 0 else 1
 
@@ -396,7 +391,6 @@ def _ms_cell(value: float | None) -> str:
 
 
 def render(document: dict[str, Any], stats: list[dict[str, Dist | None]]) -> str:
-    m = document["machine"]
     spec = document["spec"]
     labels = [_run_label(r) for r in document["runs"]]
     targets = [
@@ -436,9 +430,7 @@ def render(document: dict[str, Any], stats: list[dict[str, Dist | None]]) -> str
         [
             "# Added-latency benchmark",
             "",
-            f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
-            f"{document['seconds']:.0f} s in all.",
+            header(document),
             "",
             f"{spec['runs']} runs, each from fresh topics and processes: HIGH chat posted to ingest at "
             f"{spec['rate_per_s']:g}/s for {spec['duration_s']:g} s after a {spec['warmup_s']:g} s warm-up "

@@ -8,7 +8,6 @@ way, is the baseline. The group's lag at the end shows where the backlog stayed:
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 import uuid
@@ -22,7 +21,7 @@ from inferq.messaging.admin import create_topics
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import bench_broker, group_lag
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import command_line, header, machine, publish
 from inferq.tools.bench.topicio import brief_requests, bulk_produce
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.stack.process import ServiceProcess
@@ -191,17 +190,12 @@ def run(
             for s in (baseline, loaded)
         ],
     }
-    directory = results_dir(out)
-    (directory / "memory.json").write_text(json.dumps(document, indent=2), encoding="utf-8")
     markdown = render(document, baseline, loaded)
-    (directory / "memory.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
+    publish(out, "memory", document, markdown, indent=2)
     return 0
 
 
 def render(document: dict[str, Any], baseline: Sampled, loaded: Sampled) -> str:
-    m = document["machine"]
     verdict = "PASS" if loaded.max_mb < TARGET_MB else "MISS"
     rows = []
     for s in (baseline, loaded):
@@ -215,8 +209,7 @@ def render(document: dict[str, Any], baseline: Sampled, loaded: Sampled) -> str:
         [
             "# Dispatcher memory benchmark",
             "",
-            f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}.",
+            header(document, in_all=False),
             "",
             f"{document['records']:,} LOW requests produced to a fresh topic in "
             f"{document['produce_seconds']:.1f} s; "

@@ -17,7 +17,6 @@ starved CPU); then it is SIGKILLed, and traffic goes on for `after_s`.
 
 from __future__ import annotations
 
-import json
 import signal
 import statistics
 import threading
@@ -36,7 +35,7 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import broker_shape, command_line, header, machine, publish
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process, wait_group_stable
 from inferq.tools.bench.topicio import chat_requests, read_topic
 from inferq.tools.broker.broker import pick_free_ports
@@ -277,13 +276,11 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
 
 
 def render(document: dict[str, Any]) -> str:
-    m, spec = document["machine"], document["spec"]
+    spec = document["spec"]
     lines = [
         "# Dispatcher takeover benchmark",
         "",
-        f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Kafka {m['kafka']} "
-        f"({'three-node cluster' if spec['cluster'] else 'one broker'}), load average at the end "
-        f"{m['load_average_1m_5m']}; {code_line(m)}; {document['seconds']:.0f} s in all.",
+        header(document, python=False, kafka=broker_shape(spec["cluster"])),
         "",
         f"Two dispatchers, {spec['rate_per_s']:g} HIGH requests/s over every HIGH partition, backend "
         f"{spec['backend_latency_ms']:g} ms per call. Each run: {spec['soak_s']:g} s with both alive, one "
@@ -353,10 +350,6 @@ def run(spec: TakeoverSpec, *, out: Path, home: Path) -> int:
         "summary": {s.label: summarize([r for r in results if r.setting == s.label]) for s in spec.settings},
         "runs": [asdict(r) for r in results],
     }
-    directory = results_dir(out)
-    (directory / "takeover.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
     markdown = render(document)
-    (directory / "takeover.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
+    publish(out, "takeover", document, markdown, indent=1)
     return 0 if all(r.lost == 0 for r in results) else 1

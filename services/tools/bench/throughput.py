@@ -46,7 +46,7 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.cpu import CpuWindow
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import broker_shape, command_line, header, machine, publish, results_dir
 from inferq.tools.bench.procs import (
     dispatcher_env,
     dispatcher_process,
@@ -446,13 +446,8 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
         ],
         "profile": profile,
     }
-    directory = results_dir(out)
-    (directory / "throughput.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
     markdown = render(document, runs, order)
-    (directory / "throughput.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
-    log(f"wrote {directory / 'throughput.json'} and {directory / 'throughput.md'} ({took:.0f} s in all)")
+    publish(out, "throughput", document, markdown, indent=1)
     complete = all(m.count >= spec.records for r in runs for w, m in r.items() if w != BACKEND_HTTPX)
     return 0 if complete else 1
 
@@ -497,16 +492,12 @@ def scaling_rows(document: dict[str, Any]) -> list[str]:
 
 
 def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: list[str]) -> str:
-    m = document["machine"]
     spec = document["spec"]
     labels = [f"run {i + 1}" for i in range(len(runs))]
     lines = [
         "# Throughput benchmark",
         "",
-        f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-        f"Kafka {m['kafka']} ({'three-node cluster' if spec.get('cluster') else 'one broker'}), load "
-        f"average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
-        f"{document['seconds']:.0f} s in all.",
+        header(document, kafka=broker_shape(spec.get("cluster"))),
         "",
         f"{spec['records']:,} HIGH requests per measurement; budget {spec['budget']} (split evenly across a "
         "group); simulated backend at zero latency, limit = budget. Requests/s from the first result to "
