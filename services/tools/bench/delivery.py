@@ -40,11 +40,11 @@ from inferq.tools.bench.delivery_report import (
     legs_ms,
     legs_table,
     phase_stats,
-    table,
+    phase_table,
     targets,
 )
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import command_line, header, machine, publish
+from inferq.tools.bench.machine import TARGET_HEAD, command_line, header, machine, publish, table
 from inferq.tools.bench.recorder import marked_content
 from inferq.tools.bench.topicio import create_with_log_append_time, read_topic
 from inferq.tools.broker.broker import pick_free_ports
@@ -261,7 +261,7 @@ def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dic
     spec = document["spec"]
     linger = spec["chunk_linger_ms"]
     target_rows = [
-        f"| {t['name']} | {_ms(t['measured_ms'])} | <= {t['limit_ms']:g} ms | {t['verdict']} |"
+        (t["name"], _ms(t["measured_ms"]), f"<= {t['limit_ms']:g} ms", t["verdict"])
         for t in document["targets"]
     ]
     return "\n".join(
@@ -277,7 +277,7 @@ def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dic
             "Overhead = client's wait minus the backend's own time for that call "
             "(both stamped on this machine's clock).",
             "",
-            table(rows),
+            phase_table(rows),
             "",
             "Where the time goes through inferq (broker append times, ms resolution):",
             "",
@@ -286,9 +286,7 @@ def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dic
             "",
             *(_cpu_line(label, use) for label, use in document["cpu"].items()),
             "",
-            "| target | measured | threshold | verdict |",
-            "|---|---|---|---|",
-            *target_rows,
+            *table(TARGET_HEAD, target_rows),
             "",
         ]
     )

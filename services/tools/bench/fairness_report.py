@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.messaging.tiers import Tier
+from inferq.tools.bench.machine import TARGET_HEAD, table
 from inferq.tools.bench.summary import REFUSED, Submission, TierRow, tier_rows
 from inferq.tools.measures import Outcome, Stats, stats
 from inferq.tools.report.timeseries import tokens_in_use
@@ -274,6 +275,4 @@ def series_table(series: Mapping[str, Sequence[int]], bin_s: float) -> str:
 
 
 def target_table(targets: Sequence[Target]) -> str:
-    lines = ["| target | measured | threshold | verdict |", "|---|---|---|---|"]
-    lines += [f"| {t.name} | {t.measured} | {t.threshold} | {t.verdict} |" for t in targets]
-    return "\n".join(lines)
+    return "\n".join(table(TARGET_HEAD, [(t.name, t.measured, t.threshold, t.verdict) for t in targets]))

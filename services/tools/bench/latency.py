@@ -48,7 +48,7 @@ from inferq.tools.bench.latency_report import (
     timeline,
     worst_seconds,
 )
-from inferq.tools.bench.machine import command_line, header, machine, publish
+from inferq.tools.bench.machine import TARGET_HEAD, command_line, header, machine, publish, table
 from inferq.tools.bench.probe import record_key
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process
 from inferq.tools.bench.recorder import marked_content
@@ -394,7 +394,7 @@ def render(document: dict[str, Any], stats: list[dict[str, Dist | None]]) -> str
     spec = document["spec"]
     labels = [_run_label(r) for r in document["runs"]]
     targets = [
-        f"| {t['target']} | {_ms_cell(t['measured_ms'])} | <= {t['limit_ms']:g} ms | {t['verdict']} |"
+        (t["target"], _ms_cell(t["measured_ms"]), f"<= {t['limit_ms']:g} ms", t["verdict"])
         for t in document["targets"]
     ]
     details = []
@@ -444,9 +444,7 @@ def render(document: dict[str, Any], stats: list[dict[str, Dist | None]]) -> str
             "",
             "## Targets",
             "",
-            "| target | measured | threshold | verdict |",
-            "|---|---|---|---|",
-            *targets,
+            *table(TARGET_HEAD, targets),
             "",
             "## Every step, per run",
             "",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from inferq.messaging.tiers import Tier
+from inferq.tools.bench.machine import table
 from inferq.tools.bench.summary import RunSummary
 from inferq.tools.measures import Stats
 
@@ -210,6 +211,5 @@ def run_table(runs: Mapping[str, RunSummary]) -> str:
 
 
 def target_table(targets: list[Target]) -> str:
-    lines = ["| target | run | measured | threshold | verdict |", "|---|---|---|---|---|"]
-    lines += [f"| {t.name} | {t.run} | {t.measured} | {t.threshold} | {t.verdict} |" for t in targets]
-    return "\n".join(lines)
+    rows = [(t.name, t.run, t.measured, t.threshold, t.verdict) for t in targets]
+    return "\n".join(table(("target", "run", "measured", "threshold", "verdict"), rows))

@@ -46,7 +46,16 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.cpu import CpuWindow
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import broker_shape, command_line, header, machine, publish, results_dir
+from inferq.tools.bench.machine import (
+    TARGET_HEAD,
+    broker_shape,
+    command_line,
+    header,
+    machine,
+    publish,
+    results_dir,
+    table,
+)
 from inferq.tools.bench.procs import (
     dispatcher_env,
     dispatcher_process,
@@ -506,9 +515,7 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
         *_changes(spec),
         rates_table(runs, labels, order),
         "",
-        "| target | measured | threshold | verdict |",
-        "|---|---|---|---|",
-        *(f"| {t} | {v} | {lim} | {verdict} |" for t, v, lim, verdict in document["targets"]),
+        *table(TARGET_HEAD, document["targets"]),
         "",
         "## Per measurement",
         "",
