@@ -83,8 +83,11 @@ def broker_shape(cluster: object) -> str:
     return f" ({'three-node cluster' if cluster else 'one broker'})"
 
 
-def table(head: Sequence[str], rows: Iterable[Sequence[object]] = ()) -> list[str]:
-    """A markdown table's lines: the head, its rule, a line per row (cells as given, str()'d)."""
+def table(head: str | Sequence[str], rows: Iterable[Sequence[object]] = ()) -> list[str]:
+    """A markdown table's lines: the head (its names, or one string "a | b"), its rule, a line per
+    row (cells as given, str()'d)."""
+    if isinstance(head, str):
+        head = head.split(" | ")
     return [
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),

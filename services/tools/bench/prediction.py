@@ -21,6 +21,7 @@ from typing import Any
 
 from inferq.dispatcher.settings import DispatcherSettings, build_schedule
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
+from inferq.tools.bench.machine import table
 from inferq.tools.bench.scheduling_report import MISS, NA, PASS, Target
 from inferq.tools.bench.scheduling_run import RunSpec, compressed_env
 from inferq.tools.bench.summary import RunSummary
@@ -172,10 +173,10 @@ def _outcomes(by_status: Mapping[str, int]) -> str:
 
 def comparison_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> str:
     head = (
-        "| run | tier | outcomes real | outcomes sim | wait mean real | sim | real - sim "
-        "| wait p95 real | sim | e2e mean real | sim | e2e p95 real | sim |"
+        "run | tier | outcomes real | outcomes sim | wait mean real | sim | real - sim "
+        "| wait p95 real | sim | e2e mean real | sim | e2e p95 real | sim"
     )
-    lines = [head, "|" + "---|" * 13]
+    rows: list[list[str]] = []
     for name, run in runs.items():
         predicted = predictions.get(name)
         if predicted is None:
@@ -197,15 +198,12 @@ def comparison_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, P
                 _num(_field(row.end_to_end_ms, "p95")),
                 _num(_field(sim.end_to_end_ms, "p95")),
             ]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            rows.append(cells)
+    return "\n".join(table(head, rows))
 
 
 def makespan_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> str:
-    lines = [
-        "| run | LOW makespan s real | sim | max in flight real (backend) | sim |",
-        "|---|---|---|---|---|",
-    ]
+    rows: list[list[str]] = []
     for name, run in runs.items():
         predicted = predictions.get(name)
         if predicted is not None:
@@ -216,8 +214,8 @@ def makespan_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, Pre
                 str(run.backend_max_in_flight),
                 str(predicted.max_in_flight),
             ]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            rows.append(cells)
+    return "\n".join(table("run | LOW makespan s real | sim | max in flight real (backend) | sim", rows))
 
 
 def prediction_targets(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> list[Target]:

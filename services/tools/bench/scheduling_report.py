@@ -151,11 +151,11 @@ def _real(s: Stats | None, compress: float) -> str:
 
 def tier_table(runs: Mapping[str, RunSummary]) -> str:
     head = (
-        "| run | tier | submitted | accepted | refused 429/503 | outcomes | missing "
+        "run | tier | submitted | accepted | refused 429/503 | outcomes | missing "
         "| wait mean | p50 | p95 | p99 | wait mean incl. expired | e2e mean | p50 | p95 | p99 "
-        "| real-time eq. wait mean / p95 (s) | real-time eq. e2e mean / p95 (s) |"
+        "| real-time eq. wait mean / p95 (s) | real-time eq. e2e mean / p95 (s)"
     )
-    lines = [head, "|" + "---|" * 18]
+    rows: list[list[str]] = []
     for name, run in runs.items():
         for row in run.tiers:
             outcomes = ", ".join(f"{k} {v}" for k, v in row.by_status.items()) or "-"
@@ -173,18 +173,18 @@ def tier_table(runs: Mapping[str, RunSummary]) -> str:
                 _real(row.wait_ms, run.compress),
                 _real(row.end_to_end_ms, run.compress),
             ]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            rows.append(cells)
+    return "\n".join(table(head, rows))
 
 
 def run_table(runs: Mapping[str, RunSummary]) -> str:
     head = (
-        "| run | policy | LOW makespan s (real-time eq. min) | backend max in flight | backend 429s "
+        "run | policy | LOW makespan s (real-time eq. min) | backend max in flight | backend 429s "
         "| util. of allowed, while waiting | util. of B, while waiting | util. of B, whole run "
         "| waiting time s | min effective budget | starved | chat+analysis: client lag p95 ms "
-        "| chat+analysis: ingest 202 p50 / p95 ms | brief dump accepted in s |"
+        "| chat+analysis: ingest 202 p50 / p95 ms | brief dump accepted in s"
     )
-    lines = [head, "|" + "---|" * 14]
+    rows: list[list[str]] = []
     for name, run in runs.items():
         u = run.utilization
         span = run.low_makespan_s
@@ -206,8 +206,8 @@ def run_table(runs: Mapping[str, RunSummary]) -> str:
             "-" if ingest is None else f"{ingest.p50:.1f} / {ingest.p95:.1f}",
             _num(run.dump_accepted_s),
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return "\n".join(table(head, rows))
 
 
 def target_table(targets: list[Target]) -> str:
