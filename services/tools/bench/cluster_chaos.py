@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from inferq.tools.bench.machine import command_line, header, machine, publish
+from inferq.tools.bench.machine import command_line, header, machine, publish, table
 from inferq.tools.broker.ephemeral import cluster_on_free_ports
 from inferq.tools.chaos.cluster_faults import CaseReport, CaseSpec, Fault, run_case
 from inferq.tools.chaos.figures import BASELINE_S, RECOVERED_SHARE, WINDOW_S
@@ -99,10 +99,11 @@ def render(document: dict[str, Any]) -> str:
         f"{WINDOW_S:g} s window back at {RECOVERED_SHARE:.0%} of the {BASELINE_S:g} s before it, once a "
         "window fell below (0: no window fell below; for a rolling restart the slowest of its three).",
         "",
-        "| case | runs | accepted (median) | lost | caller-visible duplicates | absorbed by the store "
-        "(median) | refused (median) | longest run (median) | its duration | recovered after (median) "
-        "| max | longest gap without a completion (median) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "case | runs | accepted (median) | lost | caller-visible duplicates | absorbed by the store "
+            "(median) | refused (median) | longest run (median) | its duration | recovered after (median) "
+            "| max | longest gap without a completion (median)"
+        ),
     ]
     for fault, s in document["summary"].items():
         lines.append(
@@ -116,9 +117,10 @@ def render(document: dict[str, Any]) -> str:
         "",
         "## Per run",
         "",
-        "| case | nodes | accepted | lost | duplicates (callers / absorbed) | refused | longest run "
-        "| recovered | longest gap | node back after | replicated after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "case | nodes | accepted | lost | duplicates (callers / absorbed) | refused | longest run "
+            "| recovered | longest gap | node back after | replicated after"
+        ),
     ]
     for r in document["rows"]:
         lines.append(

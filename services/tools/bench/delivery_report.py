@@ -145,9 +145,10 @@ def _cell(s: Stats | None, attr: str) -> str:
 
 def phase_table(rows: Sequence[PhaseStats]) -> str:
     lines = [
-        "| calls | sent | complete | client lag p50/p99 | sent → backend p50 | client total p50 "
-        "| backend p50 | overhead p50 | p95 | p99 | first chunk delay p50 | p95 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "calls | sent | complete | client lag p50/p99 | sent → backend p50 | client total p50 "
+            "| backend p50 | overhead p50 | p95 | p99 | first chunk delay p50 | p95"
+        ),
     ]
     for r in rows:
         lines.append(

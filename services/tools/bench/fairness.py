@@ -37,7 +37,7 @@ from inferq.tools.bench.fairness_report import (
 )
 from inferq.tools.bench.fairness_trace import TENANT_A, TENANT_B, FairnessSpec, describe
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import command_line, header, machine, publish
+from inferq.tools.bench.machine import command_line, header, machine, publish, table
 from inferq.tools.bench.pipeline_run import BenchConfig, PipelineRun, raw_records, run_pipeline
 from inferq.tools.bench.scheduling_run import RunSpec, compressed_env
 from inferq.tools.bench.summary import TierRow, submit_stats
@@ -189,10 +189,11 @@ def _tier(rows: list[TierRow], tier: Tier) -> TierRow:
 
 def _run_table(runs: dict[str, PipelineRun], split: LowSplit) -> str:
     lines = [
-        "| run | seconds | backend max in flight | backend 429s | min effective budget "
-        "| calls answered 200 whose request did not end OK | duplicates on reply topic "
-        "| LOW starts while both waited (B / A) | B's 202 p50 / p95 ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "run | seconds | backend max in flight | backend 429s | min effective budget "
+            "| calls answered 200 whose request did not end OK | duplicates on reply topic "
+            "| LOW starts while both waited (B / A) | B's 202 p50 / p95 ms"
+        ),
     ]
     for name, run in runs.items():
         budget = min((b for _, b in run.effective_budget_samples), default=None)

@@ -421,8 +421,7 @@ def render(document: dict[str, Any], stats: list[dict[str, Dist | None]]) -> str
             "Worst seconds (by the slowest request sent in them; client lag = how late the bench itself "
             "sent, so a stall of the whole machine shows there too):",
             "",
-            "| second | n | added p50 ms | added max ms | append → consumed max ms | client lag max ms |",
-            "|---|---|---|---|---|---|",
+            *table("second | n | added p50 ms | added max ms | append → consumed max ms | client lag max ms"),
             *(_second_row(s) for s in worst_seconds([Second(**t) for t in raw["timeline"]])),
             "",
         ]

@@ -21,7 +21,7 @@ from inferq.messaging.admin import create_topics
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import bench_broker, group_lag
-from inferq.tools.bench.machine import command_line, header, machine, publish
+from inferq.tools.bench.machine import command_line, header, machine, publish, table
 from inferq.tools.bench.topicio import brief_requests, bulk_produce
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.stack.process import ServiceProcess
@@ -217,9 +217,10 @@ def render(document: dict[str, Any], baseline: Sampled, loaded: Sampled) -> str:
             f"schedule pinned to peak) sampled every {document['sample_interval_s']:g} s for "
             f"{document['sample_seconds']:g} s from its start. Baseline: the same on empty topics.",
             "",
-            "| dispatcher | max RSS MB | median RSS MB | samples | LOW lag at end | LOW held in memory "
-            "| paused partitions |",
-            "|---|---|---|---|---|---|---|",
+            *table(
+                "dispatcher | max RSS MB | median RSS MB | samples | LOW lag at end | LOW held in memory "
+                "| paused partitions"
+            ),
             *rows,
             "",
             f"Target: max RSS with the backlog < {TARGET_MB:.0f} MB: **{verdict}** ({loaded.max_mb:.1f} MB; "

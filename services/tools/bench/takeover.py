@@ -35,7 +35,7 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import broker_shape, command_line, header, machine, publish
+from inferq.tools.bench.machine import broker_shape, command_line, header, machine, publish, table
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process, wait_group_stable
 from inferq.tools.bench.topicio import chat_requests, read_topic
 from inferq.tools.broker.broker import pick_free_ports
@@ -288,9 +288,10 @@ def render(document: dict[str, Any]) -> str:
         "more traffic. Takeover: SIGKILL to the survivor's first dispatch from a partition only the victim "
         "had served. False rebalances: rebalances while both lived (the freeze included).",
         "",
-        "| setting | runs | takeover median | min | max | first outcome median | no takeover seen "
-        "| false rebalances | lost | redone (median) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "setting | runs | takeover median | min | max | first outcome median | no takeover seen "
+            "| false rebalances | lost | redone (median)"
+        ),
     ]
     for label, s in document["summary"].items():
         lines.append(
@@ -303,8 +304,9 @@ def render(document: dict[str, Any]) -> str:
         "",
         "## Per run",
         "",
-        "| setting | takeover | first outcome | partitions | false rebalances | produced | lost | redone |",
-        "|---|---|---|---|---|---|---|---|",
+        *table(
+            "setting | takeover | first outcome | partitions | false rebalances | produced | lost | redone"
+        ),
     ]
     for r in document["runs"]:
         lines.append(

@@ -484,9 +484,10 @@ def scaling_rows(document: dict[str, Any]) -> list[str]:
         "absolute rate is bounded by the cores, so requests per dispatcher CPU-second is the figure "
         "that carries to a bigger machine.",
         "",
-        "| group | runs | results/s (median) | dispatcher CPU s (median) | results per dispatcher "
-        "CPU-second (median) | machine busy s (median) |",
-        "|---|---|---|---|---|---|",
+        *table(
+            "group | runs | results/s (median) | dispatcher CPU s (median) | results per dispatcher "
+            "CPU-second (median) | machine busy s (median)"
+        ),
     ]
     for what, rows in groups.items():
         rates = [r["rate_per_s"] for r in rows if r["rate_per_s"] is not None]
@@ -519,9 +520,10 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
         "",
         "## Per measurement",
         "",
-        "| run | configuration | results | seconds | duplicates | by writer | effective budgets | backend "
-        "max in flight | backend answers | spans exported |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "run | configuration | results | seconds | duplicates | by writer | effective budgets | backend "
+            "max in flight | backend answers | spans exported"
+        ),
     ]
     for label, run in zip(labels, document["runs"], strict=True):
         for d in run["details"]:
@@ -572,8 +574,7 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
             f"{_num(meas['rate_per_s'], ',.0f')}/s. Stats in "
             f"`{profile['stats_file']}` (`python -m pstats`).",
             "",
-            "| function | calls | own s | share of own time | cumulative s |",
-            "|---|---|---|---|---|",
+            *table("function | calls | own s | share of own time | cumulative s"),
         ]
         for row in profile["by_tottime"][:-1]:
             lines.append(
