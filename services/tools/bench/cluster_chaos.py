@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from inferq.tools.bench.machine import command_line, header, machine, publish, table
+from inferq.tools.bench.machine import cell, command_line, header, machine, publish, table
 from inferq.tools.broker.ephemeral import cluster_on_free_ports
 from inferq.tools.chaos.cluster_faults import CaseReport, CaseSpec, Fault, run_case
 from inferq.tools.chaos.figures import BASELINE_S, RECOVERED_SHARE, WINDOW_S
@@ -77,10 +77,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _fmt(value: float | None, spec: str = ".1f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def render(document: dict[str, Any]) -> str:
     spec = document["spec"]
     lines = [
@@ -107,11 +103,11 @@ def render(document: dict[str, Any]) -> str:
     ]
     for fault, s in document["summary"].items():
         lines.append(
-            f"| {fault} | {s['runs']} | {_fmt(s['accepted_median'], '.0f')} | {s['lost']} "
-            f"| {s['caller_duplicates']} | {_fmt(s['absorbed_median'], '.0f')} "
-            f"| {_fmt(s['refused_median'], '.0f')} | {_fmt(s['longest_run_median'], '.0f')} "
-            f"| {_fmt(s['longest_run_s_median'])} s | {_fmt(s['recovered_s_median'])} s "
-            f"| {_fmt(s['recovered_s_max'])} s | {_fmt(s['longest_gap_s_median'])} s |"
+            f"| {fault} | {s['runs']} | {cell(s['accepted_median'], '.0f')} | {s['lost']} "
+            f"| {s['caller_duplicates']} | {cell(s['absorbed_median'], '.0f')} "
+            f"| {cell(s['refused_median'], '.0f')} | {cell(s['longest_run_median'], '.0f')} "
+            f"| {cell(s['longest_run_s_median'])} s | {cell(s['recovered_s_median'])} s "
+            f"| {cell(s['recovered_s_max'])} s | {cell(s['longest_gap_s_median'])} s |"
         )
     lines += [
         "",
@@ -126,7 +122,7 @@ def render(document: dict[str, Any]) -> str:
         lines.append(
             f"| {r['fault']} | {r['nodes']} | {r['accepted']} | {r['lost']} | {r['caller_duplicates']} / "
             f"{r['absorbed_duplicates']} | {r['refused'] or 0} | {r['longest_refusal_run']} "
-            f"({r['longest_refusal_run_s']:.1f} s) | {_fmt(r['recovered_s'])} s | {r['longest_gap_s']:.1f} s "
+            f"({r['longest_refusal_run_s']:.1f} s) | {cell(r['recovered_s'])} s | {r['longest_gap_s']:.1f} s "
             f"| {', '.join(f'{x:.0f}' for x in r['node_back_s'])} s "
             f"| {', '.join(f'{x:.0f}' for x in r['replicated_s'])} s |"
         )

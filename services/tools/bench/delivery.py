@@ -44,7 +44,7 @@ from inferq.tools.bench.delivery_report import (
     targets,
 )
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import TARGET_HEAD, command_line, header, machine, publish, table
+from inferq.tools.bench.machine import TARGET_HEAD, cell, command_line, header, machine, publish, table
 from inferq.tools.bench.recorder import marked_content
 from inferq.tools.bench.topicio import create_with_log_append_time, read_topic
 from inferq.tools.broker.broker import pick_free_ports
@@ -225,10 +225,6 @@ def _cpu_line(label: str, cpu: dict[str, Any]) -> str:
     return f"- {label}: {ours}; everything else {cpu['others_s'] / wall:.0%}; machine busy {busy:.0%}."
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} ms"
-
-
 def reply_stamps(bootstrap: str, topic: str) -> dict[str, ReplyStamps]:
     """Per request_id, the first chunk's and the first result's instants on the reply topic."""
     chunks, results = chunk_codec(), result_codec()
@@ -261,7 +257,7 @@ def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dic
     spec = document["spec"]
     linger = spec["chunk_linger_ms"]
     target_rows = [
-        (t["name"], _ms(t["measured_ms"]), f"<= {t['limit_ms']:g} ms", t["verdict"])
+        (t["name"], cell(t["measured_ms"], ".1f", " ms"), f"<= {t['limit_ms']:g} ms", t["verdict"])
         for t in document["targets"]
     ]
     return "\n".join(

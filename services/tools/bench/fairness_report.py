@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.machine import TARGET_HEAD, table
+from inferq.tools.bench.machine import TARGET_HEAD, cell, table
 from inferq.tools.bench.summary import REFUSED, Submission, TierRow, tier_rows
 from inferq.tools.measures import Outcome, Stats, stats
 from inferq.tools.report.timeseries import tokens_in_use
@@ -210,12 +210,8 @@ def backend_target(max_in_flight: Mapping[str, int], refused: Mapping[str, int],
     )
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
 def _wait(s: Stats | None) -> list[str]:
-    return ["-"] * 3 if s is None else [_num(s.mean), _num(s.p95), str(s.count)]
+    return ["-"] * 3 if s is None else [cell(s.mean), cell(s.p95), str(s.count)]
 
 
 def tier_table(

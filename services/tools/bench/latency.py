@@ -48,7 +48,7 @@ from inferq.tools.bench.latency_report import (
     timeline,
     worst_seconds,
 )
-from inferq.tools.bench.machine import TARGET_HEAD, command_line, header, machine, publish, table
+from inferq.tools.bench.machine import TARGET_HEAD, cell, command_line, header, machine, publish, table
 from inferq.tools.bench.probe import record_key
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process
 from inferq.tools.bench.recorder import marked_content
@@ -386,15 +386,11 @@ def _run_label(raw: dict[str, Any]) -> str:
     return f"{raw['run']} ({late} never reached the backend)" if late else str(raw["run"])
 
 
-def _ms_cell(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} ms"
-
-
 def render(document: dict[str, Any], stats: list[dict[str, Dist | None]]) -> str:
     spec = document["spec"]
     labels = [_run_label(r) for r in document["runs"]]
     targets = [
-        (t["target"], _ms_cell(t["measured_ms"]), f"<= {t['limit_ms']:g} ms", t["verdict"])
+        (t["target"], cell(t["measured_ms"], ".1f", " ms"), f"<= {t['limit_ms']:g} ms", t["verdict"])
         for t in document["targets"]
     ]
     details = []

@@ -118,3 +118,8 @@ def publish(
     seconds = document.get("seconds")
     took = f" ({seconds:.0f} s in all)" if isinstance(seconds, int | float) else ""
     print(f"wrote {directory / (name + '.json')} and {directory / (name + '.md')}{took}", flush=True)
+
+
+def cell(value: float | None, spec: str = ".1f", unit: str = "") -> str:
+    """A table cell of a figure: `value` formatted by `spec`, with `unit`; "-" when there is none."""
+    return "-" if value is None else format(value, spec) + unit

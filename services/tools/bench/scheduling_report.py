@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.machine import table
+from inferq.tools.bench.machine import cell, table
 from inferq.tools.bench.summary import RunSummary
 from inferq.tools.measures import Stats
 
@@ -21,10 +21,6 @@ class Target:
     measured: str
     threshold: str
     verdict: str
-
-
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _pct(value: float | None) -> str:
@@ -49,7 +45,7 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
     def high_wait(field: str, limit_ms: float) -> tuple[str, str, bool]:
         wait = runs["inferq"].tier(Tier.HIGH).wait_ms
         value = None if wait is None else float(getattr(wait, field))
-        return f"{_num(value)} ms", f"<= {limit_ms:.0f} ms", value is not None and value <= limit_ms
+        return f"{cell(value)} ms", f"<= {limit_ms:.0f} ms", value is not None and value <= limit_ms
 
     def medium_vs_fifo(field: str) -> tuple[str, str, bool]:
         ours = getattr(runs["inferq"].tier(Tier.MEDIUM), field)
@@ -66,13 +62,13 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
     def makespan() -> tuple[str, str, bool]:
         lifted, fifo = runs["inferq-lifted"].low_makespan_s, runs["fifo"].low_makespan_s
         if lifted is None or fifo is None:
-            return _num(lifted), "LOW unfinished", False
+            return cell(lifted), "LOW unfinished", False
         return f"{lifted:.1f} s", f"<= {1.6 * fifo:.1f} s (1.6 x FIFO {fifo:.1f})", lifted <= 1.6 * fifo
 
     def forecast_makespan() -> tuple[str, str, bool]:
         ours, fifo = runs["forecast"].low_makespan_s, runs["fifo"].low_makespan_s
         if ours is None or fifo is None:
-            return _num(ours), "LOW unfinished", False
+            return cell(ours), "LOW unfinished", False
         return f"{ours:.1f} s", f"<= {1.5 * fifo:.1f} s (1.5 x FIFO {fifo:.1f})", ours <= 1.5 * fifo
 
     def forecast_high_p99() -> tuple[str, str, bool]:
@@ -141,7 +137,7 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
 def _stats_cells(s: Stats | None) -> list[str]:
     if s is None:
         return ["-"] * 4
-    return [_num(s.mean), _num(s.p50), _num(s.p95), _num(s.p99)]
+    return [cell(s.mean), cell(s.p50), cell(s.p95), cell(s.p99)]
 
 
 def _real(s: Stats | None, compress: float) -> str:
@@ -168,7 +164,7 @@ def tier_table(runs: Mapping[str, RunSummary]) -> str:
                 outcomes,
                 str(row.missing),
                 *_stats_cells(row.wait_ms),
-                _num(row.wait_incl_dropped_ms.mean if row.wait_incl_dropped_ms else None),
+                cell(row.wait_incl_dropped_ms.mean if row.wait_incl_dropped_ms else None),
                 *_stats_cells(row.end_to_end_ms),
                 _real(row.wait_ms, run.compress),
                 _real(row.end_to_end_ms, run.compress),
@@ -199,12 +195,12 @@ def run_table(runs: Mapping[str, RunSummary]) -> str:
             _pct(u.vs_allowed_waiting),
             _pct(u.vs_budget_waiting),
             _pct(u.vs_budget_span),
-            _num(u.waiting_s),
+            cell(u.waiting_s),
             str(run.min_effective_budget),
             ", ".join(run.starved()) or "none",
-            _num(run.submit_lag_ms.p95 if run.submit_lag_ms else None),
+            cell(run.submit_lag_ms.p95 if run.submit_lag_ms else None),
             "-" if ingest is None else f"{ingest.p50:.1f} / {ingest.p95:.1f}",
-            _num(run.dump_accepted_s),
+            cell(run.dump_accepted_s),
         ]
         rows.append(cells)
     return "\n".join(table(head, rows))

@@ -35,7 +35,7 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import broker_shape, command_line, header, machine, publish, table
+from inferq.tools.bench.machine import broker_shape, cell, command_line, header, machine, publish, table
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process, wait_group_stable
 from inferq.tools.bench.topicio import chat_requests, read_topic
 from inferq.tools.broker.broker import pick_free_ports
@@ -271,10 +271,6 @@ def summarize(results: list[RunResult]) -> dict[str, Any]:
     }
 
 
-def _fmt(value: float | None, spec: str = ".2f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def render(document: dict[str, Any]) -> str:
     spec = document["spec"]
     lines = [
@@ -295,10 +291,11 @@ def render(document: dict[str, Any]) -> str:
     ]
     for label, s in document["summary"].items():
         lines.append(
-            f"| {label} | {s['runs']} | {_fmt(s['takeover_median_s'])} s | {_fmt(s['takeover_min_s'])} s "
-            f"| {_fmt(s['takeover_max_s'])} s | {_fmt(s['first_outcome_median_s'])} s "
+            f"| {label} | {s['runs']} | {cell(s['takeover_median_s'], '.2f')} s "
+            f"| {cell(s['takeover_min_s'], '.2f')} s "
+            f"| {cell(s['takeover_max_s'], '.2f')} s | {cell(s['first_outcome_median_s'], '.2f')} s "
             f"| {s['runs_without_takeover']} | {s['false_rebalances']} | {s['lost']} "
-            f"| {_fmt(s['redone_median'], '.0f')} |"
+            f"| {cell(s['redone_median'], '.0f')} |"
         )
     lines += [
         "",
@@ -310,7 +307,7 @@ def render(document: dict[str, Any]) -> str:
     ]
     for r in document["runs"]:
         lines.append(
-            f"| {r['setting']} | {_fmt(r['takeover_s'])} | {_fmt(r['first_outcome_s'])} "
+            f"| {r['setting']} | {cell(r['takeover_s'], '.2f')} | {cell(r['first_outcome_s'], '.2f')} "
             f"| {r['victim_partitions']} | {r['false_rebalances']} | {r['produced']} | {r['lost']} "
             f"| {r['redone']} |"
         )

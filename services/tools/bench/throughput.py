@@ -49,6 +49,7 @@ from inferq.tools.bench.kafka import bench_broker
 from inferq.tools.bench.machine import (
     TARGET_HEAD,
     broker_shape,
+    cell,
     command_line,
     header,
     machine,
@@ -340,10 +341,6 @@ def _changes(spec: dict[str, Any]) -> list[str]:
     return [f"**Experiment, not the shipped configuration:** dispatchers run with {', '.join(changes)}.", ""]
 
 
-def _num(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def _span_s(stamps: list[int]) -> float | None:
     return (max(stamps) - min(stamps)) / 1000 if len(stamps) > 1 else None
 
@@ -493,9 +490,9 @@ def scaling_rows(document: dict[str, Any]) -> list[str]:
         rates = [r["rate_per_s"] for r in rows if r["rate_per_s"] is not None]
         per_cpu = [r["results_per_dispatcher_cpu_s"] for r in rows if r["results_per_dispatcher_cpu_s"]]
         lines.append(
-            f"| {what} | {len(rows)} | {_num(statistics.median(rates) if rates else None, ',.0f')} "
+            f"| {what} | {len(rows)} | {cell(statistics.median(rates) if rates else None, ',.0f')} "
             f"| {statistics.median(r['dispatcher_cpu_s'] for r in rows):.1f} "
-            f"| {_num(statistics.median(per_cpu) if per_cpu else None, ',.0f')} "
+            f"| {cell(statistics.median(per_cpu) if per_cpu else None, ',.0f')} "
             f"| {statistics.median(r['machine_busy_s'] for r in rows):.1f} |"
         )
     return lines
@@ -530,7 +527,7 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
             meas = run["measurements"][d["what"]]
             lines.append(
                 f"| {label} | {d['what']} | {meas['count']} | "
-                f"{_num(meas['seconds'], '.2f')} | {d.get('duplicates', '-')} "
+                f"{cell(meas['seconds'], '.2f')} | {d.get('duplicates', '-')} "
                 f"| {d.get('results_by_dispatcher', '-')} | {d.get('effective_budgets_seen', '-')} "
                 f"| {d['backend']['max_in_flight']} | {d['backend']['by_status']} "
                 f"| {d.get('spans_received') if d.get('spans_received') is not None else '-'} |"
@@ -571,7 +568,7 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
         meas = profile["measurement"]
         lines += [
             f"Under the profiler: {meas['count']} results at "
-            f"{_num(meas['rate_per_s'], ',.0f')}/s. Stats in "
+            f"{cell(meas['rate_per_s'], ',.0f')}/s. Stats in "
             f"`{profile['stats_file']}` (`python -m pstats`).",
             "",
             *table("function | calls | own s | share of own time | cumulative s"),
