@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inferq.tools.bench.machine import TARGET_HEAD, broker_shape, header, publish, table
+from inferq.tools.bench.machine import TARGET_HEAD, broker_shape, cell, header, publish, table
 
 MACHINE = {
     "commit": "abc1234",
@@ -45,6 +45,17 @@ def test_table_renders_head_rule_and_rows() -> None:
         "| a | 1 | <= 2 | PASS |",
     ]
     assert table(("x",)) == ["| x |", "|---|"]
+    assert table("a | b / c", [(1, None)]) == ["| a | b / c |", "|---|---|", "| 1 | None |"]
+
+
+def test_a_cell_is_the_figure_formatted_or_a_dash() -> None:
+    assert (cell(1.25), cell(1234.5, ",.0f"), cell(2, ".2f", " ms"), cell(-3, "+.1f")) == (
+        "1.2",
+        "1,234",
+        "2.00 ms",
+        "-3.0",
+    )
+    assert cell(None, ".2f", " ms") == "-"
 
 
 @pytest.mark.parametrize(("indent", "end"), [(None, ""), (2, "\n")])
