@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from inferq.tools.bench.machine import cell, command_line, header, machine, publish, table
+from inferq.tools.bench.machine import cell, header, publish, run_record, table
 from inferq.tools.broker.ephemeral import cluster_on_free_ports
 from inferq.tools.chaos.cluster_faults import CaseReport, CaseSpec, Fault, run_case
 from inferq.tools.chaos.figures import BASELINE_S, RECOVERED_SHARE, WINDOW_S
@@ -142,9 +142,7 @@ def run(spec: CaseSpec, faults: list[Fault], *, runs: int, out: Path, home: Path
                 report = run_case(cluster, fault, work / f"{fault}-{index + 1}", spec, log)
                 rows.append(case_row(report))
     document = {
-        "command": command_line("cluster-chaos"),
-        "machine": machine(),
-        "seconds": time.monotonic() - started,
+        **run_record("cluster-chaos", time.monotonic() - started),
         "spec": asdict(spec),
         "summary": {str(f): summarize([r for r in rows if r["fault"] == str(f)]) for f in faults},
         "rows": rows,

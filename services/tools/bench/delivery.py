@@ -44,7 +44,14 @@ from inferq.tools.bench.delivery_report import (
     targets,
 )
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import TARGET_HEAD, cell, command_line, header, machine, publish, table
+from inferq.tools.bench.machine import (
+    TARGET_HEAD,
+    cell,
+    header,
+    publish,
+    run_record,
+    table,
+)
 from inferq.tools.bench.recorder import marked_content
 from inferq.tools.bench.topicio import create_with_log_append_time, read_topic
 from inferq.tools.broker.broker import pick_free_ports
@@ -199,9 +206,7 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
     rows = [phase_stats(p, stamps) for p in phases]
     legs = {p.label: legs_ms(p.calls, stamps, replies, stream=p.stream) for p in phases if p.via == "inferq"}
     document = {
-        "command": command_line("delivery"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("delivery", took),
         "spec": asdict(spec),
         "backend": backend_stats,
         "phases": [asdict(r) for r in rows],

@@ -37,7 +37,7 @@ from inferq.tools.bench.fairness_report import (
 )
 from inferq.tools.bench.fairness_trace import TENANT_A, TENANT_B, FairnessSpec, describe
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import command_line, header, machine, publish, table
+from inferq.tools.bench.machine import header, publish, run_record, table
 from inferq.tools.bench.pipeline_run import BenchConfig, PipelineRun, raw_records, run_pipeline
 from inferq.tools.bench.scheduling_run import RunSpec, compressed_env
 from inferq.tools.bench.summary import TierRow, submit_stats
@@ -143,9 +143,7 @@ def report(
         backend_target(max_in_flight, backend_429s, spec.budget),
     ]
     document = {
-        "command": command_line("fairness"),
-        "machine": machine(),
-        "seconds": seconds,
+        **run_record("fairness", seconds),
         "trace": describe(spec, trace),
         "tenants": [{"name": t, "weight_share": spec.weight_share(t)} for t in (TENANT_A, TENANT_B)],
         "b_rows": {name: [asdict(r) for r in rows] for name, rows in b_rows.items()},

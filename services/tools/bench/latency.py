@@ -48,7 +48,14 @@ from inferq.tools.bench.latency_report import (
     timeline,
     worst_seconds,
 )
-from inferq.tools.bench.machine import TARGET_HEAD, cell, command_line, header, machine, publish, table
+from inferq.tools.bench.machine import (
+    TARGET_HEAD,
+    cell,
+    header,
+    publish,
+    run_record,
+    table,
+)
 from inferq.tools.bench.probe import record_key
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process
 from inferq.tools.bench.recorder import marked_content
@@ -343,9 +350,7 @@ def run(spec: LatencySpec, *, out: Path, home: Path) -> int:
     took = time.monotonic() - started
     stats = [_stats_of(r) for r in raws]
     document = {
-        "command": command_line("latency"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("latency", took),
         "spec": asdict(spec),
         "targets": [
             {"target": t, "measured_ms": v, "limit_ms": lim, "verdict": verdict}

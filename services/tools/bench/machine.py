@@ -123,3 +123,8 @@ def publish(
 def cell(value: float | None, spec: str = ".1f", unit: str = "") -> str:
     """A table cell of a figure: `value` formatted by `spec`, with `unit`; "-" when there is none."""
     return "-" if value is None else format(value, spec) + unit
+
+
+def run_record(kind: str, seconds: float) -> dict[str, Any]:
+    """What every bench's JSON opens with: the command as typed, the machine, the run's seconds."""
+    return {"command": command_line(kind), "machine": machine(), "seconds": seconds}

@@ -21,7 +21,7 @@ from inferq.messaging.admin import create_topics
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import bench_broker, group_lag
-from inferq.tools.bench.machine import command_line, header, machine, publish, table
+from inferq.tools.bench.machine import header, publish, run_record, table
 from inferq.tools.bench.topicio import brief_requests, bulk_produce
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.stack.process import ServiceProcess
@@ -165,9 +165,7 @@ def run(
             backend.stop()
     took = time.monotonic() - started
     document = {
-        "command": command_line("memory"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("memory", took),
         "records": records,
         "produce_seconds": produce_s,
         "budget": budget,

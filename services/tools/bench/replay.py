@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import command_line, header, machine, publish
+from inferq.tools.bench.machine import header, publish, run_record
 from inferq.tools.bench.replay_rate import measure_replay_rate
 
 TARGET_PER_S = 100_000.0
@@ -45,9 +45,7 @@ def run(records: int, *, runs: int, out: Path, home: Path) -> int:
         median = measure_replay_rate(bootstrap, records=records, runs=runs, log=log)
     took = time.monotonic() - started
     document: dict[str, Any] = {
-        "command": command_line("replay"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("replay", took),
         "records": records,
         "runs": runs,
         "median_records_per_s": median,

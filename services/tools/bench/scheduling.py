@@ -13,7 +13,7 @@ from typing import Any
 
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import command_line, header, machine, publish
+from inferq.tools.bench.machine import header, publish, run_record
 from inferq.tools.bench.pipeline_run import BenchConfig
 from inferq.tools.bench.prediction import (
     TOLERANCE_MS,
@@ -68,9 +68,7 @@ def run(
     targets = evaluate(summaries) + prediction_targets(summaries, predictions)
     took = time.monotonic() - started
     document = {
-        "command": command_line("scheduling"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("scheduling", took),
         "trace": describe(spec, trace),
         "budget": budget,
         "runs": [asdict(s) | {"starved": s.starved()} for s in summaries.values()],

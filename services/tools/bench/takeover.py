@@ -35,7 +35,14 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import broker_shape, cell, command_line, header, machine, publish, table
+from inferq.tools.bench.machine import (
+    broker_shape,
+    cell,
+    header,
+    publish,
+    run_record,
+    table,
+)
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process, wait_group_stable
 from inferq.tools.bench.topicio import chat_requests, read_topic
 from inferq.tools.broker.broker import pick_free_ports
@@ -342,9 +349,7 @@ def run(spec: TakeoverSpec, *, out: Path, home: Path) -> int:
         finally:
             backend.stop()
     document = {
-        "command": command_line("takeover"),
-        "machine": machine(),
-        "seconds": time.monotonic() - started,
+        **run_record("takeover", time.monotonic() - started),
         "spec": asdict(spec),
         "summary": {s.label: summarize([r for r in results if r.setting == s.label]) for s in spec.settings},
         "runs": [asdict(r) for r in results],

@@ -50,11 +50,10 @@ from inferq.tools.bench.machine import (
     TARGET_HEAD,
     broker_shape,
     cell,
-    command_line,
     header,
-    machine,
     publish,
     results_dir,
+    run_record,
     table,
 )
 from inferq.tools.bench.procs import (
@@ -439,9 +438,7 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
     order = [dispatchers_label(1), *([TRACED, TRACED_SAMPLED] if spec.tracing else [])]
     order += [dispatchers_label(n) for n in spec.group_sizes if n != 1] + [BARE, BACKEND, BACKEND_HTTPX]
     document = {
-        "command": command_line("throughput"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("throughput", took),
         "spec": asdict(spec),
         "targets": target_rows(runs) + tracing_rows(runs, hooks),
         "tracing_off_hooks": hooks,
