@@ -231,6 +231,19 @@ def test_arrivals_are_sent_at_their_offsets_divided_by_speed() -> None:
     assert [r.due_ms - records[0].due_ms for r in sorted(records, key=lambda r: r.n)] == [0, 200, 400]
 
 
+def test_a_shared_start_instant_anchors_every_due_time() -> None:
+    """What the benches use: two processes posting parts of one trace start it at the same instant."""
+    sender = FakeSender()
+    records: list[RequestRecord] = []
+    start_s = time.time() + 0.1
+    options = LoadOptions(run_id="t", start_at_s=start_s)
+    trace = [arrival(0, 0), arrival(1, 100)]
+    asyncio.run(run_load(trace, sender, options, stop=asyncio.Event(), on_record=records.append))
+    start_ms = round(start_s * 1000)
+    assert sorted(r.due_ms - start_ms for r in records) == [0, 100]
+    assert all(r.sent_ms >= r.due_ms - 5 for r in records), records
+
+
 def test_concurrency_is_bounded_and_a_stop_ends_the_run_with_what_was_sent() -> None:
     sender = FakeSender(delay_s=0.05)
     trace = [arrival(i, 0) for i in range(40)] + [arrival(40, 60_000)]
@@ -314,6 +327,26 @@ def test_http_answers_are_classified_as_a_report_needs_them() -> None:
     assert (refused.outcome, refused.status, refused.retry_after_s) == ("refused", 429, 3.0)
     assert (unavailable.outcome, unavailable.status) == ("unavailable", 503)
     assert (error.outcome, error.status, error.error) == ("error", 500, "boom")
+
+
+def test_with_keys_each_request_carries_its_tenants_api_key() -> None:
+    seen: list[str | None] = []
+
+    def ingest(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization"))
+        return fake_ingest(request)
+
+    async def go() -> None:
+        keys = {"a": "key-a", "b": "key-b"}
+        transport = httpx.MockTransport(ingest)
+        async with HttpSender(
+            "http://ingest", max_connections=4, timeout_s=5, transport=transport, keys=keys
+        ) as s:
+            for i, tenant in enumerate(("a", "b")):
+                await s.send(replace(arrival(i, 0), tenant=tenant), f"t:{i}")
+
+    asyncio.run(go())
+    assert seen == [None, "Bearer key-a", "Bearer key-b"]  # the health check, then each tenant's key
 
 
 def test_an_ingest_that_does_not_answer_stops_the_run_before_it_starts() -> None:

@@ -15,8 +15,9 @@ policy against the real pipeline), `scheduling_trace` (its trace, a scenario of 
 `prediction` (the simulator's figures beside each run). Beside `fairness`: `fairness_trace` and
 `fairness_report`. Shared by both: `pipeline_run` (one trace through fresh topics and processes).
 Beside the others: `latency_report`, `throughput_report`, `replay_rate`. Shared: `kafka` (the
-broker, the reply-topic reader), `machine`, `cpu`, `procs`, `topicio`; processes the benchmarks
-start: `recorder`, `bareloop`, `probe`.
+broker, the reply-topic reader), `machine` (what ran it, and the one renderer: every bench's header
+line, its markdown tables, its result files), `cpu`, `procs`, `topicio`; `load` posts a trace with
+`inferq loadgen`'s pacer and sender. Processes the benchmarks start: `recorder`, `bareloop`, `probe`.
 
 Benchmarks write results to files (`bench-results/*.json`, `*.md`); they are never timed assertions
 in tests. The pure parts (the trace, statistics, utilization replay, the reports) are separate

@@ -5,78 +5,250 @@ tokens`: benchmarks that write results to files (bench-results/); `recorder`, `b
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 DEFAULT_OUT = Path("bench-results")
 DEFAULT_HOME = Path(".inferq/bench")
+
+
+# An option: its flag, its type (bool: a switch; None: a string; a dict: add_argument's own
+# arguments), its default, its help. COMMON marks where --out and --home go (at the end if absent).
+Option = tuple[str, Any, Any, str]
+COMMON = None
+
+
+def _bench(
+    kinds: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    text: str,
+    func: Callable[[argparse.Namespace], int],
+    *options: Option | None,
+) -> argparse.ArgumentParser:
+    """One `inferq bench <name>` with its options and --out and --home."""
+    parser = kinds.add_parser(name, help=text)
+    for option in options if COMMON in options else (*options, COMMON):
+        if option is None:
+            _common(parser)
+            continue
+        flag, kind, default, help_ = option
+        if kind is bool:
+            parser.add_argument(flag, action="store_true", help=help_)
+        elif isinstance(kind, dict):
+            parser.add_argument(flag, help=help_, **kind)
+        else:
+            parser.add_argument(flag, type=kind, default=default, help=help_)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def _trace_options(*, compress: float, duration_s: float, seed: int, budget: int) -> list[Option | None]:
+    """The options of a bench that replays a compressed trace through the real pipeline."""
+    return [
+        ("--compress", float, compress, f"time compression S (default {compress:g})"),
+        ("--duration", float, duration_s, f"wall-clock seconds of arrivals (default {duration_s:g})"),
+        ("--seed", int, seed, f"seed of the arrival trace (default {seed})"),
+        ("--budget", int, budget, f"the backend's concurrency limit B (default {budget})"),
+        ("--timeout", float, None, "bound of the wait for every outcome, per run"),
+        COMMON,
+    ]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("bench", help="benchmarks: results go to bench-results/")
     kinds = parser.add_subparsers(dest="bench", required=True)
 
-    _register_scheduling(kinds)
+    from inferq.tools.bench.fairness_trace import FairnessSpec
+    from inferq.tools.bench.scheduling_trace import TraceSpec
+    from inferq.tools.bench.takeover import TakeoverSpec
+    from inferq.tools.chaos.cluster_faults import CaseSpec, Fault
 
-    mem = kinds.add_parser("memory", help="dispatcher RSS with a million LOW requests waiting in Kafka")
-    mem.add_argument(
-        "--records", type=int, default=1_000_000, help="LOW requests produced (default 1,000,000)"
+    d = TraceSpec()
+    _bench(
+        kinds,
+        "scheduling",
+        "every policy on the same time-compressed evening peak, against the real pipeline",
+        _scheduling,
+        *_trace_options(compress=d.compress, duration_s=d.duration_s, seed=d.seed, budget=10),
+        ("--briefs", int, d.briefs, f"morning briefs dumped at the start (default {d.briefs})"),
+        (
+            "--runs",
+            None,
+            "inferq,inferq-lifted,forecast,static,fifo",
+            "comma-separated runs, in order (default: inferq,inferq-lifted,forecast,static,fifo)",
+        ),
     )
-    mem.add_argument(
-        "--seconds", type=float, default=30.0, help="how long each dispatcher is sampled (default 30)"
+    _bench(
+        kinds,
+        "memory",
+        "dispatcher RSS with a million LOW requests waiting in Kafka",
+        _memory,
+        ("--records", int, 1_000_000, "LOW requests produced (default 1,000,000)"),
+        ("--seconds", float, 30.0, "how long each dispatcher is sampled (default 30)"),
+        ("--interval", float, 0.5, "seconds between RSS samples (default 0.5)"),
+        ("--budget", int, 2, "the dispatcher's budget (default 2)"),
+        ("--speed", float, 0.5, "simulated backend speed (default 0.5: slow)"),
     )
-    mem.add_argument("--interval", type=float, default=0.5, help="seconds between RSS samples (default 0.5)")
-    mem.add_argument("--budget", type=int, default=2, help="the dispatcher's budget (default 2)")
-    mem.add_argument("--speed", type=float, default=0.5, help="simulated backend speed (default 0.5: slow)")
-    _common(mem)
-    mem.set_defaults(func=_memory)
-    _register_fairness(kinds)
-    _register_latency(kinds)
-    _register_delivery(kinds)
-    _register_throughput(kinds)
-    _register_replay(kinds)
-    _register_cluster_chaos(kinds)
-    _register_takeover(kinds)
-    _register_tokens(kinds)
-    _register_fallback(kinds)
+    f = FairnessSpec()
+    _bench(
+        kinds,
+        "fairness",
+        "a steady tenant alone, then with a tenant flooding HIGH and LOW, against the real pipeline",
+        _fairness,
+        *_trace_options(compress=f.compress, duration_s=f.duration_s, seed=f.seed, budget=f.budget),
+        (
+            "--flood",
+            float,
+            f.flood,
+            f"A sends this many times its weighted share of HIGH's and LOW's peak floors ({f.flood:g})",
+        ),
+        ("--weight-a", float, f.weight_a, f"A's weight (default {f.weight_a:g})"),
+        ("--weight-b", float, f.weight_b, f"B's weight (default {f.weight_b:g})"),
+        (
+            "--cap-a",
+            {"type": int, "default": None, "metavar": "N"},
+            None,
+            "A's max_concurrency (default none: the budget)",
+        ),
+    )
+    _bench(
+        kinds,
+        "latency",
+        "latency added between ingest's 202 and the backend, with free slots, at 200/s",
+        _latency,
+        ("--rate", float, 200.0, "HIGH requests per second (default 200)"),
+        ("--duration", float, 25.0, "measured seconds per run (default 25)"),
+        ("--warmup", float, 3.0, "seconds sent first, not counted (default 3)"),
+        ("--budget", int, 100, "the dispatcher's budget (default 100)"),
+        ("--backend-latency-ms", float, 5.0, "the recording backend's latency (default 5)"),
+        ("--runs", int, 3, "runs; medians are quoted (default 3)"),
+        (
+            "--no-probe",
+            bool,
+            None,
+            "run the plain dispatcher: no fetch stamps, produce→dispatch reported as one step",
+        ),
+    )
+    _bench(
+        kinds,
+        "delivery",
+        "chat completions direct vs through inferq: added latency and first-chunk delay",
+        _delivery,
+        COMMON,
+        ("--rate", float, 200.0, "calls per second (default 200)"),
+        ("--duration", float, 20.0, "seconds counted per phase (default 20)"),
+        ("--warmup", float, 3.0, "seconds sent first, not counted (default 3)"),
+        ("--backend-latency-ms", float, 100.0, "the simulator's latency (default 100)"),
+        ("--chunk-linger-ms", float, None, "INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS (default: its own)"),
+    )
+    _bench(
+        kinds,
+        "throughput",
+        "requests/s of one and two dispatchers on a zero-latency backend, vs a bare loop",
+        _throughput,
+        ("--records", int, 5_000, "HIGH requests per measurement (default 5,000)"),
+        ("--budget", int, 200, "the group's budget (default 200)"),
+        ("--runs", int, 3, "runs; medians are quoted (default 3)"),
+        ("--dispatchers", None, "1,2", "group sizes to measure, comma-separated (default 1,2)"),
+        (
+            "--profile",
+            bool,
+            None,
+            "after the runs, one more single-dispatcher measurement under cProfile (not in the medians)",
+        ),
+        (
+            "--dispatcher-env",
+            {"action": "append", "default": [], "metavar": "NAME=VALUE"},
+            None,
+            "a setting for every dispatcher, e.g. INFERQ_DISPATCHER_READAHEAD_PER_TIER=200; repeatable",
+        ),
+        (
+            "--cluster",
+            bool,
+            None,
+            "on a three-node cluster (replication 3, min.insync.replicas=2) instead of one broker",
+        ),
+        (
+            "--no-tracing",
+            bool,
+            None,
+            "leave out the single dispatcher with tracing on (100%% sampled, OTLP to a local receiver)",
+        ),
+    )
+    _bench(
+        kinds,
+        "replay",
+        "records/s of `inferq replay --speed max` (target >= 100,000/s)",
+        _replay,
+        ("--records", int, 200_000, "requests per replay (default 200,000)"),
+        ("--runs", int, 3, "runs; the median is quoted (default 3)"),
+    )
+    c = CaseSpec()
+    _bench(
+        kinds,
+        "cluster-chaos",
+        "broker faults on a three-node cluster under traffic: lost, duplicates, 503s, recovery",
+        _cluster_chaos,
+        ("--runs", int, 3, "runs of each case; medians are quoted (default 3)"),
+        ("--cases", None, ",".join(Fault), f"comma-separated, in order (default {','.join(Fault)})"),
+        ("--warmup", float, c.warmup_s, f"seconds before the fault ({c.warmup_s:g})"),
+        ("--down", float, c.down_s, f"seconds a killed node stays down ({c.down_s:g})"),
+        ("--after", float, c.after_s, f"seconds of traffic after ({c.after_s:g})"),
+        ("--threads", int, c.threads, f"submitters ({c.threads})"),
+        ("--interval", float, c.interval_s, f"each submitter's pause in s ({c.interval_s:g})"),
+        ("--dispatchers", int, c.dispatchers, f"dispatchers ({c.dispatchers})"),
+    )
+    t = TakeoverSpec()
+    _bench(
+        kinds,
+        "takeover",
+        "seconds until a SIGKILLed dispatcher's partitions are served again; rebalances of a frozen one",
+        _takeover,
+        ("--runs", int, t.runs, f"runs per setting; medians quoted ({t.runs})"),
+        (
+            "--settings",
+            None,
+            "2000/500",
+            "comma-separated SESSION_MS/HEARTBEAT_MS pairs to measure, e.g. 2000/500,10000/3000 "
+            "(default 2000/500, the dispatcher's own)",
+        ),
+        ("--rate", float, t.rate_per_s, f"HIGH requests/s ({t.rate_per_s:g})"),
+        ("--soak", float, t.soak_s, f"seconds both live ({t.soak_s:g})"),
+        ("--pause-ms", int, t.pause_ms, f"the freeze during the soak, ms ({t.pause_ms})"),
+        ("--after", float, t.after_s, f"seconds after the kill ({t.after_s:g})"),
+        ("--cluster", bool, None, "on a three-node cluster, not one broker"),
+    )
+    _bench(
+        kinds,
+        "tokens",
+        "tokens per minute achieved against a TPM-limited simulated backend, inferq and fifo",
+        _tokens,
+        ("--tpm", int, 6000, "the simulator's tokens per minute (default 6000)"),
+        ("--minutes", float, 2.0, "minutes measured per policy (default 2)"),
+    )
+    _bench(
+        kinds,
+        "fallback",
+        "the primary backend down for a period: failed, time to switch and back",
+        _fallback,
+        ("--warm", float, 15.0, "seconds before the outage (default 15)"),
+        (
+            "--outage",
+            float,
+            25.0,
+            "seconds of the primary's outage (default 25: not a multiple of the breaker's 10 s pause)",
+        ),
+        ("--after", float, 30.0, "seconds after it (default 30)"),
+        ("--breaker-open", float, None, "INFERQ_DISPATCHER_BREAKER_OPEN_S (default its default)"),
+    )
     _register_helpers(kinds)
-
-
-def _register_tokens(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    tok = kinds.add_parser(
-        "tokens", help="tokens per minute achieved against a TPM-limited simulated backend, inferq and fifo"
-    )
-    tok.add_argument("--tpm", type=int, default=6000, help="the simulator's tokens per minute (default 6000)")
-    tok.add_argument("--minutes", type=float, default=2.0, help="minutes measured per policy (default 2)")
-    _common(tok)
-    tok.set_defaults(func=_tokens)
 
 
 def _tokens(args: argparse.Namespace) -> int:
     from inferq.tools.bench import tokens
 
     return tokens.run(out=args.out, home=args.home.resolve(), tpm=args.tpm, minutes=args.minutes)
-
-
-def _register_fallback(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    fb = kinds.add_parser(
-        "fallback", help="the primary backend down for a period: failed, time to switch and back"
-    )
-    fb.add_argument("--warm", type=float, default=15.0, help="seconds before the outage (default 15)")
-    fb.add_argument(
-        "--outage",
-        type=float,
-        default=25.0,
-        help="seconds of the primary's outage (default 25: not a multiple of the breaker's 10 s pause)",
-    )
-    fb.add_argument("--after", type=float, default=30.0, help="seconds after it (default 30)")
-    fb.add_argument(
-        "--breaker-open",
-        type=float,
-        default=None,
-        help="INFERQ_DISPATCHER_BREAKER_OPEN_S (default its default)",
-    )
-    _common(fb)
-    fb.set_defaults(func=_fallback)
 
 
 def _fallback(args: argparse.Namespace) -> int:
@@ -93,119 +265,6 @@ def _fallback(args: argparse.Namespace) -> int:
     )
 
 
-def _trace_replay(
-    parser: argparse.ArgumentParser, *, compress: float, duration_s: float, seed: int, budget: int
-) -> None:
-    """The arguments of a bench that replays a compressed trace through the real pipeline."""
-    parser.add_argument(
-        "--compress", type=float, default=compress, help=f"time compression S (default {compress:g})"
-    )
-    parser.add_argument(
-        "--duration",
-        type=float,
-        default=duration_s,
-        help=f"wall-clock seconds of arrivals (default {duration_s:g})",
-    )
-    parser.add_argument("--seed", type=int, default=seed, help=f"seed of the arrival trace (default {seed})")
-    parser.add_argument(
-        "--budget", type=int, default=budget, help=f"the backend's concurrency limit B (default {budget})"
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=None, help="bound of the wait for every outcome, per run"
-    )
-    _common(parser)
-
-
-def _register_scheduling(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from inferq.tools.bench.scheduling_trace import TraceSpec
-
-    d = TraceSpec()
-    sched = kinds.add_parser(
-        "scheduling", help="every policy on the same time-compressed evening peak, against the real pipeline"
-    )
-    _trace_replay(sched, compress=d.compress, duration_s=d.duration_s, seed=d.seed, budget=10)
-    sched.add_argument(
-        "--briefs",
-        type=int,
-        default=d.briefs,
-        help=f"morning briefs dumped at the start (default {d.briefs})",
-    )
-    sched.add_argument(
-        "--runs",
-        default="inferq,inferq-lifted,forecast,static,fifo",
-        help="comma-separated runs, in order (default: inferq,inferq-lifted,forecast,static,fifo)",
-    )
-    sched.set_defaults(func=_scheduling)
-
-
-def _register_fairness(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from inferq.tools.bench.fairness_trace import FairnessSpec
-
-    d = FairnessSpec()
-    fair = kinds.add_parser(
-        "fairness",
-        help="a steady tenant alone, then with a tenant flooding HIGH and LOW, against the real pipeline",
-    )
-    _trace_replay(fair, compress=d.compress, duration_s=d.duration_s, seed=d.seed, budget=d.budget)
-    fair.add_argument(
-        "--flood",
-        type=float,
-        default=d.flood,
-        help=f"A sends this many times its weighted share of HIGH's and LOW's peak floors ({d.flood:g})",
-    )
-    fair.add_argument(
-        "--weight-a", type=float, default=d.weight_a, help=f"A's weight (default {d.weight_a:g})"
-    )
-    fair.add_argument(
-        "--weight-b", type=float, default=d.weight_b, help=f"B's weight (default {d.weight_b:g})"
-    )
-    fair.add_argument(
-        "--cap-a", type=int, default=None, metavar="N", help="A's max_concurrency (default none: the budget)"
-    )
-    fair.set_defaults(func=_fairness)
-
-
-def _register_latency(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    lat = kinds.add_parser(
-        "latency", help="latency added between ingest's 202 and the backend, with free slots, at 200/s"
-    )
-    lat.add_argument("--rate", type=float, default=200.0, help="HIGH requests per second (default 200)")
-    lat.add_argument("--duration", type=float, default=25.0, help="measured seconds per run (default 25)")
-    lat.add_argument("--warmup", type=float, default=3.0, help="seconds sent first, not counted (default 3)")
-    lat.add_argument("--budget", type=int, default=100, help="the dispatcher's budget (default 100)")
-    lat.add_argument(
-        "--backend-latency-ms", type=float, default=5.0, help="the recording backend's latency (default 5)"
-    )
-    lat.add_argument("--runs", type=int, default=3, help="runs; medians are quoted (default 3)")
-    lat.add_argument(
-        "--no-probe",
-        action="store_true",
-        help="run the plain dispatcher: no fetch stamps, produce→dispatch reported as one step",
-    )
-    _common(lat)
-    lat.set_defaults(func=_latency)
-
-
-def _register_delivery(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    dlv = kinds.add_parser(
-        "delivery", help="chat completions direct vs through inferq: added latency and first-chunk delay"
-    )
-    _common(dlv)
-    dlv.add_argument("--rate", type=float, default=200.0, help="calls per second (default 200)")
-    dlv.add_argument("--duration", type=float, default=20.0, help="seconds counted per phase (default 20)")
-    dlv.add_argument("--warmup", type=float, default=3.0, help="seconds sent first, not counted (default 3)")
-    dlv.add_argument(
-        "--backend-latency-ms", type=float, default=100.0, help="the simulator's latency (default 100)"
-    )
-    dlv.add_argument(
-        "--chunk-linger-ms",
-        type=float,
-        default=None,
-        help="INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS (default: its own)",
-    )
-    dlv.set_defaults(func=_delivery)
-
-
 def _delivery(args: argparse.Namespace) -> int:
     from inferq.tools.bench import delivery
 
@@ -217,44 +276,6 @@ def _delivery(args: argparse.Namespace) -> int:
         chunk_linger_ms=args.chunk_linger_ms,
     )
     return delivery.run(spec, out=args.out, home=args.home.resolve())
-
-
-def _register_throughput(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    thr = kinds.add_parser(
-        "throughput", help="requests/s of one and two dispatchers on a zero-latency backend, vs a bare loop"
-    )
-    thr.add_argument(
-        "--records", type=int, default=5_000, help="HIGH requests per measurement (default 5,000)"
-    )
-    thr.add_argument("--budget", type=int, default=200, help="the group's budget (default 200)")
-    thr.add_argument("--runs", type=int, default=3, help="runs; medians are quoted (default 3)")
-    thr.add_argument(
-        "--dispatchers", default="1,2", help="group sizes to measure, comma-separated (default 1,2)"
-    )
-    thr.add_argument(
-        "--profile",
-        action="store_true",
-        help="after the runs, one more single-dispatcher measurement under cProfile (not in the medians)",
-    )
-    thr.add_argument(
-        "--dispatcher-env",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a setting for every dispatcher, e.g. INFERQ_DISPATCHER_READAHEAD_PER_TIER=200; repeatable",
-    )
-    thr.add_argument(
-        "--cluster",
-        action="store_true",
-        help="on a three-node cluster (replication 3, min.insync.replicas=2) instead of one broker",
-    )
-    thr.add_argument(
-        "--no-tracing",
-        action="store_true",
-        help="leave out the single dispatcher with tracing on (100%% sampled, OTLP to a local receiver)",
-    )
-    _common(thr)
-    thr.set_defaults(func=_throughput)
 
 
 def _register_helpers(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -411,50 +432,10 @@ def _bareloop(args: argparse.Namespace) -> int:
     return bareloop.run(args)
 
 
-def _register_replay(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    rep = kinds.add_parser("replay", help="records/s of `inferq replay --speed max` (target >= 100,000/s)")
-    rep.add_argument("--records", type=int, default=200_000, help="requests per replay (default 200,000)")
-    rep.add_argument("--runs", type=int, default=3, help="runs; the median is quoted (default 3)")
-    _common(rep)
-    rep.set_defaults(func=_replay)
-
-
 def _replay(args: argparse.Namespace) -> int:
     from inferq.tools.bench import replay
 
     return replay.run(args.records, runs=args.runs, out=args.out, home=args.home.resolve())
-
-
-def _register_cluster_chaos(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from inferq.tools.chaos.cluster_faults import CaseSpec, Fault
-
-    d = CaseSpec()
-    cc = kinds.add_parser(
-        "cluster-chaos",
-        help="broker faults on a three-node cluster under traffic: lost, duplicates, 503s, recovery",
-    )
-    cc.add_argument("--runs", type=int, default=3, help="runs of each case; medians are quoted (default 3)")
-    cc.add_argument(
-        "--cases",
-        default=",".join(Fault),
-        help=f"comma-separated, in order (default {','.join(Fault)})",
-    )
-    cc.add_argument(
-        "--warmup", type=float, default=d.warmup_s, help=f"seconds before the fault ({d.warmup_s:g})"
-    )
-    cc.add_argument(
-        "--down", type=float, default=d.down_s, help=f"seconds a killed node stays down ({d.down_s:g})"
-    )
-    cc.add_argument(
-        "--after", type=float, default=d.after_s, help=f"seconds of traffic after ({d.after_s:g})"
-    )
-    cc.add_argument("--threads", type=int, default=d.threads, help=f"submitters ({d.threads})")
-    cc.add_argument(
-        "--interval", type=float, default=d.interval_s, help=f"each submitter's pause in s ({d.interval_s:g})"
-    )
-    cc.add_argument("--dispatchers", type=int, default=d.dispatchers, help=f"dispatchers ({d.dispatchers})")
-    _common(cc)
-    cc.set_defaults(func=_cluster_chaos)
 
 
 def _cluster_chaos(args: argparse.Namespace) -> int:
@@ -476,32 +457,6 @@ def _cluster_chaos(args: argparse.Namespace) -> int:
         dispatchers=args.dispatchers,
     )
     return cluster_chaos.run(spec, faults, runs=args.runs, out=args.out, home=args.home.resolve())
-
-
-def _register_takeover(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from inferq.tools.bench.takeover import TakeoverSpec
-
-    d = TakeoverSpec()
-    tko = kinds.add_parser(
-        "takeover",
-        help="seconds until a SIGKILLed dispatcher's partitions are served again; rebalances of a frozen one",
-    )
-    tko.add_argument("--runs", type=int, default=d.runs, help=f"runs per setting; medians quoted ({d.runs})")
-    tko.add_argument(
-        "--settings",
-        default="2000/500",
-        help="comma-separated SESSION_MS/HEARTBEAT_MS pairs to measure, e.g. 2000/500,10000/3000 "
-        "(default 2000/500, the dispatcher's own)",
-    )
-    tko.add_argument("--rate", type=float, default=d.rate_per_s, help=f"HIGH requests/s ({d.rate_per_s:g})")
-    tko.add_argument("--soak", type=float, default=d.soak_s, help=f"seconds both live ({d.soak_s:g})")
-    tko.add_argument(
-        "--pause-ms", type=int, default=d.pause_ms, help=f"the freeze during the soak, ms ({d.pause_ms})"
-    )
-    tko.add_argument("--after", type=float, default=d.after_s, help=f"seconds after the kill ({d.after_s:g})")
-    tko.add_argument("--cluster", action="store_true", help="on a three-node cluster, not one broker")
-    _common(tko)
-    tko.set_defaults(func=_takeover)
 
 
 def _takeover(args: argparse.Namespace) -> int:

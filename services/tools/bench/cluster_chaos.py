@@ -10,7 +10,6 @@ Results: ``bench-results/cluster-chaos.{json,md}``.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 import uuid
@@ -18,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import cell, header, publish, run_record, table
 from inferq.tools.broker.ephemeral import cluster_on_free_ports
 from inferq.tools.chaos.cluster_faults import CaseReport, CaseSpec, Fault, run_case
 from inferq.tools.chaos.figures import BASELINE_S, RECOVERED_SHARE, WINDOW_S
@@ -78,18 +77,12 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _fmt(value: float | None, spec: str = ".1f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def render(document: dict[str, Any]) -> str:
-    m, spec = document["machine"], document["spec"]
+    spec = document["spec"]
     lines = [
         "# Broker faults on a three-node cluster",
         "",
-        f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Kafka {m['kafka']}, three "
-        f"combined broker+controller nodes ({HEAP} heap each), load average at the end "
-        f"{m['load_average_1m_5m']}; {code_line(m)}; {document['seconds']:.0f} s in all.",
+        header(document, python=False, kafka=f", three combined broker+controller nodes ({HEAP} heap each)"),
         "",
         f"Each case on a fresh pipeline (ingest, results, {spec['dispatchers']} dispatchers, simulated "
         f"backend at 10x speed), topics with replication factor 3 and min.insync.replicas=2. Traffic: "
@@ -102,32 +95,34 @@ def render(document: dict[str, Any]) -> str:
         f"{WINDOW_S:g} s window back at {RECOVERED_SHARE:.0%} of the {BASELINE_S:g} s before it, once a "
         "window fell below (0: no window fell below; for a rolling restart the slowest of its three).",
         "",
-        "| case | runs | accepted (median) | lost | caller-visible duplicates | absorbed by the store "
-        "(median) | refused (median) | longest run (median) | its duration | recovered after (median) "
-        "| max | longest gap without a completion (median) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "case | runs | accepted (median) | lost | caller-visible duplicates | absorbed by the store "
+            "(median) | refused (median) | longest run (median) | its duration | recovered after (median) "
+            "| max | longest gap without a completion (median)"
+        ),
     ]
     for fault, s in document["summary"].items():
         lines.append(
-            f"| {fault} | {s['runs']} | {_fmt(s['accepted_median'], '.0f')} | {s['lost']} "
-            f"| {s['caller_duplicates']} | {_fmt(s['absorbed_median'], '.0f')} "
-            f"| {_fmt(s['refused_median'], '.0f')} | {_fmt(s['longest_run_median'], '.0f')} "
-            f"| {_fmt(s['longest_run_s_median'])} s | {_fmt(s['recovered_s_median'])} s "
-            f"| {_fmt(s['recovered_s_max'])} s | {_fmt(s['longest_gap_s_median'])} s |"
+            f"| {fault} | {s['runs']} | {cell(s['accepted_median'], '.0f')} | {s['lost']} "
+            f"| {s['caller_duplicates']} | {cell(s['absorbed_median'], '.0f')} "
+            f"| {cell(s['refused_median'], '.0f')} | {cell(s['longest_run_median'], '.0f')} "
+            f"| {cell(s['longest_run_s_median'])} s | {cell(s['recovered_s_median'])} s "
+            f"| {cell(s['recovered_s_max'])} s | {cell(s['longest_gap_s_median'])} s |"
         )
     lines += [
         "",
         "## Per run",
         "",
-        "| case | nodes | accepted | lost | duplicates (callers / absorbed) | refused | longest run "
-        "| recovered | longest gap | node back after | replicated after |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "case | nodes | accepted | lost | duplicates (callers / absorbed) | refused | longest run "
+            "| recovered | longest gap | node back after | replicated after"
+        ),
     ]
     for r in document["rows"]:
         lines.append(
             f"| {r['fault']} | {r['nodes']} | {r['accepted']} | {r['lost']} | {r['caller_duplicates']} / "
             f"{r['absorbed_duplicates']} | {r['refused'] or 0} | {r['longest_refusal_run']} "
-            f"({r['longest_refusal_run_s']:.1f} s) | {_fmt(r['recovered_s'])} s | {r['longest_gap_s']:.1f} s "
+            f"({r['longest_refusal_run_s']:.1f} s) | {cell(r['recovered_s'])} s | {r['longest_gap_s']:.1f} s "
             f"| {', '.join(f'{x:.0f}' for x in r['node_back_s'])} s "
             f"| {', '.join(f'{x:.0f}' for x in r['replicated_s'])} s |"
         )
@@ -147,18 +142,12 @@ def run(spec: CaseSpec, faults: list[Fault], *, runs: int, out: Path, home: Path
                 report = run_case(cluster, fault, work / f"{fault}-{index + 1}", spec, log)
                 rows.append(case_row(report))
     document = {
-        "command": command_line("cluster-chaos"),
-        "machine": machine(),
-        "seconds": time.monotonic() - started,
+        **run_record("cluster-chaos", time.monotonic() - started),
         "spec": asdict(spec),
         "summary": {str(f): summarize([r for r in rows if r["fault"] == str(f)]) for f in faults},
         "rows": rows,
     }
-    directory = results_dir(out)
-    (directory / "cluster-chaos.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
     markdown = render(document)
-    (directory / "cluster-chaos.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
+    publish(out, "cluster-chaos", document, markdown, indent=1)
     clean = all(r["lost"] == 0 and r["caller_duplicates"] == 0 for r in rows)
     return 0 if clean else 1

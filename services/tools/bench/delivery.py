@@ -40,11 +40,18 @@ from inferq.tools.bench.delivery_report import (
     legs_ms,
     legs_table,
     phase_stats,
-    table,
+    phase_table,
     targets,
 )
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import (
+    TARGET_HEAD,
+    cell,
+    header,
+    publish,
+    run_record,
+    table,
+)
 from inferq.tools.bench.recorder import marked_content
 from inferq.tools.bench.topicio import create_with_log_append_time, read_topic
 from inferq.tools.broker.broker import pick_free_ports
@@ -201,9 +208,7 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
     rows = [phase_stats(p, stamps) for p in phases]
     legs = {p.label: legs_ms(p.calls, stamps, replies, stream=p.stream) for p in phases if p.via == "inferq"}
     document = {
-        "command": command_line("delivery"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("delivery", took),
         "spec": asdict(spec),
         "backend": backend_stats,
         "phases": [asdict(r) for r in rows],
@@ -215,13 +220,8 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
         "calls": {p.label: [asdict(c) for c in p.calls] for p in phases},
         "backend_stamps": stamps,
     }
-    directory = results_dir(out)
-    (directory / "delivery.json").write_text(json.dumps(document), encoding="utf-8")
     markdown = render(document, rows, legs)
-    (directory / "delivery.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
-    log(f"wrote {directory / 'delivery.json'} and {directory / 'delivery.md'} ({took:.0f} s in all)")
+    publish(out, "delivery", document, markdown)
     return 0 if all(r.complete == r.sent for r in rows) else 1
 
 
@@ -230,10 +230,6 @@ def _cpu_line(label: str, cpu: dict[str, Any]) -> str:
     ours = ", ".join(f"{name} {used / wall:.0%}" for name, used in sorted(cpu["by_process_s"].items()))
     busy = cpu["machine_busy_s"] / (cpu["machine_capacity_s"] or 1.0)
     return f"- {label}: {ours}; everything else {cpu['others_s'] / wall:.0%}; machine busy {busy:.0%}."
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} ms"
 
 
 def reply_stamps(bootstrap: str, topic: str) -> dict[str, ReplyStamps]:
@@ -265,20 +261,17 @@ def reply_stamps(bootstrap: str, topic: str) -> dict[str, ReplyStamps]:
 
 
 def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dict[str, Stats | None]]) -> str:
-    m = document["machine"]
     spec = document["spec"]
     linger = spec["chunk_linger_ms"]
     target_rows = [
-        f"| {t['name']} | {_ms(t['measured_ms'])} | <= {t['limit_ms']:g} ms | {t['verdict']} |"
+        (t["name"], cell(t["measured_ms"], ".1f", " ms"), f"<= {t['limit_ms']:g} ms", t["verdict"])
         for t in document["targets"]
     ]
     return "\n".join(
         [
             "# Delivery benchmark: direct vs through inferq",
             "",
-            f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
-            f"{document['seconds']:.0f} s in all.",
+            header(document),
             "",
             f"Each phase: {spec['rate_per_s']:g} calls/s open loop for {spec['duration_s']:g} s after a "
             f"{spec['warmup_s']:g} s warm-up (not counted), one aiohttp client; simulated backend with a "
@@ -287,7 +280,7 @@ def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dic
             "Overhead = client's wait minus the backend's own time for that call "
             "(both stamped on this machine's clock).",
             "",
-            table(rows),
+            phase_table(rows),
             "",
             "Where the time goes through inferq (broker append times, ms resolution):",
             "",
@@ -296,9 +289,7 @@ def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dic
             "",
             *(_cpu_line(label, use) for label, use in document["cpu"].items()),
             "",
-            "| target | measured | threshold | verdict |",
-            "|---|---|---|---|",
-            *target_rows,
+            *table(TARGET_HEAD, target_rows),
             "",
         ]
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from inferq.tools.bench.machine import table
 from inferq.tools.measures import Stats, stats
 
 # Backend stamps per marker: [received_ns, first_token_ns, done_ns] (None: not stamped).
@@ -142,11 +143,12 @@ def _cell(s: Stats | None, attr: str) -> str:
     return "-" if s is None else f"{getattr(s, attr):.1f}"
 
 
-def table(rows: Sequence[PhaseStats]) -> str:
+def phase_table(rows: Sequence[PhaseStats]) -> str:
     lines = [
-        "| calls | sent | complete | client lag p50/p99 | sent → backend p50 | client total p50 "
-        "| backend p50 | overhead p50 | p95 | p99 | first chunk delay p50 | p95 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "calls | sent | complete | client lag p50/p99 | sent → backend p50 | client total p50 "
+            "| backend p50 | overhead p50 | p95 | p99 | first chunk delay p50 | p95"
+        ),
     ]
     for r in rows:
         lines.append(
@@ -200,8 +202,6 @@ def legs_ms(
 
 
 def legs_table(legs: Mapping[str, Stats | None]) -> str:
-    lines = ["| leg | n | p50 | p95 | p99 |", "|---|---|---|---|---|"]
-    for name, s in legs.items():
-        count = 0 if s is None else s.count
-        lines.append(f"| {name} | {count} | {_cell(s, 'p50')} | {_cell(s, 'p95')} | {_cell(s, 'p99')} |")
-    return "\n".join(lines)
+    quantiles = ("p50", "p95", "p99")
+    rows = [(name, s.count if s else 0, *(_cell(s, q) for q in quantiles)) for name, s in legs.items()]
+    return "\n".join(table(("leg", "n", *quantiles), rows))

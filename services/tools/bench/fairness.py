@@ -10,7 +10,6 @@ and outcome, the machine) and `<out>/fairness.md`, and prints the markdown.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import uuid
@@ -38,7 +37,7 @@ from inferq.tools.bench.fairness_report import (
 )
 from inferq.tools.bench.fairness_trace import TENANT_A, TENANT_B, FairnessSpec, describe
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import header, publish, run_record, table
 from inferq.tools.bench.pipeline_run import BenchConfig, PipelineRun, raw_records, run_pipeline
 from inferq.tools.bench.scheduling_run import RunSpec, compressed_env
 from inferq.tools.bench.summary import TierRow, submit_stats
@@ -102,15 +101,7 @@ def run(spec: FairnessSpec, *, out: Path, home: Path, timeout_s: float | None) -
         for name, arrivals in ((ALONE, b_only), (WITH_A, trace)):
             runs[name] = run_pipeline(bootstrap, name, arrivals, config, env=env, in_child=flood, keys=keys)
     document, markdown = report(spec, trace, runs, seconds=time.monotonic() - started)
-    directory = results_dir(out)
-    (directory / "fairness.json").write_text(json.dumps(document, indent=2, default=str), encoding="utf-8")
-    (directory / "fairness.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
-    log(
-        f"wrote {directory / 'fairness.json'} and {directory / 'fairness.md'} "
-        f"({document['seconds']:.0f} s in all)"
-    )
+    publish(out, "fairness", document, markdown, indent=2, default=str)
     return 0 if all(not r.missing_ids for r in runs.values()) else 1
 
 
@@ -152,9 +143,7 @@ def report(
         backend_target(max_in_flight, backend_429s, spec.budget),
     ]
     document = {
-        "command": command_line("fairness"),
-        "machine": machine(),
-        "seconds": seconds,
+        **run_record("fairness", seconds),
         "trace": describe(spec, trace),
         "tenants": [{"name": t, "weight_share": spec.weight_share(t)} for t in (TENANT_A, TENANT_B)],
         "b_rows": {name: [asdict(r) for r in rows] for name, rows in b_rows.items()},
@@ -198,10 +187,11 @@ def _tier(rows: list[TierRow], tier: Tier) -> TierRow:
 
 def _run_table(runs: dict[str, PipelineRun], split: LowSplit) -> str:
     lines = [
-        "| run | seconds | backend max in flight | backend 429s | min effective budget "
-        "| calls answered 200 whose request did not end OK | duplicates on reply topic "
-        "| LOW starts while both waited (B / A) | B's 202 p50 / p95 ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "run | seconds | backend max in flight | backend 429s | min effective budget "
+            "| calls answered 200 whose request did not end OK | duplicates on reply topic "
+            "| LOW starts while both waited (B / A) | B's 202 p50 / p95 ms"
+        ),
     ]
     for name, run in runs.items():
         budget = min((b for _, b in run.effective_budget_samples), default=None)
@@ -224,7 +214,6 @@ def _run_table(runs: dict[str, PipelineRun], split: LowSplit) -> str:
 
 
 def render(document: dict[str, Any], spec: FairnessSpec, tables: dict[str, str]) -> str:
-    m = document["machine"]
     trace = document["trace"]
     rates = trace["rates_per_s"]
     counts = ", ".join(f"{k} {v}" for k, v in trace["counts"].items())
@@ -233,9 +222,7 @@ def render(document: dict[str, Any], spec: FairnessSpec, tables: dict[str, str])
         [
             "# Fairness benchmark",
             "",
-            f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
-            f"{document['seconds']:.0f} s in all.",
+            header(document),
             "",
             f"Trace (seed {spec.seed}, {spec.duration_s:g} s of wall clock, time compressed S = "
             f"{spec.compress:g}, budget {spec.budget}, peak pinned): {trace['total']} requests: {counts}. "

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.messaging.tiers import Tier
+from inferq.tools.bench.machine import TARGET_HEAD, cell, table
 from inferq.tools.bench.summary import REFUSED, Submission, TierRow, tier_rows
 from inferq.tools.measures import Outcome, Stats, stats
 from inferq.tools.report.timeseries import tokens_in_use
@@ -209,23 +210,17 @@ def backend_target(max_in_flight: Mapping[str, int], refused: Mapping[str, int],
     )
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
 def _wait(s: Stats | None) -> list[str]:
-    return ["-"] * 3 if s is None else [_num(s.mean), _num(s.p95), str(s.count)]
+    return ["-"] * 3 if s is None else [cell(s.mean), cell(s.p95), str(s.count)]
 
 
 def tier_table(
     rows: Mapping[str, Sequence[TierRow]], refused: Mapping[str, Mapping[Tier, Mapping[str, int]]]
 ) -> str:
     """One line per (run, tier): requests, ingest's refusals (by kind), outcomes, queue wait."""
-    lines = [
-        "| run | tier | sent | accepted | 429/503 (why) | outcomes | missing | wait mean ms | wait p95 ms "
-        "| waits |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    head = "run | tier | sent | accepted | 429/503 (why) | outcomes | missing | wait mean ms | wait p95 ms "
+    head += "| waits"
+    lines: list[list[str]] = []
     for run, tiers in rows.items():
         for row in tiers:
             if not row.submitted:
@@ -241,39 +236,33 @@ def tier_table(
                 f"{row.refused}{why}",
                 outcomes,
             ]
-            cells += [str(row.missing), *_wait(row.wait_ms)]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            lines.append([*cells, str(row.missing), *_wait(row.wait_ms)])
+    return "\n".join(table(head, lines))
 
 
 def full_backend_table(rows: Mapping[str, FullBackendArrivals], budget: int) -> str:
-    lines = [
-        f"| run | B's chats dispatched | enqueued with all {budget} slots busy | their wait p50 / p95 ms "
-        "| enqueue to the first call's end p50 / p95 ms |",
-        "|---|---|---|---|---|",
-    ]
+    head = (
+        f"run | B's chats dispatched | enqueued with all {budget} slots busy | their wait p50 / p95 ms "
+        "| enqueue to the first call's end p50 / p95 ms"
+    )
 
     def pair(s: Stats | None) -> str:
         return "-" if s is None else f"{s.p50:.1f} / {s.p95:.1f}"
 
-    for run, r in rows.items():
-        cells = [run, str(r.dispatched), str(r.at_full), pair(r.wait_ms), pair(r.to_first_end_ms)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    cells = [(n, r.dispatched, r.at_full, pair(r.wait_ms), pair(r.to_first_end_ms)) for n, r in rows.items()]
+    return "\n".join(table(head, cells))
 
 
 def series_table(series: Mapping[str, Sequence[int]], bin_s: float) -> str:
     """Columns of counts per time bin (`series`: column name -> counts)."""
-    names = list(series)
-    lines = ["| s from start | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     bins = max((len(v) for v in series.values()), default=0)
-    for i in range(bins):
-        label = f"{i * bin_s:g}-{(i + 1) * bin_s:g}" if i < bins - 1 else f"{i * bin_s:g}-end"
-        lines.append(f"| {label} | " + " | ".join(str(series[n][i]) for n in names) + " |")
-    return "\n".join(lines)
+
+    def label(i: int) -> str:
+        return f"{i * bin_s:g}-{(i + 1) * bin_s:g}" if i < bins - 1 else f"{i * bin_s:g}-end"
+
+    rows = [(label(i), *(counts[i] for counts in series.values())) for i in range(bins)]
+    return "\n".join(table(["s from start", *series], rows))
 
 
 def target_table(targets: Sequence[Target]) -> str:
-    lines = ["| target | measured | threshold | verdict |", "|---|---|---|---|"]
-    lines += [f"| {t.name} | {t.measured} | {t.threshold} | {t.verdict} |" for t in targets]
-    return "\n".join(lines)
+    return "\n".join(table(TARGET_HEAD, [(t.name, t.measured, t.threshold, t.verdict) for t in targets]))

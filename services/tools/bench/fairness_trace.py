@@ -10,6 +10,10 @@ one trace generator (`inferq.tools.traces.generator`), generated once.
 B's streams come first, so their arrivals are the same with or without A's (the generator seeds each
 stream by its position): B alone is the trace without tenant A's arrivals. Time is compressed by S
 as in the scheduling bench: rates x S, call times / S.
+
+Built here, not in `infra/scenarios/*.toml`: A's and B's rates follow from the options (weights,
+flood, budget, S) and the dispatcher's default schedule (each tier's peak floor), which a scenario
+file, with fixed rates, cannot say.
 """
 
 from __future__ import annotations
@@ -20,13 +24,19 @@ from dataclasses import asdict, dataclass
 
 from inferq.dispatcher.schedule import Schedule
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
-from inferq.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, CHAT_SESSIONS, PROMPT_CHARS
+from inferq.tools.bench.scheduling_trace import (
+    ANALYSIS,
+    BRIEF,
+    CHAT,
+    CHAT_SESSIONS,
+    DEFAULT_SEED,
+    PROMPT_CHARS,
+)
 from inferq.tools.traces.arrival import Arrival
 from inferq.tools.traces.scenario import Scenario, Size, Stream
 
 TENANT_A = "a"  # floods
 TENANT_B = "b"  # steady
-DEFAULT_SEED = 2233
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,7 +33,7 @@ from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 from inferq.tools.bench.fallback_report import FallbackFigures, Sample, as_json, figures, markdown
 from inferq.tools.bench.kafka import ResultCollector, bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import code_line, command_line, machine, publish
 from inferq.tools.bench.sim_process import sim_backend
 from inferq.tools.broker.broker import pick_free_ports
 
@@ -195,10 +194,7 @@ def run(
         f"each), budget {BUDGET}, every tier `default` then `spare`; chat 10/s, analyses 3/s, briefs 1/s; "
         f"the primary healthy {warm_s:g} s, answering 503 for {outage_s:g} s, healthy {after_s:g} s."
     )
-    text = markdown(f, header, described)
-    folder = results_dir(out)
-    (folder / "fallback.md").write_text(text)
     context = {"machine": m, "warm_s": warm_s, "outage_s": outage_s, "after_s": after_s, "breaker": described}
-    (folder / "fallback.json").write_text(json.dumps(as_json(f, context, samples), indent=2) + "\n")
-    print(text)
+    document = as_json(f, context, samples)
+    publish(out, "fallback", document, markdown(f, header, described), indent=2, json_end="\n")
     return 0

@@ -18,6 +18,7 @@ from typing import Any
 
 from inferq.messaging.records import InferenceResult, Status
 from inferq.messaging.tiers import Tier
+from inferq.tools.bench.machine import table
 from inferq.tools.measures import percentile
 
 
@@ -134,8 +135,7 @@ def markdown(f: FallbackFigures, header: str, breaker: str) -> str:
             header,
             f"Breaker: {breaker}.",
             "",
-            "| figure | measured |",
-            "|---|---|",
+            *table("figure | measured"),
             f"| requests sent / outcomes | {f.sent} / {statuses}; {f.missing} without an outcome |",
             f"| requests failed, EXPIRED apart (goal 0) | {f.failed} ({verdict}); EXPIRED {f.expired} |",
             f"| time to switch (outage begins -> the spare's first answer) | {seconds(f.switch_s)} |",

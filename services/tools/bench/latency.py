@@ -48,7 +48,14 @@ from inferq.tools.bench.latency_report import (
     timeline,
     worst_seconds,
 )
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import (
+    TARGET_HEAD,
+    cell,
+    header,
+    publish,
+    run_record,
+    table,
+)
 from inferq.tools.bench.probe import record_key
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process
 from inferq.tools.bench.recorder import marked_content
@@ -343,9 +350,7 @@ def run(spec: LatencySpec, *, out: Path, home: Path) -> int:
     took = time.monotonic() - started
     stats = [_stats_of(r) for r in raws]
     document = {
-        "command": command_line("latency"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("latency", took),
         "spec": asdict(spec),
         "targets": [
             {"target": t, "measured_ms": v, "limit_ms": lim, "verdict": verdict}
@@ -353,13 +358,8 @@ def run(spec: LatencySpec, *, out: Path, home: Path) -> int:
         ],
         "runs": raws,
     }
-    directory = results_dir(out)
-    (directory / "latency.json").write_text(json.dumps(document), encoding="utf-8")
     markdown = render(document, stats)
-    (directory / "latency.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
-    log(f"wrote {directory / 'latency.json'} and {directory / 'latency.md'} ({took:.0f} s in all)")
+    publish(out, "latency", document, markdown)
     missing = sum(m["count"] for r in raws for k, m in r["missing"].items() if k != "fetch probe")
     return 0 if missing == 0 else 1
 
@@ -391,16 +391,11 @@ def _run_label(raw: dict[str, Any]) -> str:
     return f"{raw['run']} ({late} never reached the backend)" if late else str(raw["run"])
 
 
-def _ms_cell(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} ms"
-
-
 def render(document: dict[str, Any], stats: list[dict[str, Dist | None]]) -> str:
-    m = document["machine"]
     spec = document["spec"]
     labels = [_run_label(r) for r in document["runs"]]
     targets = [
-        f"| {t['target']} | {_ms_cell(t['measured_ms'])} | <= {t['limit_ms']:g} ms | {t['verdict']} |"
+        (t["target"], cell(t["measured_ms"], ".1f", " ms"), f"<= {t['limit_ms']:g} ms", t["verdict"])
         for t in document["targets"]
     ]
     details = []
@@ -427,8 +422,7 @@ def render(document: dict[str, Any], stats: list[dict[str, Dist | None]]) -> str
             "Worst seconds (by the slowest request sent in them; client lag = how late the bench itself "
             "sent, so a stall of the whole machine shows there too):",
             "",
-            "| second | n | added p50 ms | added max ms | append → consumed max ms | client lag max ms |",
-            "|---|---|---|---|---|---|",
+            *table("second | n | added p50 ms | added max ms | append → consumed max ms | client lag max ms"),
             *(_second_row(s) for s in worst_seconds([Second(**t) for t in raw["timeline"]])),
             "",
         ]
@@ -436,9 +430,7 @@ def render(document: dict[str, Any], stats: list[dict[str, Dist | None]]) -> str
         [
             "# Added-latency benchmark",
             "",
-            f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
-            f"{document['seconds']:.0f} s in all.",
+            header(document),
             "",
             f"{spec['runs']} runs, each from fresh topics and processes: HIGH chat posted to ingest at "
             f"{spec['rate_per_s']:g}/s for {spec['duration_s']:g} s after a {spec['warmup_s']:g} s warm-up "
@@ -452,9 +444,7 @@ def render(document: dict[str, Any], stats: list[dict[str, Dist | None]]) -> str
             "",
             "## Targets",
             "",
-            "| target | measured | threshold | verdict |",
-            "|---|---|---|---|",
-            *targets,
+            *table(TARGET_HEAD, targets),
             "",
             "## Every step, per run",
             "",

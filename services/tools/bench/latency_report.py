@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from inferq.tools.bench.machine import table
 from inferq.tools.measures import percentile
 
 TARGET_P50_MS = 5.0
@@ -245,8 +246,7 @@ def _pair(d: Dist | None) -> str:
 
 def steps_table(stats: Mapping[str, Dist | None]) -> str:
     rows = [
-        "| step | what | n | p50 ms | p90 ms | p99 ms | max ms |",
-        "|---|---|---|---|---|---|---|",
+        *table("step | what | n | p50 ms | p90 ms | p99 ms | max ms"),
     ]
     for name, what, _ in STEPS:
         d = stats.get(name)

@@ -1,26 +1,25 @@
-"""Replaying the trace over HTTP ingest at its times, and watching the dispatcher while it runs."""
+"""Posting a trace to HTTP ingest at its times (`inferq loadgen`'s pacer and sender), and watching
+the dispatcher while it runs."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Mapping
 
 import httpx
 
+from inferq.messaging.tiers import Tier
 from inferq.tools.bench.summary import Submission
-from inferq.tools.loadtest.senders import http_body
+from inferq.tools.loadtest.loadgen import LoadOptions, run_load, wall_ms
+from inferq.tools.loadtest.runs import RequestRecord
+from inferq.tools.loadtest.senders import HttpSender
 from inferq.tools.traces.arrival import Arrival
 
 # Enough connections that a burst does not queue behind itself for long; few enough for 2 cores.
 MAX_CONNECTIONS = 64
 HTTP_TIMEOUT_S = 15.0
 HEALTH_INTERVAL_S = 0.25
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def submit_in_process(
@@ -42,53 +41,34 @@ async def submit_trace(
     keys: Mapping[str, str] | None = None,
 ) -> list[Submission]:
     """POST every arrival at its time after `start_wall_s` (epoch seconds, so that two processes
-    replaying parts of one trace share the same start).
+    posting parts of one trace share the same start).
 
-    Every request carries its own `request_id` (`<tag>-<index>`), so its result can be found on the
+    Every request carries its own `request_id` (`<tag>:<index>`), so its result can be found on the
     reply topic. A 429 or 503 is recorded as the run's outcome; only a missing answer is an error.
     With `keys` (tenant -> API key), each request is sent with its tenant's key; without, the
     pipeline is in open mode and the body's `tenant` names it.
     """
-    limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS)
-    # Requests beyond the connections wait here, not in httpcore's pool: the pool scans every queued
-    # request on each change, so once the client falls behind a flood (thousands queued) its CPU
-    # grows with the square of the queue and it never catches up.
-    slots = asyncio.Semaphore(MAX_CONNECTIONS)
-    async with httpx.AsyncClient(base_url=ingest_url, timeout=HTTP_TIMEOUT_S, limits=limits) as client:
-        start_wall_ms = int(start_wall_s * 1000)
-
-        async def one(arrival: Arrival) -> Submission:
-            await asyncio.sleep(max(0.0, start_wall_s + arrival.offset_ms / 1000 - time.time()))
-            request_id = f"{tag}-{arrival.index:05d}"
-            body = http_body(arrival, request_id)  # the body `inferq loadgen` sends
-            headers = {"authorization": f"Bearer {keys[arrival.tenant]}"} if keys else None
-            status: int | None = None
-            error: str | None = None
-            async with slots:
-                sent = wall_ms()
-                try:
-                    response = await client.post("/v1/requests", json=body, headers=headers)
-                    status = response.status_code
-                    if status != 202:
-                        error = response.text[:200]
-                except httpx.HTTPError as exc:
-                    error = f"{type(exc).__name__}: {exc}"
-                answered = wall_ms()
-            return Submission(
-                index=arrival.index,
-                request_id=request_id,
-                scenario=arrival.scenario,
-                kind=arrival.kind,
-                tier=arrival.tier,
-                due_ms=start_wall_ms + arrival.offset_ms,
-                sent_ms=sent,
-                answered_ms=answered,
-                status=status,
-                error=error,
-                tenant=arrival.tenant,
-            )
-
-        return list(await asyncio.gather(*(one(a) for a in trace)))
+    records: list[RequestRecord] = []
+    options = LoadOptions(run_id=tag, max_in_flight=MAX_CONNECTIONS, start_at_s=start_wall_s)
+    sender = HttpSender(ingest_url, max_connections=MAX_CONNECTIONS, timeout_s=HTTP_TIMEOUT_S, keys=keys)
+    async with sender:
+        await run_load(trace, sender, options, stop=asyncio.Event(), on_record=records.append)
+    return [
+        Submission(
+            index=r.n,
+            request_id=r.request_id,
+            scenario=r.scenario,
+            kind=r.kind,
+            tier=Tier(r.tier),
+            due_ms=r.due_ms,
+            sent_ms=r.sent_ms,
+            answered_ms=r.answered_ms,
+            status=r.status,
+            error=r.error,
+            tenant=r.tenant or "",
+        )
+        for r in records
+    ]
 
 
 async def sample_health(dispatcher_url: str, samples: list[tuple[int, int]], stop: asyncio.Event) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from inferq.tools.bench.kafka import kafka_version
 from inferq.tools.paths import find_project_root
@@ -62,3 +65,66 @@ def command_line(kind: str) -> str:
 def code_line(m: dict[str, object]) -> str:
     dirty = " with uncommitted changes in services/" if m.get("uncommitted_changes_in_services") else ""
     return f"code at commit {m.get('commit') or 'unknown'}{dirty}"
+
+
+def header(document: Mapping[str, Any], *, python: bool = True, kafka: str = "", in_all: bool = True) -> str:
+    """The line every bench's markdown opens with: the command, when, on what, at which code.
+    `kafka` follows the broker's version (the cluster's shape); `in_all` adds the run's seconds."""
+    m = document["machine"]
+    py = f"Python {m['python']}, " if python else ""
+    took = f"; {document['seconds']:.0f} s in all" if in_all else ""
+    return (
+        f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, {py}Kafka {m['kafka']}{kafka}, "
+        f"load average at the end {m['load_average_1m_5m']}; {code_line(m)}{took}."
+    )
+
+
+def broker_shape(cluster: object) -> str:
+    return f" ({'three-node cluster' if cluster else 'one broker'})"
+
+
+def table(head: str | Sequence[str], rows: Iterable[Sequence[object]] = ()) -> list[str]:
+    """A markdown table's lines: the head (its names, or one string "a | b"), its rule, a line per
+    row (cells as given, str()'d)."""
+    if isinstance(head, str):
+        head = head.split(" | ")
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
+    ]
+
+
+TARGET_HEAD = ("target", "measured", "threshold", "verdict")
+
+
+def publish(
+    out: Path,
+    name: str,
+    document: Mapping[str, Any],
+    markdown: str,
+    *,
+    indent: int | None = None,
+    default: Callable[[Any], Any] | None = None,
+    json_end: str = "",
+) -> None:
+    """Write `<out>/<name>.json` and `<out>/<name>.md`, print the markdown and where it went."""
+    directory = results_dir(out)
+    text = json.dumps(document, indent=indent, default=default) + json_end
+    (directory / f"{name}.json").write_text(text, encoding="utf-8")
+    (directory / f"{name}.md").write_text(markdown, encoding="utf-8")
+    print()
+    print(markdown)
+    seconds = document.get("seconds")
+    took = f" ({seconds:.0f} s in all)" if isinstance(seconds, int | float) else ""
+    print(f"wrote {directory / (name + '.json')} and {directory / (name + '.md')}{took}", flush=True)
+
+
+def cell(value: float | None, spec: str = ".1f", unit: str = "") -> str:
+    """A table cell of a figure: `value` formatted by `spec`, with `unit`; "-" when there is none."""
+    return "-" if value is None else format(value, spec) + unit
+
+
+def run_record(kind: str, seconds: float) -> dict[str, Any]:
+    """What every bench's JSON opens with: the command as typed, the machine, the run's seconds."""
+    return {"command": command_line(kind), "machine": machine(), "seconds": seconds}

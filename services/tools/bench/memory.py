@@ -8,7 +8,6 @@ way, is the baseline. The group's lag at the end shows where the backlog stayed:
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 import uuid
@@ -22,7 +21,7 @@ from inferq.messaging.admin import create_topics
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import bench_broker, group_lag
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import header, publish, run_record, table
 from inferq.tools.bench.topicio import brief_requests, bulk_produce
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.stack.process import ServiceProcess
@@ -166,9 +165,7 @@ def run(
             backend.stop()
     took = time.monotonic() - started
     document = {
-        "command": command_line("memory"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("memory", took),
         "records": records,
         "produce_seconds": produce_s,
         "budget": budget,
@@ -191,17 +188,12 @@ def run(
             for s in (baseline, loaded)
         ],
     }
-    directory = results_dir(out)
-    (directory / "memory.json").write_text(json.dumps(document, indent=2), encoding="utf-8")
     markdown = render(document, baseline, loaded)
-    (directory / "memory.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
+    publish(out, "memory", document, markdown, indent=2)
     return 0
 
 
 def render(document: dict[str, Any], baseline: Sampled, loaded: Sampled) -> str:
-    m = document["machine"]
     verdict = "PASS" if loaded.max_mb < TARGET_MB else "MISS"
     rows = []
     for s in (baseline, loaded):
@@ -215,8 +207,7 @@ def render(document: dict[str, Any], baseline: Sampled, loaded: Sampled) -> str:
         [
             "# Dispatcher memory benchmark",
             "",
-            f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}.",
+            header(document, in_all=False),
             "",
             f"{document['records']:,} LOW requests produced to a fresh topic in "
             f"{document['produce_seconds']:.1f} s; "
@@ -224,9 +215,10 @@ def render(document: dict[str, Any], baseline: Sampled, loaded: Sampled) -> str:
             f"schedule pinned to peak) sampled every {document['sample_interval_s']:g} s for "
             f"{document['sample_seconds']:g} s from its start. Baseline: the same on empty topics.",
             "",
-            "| dispatcher | max RSS MB | median RSS MB | samples | LOW lag at end | LOW held in memory "
-            "| paused partitions |",
-            "|---|---|---|---|---|---|---|",
+            *table(
+                "dispatcher | max RSS MB | median RSS MB | samples | LOW lag at end | LOW held in memory "
+                "| paused partitions"
+            ),
             *rows,
             "",
             f"Target: max RSS with the backlog < {TARGET_MB:.0f} MB: **{verdict}** ({loaded.max_mb:.1f} MB; "

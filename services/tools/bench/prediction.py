@@ -22,6 +22,7 @@ from typing import Any
 from inferq.dispatcher.settings import DispatcherSettings, build_schedule
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
 from inferq.settings.table import settings_of
+from inferq.tools.bench.machine import cell, table
 from inferq.tools.bench.scheduling_report import MISS, NA, PASS, Target
 from inferq.tools.bench.scheduling_run import RunSpec, compressed_env
 from inferq.tools.bench.summary import RunSummary
@@ -145,16 +146,6 @@ def predict(spec: RunSpec, trace: Sequence[Arrival], *, compress: float, budget:
 
 
 # -- comparison with the real runs ------------------------------------------------------------
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-def _signed(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1f}"
-
-
 def _field(s: Stats | None, name: str) -> float | None:
     return None if s is None else float(getattr(s, name))
 
@@ -171,10 +162,10 @@ def _outcomes(by_status: Mapping[str, int]) -> str:
 
 def comparison_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> str:
     head = (
-        "| run | tier | outcomes real | outcomes sim | wait mean real | sim | real - sim "
-        "| wait p95 real | sim | e2e mean real | sim | e2e p95 real | sim |"
+        "run | tier | outcomes real | outcomes sim | wait mean real | sim | real - sim "
+        "| wait p95 real | sim | e2e mean real | sim | e2e p95 real | sim"
     )
-    lines = [head, "|" + "---|" * 13]
+    rows: list[list[str]] = []
     for name, run in runs.items():
         predicted = predictions.get(name)
         if predicted is None:
@@ -186,37 +177,34 @@ def comparison_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, P
                 row.tier.value,
                 _outcomes(row.by_status),
                 _outcomes(sim.by_status),
-                _num(_field(row.wait_ms, "mean")),
-                _num(_field(sim.wait_ms, "mean")),
-                _signed(wait_gap_ms(run, predicted, row.tier)),
-                _num(_field(row.wait_ms, "p95")),
-                _num(_field(sim.wait_ms, "p95")),
-                _num(_field(row.end_to_end_ms, "mean")),
-                _num(_field(sim.end_to_end_ms, "mean")),
-                _num(_field(row.end_to_end_ms, "p95")),
-                _num(_field(sim.end_to_end_ms, "p95")),
+                cell(_field(row.wait_ms, "mean")),
+                cell(_field(sim.wait_ms, "mean")),
+                cell(wait_gap_ms(run, predicted, row.tier), "+.1f"),
+                cell(_field(row.wait_ms, "p95")),
+                cell(_field(sim.wait_ms, "p95")),
+                cell(_field(row.end_to_end_ms, "mean")),
+                cell(_field(sim.end_to_end_ms, "mean")),
+                cell(_field(row.end_to_end_ms, "p95")),
+                cell(_field(sim.end_to_end_ms, "p95")),
             ]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            rows.append(cells)
+    return "\n".join(table(head, rows))
 
 
 def makespan_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> str:
-    lines = [
-        "| run | LOW makespan s real | sim | max in flight real (backend) | sim |",
-        "|---|---|---|---|---|",
-    ]
+    rows: list[list[str]] = []
     for name, run in runs.items():
         predicted = predictions.get(name)
         if predicted is not None:
             cells = [
                 name,
-                _num(run.low_makespan_s),
-                _num(predicted.low_makespan_s),
+                cell(run.low_makespan_s),
+                cell(predicted.low_makespan_s),
                 str(run.backend_max_in_flight),
                 str(predicted.max_in_flight),
             ]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            rows.append(cells)
+    return "\n".join(table("run | LOW makespan s real | sim | max in flight real (backend) | sim", rows))
 
 
 def prediction_targets(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> list[Target]:
@@ -229,7 +217,7 @@ def prediction_targets(runs: Mapping[str, RunSummary], predictions: Mapping[str,
         if predicted is None or any(g is None for g in gaps.values()):
             targets.append(Target(name, run, "-", "-", NA))
             continue
-        measured = ", ".join(f"{t.value} {_signed(g)} ms" for t, g in gaps.items())
+        measured = ", ".join(f"{t.value} {cell(g, '+.1f')} ms" for t, g in gaps.items())
         ok = all(g is not None and abs(g) <= TOLERANCE_MS for g in gaps.values())
         threshold = f"abs(real - sim) <= {TOLERANCE_MS:.0f} ms each"
         targets.append(Target(name, run, measured, threshold, PASS if ok else MISS))

@@ -8,14 +8,13 @@ fast as possible, three times; the median rate is the figure. Writes `<out>/repl
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
 from typing import Any
 
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import header, publish, run_record
 from inferq.tools.bench.replay_rate import measure_replay_rate
 
 TARGET_PER_S = 100_000.0
@@ -46,9 +45,7 @@ def run(records: int, *, runs: int, out: Path, home: Path) -> int:
         median = measure_replay_rate(bootstrap, records=records, runs=runs, log=log)
     took = time.monotonic() - started
     document: dict[str, Any] = {
-        "command": command_line("replay"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("replay", took),
         "records": records,
         "runs": runs,
         "median_records_per_s": median,
@@ -57,12 +54,8 @@ def run(records: int, *, runs: int, out: Path, home: Path) -> int:
         "verdict": "PASS" if median >= TARGET_PER_S else "MISS",
         "log": lines,
     }
-    directory = results_dir(out)
-    (directory / "replay.json").write_text(json.dumps(document, indent=2), encoding="utf-8")
     markdown = render(document)
-    (directory / "replay.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
+    publish(out, "replay", document, markdown, indent=2)
     return 0
 
 
@@ -71,16 +64,13 @@ def _rate(value: float) -> str:
 
 
 def render(document: dict[str, Any]) -> str:
-    m = document["machine"]
     rates = document["rates_records_per_s"]
     fill = next((line for line in document["log"] if line.startswith("filled ")), None)
     return "\n".join(
         [
             "# Replay benchmark",
             "",
-            f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
-            f"{document['seconds']:.0f} s in all.",
+            header(document),
             "",
             f"{document['records']:,} requests (Avro, the evening mix of tiers, keyed by session) in a fresh "
             "source prefix, replayed as fast as possible (`inferq replay --speed max`: read, rewrite, "

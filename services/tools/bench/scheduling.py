@@ -6,7 +6,6 @@ Writes `<out>/scheduling.json` (every number, the trace, the machine) and `<out>
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import header, publish, run_record
 from inferq.tools.bench.pipeline_run import BenchConfig
 from inferq.tools.bench.prediction import (
     TOLERANCE_MS,
@@ -69,9 +68,7 @@ def run(
     targets = evaluate(summaries) + prediction_targets(summaries, predictions)
     took = time.monotonic() - started
     document = {
-        "command": command_line("scheduling"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("scheduling", took),
         "trace": describe(spec, trace),
         "budget": budget,
         "runs": [asdict(s) | {"starved": s.starved()} for s in summaries.values()],
@@ -79,13 +76,8 @@ def run(
         "run_details": raws,
         "targets": [asdict(t) for t in targets],
     }
-    directory = results_dir(out)
-    (directory / "scheduling.json").write_text(json.dumps(document, indent=2, default=str), encoding="utf-8")
     markdown = render(document, summaries, predictions, targets_md=target_table(targets))
-    (directory / "scheduling.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
-    log(f"wrote {directory / 'scheduling.json'} and {directory / 'scheduling.md'} ({took:.0f} s in all)")
+    publish(out, "scheduling", document, markdown, indent=2, default=str)
     missing = sum(len(s.missing_ids) for s in summaries.values())
     return 0 if missing == 0 else 1
 
@@ -97,7 +89,6 @@ def render(
     *,
     targets_md: str,
 ) -> str:
-    m = document["machine"]
     trace = document["trace"]
     s = trace["spec"]
     counts = ", ".join(f"{k} {v}" for k, v in sorted(trace["counts"].items()))
@@ -105,9 +96,7 @@ def render(
         [
             "# Scheduling benchmark",
             "",
-            f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-            f"Kafka {m['kafka']}, load average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
-            f"{document['seconds']:.0f} s in all.",
+            header(document),
             "",
             f"Trace (seed {s['seed']}): {trace['total']} requests over {s['duration_s']:g} s of wall clock, "
             f"time compressed S = {s['compress']:g} (= {s['duration_s'] * s['compress'] / 60:g} min of the "

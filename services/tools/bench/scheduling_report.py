@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from inferq.messaging.tiers import Tier
+from inferq.tools.bench.machine import cell, table
 from inferq.tools.bench.summary import RunSummary
 from inferq.tools.measures import Stats
 
@@ -20,10 +21,6 @@ class Target:
     measured: str
     threshold: str
     verdict: str
-
-
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _pct(value: float | None) -> str:
@@ -48,7 +45,7 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
     def high_wait(field: str, limit_ms: float) -> tuple[str, str, bool]:
         wait = runs["inferq"].tier(Tier.HIGH).wait_ms
         value = None if wait is None else float(getattr(wait, field))
-        return f"{_num(value)} ms", f"<= {limit_ms:.0f} ms", value is not None and value <= limit_ms
+        return f"{cell(value)} ms", f"<= {limit_ms:.0f} ms", value is not None and value <= limit_ms
 
     def medium_vs_fifo(field: str) -> tuple[str, str, bool]:
         ours = getattr(runs["inferq"].tier(Tier.MEDIUM), field)
@@ -65,13 +62,13 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
     def makespan() -> tuple[str, str, bool]:
         lifted, fifo = runs["inferq-lifted"].low_makespan_s, runs["fifo"].low_makespan_s
         if lifted is None or fifo is None:
-            return _num(lifted), "LOW unfinished", False
+            return cell(lifted), "LOW unfinished", False
         return f"{lifted:.1f} s", f"<= {1.6 * fifo:.1f} s (1.6 x FIFO {fifo:.1f})", lifted <= 1.6 * fifo
 
     def forecast_makespan() -> tuple[str, str, bool]:
         ours, fifo = runs["forecast"].low_makespan_s, runs["fifo"].low_makespan_s
         if ours is None or fifo is None:
-            return _num(ours), "LOW unfinished", False
+            return cell(ours), "LOW unfinished", False
         return f"{ours:.1f} s", f"<= {1.5 * fifo:.1f} s (1.5 x FIFO {fifo:.1f})", ours <= 1.5 * fifo
 
     def forecast_high_p99() -> tuple[str, str, bool]:
@@ -140,7 +137,7 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
 def _stats_cells(s: Stats | None) -> list[str]:
     if s is None:
         return ["-"] * 4
-    return [_num(s.mean), _num(s.p50), _num(s.p95), _num(s.p99)]
+    return [cell(s.mean), cell(s.p50), cell(s.p95), cell(s.p99)]
 
 
 def _real(s: Stats | None, compress: float) -> str:
@@ -150,11 +147,11 @@ def _real(s: Stats | None, compress: float) -> str:
 
 def tier_table(runs: Mapping[str, RunSummary]) -> str:
     head = (
-        "| run | tier | submitted | accepted | refused 429/503 | outcomes | missing "
+        "run | tier | submitted | accepted | refused 429/503 | outcomes | missing "
         "| wait mean | p50 | p95 | p99 | wait mean incl. expired | e2e mean | p50 | p95 | p99 "
-        "| real-time eq. wait mean / p95 (s) | real-time eq. e2e mean / p95 (s) |"
+        "| real-time eq. wait mean / p95 (s) | real-time eq. e2e mean / p95 (s)"
     )
-    lines = [head, "|" + "---|" * 18]
+    rows: list[list[str]] = []
     for name, run in runs.items():
         for row in run.tiers:
             outcomes = ", ".join(f"{k} {v}" for k, v in row.by_status.items()) or "-"
@@ -167,23 +164,23 @@ def tier_table(runs: Mapping[str, RunSummary]) -> str:
                 outcomes,
                 str(row.missing),
                 *_stats_cells(row.wait_ms),
-                _num(row.wait_incl_dropped_ms.mean if row.wait_incl_dropped_ms else None),
+                cell(row.wait_incl_dropped_ms.mean if row.wait_incl_dropped_ms else None),
                 *_stats_cells(row.end_to_end_ms),
                 _real(row.wait_ms, run.compress),
                 _real(row.end_to_end_ms, run.compress),
             ]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            rows.append(cells)
+    return "\n".join(table(head, rows))
 
 
 def run_table(runs: Mapping[str, RunSummary]) -> str:
     head = (
-        "| run | policy | LOW makespan s (real-time eq. min) | backend max in flight | backend 429s "
+        "run | policy | LOW makespan s (real-time eq. min) | backend max in flight | backend 429s "
         "| util. of allowed, while waiting | util. of B, while waiting | util. of B, whole run "
         "| waiting time s | min effective budget | starved | chat+analysis: client lag p95 ms "
-        "| chat+analysis: ingest 202 p50 / p95 ms | brief dump accepted in s |"
+        "| chat+analysis: ingest 202 p50 / p95 ms | brief dump accepted in s"
     )
-    lines = [head, "|" + "---|" * 14]
+    rows: list[list[str]] = []
     for name, run in runs.items():
         u = run.utilization
         span = run.low_makespan_s
@@ -198,18 +195,17 @@ def run_table(runs: Mapping[str, RunSummary]) -> str:
             _pct(u.vs_allowed_waiting),
             _pct(u.vs_budget_waiting),
             _pct(u.vs_budget_span),
-            _num(u.waiting_s),
+            cell(u.waiting_s),
             str(run.min_effective_budget),
             ", ".join(run.starved()) or "none",
-            _num(run.submit_lag_ms.p95 if run.submit_lag_ms else None),
+            cell(run.submit_lag_ms.p95 if run.submit_lag_ms else None),
             "-" if ingest is None else f"{ingest.p50:.1f} / {ingest.p95:.1f}",
-            _num(run.dump_accepted_s),
+            cell(run.dump_accepted_s),
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return "\n".join(table(head, rows))
 
 
 def target_table(targets: list[Target]) -> str:
-    lines = ["| target | run | measured | threshold | verdict |", "|---|---|---|---|---|"]
-    lines += [f"| {t.name} | {t.run} | {t.measured} | {t.threshold} | {t.verdict} |" for t in targets]
-    return "\n".join(lines)
+    rows = [(t.name, t.run, t.measured, t.threshold, t.verdict) for t in targets]
+    return "\n".join(table(("target", "run", "measured", "threshold", "verdict"), rows))

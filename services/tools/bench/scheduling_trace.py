@@ -8,6 +8,12 @@ burst of analyses partway through; a dump of morning briefs at the start. Time i
 `compress` (S): the trace lasts `duration_s` of wall clock, i.e. `duration_s x S` seconds of the
 real evening, and arrival rates are S times the real ones. The scenario's clock is the wall clock
 (compressed seconds); a field named `real` is in real-time seconds.
+
+Built here, not loaded from `infra/scenarios/*.toml` (what `inferq loadgen` replays): a scenario file
+holds fixed rates, and this trace is a function of the bench's options (`--compress` multiplies the
+rates and divides the clusters' spread, `--duration` places the burst, `--briefs` sizes the dump).
+`evening-peak.toml` is a different mix too (recipes, 400 briefs, a chat burst every 30 s): loading it
+would change the bench's figures.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ starved CPU); then it is SIGKILLed, and traffic goes on for `after_s`.
 
 from __future__ import annotations
 
-import json
 import signal
 import statistics
 import threading
@@ -36,7 +35,14 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import (
+    broker_shape,
+    cell,
+    header,
+    publish,
+    run_record,
+    table,
+)
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process, wait_group_stable
 from inferq.tools.bench.topicio import chat_requests, read_topic
 from inferq.tools.broker.broker import pick_free_ports
@@ -272,18 +278,12 @@ def summarize(results: list[RunResult]) -> dict[str, Any]:
     }
 
 
-def _fmt(value: float | None, spec: str = ".2f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def render(document: dict[str, Any]) -> str:
-    m, spec = document["machine"], document["spec"]
+    spec = document["spec"]
     lines = [
         "# Dispatcher takeover benchmark",
         "",
-        f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Kafka {m['kafka']} "
-        f"({'three-node cluster' if spec['cluster'] else 'one broker'}), load average at the end "
-        f"{m['load_average_1m_5m']}; {code_line(m)}; {document['seconds']:.0f} s in all.",
+        header(document, python=False, kafka=broker_shape(spec["cluster"])),
         "",
         f"Two dispatchers, {spec['rate_per_s']:g} HIGH requests/s over every HIGH partition, backend "
         f"{spec['backend_latency_ms']:g} ms per call. Each run: {spec['soak_s']:g} s with both alive, one "
@@ -291,27 +291,30 @@ def render(document: dict[str, Any]) -> str:
         "more traffic. Takeover: SIGKILL to the survivor's first dispatch from a partition only the victim "
         "had served. False rebalances: rebalances while both lived (the freeze included).",
         "",
-        "| setting | runs | takeover median | min | max | first outcome median | no takeover seen "
-        "| false rebalances | lost | redone (median) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "setting | runs | takeover median | min | max | first outcome median | no takeover seen "
+            "| false rebalances | lost | redone (median)"
+        ),
     ]
     for label, s in document["summary"].items():
         lines.append(
-            f"| {label} | {s['runs']} | {_fmt(s['takeover_median_s'])} s | {_fmt(s['takeover_min_s'])} s "
-            f"| {_fmt(s['takeover_max_s'])} s | {_fmt(s['first_outcome_median_s'])} s "
+            f"| {label} | {s['runs']} | {cell(s['takeover_median_s'], '.2f')} s "
+            f"| {cell(s['takeover_min_s'], '.2f')} s "
+            f"| {cell(s['takeover_max_s'], '.2f')} s | {cell(s['first_outcome_median_s'], '.2f')} s "
             f"| {s['runs_without_takeover']} | {s['false_rebalances']} | {s['lost']} "
-            f"| {_fmt(s['redone_median'], '.0f')} |"
+            f"| {cell(s['redone_median'], '.0f')} |"
         )
     lines += [
         "",
         "## Per run",
         "",
-        "| setting | takeover | first outcome | partitions | false rebalances | produced | lost | redone |",
-        "|---|---|---|---|---|---|---|---|",
+        *table(
+            "setting | takeover | first outcome | partitions | false rebalances | produced | lost | redone"
+        ),
     ]
     for r in document["runs"]:
         lines.append(
-            f"| {r['setting']} | {_fmt(r['takeover_s'])} | {_fmt(r['first_outcome_s'])} "
+            f"| {r['setting']} | {cell(r['takeover_s'], '.2f')} | {cell(r['first_outcome_s'], '.2f')} "
             f"| {r['victim_partitions']} | {r['false_rebalances']} | {r['produced']} | {r['lost']} "
             f"| {r['redone']} |"
         )
@@ -346,17 +349,11 @@ def run(spec: TakeoverSpec, *, out: Path, home: Path) -> int:
         finally:
             backend.stop()
     document = {
-        "command": command_line("takeover"),
-        "machine": machine(),
-        "seconds": time.monotonic() - started,
+        **run_record("takeover", time.monotonic() - started),
         "spec": asdict(spec),
         "summary": {s.label: summarize([r for r in results if r.setting == s.label]) for s in spec.settings},
         "runs": [asdict(r) for r in results],
     }
-    directory = results_dir(out)
-    (directory / "takeover.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
     markdown = render(document)
-    (directory / "takeover.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
+    publish(out, "takeover", document, markdown, indent=1)
     return 0 if all(r.lost == 0 for r in results) else 1

@@ -46,7 +46,16 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.cpu import CpuWindow
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import (
+    TARGET_HEAD,
+    broker_shape,
+    cell,
+    header,
+    publish,
+    results_dir,
+    run_record,
+    table,
+)
 from inferq.tools.bench.procs import (
     dispatcher_env,
     dispatcher_process,
@@ -332,10 +341,6 @@ def _changes(spec: dict[str, Any]) -> list[str]:
     return [f"**Experiment, not the shipped configuration:** dispatchers run with {', '.join(changes)}.", ""]
 
 
-def _num(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def _span_s(stamps: list[int]) -> float | None:
     return (max(stamps) - min(stamps)) / 1000 if len(stamps) > 1 else None
 
@@ -434,9 +439,7 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
     order = [dispatchers_label(1), *([TRACED, TRACED_SAMPLED] if spec.tracing else [])]
     order += [dispatchers_label(n) for n in spec.group_sizes if n != 1] + [BARE, BACKEND, BACKEND_HTTPX]
     document = {
-        "command": command_line("throughput"),
-        "machine": machine(),
-        "seconds": took,
+        **run_record("throughput", took),
         "spec": asdict(spec),
         "targets": target_rows(runs) + tracing_rows(runs, hooks),
         "tracing_off_hooks": hooks,
@@ -447,13 +450,8 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
         ],
         "profile": profile,
     }
-    directory = results_dir(out)
-    (directory / "throughput.json").write_text(json.dumps(document, indent=1), encoding="utf-8")
     markdown = render(document, runs, order)
-    (directory / "throughput.md").write_text(markdown, encoding="utf-8")
-    print()
-    print(markdown)
-    log(f"wrote {directory / 'throughput.json'} and {directory / 'throughput.md'} ({took:.0f} s in all)")
+    publish(out, "throughput", document, markdown, indent=1)
     complete = all(m.count >= spec.records for r in runs for w, m in r.items() if w != BACKEND_HTTPX)
     return 0 if complete else 1
 
@@ -481,33 +479,30 @@ def scaling_rows(document: dict[str, Any]) -> list[str]:
         "absolute rate is bounded by the cores, so requests per dispatcher CPU-second is the figure "
         "that carries to a bigger machine.",
         "",
-        "| group | runs | results/s (median) | dispatcher CPU s (median) | results per dispatcher "
-        "CPU-second (median) | machine busy s (median) |",
-        "|---|---|---|---|---|---|",
+        *table(
+            "group | runs | results/s (median) | dispatcher CPU s (median) | results per dispatcher "
+            "CPU-second (median) | machine busy s (median)"
+        ),
     ]
     for what, rows in groups.items():
         rates = [r["rate_per_s"] for r in rows if r["rate_per_s"] is not None]
         per_cpu = [r["results_per_dispatcher_cpu_s"] for r in rows if r["results_per_dispatcher_cpu_s"]]
         lines.append(
-            f"| {what} | {len(rows)} | {_num(statistics.median(rates) if rates else None, ',.0f')} "
+            f"| {what} | {len(rows)} | {cell(statistics.median(rates) if rates else None, ',.0f')} "
             f"| {statistics.median(r['dispatcher_cpu_s'] for r in rows):.1f} "
-            f"| {_num(statistics.median(per_cpu) if per_cpu else None, ',.0f')} "
+            f"| {cell(statistics.median(per_cpu) if per_cpu else None, ',.0f')} "
             f"| {statistics.median(r['machine_busy_s'] for r in rows):.1f} |"
         )
     return lines
 
 
 def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: list[str]) -> str:
-    m = document["machine"]
     spec = document["spec"]
     labels = [f"run {i + 1}" for i in range(len(runs))]
     lines = [
         "# Throughput benchmark",
         "",
-        f"`{document['command']}` on {m['date_utc']} UTC: {m['cores']} cores, Python {m['python']}, "
-        f"Kafka {m['kafka']} ({'three-node cluster' if spec.get('cluster') else 'one broker'}), load "
-        f"average at the end {m['load_average_1m_5m']}; {code_line(m)}; "
-        f"{document['seconds']:.0f} s in all.",
+        header(document, kafka=broker_shape(spec.get("cluster"))),
         "",
         f"{spec['records']:,} HIGH requests per measurement; budget {spec['budget']} (split evenly across a "
         "group); simulated backend at zero latency, limit = budget. Requests/s from the first result to "
@@ -516,22 +511,21 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
         *_changes(spec),
         rates_table(runs, labels, order),
         "",
-        "| target | measured | threshold | verdict |",
-        "|---|---|---|---|",
-        *(f"| {t} | {v} | {lim} | {verdict} |" for t, v, lim, verdict in document["targets"]),
+        *table(TARGET_HEAD, document["targets"]),
         "",
         "## Per measurement",
         "",
-        "| run | configuration | results | seconds | duplicates | by writer | effective budgets | backend "
-        "max in flight | backend answers | spans exported |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *table(
+            "run | configuration | results | seconds | duplicates | by writer | effective budgets | backend "
+            "max in flight | backend answers | spans exported"
+        ),
     ]
     for label, run in zip(labels, document["runs"], strict=True):
         for d in run["details"]:
             meas = run["measurements"][d["what"]]
             lines.append(
                 f"| {label} | {d['what']} | {meas['count']} | "
-                f"{_num(meas['seconds'], '.2f')} | {d.get('duplicates', '-')} "
+                f"{cell(meas['seconds'], '.2f')} | {d.get('duplicates', '-')} "
                 f"| {d.get('results_by_dispatcher', '-')} | {d.get('effective_budgets_seen', '-')} "
                 f"| {d['backend']['max_in_flight']} | {d['backend']['by_status']} "
                 f"| {d.get('spans_received') if d.get('spans_received') is not None else '-'} |"
@@ -572,11 +566,10 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
         meas = profile["measurement"]
         lines += [
             f"Under the profiler: {meas['count']} results at "
-            f"{_num(meas['rate_per_s'], ',.0f')}/s. Stats in "
+            f"{cell(meas['rate_per_s'], ',.0f')}/s. Stats in "
             f"`{profile['stats_file']}` (`python -m pstats`).",
             "",
-            "| function | calls | own s | share of own time | cumulative s |",
-            "|---|---|---|---|---|",
+            *table("function | calls | own s | share of own time | cumulative s"),
         ]
         for row in profile["by_tottime"][:-1]:
             lines.append(

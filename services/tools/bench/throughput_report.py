@@ -6,6 +6,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from inferq.tools.bench.machine import cell
+
 TARGET_RATE_PER_S = 2000.0
 TARGET_RATIO = 0.6
 BARE = "bare loop"
@@ -62,14 +64,6 @@ def median_ratio(runs: Sequence[Mapping[str, Measurement]], what: str, to: str) 
     return statistics.median(ratios) if ratios else None
 
 
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
 def rates_table(
     runs: Sequence[Mapping[str, Measurement]], labels: Sequence[str], order: Sequence[str]
 ) -> str:
@@ -79,9 +73,11 @@ def rates_table(
         "|---|" + "---|" * (len(labels) + 2),
     ]
     for what in order:
-        cells = [_rate(r[what].rate_per_s) if what in r else "-" for r in runs]
-        vs_bare = "1.00" if what == BARE else _ratio(median_ratio(runs, what, BARE))
-        rows.append(f"| {what} | " + " | ".join(cells) + f" | {_rate(median_rate(runs, what))} | {vs_bare} |")
+        cells = [cell(r[what].rate_per_s, ",.0f") if what in r else "-" for r in runs]
+        vs_bare = "1.00" if what == BARE else cell(median_ratio(runs, what, BARE), ".2f")
+        rows.append(
+            f"| {what} | " + " | ".join(cells) + f" | {cell(median_rate(runs, what), ',.0f')} | {vs_bare} |"
+        )
     return "\n".join(rows)
 
 
@@ -93,13 +89,13 @@ def target_rows(runs: Sequence[Mapping[str, Measurement]]) -> list[tuple[str, st
     return [
         (
             "one dispatcher, requests/s end to end (median of runs)",
-            _rate(rate),
+            cell(rate, ",.0f"),
             f">= {TARGET_RATE_PER_S:,.0f}",
             "n/a" if rate is None else ("PASS" if rate >= TARGET_RATE_PER_S else "MISS"),
         ),
         (
             "one dispatcher / bare loop, same run (median of runs)",
-            _ratio(ratio),
+            cell(ratio, ".2f"),
             f">= {TARGET_RATIO:g}",
             "n/a" if ratio is None else ("PASS" if ratio >= TARGET_RATIO else "MISS"),
         ),
@@ -120,13 +116,13 @@ def tracing_rows(
     return [
         (
             "tracing on / off, one dispatcher, same run (median of runs)",
-            _ratio(ratio),
+            cell(ratio, ".2f"),
             f">= {TARGET_TRACED_RATIO:g}",
             "n/a" if ratio is None else ("PASS" if ratio >= TARGET_TRACED_RATIO else "MISS"),
         ),
         (
             "tracing on at 10% sampling / off (for information: the target is at 100%)",
-            _ratio(sampled),
+            cell(sampled, ".2f"),
             f">= {TARGET_TRACED_RATIO:g}",
             "n/a" if sampled is None else ("PASS" if sampled >= TARGET_TRACED_RATIO else "MISS"),
         ),

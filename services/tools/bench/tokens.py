@@ -14,7 +14,6 @@ Writes `<out>/tokens.json` and `<out>/tokens.md`, and prints the markdown.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import ResultCollector, bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, results_dir
+from inferq.tools.bench.machine import code_line, command_line, machine, publish
 from inferq.tools.bench.sim_process import sim_backend
 from inferq.tools.bench.tokens_report import TokensRow, as_json, markdown, row
 from inferq.tools.broker.broker import pick_free_ports
@@ -145,10 +144,6 @@ def run(*, out: Path, home: Path, tpm: int = 6000, minutes: float = 2.0) -> int:
         f"`{command_line('tokens')}`, {code_line(m)}; simulated backend at {tpm} tokens per minute, "
         f"{minutes:g} min per policy, one dispatcher (budget 50, normal window), every tier on one model."
     )
-    text = markdown(rows, header)
-    folder = results_dir(out)
-    (folder / "tokens.md").write_text(text)
     document = as_json(rows, {"machine": m, "tpm": tpm, "minutes": minutes})
-    (folder / "tokens.json").write_text(json.dumps(document, indent=2) + "\n")
-    print(text)
+    publish(out, "tokens", document, markdown(rows, header), indent=2, json_end="\n")
     return 0

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
+from inferq.tools.bench.machine import cell
 
 TPM_TARGET = 0.95
 MINUTE_MS = 60_000
@@ -93,10 +94,6 @@ def verdicts(rows: Mapping[str, TokensRow]) -> dict[str, bool | None]:
     }
 
 
-def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
 def markdown(rows: Mapping[str, TokensRow], header: str) -> str:
     lines = [
         "# Token budget: tokens per minute against the simulator's limit",
@@ -110,8 +107,9 @@ def markdown(rows: Mapping[str, TokensRow], header: str) -> str:
     for r in rows.values():
         lines.append(
             f"| {r.policy} | {r.tpm_limit} | {r.tokens_per_minute:.0f} | {r.share_of_limit:.1%} | "
-            f"{r.over_dispatch_429} | {r.answered_ok} | {_s(r.high_wait_p50_s)} / {_s(r.high_wait_p99_s)} | "
-            f"{_s(r.low_wait_p50_s)} |"
+            f"{r.over_dispatch_429} | {r.answered_ok} | "
+            f"{cell(r.high_wait_p50_s, '.2f')} / {cell(r.high_wait_p99_s, '.2f')} | "
+            f"{cell(r.low_wait_p50_s, '.2f')} |"
         )
     lines += ["", "| target | verdict |", "| --- | --- |"]
     for name, verdict in verdicts(rows).items():

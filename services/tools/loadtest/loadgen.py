@@ -34,6 +34,9 @@ class LoadOptions:
     max_in_flight: int = 64
     # A moment to get every task scheduled before the first due time, so the first burst is on time.
     start_delay_s: float = 0.2
+    # Epoch seconds the trace's offset 0 falls on instead, so that processes posting parts of one
+    # trace (the benches') share its start.
+    start_at_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.speed <= 0 or self.max_in_flight < 1:
@@ -73,8 +76,11 @@ async def run_load(
     """Send every arrival at its (scaled) time until done or `stop` is set; returns the tally."""
     loop = asyncio.get_running_loop()
     result = LoadResult(planned=len(arrivals))
-    start = loop.time() + options.start_delay_s
-    result.started_ms = wall_ms() + round(options.start_delay_s * 1000)
+    delay_s = options.start_delay_s if options.start_at_s is None else options.start_at_s - time.time()
+    start = loop.time() + delay_s
+    result.started_ms = (
+        wall_ms() + round(delay_s * 1000) if options.start_at_s is None else round(options.start_at_s * 1000)
+    )
     slots = asyncio.Semaphore(options.max_in_flight)
     in_flight: set[asyncio.Task[None]] = set()
     finished = asyncio.Event()

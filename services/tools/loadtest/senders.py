@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, Self
@@ -89,7 +90,11 @@ class HttpSender:
         max_connections: int,
         timeout_s: float,
         transport: httpx.AsyncBaseTransport | None = None,
+        keys: Mapping[str, str] | None = None,
     ) -> None:
+        """`keys`: each tenant's API key, sent as its bearer token; None: open mode, the body's
+        `tenant` names it."""
+        self._keys = keys
         per_client = min(max_connections, self.CONNECTIONS_PER_CLIENT)
         limits = httpx.Limits(max_connections=per_client, max_keepalive_connections=per_client)
         self._url = ingest_url
@@ -125,7 +130,8 @@ class HttpSender:
     async def send(self, arrival: Arrival, request_id: str) -> Answer:
         client = next(self._next)
         try:
-            response = await client.post("/v1/requests", json=http_body(arrival, request_id))
+            headers = {"authorization": f"Bearer {self._keys[arrival.tenant]}"} if self._keys else None
+            response = await client.post("/v1/requests", json=http_body(arrival, request_id), headers=headers)
         except httpx.HTTPError as exc:
             return Answer("error", error=f"{type(exc).__name__}: {exc}"[:300])
         code = response.status_code

@@ -18,6 +18,8 @@ from fastavro.schema import parse_schema
 
 from inferq.messaging.codec import load_schema
 from inferq.tools.loadtest.errors import TraceFileError
+from inferq.tools.traces.errors import TraceError
+from inferq.tools.traces.files import avro_container, avro_records
 
 TRACE_SCHEMA_NAME = "io.inferq.TraceRecord"
 _REQUEST_TYPE = "io.inferq.InferenceRequest"
@@ -57,28 +59,15 @@ def write_trace(path: Path, records: Iterable[dict[str, Any]], metadata: dict[st
 def read_trace(path: Path) -> Iterator[dict[str, Any]]:
     """The TraceRecords of `path`, in file order. Raises `TraceFileError` for a file that is not a trace."""
     try:
-        f = path.open("rb")
-    except OSError as exc:
-        raise TraceFileError(f"cannot open trace {path}: {exc}") from exc
-    with f:
-        try:
-            reader = fastavro.reader(f)
-        except (ValueError, EOFError) as exc:
-            raise TraceFileError(f"{path} is not an Avro object container file: {exc}") from exc
-        name = reader.writer_schema.get("name") if isinstance(reader.writer_schema, dict) else None
-        if name != TRACE_SCHEMA_NAME:
-            raise TraceFileError(f"{path} holds {name!r} records, not {TRACE_SCHEMA_NAME}")
-        for record in reader:
-            if not isinstance(record, dict):
-                raise TraceFileError(f"{path}: a record that is not a TraceRecord")
-            yield record
+        yield from avro_records(path, named=TRACE_SCHEMA_NAME)
+    except TraceError as exc:
+        raise TraceFileError(str(exc)) from exc
 
 
 def trace_metadata(path: Path) -> dict[str, str]:
     """The inferq.* metadata the exporter wrote into the file header (source, range, counts)."""
-    with path.open("rb") as f:
-        try:
-            reader = fastavro.reader(f)
-        except (ValueError, EOFError) as exc:
-            raise TraceFileError(f"{path} is not an Avro object container file: {exc}") from exc
-        return {k: v for k, v in reader.metadata.items() if k.startswith("inferq.")}
+    try:
+        with avro_container(path) as reader:
+            return {k: v for k, v in reader.metadata.items() if k.startswith("inferq.")}
+    except TraceError as exc:
+        raise TraceFileError(str(exc)) from exc

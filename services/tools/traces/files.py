@@ -30,16 +30,20 @@ Two file formats, told apart by their first bytes:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 
 from inferq.messaging.tiers import Tier, TierPolicy
 from inferq.tools.traces.arrival import Arrival
 from inferq.tools.traces.errors import TraceError
+
+if TYPE_CHECKING:
+    from fastavro._read import reader as AvroReader  # the class; `fastavro.reader` is its alias
 
 AVRO_MAGIC = b"Obj\x01"
 
@@ -155,14 +159,41 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def read_avro(path: Path) -> list[dict[str, Any]]:
+@contextmanager
+def avro_container(path: Path, *, named: str | None = None) -> Iterator[AvroReader]:
+    """The open reader of the Avro object container `path`; with `named`, the file's records must be
+    that schema's. The one place a trace's Avro is opened (`inferq simulate`, `report`, `replay`)."""
     try:
-        with path.open("rb") as stream:
-            records = [r for r in fastavro.reader(stream) if isinstance(r, dict)]
-    except (OSError, ValueError, EOFError) as exc:
-        raise TraceError(path, f"unreadable Avro container: {exc}") from exc
+        stream = path.open("rb")
+    except OSError as exc:
+        raise TraceError(path, f"cannot open: {exc.strerror or exc}") from exc
+    with stream:
+        try:
+            reader = fastavro.reader(stream)
+        except (ValueError, EOFError) as exc:
+            raise TraceError(path, f"not an Avro object container file: {exc}") from exc
+        if named is not None:
+            name = reader.writer_schema.get("name") if isinstance(reader.writer_schema, dict) else None
+            if name != named:
+                raise TraceError(path, f"holds {name!r} records, not {named}")
+        yield reader
+
+
+def avro_records(path: Path, *, named: str | None = None) -> Iterator[dict[str, Any]]:
+    """The records of the Avro container `path` in file order (see `avro_container`)."""
+    with avro_container(path, named=named) as reader:
+        try:
+            for record in reader:
+                if not isinstance(record, dict):
+                    raise TraceError(path, f"a record that is not a record: {type(record).__name__}")
+                yield record
+        except (ValueError, EOFError) as exc:
+            raise TraceError(path, f"unreadable Avro container: {exc}") from exc
+
+
+def read_avro(path: Path) -> list[dict[str, Any]]:
     # `inferq trace export` wraps each request with where it was read (TraceRecord): unwrap it.
-    return [dict(r["request"]) if isinstance(r.get("request"), dict) else dict(r) for r in records]
+    return [dict(r["request"]) if isinstance(r.get("request"), dict) else dict(r) for r in avro_records(path)]
 
 
 def load_trace(
