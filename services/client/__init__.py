@@ -11,8 +11,8 @@
 - `KafkaTransport`: Avro requests straight to the tier topics and outcomes from the region's reply
   topic, for backends that already speak Kafka (one follower of the reply topic per transport);
 - the errors (`errors`: `RefusedError`, `InvalidRequestError`, `NotAuthorizedError`, `ExpiredError`,
-  `EvictedError`, `FailedError`, `WaitTimeoutError`, `TransportError`) and the types (`models`:
-  `Handle`, `Chunk`, `Outcome`).
+  `EvictedError`, `FailedError`, `RejectedError`, `WaitTimeoutError`, `TransportError`) and the
+  types (`models`: `Handle`, `Chunk`, `Outcome`).
 
 The package is product code: it never imports inferq's tooling.
 """
@@ -29,6 +29,7 @@ from inferq.client.errors import (
     NotAuthorizedError,
     OutcomeError,
     RefusedError,
+    RejectedError,
     TransportError,
     WaitTimeoutError,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "Outcome",
     "OutcomeError",
     "RefusedError",
+    "RejectedError",
     "Stream",
     "Submission",
     "SyncInferqClient",

@@ -10,7 +10,9 @@ InferqError                    base of everything the client raises
  ├── OutcomeError              the request ran to a terminal outcome other than OK (`outcome`)
  │    ├── ExpiredError         EXPIRED: its deadline passed before it could run
  │    ├── EvictedError         EVICTED: pushed out by higher-priority work ("peak hours, batch delayed")
- │    └── FailedError          FAILED or REJECTED: the backend or the dispatcher gave up (`outcome.error`)
+ │    └── FailedError          FAILED: the backend or the dispatcher gave up (`outcome.error`)
+ │         └── RejectedError   REJECTED: the dispatcher refused it (the tenant may not send it: what
+ │                             the HTTP API answers 403 for); a FailedError too, as before
  ├── WaitTimeoutError         no outcome within the wait (also a `TimeoutError`); the request may still
  │                             complete: ask again with `result(request_id)`
  └── TransportError            inferq could not be reached or answered unexpectedly (`retriable`)
@@ -77,6 +79,10 @@ class EvictedError(OutcomeError):
 
 
 class FailedError(OutcomeError):
+    pass
+
+
+class RejectedError(FailedError):
     pass
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferq.client.errors import EvictedError, ExpiredError, FailedError, OutcomeError
+from inferq.client.errors import EvictedError, ExpiredError, FailedError, OutcomeError, RejectedError
 from inferq.messaging.records import Status
 from inferq.messaging.tiers import Tier
 
@@ -142,4 +142,6 @@ def outcome_error(outcome: Outcome) -> OutcomeError | None:
         return ExpiredError(outcome)
     if outcome.status is Status.EVICTED:
         return EvictedError(outcome)
+    if outcome.status is Status.REJECTED:
+        return RejectedError(outcome)
     return FailedError(outcome)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from inferq import tracing
+from inferq.clock import wall_ms
 from inferq.dispatcher.adaptive import AdaptiveBudget, AdaptivePolicy, FixedBudget
 from inferq.dispatcher.backend import Backend
 from inferq.dispatcher.backend_specs import build_routes
@@ -75,10 +76,6 @@ log = logging.getLogger("inferq.dispatcher")
 
 
 TOPIC_PROPAGATION_MS = 2_000
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class TenantsWatch:
@@ -218,7 +215,7 @@ def bootstrap(
     backend: Backend | Mapping[str, Backend] | None = None,
     tokens: TokenSupply | None = None,
     scheduler: Scheduler | None = None,
-    clock_ms: Callable[[], int] = wall_clock_ms,
+    clock_ms: Callable[[], int] = wall_ms,
     sighup: bool = False,
 ) -> Dispatcher:
     """Build every part of one dispatcher from `settings`; the keyword arguments replace an edge.

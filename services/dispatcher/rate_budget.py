@@ -56,7 +56,7 @@ MAX_COUNT = 1_000_000_000
 # A reset or retry-after longer than this is not believed.
 MAX_WAIT_S = 3600.0
 # Characters per token for the estimate before the call (OpenAI's rule of thumb for English).
-CHARS_PER_TOKEN = 4
+CHARS_PER_TOKEN = 4  # the one home: the simulated backend and the scenarios count with it too
 # The answer's tokens when the request sets no `max_tokens` (its usage corrects it after the call).
 DEFAULT_COMPLETION_TOKENS = 256
 # Models with no limit known whose starts are counted at once (a caller may name any model):

@@ -42,6 +42,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from inferq import tracing
+from inferq.clock import wall_ms
 from inferq.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower
 from inferq.delivery.hub import WaiterHub
 from inferq.delivery.metrics import DeliveryMetrics
@@ -87,10 +88,6 @@ _FOLLOW_READY_WAIT_S = 15.0
 _ACK_BACKSTOP_S = 1.0
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @dataclass(frozen=True)
 class IngestParts:
     """Everything one ingest process runs; what `serve_parts` starts and stops."""
@@ -116,7 +113,7 @@ def build_parts(
     settings: IngestSettings,
     *,
     producer: AsyncProducer | None = None,
-    clock_ms: Callable[[], int] = _now_ms,
+    clock_ms: Callable[[], int] = wall_ms,
     backlog: BacklogSource | None = None,
     rate_clock_s: Callable[[], float] = time.monotonic,
     metrics_meter: Meter | None = None,
@@ -342,7 +339,7 @@ def create_app(
     settings: IngestSettings,
     *,
     producer: AsyncProducer | None = None,
-    clock_ms: Callable[[], int] = _now_ms,
+    clock_ms: Callable[[], int] = wall_ms,
     check_topics: bool = True,
     backlog: BacklogSource | None = None,
     rate_clock_s: Callable[[], float] = time.monotonic,

@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 # OffsetSpec is public API of confluent_kafka.admin but missing from its type stubs' exports.
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from inferq.clock import wall_ms
 from inferq.messaging.commit_metadata import readable_metadata
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.lag import unhandled
@@ -43,10 +44,6 @@ _STOP_WAIT_S = 0.25
 # Plain values (confluent-kafka 2.16 leaves OffsetSpec unannotated): the ends of a partition.
 _LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)
@@ -138,7 +135,7 @@ class KafkaBacklogReader:
         *,
         refresh_interval_s: float = 0.5,
         timeout_s: float = 1.0,
-        wall_clock_ms: Callable[[], int] = _wall_ms,
+        wall_clock_ms: Callable[[], int] = wall_ms,
     ) -> None:
         if refresh_interval_s <= 0 or timeout_s <= 0:
             raise ValueError("refresh_interval_s and timeout_s must be > 0")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -31,6 +30,7 @@ from opentelemetry.metrics import Meter
 from opentelemetry.trace import Span
 
 from inferq import tracing
+from inferq.clock import wall_ms
 from inferq.delivery.hub import WaiterHub
 from inferq.messaging.codec import TypedCodec
 from inferq.messaging.errors import DecodeError
@@ -230,7 +230,7 @@ class ResultConsumer:
             # Stored first: a long poll woken now reads the result from the store.
             for result in decoded:
                 hub.publish_result(result)
-        self._metrics.delivered(decoded, time.time_ns() // 1_000_000)
+        self._metrics.delivered(decoded, wall_ms())
 
     def _chunk(self, record: ReplyRecord, hub: WaiterHub) -> None:
         """A chunk written since the start, to the hub for the event streams (not stored)."""

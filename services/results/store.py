@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+from inferq.clock import wall_ms
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.reply_positions import ReplyPartition, ReplySource
 from inferq.results.errors import StoreNotOpenError
@@ -28,10 +28,6 @@ from inferq.results.table import ResultsTable, StoredHook
 
 _T = TypeVar("_T")
 WORKER_THREAD_NAME = "results-sqlite"
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class ResultStore:
@@ -52,7 +48,7 @@ class ResultStore:
         *,
         retention_s: float | None = None,
         max_results: int | None = None,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = wall_ms,
         hooks: Sequence[StoredHook] = (),
     ) -> None:
         self._path = path

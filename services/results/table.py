@@ -29,11 +29,11 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from inferq.clock import wall_ms
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.reply_positions import ReplyPartition, ReplySource
 
@@ -93,10 +93,6 @@ _SAVE_POSITION = (
 )
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class StoredHook(Protocol):
     """Something kept beside the results in the same database, written in the same transaction as
     each newly stored result (the webhook outbox: `inferq.webhooks.outbox`)."""
@@ -128,7 +124,7 @@ class ResultsTable:
         path: Path,
         *,
         max_rows: int | None = None,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = wall_ms,
         hooks: Sequence[StoredHook] = (),
     ) -> None:
         if max_rows is not None and max_rows < 1:

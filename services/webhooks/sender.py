@@ -30,10 +30,10 @@ import functools
 import logging
 import random
 import sqlite3
-import time
 from collections.abc import Callable, Collection
 from typing import Protocol, TypeVar
 
+from inferq.clock import wall_ms
 from inferq.messaging.dead_letters import (
     ERROR_HEADER,
     KIND_HEADER,
@@ -87,10 +87,6 @@ class PartitionOwner(Protocol):
         """A delivery is over and its row deleted: the done watermark may move on."""
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class WebhookSender:
     def __init__(
         self,
@@ -105,7 +101,7 @@ class WebhookSender:
         *,
         max_in_flight: int = 16,
         poll_interval_s: float = 1.0,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = wall_ms,
         uniform: Callable[[float, float], float] = random.uniform,
         owner: PartitionOwner | None = None,
     ) -> None:

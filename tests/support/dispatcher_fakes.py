@@ -23,8 +23,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
+from inferq.clock import wall_ms
 from inferq.dispatcher.backend import Completion
-from inferq.dispatcher.bootstrap import Dispatcher, TokenSupply, bootstrap, wall_clock_ms
+from inferq.dispatcher.bootstrap import Dispatcher, TokenSupply, bootstrap
 from inferq.dispatcher.consumer import (
     Batches,
     CommitPoint,
@@ -406,7 +407,7 @@ def rig(
         # With `spares`: several backends, `backend` the "default" one, routed as the settings say.
         backend={"default": backend, **spares} if spares else backend,
         tokens=TokenSupply(pool, shared=False),
-        clock_ms=clock_ms or wall_clock_ms,
+        clock_ms=clock_ms or wall_ms,
     )
     return Rig(settings, events, consumer, producer, backend, pool, dispatcher)
 

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from inferq.client import (
+    EvictedError,
     ExpiredError,
     FailedError,
     HttpTransport,
@@ -19,6 +20,7 @@ from inferq.client import (
     InvalidRequestError,
     NotAuthorizedError,
     RefusedError,
+    RejectedError,
     SyncInferqClient,
     WaitTimeoutError,
 )
@@ -230,3 +232,28 @@ def test_the_sync_client_does_the_same_calls() -> None:
         assert sync.submit("batch", "x", request_id="q").request_id == "q"
     with pytest.raises(Exception, match="closed"):
         sync.result("r1")
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        ("FAILED", FailedError),
+        ("REJECTED", RejectedError),
+        ("EXPIRED", ExpiredError),
+        ("EVICTED", EvictedError),
+    ],
+)
+def test_each_terminal_status_raises_its_own_error(status: str, error: type[Exception]) -> None:
+    """The client names a REJECTED outcome as ingest's HTTP answer does (403 rejected), not as a
+    backend failure; a RejectedError is still a FailedError for code that caught that."""
+    view = VIEW | {"status": status, "error": "not entitled"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return accepted(request) if request.method == "POST" else httpx.Response(200, json=view)
+
+    c, _ = client(handler)
+    with pytest.raises(error) as raised:
+        asyncio.run(c.infer("realtime_chat", "hi", timeout=5))
+    assert type(raised.value) is error
+    if status == "REJECTED":
+        assert isinstance(raised.value, FailedError)

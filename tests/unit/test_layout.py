@@ -24,6 +24,7 @@ PRODUCT = (
     "serving",
     "supervised",
     "log_format",
+    "clock",
     "settings",
     "config",
 )

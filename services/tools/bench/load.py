@@ -9,9 +9,10 @@ from collections.abc import Mapping
 
 import httpx
 
+from inferq.clock import wall_ms
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.summary import Submission
-from inferq.tools.loadtest.loadgen import LoadOptions, run_load, wall_ms
+from inferq.tools.loadtest.loadgen import LoadOptions, run_load
 from inferq.tools.loadtest.runs import RequestRecord
 from inferq.tools.loadtest.senders import HttpSender
 from inferq.tools.traces.arrival import Arrival

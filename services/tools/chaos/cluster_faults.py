@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from inferq.clock import wall_ms
 from inferq.messaging.admin import create_topics
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
@@ -100,15 +101,11 @@ def _wait_replicated(cluster: LocalCluster, topics: list[str], timeout_s: float)
         time.sleep(0.5)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _take_down(
     cluster: LocalCluster, node: int, *, kill: bool, down_s: float, topics: list[str], log: Log
 ) -> FaultEvent:
     what = "SIGKILL" if kill else "restart"
-    at_ms = _now_ms()
+    at_ms = wall_ms()
     if kill:
         cluster.kill_node(node)
     else:
@@ -116,9 +113,9 @@ def _take_down(
     log(f"  node {node}: {what}")
     _wait(down_s)
     cluster.start_node(node)
-    back_ms = _now_ms()
+    back_ms = wall_ms()
     _wait_replicated(cluster, topics, REPLICATED_TIMEOUT_S)
-    replicated_ms = _now_ms()
+    replicated_ms = wall_ms()
     log(
         f"  node {node}: back after {(back_ms - at_ms) / 1000:.1f} s, fully replicated after "
         f"{(replicated_ms - at_ms) / 1000:.1f} s"
@@ -186,7 +183,7 @@ def run_case(
                 cluster, fault, names.requests(Tier.HIGH), down_s=spec.down_s, topics=topics, log=log
             )
             _wait(spec.after_s)
-        stopped_ms = _now_ms()
+        stopped_ms = wall_ms()
         alive = all(proc.alive() for proc in stack.processes)
         answers = traffic.answers()
         accepted = traffic.accepted()

@@ -15,16 +15,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from inferq.clock import wall_ms
 from inferq.tools.loadtest.progress import Tally
 from inferq.tools.loadtest.runs import RequestRecord, request_id
 from inferq.tools.loadtest.senders import Sender
 from inferq.tools.traces.arrival import Arrival
 
 TICK_S = 0.25
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from inferq.clock import wall_ms
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.topics import TopicNames
 from inferq.tools.loadtest.errors import ReplayError
@@ -29,10 +30,6 @@ from inferq.tools.loadtest.source import SourceRecord
 QUEUE_FULL_WAIT_S = 60.0
 FLUSH_TIMEOUT_S = 60.0
 _MAX_WAIT_STEP_S = 0.1
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Source(Protocol):
@@ -132,7 +129,7 @@ class Replayer:
         stats, by_tier, topic = self.stats, self.stats.by_tier, self._topic
         produce = self._producer.produce
         for batch in source.batches():
-            rewrite = self._rewriter.at(now_ms())
+            rewrite = self._rewriter.at(wall_ms())
             for _ts, tier, key, value, _topic, _partition, _offset in batch:
                 try:
                     fresh = rewrite(value)
@@ -179,7 +176,7 @@ class Replayer:
             stats.read += 1
             stats.last_ts = ts
             try:
-                fresh = self._rewriter.rewrite(value, now_ms())
+                fresh = self._rewriter.rewrite(value, wall_ms())
             except DecodeError:
                 stats.undecodable += 1
                 continue

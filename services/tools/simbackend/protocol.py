@@ -12,8 +12,10 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-# The usual rule of thumb for English text; the simulator has no tokenizer and needs none.
-CHARS_PER_TOKEN = 4
+# Characters per token: the usual rule of thumb for English text, as inferq estimates it; the
+# simulator has no tokenizer and needs none.
+from inferq.dispatcher.rate_budget import CHARS_PER_TOKEN
+
 REPLY_PREFIX = "sim reply to: "
 REPLY_QUOTE_CHARS = 40
 

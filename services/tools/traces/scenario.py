@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from inferq.dispatcher.rate_budget import CHARS_PER_TOKEN
 from inferq.messaging.tiers import Tier
 from inferq.tools.paths import SCENARIO_DIR
 from inferq.tools.traces.errors import ScenarioError
 from inferq.tools.traces.tomlread import Table
 
-CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with GPT-style tokenizers
 DEFAULT_SEED = 2024
 
 
