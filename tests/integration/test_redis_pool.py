@@ -40,6 +40,9 @@ def new_prefix() -> str:
 async def started_pool(
     url: str, prefix: str, owner: str = "d", group_size: Callable[[], int] = lambda: 1, **kwargs: float
 ) -> AsyncIterator[RedisTokenPool]:
+    # A Redis call slower than the pool's 0.5 s default on a loaded test machine would switch the pool
+    # to its local share mid-test (seen in a clean-clone CI); tests of that switch set their own bound.
+    kwargs.setdefault("call_timeout_s", 1.5)
     pool = RedisTokenPool(url=url, owner=owner, group_size=group_size, key_prefix=prefix, **kwargs)
     await pool.start()
     try:
