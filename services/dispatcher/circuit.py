@@ -26,7 +26,7 @@ class State(Enum):
     HALF_OPEN = "half_open"
 
 
-class Outcome(Enum):
+class CallEnd(Enum):
     ANSWERED = "answered"
     FAILED = "failed"
     RATE_LIMITED = "rate_limited"
@@ -77,26 +77,26 @@ class CircuitBreaker:
             return True
         return False
 
-    def ended(self, outcome: Outcome, now_ms: int, *, probe: bool = False) -> State:
+    def ended(self, end: CallEnd, now_ms: int, *, probe: bool = False) -> State:
         """Record how a call ended (`probe`: `started` said it was the probe); the state after it."""
         state = self.state(now_ms)
-        if outcome is Outcome.NEUTRAL:
+        if end is CallEnd.NEUTRAL:
             if state is State.HALF_OPEN and probe:
                 # The probe told nothing: the next call probes again. (A call from before the
                 # pause telling nothing leaves the probe out, one at a time.)
                 self._probing = False
             return state
-        if outcome is Outcome.ANSWERED:
+        if end is CallEnd.ANSWERED:
             self._failed_in_a_row = 0
             if state is State.HALF_OPEN:
                 self._close()
             return self._state
         if state is State.HALF_OPEN:
-            self._open(now_ms, f"the probe {'answered 429' if outcome is Outcome.RATE_LIMITED else 'failed'}")
+            self._open(now_ms, f"the probe {'answered 429' if end is CallEnd.RATE_LIMITED else 'failed'}")
             return self._state
         if state is State.OPEN:
             return state  # a call started before it opened, ending now: already counted as open
-        if outcome is Outcome.FAILED:
+        if end is CallEnd.FAILED:
             self._failed_in_a_row += 1
             if self._failed_in_a_row >= self._policy.failures:
                 self._open(now_ms, f"{self._failed_in_a_row} failures in a row")

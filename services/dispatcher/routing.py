@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.dispatcher.backend import Backend
-from inferq.dispatcher.circuit import BreakerPolicy, CircuitBreaker, Outcome, State
+from inferq.dispatcher.circuit import BreakerPolicy, CallEnd, CircuitBreaker, State
 from inferq.dispatcher.errors import BackendError
 from inferq.messaging.tiers import Tier
 
@@ -130,9 +130,9 @@ class BackendRoutes:
         route.in_flight = max(0, route.in_flight - 1)
         if not self.several:
             return  # no breaker: nowhere else to send the traffic (its circuit stays closed)
-        outcome = outcome_of(failure, cut=cut)
+        end = call_end_of(failure, cut=cut)
         before = route.breaker.state(now_ms)
-        after = route.breaker.ended(outcome, now_ms, probe=probe)
+        after = route.breaker.ended(end, now_ms, probe=probe)
         if after is before:
             return
         if after is State.OPEN:
@@ -177,16 +177,16 @@ def check_tier_backends(tiers: Mapping[Tier, Sequence[str]], known: Sequence[str
             raise ValueError(f"{tier.value} lists unknown backends {unknown}; known: {sorted(known)}")
 
 
-def outcome_of(failure: BackendError | None, *, cut: bool = False) -> Outcome:
+def call_end_of(failure: BackendError | None, *, cut: bool = False) -> CallEnd:
     """How a call's end counts for its backend's breaker: a 5xx, a timeout or a lost connection is a
     failure, a 429 a rate limit, any other answer (a 4xx is the request's fault) an answer; a call
     the request's own deadline cut says nothing about the backend."""
     if cut:
-        return Outcome.NEUTRAL
+        return CallEnd.NEUTRAL
     if failure is None:
-        return Outcome.ANSWERED
+        return CallEnd.ANSWERED
     if failure.status == 429:
-        return Outcome.RATE_LIMITED
+        return CallEnd.RATE_LIMITED
     if failure.status is not None and failure.status < 500:
-        return Outcome.ANSWERED
-    return Outcome.FAILED
+        return CallEnd.ANSWERED
+    return CallEnd.FAILED

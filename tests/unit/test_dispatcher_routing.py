@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from inferq.dispatcher.backend_specs import build_routes
 from inferq.dispatcher.circuit import BreakerPolicy, State
 from inferq.dispatcher.errors import BackendError
-from inferq.dispatcher.routing import BackendRoutes, Outcome, outcome_of
+from inferq.dispatcher.routing import BackendRoutes, CallEnd, call_end_of
 from inferq.dispatcher.settings import DispatcherSettings
 from inferq.messaging.tiers import Tier
 
@@ -118,19 +118,19 @@ def test_with_several_backends_each_has_its_own_rate_minute():
 
 
 @pytest.mark.parametrize(
-    ("failure", "cut", "outcome"),
+    ("failure", "cut", "end"),
     [
-        (None, False, Outcome.ANSWERED),
-        (BackendError("x", retriable=False, status=400), False, Outcome.ANSWERED),
-        (BackendError("x", retriable=True, status=429), False, Outcome.RATE_LIMITED),
-        (FAILED, False, Outcome.FAILED),
-        (BackendError.timeout(2.0), False, Outcome.FAILED),
-        (BackendError("connection refused", retriable=True), False, Outcome.FAILED),
-        (BackendError.timeout(2.0), True, Outcome.NEUTRAL),
+        (None, False, CallEnd.ANSWERED),
+        (BackendError("x", retriable=False, status=400), False, CallEnd.ANSWERED),
+        (BackendError("x", retriable=True, status=429), False, CallEnd.RATE_LIMITED),
+        (FAILED, False, CallEnd.FAILED),
+        (BackendError.timeout(2.0), False, CallEnd.FAILED),
+        (BackendError("connection refused", retriable=True), False, CallEnd.FAILED),
+        (BackendError.timeout(2.0), True, CallEnd.NEUTRAL),
     ],
 )
-def test_how_a_calls_end_counts_for_its_breaker(failure, cut, outcome):
-    assert outcome_of(failure, cut=cut) is outcome
+def test_how_a_calls_end_counts_for_its_breaker(failure, cut, end):
+    assert call_end_of(failure, cut=cut) is end
 
 
 def test_closing_the_routes_closes_every_backend():
