@@ -26,7 +26,7 @@ AllowedFn = Callable[[Mapping[Tier, int], Mapping[Tier, int], Mapping[Tier, int 
 
 
 @dataclass(frozen=True)
-class Outcome:
+class MeasuredRequest:
     """The terminal result of one request, times in epoch ms (dispatcher clock)."""
 
     request_id: str
@@ -39,7 +39,7 @@ class Outcome:
     tenant: str = "default"
 
     @classmethod
-    def from_result(cls, result: InferenceResult) -> Outcome:
+    def from_result(cls, result: InferenceResult) -> MeasuredRequest:
         return cls(
             request_id=result.request_id,
             tier=result.tier,
@@ -106,7 +106,7 @@ def scheduling_tier(tier: Tier, waited_ms: int, promotion_age_ms: int) -> Tier:
     return Tier.MEDIUM if tier is Tier.LOW and waited_ms >= promotion_age_ms else tier
 
 
-def waiting_intervals(outcomes: Sequence[Outcome], promotion_age_ms: int) -> list[Interval]:
+def waiting_intervals(outcomes: Sequence[MeasuredRequest], promotion_age_ms: int) -> list[Interval]:
     """Enqueued → dispatched (or → the outcome, for a request never dispatched); a promoted LOW
     request waits as LOW up to its promotion, then as MEDIUM."""
     out: list[Interval] = []
@@ -123,7 +123,7 @@ def waiting_intervals(outcomes: Sequence[Outcome], promotion_age_ms: int) -> lis
     return out
 
 
-def busy_intervals(outcomes: Sequence[Outcome], promotion_age_ms: int) -> list[Interval]:
+def busy_intervals(outcomes: Sequence[MeasuredRequest], promotion_age_ms: int) -> list[Interval]:
     """Dispatched → completed for every request that took a token (OK, and FAILED after a call)."""
     out: list[Interval] = []
     for o in outcomes:

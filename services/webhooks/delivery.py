@@ -39,7 +39,7 @@ from inferq.webhooks.urls import CallbackTarget
 USER_AGENT = "inferq-webhooks/1"
 
 
-class Outcome(enum.StrEnum):
+class AttemptOutcome(enum.StrEnum):
     DELIVERED = "delivered"
     GONE = "gone"
     RETRY = "retry"
@@ -50,7 +50,7 @@ class Outcome(enum.StrEnum):
 class AttemptResult:
     """What one attempt came to; `detail` is short and names no secret ("HTTP 503", "timeout")."""
 
-    outcome: Outcome
+    outcome: AttemptOutcome
     detail: str
     # The metric's label: 2xx, 3xx, 4xx, 5xx, timeout, connection, refused.
     kind: str
@@ -132,12 +132,12 @@ class WebhookPoster:
                 return _from_status(response.status)
         except CallbackRefusedError as exc:
             if exc.permanent:
-                return AttemptResult(Outcome.REFUSED, exc.problem, "refused")
-            return AttemptResult(Outcome.RETRY, exc.problem, "connection")
+                return AttemptResult(AttemptOutcome.REFUSED, exc.problem, "refused")
+            return AttemptResult(AttemptOutcome.RETRY, exc.problem, "connection")
         except TimeoutError:  # asyncio.TimeoutError is this one since 3.11
-            return AttemptResult(Outcome.RETRY, "timeout", "timeout")
+            return AttemptResult(AttemptOutcome.RETRY, "timeout", "timeout")
         except aiohttp.ClientError as exc:
-            return AttemptResult(Outcome.RETRY, f"connection failed ({_kind(exc)})", "connection")
+            return AttemptResult(AttemptOutcome.RETRY, f"connection failed ({_kind(exc)})", "connection")
 
 
 def _check_same_host(target: CallbackTarget) -> None:
@@ -157,12 +157,12 @@ def _check_same_host(target: CallbackTarget) -> None:
 def _from_status(status: int) -> AttemptResult:
     kind = f"{status // 100}xx"
     if 200 <= status < 300:
-        return AttemptResult(Outcome.DELIVERED, f"HTTP {status}", kind)
+        return AttemptResult(AttemptOutcome.DELIVERED, f"HTTP {status}", kind)
     if status == 410:
-        return AttemptResult(Outcome.GONE, "HTTP 410 Gone: the receiver wants no more", kind)
+        return AttemptResult(AttemptOutcome.GONE, "HTTP 410 Gone: the receiver wants no more", kind)
     if 300 <= status < 400:
-        return AttemptResult(Outcome.RETRY, f"HTTP {status} (redirects are not followed)", kind)
-    return AttemptResult(Outcome.RETRY, f"HTTP {status}", kind)
+        return AttemptResult(AttemptOutcome.RETRY, f"HTTP {status} (redirects are not followed)", kind)
+    return AttemptResult(AttemptOutcome.RETRY, f"HTTP {status}", kind)
 
 
 def _kind(exc: Any) -> str:

@@ -46,7 +46,7 @@ from inferq.messaging.reply_positions import ReplyPartition
 from inferq.supervised import SupervisedTask
 from inferq.tenancy.model import Tenant
 from inferq.webhooks.backoff import Backoff
-from inferq.webhooks.delivery import AttemptResult, Outcome, WebhookPoster
+from inferq.webhooks.delivery import AttemptOutcome, AttemptResult, WebhookPoster
 from inferq.webhooks.errors import CallbackRefusedError
 from inferq.webhooks.metrics import WebhookMetrics
 from inferq.webhooks.outbox import PendingDelivery, WebhookOutbox
@@ -237,7 +237,7 @@ class WebhookSender:
             target, delivery, secret=secret, attempt=attempt, now_s=self._clock_ms() // 1000
         )
         self._metrics.attempt(result.kind)
-        if result.outcome is Outcome.DELIVERED:
+        if result.outcome is AttemptOutcome.DELIVERED:
             await self._remove(delivery)
             self._metrics.delivered((self._clock_ms() - delivery.stored_at_ms) / 1000)
             log.info(
@@ -247,11 +247,11 @@ class WebhookSender:
                 target.origin,
                 attempt,
             )
-        elif result.outcome is Outcome.GONE:
+        elif result.outcome is AttemptOutcome.GONE:
             await self._remove(delivery)
             self._metrics.ended("gone")
             log.info("webhook %s: %s answered 410 Gone, not retried", delivery.delivery_id, target.origin)
-        elif result.outcome is Outcome.REFUSED:
+        elif result.outcome is AttemptOutcome.REFUSED:
             await self._give_up(
                 delivery, "refused", f"callback refused at delivery: {result.detail}", target.origin
             )

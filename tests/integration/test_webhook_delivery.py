@@ -8,7 +8,7 @@ import asyncio
 import ipaddress
 from collections.abc import Sequence
 
-from inferq.webhooks.delivery import Outcome, WebhookPoster
+from inferq.webhooks.delivery import AttemptOutcome, WebhookPoster
 from inferq.webhooks.guard import AddressGuard
 from inferq.webhooks.outbox import PendingDelivery
 from inferq.webhooks.signing import verify
@@ -56,7 +56,7 @@ def test_the_connection_goes_to_the_checked_address_with_the_name_as_host():
     with webhook_receiver() as receiver:
         dns = Dns({"hooks.test": ["127.0.0.1"]})
         result = attempt(name_url(receiver, "/ok/a"), dns, allow_private=True)
-        assert result.outcome is Outcome.DELIVERED
+        assert result.outcome is AttemptOutcome.DELIVERED
         [delivery] = receiver.to("/ok/a")
         assert delivery.headers["host"] == f"hooks.test:{receiver.port}"
         assert delivery.headers["inferq-delivery"] == "d-1"
@@ -69,38 +69,38 @@ def test_a_name_resolving_to_loopback_now_is_refused_at_connect_and_nothing_is_s
     with webhook_receiver() as receiver:
         for answers in (["127.0.0.1"], ["::1"], ["::ffff:127.0.0.1"]):
             result = attempt(name_url(receiver, "/ok/b"), Dns({"hooks.test": answers}), allow_private=False)
-            assert result.outcome is Outcome.REFUSED and "loopback" in result.detail
+            assert result.outcome is AttemptOutcome.REFUSED and "loopback" in result.detail
         assert receiver.deliveries == []
 
 
 def test_an_ip_literal_is_checked_before_the_call():
     with webhook_receiver() as receiver:
         result = attempt(receiver.url("/ok/c"), Dns({}), allow_private=False)
-        assert result.outcome is Outcome.REFUSED
+        assert result.outcome is AttemptOutcome.REFUSED
         assert receiver.deliveries == []
 
 
 def test_a_name_that_stops_resolving_is_retried_not_refused():
     with webhook_receiver() as receiver:
         result = attempt(name_url(receiver, "/ok/d"), Dns({}), allow_private=True)
-        assert result.outcome is Outcome.RETRY and "does not resolve" in result.detail
+        assert result.outcome is AttemptOutcome.RETRY and "does not resolve" in result.detail
 
 
 def test_redirects_are_not_followed():
     with webhook_receiver() as receiver:
         result = attempt(receiver.url("/redirect/e"), Dns({}), allow_private=True)
-        assert result.outcome is Outcome.RETRY and "redirects are not followed" in result.detail
+        assert result.outcome is AttemptOutcome.RETRY and "redirects are not followed" in result.detail
         assert receiver.to("/ok/redirected") == []
 
 
 def test_a_slow_receiver_is_cut_off_and_retried():
     with webhook_receiver() as receiver:
         result = attempt(receiver.url("/slow/f"), Dns({}), allow_private=True, timeout_s=0.3)
-        assert (result.outcome, result.detail) == (Outcome.RETRY, "timeout")
+        assert (result.outcome, result.detail) == (AttemptOutcome.RETRY, "timeout")
 
 
 def test_a_closed_port_is_retried():
     with webhook_receiver() as receiver:
         port = receiver.port
     result = attempt(f"http://127.0.0.1:{port}/ok/g", Dns({}), allow_private=True)
-    assert result.outcome is Outcome.RETRY and result.kind == "connection"
+    assert result.outcome is AttemptOutcome.RETRY and result.kind == "connection"

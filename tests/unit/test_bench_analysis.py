@@ -16,7 +16,7 @@ from inferq.tools.bench.summary import RunSummary, Submission, low_makespan, tie
 from inferq.tools.measures import (
     AllowedFn,
     Interval,
-    Outcome,
+    MeasuredRequest,
     allowed_by,
     busy_intervals,
     makespan_s,
@@ -67,8 +67,10 @@ def test_makespan_from_first_enqueue_to_last_completion() -> None:
 # -- intervals -----------------------------------------------------------------------------------
 
 
-def outcome(rid: str, tier: Tier, enq: int, disp: int | None, done: int, status: str = "OK") -> Outcome:
-    return Outcome(rid, tier, status, enq, disp, done)
+def outcome(
+    rid: str, tier: Tier, enq: int, disp: int | None, done: int, status: str = "OK"
+) -> MeasuredRequest:
+    return MeasuredRequest(rid, tier, status, enq, disp, done)
 
 
 def test_waiting_ends_at_dispatch_or_at_the_outcome_of_a_request_never_dispatched() -> None:

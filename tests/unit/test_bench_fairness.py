@@ -29,7 +29,7 @@ from inferq.tools.bench.fairness_report import (
 from inferq.tools.bench.fairness_trace import TENANT_A, TENANT_B, FairnessSpec
 from inferq.tools.bench.pipeline_run import PipelineRun
 from inferq.tools.bench.summary import Submission
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 from inferq.tools.stack.tenants import write_tenants
 from inferq.tools.traces.generator import generate
 
@@ -42,8 +42,8 @@ def sub(rid: str, tenant: str, tier: Tier, status: int = 202, due: int = 0) -> S
 
 def out(
     rid: str, tenant: str, tier: Tier, enq: int, disp: int | None, done: int, status: str = "OK"
-) -> Outcome:
-    return Outcome(rid, tier, status, enq, disp, done, tenant)
+) -> MeasuredRequest:
+    return MeasuredRequest(rid, tier, status, enq, disp, done, tenant)
 
 
 # -- the trace ------------------------------------------------------------------------------------
@@ -194,7 +194,7 @@ def test_refusals_are_told_apart_by_the_quota_ingest_names() -> None:
     assert refusals(subs, TENANT_B) == {H: {"tier full": 1}}
 
 
-def result(o: Outcome) -> InferenceResult:
+def result(o: MeasuredRequest) -> InferenceResult:
     return InferenceResult(
         request_id=o.request_id,
         tier=o.tier,
@@ -210,7 +210,7 @@ def result(o: Outcome) -> InferenceResult:
 
 
 def pipeline_run(
-    name: str, subs: list[Submission], outcomes: dict[str, Outcome], max_in_flight: int
+    name: str, subs: list[Submission], outcomes: dict[str, MeasuredRequest], max_in_flight: int
 ) -> PipelineRun:
     ok = sum(1 for o in outcomes.values() if o.status == "OK")
     return PipelineRun(

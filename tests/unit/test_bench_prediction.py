@@ -23,7 +23,7 @@ from inferq.tools.bench.scheduling_report import MISS, NA, PASS
 from inferq.tools.bench.scheduling_run import compressed_env, run_specs
 from inferq.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, TraceSpec
 from inferq.tools.bench.summary import RunSummary, Submission, tier_rows
-from inferq.tools.measures import Outcome, stats, utilization
+from inferq.tools.measures import MeasuredRequest, stats, utilization
 from inferq.tools.simulation.simulate import SimConfig, sim_config
 from inferq.tools.traces.arrival import Arrival
 from inferq.tools.traces.generator import generate
@@ -137,8 +137,8 @@ def test_prediction_on_a_hand_checked_trace() -> None:
 
 
 def real_run(name: str, high_wait: int, medium_wait: int | None) -> RunSummary:
-    def outcome(rid: str, tier: Tier, wait: int) -> Outcome:
-        return Outcome(rid, tier, "OK", 0, wait, wait + 100)
+    def outcome(rid: str, tier: Tier, wait: int) -> MeasuredRequest:
+        return MeasuredRequest(rid, tier, "OK", 0, wait, wait + 100)
 
     subs = [Submission(0, "h", "x", "poisson", H, 0, 0, 5, 202)]
     outcomes = {"h": outcome("h", H, high_wait)}

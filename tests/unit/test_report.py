@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 from inferq.tools.report.documents import (
     RunDocument,
     load_documents,
@@ -34,8 +34,8 @@ from inferq.tools.traces.files import load_trace
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 
 
-def o(rid: str, tier: Tier, enq: int, disp: int | None, done: int, status: str = "OK") -> Outcome:
-    return Outcome(rid, tier, status, enq, disp, done)
+def o(rid: str, tier: Tier, enq: int, disp: int | None, done: int, status: str = "OK") -> MeasuredRequest:
+    return MeasuredRequest(rid, tier, status, enq, disp, done)
 
 
 # Budget 2. a runs 0-1 s; b waits 0-1 s then runs 1-2 s; c waits 0.5-3 s and expires undispatched;

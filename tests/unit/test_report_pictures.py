@@ -11,7 +11,7 @@ import pytest
 from matplotlib.image import imread
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 from inferq.tools.report.binned import (
     Bins,
     BudgetSteps,
@@ -28,8 +28,8 @@ from inferq.tools.report.plots import write_plots
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 
 
-def o(rid: str, tier: Tier, enq: int, disp: int | None, done: int, status: str = "OK") -> Outcome:
-    return Outcome(rid, tier, status, enq, disp, done)
+def o(rid: str, tier: Tier, enq: int, disp: int | None, done: int, status: str = "OK") -> MeasuredRequest:
+    return MeasuredRequest(rid, tier, status, enq, disp, done)
 
 
 def test_tokens_are_a_time_weighted_mean_per_bin():

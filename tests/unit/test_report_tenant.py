@@ -10,7 +10,7 @@ import pytest
 
 from inferq.messaging.records import InferenceResult, Status
 from inferq.messaging.tiers import Tier
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 from inferq.tools.report.cli import register
 from inferq.tools.report.documents import RunDocument, load_documents, outcome_from_record, write_documents
 from inferq.tools.report.stats import RequestCounts, request_counts
@@ -22,8 +22,8 @@ H, L = Tier.HIGH, Tier.LOW
 
 def o(
     rid: str, tenant: str, tier: Tier, enq: int, disp: int | None, done: int, status: str = "OK"
-) -> Outcome:
-    return Outcome(rid, tier, status, enq, disp, done, tenant)
+) -> MeasuredRequest:
+    return MeasuredRequest(rid, tier, status, enq, disp, done, tenant)
 
 
 # Budget 4. Tenant a floods: three chats that waited 1 s each and an expired brief; tenant b's one
@@ -78,7 +78,7 @@ def test_a_result_and_a_record_carry_their_tenant_and_old_records_are_default() 
         dispatched_at_ms=1,
         tenant="acme",
     )
-    assert Outcome.from_result(result).tenant == "acme"
+    assert MeasuredRequest.from_result(result).tenant == "acme"
     record = {"request_id": "r:9", "tier": "HIGH", "status": "OK", "enqueued_at_ms": 0}
     record |= {"dispatched_at_ms": 1, "completed_at_ms": 2}
     assert outcome_from_record(record).tenant == "default"

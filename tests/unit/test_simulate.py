@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from inferq.dispatcher.schedule import Schedule
 from inferq.messaging.tiers import Tier
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 from inferq.tools.report.timeseries import tokens_in_use
 from inferq.tools.simulation.backend_latency import mean_inference_s, parse_latency
 from inferq.tools.simulation.simulate import SimConfig, SimResult, sim_scheduler, simulate
@@ -56,7 +56,7 @@ def run(
     )
 
 
-def by_id(result: SimResult) -> dict[str, Outcome]:
+def by_id(result: SimResult) -> dict[str, MeasuredRequest]:
     return {o.request_id: o for o in result.outcomes}
 
 

@@ -19,7 +19,7 @@ from inferq.results.store import ResultStore
 from inferq.results.webhooks import result_body
 from inferq.tenancy.model import Entitlements, NameSet, Tenant, TenantDirectory
 from inferq.webhooks.backoff import Backoff
-from inferq.webhooks.delivery import AttemptResult, Outcome
+from inferq.webhooks.delivery import AttemptOutcome, AttemptResult
 from inferq.webhooks.guard import AddressGuard
 from inferq.webhooks.metrics import WebhookMetrics
 from inferq.webhooks.outbox import WebhookOutbox
@@ -40,7 +40,7 @@ class Receiver:
     """The poster, scripted: one answer per attempt (the last one repeats); records every call."""
 
     def __init__(self, *answers: AttemptResult) -> None:
-        self.answers = list(answers) or [AttemptResult(Outcome.DELIVERED, "HTTP 200", "2xx")]
+        self.answers = list(answers) or [AttemptResult(AttemptOutcome.DELIVERED, "HTTP 200", "2xx")]
         self.calls: list[dict[str, Any]] = []
 
     async def post(self, target, delivery, *, secret, attempt, now_s) -> AttemptResult:
@@ -77,7 +77,7 @@ class Tenants:
         return None if self.directory is None else self.directory.get(name)
 
 
-FAIL = AttemptResult(Outcome.RETRY, "HTTP 503", "5xx")
+FAIL = AttemptResult(AttemptOutcome.RETRY, "HTTP 503", "5xx")
 
 
 class Rig:
@@ -177,7 +177,7 @@ def test_delivered_once_with_a_valid_signature_over_the_public_view(tmp_path):
 
 def test_a_failing_receiver_gets_it_again_later_with_the_same_delivery_id(tmp_path):
     async def scenario() -> None:
-        rig = Rig(tmp_path, Receiver(FAIL, FAIL, AttemptResult(Outcome.DELIVERED, "HTTP 204", "2xx")))
+        rig = Rig(tmp_path, Receiver(FAIL, FAIL, AttemptResult(AttemptOutcome.DELIVERED, "HTTP 204", "2xx")))
         async with rig.store:
             await rig.store.put_many([hooked("a")])
             await rig.run_due()
@@ -222,7 +222,7 @@ def test_an_always_failing_receiver_yields_one_dead_letter_after_the_retry_perio
 
 def test_410_stops_without_a_dead_letter(tmp_path):
     async def scenario() -> None:
-        rig = Rig(tmp_path, Receiver(AttemptResult(Outcome.GONE, "HTTP 410 Gone", "4xx")))
+        rig = Rig(tmp_path, Receiver(AttemptResult(AttemptOutcome.GONE, "HTTP 410 Gone", "4xx")))
         async with rig.store:
             await rig.store.put_many([hooked("a")])
             for _ in range(3):

@@ -41,7 +41,7 @@ from inferq.tools.bench.machine import header, publish, run_record, table
 from inferq.tools.bench.pipeline_run import BenchConfig, PipelineRun, raw_records, run_pipeline
 from inferq.tools.bench.scheduling_run import RunSpec, compressed_env
 from inferq.tools.bench.summary import TierRow, submit_stats
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 from inferq.tools.stack.tenants import TenantSpec, write_tenants
 from inferq.tools.traces.generator import generate
 
@@ -109,7 +109,8 @@ def report(
     spec: FairnessSpec, trace: list[Any], runs: dict[str, PipelineRun], *, seconds: float
 ) -> tuple[dict[str, Any], str]:
     outcomes = {
-        name: {rid: Outcome.from_result(r) for rid, r in run.results.items()} for name, run in runs.items()
+        name: {rid: MeasuredRequest.from_result(r) for rid, r in run.results.items()}
+        for name, run in runs.items()
     }
     b_rows = {name: tenant_rows(run.submissions, outcomes[name], TENANT_B) for name, run in runs.items()}
     a_rows = {WITH_A: tenant_rows(runs[WITH_A].submissions, outcomes[WITH_A], TENANT_A)}

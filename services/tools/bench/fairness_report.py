@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.machine import TARGET_HEAD, cell, table
 from inferq.tools.bench.summary import REFUSED, Submission, TierRow, tier_rows
-from inferq.tools.measures import Outcome, Stats, stats
+from inferq.tools.measures import MeasuredRequest, Stats, stats
 from inferq.tools.report.timeseries import tokens_in_use
 
 PASS, MISS = "PASS", "MISS"
@@ -55,7 +55,7 @@ def of_tenant(submissions: Sequence[Submission], tenant: str) -> list[Submission
 
 
 def tenant_rows(
-    submissions: Sequence[Submission], outcomes: Mapping[str, Outcome], tenant: str
+    submissions: Sequence[Submission], outcomes: Mapping[str, MeasuredRequest], tenant: str
 ) -> list[TierRow]:
     return tier_rows(of_tenant(submissions, tenant), outcomes)
 
@@ -72,7 +72,7 @@ class FullBackendArrivals:
 
 def arrivals_at_full_backend(
     submissions: Sequence[Submission],
-    outcomes: Mapping[str, Outcome],
+    outcomes: Mapping[str, MeasuredRequest],
     tenant: str,
     tier: Tier,
     budget: int,
@@ -121,14 +121,16 @@ def refusals(submissions: Sequence[Submission], tenant: str) -> dict[Tier, dict[
     return {tier: dict(sorted(c.items())) for tier, c in counts.items()}
 
 
-def _briefs(submissions: Sequence[Submission], outcomes: Mapping[str, Outcome]) -> list[Outcome]:
+def _briefs(
+    submissions: Sequence[Submission], outcomes: Mapping[str, MeasuredRequest]
+) -> list[MeasuredRequest]:
     """Outcomes of the requests ingest put on LOW (a promoted one is reported in the tier it ran in)."""
     return [outcomes[s.request_id] for s in submissions if s.tier is Tier.LOW and s.request_id in outcomes]
 
 
 def low_completions_over_time(
     submissions: Sequence[Submission],
-    outcomes: Mapping[str, Outcome],
+    outcomes: Mapping[str, MeasuredRequest],
     tenant: str,
     *,
     start_ms: int,
@@ -144,14 +146,14 @@ def low_completions_over_time(
     return counts
 
 
-def _waiting(o: Outcome, at_ms: int) -> bool:
+def _waiting(o: MeasuredRequest, at_ms: int) -> bool:
     """Whether `o` was waiting at `at_ms`: enqueued and not yet dispatched (or dropped)."""
     left = o.dispatched_ms if o.dispatched_ms is not None else o.completed_ms
     return o.enqueued_ms <= at_ms <= left
 
 
 def low_split_while_both_wait(
-    submissions: Sequence[Submission], outcomes: Mapping[str, Outcome], tenant: str, other: str
+    submissions: Sequence[Submission], outcomes: Mapping[str, MeasuredRequest], tenant: str, other: str
 ) -> LowSplit:
     """Briefs completed OK of those dispatched while `tenant` and `other` both had one waiting."""
     briefs = {t: _briefs(of_tenant(submissions, t), outcomes) for t in (tenant, other)}

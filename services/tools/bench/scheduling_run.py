@@ -16,7 +16,7 @@ from inferq.dispatcher.settings import DispatcherSettings, build_schedule
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_MEAN_LATENCY_S, Tier
 from inferq.tools.bench.pipeline_run import BenchConfig, raw_records, run_pipeline
 from inferq.tools.bench.summary import RunSummary, Submission, low_makespan, submit_stats, tier_rows
-from inferq.tools.measures import Outcome, allowed_by, busy_intervals, utilization, waiting_intervals
+from inferq.tools.measures import MeasuredRequest, allowed_by, busy_intervals, utilization, waiting_intervals
 from inferq.tools.traces.arrival import Arrival
 
 # Real-time (S = 1) values the compression divides: the tiers' latencies and deadlines and the
@@ -89,7 +89,7 @@ def run_one(
     run = run_pipeline(
         bootstrap, spec.name, trace, config, env=lambda prefix: compressed_env(spec, config.compress, prefix)
     )
-    outcomes = {rid: Outcome.from_result(r) for rid, r in run.results.items()}
+    outcomes = {rid: MeasuredRequest.from_result(r) for rid, r in run.results.items()}
     summary = summarize(
         spec, config, run.submissions, outcomes, run.backend_stats, run.effective_budget_samples
     )
@@ -100,7 +100,7 @@ def summarize(
     spec: RunSpec,
     config: BenchConfig,
     submissions: list[Submission],
-    outcomes: dict[str, Outcome],
+    outcomes: dict[str, MeasuredRequest],
     backend: dict[str, Any],
     samples: list[tuple[int, int]],
 ) -> RunSummary:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inferq.messaging.tiers import TIERS_BY_PRIORITY, Tier
-from inferq.tools.measures import Outcome, Stats, Utilization, makespan_s, stats
+from inferq.tools.measures import MeasuredRequest, Stats, Utilization, makespan_s, stats
 
 ACCEPTED = 202
 REFUSED = (429, 503)  # a refusal by ingest is an outcome of the run, not an error of the bench
@@ -85,7 +85,7 @@ class RunSummary:
         ]
 
 
-def tier_rows(submissions: Sequence[Submission], outcomes: Mapping[str, Outcome]) -> list[TierRow]:
+def tier_rows(submissions: Sequence[Submission], outcomes: Mapping[str, MeasuredRequest]) -> list[TierRow]:
     """One row per tier; requests are attributed to the tier ingest chose (their topic)."""
     rows = []
     for tier in TIERS_BY_PRIORITY:
@@ -112,7 +112,7 @@ def tier_rows(submissions: Sequence[Submission], outcomes: Mapping[str, Outcome]
     return rows
 
 
-def low_makespan(submissions: Sequence[Submission], outcomes: Mapping[str, Outcome]) -> float | None:
+def low_makespan(submissions: Sequence[Submission], outcomes: Mapping[str, MeasuredRequest]) -> float | None:
     """From the dump's first enqueue to the last LOW outcome, in seconds (None if LOW is unfinished)."""
     dump = [outcomes[s.request_id] for s in submissions if s.kind == "dump" and s.request_id in outcomes]
     low = [o for o in outcomes.values() if o.tier is Tier.LOW]

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.measures import Outcome, percentile
+from inferq.tools.measures import MeasuredRequest, percentile
 from inferq.tools.report.timeseries import busy_spans
 
 QUANTILES = (50, 95, 99)
@@ -34,7 +34,9 @@ class Bins:
             raise ValueError(f"bins need width_ms >= 1 and count >= 0, got {self.width_ms}, {self.count}")
 
     @classmethod
-    def covering(cls, outcomes: Sequence[Outcome], width_ms: int, origin_ms: int | None = None) -> Bins:
+    def covering(
+        cls, outcomes: Sequence[MeasuredRequest], width_ms: int, origin_ms: int | None = None
+    ) -> Bins:
         """Bins from the first enqueue (or `origin_ms`) to the last completion."""
         if not outcomes:
             return cls(origin_ms or 0, width_ms, 0)
@@ -70,13 +72,13 @@ def mean_in_use(spans: Iterable[tuple[int, int]], bins: Bins) -> list[float]:
     return [a / bins.width_ms for a in area]
 
 
-def tokens_by_tier(outcomes: Sequence[Outcome], bins: Bins) -> dict[Tier, list[float]]:
+def tokens_by_tier(outcomes: Sequence[MeasuredRequest], bins: Bins) -> dict[Tier, list[float]]:
     """Mean tokens in use per bin, per tier (OK requests, dispatched..completed, as `timeseries`)."""
     return {tier: mean_in_use(busy_spans(outcomes, tier), bins) for tier in Tier}
 
 
 def wait_quantiles(
-    outcomes: Iterable[Outcome], tier: Tier, bins: Bins, quantiles: Sequence[int] = QUANTILES
+    outcomes: Iterable[MeasuredRequest], tier: Tier, bins: Bins, quantiles: Sequence[int] = QUANTILES
 ) -> dict[int, list[float | None]]:
     """Per quantile, the queue wait in seconds of `tier`'s requests dispatched in each bin (None
     for a bin where none was)."""
@@ -89,7 +91,7 @@ def wait_quantiles(
     return {q: [percentile(w, q) if w else None for w in waits] for q in quantiles}
 
 
-def auto_width_ms(outcomes: Sequence[Outcome], *, target_bins: int, minimum_ms: int = 1_000) -> int:
+def auto_width_ms(outcomes: Sequence[MeasuredRequest], *, target_bins: int, minimum_ms: int = 1_000) -> int:
     """A bin width giving about `target_bins` bins over the run, in whole seconds, at least `minimum_ms`."""
     if not outcomes:
         return minimum_ms

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 from inferq.tools.report.documents import (
     RunDocument,
     load_documents,
@@ -50,7 +50,7 @@ def run_document(
 ) -> RunDocument:
     """A recorded run: its results, and its request records when the load generator left them.
     With `tenant`, `results` are that tenant's and so are the request records counted."""
-    outcomes = [Outcome.from_result(r) for r in results]
+    outcomes = [MeasuredRequest.from_result(r) for r in results]
     requests_path = runs_dir / run_id / "requests.jsonl"
     requests = None
     if requests_path.is_file():
@@ -94,7 +94,7 @@ def collect(args: argparse.Namespace, items: Sequence[str], out: Path) -> list[R
         if empty:
             raise ReportError(f"no results for run {', '.join(empty)} on {settings.topics.results}")
         for run_id in run_ids:
-            counts = tenant_counts(Outcome.from_result(r) for r in read.by_run[run_id])
+            counts = tenant_counts(MeasuredRequest.from_result(r) for r in read.by_run[run_id])
             print(f"tenants of {run_id}: {describe_tenants(counts)}")
             if tenant is not None and tenant not in counts:
                 raise ReportError(f"no results of tenant {tenant!r} for run {run_id}")

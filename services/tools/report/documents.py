@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 from inferq.tools.report.errors import DocumentError
 from inferq.tools.report.stats import RequestCounts, Summary, summarize
 
@@ -30,7 +30,7 @@ class RunDocument:
     kind: str
     name: str
     budget: int
-    outcomes: list[Outcome]
+    outcomes: list[MeasuredRequest]
     requests: dict[Tier, RequestCounts] | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -38,10 +38,10 @@ class RunDocument:
         return summarize(self.outcomes, self.budget, self.requests)
 
 
-def outcome_from_record(record: Mapping[str, Any]) -> Outcome:
+def outcome_from_record(record: Mapping[str, Any]) -> MeasuredRequest:
     """An `InferenceResult`-shaped mapping (decoded Avro or JSON) as an outcome."""
     dispatched = record.get("dispatched_at_ms")
-    return Outcome(
+    return MeasuredRequest(
         request_id=str(record["request_id"]),
         tier=Tier(str(record["tier"])),
         status=str(record["status"]),
@@ -52,7 +52,7 @@ def outcome_from_record(record: Mapping[str, Any]) -> Outcome:
     )
 
 
-def outcome_record(o: Outcome) -> dict[str, Any]:
+def outcome_record(o: MeasuredRequest) -> dict[str, Any]:
     return {
         "request_id": o.request_id,
         "tier": o.tier.value,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.messaging.tiers import TIERS_BY_PRIORITY, Tier
-from inferq.tools.measures import Outcome, Stats, stats
+from inferq.tools.measures import MeasuredRequest, Stats, stats
 from inferq.tools.report.timeseries import Utilization, tokens_in_use, utilization
 from inferq.tools.traces.files import Trace
 
@@ -60,7 +60,7 @@ def seconds(values_ms: Sequence[int]) -> Stats | None:
     return stats([v / 1000 for v in values_ms])
 
 
-def request_counts(trace: Trace, outcomes: Sequence[Outcome]) -> dict[Tier, RequestCounts]:
+def request_counts(trace: Trace, outcomes: Sequence[MeasuredRequest]) -> dict[Tier, RequestCounts]:
     answered = {o.request_id for o in outcomes}
     counts = {}
     for tier in Tier:
@@ -71,7 +71,7 @@ def request_counts(trace: Trace, outcomes: Sequence[Outcome]) -> dict[Tier, Requ
 
 
 def summarize(
-    outcomes: Sequence[Outcome], budget: int, requests: Mapping[Tier, RequestCounts] | None = None
+    outcomes: Sequence[MeasuredRequest], budget: int, requests: Mapping[Tier, RequestCounts] | None = None
 ) -> Summary:
     span_ms = max(o.completed_ms for o in outcomes) - min(o.enqueued_ms for o in outcomes) if outcomes else 0
     rows = []
@@ -103,7 +103,7 @@ def summarize(
 
 
 def low_makespan_s(
-    outcomes: Sequence[Outcome], requests: Mapping[Tier, RequestCounts] | None = None
+    outcomes: Sequence[MeasuredRequest], requests: Mapping[Tier, RequestCounts] | None = None
 ) -> float | None:
     if requests is not None and requests[Tier.LOW].missing:
         return None  # LOW has not finished: its makespan is not known yet

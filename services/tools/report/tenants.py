@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from inferq.messaging import limits
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 from inferq.tools.report.documents import RunDocument
 
 
@@ -26,7 +26,7 @@ def check_tenant(name: str) -> str:
     return name
 
 
-def tenant_counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
+def tenant_counts(outcomes: Iterable[MeasuredRequest]) -> dict[str, int]:
     """Outcomes per tenant, the busiest first (then by name)."""
     counts = Counter(o.tenant for o in outcomes)
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
@@ -39,7 +39,7 @@ def describe_tenants(counts: dict[str, int], *, limit: int = 10) -> str:
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
-def of_tenant(outcomes: Sequence[Outcome], tenant: str) -> list[Outcome]:
+def of_tenant(outcomes: Sequence[MeasuredRequest], tenant: str) -> list[MeasuredRequest]:
     return [o for o in outcomes if o.tenant == tenant]
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 
 Span = tuple[int, int]
 
@@ -52,7 +52,7 @@ def count_over_time(spans: Iterable[Span]) -> Step:
     return Step(times, values)
 
 
-def busy_spans(outcomes: Iterable[Outcome], tier: Tier | None = None) -> list[Span]:
+def busy_spans(outcomes: Iterable[MeasuredRequest], tier: Tier | None = None) -> list[Span]:
     return [
         (o.dispatched_ms, o.completed_ms)
         for o in outcomes
@@ -60,7 +60,7 @@ def busy_spans(outcomes: Iterable[Outcome], tier: Tier | None = None) -> list[Sp
     ]
 
 
-def waiting_spans(outcomes: Iterable[Outcome], tier: Tier | None = None) -> list[Span]:
+def waiting_spans(outcomes: Iterable[MeasuredRequest], tier: Tier | None = None) -> list[Span]:
     return [
         (o.enqueued_ms, o.dispatched_ms if o.dispatched_ms is not None else o.completed_ms)
         for o in outcomes
@@ -68,15 +68,15 @@ def waiting_spans(outcomes: Iterable[Outcome], tier: Tier | None = None) -> list
     ]
 
 
-def tokens_in_use(outcomes: Sequence[Outcome], tier: Tier | None = None) -> Step:
+def tokens_in_use(outcomes: Sequence[MeasuredRequest], tier: Tier | None = None) -> Step:
     return count_over_time(busy_spans(outcomes, tier))
 
 
-def backlog(outcomes: Sequence[Outcome], tier: Tier | None = None) -> Step:
+def backlog(outcomes: Sequence[MeasuredRequest], tier: Tier | None = None) -> Step:
     return count_over_time(waiting_spans(outcomes, tier))
 
 
-def wait_points(outcomes: Iterable[Outcome], tier: Tier) -> list[tuple[int, int]]:
+def wait_points(outcomes: Iterable[MeasuredRequest], tier: Tier) -> list[tuple[int, int]]:
     """(enqueued ms, queue wait ms) of every dispatched request of `tier`, in enqueue order."""
     return sorted(
         (o.enqueued_ms, o.dispatched_ms - o.enqueued_ms)
@@ -105,7 +105,7 @@ class Utilization:
         return self.token_ms_waiting / (self.budget * self.waiting_ms) if self.waiting_ms else None
 
 
-def utilization(outcomes: Sequence[Outcome], budget: int) -> Utilization:
+def utilization(outcomes: Sequence[MeasuredRequest], budget: int) -> Utilization:
     """Sweep the two step functions (tokens in use, backlog) together; between two change points
     both are constant."""
     if budget < 1:

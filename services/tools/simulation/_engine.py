@@ -24,7 +24,7 @@ from inferq.dispatcher.waiting import WaitingRoom
 from inferq.dispatcher.work import Work
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 from inferq.tools.traces.arrival import Arrival
 
 SchedulerFactory = Callable[[Clock], Scheduler]
@@ -74,7 +74,7 @@ class SimConfig:
 
 @dataclass(frozen=True)
 class SimResult:
-    outcomes: list[Outcome]  # one per arrival, in the order of `arrivals`
+    outcomes: list[MeasuredRequest]  # one per arrival, in the order of `arrivals`
     max_in_flight: int
     promoted: int  # LOW requests scheduled as MEDIUM after waiting past the promotion age
     events: int  # distinct instants at which something happened
@@ -280,7 +280,7 @@ class Simulation:
             if status is None or completed is None:
                 raise RuntimeError(f"simulation ended with {arrival.request_id} unanswered")
             outcomes.append(
-                Outcome(
+                MeasuredRequest(
                     arrival.request_id,
                     arrival.tier,
                     status,

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
-from inferq.tools.measures import Outcome
+from inferq.tools.measures import MeasuredRequest
 from inferq.tools.report.documents import load_documents, outcome_from_record
 from inferq.tools.report.errors import DocumentError
 from inferq.tools.traces.files import read_jsonl
@@ -53,7 +53,7 @@ def parse_latency(
     return latency
 
 
-def mean_inference_s(outcomes: Iterable[Outcome]) -> dict[Tier, float]:
+def mean_inference_s(outcomes: Iterable[MeasuredRequest]) -> dict[Tier, float]:
     """Mean dispatched→completed seconds of OK outcomes, per tier that has any."""
     sums: dict[Tier, int] = {}
     counts: dict[Tier, int] = {}
@@ -64,7 +64,7 @@ def mean_inference_s(outcomes: Iterable[Outcome]) -> dict[Tier, float]:
     return {t: sums[t] / counts[t] / 1000 for t in counts}
 
 
-def recorded_outcomes(path: Path) -> list[Outcome]:
+def recorded_outcomes(path: Path) -> list[MeasuredRequest]:
     """Outcomes of a results JSONL (one `InferenceResult` as JSON per line, as `inferq report`
     writes to `results.jsonl`) or of a simulate/report JSON document."""
     if path.suffix == ".json":
