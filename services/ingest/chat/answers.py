@@ -87,8 +87,8 @@ def refusal_error(exc: IngestError) -> ChatError:
     return ChatError(status, message, _TYPES.get(status, "server_error"), code, param, headers or None)
 
 
-def outcome_error(result: InferenceResult) -> ChatError | None:
-    """The error of an outcome that is not OK; None for OK."""
+def chat_error_of(result: InferenceResult) -> ChatError | None:
+    """The chat error of a result that is not OK; None for OK."""
     rid = result.request_id
     if result.status is Status.OK:
         return None

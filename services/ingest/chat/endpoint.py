@@ -171,7 +171,7 @@ class ChatCompletionsEndpoint:
         self._ended("completion", "bound" if result is None else "outcome")
         if result is None:
             return answers.wait_exceeded(request_id, bound_s, self._hint(request_id)).response(headers)
-        error = answers.outcome_error(result)
+        error = answers.chat_error_of(result)
         if error is not None:
             return error.response(headers)
         return JSONResponse(answers.completion(result), headers=headers)
@@ -241,7 +241,7 @@ class ChatCompletionsEndpoint:
     async def _ending(
         self, body: ChatCompletionBody, result: InferenceResult, sent: str, created_s: int
     ) -> AsyncIterator[bytes]:
-        error = answers.outcome_error(result)
+        error = answers.chat_error_of(result)
         if error is not None:
             yield _error_event(error)
             return
