@@ -27,7 +27,7 @@ from inferq.dispatcher.deferred import ReadPositions
 from inferq.dispatcher.eviction import PressurePolicy
 from inferq.dispatcher.execution import Execution
 from inferq.dispatcher.forecast import forecast_lending
-from inferq.dispatcher.health import Health
+from inferq.dispatcher.health import DispatcherHealth
 from inferq.dispatcher.housekeeping import Housekeeping, LowEviction
 from inferq.dispatcher.inflight import InFlight
 from inferq.dispatcher.intake import Admission, Intake
@@ -57,7 +57,7 @@ from inferq.dispatcher.settings import (
     renamed_variables_in,
 )
 from inferq.dispatcher.starting import Starter
-from inferq.dispatcher.tenant_gate import TenantGate
+from inferq.dispatcher.tenant_check import TenantCheck
 from inferq.dispatcher.tenant_headroom import TenantHeadroom
 from inferq.dispatcher.tenant_limits import RegistryLimits
 from inferq.dispatcher.tokens import LocalTokenPool, TokenPool
@@ -168,7 +168,7 @@ class Dispatcher:
     """What `bootstrap` returns: the run loop, and the read-only views ``/healthz`` and tests use."""
 
     loop: RunLoop
-    status: Health
+    status: DispatcherHealth
 
     async def run(self) -> None:
         await self.loop.run()
@@ -232,7 +232,7 @@ def bootstrap(
     producer = producer or kafka_producer(settings)
     calls = call_policy(settings, backend_routes(settings, backend))
     tenants = tenant_parts(settings, clock_ms)
-    instruments = Instruments(dispatcher_metrics(budgets, tenants.gate), clock_ms, time.monotonic)
+    instruments = Instruments(dispatcher_metrics(budgets, tenants.check), clock_ms, time.monotonic)
     times = call_times(settings)
     held, positions = read_ahead(settings, kafka, waiting_room(settings, tenants, times), instruments)
     writer = outcome_writer(settings, producer, kafka.topics, calls.models, instruments, stop)
@@ -349,10 +349,10 @@ def call_policy(settings: DispatcherSettings, routes: BackendRoutes) -> CallPoli
 
 @dataclass(frozen=True)
 class Tenants:
-    """The tenants file, the gate every record passes, and the per-tenant limits read from it."""
+    """The tenants file, the tenant check every record passes, and the per-tenant limits read from it."""
 
     registry: TenantRegistry
-    gate: TenantGate
+    check: TenantCheck
     limits: RegistryLimits
 
     def several(self) -> bool:
@@ -366,16 +366,16 @@ def tenant_parts(settings: DispatcherSettings, clock_ms: Callable[[], int]) -> T
     )
     if registry.load() is None:
         log.warning("dispatcher in open mode: every tenant a record names runs, with the global rules")
-    gate = TenantGate(registry, default_reply_topic=topics.results, clock_ms=clock_ms)
-    return Tenants(registry, gate, RegistryLimits(registry))
+    check = TenantCheck(registry, default_reply_topic=topics.results, clock_ms=clock_ms)
+    return Tenants(registry, check, RegistryLimits(registry))
 
 
-def dispatcher_metrics(budgets: Budgets, gate: TenantGate) -> DispatcherMetrics:
+def dispatcher_metrics(budgets: Budgets, check: TenantCheck) -> DispatcherMetrics:
     return DispatcherMetrics(
         tokens_in_use=budgets.pool.in_use,
         tokens_held=budgets.pool.held_locally,
         effective_budget=lambda: budgets.budget.effective,
-        tenant_label=gate.label,
+        tenant_label=check.label,
     )
 
 
@@ -453,7 +453,7 @@ def admission(
             max_backoff_ms=int(settings.retry_max_backoff_s * 1000),
             tier_policy=TierPolicy(scenario_tiers=settings.scenario_tiers),
         ),
-        gate=tenants.gate,
+        tenant_check=tenants.check,
         shares=ReadaheadShares(
             room=held.room,
             pauses=held.pauses,
@@ -545,8 +545,8 @@ def health(
     intake: Intake,
     routes: BackendRoutes,
     clock_ms: Callable[[], int],
-) -> Health:
-    return Health(
+) -> DispatcherHealth:
+    return DispatcherHealth(
         checkpoint=checkpoint,
         pool=budgets.pool,
         room=held.room,

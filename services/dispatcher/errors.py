@@ -3,7 +3,7 @@
 DispatcherError
  ├── BackendError        the LLM backend failed one call; `retriable` says whether a retry may help
  ├── RefusedRequestError a decodable request that must not run (``record_rules.py``, or its tenant's
- │                       ``tenant_gate.py``; `cause` says which): dead-lettered and answered FAILED,
+ │                       ``tenant_check.py``; `cause` says which): dead-lettered and answered FAILED,
  │                       never sent to the LLM
  └── ConsumerError       the Kafka consumer failed one operation; `retriable` says whether a retry may help
       └── CommitFailedError  the group refused a commit (a rebalance, a lost membership): the offsets

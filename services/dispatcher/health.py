@@ -17,7 +17,7 @@ from inferq.messaging.tiers import Tier
 
 
 @dataclass(frozen=True)
-class Health:
+class DispatcherHealth:
     checkpoint: Checkpoint
     pool: TokenPool
     room: WaitingRoom

@@ -10,7 +10,7 @@ the waiting room. The partition is rewound to the first record left over, so it 
 later and the bounds hold exactly. A retry record that is not due yet holds its partition back
 (paused) until it is, at most the maximum backoff from when it was first read.
 
-Tenants (``tenant_gate.py``): after the record rules, the tenant gate refuses a tenant the file
+Tenants (``tenant_check.py``): after the record rules, the tenant check refuses a tenant the file
 does not list and what the tenant is not entitled to (dead letter and FAILED, like the rules'
 refusals) and narrows the rest. A request of a tenant over its share of the tier's read-ahead
 (``readahead_shares.py``) is *deferred* (``deferred.py``): tracked as not done, left in Kafka, and
@@ -32,7 +32,7 @@ from inferq.dispatcher.parts import Instruments, KafkaPorts, ReadAhead
 from inferq.dispatcher.poison import PoisonWatch
 from inferq.dispatcher.readahead_shares import ReadaheadShares
 from inferq.dispatcher.record_rules import RecordRules
-from inferq.dispatcher.tenant_gate import TenantGate
+from inferq.dispatcher.tenant_check import TenantCheck
 from inferq.dispatcher.work import Work
 from inferq.dispatcher.writer import OutcomeWriter
 from inferq.messaging.codec import request_codec
@@ -60,11 +60,11 @@ def poison_reason(exc: DecodeError) -> str:
 
 @dataclass(frozen=True)
 class Admission:
-    """What decides a record's way in: the record rules, the tenant gate, the tenants' shares of
+    """What decides a record's way in: the record rules, the tenant check, the tenants' shares of
     the read-ahead, the read-ahead per tier, and the poison ratio that raises the alarm."""
 
     rules: RecordRules
-    gate: TenantGate | None
+    tenant_check: TenantCheck | None
     shares: ReadaheadShares | None
     readahead: int
     poison_alarm_ratio: float
@@ -98,7 +98,7 @@ class Intake:
         # that time (a not-before clamped when first read must not move with every read). One entry
         # per retry partition.
         self._held_head: dict[Partition, tuple[int, int]] = {}
-        self._gate = admission.gate
+        self._tenant_check = admission.tenant_check
         self._shares = admission.shares
         self.deferred = DeferredRecords()
         # Per partition, the next offset the consumer returns (where it reads); pausing reads it too.
@@ -211,8 +211,8 @@ class Intake:
             checked = self._rules.check(
                 request, source_topic=partition.topic, now_ms=now_ms, raw_size=len(raw)
             )
-            if self._gate is not None:
-                checked = self._gate.check(checked)
+            if self._tenant_check is not None:
+                checked = self._tenant_check.check(checked)
         except DecodeError as exc:
             self._watch_poison(partition.topic, poison=True)
             track()

@@ -4,7 +4,7 @@
 (every tenant weight 1, no cap) is open mode's, the simulator's and most tests'. `RegistryLimits`
 reads the tenants in force from a `TenantRegistry`, so a reload applies at the next decision.
 
-A tenant the file does not list (removed while its requests were queued, see ``tenant_gate.py``)
+A tenant the file does not list (removed while its requests were queued, see ``tenant_check.py``)
 weighs 1 and has no cap of its own: its remaining requests finish at an ordinary share.
 """
 

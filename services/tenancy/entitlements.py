@@ -11,7 +11,7 @@ becomes: no I/O, no clock, no logging; the same input always gives the same `Ver
   `estimated_tokens` or a deadline (``expire_at_ms - created_at_ms``) over the tenant's, a
   `reply_to` other than `default_reply_topic` that the tenant does not list, a parameter it may not
   set or whose value is over its cap. Ingest answers 403 with them; the dispatcher sends the
-  record to the dead-letter topic with them and answers FAILED (``services/dispatcher/tenant_gate.py``).
+  record to the dead-letter topic with them and answers FAILED (``services/dispatcher/tenant_check.py``).
 - Narrowed (`Verdict.narrowed` names each): a tier above `max_tier` becomes `max_tier` (the
   record's `tier`, hence its topic at ingest); a tenant with a `max_tokens` cap that sets none gets
   the cap. A refused request is never narrowed.

@@ -14,7 +14,7 @@ from inferq.dispatcher import offsets as offsets_module
 from inferq.dispatcher.errors import RefusedRequestError
 from inferq.dispatcher.metrics import DispatcherMetrics
 from inferq.dispatcher.record_rules import Checked
-from inferq.dispatcher.tenant_gate import TenantGate
+from inferq.dispatcher.tenant_check import TenantCheck
 from inferq.messaging.records import Status
 from inferq.messaging.tiers import Tier
 from inferq.messaging.topics import TopicNames
@@ -150,39 +150,39 @@ def test_a_removed_tenant_keeps_the_requests_it_made_before_the_reload(tmp_path:
     clock = ManualClock(1_000_000)
     registry = TenantRegistry(path, topics=TopicNames())
     registry.load()
-    gate = TenantGate(registry, default_reply_topic="inferq.results", clock_ms=clock)
-    assert gate.check(checked("gone", 999_000)).request.tenant == "gone"
+    tenant_check = TenantCheck(registry, default_reply_topic="inferq.results", clock_ms=clock)
+    assert tenant_check.check(checked("gone", 999_000)).request.tenant == "gone"
 
     write_tenants(path, TenantSpec("a"))
     clock.now_ms = 2_000_000
     assert asyncio.run(registry.reload())
     # Made before the reload: still runs. Made after: refused as unknown, like any stranger.
-    assert gate.check(checked("gone", 1_999_999)).request.tenant == "gone"
+    assert tenant_check.check(checked("gone", 1_999_999)).request.tenant == "gone"
     with pytest.raises(RefusedRequestError, match="not in the tenants file") as refused:
-        gate.check(checked("gone", 2_000_000))
+        tenant_check.check(checked("gone", 2_000_000))
     assert refused.value.cause == "unknown_tenant"
-    assert gate.label("gone") == "gone" and gate.label("stranger") == "other"
+    assert tenant_check.label("gone") == "gone" and tenant_check.label("stranger") == "other"
 
     write_tenants(path, TenantSpec("a"), TenantSpec("gone"))  # back: everything runs again
     clock.now_ms = 3_000_000
     assert asyncio.run(registry.reload())
-    assert gate.check(checked("gone", 2_500_000)).request.tenant == "gone"
+    assert tenant_check.check(checked("gone", 2_500_000)).request.tenant == "gone"
     write_tenants(path, TenantSpec("a"))  # removed again: the new removal time counts
     clock.now_ms = 4_000_000
     assert asyncio.run(registry.reload())
     with pytest.raises(RefusedRequestError):
-        gate.check(checked("gone", 4_000_001))
+        tenant_check.check(checked("gone", 4_000_001))
 
 
 def test_open_mode_accepts_every_tenant_with_the_global_rules() -> None:
     registry = TenantRegistry(None)
     registry.load()
-    gate = TenantGate(
+    tenant_check = TenantCheck(
         registry, default_reply_topic="inferq.results", clock_ms=lambda: int(time.time() * 1000)
     )
     original = checked("anyone", int(time.time() * 1000))
-    assert gate.check(original) is original
-    assert gate.label("anyone") == "default"
+    assert tenant_check.check(original) is original
+    assert tenant_check.label("anyone") == "default"
 
 
 def test_deferred_records_are_read_again_when_their_partitions_window_is_full(
@@ -213,13 +213,13 @@ def test_dispatcher_metrics_label_tenants_from_the_file_only(tmp_path: Path) -> 
     path = write_tenants(tmp_path / "t.toml", TenantSpec("a"), TenantSpec("b"))
     registry = TenantRegistry(path, topics=TopicNames())
     registry.load()
-    gate = TenantGate(registry, default_reply_topic="inferq.results", clock_ms=lambda: 0)
+    tenant_check = TenantCheck(registry, default_reply_topic="inferq.results", clock_ms=lambda: 0)
     reader = InMemoryMetrics()
     metrics = DispatcherMetrics(
         tokens_in_use=dict,
         tokens_held=dict,
         effective_budget=lambda: 10,
-        tenant_label=gate.label,
+        tenant_label=tenant_check.label,
         otel_meter=reader.meter,
     )
     metrics.record_refused("a", "not_entitled")
@@ -308,10 +308,10 @@ def test_a_hostile_tenant_name_is_refused_without_being_echoed_whole(tmp_path: P
     path = write_tenants(tmp_path / "t.toml", TenantSpec("a"), TenantSpec("b"))
     registry = TenantRegistry(path, topics=TopicNames())
     registry.load()
-    gate = TenantGate(registry, default_reply_topic="inferq.results", clock_ms=lambda: 0)
+    tenant_check = TenantCheck(registry, default_reply_topic="inferq.results", clock_ms=lambda: 0)
     with pytest.raises(RefusedRequestError) as refused:
-        gate.check(checked(name, 1_000))
+        tenant_check.check(checked(name, 1_000))
     reason = refused.value.reason
     assert refused.value.cause == "unknown_tenant" and "not in the tenants file" in reason
     assert len(reason) <= 120 and "\n" not in reason
-    assert gate.label(name) == "other"
+    assert tenant_check.label(name) == "other"

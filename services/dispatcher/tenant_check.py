@@ -3,7 +3,7 @@
 A producer that writes to a request topic directly names its tenant in the record; who may write
 there at all is the broker's business (a principal per producer, ACLs on the topics: see
 ``services/messaging/acls.py`` and docs/hardening.md). So every record that passed the record
-rules (``record_rules.py``) passes this gate too, after them:
+rules (``record_rules.py``) passes this check too, after them:
 
 - **open mode** (no tenants file): every tenant is accepted with the global rules, as before.
 - **unknown tenant**: a tenant the file does not list is refused: dead-letter topic with the
@@ -46,7 +46,7 @@ class _Removed:
     at_ms: int
 
 
-class TenantGate:
+class TenantCheck:
     def __init__(
         self, registry: TenantRegistry, *, default_reply_topic: str, clock_ms: Callable[[], int]
     ) -> None:
