@@ -38,7 +38,7 @@ from inferq.dispatcher.models import ModelChoice
 from inferq.dispatcher.next_start import NextStart
 from inferq.dispatcher.offsets import OffsetTracker
 from inferq.dispatcher.outcomes import OutcomeBuilder
-from inferq.dispatcher.parts import Budgets, CallPolicy, Instruments, KafkaPorts, ReadAhead
+from inferq.dispatcher.parts import Budgets, CallPolicy, HeldBacklog, Instruments, KafkaPorts
 from inferq.dispatcher.pausing import Pauses
 from inferq.dispatcher.policies import Scheduler, build_scheduler
 from inferq.dispatcher.rate_budget import RateBudget
@@ -234,7 +234,7 @@ def bootstrap(
     tenants = tenant_parts(settings, clock_ms)
     instruments = Instruments(dispatcher_metrics(budgets, tenants.check), clock_ms, time.monotonic)
     times = call_times(settings)
-    held, positions = read_ahead(settings, kafka, waiting_room(settings, tenants, times), instruments)
+    held, positions = held_backlog(settings, kafka, waiting_room(settings, tenants, times), instruments)
     writer = outcome_writer(settings, producer, kafka.topics, calls.models, instruments, stop)
     next_start = NextStart(held.room, scheduler)
     execution = Execution(
@@ -402,10 +402,11 @@ def waiting_room(settings: DispatcherSettings, tenants: Tenants, calls: CallTime
     )
 
 
-def read_ahead(
+def held_backlog(
     settings: DispatcherSettings, kafka: KafkaPorts, room: WaitingRoom, instruments: Instruments
-) -> tuple[ReadAhead, ReadPositions]:
-    """The read-ahead's parts, and where the consumer reads (which intake moves and pausing asks)."""
+) -> tuple[HeldBacklog, ReadPositions]:
+    """What this process holds of the backlog, and where the consumer reads (which intake moves
+    and pausing asks)."""
     offsets = OffsetTracker()
     positions = ReadPositions(offsets)
     inflight = InFlight()
@@ -414,13 +415,13 @@ def read_ahead(
         kafka.topics,
         room,
         instruments.metrics,
-        readahead=settings.readahead,
+        per_tier=settings.readahead,
         inflight=inflight,
         offsets=offsets,
         max_budget=settings.budget,
         rereading=positions.rereading,
     )
-    return ReadAhead(room, offsets, inflight, pauses), positions
+    return HeldBacklog(room, offsets, inflight, pauses), positions
 
 
 def outcome_writer(
@@ -444,7 +445,7 @@ def outcome_writer(
 
 
 def admission(
-    settings: DispatcherSettings, topics: TopicNames, held: ReadAhead, tenants: Tenants
+    settings: DispatcherSettings, topics: TopicNames, held: HeldBacklog, tenants: Tenants
 ) -> Admission:
     return Admission(
         rules=RecordRules(
@@ -458,17 +459,17 @@ def admission(
             room=held.room,
             pauses=held.pauses,
             limits=tenants.limits,
-            readahead=settings.readahead,
+            per_tier=settings.readahead,
             enabled=tenants.several,
         ),
-        readahead=settings.readahead,
+        readahead_per_tier=settings.readahead,
         poison_alarm_ratio=settings.poison_alarm_ratio,
     )
 
 
 def watch_gauges(
     instruments: Instruments,
-    held: ReadAhead,
+    held: HeldBacklog,
     routes: BackendRoutes,
     intake: Intake,
     budgets: Budgets,
@@ -483,7 +484,7 @@ def watch_gauges(
     )
 
 
-def checkpoint_of(settings: DispatcherSettings, kafka: KafkaPorts, held: ReadAhead) -> Checkpoint:
+def checkpoint_of(settings: DispatcherSettings, kafka: KafkaPorts, held: HeldBacklog) -> Checkpoint:
     return Checkpoint(
         consumer=kafka.consumer,
         offsets=held.offsets,
@@ -495,7 +496,7 @@ def checkpoint_of(settings: DispatcherSettings, kafka: KafkaPorts, held: ReadAhe
 
 def housekeeping(
     settings: DispatcherSettings,
-    held: ReadAhead,
+    held: HeldBacklog,
     writer: OutcomeWriter,
     budgets: Budgets,
     instruments: Instruments,
@@ -511,7 +512,11 @@ def housekeeping(
 
 
 def low_eviction(
-    settings: DispatcherSettings, kafka: KafkaPorts, held: ReadAhead, writer: OutcomeWriter, calls: CallTimes
+    settings: DispatcherSettings,
+    kafka: KafkaPorts,
+    held: HeldBacklog,
+    writer: OutcomeWriter,
+    calls: CallTimes,
 ) -> list[Helper]:
     """The eviction helper, when LOW is evicted under pressure (none otherwise)."""
     if not settings.evict_low_under_pressure:
@@ -539,7 +544,7 @@ def describer(settings: DispatcherSettings, scheduler: Scheduler) -> Callable[[]
 def health(
     checkpoint: Checkpoint,
     kafka: KafkaPorts,
-    held: ReadAhead,
+    held: HeldBacklog,
     budgets: Budgets,
     scheduler: Scheduler,
     intake: Intake,

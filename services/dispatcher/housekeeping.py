@@ -14,7 +14,7 @@ from collections.abc import Callable
 from inferq.dispatcher.adaptive import warn_on_change
 from inferq.dispatcher.errors import ConsumerError
 from inferq.dispatcher.eviction import PressurePolicy
-from inferq.dispatcher.parts import Budgets, Instruments, KafkaPorts, ReadAhead
+from inferq.dispatcher.parts import Budgets, HeldBacklog, Instruments, KafkaPorts
 from inferq.dispatcher.writer import OutcomeWriter
 from inferq.messaging.lag import partition_lag
 from inferq.messaging.tiers import Tier
@@ -32,7 +32,7 @@ class Housekeeping:
     def __init__(
         self,
         *,
-        held: ReadAhead,
+        held: HeldBacklog,
         writer: OutcomeWriter,
         budgets: Budgets,
         instruments: Instruments,
@@ -78,7 +78,7 @@ class LowEviction:
         self,
         *,
         kafka: KafkaPorts,
-        held: ReadAhead,
+        held: HeldBacklog,
         writer: OutcomeWriter,
         policy: Callable[[], PressurePolicy],
     ) -> None:

@@ -28,7 +28,7 @@ from inferq.dispatcher.consumer import FetchedRecord, Partition
 from inferq.dispatcher.deferred import DeferredRecords, ReadPositions
 from inferq.dispatcher.errors import RefusedRequestError
 from inferq.dispatcher.offsets import PartitionOffsets
-from inferq.dispatcher.parts import Instruments, KafkaPorts, ReadAhead
+from inferq.dispatcher.parts import HeldBacklog, Instruments, KafkaPorts
 from inferq.dispatcher.poison import PoisonWatch
 from inferq.dispatcher.readahead_shares import ReadaheadShares
 from inferq.dispatcher.record_rules import RecordRules
@@ -66,7 +66,7 @@ class Admission:
     rules: RecordRules
     tenant_check: TenantCheck | None
     shares: ReadaheadShares | None
-    readahead: int
+    readahead_per_tier: int
     poison_alarm_ratio: float
 
 
@@ -75,7 +75,7 @@ class Intake:
         self,
         *,
         kafka: KafkaPorts,
-        held: ReadAhead,
+        held: HeldBacklog,
         writer: OutcomeWriter,
         admission: Admission,
         positions: ReadPositions,
@@ -90,7 +90,7 @@ class Intake:
         self._inflight = held.inflight
         self._metrics = instruments.metrics
         self._rules = admission.rules
-        self._readahead = admission.readahead
+        self._per_tier = admission.readahead_per_tier
         self._clock_ms = instruments.clock_ms
         self._requests = request_codec()
         self._poison = PoisonWatch(instruments.monotonic, threshold=admission.poison_alarm_ratio)
@@ -108,8 +108,8 @@ class Intake:
     def fetch_size(self) -> int:
         """How many records the next fetch may bring: the room left in the read-ahead (at least 1,
         so a due retry or an expired request still moves)."""
-        room = sum(max(0, self._readahead - self._room.held(t)) for t in Tier)
-        return max(1, room)
+        free = sum(max(0, self._per_tier - self._room.held(t)) for t in Tier)
+        return max(1, free)
 
     def admit(self, partition: Partition, records: Sequence[FetchedRecord]) -> None:
         """Take `records` (one fetch of `partition`) while the bounds allow and, on the retry topic,

@@ -36,7 +36,7 @@ class KafkaPorts:
 
 
 @dataclass(frozen=True)
-class ReadAhead:
+class HeldBacklog:
     """What this process holds of the backlog, and what bounds it: the waiting room, the offsets
     tracked per partition, the tasks in flight (calls, outcomes being written) and the pauses."""
 

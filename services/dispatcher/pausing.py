@@ -3,8 +3,8 @@
 Pausing is desired state, computed from the read-ahead and re-applied to whatever the consumer owns
 (aiokafka forgets pauses across a rebalance, so the checkpoint calls `apply` on every assignment):
 
-- a tier whose read-ahead holds `readahead` requests or more has its request partitions paused, and
-  so has a tier with `readahead` + `max_budget` tasks running (``inflight.py``: calls, and outcomes
+- a tier whose read-ahead holds `per_tier` requests or more has its request partitions paused, and
+  so has a tier with `per_tier` + `max_budget` tasks running (``inflight.py``: calls, and outcomes
   not yet written, e.g. of poison or expired records while the broker is slow);
 - the retry topic is paused while the whole read-ahead (every tier's share) is full;
 - a partition tracking `offsets.MAX_UNCOMMITTED` offsets beyond its commit point (one slow call at
@@ -38,7 +38,7 @@ class Pauses:
         room: WaitingRoom,
         metrics: DispatcherMetrics,
         *,
-        readahead: int,
+        per_tier: int,
         inflight: InFlight,
         offsets: OffsetTracker,
         max_budget: int,
@@ -49,13 +49,13 @@ class Pauses:
         self._topics = topics
         self._room = room
         self._metrics = metrics
-        self._readahead = readahead
+        self._per_tier = per_tier
         # Required, never a fresh default: an InFlight or OffsetTracker of its own would see no task
         # and no offset, and the task and window pauses would silently never happen.
         self._inflight = inflight
         self._offsets = offsets
         # Running calls are bounded by the budget; beyond it, tasks are outcomes waiting to be written.
-        self._max_tasks = readahead + max_budget
+        self._max_tasks = per_tier + max_budget
         self._monotonic = monotonic
         self._full_tiers: set[Tier] = set()
         self._full_windows: set[Partition] = set()
@@ -68,13 +68,13 @@ class Pauses:
         self._rereading: set[Partition] = set()
 
     def tier_is_full(self, tier: Tier) -> bool:
-        return self._room.held(tier) >= self._readahead or self._inflight.pending(tier) >= self._max_tasks
+        return self._room.held(tier) >= self._per_tier or self._inflight.pending(tier) >= self._max_tasks
 
     def room_is_full(self) -> bool:
         """The whole read-ahead is taken (or as many tasks run as all tiers may have): retries wait
         in Kafka too."""
         tiers = len(Tier)
-        return len(self._room) >= tiers * self._readahead or len(self._inflight) >= tiers * self._max_tasks
+        return len(self._room) >= tiers * self._per_tier or len(self._inflight) >= tiers * self._max_tasks
 
     def update(self) -> None:
         """Pause exactly the tiers whose read-ahead is full (and retries if all of it is), and the

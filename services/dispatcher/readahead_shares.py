@@ -1,10 +1,11 @@
 """Each tenant's bounded share of a tier's read-ahead, so a flood cannot fill it.
 
-A tier's read-ahead holds at most `readahead` requests (``pausing.py``). Fair queueing
-(``fair_queue.py``) can only choose among what is held, so a flooding tenant must not take every
-place: then the tier pauses and the other tenants' requests wait in Kafka behind the flood.
+A tier's read-ahead holds at most `per_tier` requests (``INFERQ_DISPATCHER_READAHEAD_PER_TIER``,
+``pausing.py``). Fair queueing (``fair_queue.py``) can only choose among what is held, so a
+flooding tenant must not take every place: then the tier pauses and the other tenants' requests
+wait in Kafka behind the flood.
 
-    share(tier, tenant) = max(1, floor(readahead x w / (W + RESERVE_WEIGHT)))
+    share(tier, tenant) = max(1, floor(per_tier x w / (W + RESERVE_WEIGHT)))
 
 with `w` the tenant's weight and `W` the weights of the tenants holding or deferring requests of the
 tier, the tenant included. `RESERVE_WEIGHT` keeps a place for a tenant not seen yet: even a tenant
@@ -36,13 +37,13 @@ class ReadaheadShares:
         room: WaitingRoom,
         pauses: Pauses,
         limits: TenantLimits,
-        readahead: int,
+        per_tier: int,
         enabled: Callable[[], bool],
     ) -> None:
         self._room = room
         self._pauses = pauses
         self._limits = limits
-        self._readahead = readahead
+        self._per_tier = per_tier
         self._enabled = enabled
 
     @property
@@ -53,7 +54,7 @@ class ReadaheadShares:
         """How many requests of `tier` `tenant` may hold, given the tenants deferring some."""
         active = {*self._room.holders(tier), *deferring, tenant}
         total = sum(self._limits.weight(t) for t in active) + RESERVE_WEIGHT
-        return max(1, math.floor(self._readahead * self._limits.weight(tenant) / total))
+        return max(1, math.floor(self._per_tier * self._limits.weight(tenant) / total))
 
     def has_room(self, tier: Tier, tenant: str, deferring: Iterable[str] = ()) -> bool:
         """One more request of `tenant` may join `tier`'s read-ahead."""

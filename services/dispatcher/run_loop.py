@@ -18,7 +18,7 @@ from typing import Protocol
 from inferq.dispatcher.checkpoint import Checkpoint
 from inferq.dispatcher.consumer import TierConsumer
 from inferq.dispatcher.intake import Intake
-from inferq.dispatcher.parts import ReadAhead
+from inferq.dispatcher.parts import HeldBacklog
 from inferq.dispatcher.routing import BackendRoutes
 from inferq.dispatcher.starting import Starter
 from inferq.dispatcher.tokens import TokenPool
@@ -101,7 +101,7 @@ class RunLoop:
         *,
         edges: Edges,
         steps: Steps,
-        held: ReadAhead,
+        held: HeldBacklog,
         stop: Stop,
         drain_timeout_s: float,
         describe: Callable[[], str],

@@ -24,7 +24,7 @@ from typing import Literal
 from inferq.dispatcher.execution import Execution
 from inferq.dispatcher.models import ModelChoice
 from inferq.dispatcher.next_start import NextStart
-from inferq.dispatcher.parts import Budgets, CallPolicy, Instruments, ReadAhead
+from inferq.dispatcher.parts import Budgets, CallPolicy, HeldBacklog, Instruments
 from inferq.dispatcher.rate_budget import Charge, estimate_tokens
 from inferq.dispatcher.rate_ledger import RateLedger
 from inferq.dispatcher.routing import Route
@@ -44,7 +44,7 @@ class Starter:
         next_start: NextStart,
         budgets: Budgets,
         calls: CallPolicy,
-        held: ReadAhead,
+        held: HeldBacklog,
         execution: Execution,
         instruments: Instruments,
     ) -> None:

@@ -43,7 +43,7 @@ def waiting(tier: Tier, n: int) -> list[Work]:
     return [Work(request=request, tier=tier, offsets=PartitionOffsets("t", 0), offset=i) for i in range(n)]
 
 
-def setup(readahead: int = 2) -> tuple[InMemoryConsumer, WaitingRoom, Pauses]:
+def setup(per_tier: int = 2) -> tuple[InMemoryConsumer, WaitingRoom, Pauses]:
     consumer = InMemoryConsumer.for_topics(TOPICS, partitions_each=2)
     room = WaitingRoom(promotion_age_ms=60_000)
     metrics = DispatcherMetrics(tokens_in_use=dict, tokens_held=dict, effective_budget=lambda: 1)
@@ -53,7 +53,7 @@ def setup(readahead: int = 2) -> tuple[InMemoryConsumer, WaitingRoom, Pauses]:
         TOPICS,
         room,
         metrics,
-        readahead=readahead,
+        per_tier=per_tier,
         inflight=InFlight(),
         offsets=offsets,
         max_budget=0,
@@ -85,7 +85,7 @@ def test_a_full_tier_is_paused_and_stays_paused_across_a_rebalance() -> None:
 
 def test_retries_pause_only_when_the_whole_read_ahead_is_full() -> None:
     async def scenario() -> None:
-        consumer, room, pauses = setup(readahead=1)
+        consumer, room, pauses = setup(per_tier=1)
         await consumer.start(Listener(pauses))
         for tier in Tier:
             room.add(waiting(tier, 1)[0])
