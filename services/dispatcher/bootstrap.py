@@ -43,6 +43,7 @@ from inferq.dispatcher.pausing import Pauses
 from inferq.dispatcher.policies import Scheduler, build_scheduler
 from inferq.dispatcher.rate_budget import RateBudget
 from inferq.dispatcher.rate_ledger import LocalRateLedger, RateLedger
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.readahead_shares import ReadaheadShares
 from inferq.dispatcher.record_rules import RecordRules
 from inferq.dispatcher.retries import RetryPolicy
@@ -61,7 +62,6 @@ from inferq.dispatcher.tenant_check import TenantCheck
 from inferq.dispatcher.tenant_headroom import TenantHeadroom
 from inferq.dispatcher.tenant_limits import RegistryLimits
 from inferq.dispatcher.tokens import LocalTokenPool, TokenPool
-from inferq.dispatcher.waiting import WaitingRoom
 from inferq.dispatcher.writer import OutcomeWriter, RecordProducer
 from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.tiers import TierPolicy
@@ -234,9 +234,9 @@ def bootstrap(
     tenants = tenant_parts(settings, clock_ms)
     instruments = Instruments(dispatcher_metrics(budgets, tenants.check), clock_ms, time.monotonic)
     times = call_times(settings)
-    held, positions = held_backlog(settings, kafka, waiting_room(settings, tenants, times), instruments)
+    held, positions = held_backlog(settings, kafka, readahead_of(settings, tenants, times), instruments)
     writer = outcome_writer(settings, producer, kafka.topics, calls.models, instruments, stop)
-    next_start = NextStart(held.room, scheduler)
+    next_start = NextStart(held.readahead, scheduler)
     execution = Execution(
         calls=calls,
         budgets=budgets,
@@ -385,8 +385,8 @@ def call_times(settings: DispatcherSettings) -> CallTimes:
     )
 
 
-def waiting_room(settings: DispatcherSettings, tenants: Tenants, calls: CallTimes) -> WaitingRoom:
-    return WaitingRoom(
+def readahead_of(settings: DispatcherSettings, tenants: Tenants, calls: CallTimes) -> ReadAhead:
+    return ReadAhead(
         promotion_age_ms=int(settings.promotion_age_s * 1000),
         early_drop_ms={t: int(s * 1000) for t, s in settings.typical_latency_s.items()}
         if settings.early_drop
@@ -403,7 +403,7 @@ def waiting_room(settings: DispatcherSettings, tenants: Tenants, calls: CallTime
 
 
 def held_backlog(
-    settings: DispatcherSettings, kafka: KafkaPorts, room: WaitingRoom, instruments: Instruments
+    settings: DispatcherSettings, kafka: KafkaPorts, readahead: ReadAhead, instruments: Instruments
 ) -> tuple[HeldBacklog, ReadPositions]:
     """What this process holds of the backlog, and where the consumer reads (which intake moves
     and pausing asks)."""
@@ -413,7 +413,7 @@ def held_backlog(
     pauses = Pauses(
         kafka.consumer,
         kafka.topics,
-        room,
+        readahead,
         instruments.metrics,
         per_tier=settings.readahead,
         inflight=inflight,
@@ -421,7 +421,7 @@ def held_backlog(
         max_budget=settings.budget,
         rereading=positions.rereading,
     )
-    return HeldBacklog(room, offsets, inflight, pauses), positions
+    return HeldBacklog(readahead, offsets, inflight, pauses), positions
 
 
 def outcome_writer(
@@ -456,7 +456,7 @@ def admission(
         ),
         tenant_check=tenants.check,
         shares=ReadaheadShares(
-            room=held.room,
+            readahead=held.readahead,
             pauses=held.pauses,
             limits=tenants.limits,
             per_tier=settings.readahead,
@@ -478,7 +478,9 @@ def watch_gauges(
     metrics, clock_ms = instruments.metrics, instruments.clock_ms
     metrics.watch_paused(held.pauses.paused_by_tier)
     metrics.watch_circuits(lambda: routes.gauge(clock_ms()))
-    metrics.watch_tenants(held.room.running_by_tenant, held.room.held_by_tenant, lambda: len(intake.deferred))
+    metrics.watch_tenants(
+        held.readahead.running_by_tenant, held.readahead.held_by_tenant, lambda: len(intake.deferred)
+    )
     metrics.watch_schedule(
         budget=budgets.max_budget, window=scheduler.window, effective=lambda: budgets.budget.effective
     )
@@ -488,7 +490,7 @@ def checkpoint_of(settings: DispatcherSettings, kafka: KafkaPorts, held: HeldBac
     return Checkpoint(
         consumer=kafka.consumer,
         offsets=held.offsets,
-        room=held.room,
+        readahead=held.readahead,
         pauses=held.pauses,
         commit_interval_s=settings.commit_interval_s,
     )
@@ -554,7 +556,7 @@ def health(
     return DispatcherHealth(
         checkpoint=checkpoint,
         pool=budgets.pool,
-        room=held.room,
+        readahead=held.readahead,
         consumer=kafka.consumer,
         budget=budgets.budget,
         scheduler=scheduler,

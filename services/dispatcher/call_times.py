@@ -6,7 +6,7 @@ follows the calls that completed as an exponentially weighted mean (weight `weig
 call that failed or that the deadline cut says nothing about the model's speed and is not learned.
 Bounded: a sample is clamped to [default / `bound`, default x `bound`], so neither one stuck call nor
 a burst of instant answers moves the estimate out of that range. The predictive early drop
-(``waiting.py``) and the forecast lending (``forecast.py``) read it; `learn` False keeps the defaults.
+(``readahead.py``) and the forecast lending (``forecast.py``) read it; `learn` False keeps the defaults.
 
 Pure: times are epoch ms given by the caller (the dispatcher's clock, the simulator's).
 """

@@ -23,7 +23,7 @@ from inferq.dispatcher.consumer import Partition, TierConsumer
 from inferq.dispatcher.errors import CommitFailedError, ConsumerError
 from inferq.dispatcher.offsets import OffsetTracker, PartitionOffsets, PendingCommit
 from inferq.dispatcher.pausing import Pauses
-from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.messaging import commit_metadata
 
 log = logging.getLogger("inferq.dispatcher")
@@ -43,14 +43,14 @@ class Checkpoint:
         *,
         consumer: TierConsumer,
         offsets: OffsetTracker,
-        room: WaitingRoom,
+        readahead: ReadAhead,
         pauses: Pauses,
         commit_interval_s: float,
         assignment_wait_s: float = ASSIGNMENT_WAIT_S,
     ) -> None:
         self._consumer = consumer
         self._offsets = offsets
-        self._room = room
+        self._readahead = readahead
         self._pauses = pauses
         self._interval_s = commit_interval_s
         self._assignment_wait_s = assignment_wait_s
@@ -111,7 +111,7 @@ class Checkpoint:
     async def on_revoked(self, revoked: list[Partition]) -> None:
         self._assignment_ready.clear()
         await self.commit(only=set(revoked))
-        self._room.drop_sources({(p.topic, p.partition) for p in revoked})
+        self._readahead.drop_sources({(p.topic, p.partition) for p in revoked})
         for partition in revoked:
             state = self._offsets.revoke(partition.topic, partition.partition)
             if state is not None:

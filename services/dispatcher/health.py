@@ -11,8 +11,8 @@ from inferq.dispatcher.checkpoint import Checkpoint
 from inferq.dispatcher.consumer import TierConsumer
 from inferq.dispatcher.inflight import InFlight
 from inferq.dispatcher.policies import Scheduler
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.tokens import TokenPool
-from inferq.dispatcher.waiting import WaitingRoom
 from inferq.messaging.tiers import Tier
 
 
@@ -20,7 +20,7 @@ from inferq.messaging.tiers import Tier
 class DispatcherHealth:
     checkpoint: Checkpoint
     pool: TokenPool
-    room: WaitingRoom
+    readahead: ReadAhead
     consumer: TierConsumer
     budget: Budget
     scheduler: Scheduler
@@ -43,8 +43,8 @@ class DispatcherHealth:
             # > 0 means this member joined the group and will consume.
             "assigned": self.checkpoint.assigned_count(),
             "tokens_in_use": sum(self.pool.held_locally().values()),
-            "waiting": len(self.room),
-            "held_by_tier": {t.value: self.room.held(t) for t in Tier},
+            "waiting": len(self.readahead),
+            "held_by_tier": {t.value: self.readahead.held(t) for t in Tier},
             "deferred": self.deferred(),
             # Calls, and outcomes being written (bounded per tier: inflight.py).
             "tasks": len(self.inflight),

@@ -39,7 +39,7 @@ class Housekeeping:
         interval_s: float,
         promotion_age_s: float,
     ) -> None:
-        self._room = held.room
+        self._readahead = held.readahead
         self._writer = writer
         self._inflight = held.inflight
         self._adaptive = budgets.adaptive
@@ -56,7 +56,7 @@ class Housekeeping:
             self.sweep()
 
     def sweep(self) -> None:
-        expired, promoted = self._room.sweep(self._clock_ms())
+        expired, promoted = self._readahead.sweep(self._clock_ms())
         for item in expired:
             self._inflight.begin(item.work, self._writer.expire(item.work, item.reason), "expire")
         if promoted:
@@ -87,7 +87,7 @@ class LowEviction:
         # Asked once a round: the capacities follow the learned call times (``call_times.py``).
         self._policy = policy
         self._offsets = held.offsets
-        self._room = held.room
+        self._readahead = held.readahead
         self._pauses = held.pauses
         self._writer = writer
         self._inflight = held.inflight
@@ -123,7 +123,7 @@ class LowEviction:
         backlog: dict[Tier, tuple[int, float]] = {}
         for tier in Tier:
             total = self._consumer.partition_count(self._topics.requests(tier))
-            backlog[tier] = (lags[tier] + self._room.held(tier), owned[tier] / total if total else 0.0)
+            backlog[tier] = (lags[tier] + self._readahead.held(tier), owned[tier] / total if total else 0.0)
         return backlog
 
     def evict_if_pressed(self, backlog: dict[Tier, tuple[int, float]]) -> None:
@@ -136,6 +136,6 @@ class LowEviction:
             self._pressed = pressed
         if pressed is None:
             return
-        for work in self._room.take_unpromoted_low():
+        for work in self._readahead.take_unpromoted_low():
             self._inflight.begin(work, self._writer.evict(work), "evict")
         self._pauses.update()

@@ -84,7 +84,7 @@ class Intake:
         self._consumer = kafka.consumer
         self._topics = kafka.topics
         self._offsets = held.offsets
-        self._room = held.room
+        self._readahead = held.readahead
         self._pauses = held.pauses
         self._writer = writer
         self._inflight = held.inflight
@@ -108,7 +108,7 @@ class Intake:
     def fetch_size(self) -> int:
         """How many records the next fetch may bring: the room left in the read-ahead (at least 1,
         so a due retry or an expired request still moves)."""
-        free = sum(max(0, self._per_tier - self._room.held(t)) for t in Tier)
+        free = sum(max(0, self._per_tier - self._readahead.held(t)) for t in Tier)
         return max(1, free)
 
     def admit(self, partition: Partition, records: Sequence[FetchedRecord]) -> None:
@@ -129,7 +129,7 @@ class Intake:
                 self._metrics.record_skipped_redo()
                 continue
             if source_tier is None:
-                full = self._pauses.room_is_full()
+                full = self._pauses.readahead_is_full()
             else:
                 full = self._pauses.tier_is_full(source_tier)
             if full or offsets.window_full():
@@ -269,7 +269,7 @@ class Intake:
             reply_topic=checked.reply_topic,
             trace=tracing.extract(getattr(record, "headers", None)),
         )
-        expired = self._room.check(work, now_ms)
+        expired = self._readahead.check(work, now_ms)
         tenant = checked.request.tenant
         if expired is None and source_tier is not None and not self._has_room(checked.tier, tenant):
             if not reread:
@@ -283,7 +283,7 @@ class Intake:
         if expired is not None:
             self._inflight.begin(work, self._writer.expire(work, expired), "expire")
         else:
-            self._room.add(work)
+            self._readahead.add(work)
         return True
 
     def _watch_poison(self, topic: str, *, poison: bool) -> None:

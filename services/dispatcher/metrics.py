@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from inferq.dispatcher.errors import BackendError
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.schedule import Window
-from inferq.dispatcher.waiting import WaitingRoom
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
 from inferq.telemetry import meter
@@ -247,9 +247,9 @@ class DispatcherMetrics:
             description="records left in Kafka because their tenant was over its read-ahead share",
         )
 
-    def observe_room(self, room: WaitingRoom, paused_partitions: int) -> None:
+    def observe_readahead(self, readahead: ReadAhead, paused_partitions: int) -> None:
         for tier in Tier:
-            self._waiting[tier] = room.held(tier)
+            self._waiting[tier] = readahead.held(tier)
         self._paused_partitions = paused_partitions
 
     def observe_consumer_lag(self, by_tier: Mapping[Tier, int]) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from inferq.dispatcher.policies import Scheduler
-from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.work import Work
 from inferq.messaging.tiers import Tier
 
@@ -33,23 +33,23 @@ class Start:
 
 
 class NextStart:
-    def __init__(self, room: WaitingRoom, scheduler: Scheduler) -> None:
-        self._room = room
+    def __init__(self, readahead: ReadAhead, scheduler: Scheduler) -> None:
+        self._readahead = readahead
         self._scheduler = scheduler
         # Per tier, which tenants the last `tier` decision let start (None: those below their cap).
         self._gates: dict[Tier, Callable[[str], bool]] | None = None
 
     def waiting(self) -> bool:
         """Anything in the read-ahead at all."""
-        return len(self._room) > 0
+        return len(self._readahead) > 0
 
     def tier(self, in_use: Mapping[Tier, int], budget: int, now_ms: int | None = None) -> Tier | None:
         """The tier that may start one request now; None when nothing waits or the policy says wait.
         `now_ms` dates the tenant headroom's window of recent activity (None: busy tenants only) and
         the forecast lending's outlook (None: no lending past the ceilings)."""
         free = budget - sum(in_use.values())
-        self._gates = self._room.start_gates(free=free, budget=budget, now_ms=now_ms)
-        demand = self._room.demand(self._gates, now_ms)
+        self._gates = self._readahead.start_gates(free=free, budget=budget, now_ms=now_ms)
+        demand = self._readahead.demand(self._gates, now_ms)
         if not any(demand.waiting.values()):
             return None
         return self._scheduler.next_tier(in_use, demand, budget)
@@ -58,7 +58,7 @@ class NextStart:
         """The request `take` would remove now (after `tier` named `tier`), left waiting: what the
         rate budget is asked about before the token is taken."""
         gates = self._gates
-        return self._room.peek(tier, gates[tier] if gates is not None else None)
+        return self._readahead.peek(tier, gates[tier] if gates is not None else None)
 
     def floor_shares(self, budget: int) -> dict[Tier, float]:
         """Each tier's floor as a share of `budget` in the window in force (none under FIFO, which
@@ -74,15 +74,15 @@ class NextStart:
         concurrency cap); None if there is none (its partition was revoked meanwhile). A request
         that will be called counts against its tenant's cap until `ended` is called for it."""
         gates, self._gates = self._gates, None
-        work = self._room.pop(tier, gates[tier] if gates is not None else None)
+        work = self._readahead.pop(tier, gates[tier] if gates is not None else None)
         if work is None:
             return None
-        expired = self._room.check(work, now_ms)
+        expired = self._readahead.check(work, now_ms)
         if expired is None:
-            self._room.call_started(work, now_ms)
+            self._readahead.call_started(work, now_ms)
         return Start(work, tier, expired)
 
     def ended(self, work: Work, now_ms: int | None = None, *, completed: bool = True) -> None:
         """The call of a request `take` started gave its token back at `now_ms`; `completed`: it
         answered (its time teaches the tier's typical call time, ``call_times.py``)."""
-        self._room.call_ended(work, now_ms, completed=completed)
+        self._readahead.call_ended(work, now_ms, completed=completed)

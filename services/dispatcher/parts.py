@@ -19,11 +19,11 @@ from inferq.dispatcher.models import ModelChoice
 from inferq.dispatcher.offsets import OffsetTracker
 from inferq.dispatcher.pausing import Pauses
 from inferq.dispatcher.rate_ledger import RateLedger
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.retries import RetryPolicy
 from inferq.dispatcher.routing import BackendRoutes
 from inferq.dispatcher.streaming import ChunkPolicy
 from inferq.dispatcher.tokens import TokenPool
-from inferq.dispatcher.waiting import WaitingRoom
 from inferq.messaging.topics import TopicNames
 
 
@@ -40,7 +40,7 @@ class HeldBacklog:
     """What this process holds of the backlog, and what bounds it: the waiting room, the offsets
     tracked per partition, the tasks in flight (calls, outcomes being written) and the pauses."""
 
-    room: WaitingRoom
+    readahead: ReadAhead
     offsets: OffsetTracker
     inflight: InFlight
     pauses: Pauses

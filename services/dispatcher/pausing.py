@@ -25,7 +25,7 @@ from inferq.dispatcher.consumer import Partition, TierConsumer
 from inferq.dispatcher.inflight import InFlight
 from inferq.dispatcher.metrics import DispatcherMetrics
 from inferq.dispatcher.offsets import OffsetTracker
-from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.messaging.tiers import Tier
 from inferq.messaging.topics import TopicNames
 
@@ -35,7 +35,7 @@ class Pauses:
         self,
         consumer: TierConsumer,
         topics: TopicNames,
-        room: WaitingRoom,
+        readahead: ReadAhead,
         metrics: DispatcherMetrics,
         *,
         per_tier: int,
@@ -47,7 +47,7 @@ class Pauses:
     ) -> None:
         self._consumer = consumer
         self._topics = topics
-        self._room = room
+        self._readahead = readahead
         self._metrics = metrics
         self._per_tier = per_tier
         # Required, never a fresh default: an InFlight or OffsetTracker of its own would see no task
@@ -68,19 +68,21 @@ class Pauses:
         self._rereading: set[Partition] = set()
 
     def tier_is_full(self, tier: Tier) -> bool:
-        return self._room.held(tier) >= self._per_tier or self._inflight.pending(tier) >= self._max_tasks
+        return self._readahead.held(tier) >= self._per_tier or self._inflight.pending(tier) >= self._max_tasks
 
-    def room_is_full(self) -> bool:
+    def readahead_is_full(self) -> bool:
         """The whole read-ahead is taken (or as many tasks run as all tiers may have): retries wait
         in Kafka too."""
         tiers = len(Tier)
-        return len(self._room) >= tiers * self._per_tier or len(self._inflight) >= tiers * self._max_tasks
+        return (
+            len(self._readahead) >= tiers * self._per_tier or len(self._inflight) >= tiers * self._max_tasks
+        )
 
     def update(self) -> None:
         """Pause exactly the tiers whose read-ahead is full (and retries if all of it is), and the
         partitions whose window of uncommitted offsets is."""
         full = {t for t in Tier if self.tier_is_full(t)}
-        retries = self.room_is_full()
+        retries = self.readahead_is_full()
         windows = {Partition(s.topic, s.partition) for s in self._offsets.owned() if s.window_full()}
         rereading = {p for p in windows if self._reads_again(p)}
         if (
@@ -92,7 +94,7 @@ class Pauses:
             self._full_tiers, self._retries_full, self._full_windows = full, retries, windows
             self._rereading = rereading
             self.apply()
-        self._metrics.observe_room(self._room, len(self._consumer.paused()))
+        self._metrics.observe_readahead(self._readahead, len(self._consumer.paused()))
 
     def hold_back(self, partition: Partition, delay_s: float) -> None:
         """Pause a retry partition for `delay_s`, until its head record is due."""

@@ -23,8 +23,8 @@ import math
 from collections.abc import Callable, Iterable
 
 from inferq.dispatcher.pausing import Pauses
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.tenant_limits import TenantLimits
-from inferq.dispatcher.waiting import WaitingRoom
 from inferq.messaging.tiers import Tier
 
 RESERVE_WEIGHT = 1.0
@@ -34,13 +34,13 @@ class ReadaheadShares:
     def __init__(
         self,
         *,
-        room: WaitingRoom,
+        readahead: ReadAhead,
         pauses: Pauses,
         limits: TenantLimits,
         per_tier: int,
         enabled: Callable[[], bool],
     ) -> None:
-        self._room = room
+        self._readahead = readahead
         self._pauses = pauses
         self._limits = limits
         self._per_tier = per_tier
@@ -52,7 +52,7 @@ class ReadaheadShares:
 
     def share(self, tier: Tier, tenant: str, deferring: Iterable[str] = ()) -> int:
         """How many requests of `tier` `tenant` may hold, given the tenants deferring some."""
-        active = {*self._room.holders(tier), *deferring, tenant}
+        active = {*self._readahead.holders(tier), *deferring, tenant}
         total = sum(self._limits.weight(t) for t in active) + RESERVE_WEIGHT
         return max(1, math.floor(self._per_tier * self._limits.weight(tenant) / total))
 
@@ -62,7 +62,7 @@ class ReadaheadShares:
             return False
         if not self.enabled:
             return True
-        return self._room.held_by(tier, tenant) < self.share(tier, tenant, deferring)
+        return self._readahead.held_by(tier, tenant) < self.share(tier, tenant, deferring)
 
     def worth_rereading(self, tier: Tier, tenant: str, deferring: Iterable[str] = ()) -> bool:
         """`tenant` has room for half its share (at least one): worth a rewind of its deferred
@@ -72,4 +72,4 @@ class ReadaheadShares:
         if not self.enabled:
             return True
         share = self.share(tier, tenant, deferring)
-        return self._room.held_by(tier, tenant) <= share - max(1, share // 2)
+        return self._readahead.held_by(tier, tenant) <= share - max(1, share // 2)

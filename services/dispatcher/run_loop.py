@@ -116,7 +116,7 @@ class RunLoop:
         self._checkpoint = steps.checkpoint
         self._starter = steps.starter
         self._pauses = held.pauses
-        self._room = held.room
+        self._readahead = held.readahead
         self._inflight = held.inflight
         self._helpers = steps.helpers
         self._drain_timeout_s = drain_timeout_s
@@ -189,7 +189,7 @@ class RunLoop:
             task.cancel()
         await asyncio.wait(helpers, timeout=HELPER_STOP_S)
         self._pauses.pause_everything()
-        self._room.clear()
+        self._readahead.clear()
 
     async def _drain(self) -> None:
         await self._inflight.drain(self._drain_timeout_s)

@@ -16,7 +16,7 @@ changes (the scheduler stays work-conserving); `slots` 0 turns the rule off. At 
 `budget - 1` tokens are kept (as for HIGH's headroom), so MEDIUM and LOW always have one to start
 with, even with a budget of 1. It only ever holds a start back, so the budget is never exceeded.
 
-A tenant's holding is the calls it has running in this process (``waiting.py``); with several
+A tenant's holding is the calls it has running in this process (``readahead.py``); with several
 dispatchers each keeps its own headroom against the shared budget's free tokens.
 """
 

@@ -8,8 +8,8 @@ from inferq.dispatcher.call_times import CallTimes
 from inferq.dispatcher.next_start import NextStart
 from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.policies import TieredScheduler
+from inferq.dispatcher.readahead import WOULD_BE_LATE, ReadAhead
 from inferq.dispatcher.schedule import Schedule
-from inferq.dispatcher.waiting import WOULD_BE_LATE, WaitingRoom
 from inferq.dispatcher.work import Work
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
@@ -85,15 +85,15 @@ def test_early_drop_uses_the_learned_latency() -> None:
     """Chats that take 2 s instead of 0.5 s: a chat with 1 s left is dropped once the dispatcher
     has seen them, not before."""
     calls = CallTimes({H: 500.0}, weight=0.5)
-    room = WaitingRoom(promotion_age_ms=10**9, early_drop_ms={H: 500}, calls=calls)
-    decide = NextStart(room, TieredScheduler(Schedule.default(budget=10).pin("peak")))
-    assert room.check(work(0, expire=11_000), 10_000) is None
+    readahead = ReadAhead(promotion_age_ms=10**9, early_drop_ms={H: 500}, calls=calls)
+    decide = NextStart(readahead, TieredScheduler(Schedule.default(budget=10).pin("peak")))
+    assert readahead.check(work(0, expire=11_000), 10_000) is None
     now = 10_000
     for n in range(1, 6):
-        room.add(work(n))
+        readahead.add(work(n))
         start = decide.take(H, now)
         assert start is not None
         decide.ended(start.work, now + 2000)
         now += 2000
     assert calls.typical_ms(H) > 1900
-    assert room.check(work(9, expire=now + 1000), now) == WOULD_BE_LATE
+    assert readahead.check(work(9, expire=now + 1000), now) == WOULD_BE_LATE

@@ -1,5 +1,5 @@
 """Fair share within a tier: the read-ahead serves tenants by weight, skips a tenant at its
-concurrency cap, and still expires and promotes (``fair_queue.py``, ``waiting.py``)."""
+concurrency cap, and still expires and promotes (``fair_queue.py``, ``readahead.py``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from inferq.dispatcher.fair_queue import FairQueue
 from inferq.dispatcher.next_start import NextStart
 from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.policies import TieredScheduler
+from inferq.dispatcher.readahead import TOO_LATE, ReadAhead
 from inferq.dispatcher.schedule import Schedule
-from inferq.dispatcher.waiting import TOO_LATE, WaitingRoom
 from inferq.dispatcher.work import Work
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
@@ -117,12 +117,12 @@ def test_a_reloaded_weight_applies_at_the_next_start():
     assert abs(served["a"] - 150) <= 2
 
 
-def room(limits: Limits, **kw: int) -> WaitingRoom:
-    return WaitingRoom(promotion_age_ms=kw.pop("promotion_age_ms", 60_000), tenants=limits)
+def readahead(limits: Limits, **kw: int) -> ReadAhead:
+    return ReadAhead(promotion_age_ms=kw.pop("promotion_age_ms", 60_000), tenants=limits)
 
 
 def test_a_tenant_at_its_cap_is_skipped_for_the_others_of_its_tier():
-    r = room(Limits({}, caps={"a": 2}))
+    r = readahead(Limits({}, caps={"a": 2}))
     for n in range(10):
         r.add(work("a", n))
     for n in range(3):
@@ -145,7 +145,7 @@ def test_a_tenant_at_its_cap_is_skipped_for_the_others_of_its_tier():
 
 
 def test_an_expired_take_does_not_count_against_the_cap():
-    r = room(Limits({}, caps={"a": 1}))
+    r = readahead(Limits({}, caps={"a": 1}))
     r.add(work("a", 0, expire=5))
     r.add(work("a", 1))
     nxt = NextStart(r, TieredScheduler(Schedule.default(budget=10).pin("night")))
@@ -156,7 +156,7 @@ def test_an_expired_take_does_not_count_against_the_cap():
 
 
 def test_expiry_and_aging_still_work_with_several_tenants():
-    r = room(Limits({"a": 1.0, "b": 1.0}), promotion_age_ms=1_000)
+    r = readahead(Limits({"a": 1.0, "b": 1.0}), promotion_age_ms=1_000)
     r.add(work("a", 1, created=0, expire=500))  # expires
     r.add(work("a", 2, created=0))  # starved: promoted
     r.add(work("b", 3, created=900))  # young: stays LOW
@@ -171,7 +171,7 @@ def test_expiry_and_aging_still_work_with_several_tenants():
 
 
 def test_promoted_requests_go_first_in_their_tenants_medium_queue():
-    r = room(Limits({}), promotion_age_ms=1_000)
+    r = readahead(Limits({}), promotion_age_ms=1_000)
     r.add(work("a", 1, tier=M, created=500))
     r.add(work("a", 2, created=0))
     r.sweep(now_ms=1_000)

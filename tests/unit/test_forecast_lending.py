@@ -12,9 +12,9 @@ from inferq.dispatcher.forecast import ArrivalForecast, ForecastPolicy, forecast
 from inferq.dispatcher.next_start import NextStart
 from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.policies import Demand, TieredScheduler
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.schedule import Schedule
 from inferq.dispatcher.settings import DispatcherSettings
-from inferq.dispatcher.waiting import WaitingRoom
 from inferq.dispatcher.work import Work
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
@@ -39,12 +39,12 @@ def work(tier: Tier, created: int) -> Work:
     return Work(request=request, tier=tier, offsets=PartitionOffsets(f"t.{tier}", 0), offset=n)
 
 
-def setup(*, lending: bool = True) -> tuple[NextStart, WaitingRoom]:
+def setup(*, lending: bool = True) -> tuple[NextStart, ReadAhead]:
     calls = CallTimes(TYPICAL_MS)
-    room = WaitingRoom(
+    readahead = ReadAhead(
         promotion_age_ms=10**9, calls=calls, lending=forecast_lending(calls) if lending else None
     )
-    return NextStart(room, TieredScheduler(Schedule.default(budget=BUDGET).pin("peak"))), room
+    return NextStart(readahead, TieredScheduler(Schedule.default(budget=BUDGET).pin("peak"))), readahead
 
 
 def start_all(decide: NextStart, in_use: dict[Tier, int], now_ms: int) -> list[Work]:
@@ -63,18 +63,18 @@ def start_all(decide: NextStart, in_use: dict[Tier, int], now_ms: int) -> list[W
 def briefs_started(chats_every_ms: int | None) -> int:
     """Chats (one every `chats_every_ms`, None: none) for 2 s, each answered in its 50 ms, then 20
     briefs at 2 s with every slot free: how many start."""
-    decide, room = setup()
-    room.add(work(M, 0))  # the forecast starts observing at the first arrival
+    decide, readahead = setup()
+    readahead.add(work(M, 0))  # the forecast starts observing at the first arrival
     (analysis,) = start_all(decide, dict.fromkeys(Tier, 0), 0)
     decide.ended(analysis, 280)
     if chats_every_ms is not None:
         for now in range(0, 2000, chats_every_ms):
-            room.add(work(H, now))
+            readahead.add(work(H, now))
             chat = decide.take(H, now)
             assert chat is not None
             decide.ended(chat.work, now + 50)
     for _ in range(20):
-        room.add(work(L, 2000))
+        readahead.add(work(L, 2000))
     return len(start_all(decide, dict.fromkeys(Tier, 0), 2000))
 
 
@@ -98,17 +98,17 @@ def test_moderate_chat_leaves_a_reserve() -> None:
 
 
 def test_without_forecast_data_the_ceilings_hold() -> None:
-    decide, room = setup()
+    decide, readahead = setup()
     for _ in range(20):
-        room.add(work(L, 0))
+        readahead.add(work(L, 0))
     assert len(start_all(decide, dict.fromkeys(Tier, 0), 0)) == 1
 
 
 def test_lending_off_keeps_the_ceilings() -> None:
-    decide, room = setup(lending=False)
-    room.add(work(M, 0))
+    decide, readahead = setup(lending=False)
+    readahead.add(work(M, 0))
     for _ in range(20):
-        room.add(work(L, 5000))
+        readahead.add(work(L, 5000))
     assert len(start_all(decide, {H: 0, M: 0, L: 0}, 5000)) == 2  # the MEDIUM and LOW's one
 
 
@@ -149,9 +149,9 @@ def test_never_over_the_budget_and_floors_first(events: list[tuple[Tier, int, bo
 
     def replay() -> list[tuple[int, Tier]]:
         calls = CallTimes(TYPICAL_MS)
-        room = WaitingRoom(promotion_age_ms=10**9, calls=calls, lending=forecast_lending(calls))
+        readahead = ReadAhead(promotion_age_ms=10**9, calls=calls, lending=forecast_lending(calls))
         schedule = Schedule.default(budget=budget).pin("peak")
-        decide = NextStart(room, TieredScheduler(schedule))
+        decide = NextStart(readahead, TieredScheduler(schedule))
         window = schedule.window_at(None)  # type: ignore[arg-type]
         floors = {t: window.limits[t].floor for t in Tier}
         ceilings = {t: window.limits[t].ceiling for t in Tier}
@@ -161,13 +161,13 @@ def test_never_over_the_budget_and_floors_first(events: list[tuple[Tier, int, bo
         now, log = 0, []
         for tier, gap, end_one in events:
             now += gap
-            room.add(work(tier, now))
+            readahead.add(work(tier, now))
             if end_one and running:
                 done, as_tier = running.pop(0)
                 in_use[as_tier] -= 1
                 decide.ended(done, now)
             for _ in range(budget + 1):
-                waiting = room.demand().waiting
+                waiting = readahead.demand().waiting
                 below_floor = [t for t in Tier if waiting[t] > 0 and in_use[t] < floors[t]]
                 chosen = decide.tier(in_use, budget, now)
                 if chosen is None:
@@ -209,18 +209,18 @@ def test_a_burst_in_progress_holds_the_slots_back() -> None:
 def test_a_floor_waits_for_a_borrowed_slot_rather_than_take_the_headroom() -> None:
     """Briefs borrowed every slot but the headroom; an analysis (MEDIUM, below its floor of 3) gets
     the next brief's slot as it ends, not the headroom, which a chat still finds free."""
-    decide, room = setup()
-    room.add(work(M, 0))
+    decide, readahead = setup()
+    readahead.add(work(M, 0))
     (analysis,) = start_all(decide, dict.fromkeys(Tier, 0), 0)
     decide.ended(analysis, 280)
     in_use = dict.fromkeys(Tier, 0)
     for _ in range(20):
-        room.add(work(L, 2000))
+        readahead.add(work(L, 2000))
     briefs = start_all(decide, in_use, 2000)
     assert in_use[L] == BUDGET - 2
-    room.add(work(M, 2010))
+    readahead.add(work(M, 2010))
     assert start_all(decide, in_use, 2010) == []  # the two free slots are the headroom
-    room.add(work(H, 2020))
+    readahead.add(work(H, 2020))
     (chat,) = start_all(decide, in_use, 2020)
     assert chat.tier is H
     in_use[H] -= 1

@@ -9,8 +9,8 @@ from inferq.dispatcher.models import ModelChoice
 from inferq.dispatcher.next_start import NextStart
 from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.policies import TieredScheduler
+from inferq.dispatcher.readahead import TOO_LATE, ReadAhead
 from inferq.dispatcher.schedule import Schedule
-from inferq.dispatcher.waiting import TOO_LATE, WaitingRoom
 from inferq.dispatcher.work import Work
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
@@ -32,11 +32,11 @@ def work(tier: Tier, created: int, expire: int = 99_999, model: str | None = Non
     return Work(request=request, tier=tier, offsets=PartitionOffsets(f"t.{tier}", 0), offset=created)
 
 
-def next_start(*waiting: Work, promotion_age_ms: int = 60_000) -> tuple[NextStart, WaitingRoom]:
-    room = WaitingRoom(promotion_age_ms=promotion_age_ms)
+def next_start(*waiting: Work, promotion_age_ms: int = 60_000) -> tuple[NextStart, ReadAhead]:
+    readahead = ReadAhead(promotion_age_ms=promotion_age_ms)
     for item in waiting:
-        room.add(item)
-    return NextStart(room, TieredScheduler(Schedule.default(budget=10).pin("peak"))), room
+        readahead.add(item)
+    return NextStart(readahead, TieredScheduler(Schedule.default(budget=10).pin("peak"))), readahead
 
 
 def test_nothing_waiting_starts_nothing() -> None:
@@ -46,11 +46,11 @@ def test_nothing_waiting_starts_nothing() -> None:
 
 
 def test_floors_first_in_priority_order_then_arrival_order_within_a_tier() -> None:
-    decide, room = next_start(work(L, 1), work(H, 3), work(H, 2), work(M, 4))
+    decide, readahead = next_start(work(L, 1), work(H, 3), work(H, 2), work(M, 4))
     assert decide.tier(IDLE, budget=10) is H
     start = decide.take(H, now_ms=10)
     assert start is not None and start.work.created_at_ms == 3 and start.expired is None
-    assert len(room) == 3
+    assert len(readahead) == 3
 
 
 def test_the_policy_may_say_wait_while_work_waits() -> None:
@@ -62,10 +62,10 @@ def test_the_policy_may_say_wait_while_work_waits() -> None:
 
 
 def test_a_request_whose_deadline_passed_while_waiting_is_taken_as_expired() -> None:
-    decide, room = next_start(work(H, 1, expire=100))
+    decide, readahead = next_start(work(H, 1, expire=100))
     start = decide.take(H, now_ms=100)
     assert start is not None and start.expired == TOO_LATE
-    assert len(room) == 0  # taken either way: answered EXPIRED, never called
+    assert len(readahead) == 0  # taken either way: answered EXPIRED, never called
 
 
 def test_taking_from_an_empty_tier_says_so() -> None:
@@ -74,8 +74,8 @@ def test_taking_from_an_empty_tier_says_so() -> None:
 
 
 def test_a_promoted_brief_takes_a_medium_token() -> None:
-    decide, room = next_start(work(L, 0), promotion_age_ms=1_000)
-    room.sweep(now_ms=5_000)
+    decide, readahead = next_start(work(L, 0), promotion_age_ms=1_000)
+    readahead.sweep(now_ms=5_000)
     assert decide.tier({H: 0, M: 0, L: 1}, budget=10) is M
     start = decide.take(M, now_ms=5_000)
     assert start is not None and start.tier is M and start.work.tier is L

@@ -10,7 +10,7 @@ from inferq.dispatcher.inflight import InFlight
 from inferq.dispatcher.metrics import DispatcherMetrics
 from inferq.dispatcher.offsets import OffsetTracker, PartitionOffsets
 from inferq.dispatcher.pausing import Pauses
-from inferq.dispatcher.waiting import WaitingRoom
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.work import Work
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
@@ -43,15 +43,15 @@ def waiting(tier: Tier, n: int) -> list[Work]:
     return [Work(request=request, tier=tier, offsets=PartitionOffsets("t", 0), offset=i) for i in range(n)]
 
 
-def setup(per_tier: int = 2) -> tuple[InMemoryConsumer, WaitingRoom, Pauses]:
+def setup(per_tier: int = 2) -> tuple[InMemoryConsumer, ReadAhead, Pauses]:
     consumer = InMemoryConsumer.for_topics(TOPICS, partitions_each=2)
-    room = WaitingRoom(promotion_age_ms=60_000)
+    readahead = ReadAhead(promotion_age_ms=60_000)
     metrics = DispatcherMetrics(tokens_in_use=dict, tokens_held=dict, effective_budget=lambda: 1)
     offsets = OffsetTracker()
     pauses = Pauses(
         consumer,
         TOPICS,
-        room,
+        readahead,
         metrics,
         per_tier=per_tier,
         inflight=InFlight(),
@@ -59,7 +59,7 @@ def setup(per_tier: int = 2) -> tuple[InMemoryConsumer, WaitingRoom, Pauses]:
         max_budget=0,
         rereading=ReadPositions(offsets).rereading,
     )
-    return consumer, room, pauses
+    return consumer, readahead, pauses
 
 
 def partitions(topic: str) -> set[Partition]:
@@ -68,15 +68,15 @@ def partitions(topic: str) -> set[Partition]:
 
 def test_a_full_tier_is_paused_and_stays_paused_across_a_rebalance() -> None:
     async def scenario() -> None:
-        consumer, room, pauses = setup()
+        consumer, readahead, pauses = setup()
         await consumer.start(Listener(pauses))
         for item in waiting(Tier.LOW, 2):
-            room.add(item)
+            readahead.add(item)
         pauses.update()
         assert consumer.paused() == partitions(TOPICS.requests(Tier.LOW))
         await consumer.rebalance(set(consumer.logs))  # the consumer forgets its pauses
         assert consumer.paused() == partitions(TOPICS.requests(Tier.LOW))
-        room.pop(Tier.LOW)
+        readahead.pop(Tier.LOW)
         pauses.update()
         assert consumer.paused() == set()
 
@@ -85,10 +85,10 @@ def test_a_full_tier_is_paused_and_stays_paused_across_a_rebalance() -> None:
 
 def test_retries_pause_only_when_the_whole_read_ahead_is_full() -> None:
     async def scenario() -> None:
-        consumer, room, pauses = setup(per_tier=1)
+        consumer, readahead, pauses = setup(per_tier=1)
         await consumer.start(Listener(pauses))
         for tier in Tier:
-            room.add(waiting(tier, 1)[0])
+            readahead.add(waiting(tier, 1)[0])
         pauses.update()
         assert partitions(TOPICS.retry) <= consumer.paused()
         # What inferq_paused_partitions_by_tier reports when scraped.

@@ -18,9 +18,9 @@ from inferq.dispatcher.forecast import forecast_lending
 from inferq.dispatcher.next_start import NextStart
 from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.policies import Clock, Scheduler
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.tenant_headroom import TenantHeadroom
 from inferq.dispatcher.tenant_limits import EqualTenants
-from inferq.dispatcher.waiting import WaitingRoom
 from inferq.dispatcher.work import Work
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
@@ -105,7 +105,7 @@ class Simulation:
             weight_of=EqualTenants().weight,
         )
         calls = CallTimes(config.typical_ms, learn=config.learn_latency)
-        self.room = WaitingRoom(
+        self.readahead = ReadAhead(
             promotion_age_ms=config.promotion_age_ms,
             early_drop_ms=config.early_drop_ms,
             headroom=headroom,
@@ -113,10 +113,10 @@ class Simulation:
             lending=forecast_lending(calls) if config.forecast_lending else None,
         )
         # One NextStart for the whole run, as the dispatcher's: its room keeps the forecast's state.
-        self.next_start = NextStart(self.room, self.scheduler)
+        self.next_start = NextStart(self.readahead, self.scheduler)
         self.sources = {t: PartitionOffsets(f"sim.{t.value.lower()}", 0) for t in Tier}
         self.kafka: dict[Tier, deque[int]] = {t: deque() for t in Tier}
-        self.in_room: set[int] = set()
+        self.in_readahead: set[int] = set()
         self.in_use = dict.fromkeys(Tier, 0)
         self.events: list[tuple[int, int, int, int]] = []  # (at ms, kind, seq, payload)
         self.dues: list[tuple[int, int, int]] = []  # (at ms, index, expiry or promotion)
@@ -174,7 +174,7 @@ class Simulation:
         """Take `tier`'s backlog into the read-ahead up to its bound; expired requests are answered
         at intake, as the dispatcher's `Intake.admit` does."""
         backlog = self.kafka[tier]
-        while backlog and self.room.held(tier) < self.config.readahead_per_tier:
+        while backlog and self.readahead.held(tier) < self.config.readahead_per_tier:
             index = backlog.popleft()
             arrival = self.arrivals[index]
             work = Work(
@@ -190,12 +190,12 @@ class Simulation:
                 offsets=self.sources[tier],
                 offset=index,
             )
-            if self.room.check(work, self.now_ms) is not None:
+            if self.readahead.check(work, self.now_ms) is not None:
                 self._answer(index, "EXPIRED")
                 continue
-            self.room.add(work)
-            self.in_room.add(index)
-            early = math.ceil(self.room.early_drop_ms(tier))
+            self.readahead.add(work)
+            self.in_readahead.add(index)
+            early = math.ceil(self.readahead.early_drop_ms(tier))
             # First instant at which `WaitingRoom.check` says no: remaining <= 0 or < early.
             heapq.heappush(self.dues, (arrival.expire_at_ms - max(early - 1, 0), index, _EXPIRY))
             if tier is Tier.LOW:
@@ -215,7 +215,7 @@ class Simulation:
             if start is None:
                 raise RuntimeError(f"{self.scheduler.name} chose {tier} with nothing waiting in it")
             index = start.work.offset
-            self.in_room.discard(index)
+            self.in_readahead.discard(index)
             self._fetch(start.work.tier)
             if start.expired is not None:
                 self._answer(index, "EXPIRED")
@@ -241,14 +241,14 @@ class Simulation:
         self._answer(index, "OK")
 
     def _sweep(self) -> None:
-        expired, promoted = self.room.sweep(self.now_ms)
+        expired, promoted = self.readahead.sweep(self.now_ms)
         self.promoted += promoted
         for item in expired:
-            self.in_room.discard(item.work.offset)
+            self.in_readahead.discard(item.work.offset)
             self._answer(item.work.offset, "EXPIRED")
         while self.dues and self.dues[0][0] <= self.now_ms:
             _, index, kind = heapq.heappop(self.dues)
-            if kind == _EXPIRY and index in self.in_room:
+            if kind == _EXPIRY and index in self.in_readahead:
                 # Not expired yet after all (the room's rule is the authority): look again next tick.
                 heapq.heappush(self.dues, (self.now_ms + 1, index, kind))
 
@@ -259,7 +259,7 @@ class Simulation:
     def _plan(self) -> None:
         """Schedule the next sweep tick that can change the room, and a wake at the next quarter
         hour while anything waits."""
-        while self.dues and self.dues[0][1] not in self.in_room:
+        while self.dues and self.dues[0][1] not in self.in_readahead:
             heapq.heappop(self.dues)
         if self.dues:
             due = max(self.dues[0][0], self.now_ms + 1)
@@ -268,7 +268,7 @@ class Simulation:
             if self.sweep_at is None or self.sweep_at <= self.now_ms or tick < self.sweep_at:
                 self.sweep_at = tick
                 self._push(tick, _SWEEP, -1)
-        waiting = self.in_room or any(self.kafka.values())
+        waiting = self.in_readahead or any(self.kafka.values())
         if waiting and (self.wake_at is None or self.wake_at <= self.now_ms):
             self.wake_at = (self.now_ms // _WAKE_GRID_MS + 1) * _WAKE_GRID_MS
             self._push(self.wake_at, _WAKE, -1)

@@ -39,7 +39,7 @@ class Expired:
     reason: str
 
 
-class WaitingRoom:
+class ReadAhead:
     def __init__(
         self,
         *,

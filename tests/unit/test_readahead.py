@@ -1,5 +1,5 @@
 from inferq.dispatcher.offsets import PartitionOffsets
-from inferq.dispatcher.waiting import TOO_LATE, WOULD_BE_LATE, WaitingRoom
+from inferq.dispatcher.readahead import TOO_LATE, WOULD_BE_LATE, ReadAhead
 from inferq.dispatcher.work import Work
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
@@ -19,12 +19,12 @@ def work(tier: Tier, created: int, expire: int, partition: int = 0, offset: int 
     return Work(request=request, tier=tier, offsets=PartitionOffsets(f"t.{tier}", partition), offset=offset)
 
 
-def room(**kw) -> WaitingRoom:
-    return WaitingRoom(promotion_age_ms=kw.pop("promotion_age_ms", 60_000), **kw)
+def readahead(**kw) -> ReadAhead:
+    return ReadAhead(promotion_age_ms=kw.pop("promotion_age_ms", 60_000), **kw)
 
 
 def test_expired_and_doomed_requests_are_swept_without_a_token():
-    r = room(early_drop_ms={H: 500})
+    r = readahead(early_drop_ms={H: 500})
     r.add(work(H, 0, expire=1_000))  # expired at 1000
     r.add(work(H, 0, expire=1_300))  # 300 ms left, chat takes 500: doomed
     r.add(work(H, 0, expire=5_000))
@@ -36,7 +36,7 @@ def test_expired_and_doomed_requests_are_swept_without_a_token():
 
 
 def test_starved_low_is_scheduled_as_medium_first_but_keeps_its_tier():
-    r = room(promotion_age_ms=1_000)
+    r = readahead(promotion_age_ms=1_000)
     r.add(work(M, 500, expire=99_999))
     r.add(work(L, 0, expire=99_999, offset=1))
     r.add(work(L, 900, expire=99_999, offset=2))
@@ -51,14 +51,14 @@ def test_starved_low_is_scheduled_as_medium_first_but_keeps_its_tier():
 
 
 def test_fifo_demand_reports_the_oldest_per_tier():
-    r = room()
+    r = readahead()
     r.add(work(H, 300, 99_999))
     r.add(work(L, 100, 99_999))
     assert r.demand().oldest_enqueued_ms == {H: 300, M: None, L: 100}
 
 
 def test_revoked_partitions_are_forgotten():
-    r = room()
+    r = readahead()
     r.add(work(H, 0, 99_999, partition=0))
     r.add(work(H, 0, 99_999, partition=1))
     assert r.drop_sources({("t.HIGH", 0)}) == 1
@@ -66,7 +66,7 @@ def test_revoked_partitions_are_forgotten():
 
 
 def test_pop_of_an_empty_tier():
-    assert room().pop(L) is None
+    assert readahead().pop(L) is None
 
 
 def test_pressure_policy_compares_backlog_with_the_owned_share_of_capacity():
@@ -81,7 +81,7 @@ def test_pressure_policy_compares_backlog_with_the_owned_share_of_capacity():
 
 
 def test_only_unpromoted_low_is_taken_for_eviction():
-    r = room(promotion_age_ms=1_000)
+    r = readahead(promotion_age_ms=1_000)
     r.add(work(L, 0, 99_999, offset=1))
     r.add(work(L, 900, 99_999, offset=2))
     r.sweep(now_ms=1_000)  # the first is promoted
