@@ -51,7 +51,7 @@ class CallTimes:
         return self._defaults.get(tier, 0.0)
 
     def started(self, key: int, tier: Tier, now_ms: int) -> None:
-        """A call of `tier` started at `now_ms`; `key` names it until `ended` (the room uses the
+        """A call of `tier` started at `now_ms`; `key` names it until `ended` (the read-ahead uses the
         request's `id()`: the caller holds the request while its call runs)."""
         self._running[key] = (tier, now_ms)
 

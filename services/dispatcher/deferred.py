@@ -1,4 +1,4 @@
-"""Records read but left in Kafka because their tenant had no room in the read-ahead.
+"""Records read but left in Kafka because their tenant had no place left in the read-ahead.
 
 Pausing is per partition, and one partition carries every tenant's records; so a tenant over its
 share (``readahead_shares.py``) cannot be paused alone. Its records are *deferred* instead: intake

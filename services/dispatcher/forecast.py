@@ -26,7 +26,7 @@ false: the ceilings alone):
 
 Only ever an extra permission beside the ceilings, asked after the floors: floors and the budget
 hold as before. Pure and clock-injected: arrivals and calls are dated by the caller's epoch ms
-(the dispatcher's clock, the simulator's), and the room (``readahead.py``) feeds both.
+(the dispatcher's clock, the simulator's), and the read-ahead (``readahead.py``) feeds both.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Housekeeping over the read-ahead, on timers: expiry and aging, the adaptive budget's window, and
 (when on) eviction of waiting LOW while a higher tier is over capacity.
 
-Every change wakes the starter: an expired request freed read-ahead room, a promoted one may start
+Every change wakes the starter: an expired request freed a place in the read-ahead, a promoted one may start
 as MEDIUM, a restored budget has room for more.
 """
 

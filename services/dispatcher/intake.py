@@ -6,7 +6,7 @@ uncommitted offsets, the tier's share of memory: every record counts, poison and
 decode (a poison record goes to the dead-letter topic and never blocks its partition); apply the
 record rules (``record_rules.py``: clamp what is out of range, refuse what must not run: dead letter
 and FAILED); expire what is past its deadline (answered EXPIRED, no LLM call); and admit the rest to
-the waiting room. The partition is rewound to the first record left over, so it is fetched again
+the read-ahead. The partition is rewound to the first record left over, so it is fetched again
 later and the bounds hold exactly. A retry record that is not due yet holds its partition back
 (paused) until it is, at most the maximum backoff from when it was first read.
 
@@ -106,7 +106,7 @@ class Intake:
         self._metrics.watch_poison(self._poison.ratios)
 
     def fetch_size(self) -> int:
-        """How many records the next fetch may bring: the room left in the read-ahead (at least 1,
+        """How many records the next fetch may bring: the places left in the read-ahead (at least 1,
         so a due retry or an expired request still moves)."""
         free = sum(max(0, self._per_tier - self._readahead.held(t)) for t in Tier)
         return max(1, free)

@@ -131,7 +131,7 @@ class DispatcherMetrics:
         m.create_observable_gauge(
             "inferq_readahead_waiting",
             [per_tier(lambda: self._waiting)],
-            description="requests held in memory",
+            description="requests in the read-ahead: read from Kafka, waiting for a token",
         )
         m.create_observable_gauge(
             "inferq_effective_budget",
@@ -239,7 +239,7 @@ class DispatcherMetrics:
         m.create_observable_gauge(
             "inferq_tenant_readahead_waiting",
             [per_tenant(waiting)],
-            description="requests held in memory by tenant",
+            description="requests in the read-ahead by tenant",
         )
         m.create_observable_gauge(
             "inferq_readahead_deferred",

@@ -1,6 +1,6 @@
 """What starts next: the one decision the dispatcher and the simulator share.
 
-Pure and synchronous. Given the read-ahead (`WaitingRoom`), the scheduling policy, the tokens in use
+Pure and synchronous. Given the read-ahead (`ReadAhead`), the scheduling policy, the tokens in use
 and the effective budget, `NextStart.tier` names the tier whose oldest waiting request may take a
 token now; `NextStart.take` then removes that request (within the tier, the next tenant's by fair
 share, ``fair_queue.py``, among the tenants `tier` let start: below their cap and outside the

@@ -37,7 +37,7 @@ class KafkaPorts:
 
 @dataclass(frozen=True)
 class HeldBacklog:
-    """What this process holds of the backlog, and what bounds it: the waiting room, the offsets
+    """What this process holds of the backlog, and what bounds it: the read-ahead, the offsets
     tracked per partition, the tasks in flight (calls, outcomes being written) and the pauses."""
 
     readahead: ReadAhead

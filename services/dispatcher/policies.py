@@ -14,7 +14,7 @@ Policies:
   (the whole budget) when HIGH and MEDIUM have nothing waiting or running. With forecast lending
   (`INFERQ_DISPATCHER_FORECAST_LENDING`, ``forecast.py``), a tier at its ceiling may still take a free slot
   outside the headroom when the `Demand`'s outlook says the higher tiers will not need it during
-  the call (the room attaches the outlook; without one, the ceilings are the rule). Lending moves
+  the call (the read-ahead attaches the outlook; without one, the ceilings are the rule). Lending moves
   ceilings, never the headroom: while a tier below holds borrowed slots, MEDIUM below its floor
   waits for one of them to end (lending stops while it waits) rather than take the headroom. On
   the scheduling bench's trace (simulated, seeds 2233, 2024 and 7, briefs lent up to the headroom)

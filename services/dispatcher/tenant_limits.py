@@ -1,6 +1,6 @@
 """What the dispatcher's scheduling reads of a tenant: its weight and its concurrency cap.
 
-`TenantLimits` is the read side the waiting room and the read-ahead shares use; `EqualTenants`
+`TenantLimits` is the read side the read-ahead and its tenants' shares use; `EqualTenants`
 (every tenant weight 1, no cap) is open mode's, the simulator's and most tests'. `RegistryLimits`
 reads the tenants in force from a `TenantRegistry`, so a reload applies at the next decision.
 

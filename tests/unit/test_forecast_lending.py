@@ -1,5 +1,5 @@
 """Forecast lending (issue 14): a tier borrows past its ceiling only while the chat forecast leaves
-room. Pure: the forecast and the room are fed epoch ms by the test (a manual clock)."""
+room. Pure: the forecast and the read-ahead are fed epoch ms by the test (a manual clock)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 For every run spec, the same seeded trace (its offsets, tiers and compressed deadlines) goes through
 `inferq.tools.simulation.simulate` with the settings the run's dispatcher gets (`compressed_env`: policy,
 pinned schedule, LOW ceiling, compressed typical latencies and promotion age) and the compressed
-backend latencies. The simulator runs the dispatcher's own scheduler and waiting room with instant
+backend latencies. The simulator runs the dispatcher's own scheduler and read-ahead with instant
 fetches and HTTP-free arrivals, so real - simulated is what the pipeline itself adds: the ingest
 HTTP hop and produce, the Kafka hop, the dispatcher's fetch, poll and batching.
 

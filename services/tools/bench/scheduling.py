@@ -117,7 +117,7 @@ def render(
             "",
             "## Real pipeline against the simulator",
             "",
-            "The simulator (`inferq simulate`'s engine: the dispatcher's own scheduler and waiting room) "
+            "The simulator (`inferq simulate`'s engine: the dispatcher's own scheduler and read-ahead) "
             "ran the same trace with each run's settings (policy, schedule pinned to peak, LOW ceiling, "
             "compressed deadlines, early drop and promotion age) and the compressed backend latencies, "
             "budget fixed at B. It enqueues each request at its trace offset (the brief dump all at 0) "

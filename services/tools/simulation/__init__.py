@@ -1,7 +1,7 @@
 """`inferq simulate`: what-if runs of an arrival trace under the dispatcher's own scheduling code.
 
 - `simulate`: a discrete-event simulation of arrivals under the dispatcher's own pure scheduler,
-  waiting room and schedule (no Kafka, no wall clock); `simulate.simulate()` is the core, callable
+  read-ahead and schedule (no Kafka, no wall clock); `simulate.simulate()` is the core, callable
   by benchmarks, and `_engine` its event loop.
 - `backend_latency`: each tier's backend call time, from options or from a recorded run.
 - `cli` (argument parsing) and `command` (the composition root): reads the trace

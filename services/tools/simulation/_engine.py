@@ -1,4 +1,4 @@
-"""The simulation's machinery: an event heap over the dispatcher's waiting room and scheduler.
+"""The simulation's machinery: an event heap over the dispatcher's read-ahead and scheduler.
 
 See `inferq.tools.simulation.simulate` for what is modelled; this module is its implementation.
 """
@@ -112,7 +112,7 @@ class Simulation:
             calls=calls,
             lending=forecast_lending(calls) if config.forecast_lending else None,
         )
-        # One NextStart for the whole run, as the dispatcher's: its room keeps the forecast's state.
+        # One NextStart for the whole run, as the dispatcher's: its read-ahead keeps the forecast's state.
         self.next_start = NextStart(self.readahead, self.scheduler)
         self.sources = {t: PartitionOffsets(f"sim.{t.value.lower()}", 0) for t in Tier}
         self.kafka: dict[Tier, deque[int]] = {t: deque() for t in Tier}
@@ -196,7 +196,7 @@ class Simulation:
             self.readahead.add(work)
             self.in_readahead.add(index)
             early = math.ceil(self.readahead.early_drop_ms(tier))
-            # First instant at which `WaitingRoom.check` says no: remaining <= 0 or < early.
+            # First instant at which `ReadAhead.check` says no: remaining <= 0 or < early.
             heapq.heappush(self.dues, (arrival.expire_at_ms - max(early - 1, 0), index, _EXPIRY))
             if tier is Tier.LOW:
                 heapq.heappush(
@@ -249,7 +249,7 @@ class Simulation:
         while self.dues and self.dues[0][0] <= self.now_ms:
             _, index, kind = heapq.heappop(self.dues)
             if kind == _EXPIRY and index in self.in_readahead:
-                # Not expired yet after all (the room's rule is the authority): look again next tick.
+                # Not expired yet after all (the read-ahead's rule is the authority): look again next tick.
                 heapq.heappush(self.dues, (self.now_ms + 1, index, kind))
 
     def _answer(self, index: int, status: str) -> None:
@@ -257,7 +257,7 @@ class Simulation:
         self.completed[index] = self.now_ms
 
     def _plan(self) -> None:
-        """Schedule the next sweep tick that can change the room, and a wake at the next quarter
+        """Schedule the next sweep tick that can change the read-ahead, and a wake at the next quarter
         hour while anything waits."""
         while self.dues and self.dues[0][1] not in self.in_readahead:
             heapq.heappop(self.dues)

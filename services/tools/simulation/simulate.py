@@ -2,18 +2,18 @@
 
 What is the dispatcher's own code, imported, not re-implemented: the policy (`Scheduler.next_tier`,
 asked one start at a time after every arrival and completion through `NextStart`, as the dispatcher does),
-the schedule and its windows (the scheduler reads the simulated clock), and the `WaitingRoom`
+the schedule and its windows (the scheduler reads the simulated clock), and the `ReadAhead`
 (expiry at intake, at start and by the housekeeping sweep; early drop; LOW promotion).
 
 What is modelled, with the dispatcher's defaults:
 
-- Kafka holds each tier's backlog in arrival order; the read-ahead takes at most
-  `readahead_per_tier` requests per source tier into the waiting room, refilled as requests
+- Kafka holds each tier's backlog in arrival order; the read-ahead holds at most
+  `readahead_per_tier` requests per source tier, refilled as requests
   start (fetching is instant: no poll latency, no batching).
 - The sweep runs on the housekeeping grid (every 250 ms from the first arrival); it is only
-  evaluated at the ticks where something in the room can expire or be promoted, which gives the
+  evaluated at the ticks where something in the read-ahead can expire or be promoted, which gives the
   same answers as evaluating every tick, at a fraction of the cost.
-- With `forecast_lending`, the room feeds the dispatcher's forecast (``forecast.py``) with the
+- With `forecast_lending`, the read-ahead feeds the dispatcher's forecast (``forecast.py``) with the
   simulated arrivals and calls; the typical call times are learned from the simulated calls.
 - A call takes its source tier's latency (the tier picks the model), deterministic or, with
   `jitter` > 0, times a seeded log-normal factor of mean 1. Calls never fail and the budget is
