@@ -1,6 +1,6 @@
 """The results service's webhook delivery, composed: the outbox (a hook of the results table, so a
 delivery is queued in the same transaction as its result), the dead-letter producer, the poster
-and the sender (`inferq.webhooks`). `app.create_app` builds one and starts it before the consumer.
+and the sender (`inferq.webhooks`). `app.bootstrap` builds one and its lifespan starts it before the consumer.
 
 The body POSTed is the result as ``GET /v1/requests/{id}`` shows it (`view.public_view`), frozen
 when the result is stored. The Kafka producer (dead letters only) starts on its first dead letter:
@@ -13,7 +13,6 @@ import json
 from typing import Protocol
 
 from inferq.messaging.dead_letters import DeadLetters, DurableProducer, Headers, RecordProducer
-from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.records import InferenceResult
 from inferq.results.ownership import WebhookOwnership
 from inferq.results.settings import ResultsSettings
@@ -62,30 +61,32 @@ def result_body(result: InferenceResult) -> bytes:
 
 
 class ResultWebhooks:
-    """`outbox` goes to the store (`ResultStore(hooks=[webhooks.outbox])`); `start(store)` starts the
-    sender on it, and with `replicated` this replica's membership of the results group, which says
-    which reply partitions' deliveries it sends (`ownership`; without it, it sends every row: a
-    test's single process). `stop()` gives the partitions up (in-flight deliveries drained, the
-    watermark committed, the group left), then stops the sender (deliveries still in flight stay
-    in the outbox)."""
+    """The sender of the results `store`'s webhooks, queued in `outbox` (which the store was built
+    with: `ResultStore(hooks=[outbox])`); dead letters go through `producer` (started on its first
+    one). `start()` starts the sender, and with `replicated` this replica's membership of the
+    results group, which says which reply partitions' deliveries it sends (`ownership`; without it,
+    it sends every row: a test's single process). `stop()` gives the partitions up (in-flight
+    deliveries drained, the watermark committed, the group left), then stops the sender
+    (deliveries still in flight stay in the outbox)."""
 
     def __init__(
         self,
         settings: ResultsSettings,
         tenants: TenantLookup,
+        store: ResultStore,
+        outbox: WebhookOutbox,
         *,
-        producer: StoppableProducer | None = None,
-        replicated: bool = True,
+        producer: StoppableProducer,
+        replicated: bool,
     ) -> None:
         hooks = settings.webhooks
         self._results_settings = settings
         self._replicated = replicated
         self._kafka = settings.kafka
-        self.outbox = WebhookOutbox(result_body)
+        self._store = store
+        self.outbox = outbox
         self._tenants = tenants
-        self._producer = _StartedOnFirstUse(
-            producer or AsyncProducer(settings.kafka.producer_config(client_id="inferq-results"))
-        )
+        self._producer = _StartedOnFirstUse(producer)
         dlq = settings.kafka.topics.dlq
         self._dead_letters = DeadLetters(DurableProducer(self._producer, own_topics=[dlq]), dlq)
         self._guard = AddressGuard(
@@ -115,8 +116,9 @@ class ResultWebhooks:
         """The topics this writes to (the DLQ): the service checks they exist with its own."""
         return [self._kafka.topics.dlq]
 
-    async def start(self, store: ResultStore) -> None:
-        """Start the sender on `store`, then (replicated) join the results group."""
+    async def start(self) -> None:
+        """Start the sender on the store, then (replicated) join the results group."""
+        store = self._store
         await self._poster.start()
         if self._replicated:
             self.ownership = WebhookOwnership(self._results_settings, store, self.outbox)
