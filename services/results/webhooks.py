@@ -80,72 +80,59 @@ class ResultWebhooks:
         replicated: bool,
     ) -> None:
         hooks = settings.webhooks
-        self._results_settings = settings
-        self._replicated = replicated
-        self._kafka = settings.kafka
-        self._store = store
         self.outbox = outbox
-        self._tenants = tenants
         self._producer = _StartedOnFirstUse(producer)
-        dlq = settings.kafka.topics.dlq
-        self._dead_letters = DeadLetters(DurableProducer(self._producer, own_topics=[dlq]), dlq)
-        self._guard = AddressGuard(
+        dlq = self._dlq = settings.kafka.topics.dlq
+        guard = AddressGuard(
             allow_private=hooks.allow_private_addresses, resolve_timeout_s=hooks.resolve_timeout_s
         )
-        self._policy = CallbackPolicy(hooks, self._guard)
         self._poster = WebhookPoster(
-            self._guard, timeout_s=hooks.timeout_s, connect_timeout_s=hooks.connect_timeout_s
+            guard, timeout_s=hooks.timeout_s, connect_timeout_s=hooks.connect_timeout_s
         )
-        self._backoff = Backoff(
-            first_backoff_s=hooks.first_backoff_s,
-            max_backoff_s=max(hooks.first_backoff_s, hooks.max_backoff_s),
-            retry_period_s=hooks.retry_period_s,
+        self.ownership = WebhookOwnership(settings, store, outbox) if replicated else None
+        self.sender = WebhookSender(
+            store,
+            outbox,
+            CallbackPolicy(hooks, guard),
+            self._poster,
+            DeadLetters(DurableProducer(self._producer, own_topics=[dlq]), dlq),
+            tenants,
+            Backoff(
+                first_backoff_s=hooks.first_backoff_s,
+                max_backoff_s=max(hooks.first_backoff_s, hooks.max_backoff_s),
+                retry_period_s=hooks.retry_period_s,
+            ),
+            WebhookMetrics(meter("inferq.results")),
+            max_in_flight=hooks.max_in_flight,
+            poll_interval_s=hooks.poll_interval_s,
+            owner=self.ownership,
         )
-        self._settings = hooks
-        self._metrics = WebhookMetrics(meter("inferq.results"))
-        self.sender: WebhookSender | None = None
-        self.ownership: WebhookOwnership | None = None
+        if self.ownership is not None:
+            # The group asks the sender to finish a partition's deliveries before it moves.
+            sender = self.sender
+            self.ownership.on_release(
+                lambda moving, timeout_s: sender.drain(moving, timeout_s=timeout_s), sender.wake
+            )
 
     @property
     def failed(self) -> bool:
-        sender_failed = self.sender is not None and self.sender.failed
-        return sender_failed or (self.ownership is not None and self.ownership.failed)
+        return self.sender.failed or (self.ownership is not None and self.ownership.failed)
 
     @property
     def topics(self) -> list[str]:
         """The topics this writes to (the DLQ): the service checks they exist with its own."""
-        return [self._kafka.topics.dlq]
+        return [self._dlq]
 
     async def start(self) -> None:
         """Start the sender on the store, then (replicated) join the results group."""
-        store = self._store
         await self._poster.start()
-        if self._replicated:
-            self.ownership = WebhookOwnership(self._results_settings, store, self.outbox)
-        sender = self.sender = WebhookSender(
-            store,
-            self.outbox,
-            self._policy,
-            self._poster,
-            self._dead_letters,
-            self._tenants,
-            self._backoff,
-            self._metrics,
-            max_in_flight=self._settings.max_in_flight,
-            poll_interval_s=self._settings.poll_interval_s,
-            owner=self.ownership,
-        )
-        await sender.start()
+        await self.sender.start()
         if self.ownership is not None:
-            self.ownership.on_release(
-                lambda moving, timeout_s: sender.drain(moving, timeout_s=timeout_s), sender.wake
-            )
             await self.ownership.start()
 
     async def stop(self) -> None:
         if self.ownership is not None:
             await self.ownership.stop()
-        if self.sender is not None:
-            await self.sender.stop()
+        await self.sender.stop()
         await self._poster.stop()
         await self._producer.stop()
