@@ -108,6 +108,12 @@ class IngestParts:
     # The start-up topic check, re-run in the background for ``/readyz``.
     readiness: TopicsWatch
 
+    def ready_problems(self) -> list[str]:
+        """Why ingest should not take requests now (empty: it should): Kafka or the topics, as of
+        the last background check."""
+        problem = self.readiness.problem()
+        return [] if problem is None else [problem]
+
 
 def bootstrap(
     settings: IngestSettings,
@@ -414,13 +420,6 @@ def health_endpoint(follower: ReplyFollower | None) -> Callable[[Request], Await
     return healthz
 
 
-def ready_problems(parts: IngestParts) -> list[str]:
-    """Why ingest should not take requests now (empty: it should): Kafka or the topics, as of the
-    last background check."""
-    problem = parts.readiness.problem()
-    return [] if problem is None else [problem]
-
-
 def create_app(
     settings: IngestSettings,
     *,
@@ -461,7 +460,7 @@ def asgi_app(parts: IngestParts, *, check_topics: bool, reload_on_sighup: bool) 
             Route("/v1/models", parts.chat.models, methods=["GET"]),
             Route("/v1/backlog", parts.backlog_view.handle, methods=["GET"]),
             Route("/healthz", health_endpoint(parts.follower), methods=["GET"]),
-            Route("/readyz", readiness_endpoint(functools.partial(ready_problems, parts)), methods=["GET"]),
+            Route("/readyz", readiness_endpoint(parts.ready_problems), methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
         lifespan=lambda _: serve_parts(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup),
