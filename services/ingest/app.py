@@ -20,7 +20,7 @@ its own module:
   OpenAI-compatible, through the same submit path; it waits for outcomes in a `inferq.delivery`
   hub that a `ReplyFollower` of the reply topic (no group, from the end) feeds
 
-`build_parts` makes them from the settings (Kafka clients included: here, never at import time; the
+`bootstrap` makes them from the settings (Kafka clients included: here, never at import time; the
 tenants file is read here, so a bad one stops the service before anything starts) and `serve_parts`
 starts them in dependency order and stops them in the reverse order.
 """
@@ -108,8 +108,14 @@ class IngestParts:
     # The start-up topic check, re-run in the background for ``/readyz``.
     readiness: TopicsWatch
 
+    def ready_problems(self) -> list[str]:
+        """Why ingest should not take requests now (empty: it should): Kafka or the topics, as of
+        the last background check."""
+        problem = self.readiness.problem()
+        return [] if problem is None else [problem]
 
-def build_parts(
+
+def bootstrap(
     settings: IngestSettings,
     *,
     producer: AsyncProducer | None = None,
@@ -121,49 +127,116 @@ def build_parts(
     hub: WaiterHub | None = None,
     topics_check: Callable[[], None] | None = None,
 ) -> IngestParts:
-    """Wire ingest from `settings`. `producer` and `backlog` (the per-tier backlogs admission weighs)
-    may be injected (tests); otherwise a librdkafka producer and a `KafkaBacklogReader` of the group
-    `settings.dispatcher_group` are built. Nothing connects before `serve_parts` starts them. The
-    tenants file is read now: `TenantsFileError` when it cannot be used. `rate_clock_s` is the
-    tenants' rate limiter's clock (monotonic seconds); `metrics_meter` replaces the global meter
-    (tests read the counters back). `follow_feed` makes the reply topic's follower (default: a
-    `KafkaReplyFeed` of `settings.default_reply_topic`, or none when `producer` is injected); `hub`
-    the waiters' hub (tests count its waiters). `topics_check` is what ``/readyz`` re-runs (default:
-    the start-up check of the request and reply topics; none when `producer` is injected)."""
-    topics = settings.kafka.topics
+    """Build every part of ingest from `settings`; the keyword arguments replace an edge. `producer`
+    and `backlog` (the per-tier backlogs admission weighs) replace the librdkafka producer and the
+    `KafkaBacklogReader` of the group `settings.dispatcher_group`. Nothing connects before
+    `serve_parts` starts them. The tenants file is read now: `TenantsFileError` when it cannot be
+    used. `rate_clock_s` is the tenants' rate limiter's clock (monotonic seconds); `metrics_meter`
+    replaces the global meter (tests read the counters back). `follow_feed` makes the reply topic's
+    follower (default: a `KafkaReplyFeed` of `settings.default_reply_topic`, or none when `producer`
+    is injected); `hub` the waiters' hub (tests count its waiters). `topics_check` is what
+    ``/readyz`` re-runs (default: the start-up check of the request and reply topics; none when
+    `producer` is injected)."""
+    on_kafka = producer is None  # an injected producer: a test with no broker behind it
+    tenants = tenant_registry(settings)
+    config = producer_config(settings)
+    producer = producer or AsyncProducer(config)
+    backlogs = backlog or backlog_reader(settings)
+    admission = settings.admission_policy()
+    alarm = BacklogAlarm(admission, settings.backlog_alert_ratio)
+    metrics_meter = metrics_meter or meter("inferq.ingest")
+    metrics = IngestMetrics(metrics_meter, backlogs, admission)
+    gate = tenant_gate(settings, tenants, rate_clock_s)
+    record_limit = record_limit_of(settings, config)
+    publisher = publisher_of(settings, producer, backlogs, admission, alarm, metrics, record_limit, tenants)
+    json_guard = JsonGuard(max_depth=settings.max_json_depth, max_number_chars=settings.max_json_number_chars)
+    submit = submit_endpoint(
+        settings, json_guard, envelope_factory(settings, clock_ms), publisher, metrics, gate
+    )
+    # No history of streams: a completion's waiter exists before its request is produced.
+    hub = hub or WaiterHub(max_waiters=settings.max_waiters, history_max_bytes=0)
+    follower = reply_follower(settings, follow_feed, hub, on_kafka=on_kafka)
+    delivery = DeliveryMetrics(metrics_meter, hub, service="ingest")
+    chat = chat_endpoint(settings, submit, hub, gate, follower, delivery, json_guard, clock_ms)
+    return IngestParts(
+        settings=settings,
+        producer=producer,
+        backlogs=backlogs,
+        admission=admission,
+        watcher=BacklogWatcher(backlogs, alarm, interval_s=settings.backlog_refresh_s),
+        submit=submit,
+        backlog_view=BacklogEndpoint(backlogs, admission, caller=gate.caller),
+        record_limit=record_limit,
+        tenants=tenants,
+        chat=chat,
+        follower=follower,
+        readiness=topics_watch(settings, topics_check, on_kafka=on_kafka),
+    )
+
+
+# The builders `bootstrap` lists, in the order it calls them.
+
+
+def tenant_registry(settings: IngestSettings) -> TenantRegistry:
     tenants = TenantRegistry(
-        settings.tenants.file, topics=topics, reload_interval_s=settings.tenants.reload_interval_s
+        settings.tenants.file,
+        topics=settings.kafka.topics,
+        reload_interval_s=settings.tenants.reload_interval_s,
     )
     tenants.load()
-    producer_config = settings.kafka.producer_config(client_id="inferq-ingest") | {
+    return tenants
+
+
+def producer_config(settings: IngestSettings) -> dict[str, object]:
+    return settings.kafka.producer_config(client_id="inferq-ingest") | {
         # The client's patience (produce_timeout_s), not the shared 10 s: past it the record fails
         # and the client gets 503 instead of a hang.
         "message.timeout.ms": int(settings.produce_timeout_s * 1000)
     }
-    kafka_producer = producer or AsyncProducer(producer_config)
-    record_limit = RecordLimit(
-        producer_max_message_bytes(producer_config), cap_bytes=settings.max_record_bytes
-    )
-    backlogs = backlog or KafkaBacklogReader(
+
+
+def backlog_reader(settings: IngestSettings) -> KafkaBacklogReader:
+    return KafkaBacklogReader(
         settings.kafka,
         settings.dispatcher_group,
         refresh_interval_s=settings.backlog_refresh_s,
         timeout_s=settings.backlog_timeout_s,
     )
-    admission = settings.admission_policy()
-    alarm = BacklogAlarm(admission, settings.backlog_alert_ratio)
-    metrics = IngestMetrics(metrics_meter or meter("inferq.ingest"), backlogs, admission)
-    shares = BacklogShares(
-        admission,
-        window=settings.tenant_share_window,
-        from_fill=settings.tenant_share_from_fill,
-        active_s=settings.tenant_share_active_s,
+
+
+def tenant_gate(
+    settings: IngestSettings, tenants: TenantRegistry, rate_clock_s: Callable[[], float]
+) -> TenantGate:
+    return TenantGate(
+        tenants,
+        RateLimiter(rate_clock_s),
+        topics=settings.kafka.topics,
+        default_reply_topic=settings.default_reply_topic,
     )
-    gate = TenantGate(
-        tenants, RateLimiter(rate_clock_s), topics=topics, default_reply_topic=settings.default_reply_topic
+
+
+def record_limit_of(settings: IngestSettings, config: dict[str, object]) -> RecordLimit:
+    return RecordLimit(
+        producer_max_message_bytes(config),
+        topics_max_bytes=functools.partial(
+            read_topics_max_message_bytes, settings.kafka, settings.kafka.topics.all_requests
+        ),
+        cap_bytes=settings.max_record_bytes,
     )
-    publisher = Publisher(
-        producer=TracedProducer(kafka_producer) if tracing.enabled() else kafka_producer,
+
+
+def publisher_of(
+    settings: IngestSettings,
+    producer: AsyncProducer,
+    backlogs: BacklogSource,
+    admission: AdmissionPolicy,
+    alarm: BacklogAlarm,
+    metrics: IngestMetrics,
+    record_limit: RecordLimit,
+    tenants: TenantRegistry,
+) -> Publisher:
+    return Publisher(
+        producer=TracedProducer(producer) if tracing.enabled() else producer,
         codec=request_codec(),
         backlogs=backlogs,
         admission=admission,
@@ -173,10 +246,17 @@ def build_parts(
         ack_timeout_s=settings.produce_timeout_s + _ACK_BACKSTOP_S,
         record_limit=record_limit,
         tenants=tenants,
-        shares=shares,
+        shares=BacklogShares(
+            admission,
+            window=settings.tenant_share_window,
+            from_fill=settings.tenant_share_from_fill,
+            active_s=settings.tenant_share_active_s,
+        ),
     )
-    json_guard = JsonGuard(max_depth=settings.max_json_depth, max_number_chars=settings.max_json_number_chars)
-    envelope_for = EnvelopeFactory(
+
+
+def envelope_factory(settings: IngestSettings, clock_ms: Callable[[], int]) -> EnvelopeFactory:
+    return EnvelopeFactory(
         policy=TierPolicy(scenario_tiers=settings.scenario_tiers),
         deadlines_ms=settings.deadlines_ms,
         topics=settings.kafka.topics,
@@ -185,13 +265,21 @@ def build_parts(
         # A regional ingest's requests are answered on its region's reply topic unless they name one.
         default_reply_to=settings.default_reply_topic if settings.region else None,
     )
-    if follow_feed is None and producer is None:
-        follow_feed = functools.partial(
-            KafkaReplyFeed, settings.kafka, settings.default_reply_topic, client_id="inferq-ingest"
-        )
-    # No history of streams: a completion's waiter exists before its request is produced.
-    hub = hub or WaiterHub(max_waiters=settings.max_waiters, history_max_bytes=0)
-    submit = SubmitEndpoint(
+
+
+def submit_endpoint(
+    settings: IngestSettings,
+    json_guard: JsonGuard,
+    envelope_for: EnvelopeFactory,
+    publisher: Publisher,
+    metrics: IngestMetrics,
+    gate: TenantGate,
+) -> SubmitEndpoint:
+    hooks = settings.webhooks
+    guard = AddressGuard(
+        allow_private=hooks.allow_private_addresses, resolve_timeout_s=hooks.resolve_timeout_s
+    )
+    return SubmitEndpoint(
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
         json_guard=json_guard,
@@ -199,23 +287,38 @@ def build_parts(
         publisher=publisher,
         metrics=metrics,
         tenants=gate,
-        callbacks=CallbackCheck(
-            CallbackPolicy(
-                settings.webhooks,
-                AddressGuard(
-                    allow_private=settings.webhooks.allow_private_addresses,
-                    resolve_timeout_s=settings.webhooks.resolve_timeout_s,
-                ),
-            )
-        ),
+        callbacks=CallbackCheck(CallbackPolicy(hooks, guard)),
     )
-    follower = ReplyFollower(follow_feed, hub) if follow_feed is not None else None
-    chat = ChatCompletionsEndpoint(
+
+
+def reply_follower(
+    settings: IngestSettings, follow_feed: Callable[[], ReplyFeed] | None, hub: WaiterHub, *, on_kafka: bool
+) -> ReplyFollower | None:
+    """The reply topic's follower, feeding `hub`; none with no feed and no Kafka (completions then
+    wait for nothing and end at their bound)."""
+    if follow_feed is None and on_kafka:
+        follow_feed = functools.partial(
+            KafkaReplyFeed, settings.kafka, settings.default_reply_topic, client_id="inferq-ingest"
+        )
+    return ReplyFollower(follow_feed, hub) if follow_feed is not None else None
+
+
+def chat_endpoint(
+    settings: IngestSettings,
+    submit: SubmitEndpoint,
+    hub: WaiterHub,
+    gate: TenantGate,
+    follower: ReplyFollower | None,
+    delivery: DeliveryMetrics,
+    json_guard: JsonGuard,
+    clock_ms: Callable[[], int],
+) -> ChatCompletionsEndpoint:
+    return ChatCompletionsEndpoint(
         submit,
         hub,
         gate,
         following=(lambda: True) if follower is None else follower.ready.is_set,
-        delivery=DeliveryMetrics(metrics_meter or meter("inferq.ingest"), hub, service="ingest"),
+        delivery=delivery,
         guard=json_guard,
         clock_ms=clock_ms,
         limits=ChatLimits(
@@ -226,32 +329,23 @@ def build_parts(
             stream_idle_s=settings.chat_stream_idle_s,
         ),
     )
+
+
+def topics_watch(
+    settings: IngestSettings, topics_check: Callable[[], None] | None, *, on_kafka: bool
+) -> TopicsWatch:
+    """The start-up topic check (or `topics_check`), re-run in the background for ``/readyz``;
+    nothing to check with no Kafka."""
     ready = ReadinessSettings()
     if topics_check is None:
         topics_check = (
             functools.partial(
-                require_topics,
-                settings.kafka,
-                _needed_topics(settings),
-                timeout_s=ready.check_timeout_s,
+                require_topics, settings.kafka, _needed_topics(settings), timeout_s=ready.check_timeout_s
             )
-            if producer is None
+            if on_kafka
             else _nothing_to_check
         )
-    return IngestParts(
-        settings=settings,
-        producer=kafka_producer,
-        backlogs=backlogs,
-        admission=admission,
-        watcher=BacklogWatcher(backlogs, alarm, interval_s=settings.backlog_refresh_s),
-        submit=submit,
-        backlog_view=BacklogEndpoint(backlogs, admission, caller=gate.caller),
-        record_limit=record_limit,
-        tenants=tenants,
-        chat=chat,
-        follower=follower,
-        readiness=TopicsWatch(topics_check, interval_s=ready.check_interval_s),
-    )
+    return TopicsWatch(topics_check, interval_s=ready.check_interval_s)
 
 
 def _needed_topics(settings: IngestSettings) -> list[str]:
@@ -275,9 +369,7 @@ async def serve_parts(
         if check_topics:
             await asyncio.to_thread(require_topics, settings.kafka, _needed_topics(settings))
             parts.readiness.passed()
-            parts.record_limit.topic_max_bytes = await asyncio.to_thread(
-                read_topics_max_message_bytes, settings.kafka, settings.kafka.topics.all_requests
-            )
+            await parts.record_limit.read_topics()
         await parts.producer.start()
         started.push_async_callback(_flush_and_stop, parts.producer)
         await parts.backlogs.start()
@@ -328,13 +420,6 @@ def health_endpoint(follower: ReplyFollower | None) -> Callable[[Request], Await
     return healthz
 
 
-def ready_problems(parts: IngestParts) -> list[str]:
-    """Why ingest should not take requests now (empty: it should): Kafka or the topics, as of the
-    last background check."""
-    problem = parts.readiness.problem()
-    return [] if problem is None else [problem]
-
-
 def create_app(
     settings: IngestSettings,
     *,
@@ -349,9 +434,10 @@ def create_app(
     hub: WaiterHub | None = None,
     topics_check: Callable[[], None] | None = None,
 ) -> Starlette:
-    """The ingest ASGI app; its lifespan runs `serve_parts`. See `build_parts` for the injections;
-    `reload_on_sighup` (the command sets it) installs the SIGHUP handler on the serving loop."""
-    parts = build_parts(
+    """The ingest ASGI app of `bootstrap`'s parts; its lifespan runs `serve_parts`. See `bootstrap`
+    for the injections; `reload_on_sighup` (the command sets it) installs the SIGHUP handler on the
+    serving loop."""
+    parts = bootstrap(
         settings,
         producer=producer,
         clock_ms=clock_ms,
@@ -362,6 +448,11 @@ def create_app(
         hub=hub,
         topics_check=topics_check,
     )
+    return asgi_app(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup)
+
+
+def asgi_app(parts: IngestParts, *, check_topics: bool, reload_on_sighup: bool) -> Starlette:
+    """The routes over `parts`; the lifespan serves them (`serve_parts`)."""
     return Starlette(
         routes=[
             Route("/v1/requests", parts.submit.handle, methods=["POST"]),
@@ -369,7 +460,7 @@ def create_app(
             Route("/v1/models", parts.chat.models, methods=["GET"]),
             Route("/v1/backlog", parts.backlog_view.handle, methods=["GET"]),
             Route("/healthz", health_endpoint(parts.follower), methods=["GET"]),
-            Route("/readyz", readiness_endpoint(functools.partial(ready_problems, parts)), methods=["GET"]),
+            Route("/readyz", readiness_endpoint(parts.ready_problems), methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
         lifespan=lambda _: serve_parts(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup),

@@ -6,14 +6,16 @@ broker refuses a bigger batch). The body limit (1 MiB) does not bound the record
 takes 2 to 4 bytes per character, and the record adds its own fields. So the encoded record, key
 included, is checked against the smaller limit less `RECORD_OVERHEAD_BYTES`.
 
-The topics' limit is read once at start-up (`read_topics_max_message_bytes`); when it cannot be read,
-the producer's limit alone applies and a broker refusal still answers 413 (`is_too_large`).
+The topics' limit is read once at start-up (`RecordLimit.read_topics`, with the reader it was built
+with, `read_topics_max_message_bytes` in the service); when it cannot be read, the producer's limit
+alone applies and a broker refusal still answers 413 (`is_too_large`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -34,14 +36,28 @@ _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 
 
 class RecordLimit:
-    """The bound of one record's key + value: the smallest known Kafka limit less the overhead."""
+    """The bound of one record's key + value: the smallest known Kafka limit less the overhead.
 
-    def __init__(self, producer_max_bytes: int, *, cap_bytes: int | None = None) -> None:
+    `topics_max_bytes` reads the request topics' limit (blocking: it runs in a thread; None when
+    the broker does not say); `read_topics` runs it, at start-up."""
+
+    def __init__(
+        self,
+        producer_max_bytes: int,
+        *,
+        topics_max_bytes: Callable[[], int | None],
+        cap_bytes: int | None = None,
+    ) -> None:
         if producer_max_bytes <= RECORD_OVERHEAD_BYTES:
             raise ValueError(f"message.max.bytes must exceed {RECORD_OVERHEAD_BYTES}")
         self.producer_max_bytes = producer_max_bytes
+        self._read_topics_max_bytes = topics_max_bytes
         self.topic_max_bytes: int | None = None
         self.cap_bytes = cap_bytes
+
+    async def read_topics(self) -> None:
+        """Learn the request topics' limit (until then, and when unknown, the producer's applies)."""
+        self.topic_max_bytes = await asyncio.to_thread(self._read_topics_max_bytes)
 
     @property
     def max_record_bytes(self) -> int:

@@ -11,10 +11,11 @@ who is calling from `inferq.tenancy`; long polls and event streams wait in a `in
 hub), `retention.RetentionTask` (expired results deleted every `purge_interval_s`),
 `webhooks.ResultWebhooks` (a result's `callback_url` POSTed, signed, from an outbox the store
 writes with the result, by the replica the results group assigns its partition: `ownership`).
-`create_app` builds them from the settings (and reads the tenants file: a bad one stops the service
-before anything starts); its lifespan checks the topics, opens the store, then starts the webhook
-sender, the consumer, the retention task and the tenants' reloader, and stops them
-in the reverse order, so the last batch is written before the database closes.
+`bootstrap` builds them from the settings (and reads the tenants file: a bad one stops the service
+before anything starts); `create_app` serves them: its lifespan (`serve_parts`) checks the topics,
+opens the store, then starts the webhook sender, the consumer, the retention task and the tenants'
+reloader, and stops them in the reverse order, so the last batch is written before the database
+closes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.routing import Route
@@ -32,6 +34,7 @@ from inferq.delivery.hub import WaiterHub
 from inferq.delivery.metrics import DeliveryMetrics
 from inferq.messaging.admin import require_topics
 from inferq.messaging.codec import result_codec
+from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.readiness import ReadinessSettings, TopicsWatch, readiness_endpoint
 from inferq.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
 from inferq.results.feed import KafkaResultFeed
@@ -39,45 +42,177 @@ from inferq.results.retention import RetentionTask
 from inferq.results.routes import Health, ReadMetrics, ResultRoutes, WaitLimits
 from inferq.results.settings import ResultsSettings
 from inferq.results.store import ResultStore
-from inferq.results.webhooks import ResultWebhooks, StoppableProducer
+from inferq.results.webhooks import ResultWebhooks, StoppableProducer, result_body
 from inferq.telemetry import meter, metrics_endpoint
 from inferq.tenancy.registry import TenantRegistry
+from inferq.webhooks.outbox import WebhookOutbox
 
 log = logging.getLogger("inferq.results")
 
 
-@asynccontextmanager
-async def serve_parts(
+@dataclass(frozen=True)
+class ResultsParts:
+    """Everything one results process runs; what `serve_parts` starts and stops."""
+
+    settings: ResultsSettings
+    tenants: TenantRegistry
+    store: ResultStore
+    consumer: ResultConsumer
+    retention: RetentionTask
+    # None with ``INFERQ_WEBHOOK_ENABLED=false``.
+    webhooks: ResultWebhooks | None
+    # The start-up topic check, re-run in the background for ``/readyz``; none with no Kafka.
+    readiness: TopicsWatch | None
+    routes: ResultRoutes
+
+    def health(self) -> Health:
+        return service_health(self.consumer, self.retention, self.webhooks)
+
+    def ready_problems(self) -> list[str]:
+        return ready_problems(self.health(), self.consumer, self.readiness)
+
+
+def bootstrap(
+    settings: ResultsSettings,
+    *,
+    feed: Callable[[], ResultFeed] | None = None,
+    hub: WaiterHub | None = None,
+    dead_letter_producer: StoppableProducer | None = None,
+) -> ResultsParts:
+    """Build every part of results from `settings`; the keyword arguments replace an edge. `feed`
+    makes the reply topic's one reader (default: a `KafkaResultFeed`, every partition from the
+    store's positions, built when the lifespan starts); an injected `feed` means no Kafka: no
+    readiness watch, and the replica sends every webhook (no results group). `hub` may be injected
+    (tests count its waiters). The tenants file is read now (`TenantsFileError`). With
+    ``INFERQ_WEBHOOK_ENABLED`` (the default) webhooks are delivered; their dead letters go through
+    `dead_letter_producer` (default: a librdkafka producer, started on first use)."""
+    on_kafka = feed is None
+    tenants = tenant_registry(settings)
+    # Built before the store, which writes a result's delivery in the same transaction as the result.
+    outbox = WebhookOutbox(result_body) if settings.webhooks.enabled else None
+    store = result_store(settings, outbox)
+    webhooks = result_webhooks(settings, tenants, store, outbox, dead_letter_producer, replicated=on_kafka)
+    hub = hub or WaiterHub(max_waiters=settings.max_waiters)
+    feed = feed or functools.partial(KafkaResultFeed, settings, store.positions)
+    consumer = ResultConsumer(feed, store, result_codec(), ResultsMetrics(meter("inferq.results")), hub=hub)
+    retention = RetentionTask(store, interval_s=settings.purge_interval_s)
+    health = functools.partial(service_health, consumer, retention, webhooks)
+    return ResultsParts(
+        settings=settings,
+        tenants=tenants,
+        store=store,
+        consumer=consumer,
+        retention=retention,
+        webhooks=webhooks,
+        readiness=topics_watch(settings, webhooks) if on_kafka else None,
+        routes=result_routes(settings, store, health, tenants, hub),
+    )
+
+
+# The builders `bootstrap` lists, in the order it calls them.
+
+
+def tenant_registry(settings: ResultsSettings) -> TenantRegistry:
+    tenants = TenantRegistry(
+        settings.tenants.file,
+        topics=settings.kafka.topics,
+        reload_interval_s=settings.tenants.reload_interval_s,
+    )
+    tenants.load()
+    return tenants
+
+
+def result_store(settings: ResultsSettings, outbox: WebhookOutbox | None) -> ResultStore:
+    return ResultStore(
+        settings.db_path,
+        retention_s=settings.retention_s,
+        max_results=settings.max_results,
+        hooks=[outbox] if outbox is not None else [],
+    )
+
+
+def result_webhooks(
+    settings: ResultsSettings,
+    tenants: TenantRegistry,
+    store: ResultStore,
+    outbox: WebhookOutbox | None,
+    producer: StoppableProducer | None,
+    *,
+    replicated: bool,
+) -> ResultWebhooks | None:
+    """The webhook sender of the store's outbox (none when webhooks are off: no outbox)."""
+    if outbox is None:
+        return None
+    producer = producer or AsyncProducer(settings.kafka.producer_config(client_id="inferq-results"))
+    return ResultWebhooks(settings, tenants, store, outbox, producer=producer, replicated=replicated)
+
+
+def needed_topics(settings: ResultsSettings, webhooks: ResultWebhooks | None) -> list[str]:
+    """Every topic the service needs: the reply topics, and the webhooks' dead-letter topic."""
+    return settings.reply_topics + (webhooks.topics if webhooks is not None else [])
+
+
+def topics_watch(settings: ResultsSettings, webhooks: ResultWebhooks | None) -> TopicsWatch:
+    ready = ReadinessSettings()
+    return TopicsWatch(
+        functools.partial(
+            require_topics, settings.kafka, needed_topics(settings, webhooks), timeout_s=ready.check_timeout_s
+        ),
+        interval_s=ready.check_interval_s,
+    )
+
+
+def result_routes(
     settings: ResultsSettings,
     store: ResultStore,
-    consumer: ResultConsumer,
-    retention: RetentionTask,
+    health: Callable[[], Health],
     tenants: TenantRegistry,
-    *,
-    check_topics: bool = True,
-    reload_on_sighup: bool = False,
-    webhooks: ResultWebhooks | None = None,
-    readiness: TopicsWatch | None = None,
+    hub: WaiterHub,
+) -> ResultRoutes:
+    return ResultRoutes(
+        store,
+        health=health,
+        tenants=tenants,
+        metrics=ReadMetrics(meter("inferq.results")),
+        hub=hub,
+        delivery=DeliveryMetrics(meter("inferq.results"), hub, service="results"),
+        limits=WaitLimits(
+            max_wait_s=settings.max_wait_s,
+            events_max_s=settings.events_max_s,
+            keepalive_s=settings.events_keepalive_s,
+        ),
+    )
+
+
+@asynccontextmanager
+async def serve_parts(
+    parts: ResultsParts, *, check_topics: bool = True, reload_on_sighup: bool = False
 ) -> AsyncIterator[None]:
     """Open the store, then start the webhook sender, the consumer, the retention task and the
     tenants' reloader (with `reload_on_sighup`, SIGHUP reloads too); on exit (or a failed start)
     stop in the reverse order."""
+    settings, store, tenants, webhooks, readiness = (
+        parts.settings,
+        parts.store,
+        parts.tenants,
+        parts.webhooks,
+        parts.readiness,
+    )
     async with AsyncExitStack() as started:
         if check_topics:
             # One metadata read for every topic the service needs (`MissingTopicsError` names each).
-            needed = settings.reply_topics + (webhooks.topics if webhooks is not None else [])
-            await asyncio.to_thread(require_topics, settings.kafka, needed)
+            await asyncio.to_thread(require_topics, settings.kafka, needed_topics(settings, webhooks))
             if readiness is not None:
                 readiness.passed()
         await store.open()
         started.push_async_callback(store.close)
         if webhooks is not None:
-            await webhooks.start(store)
+            await webhooks.start()
             started.push_async_callback(webhooks.stop)
-        await consumer.start()
-        started.push_async_callback(consumer.stop)
-        await retention.start()
-        started.push_async_callback(retention.stop)
+        await parts.consumer.start()
+        started.push_async_callback(parts.consumer.stop)
+        await parts.retention.start()
+        started.push_async_callback(parts.retention.stop)
         await tenants.start(sighup=reload_on_sighup)
         started.push_async_callback(tenants.stop)
         if readiness is not None:
@@ -99,7 +234,7 @@ async def serve_parts(
 def service_health(
     consumer: ResultConsumer,
     retention: RetentionTask,
-    webhooks: ResultWebhooks | None = None,
+    webhooks: ResultWebhooks | None,
 ) -> Health:
     """Unhealthy once the consumer (results stop arriving, waiting callers are no longer woken),
     the retention task (the disk fills) or the webhook sender has stopped; "starting" until the
@@ -135,93 +270,23 @@ def create_app(
     reload_on_sighup: bool = False,
     dead_letter_producer: StoppableProducer | None = None,
 ) -> Starlette:
-    """The results ASGI app. `feed` makes the reply topic's one reader (tests inject a fake); by
-    default a `KafkaResultFeed` (every partition, from the store's positions), built when the
-    lifespan starts. `hub` may be injected (tests count its waiters). The tenants file is read now
-    (`TenantsFileError`); `reload_on_sighup` (the command sets it) installs the SIGHUP handler.
-    With ``INFERQ_WEBHOOK_ENABLED`` (the default) webhooks are delivered; their dead letters go
-    through `dead_letter_producer` (default: a librdkafka producer, started on first use). The
-    replica sends the webhooks of the partitions the results group assigns it, unless `feed` is
-    injected (a test with no broker: it sends them all)."""
-    tenants = TenantRegistry(
-        settings.tenants.file,
-        topics=settings.kafka.topics,
-        reload_interval_s=settings.tenants.reload_interval_s,
-    )
-    tenants.load()
-    webhooks = (
-        ResultWebhooks(settings, tenants, producer=dead_letter_producer, replicated=feed is None)
-        if settings.webhooks.enabled
-        else None
-    )
-    store = ResultStore(
-        settings.db_path,
-        retention_s=settings.retention_s,
-        max_results=settings.max_results,
-        hooks=[webhooks.outbox] if webhooks is not None else [],
-    )
-    hub = hub or WaiterHub(max_waiters=settings.max_waiters)
-    consumer = ResultConsumer(
-        feed or functools.partial(KafkaResultFeed, settings, store.positions),
-        store,
-        result_codec(),
-        ResultsMetrics(meter("inferq.results")),
-        hub=hub,
-    )
-    retention = RetentionTask(store, interval_s=settings.purge_interval_s)
-    ready = ReadinessSettings()
-    # Re-runs the start-up check for /readyz; none with an injected feed (no Kafka in those tests).
-    readiness = (
-        TopicsWatch(
-            functools.partial(
-                require_topics,
-                settings.kafka,
-                settings.reply_topics + (webhooks.topics if webhooks is not None else []),
-                timeout_s=ready.check_timeout_s,
-            ),
-            interval_s=ready.check_interval_s,
-        )
-        if feed is None
-        else None
-    )
+    """The results ASGI app of `bootstrap`'s parts; its lifespan runs `serve_parts`. See
+    `bootstrap` for the injections; `reload_on_sighup` (the command sets it) installs the SIGHUP
+    handler."""
+    parts = bootstrap(settings, feed=feed, hub=hub, dead_letter_producer=dead_letter_producer)
+    return asgi_app(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup)
 
-    def health() -> Health:
-        return service_health(consumer, retention, webhooks)
 
-    routes = ResultRoutes(
-        store,
-        health=health,
-        tenants=tenants,
-        metrics=ReadMetrics(meter("inferq.results")),
-        hub=hub,
-        delivery=DeliveryMetrics(meter("inferq.results"), hub, service="results"),
-        limits=WaitLimits(
-            max_wait_s=settings.max_wait_s,
-            events_max_s=settings.events_max_s,
-            keepalive_s=settings.events_keepalive_s,
-        ),
-    )
+def asgi_app(parts: ResultsParts, *, check_topics: bool, reload_on_sighup: bool) -> Starlette:
+    """The routes over `parts`; the lifespan serves them (`serve_parts`)."""
+    routes = parts.routes
     return Starlette(
         routes=[
             Route("/v1/requests/{request_id}", routes.get_result, methods=["GET"]),
             Route("/v1/requests/{request_id}/events", routes.events, methods=["GET"]),
             Route("/healthz", routes.healthz, methods=["GET"]),
-            Route(
-                "/readyz",
-                readiness_endpoint(lambda: ready_problems(health(), consumer, readiness)),
-                methods=["GET"],
-            ),
+            Route("/readyz", readiness_endpoint(parts.ready_problems), methods=["GET"]),
             Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
-        lifespan=lambda _: serve_parts(
-            settings,
-            store,
-            consumer,
-            retention,
-            tenants,
-            check_topics=check_topics,
-            reload_on_sighup=reload_on_sighup,
-            webhooks=webhooks,
-            readiness=readiness,
-        ),
+        lifespan=lambda _: serve_parts(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup),
     )

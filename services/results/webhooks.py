@@ -1,6 +1,6 @@
 """The results service's webhook delivery, composed: the outbox (a hook of the results table, so a
 delivery is queued in the same transaction as its result), the dead-letter producer, the poster
-and the sender (`inferq.webhooks`). `app.create_app` builds one and starts it before the consumer.
+and the sender (`inferq.webhooks`). `app.bootstrap` builds one and its lifespan starts it before the consumer.
 
 The body POSTed is the result as ``GET /v1/requests/{id}`` shows it (`view.public_view`), frozen
 when the result is stored. The Kafka producer (dead letters only) starts on its first dead letter:
@@ -13,7 +13,6 @@ import json
 from typing import Protocol
 
 from inferq.messaging.dead_letters import DeadLetters, DurableProducer, Headers, RecordProducer
-from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.records import InferenceResult
 from inferq.results.ownership import WebhookOwnership
 from inferq.results.settings import ResultsSettings
@@ -62,88 +61,78 @@ def result_body(result: InferenceResult) -> bytes:
 
 
 class ResultWebhooks:
-    """`outbox` goes to the store (`ResultStore(hooks=[webhooks.outbox])`); `start(store)` starts the
-    sender on it, and with `replicated` this replica's membership of the results group, which says
-    which reply partitions' deliveries it sends (`ownership`; without it, it sends every row: a
-    test's single process). `stop()` gives the partitions up (in-flight deliveries drained, the
-    watermark committed, the group left), then stops the sender (deliveries still in flight stay
-    in the outbox)."""
+    """The sender of the results `store`'s webhooks, queued in `outbox` (which the store was built
+    with: `ResultStore(hooks=[outbox])`); dead letters go through `producer` (started on its first
+    one). `start()` starts the sender, and with `replicated` this replica's membership of the
+    results group, which says which reply partitions' deliveries it sends (`ownership`; without it,
+    it sends every row: a test's single process). `stop()` gives the partitions up (in-flight
+    deliveries drained, the watermark committed, the group left), then stops the sender
+    (deliveries still in flight stay in the outbox)."""
 
     def __init__(
         self,
         settings: ResultsSettings,
         tenants: TenantLookup,
+        store: ResultStore,
+        outbox: WebhookOutbox,
         *,
-        producer: StoppableProducer | None = None,
-        replicated: bool = True,
+        producer: StoppableProducer,
+        replicated: bool,
     ) -> None:
         hooks = settings.webhooks
-        self._results_settings = settings
-        self._replicated = replicated
-        self._kafka = settings.kafka
-        self.outbox = WebhookOutbox(result_body)
-        self._tenants = tenants
-        self._producer = _StartedOnFirstUse(
-            producer or AsyncProducer(settings.kafka.producer_config(client_id="inferq-results"))
-        )
-        dlq = settings.kafka.topics.dlq
-        self._dead_letters = DeadLetters(DurableProducer(self._producer, own_topics=[dlq]), dlq)
-        self._guard = AddressGuard(
+        self.outbox = outbox
+        self._producer = _StartedOnFirstUse(producer)
+        dlq = self._dlq = settings.kafka.topics.dlq
+        guard = AddressGuard(
             allow_private=hooks.allow_private_addresses, resolve_timeout_s=hooks.resolve_timeout_s
         )
-        self._policy = CallbackPolicy(hooks, self._guard)
         self._poster = WebhookPoster(
-            self._guard, timeout_s=hooks.timeout_s, connect_timeout_s=hooks.connect_timeout_s
+            guard, timeout_s=hooks.timeout_s, connect_timeout_s=hooks.connect_timeout_s
         )
-        self._backoff = Backoff(
-            first_backoff_s=hooks.first_backoff_s,
-            max_backoff_s=max(hooks.first_backoff_s, hooks.max_backoff_s),
-            retry_period_s=hooks.retry_period_s,
+        self.ownership = WebhookOwnership(settings, store, outbox) if replicated else None
+        self.sender = WebhookSender(
+            store,
+            outbox,
+            CallbackPolicy(hooks, guard),
+            self._poster,
+            DeadLetters(DurableProducer(self._producer, own_topics=[dlq]), dlq),
+            tenants,
+            Backoff(
+                first_backoff_s=hooks.first_backoff_s,
+                max_backoff_s=max(hooks.first_backoff_s, hooks.max_backoff_s),
+                retry_period_s=hooks.retry_period_s,
+            ),
+            WebhookMetrics(meter("inferq.results")),
+            max_in_flight=hooks.max_in_flight,
+            poll_interval_s=hooks.poll_interval_s,
+            owner=self.ownership,
         )
-        self._settings = hooks
-        self._metrics = WebhookMetrics(meter("inferq.results"))
-        self.sender: WebhookSender | None = None
-        self.ownership: WebhookOwnership | None = None
+        if self.ownership is not None:
+            # The group asks the sender to finish a partition's deliveries before it moves.
+            sender = self.sender
+            self.ownership.on_release(
+                lambda moving, timeout_s: sender.drain(moving, timeout_s=timeout_s), sender.wake
+            )
 
     @property
     def failed(self) -> bool:
-        sender_failed = self.sender is not None and self.sender.failed
-        return sender_failed or (self.ownership is not None and self.ownership.failed)
+        return self.sender.failed or (self.ownership is not None and self.ownership.failed)
 
     @property
     def topics(self) -> list[str]:
         """The topics this writes to (the DLQ): the service checks they exist with its own."""
-        return [self._kafka.topics.dlq]
+        return [self._dlq]
 
-    async def start(self, store: ResultStore) -> None:
-        """Start the sender on `store`, then (replicated) join the results group."""
+    async def start(self) -> None:
+        """Start the sender on the store, then (replicated) join the results group."""
         await self._poster.start()
-        if self._replicated:
-            self.ownership = WebhookOwnership(self._results_settings, store, self.outbox)
-        sender = self.sender = WebhookSender(
-            store,
-            self.outbox,
-            self._policy,
-            self._poster,
-            self._dead_letters,
-            self._tenants,
-            self._backoff,
-            self._metrics,
-            max_in_flight=self._settings.max_in_flight,
-            poll_interval_s=self._settings.poll_interval_s,
-            owner=self.ownership,
-        )
-        await sender.start()
+        await self.sender.start()
         if self.ownership is not None:
-            self.ownership.on_release(
-                lambda moving, timeout_s: sender.drain(moving, timeout_s=timeout_s), sender.wake
-            )
             await self.ownership.start()
 
     async def stop(self) -> None:
         if self.ownership is not None:
             await self.ownership.stop()
-        if self.sender is not None:
-            await self.sender.stop()
+        await self.sender.stop()
         await self._poster.stop()
         await self._producer.stop()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from inferq.ingest.app import build_parts, create_app, serve_parts
+from inferq.ingest.app import bootstrap, create_app, serve_parts
 from inferq.ingest.settings import IngestSettings
 from inferq.messaging.kafka_config import KafkaSettings
 from tests.support.fakes import FakeBacklog, RecordingProducer
@@ -29,7 +29,7 @@ def librdkafka_threads() -> int:
 
 def test_building_the_parts_starts_no_client():
     before = librdkafka_threads()
-    parts = build_parts(IngestSettings(kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1")))
+    parts = bootstrap(IngestSettings(kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1")))
     # librdkafka starts its threads with a client: none may exist before the lifespan runs.
     assert librdkafka_threads() == before
     assert parts.admission.enabled and not parts.watcher.running
@@ -37,7 +37,7 @@ def test_building_the_parts_starts_no_client():
 
 def test_parts_start_in_order_and_stop_in_reverse():
     events: list[str] = []
-    parts = build_parts(
+    parts = bootstrap(
         IngestSettings(), producer=RecordingProducer(events), backlog=FakeBacklog(events, HIGH=0)
     )
 
@@ -53,7 +53,7 @@ def test_parts_start_in_order_and_stop_in_reverse():
 
 def test_a_failed_start_stops_what_already_started():
     events: list[str] = []
-    parts = build_parts(IngestSettings(), producer=RecordingProducer(events), backlog=BrokenBacklog(events))
+    parts = bootstrap(IngestSettings(), producer=RecordingProducer(events), backlog=BrokenBacklog(events))
 
     async def scenario() -> None:
         async with serve_parts(parts, check_topics=False):

@@ -73,7 +73,7 @@ class Parts:
             recent_ids=IdempotencyCache(100),
             metrics=IngestMetrics(self.metrics.meter, self.backlog, POLICY),
             ack_timeout_s=ack_timeout_s,
-            record_limit=RecordLimit(1_000_000),
+            record_limit=RecordLimit(1_000_000, topics_max_bytes=lambda: None),
             tenants=tenants or TenantRegistry(None),
             shares=BacklogShares(POLICY),
         )
