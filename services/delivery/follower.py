@@ -81,24 +81,21 @@ class KafkaReplyFeed:
             # Only outcomes written from now on are owed to the callers this process holds.
             start="latest",
         )
-        await start_assigned(consumer)
-        try:
-            # Resolving each position now (to the end) fixes where following starts: a record
-            # written after this returns is read.
-            for tp in consumer.assignment():
-                await consumer.position(tp)
-            if self._from_ms is not None:
-                partitions = consumer.assignment()
-                found = await consumer.offsets_for_times(dict.fromkeys(partitions, self._from_ms))
-                for tp in partitions:
-                    # None: nothing written since `from_ms` there; following stays at the end.
-                    if (at := found.get(tp)) is not None:
-                        consumer.seek(tp, at.offset)
-        except BaseException:
-            # A start that failed (or was cancelled) leaves nothing open.
-            await consumer.stop()
-            raise
+        await start_assigned(consumer, self._position)
         self._consumer = consumer
+
+    async def _position(self, consumer: AIOKafkaConsumer) -> None:
+        # Resolving each position now (to the end) fixes where following starts: a record written
+        # after the start returns is read.
+        for tp in consumer.assignment():
+            await consumer.position(tp)
+        if self._from_ms is not None:
+            partitions = consumer.assignment()
+            found = await consumer.offsets_for_times(dict.fromkeys(partitions, self._from_ms))
+            for tp in partitions:
+                # None: nothing written since `from_ms` there; following stays at the end.
+                if (at := found.get(tp)) is not None:
+                    consumer.seek(tp, at.offset)
 
     async def stop(self) -> None:
         consumer, self._consumer = self._consumer, None

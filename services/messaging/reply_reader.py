@@ -76,15 +76,20 @@ def reply_consumer(
     return consumer
 
 
-async def start_assigned(consumer: AIOKafkaConsumer) -> None:
-    """Start `consumer` and wait (at most `ASSIGNED_TIMEOUT_S`, else `TimeoutError`) until it holds
-    its partitions; a start that fails (or is cancelled) stops it again, so nothing stays open."""
+async def start_assigned(
+    consumer: AIOKafkaConsumer, position: Callable[[AIOKafkaConsumer], Awaitable[None]] | None = None
+) -> None:
+    """Start `consumer`, wait (at most `ASSIGNED_TIMEOUT_S`, else `TimeoutError`) until it holds its
+    partitions, then let `position` place it; a start or a positioning that fails (or is
+    cancelled) stops it again, so nothing stays open."""
     try:
         await consumer.start()
         async with asyncio.timeout(ASSIGNED_TIMEOUT_S):
             # aiokafka assigns a group-less subscription from its metadata, with no event to await.
             while not consumer.assignment():  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
+        if position is not None:
+            await position(consumer)
     except BaseException:
         await consumer.stop()
         raise

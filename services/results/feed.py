@@ -57,16 +57,13 @@ class KafkaResultFeed:
             # start; so is one whose stored position fell out of the topic's retention.
             start="earliest",
         )
-        await start_assigned(consumer)
-        try:
-            self._stored = dict(await self._positions())
-            await self._position_new(consumer)
-            self._ends = {tp: self._live_from[tp] for tp in consumer.assignment()}
-        except BaseException:
-            # A start that failed (or was cancelled) leaves nothing open.
-            await consumer.stop()
-            raise
+        await start_assigned(consumer, self._position_first)
         self._consumer = consumer
+
+    async def _position_first(self, consumer: AIOKafkaConsumer) -> None:
+        self._stored = dict(await self._positions())
+        await self._position_new(consumer)
+        self._ends = {tp: self._live_from[tp] for tp in consumer.assignment()}
 
     async def stop(self) -> None:
         consumer, self._consumer = self._consumer, None
