@@ -66,33 +66,20 @@ ScenarioTiers = Annotated[
     ),
 ]
 
-ModelFast = Annotated[
-    str,
-    Field(
-        default=DEFAULT_MODELS["fast"],
+
+def _model(kind: str, tier: str) -> object:
+    """The field of the backend model a tier calls (`INFERQ_MODEL_<KIND>`)."""
+    return Field(
+        default=DEFAULT_MODELS[kind],
         min_length=1,
-        validation_alias="INFERQ_MODEL_FAST",
-        description="The backend model HIGH calls; ingest lists it in GET /v1/models.",
-    ),
-]
-ModelAccurate = Annotated[
-    str,
-    Field(
-        default=DEFAULT_MODELS["accurate"],
-        min_length=1,
-        validation_alias="INFERQ_MODEL_ACCURATE",
-        description="The backend model MEDIUM calls; ingest lists it in GET /v1/models.",
-    ),
-]
-ModelCheap = Annotated[
-    str,
-    Field(
-        default=DEFAULT_MODELS["cheap"],
-        min_length=1,
-        validation_alias="INFERQ_MODEL_CHEAP",
-        description="The backend model LOW calls; ingest lists it in GET /v1/models.",
-    ),
-]
+        validation_alias=f"INFERQ_MODEL_{kind.upper()}",
+        description=f"The backend model {tier} calls; ingest lists it in GET /v1/models.",
+    )
+
+
+ModelFast = Annotated[str, _model("fast", "HIGH")]
+ModelAccurate = Annotated[str, _model("accurate", "MEDIUM")]
+ModelCheap = Annotated[str, _model("cheap", "LOW")]
 
 DispatcherGroup = Annotated[
     str,
