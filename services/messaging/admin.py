@@ -161,8 +161,10 @@ def existing_topics(settings: KafkaSettings, *, timeout_s: float = ADMIN_TIMEOUT
 
 
 def require_topics(settings: KafkaSettings, needed: list[str], *, timeout_s: float = ADMIN_TIMEOUT_S) -> None:
-    """Raise `MissingTopicsError` naming every topic in `needed` that the broker lacks."""
-    missing = [t for t in needed if t not in existing_topics(settings, timeout_s=timeout_s)]
+    """Raise `MissingTopicsError` naming every topic in `needed` that the broker lacks (one metadata
+    request, whatever `needed` holds)."""
+    existing = existing_topics(settings, timeout_s=timeout_s)
+    missing = [t for t in needed if t not in existing]
     if missing:
         principal = settings.security.principal if settings.security.uses_tls else None
         raise MissingTopicsError(missing, settings.bootstrap_servers, principal=principal)
