@@ -9,6 +9,7 @@ list shared by several fakes shows the order things happened in.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -258,3 +259,16 @@ class DyingResultFeed(FakeResultFeed):
 
     async def getmany(self, *, timeout_ms: int, max_records: int) -> Mapping[FakePartition, list[FakeRecord]]:
         raise RuntimeError("the reply topic's consumer broke")
+
+
+class GatedFeed(FakeResultFeed):
+    """A `FakeResultFeed` whose start waits (at most 5 s) until the test sets `gate`: a replica that
+    has not caught up with the reply topic yet."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.gate.wait, 5.0)
+        await super().start()

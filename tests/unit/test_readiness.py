@@ -4,7 +4,6 @@ background Kafka check it reads, and each service's answer, with no broker (fake
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from inferq.messaging.errors import MessagingError, MissingTopicsError
 from inferq.messaging.readiness import TopicsWatch
 from inferq.results.app import create_app as create_results
 from inferq.results.settings import ResultsSettings
-from tests.support.fakes import FakeBacklog, FakeResultFeed, RecordingProducer
+from tests.support.fakes import FakeBacklog, FakeResultFeed, GatedFeed, RecordingProducer
 from tests.support.waiting import wait_until
 
 
@@ -118,15 +117,6 @@ def test_ingest_is_not_ready_when_kafka_does_not_answer(monkeypatch):
 
 
 def test_results_is_not_ready_until_its_consumer_is_assigned(tmp_path):
-    class GatedFeed(FakeResultFeed):
-        def __init__(self) -> None:
-            super().__init__()
-            self.gate = threading.Event()
-
-        async def start(self) -> None:
-            await asyncio.to_thread(self.gate.wait, 5.0)
-            await super().start()
-
     feed = GatedFeed()
     app = create_results(ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=lambda: feed)
     with TestClient(app) as client:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 from starlette.testclient import TestClient
@@ -12,7 +11,7 @@ from inferq.results.app import create_app
 from inferq.results.settings import ResultsSettings
 from inferq.results.store import WORKER_THREAD_NAME
 from inferq.results.view import public_view
-from tests.support.fakes import FakeResultFeed, a_result
+from tests.support.fakes import FakeResultFeed, GatedFeed, a_result
 from tests.support.waiting import wait_until
 
 CODEC = result_codec()
@@ -59,15 +58,6 @@ def test_results_survive_a_restart(tmp_path):
 
 
 def test_healthz_says_starting_until_the_feed_has_started(tmp_path):
-    class GatedFeed(FakeResultFeed):
-        def __init__(self) -> None:
-            super().__init__()
-            self.gate = threading.Event()
-
-        async def start(self) -> None:
-            await asyncio.to_thread(self.gate.wait, 5.0)
-            await super().start()
-
     feed = GatedFeed()
     app = create_app(ResultsSettings(db_path=tmp_path / "r.db"), check_topics=False, feed=lambda: feed)
     with TestClient(app) as client:
