@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol, TypeVar
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 # OffsetSpec is public API of confluent_kafka.admin but missing from its type stubs' exports.
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
@@ -41,6 +41,10 @@ log = logging.getLogger("inferq.ingest.backlog")
 _NO_OFFSET = -1001
 _T = TypeVar("_T")
 _STOP_WAIT_S = 0.25
+# The group coordinator moves or loads (a broker started, restarted or left): asked again, within
+# the read's deadline, it answers. Any other error ends the read.
+_COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
+_COORDINATOR_RETRY_S = 0.1
 # Plain values (confluent-kafka 2.16 leaves OffsetSpec unannotated): the ends of a partition.
 _LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 _EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
@@ -206,7 +210,7 @@ class KafkaBacklogReader:
             # Both offset requests are in flight while the commits are read; one deadline bounds all.
             latest = admin.list_offsets({tp: _LATEST for tp in every}, request_timeout=remaining())
             earliest = admin.list_offsets({tp: _EARLIEST for tp in every}, request_timeout=remaining())
-            group_commits = commits.committed(every, timeout=remaining())
+            group_commits = _committed(commits, every, remaining)
             high = {(tp.topic, tp.partition): _result(f, remaining()).offset for tp, f in latest.items()}
             low = {(tp.topic, tp.partition): _result(f, remaining()).offset for tp, f in earliest.items()}
             committed: dict[tuple[str, int], tuple[int | None, str | None]] = {}
@@ -288,6 +292,20 @@ class KafkaBacklogReader:
         await asyncio.to_thread(thread.join, _STOP_WAIT_S)
         if thread.is_alive():
             log.debug("backlog reader ends after its current read (at most %.1f s)", self._timeout_s)
+
+
+def _committed(
+    commits: Consumer, every: list[TopicPartition], remaining: Callable[[], float]
+) -> list[TopicPartition]:
+    """The group's commits, asked again while its coordinator moves; `remaining` ends the wait."""
+    while True:
+        try:
+            return commits.committed(every, timeout=remaining())
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or error.code() not in _COORDINATOR_MOVING:
+                raise
+        time.sleep(min(_COORDINATOR_RETRY_S, remaining()))
 
 
 def _result(future: Future[_T], timeout_s: float) -> _T:

@@ -11,7 +11,10 @@ from starlette.testclient import TestClient
 
 from inferq.ingest.admission import AdmissionPolicy, FillAlarm, default_capacity
 from inferq.ingest.app import create_app
-from inferq.ingest.backlog import KafkaBacklogReader
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+from inferq.ingest.backlog import BacklogUnavailableError, KafkaBacklogReader
 from inferq.ingest.settings import IngestSettings
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.lag import partition_lag
@@ -172,6 +175,71 @@ def test_reader_against_an_unreachable_broker_reports_unknown_in_bounded_time():
     assert time.monotonic() - started < 2.0
     assert not any(snapshot.known(t) for t in Tier)
     assert reader.snapshot().backlogs == dict.fromkeys(Tier)
+
+
+class _OneTopicAdmin:
+    """list_topics and list_offsets of a broker holding 10 records on each request partition."""
+
+    def __init__(self, topics: list[str]) -> None:
+        self._topics = topics
+
+    def list_topics(self, timeout: float) -> Any:
+        partition = type("P", (), {})
+        topic = type("T", (), {"error": None, "partitions": {0: partition()}})
+        return type("M", (), {"topics": {t: topic() for t in self._topics}})()
+
+    def list_offsets(self, specs: dict[Any, Any], request_timeout: float) -> dict[Any, Any]:
+        from concurrent.futures import Future
+
+        def done(offset: int) -> Future[Any]:
+            future: Future[Any] = Future()
+            future.set_result(type("R", (), {"offset": offset})())
+            return future
+
+        return {tp: done(10 if spec == OffsetSpec.latest() else 0) for tp, spec in specs.items()}
+
+
+class _CoordinatorLoading:
+    """The group's commits after `failures` answers of "not coordinator" (a broker just started)."""
+
+    def __init__(self, failures: int, code: int = KafkaError.NOT_COORDINATOR) -> None:
+        self.failures, self.code, self.asked = failures, code, 0
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        self.asked += 1
+        if self.asked <= self.failures:
+            raise KafkaException(KafkaError(self.code))
+        return [TopicPartition(tp.topic, tp.partition, 4) for tp in partitions]
+
+
+def _reader_with(commits: _CoordinatorLoading, timeout_s: float = 2.0) -> KafkaBacklogReader:
+    kafka = KafkaSettings(bootstrap_servers="127.0.0.1:1")
+    reader = KafkaBacklogReader(kafka, "g", timeout_s=timeout_s)
+    reader._admin = _OneTopicAdmin([kafka.topics.requests(t) for t in Tier])  # type: ignore[assignment]
+    reader._commits = commits  # type: ignore[assignment]
+    return reader
+
+
+@pytest.mark.parametrize("code", [KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS])
+def test_a_moving_group_coordinator_is_asked_again_within_the_read(code):
+    commits = _CoordinatorLoading(failures=2, code=code)
+    snapshot = _reader_with(commits).read_once()
+    assert commits.asked == 3
+    assert dict(snapshot.backlogs) == dict.fromkeys(Tier, 6)  # 10 written, 4 committed
+
+
+def test_a_coordinator_that_never_settles_ends_the_read_at_its_deadline():
+    started = time.monotonic()
+    with pytest.raises(BacklogUnavailableError, match="within 0.5 s"):
+        _reader_with(_CoordinatorLoading(failures=10**6), timeout_s=0.5).read_once()
+    assert time.monotonic() - started < 2.0
+
+
+def test_any_other_commit_error_ends_the_read_at_once():
+    commits = _CoordinatorLoading(failures=1, code=KafkaError.GROUP_AUTHORIZATION_FAILED)
+    with pytest.raises(BacklogUnavailableError, match="GROUP_AUTHORIZATION_FAILED"):
+        _reader_with(commits).read_once()
+    assert commits.asked == 1
 
 
 # --- the app with a fake backlog source --------------------------------------------------------
