@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +33,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from inferq import exit_bound
 from inferq.log_format import formatter
 
 
@@ -240,6 +242,12 @@ class ServiceServer(uvicorn.Server):
         finally:
             for sig, handler in original.items():
                 signal.signal(sig, handler)
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().serve(sockets)
+        if self.started:
+            # Stopped cleanly: what follows is the event loop's and the interpreter's own exit.
+            exit_bound.arm(0)
 
 
 def run_asgi(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | None = None) -> int:

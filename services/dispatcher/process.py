@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from inferq import exit_bound
 from inferq.dispatcher.bootstrap import Dispatcher, bootstrap
 from inferq.dispatcher.settings import DispatcherSettings
 from inferq.messaging.admin import require_topics
@@ -74,4 +75,6 @@ async def serve(settings: DispatcherSettings) -> int:
         await kafka.stop()
         metrics_server.should_exit = True
         await asyncio.wait({metrics_task}, timeout=METRICS_STOP_S)
+    # Stopped cleanly (a failure raised above): what follows is the loop's and the interpreter's exit.
+    exit_bound.arm(0)
     return 0

@@ -82,12 +82,9 @@ class ServiceProcess:
         if self.alive() and self._proc is not None:
             self._proc.send_signal(sig)
 
-    def stop(self, timeout_s: float = 45.0) -> int | None:
-        """SIGTERM, wait up to `timeout_s`, then SIGKILL. Returns the exit code.
-
-        45 s, about the grace the Helm chart gives a pod (drain 30 + margin 15): a clean-clone CI
-        run's cluster chaos test (leader-kill) saw a dispatcher log "stopped cleanly" and still not
-        exit within the former 20 s, with a broker just killed (under investigation)."""
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        """SIGTERM, wait up to `timeout_s`, then SIGKILL. Returns the exit code (a service that
+        stopped cleanly exits within `inferq.exit_bound.EXIT_GRACE_S` of its clean stop)."""
         if self._proc is None:
             return None
         if self._proc.poll() is None:
