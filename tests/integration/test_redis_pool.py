@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from inferq.dispatcher.tokens import Lease
 from inferq.dispatcher.tokens import lua as scripts
 from inferq.dispatcher.tokens.errors import UnknownLeaseError
+from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint
 from inferq.dispatcher.tokens.redis_pool import RedisTokenPool
 from inferq.messaging.tiers import Tier
 from inferq.tools.redis.fixture import local_redis_for_tests
@@ -42,8 +43,8 @@ async def started_pool(
 ) -> AsyncIterator[RedisTokenPool]:
     # A Redis call slower than the pool's 0.5 s default on a loaded test machine would switch the pool
     # to its local share mid-test (seen in a clean-clone CI); tests of that switch set their own bound.
-    kwargs.setdefault("call_timeout_s", 1.5)
-    pool = RedisTokenPool(url=url, owner=owner, group_size=group_size, key_prefix=prefix, **kwargs)
+    redis = RedisEndpoint(url, call_timeout_s=kwargs.pop("call_timeout_s", 1.5))
+    pool = RedisTokenPool(redis=redis, owner=owner, group_size=group_size, key_prefix=prefix, **kwargs)
     await pool.start()
     try:
         yield pool
@@ -262,7 +263,9 @@ def test_stop_hands_the_owners_tokens_back_at_once(redis_url: str) -> None:
 
     async def scenario() -> None:
         async with raw_client(redis_url) as client, started_pool(redis_url, prefix, owner="stays") as stays:
-            leaving = RedisTokenPool(url=redis_url, owner="leaves", group_size=lambda: 2, key_prefix=prefix)
+            leaving = RedisTokenPool(
+                redis=RedisEndpoint(redis_url), owner="leaves", group_size=lambda: 2, key_prefix=prefix
+            )
             await leaving.start()
             await take_all(leaving, Tier.HIGH, total=4, per_tier=4)
             assert sum((await lease_counts(client, prefix)).values()) == 4
@@ -290,11 +293,13 @@ def test_releasing_a_lease_twice_is_an_error(redis_url: str) -> None:
 
 CHILD = """
 import asyncio, sys
+from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint
 from inferq.dispatcher.tokens.redis_pool import RedisTokenPool
 from inferq.messaging.tiers import Tier
 
 async def main() -> None:
-    pool = RedisTokenPool(url=sys.argv[1], owner="doomed", group_size=lambda: 2, key_prefix=sys.argv[2])
+    redis = RedisEndpoint(sys.argv[1])
+    pool = RedisTokenPool(redis=redis, owner="doomed", group_size=lambda: 2, key_prefix=sys.argv[2])
     await pool.start()
     for _ in range(4):
         assert await pool.try_acquire(Tier.HIGH, total_limit=4, tier_limit=4) is not None

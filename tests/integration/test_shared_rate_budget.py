@@ -22,6 +22,7 @@ from inferq.dispatcher.rate_budget import RateBudget, RateHeaders, RateLimit
 from inferq.dispatcher.rate_ledger import LocalRateLedger, RateLedger
 from inferq.dispatcher.shared_rate import scripts
 from inferq.dispatcher.shared_rate.budget import KEYS_TTL_MS, SharedRateBudget
+from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint
 from inferq.messaging.tiers import Tier
 from inferq.tools.redis.fixture import local_redis_for_tests
 from inferq.tools.redis.server import pick_free_port
@@ -54,7 +55,7 @@ async def shared_budgets(
         budgets = []
         for n in range(count):
             budget = SharedRateBudget(
-                url=url,
+                redis=RedisEndpoint(url),
                 owner=f"d{n}",
                 configured=configured,
                 group_size=group_size,

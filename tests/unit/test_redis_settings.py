@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio.connection import SSLConnection
 
 from inferq.dispatcher.settings import DispatcherSettings, renamed_variables_in
-from inferq.dispatcher.tokens.redis_pool import redis_client
+from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint
 from inferq.dispatcher.tokens.settings import RedisBudgetSettings
 from inferq.settings.masking import redacted_url
 
@@ -33,15 +33,17 @@ def test_the_key_prefix_follows_the_topic_prefix_unless_set() -> None:
 
 def test_a_password_shows_in_no_repr_even_inside_the_url() -> None:
     settings = RedisBudgetSettings(url="redis://admin:inurl@h:6379/0", password="apart")  # noqa: S106
-    for text in (repr(settings), str(settings), repr(DispatcherSettings(redis=settings))):
+    endpoint = settings.endpoint()
+    assert endpoint.password == "apart"  # noqa: S105 (sent with AUTH, but never shown)
+    for text in (repr(settings), str(settings), repr(DispatcherSettings(redis=settings)), repr(endpoint)):
         assert "inurl" not in text and "apart" not in text
         assert "redis://admin:***@h:6379/0" in text
     assert redacted_url("redis://h:6379/0") == "redis://h:6379/0"
 
 
 def test_a_rediss_url_means_tls() -> None:
-    tls = redis_client("rediss://h:6380/0", password=None, call_timeout_s=0.5, name="t")
-    plain = redis_client("redis://h:6379/0", password=None, call_timeout_s=0.5, name="t")
+    tls = RedisEndpoint("rediss://h:6380/0").client("t")
+    plain = RedisEndpoint("redis://h:6379/0").client("t")
     # The pool's own subclasses (they abort a failed connection): TLS for rediss, plain for redis.
     assert issubclass(tls.connection_pool.connection_class, SSLConnection)
     assert not issubclass(plain.connection_pool.connection_class, SSLConnection)

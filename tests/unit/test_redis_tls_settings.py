@@ -11,8 +11,9 @@ from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from inferq.dispatcher.settings import DispatcherSettings
-from inferq.dispatcher.tokens.redis_pool import RedisTokenPool, _failure, redis_client
-from inferq.dispatcher.tokens.settings import RedisBudgetSettings, RedisTls
+from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint, RedisTls
+from inferq.dispatcher.tokens.redis_pool import RedisTokenPool, _failure
+from inferq.dispatcher.tokens.settings import RedisBudgetSettings
 
 
 @pytest.fixture
@@ -56,13 +57,13 @@ def test_a_refused_url_is_not_echoed_with_its_password(pem: Path) -> None:
 
 
 def test_the_client_gets_the_ca_and_the_pool_refuses_tls_files_on_a_plain_url(pem: Path) -> None:
-    client = redis_client("rediss://h:6380/0", password=None, call_timeout_s=0.5, name="t", tls=RedisTls(pem))
+    client = RedisEndpoint("rediss://h:6380/0", tls=RedisTls(pem)).client("t")
     assert client.connection_pool.connection_kwargs["ssl_ca_certs"] == str(pem)
     settings = RedisBudgetSettings(url="rediss://h:6380/0", ca_file=pem)
     pool = RedisTokenPool.from_settings(settings, owner="d0", group_size=lambda: 1)
-    assert pool._tls == RedisTls(pem)
+    assert pool._redis.tls == RedisTls(pem)
     with pytest.raises(ValueError, match="rediss://"):
-        RedisTokenPool(url="redis://h:6379/0", owner="d0", group_size=lambda: 1, tls=RedisTls(pem))
+        RedisEndpoint("redis://h:6379/0", tls=RedisTls(pem))
 
 
 def test_the_degraded_warning_names_what_went_wrong() -> None:

@@ -45,10 +45,9 @@ from inferq.dispatcher.rate_budget import HELD_MS, Charge, RateBudget, RateHeade
 from inferq.dispatcher.shared_rate import scripts
 from inferq.dispatcher.shared_rate.fallback import GroupView, local_share_budget, shared_headers
 from inferq.dispatcher.tokens.lua import Script
-from inferq.dispatcher.tokens.redis_pool import redis_client
-from inferq.dispatcher.tokens.settings import RedisBudgetSettings, RedisTls
+from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint
+from inferq.dispatcher.tokens.settings import RedisBudgetSettings
 from inferq.messaging.tiers import Tier
-from inferq.settings.masking import redacted_url
 
 if TYPE_CHECKING:
     from inferq.dispatcher.rate_ledger import RateLedger
@@ -87,28 +86,23 @@ class SharedRateBudget:
     def __init__(
         self,
         *,
-        url: str,
+        redis: RedisEndpoint,
         owner: str,
         configured: Mapping[str, RateLimit],
         group_size: Callable[[], int],
         clock_ms: Callable[[], int],
         key_prefix: str,
-        call_timeout_s: float = 0.5,
         reconnect_interval_s: float = 1.0,
-        password: str | None = None,
-        tls: RedisTls | None = None,
     ) -> None:
-        if call_timeout_s <= 0 or reconnect_interval_s <= 0:
-            raise ValueError("call_timeout_s and reconnect_interval_s must be positive")
-        self._url = url
-        self._password = password
-        self._tls = tls
+        if reconnect_interval_s <= 0:
+            raise ValueError("reconnect_interval_s must be positive")
+        self._redis = redis
         self._owner_id = f"{owner}-{secrets.token_hex(4)}"
         self._configured = dict(configured)
         self._group_size = group_size
         self._clock_ms = clock_ms
         self._key_prefix = key_prefix
-        self._call_timeout_s = call_timeout_s
+        self._call_timeout_s = redis.call_timeout_s
         self._reconnect_interval_s = reconnect_interval_s
         self._shares: dict[Tier, float] = {}
         self._client: Redis | None = None
@@ -135,19 +129,16 @@ class SharedRateBudget:
     ) -> SharedRateBudget:
         """The budget in the Redis of ``settings`` (``INFERQ_REDIS_*``), beside the token pool's keys."""
         return cls(
-            url=settings.url,
+            redis=settings.endpoint(),
             owner=owner,
             configured=configured,
             group_size=group_size,
             clock_ms=clock_ms,
             key_prefix=settings.key_prefix_for(topic_prefix),
-            call_timeout_s=settings.call_timeout_s,
-            password=settings.password.get_secret_value() if settings.password else None,
-            tls=settings.tls(),
         )
 
     def __repr__(self) -> str:
-        return f"SharedRateBudget(url={redacted_url(self._url)!r}, owner={self._owner_id!r})"
+        return f"SharedRateBudget(url={self._redis.shown!r}, owner={self._owner_id!r})"
 
     @property
     def degraded(self) -> bool:
@@ -164,13 +155,7 @@ class SharedRateBudget:
         """Connect and start the recovery probe. Idempotent; Redis is first asked at the first start."""
         if self._client is not None:
             return
-        self._client = redis_client(
-            self._url,
-            password=self._password,
-            call_timeout_s=self._call_timeout_s,
-            name=f"{self._owner_id}-rate",
-            tls=self._tls,
-        )
+        self._client = self._redis.client(f"{self._owner_id}-rate")
         self._probe_task = asyncio.create_task(self._probe(), name=f"rate-probe-{self._owner_id}")
 
     async def stop(self) -> None:
@@ -183,11 +168,7 @@ class SharedRateBudget:
             if not done:
                 logger.warning("rate probe of %s did not stop within its bound", self._owner_id)
         if client is not None:
-            try:
-                async with asyncio.timeout(1.0 + self._call_timeout_s):
-                    await client.aclose()
-            except TimeoutError:
-                logger.warning("closing the rate budget's Redis client of %s timed out", self._owner_id)
+            await self._redis.close(client, f"{self._owner_id}'s rate budget")
 
     # -- the budget ----------------------------------------------------------------------------------
 
@@ -366,7 +347,7 @@ class SharedRateBudget:
         logger.warning(
             "Redis at %s unreachable for the rate budget (%s: %s): %s falls back to a local share of "
             "each per-minute limit until Redis answers again",
-            redacted_url(self._url),
+            self._redis.shown,
             type(exc).__name__,
             exc,
             self._owner_id,
@@ -399,7 +380,7 @@ class SharedRateBudget:
                 self._local = None
                 logger.warning(
                     "Redis at %s answers again: %s is back on the shared rate budget (%d starts entered)",
-                    redacted_url(self._url),
+                    self._redis.shown,
                     self._owner_id,
                     len(entered),
                 )

@@ -61,25 +61,17 @@ import secrets
 import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
-from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, RedisError
 
 from inferq.dispatcher.tokens import lua
 from inferq.dispatcher.tokens.errors import UnknownLeaseError
 from inferq.dispatcher.tokens.pool import Lease
-from inferq.dispatcher.tokens.settings import (
-    DEFAULT_KEY_PREFIX,
-    RedisBudgetSettings,
-    RedisTls,
-)
+from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint
+from inferq.dispatcher.tokens.settings import DEFAULT_KEY_PREFIX, RedisBudgetSettings
 from inferq.messaging.tiers import Tier
-from inferq.settings.masking import redacted_url
 
 if TYPE_CHECKING:
     from inferq.dispatcher.tokens.pool import TokenPool
@@ -104,28 +96,22 @@ class RedisTokenPool:
     def __init__(
         self,
         *,
-        url: str,
+        redis: RedisEndpoint,
         owner: str,
         group_size: Callable[[], int],
         key_prefix: str = DEFAULT_KEY_PREFIX,
         lease_ttl_s: float = 6.0,
-        call_timeout_s: float = 0.5,
-        password: str | None = None,
-        tls: RedisTls | None = None,
         snapshot_interval_s: float = 0.5,
         reconnect_interval_s: float = 1.0,
     ) -> None:
         if not owner or any(ch.isspace() for ch in owner):
             raise ValueError(f"owner must be a non-empty id without whitespace, got {owner!r}")
-        if call_timeout_s <= 0 or call_timeout_s >= lease_ttl_s / 3:
+        call_timeout_s = redis.call_timeout_s
+        if call_timeout_s >= lease_ttl_s / 3:
             raise ValueError(f"call_timeout_s must be in (0, lease_ttl_s / 3), got {call_timeout_s}")
         if snapshot_interval_s <= 0 or reconnect_interval_s <= 0:
             raise ValueError("snapshot_interval_s and reconnect_interval_s must be positive")
-        self._url = url
-        self._password = password
-        if tls is not None and urlsplit(url).scheme != "rediss":
-            raise ValueError("TLS files are for a rediss:// URL")
-        self._tls = tls
+        self._redis = redis
         self._owner_id = f"{owner}-{secrets.token_hex(4)}"
         self._group_size = group_size
         self._keys = [
@@ -159,18 +145,15 @@ class RedisTokenPool:
     ) -> RedisTokenPool:
         """The pool described by ``settings`` for dispatcher ``owner`` of the pipeline ``topic_prefix``."""
         return cls(
-            url=settings.url,
+            redis=settings.endpoint(),
             owner=owner,
             group_size=group_size,
             key_prefix=settings.key_prefix_for(topic_prefix),
             lease_ttl_s=settings.lease_ttl_s,
-            call_timeout_s=settings.call_timeout_s,
-            password=settings.password.get_secret_value() if settings.password else None,
-            tls=settings.tls(),
         )
 
     def __repr__(self) -> str:
-        return f"RedisTokenPool(url={redacted_url(self._url)!r}, owner={self._owner_id!r})"
+        return f"RedisTokenPool(url={self._redis.shown!r}, owner={self._owner_id!r})"
 
     # -- state ---------------------------------------------------------------------------------------
 
@@ -197,13 +180,7 @@ class RedisTokenPool:
         """Connect and start the heartbeat. Idempotent; an unreachable Redis starts the pool degraded."""
         if self._client is not None:
             return
-        self._client = redis_client(
-            self._url,
-            password=self._password,
-            call_timeout_s=self._call_timeout_s,
-            name=self._owner_id,
-            tls=self._tls,
-        )
+        self._client = self._redis.client(self._owner_id)
         await self._sync()
         self._heartbeat_task = asyncio.create_task(
             self._heartbeat(), name=f"token-heartbeat-{self._owner_id}"
@@ -230,11 +207,7 @@ class RedisTokenPool:
             await self._run(client, lua.SYNC, self._sync_args())  # holding nothing: deletes ours
         except _UNAVAILABLE as exc:
             logger.info("leases of %s not deleted (%s): they expire by themselves", self._owner_id, exc)
-        try:
-            async with asyncio.timeout(1.0 + self._call_timeout_s):
-                await client.aclose()
-        except TimeoutError:
-            logger.warning("closing the Redis client of %s timed out", self._owner_id)
+        await self._redis.close(client, self._owner_id)
 
     # -- tokens --------------------------------------------------------------------------------------
 
@@ -340,7 +313,7 @@ class RedisTokenPool:
         logger.warning(
             "Redis at %s %s (%s: %s): %s falls back to a local budget of total_limit // "
             "group size until Redis answers again",
-            redacted_url(self._url),
+            self._redis.shown,
             what,
             type(exc).__name__,
             exc,
@@ -359,7 +332,7 @@ class RedisTokenPool:
                 self._degraded = False
                 logger.warning(
                     "Redis at %s answers again: %s is back on the shared budget (%d leases re-registered)",
-                    redacted_url(self._url),
+                    self._redis.shown,
                     self._owner_id,
                     len(self._held),
                 )
@@ -392,59 +365,6 @@ def _failure(exc: BaseException) -> str:
             return "failed the TLS handshake"
         cause = cause.__cause__ or cause.__context__
     return "unreachable"
-
-
-class _AbortingDisconnect(AbstractConnection):
-    """A connection that drops a failed connection at once.
-
-    redis-py disconnects a connection that failed (an error reply such as a refused password, a
-    timeout, a cancelled read) with ``nowait=True``: it closes the stream and does not wait. Over TLS a
-    close is a polite shutdown that needs the server's reply, so the socket stayed open after `stop()`
-    returned; an event loop that ended then (``asyncio.run`` around start and stop) left it to the
-    garbage collector, a ResourceWarning in whatever ran next. A failed connection has nothing left to
-    say: aborting it closes the socket at the loop's next turn, TLS or not.
-    """
-
-    async def disconnect(self, nowait: bool = False, *args: Any, **kwargs: Any) -> None:
-        if nowait and self._writer is not None:
-            self._writer.transport.abort()
-        await super().disconnect(nowait, *args, **kwargs)
-
-
-class _PoolConnection(_AbortingDisconnect, Connection):
-    pass
-
-
-class _PoolSSLConnection(_AbortingDisconnect, SSLConnection):
-    pass
-
-
-_ABORTING: dict[type[AbstractConnection], type[AbstractConnection]] = {
-    Connection: _PoolConnection,
-    SSLConnection: _PoolSSLConnection,
-}
-
-
-def redis_client(
-    url: str, *, password: str | None, call_timeout_s: float, name: str, tls: RedisTls | None = None
-) -> Redis:
-    """The pool's client: ``rediss://`` means TLS (with `tls`'s files); every call bounded by
-    ``call_timeout_s``; a failed connection aborted (`_AbortingDisconnect`)."""
-    client = Redis.from_url(
-        url,
-        password=password,  # a password in the URL takes precedence (redis-py's rule)
-        socket_timeout=call_timeout_s,
-        socket_connect_timeout=call_timeout_s,
-        # One quick retry: a pooled connection broken by a Redis restart fails at once and a fresh
-        # one usually works. Every script is idempotent, and our own timeout still bounds the call.
-        retry=Retry(NoBackoff(), 1),
-        client_name=name,
-        **(tls.redis_kwargs() if tls is not None else {}),
-    )
-    # from_url picks the connection class from the URL's scheme, whatever is passed: swap in ours after.
-    pool = client.connection_pool
-    pool.connection_class = _ABORTING.get(pool.connection_class, pool.connection_class)
-    return client
 
 
 if TYPE_CHECKING:
