@@ -15,14 +15,26 @@ Every HTTP server of inferq is uvicorn with `HttpLimits` (env prefix ``INFERQ_HT
   are waited for without bound (an orchestrator's kill deadline must then cover the longest one).
 
 The body's own deadline belongs to the endpoint that reads it (ingest's body reader answers 408).
+
+A service that has stopped cleanly exits within `EXIT_GRACE_S` (`bound_exit`). After a clean stop
+everything durable is committed and flushed; what is left is the runtime's own exit: the event loop
+joins its default executor's threads (without a bound in Python 3.11), then the interpreter joins
+non-daemon threads and destroys librdkafka handles. A blocking Kafka call left in a thread against
+an unreachable broker can make that outlast an orchestrator's grace period (seen: a dispatcher that
+logged "stopped cleanly" after a broker was killed, then SIGKILLed 20 s later). Past the grace, every
+thread's stack goes to stderr (naming the holder) and the process ends with the clean stop's code.
 """
 
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
+import os
 import signal
 import socket
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -33,8 +45,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from inferq import exit_bound
 from inferq.log_format import formatter
+
+EXIT_GRACE_S = 10.0
 
 
 class HttpLimits(BaseSettings):
@@ -247,7 +260,7 @@ class ServiceServer(uvicorn.Server):
         await super().serve(sockets)
         if self.started:
             # Stopped cleanly: what follows is the event loop's and the interpreter's own exit.
-            exit_bound.arm(0)
+            bound_exit(0)
 
 
 def run_asgi(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | None = None) -> int:
@@ -263,3 +276,28 @@ class EmbeddedServer(uvicorn.Server):
     @contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+def bound_exit(code: int, grace_s: float = EXIT_GRACE_S) -> threading.Timer:
+    """End the process with `code` if it has not exited `grace_s` from now."""
+
+    def expire() -> None:
+        mine = (threading.current_thread(), threading.main_thread())
+        held = sorted(t.name for t in threading.enumerate() if t not in mine)
+        logging.getLogger("inferq.exit").warning(
+            "still exiting %.1f s after a clean stop, held by threads %s; their stacks follow, then exit %d",
+            grace_s,
+            ", ".join(held) or "(none)",
+            code,
+        )
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(code)
+
+    timer = threading.Timer(grace_s, expire)
+    timer.name = "inferq-exit-bound"
+    timer.daemon = True
+    timer.start()
+    return timer

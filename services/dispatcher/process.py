@@ -15,12 +15,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from inferq import exit_bound
 from inferq.dispatcher.bootstrap import Dispatcher, bootstrap
 from inferq.dispatcher.settings import DispatcherSettings
 from inferq.messaging.admin import require_topics
 from inferq.messaging.readiness import ReadinessSettings, TopicsWatch, readiness_endpoint
-from inferq.serving import EmbeddedServer, uvicorn_config
+from inferq.serving import EmbeddedServer, bound_exit, uvicorn_config
 from inferq.telemetry import metrics_endpoint, setup_metrics
 from inferq.tracing import setup_tracing
 
@@ -76,5 +75,5 @@ async def serve(settings: DispatcherSettings) -> int:
         metrics_server.should_exit = True
         await asyncio.wait({metrics_task}, timeout=METRICS_STOP_S)
     # Stopped cleanly (a failure raised above): what follows is the loop's and the interpreter's exit.
-    exit_bound.arm(0)
+    bound_exit(0)
     return 0

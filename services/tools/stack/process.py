@@ -84,7 +84,7 @@ class ServiceProcess:
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
         """SIGTERM, wait up to `timeout_s`, then SIGKILL. Returns the exit code (a service that
-        stopped cleanly exits within `inferq.exit_bound.EXIT_GRACE_S` of its clean stop)."""
+        stopped cleanly exits within `inferq.serving.EXIT_GRACE_S` of its clean stop)."""
         if self._proc is None:
             return None
         if self._proc.poll() is None:

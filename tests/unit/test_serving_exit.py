@@ -9,13 +9,13 @@ import textwrap
 HELD = textwrap.dedent(
     """
     import threading, time
-    from inferq import exit_bound
+    from inferq.serving import bound_exit
 
     def blocking_kafka_call():
         time.sleep(600)
 
     threading.Thread(target=blocking_kafka_call, name="stuck-admin").start()
-    exit_bound.arm(0, grace_s=0.5)
+    bound_exit(0, grace_s=0.5)
     """
 )
 
@@ -28,7 +28,7 @@ def test_a_thread_holding_the_exit_is_named_and_the_process_ends_with_the_clean_
 
 
 def test_a_process_that_exits_on_its_own_keeps_its_code_and_says_nothing():
-    script = "from inferq import exit_bound\nexit_bound.arm(0, grace_s=30)\nraise SystemExit(3)\n"
+    script = "from inferq.serving import bound_exit\nbound_exit(0, grace_s=30)\nraise SystemExit(3)\n"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
     assert done.stderr == ""
