@@ -1,9 +1,13 @@
 import pytest
 from pydantic import ValidationError
+from starlette.datastructures import Headers
 
+from inferq.ingest.chat.body import ChatCompletionBody
+from inferq.ingest.chat.record import chat_record
 from inferq.ingest.deadlines import DeadlineInPastError
 from inferq.ingest.record import RecordRules, submitted_record
 from inferq.ingest.validation import SubmitRequest, describe
+from inferq.messaging.codec import request_codec
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
 from inferq.messaging.topics import TopicNames
 
@@ -99,3 +103,41 @@ def test_a_per_tier_setting_given_for_one_tier_keeps_the_others():
     assert ingest.deadlines_ms[Tier.HIGH] == 5_000 and ingest.deadlines_ms[Tier.LOW] == 60_000
     with pytest.raises(ValueError, match="must be > 0"):
         DispatcherSettings(typical_latency_s={Tier.LOW: 0})
+
+
+def test_a_completion_and_a_submission_asking_the_same_get_the_same_record():
+    asked = {"temperature": 1, "stop": "END", "max_tokens": 5, "response_format": {"type": "text"}}
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    native = record(
+        scenario="emotion_analysis",
+        messages=messages,
+        request_id="r-1",
+        priority="HIGH",
+        deadline_ms=900,
+        model="m1",
+        params=asked,
+        stream=True,
+    )
+    reordered = dict(reversed(asked.items()))
+    body = ChatCompletionBody.model_validate(
+        {"model": "m1", "messages": messages, "stream": True} | reordered
+    )
+    # The same choices as headers (the priority in any case), the parameters in another order.
+    headers = {
+        "x-inferq-scenario": "emotion_analysis",
+        "x-inferq-priority": "high",
+        "x-inferq-deadline-ms": "900",
+    }
+    chat = chat_record(
+        body,
+        Headers(headers),
+        RULES,
+        models=frozenset({"m1"}),
+        default_scenario="realtime_chat",
+        request_id="r-1",
+        tenant="default",
+        max_tier=None,
+        max_deadline_ms=None,
+    )
+    assert chat == native
+    assert request_codec().encode(chat) == request_codec().encode(native)
