@@ -1,6 +1,6 @@
 """`KafkaTransport`: inferq straight over Kafka, for backends that already publish events.
 
-- submit: the request is checked with ingest's own rules (`SubmitRequest`, `build_envelope`: the
+- submit: the request is checked with ingest's own rules (`SubmitRequest`, `submitted_record`: the
   tier from the scenario map, the default deadline, the bounds), encoded with the product's Avro
   codec and produced (idempotent, acks=all) to its tier's topic, with ``reply_to`` the region's
   reply topic (``<prefix>.results.<region>``; the results topic without a region). There is no
@@ -39,7 +39,7 @@ from inferq.client.models import Chunk, Handle, Outcome, Submission
 from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower
 from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, Waiter, WaiterHub
 from inferq.ingest.deadlines import FieldRefusedError
-from inferq.ingest.envelope import build_envelope
+from inferq.ingest.record import RecordRules, submitted_record
 from inferq.ingest.validation import SubmitRequest, describe
 from inferq.messaging.codec import request_codec
 from inferq.messaging.kafka_config import KafkaSettings
@@ -209,14 +209,14 @@ class KafkaTransport:
         body = submission.body() | {"tenant": self.tenant, "reply_to": self.reply_topic}
         try:
             validated = SubmitRequest.model_validate(body)
-            envelope = build_envelope(
-                validated,
-                now_ms=self._clock_ms(),
+            rules = RecordRules(
                 policy=self._policy,
                 deadlines_ms=self._deadlines_ms,
                 topics=self._kafka.topics,
                 region=self._origin,
+                clock_ms=self._clock_ms,
             )
+            request = submitted_record(validated, rules)
         except ValidationError as exc:
             raise InvalidRequestError(
                 "the request breaks the contract", status_code=422, problems=describe(exc)
@@ -224,7 +224,7 @@ class KafkaTransport:
         except FieldRefusedError as exc:
             problems = [{"field": exc.field, "problem": str(exc)}]
             raise InvalidRequestError(str(exc), status_code=422, problems=problems) from exc
-        request = replace(envelope.request, stream=submission.stream)
+        request = replace(request, stream=submission.stream)
         await self._started()
         producer = self._producer
         if producer is None:
@@ -234,7 +234,10 @@ class KafkaTransport:
         held = self._hold(key, chunks=chunks, drop_at=time.monotonic() + left_s + PENDING_GRACE_S)
         try:
             await producer.produce(
-                envelope.topic, request_codec().encode(request), key=request.key, timeout_s=PRODUCE_TIMEOUT_S
+                self._kafka.topics.requests(request.tier),
+                request_codec().encode(request),
+                key=request.key,
+                timeout_s=PRODUCE_TIMEOUT_S,
             )
         except ProduceError as exc:
             self._release(key, held)

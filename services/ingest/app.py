@@ -6,7 +6,7 @@ promise the pipeline keeps; the refusals are listed in `inferq.ingest.submit`. T
 its own module:
 
 - `submit.SubmitEndpoint`: the POST handler (`body` reads within a size and a deadline, `json_guard`
-  parses within bounds, `validation` checks every field, `envelope` builds the record)
+  parses within bounds, `validation` checks every field, `record` makes the Avro record)
 - `publisher.Publisher`: the record's size (`record_limit`), admission (`admission`), idempotency
   (`idempotency`) and the produce
 - `backlog.KafkaBacklogReader`: the dispatcher group's lag, refreshed in the background
@@ -52,11 +52,11 @@ from inferq.ingest.backlog_view import BacklogEndpoint
 from inferq.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
 from inferq.ingest.callbacks import CallbackCheck
 from inferq.ingest.chat.endpoint import ChatCompletionsEndpoint, ChatLimits
-from inferq.ingest.envelope import EnvelopeFactory
 from inferq.ingest.idempotency import IdempotencyCache
 from inferq.ingest.json_guard import JsonGuard
 from inferq.ingest.metrics import IngestMetrics
 from inferq.ingest.publisher import Publisher
+from inferq.ingest.record import RecordRules
 from inferq.ingest.record_limit import (
     RecordLimit,
     producer_max_message_bytes,
@@ -150,9 +150,7 @@ def bootstrap(
     record_limit = record_limit_of(settings, config)
     publisher = publisher_of(settings, producer, backlogs, admission, alarm, metrics, record_limit, tenants)
     json_guard = JsonGuard(max_depth=settings.max_json_depth, max_number_chars=settings.max_json_number_chars)
-    submit = submit_endpoint(
-        settings, json_guard, envelope_factory(settings, clock_ms), publisher, metrics, gate
-    )
+    submit = submit_endpoint(settings, json_guard, record_rules(settings, clock_ms), publisher, metrics, gate)
     # No history of streams: a completion's waiter exists before its request is produced.
     hub = hub or WaiterHub(max_waiters=settings.max_waiters, history_max_bytes=0)
     follower = reply_follower(settings, follow_feed, hub, on_kafka=on_kafka)
@@ -237,6 +235,7 @@ def publisher_of(
 ) -> Publisher:
     return Publisher(
         producer=TracedProducer(producer) if tracing.enabled() else producer,
+        topics=settings.kafka.topics,
         codec=request_codec(),
         backlogs=backlogs,
         admission=admission,
@@ -255,8 +254,8 @@ def publisher_of(
     )
 
 
-def envelope_factory(settings: IngestSettings, clock_ms: Callable[[], int]) -> EnvelopeFactory:
-    return EnvelopeFactory(
+def record_rules(settings: IngestSettings, clock_ms: Callable[[], int]) -> RecordRules:
+    return RecordRules(
         policy=TierPolicy(scenario_tiers=settings.scenario_tiers),
         deadlines_ms=settings.deadlines_ms,
         topics=settings.kafka.topics,
@@ -270,7 +269,7 @@ def envelope_factory(settings: IngestSettings, clock_ms: Callable[[], int]) -> E
 def submit_endpoint(
     settings: IngestSettings,
     json_guard: JsonGuard,
-    envelope_for: EnvelopeFactory,
+    rules: RecordRules,
     publisher: Publisher,
     metrics: IngestMetrics,
     gate: TenantGate,
@@ -283,7 +282,7 @@ def submit_endpoint(
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
         json_guard=json_guard,
-        envelope_for=envelope_for,
+        rules=rules,
         publisher=publisher,
         metrics=metrics,
         tenants=gate,

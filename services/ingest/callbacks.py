@@ -10,7 +10,6 @@ refused too (the caller can send again once its DNS answers).
 from __future__ import annotations
 
 from inferq.ingest.errors import InvalidRequestError
-from inferq.ingest.validation import SubmitRequest
 from inferq.tenancy.auth import Principal
 from inferq.webhooks.errors import CallbackRefusedError
 from inferq.webhooks.policy import CallbackPolicy
@@ -22,10 +21,9 @@ class CallbackCheck:
     def __init__(self, policy: CallbackPolicy) -> None:
         self._policy = policy
 
-    async def check(self, submission: SubmitRequest, principal: Principal) -> None:
-        """`InvalidRequestError` (422, reason ``callback_refused``) when the submission's callback
-        may not be called for this caller; nothing when it has none."""
-        url = submission.callback_url
+    async def check(self, url: str | None, principal: Principal) -> None:
+        """`InvalidRequestError` (422, reason ``callback_refused``) when the callback `url` may not be
+        called for this caller; nothing when there is none."""
         if url is None:
             return
         try:

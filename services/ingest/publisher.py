@@ -1,4 +1,4 @@
-"""From an envelope to a record the broker acknowledged: admission, idempotency, then the produce.
+"""From a request record to one the broker acknowledged: admission, idempotency, then the produce.
 
 Admission (the tier's, then the tenant's share of it) runs inside the idempotent step: a resend of
 an accepted request gets its first answer even when the tier has filled up since, and a refused
@@ -15,7 +15,6 @@ from typing import Any, Protocol
 from inferq.ingest.admission import AdmissionPolicy
 from inferq.ingest.backlog import AdmittedSinceRead, BacklogSnapshot, BacklogSource
 from inferq.ingest.backlog_watch import BacklogAlarm
-from inferq.ingest.envelope import Envelope
 from inferq.ingest.errors import (
     InvalidRequestError,
     OverCapacityError,
@@ -30,6 +29,7 @@ from inferq.ingest.tenant_shares import BacklogShares
 from inferq.messaging.codec import TypedCodec
 from inferq.messaging.producer import ProduceError
 from inferq.messaging.records import InferenceRequest
+from inferq.messaging.topics import TopicNames
 from inferq.tracing import MESSAGE_ID
 
 log = logging.getLogger("inferq.ingest")
@@ -60,13 +60,15 @@ class Publisher:
     when the broker refuses the record, `publish` raises `QueueUnavailableError` (a refusal for
     size is `RecordTooLargeError` still). A full tier raises `OverCapacityError`, a tenant over its
     share of it `TenantOverShareError` (never in open mode: `tenants.weights()` is None). Each new
-    record counts once in `inferq_ingest_accepted_total`, labelled `tenants.label(tenant)`.
+    record counts once in `inferq_ingest_accepted_total`, labelled `tenants.label(tenant)`. A record
+    goes to its tier's topic (`topics.requests`).
     """
 
     def __init__(
         self,
         *,
         producer: RequestProducer,
+        topics: TopicNames,
         codec: TypedCodec[InferenceRequest],
         backlogs: BacklogSource,
         admission: AdmissionPolicy,
@@ -79,6 +81,7 @@ class Publisher:
         shares: BacklogShares,
     ) -> None:
         self._producer = producer
+        self._topics = topics
         self._codec = codec
         self._backlogs = backlogs
         self._admission = admission
@@ -91,56 +94,56 @@ class Publisher:
         self._shares = shares
         self._since_read = AdmittedSinceRead()
 
-    async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> tuple[Answer, bool]:
+    async def publish(self, request: InferenceRequest, *, idempotency_key: str | None) -> tuple[Answer, bool]:
         """Returns (answer, replayed); replayed means the answer of an earlier request with this key.
 
         `idempotency_key` is the client's own request_id; None when ingest made the id up.
         """
-        value = self.encode(envelope)
+        value = self.encode(request)
         try:
             if idempotency_key is None:
-                return await self._admit_and_produce(envelope, value), False
+                return await self._admit_and_produce(request, value), False
             return await self._recent_ids.once(
-                (envelope.request.tenant, idempotency_key), lambda: self._admit_and_produce(envelope, value)
+                (request.tenant, idempotency_key), lambda: self._admit_and_produce(request, value)
             )
         except (ProduceError, TimeoutError) as exc:
             if is_too_large(exc):
                 # The topic's limit changed since start-up: still the client's record, not an outage.
                 raise RecordTooLargeError(
-                    len(envelope.key) + len(value), self._record_limit.max_record_bytes
+                    len(request.key) + len(value), self._record_limit.max_record_bytes
                 ) from exc
             log.warning("produce failed, answering 503: %s", exc)
-            raise QueueUnavailableError(envelope.tier, str(exc)) from exc
+            raise QueueUnavailableError(request.tier, str(exc)) from exc
 
-    def encode(self, envelope: Envelope) -> bytes:
+    def encode(self, request: InferenceRequest) -> bytes:
         """The record's bytes; `RecordTooLargeError` when Kafka would refuse them for size."""
         try:
-            value = self._codec.encode(envelope.request)
+            value = self._codec.encode(request)
         except (ValueError, TypeError, OverflowError) as exc:
             # Validation bounds every field to its Avro type; reaching here is a gap in them, and a
             # 422 (with the detail in the log, no field value) beats a 500.
             # Not log.exception: fastavro's message and traceback may quote the value (a prompt).
             log.error(  # noqa: TRY400
-                "request %s cannot be encoded: %s", envelope.request_id, type(exc).__name__
+                "request %s cannot be encoded: %s", request.request_id, type(exc).__name__
             )
             problems = [{"field": "body", "problem": "cannot be encoded as a request record"}]
             raise InvalidRequestError(problems, reason="unencodable") from exc
-        if not self._record_limit.fits(envelope.key, value):
-            raise RecordTooLargeError(len(envelope.key) + len(value), self._record_limit.max_record_bytes)
+        if not self._record_limit.fits(request.key, value):
+            raise RecordTooLargeError(len(request.key) + len(value), self._record_limit.max_record_bytes)
         return value
 
-    def admit(self, envelope: Envelope) -> BacklogSnapshot:
-        """Raises `OverCapacityError` when the envelope's tier may not grow (unless its tenant is
+    def admit(self, request: InferenceRequest) -> BacklogSnapshot:
+        """Raises `OverCapacityError` when the request's tier may not grow (unless its tenant is
         below its share of it: `BacklogShares.keeps_room`), `TenantOverShareError` when its tenant
         may not grow its part of it; feeds the alarm. Both weigh the backlog read
-        plus this ingest's admissions since the read. An admitted envelope is counted at once (no
+        plus this ingest's admissions since the read. An admitted request is counted at once (no
         await between the decision and the count, so concurrent requests see each other); the
         snapshot it was counted against is returned for `withdrawn` should its produce fail."""
         snapshot = self._backlogs.snapshot()
         self._alarm.observe(snapshot)
         # The lag read plus this ingest's admissions since (`AdmittedSinceRead`).
         backlogs = self._since_read.backlogs(snapshot)
-        tier, tenant = envelope.tier, envelope.request.tenant
+        tier, tenant = request.tier, request.tenant
         weights = self._tenants.weights()
         refusal = self._admission.decide(tier, backlogs)
         if refusal is not None and not (
@@ -153,28 +156,28 @@ class Publisher:
             over = self._shares.decide(tenant, tier, backlogs.get(tier), weights)
             if over is not None:
                 raise TenantOverShareError(over)
-        self._since_read.admitted(snapshot, envelope.tier)
+        self._since_read.admitted(snapshot, request.tier)
         return snapshot
 
-    async def _admit_and_produce(self, envelope: Envelope, value: bytes) -> Answer:
-        counted_against = self.admit(envelope)
-        MESSAGE_ID.set(envelope.request_id)  # the send span's message id, when tracing is on
+    async def _admit_and_produce(self, request: InferenceRequest, value: bytes) -> Answer:
+        counted_against = self.admit(request)
+        MESSAGE_ID.set(request.request_id)  # the send span's message id, when tracing is on
         try:
             await self._producer.produce(
-                envelope.topic,
+                self._topics.requests(request.tier),
                 value,
-                key=envelope.key,
+                key=request.key,
                 timeout_s=self._ack_timeout_s,
             )
         except BaseException:
-            self._since_read.withdrawn(counted_against, envelope.tier)
+            self._since_read.withdrawn(counted_against, request.tier)
             raise
-        tenant = envelope.request.tenant
+        tenant = request.tenant
         if self._tenants.weights() is not None:
-            self._shares.accepted(tenant, envelope.tier)
-        self._metrics.accepted(envelope.tier, self._tenants.label(tenant))
+            self._shares.accepted(tenant, request.tier)
+        self._metrics.accepted(request.tier, self._tenants.label(tenant))
         return {
-            "request_id": envelope.request_id,
-            "tier": envelope.tier.value,
-            "expire_at_ms": envelope.request.expire_at_ms,
+            "request_id": request.request_id,
+            "tier": request.tier.value,
+            "expire_at_ms": request.expire_at_ms,
         }

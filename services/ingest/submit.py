@@ -1,4 +1,4 @@
-"""``POST /v1/requests``: read, validate, envelope, publish; 202 or a refusal that names the problem.
+"""``POST /v1/requests``: read, validate, record, publish; 202 or a refusal that names the problem.
 
 Answers (the `IngestError` subclasses carry the refusals):
 
@@ -14,12 +14,12 @@ Answers (the `IngestError` subclasses carry the refusals):
   fixed message: librdkafka's reason goes to the log only)
 
 The order: authenticate (before the body is read: an unknown caller costs a header check), the
-tenant's rate, the body, its fields, the envelope, the tenant's entitlements, then the publish.
+tenant's rate, the body, its fields, the record, the tenant's entitlements, then the publish.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from starlette.requests import Request
@@ -27,45 +27,32 @@ from starlette.responses import JSONResponse, Response
 
 from inferq.ingest.body import parse_submission, read_body
 from inferq.ingest.callbacks import CallbackCheck
-from inferq.ingest.deadlines import FieldRefusedError, within_patience
-from inferq.ingest.envelope import Envelope
+from inferq.ingest.deadlines import FieldRefusedError
 from inferq.ingest.errors import IngestError, InvalidRequestError
 from inferq.ingest.idempotency import Answer
 from inferq.ingest.json_guard import JsonGuard
 from inferq.ingest.metrics import IngestMetrics
+from inferq.ingest.record import RecordRules, submitted_record
 from inferq.ingest.tenants import TenantGate
 from inferq.ingest.validation import SubmitRequest
-from inferq.messaging.tiers import Tier
+from inferq.messaging.records import InferenceRequest
 from inferq.tenancy.auth import Principal
 
 
-class EnvelopeMaker(Protocol):
-    """Builds the record of a submission (`inferq.ingest.envelope.EnvelopeFactory`)."""
-
-    def __call__(
-        self,
-        body: SubmitRequest,
-        *,
-        tenant: str | None = None,
-        max_tier: Tier | None = None,
-        max_deadline_ms: int | None = None,
-    ) -> Envelope: ...
-
-
 class SubmissionPublisher(Protocol):
-    """Writes an envelope durably (`inferq.ingest.publisher.Publisher`); raises `IngestError`."""
+    """Writes a record durably (`inferq.ingest.publisher.Publisher`); raises `IngestError`."""
 
-    async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> tuple[Answer, bool]: ...
+    async def publish(
+        self, request: InferenceRequest, *, idempotency_key: str | None
+    ) -> tuple[Answer, bool]: ...
 
 
 @dataclass(frozen=True)
 class Admitted:
-    """A submission the broker acknowledged: the 202 body, whether it replayed an earlier answer,
-    and the record as written."""
+    """A record the broker acknowledged: the 202 body, and whether it replayed an earlier answer."""
 
     answer: Answer
     replayed: bool
-    envelope: Envelope
 
 
 def refusal_response(error: IngestError) -> JSONResponse:
@@ -83,7 +70,7 @@ class SubmitEndpoint:
         max_body_bytes: int,
         body_timeout_s: float,
         json_guard: JsonGuard,
-        envelope_for: EnvelopeMaker,
+        rules: RecordRules,
         publisher: SubmissionPublisher,
         metrics: IngestMetrics,
         tenants: TenantGate,
@@ -92,7 +79,7 @@ class SubmitEndpoint:
         self._max_body_bytes = max_body_bytes
         self._body_timeout_s = body_timeout_s
         self._json_guard = json_guard
-        self._envelope_for = envelope_for
+        self._rules = rules
         self._publisher = publisher
         self._metrics = metrics
         self._tenants = tenants
@@ -104,16 +91,21 @@ class SubmitEndpoint:
             principal = self.caller(request)
             raw = await self.body(request, principal)
             submission = parse_submission(raw, self._json_guard)
-            envelope = await self.record(submission, principal)
-            admitted = await self.publish(envelope, idempotency_key=submission.request_id)
+            record = await self.record(submission, principal)
+            admitted = await self.publish(record, idempotency_key=submission.request_id)
         except IngestError as exc:
             self.refused(exc, principal)
             return refusal_response(exc)
         return JSONResponse(admitted.answer | {"duplicate": admitted.replayed}, status_code=202)
 
     # The steps of a submission, in order, for every endpoint that takes one: `caller`, `body`
-    # (then the endpoint parses it into a `SubmitRequest`), `record`, `publish`. Each raises an
-    # `IngestError` for what it refuses; the endpoint hands it to `refused` to be counted.
+    # (then the endpoint parses it and makes its record by `rules`, `entitled`), `publish`. Each
+    # raises an `IngestError` for what it refuses; the endpoint hands it to `refused` to be counted.
+
+    @property
+    def rules(self) -> RecordRules:
+        """The rules a record is made by (tier, deadline, topics, region, clock)."""
+        return self._rules
 
     def caller(self, request: Request) -> Principal:
         """Who is calling (before the body is read: an unknown caller costs a header check)."""
@@ -124,36 +116,18 @@ class SubmitEndpoint:
         self._tenants.take_rate(principal)
         return await read_body(request, self._max_body_bytes, timeout_s=self._body_timeout_s)
 
-    async def record(
-        self, submission: SubmitRequest, principal: Principal, *, patience_ms: int | None = None
-    ) -> Envelope:
-        """The record of `submission` as the tenant may send it: its callback checked, the tier and
-        deadline within the tenant's entitlements, the deadline then cut to the caller's
-        `patience_ms` (a chat SDK's timeout)."""
+    async def record(self, submission: SubmitRequest, principal: Principal) -> InferenceRequest:
+        """The record of `submission` as the tenant may send it: its callback checked, its tenant
+        the key's, the tier and deadline within the tenant's entitlements."""
         if self._callbacks is not None:
-            await self._callbacks.check(submission, principal)
-        envelope = self._envelope(submission, principal)
-        request = envelope.request
-        expire_at_ms = within_patience(request.created_at_ms, request.expire_at_ms, patience_ms)
-        if expire_at_ms == request.expire_at_ms:
-            return envelope
-        return Envelope(envelope.topic, replace(request, expire_at_ms=expire_at_ms))
-
-    async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> Admitted:
-        """`envelope` written and acknowledged (idempotent per tenant on `idempotency_key`)."""
-        answer, replayed = await self._publisher.publish(envelope, idempotency_key=idempotency_key)
-        return Admitted(answer, replayed, envelope)
-
-    def refused(self, error: IngestError, principal: Principal | None) -> None:
-        """Counts a refusal by reason, tier and tenant (as far as they are known)."""
-        self._metrics.refused(error.reason, error.tier, tenant=None if principal is None else principal.label)
-
-    def _envelope(self, submission: SubmitRequest, principal: Principal) -> Envelope:
-        tenant = self._tenants.tenant_of(principal, submission)
+            await self._callbacks.check(submission.callback_url, principal)
+        asked_tenant = submission.tenant if "tenant" in submission.model_fields_set else None
+        tenant = self._tenants.tenant_of(principal, asked_tenant)
         entitled = principal.tenant.entitlements
         try:
-            envelope = self._envelope_for(
+            record = submitted_record(
                 submission,
+                self._rules,
                 tenant=tenant,
                 max_tier=entitled.max_tier,
                 max_deadline_ms=entitled.max_deadline_ms,
@@ -161,4 +135,19 @@ class SubmitEndpoint:
         except FieldRefusedError as exc:
             problems = [{"field": exc.field, "problem": str(exc)}]
             raise InvalidRequestError(problems, reason=exc.reason) from exc
-        return self._tenants.entitle(envelope, principal, submission)
+        return self.entitled(record, principal, deadline_asked=submission.deadline_ms is not None)
+
+    def entitled(
+        self, record: InferenceRequest, principal: Principal, *, deadline_asked: bool
+    ) -> InferenceRequest:
+        """`record` as the tenant may send it (`TenantGate.entitle`: 403 naming what it may not)."""
+        return self._tenants.entitle(record, principal, deadline_asked=deadline_asked)
+
+    async def publish(self, record: InferenceRequest, *, idempotency_key: str | None) -> Admitted:
+        """`record` written and acknowledged (idempotent per tenant on `idempotency_key`)."""
+        answer, replayed = await self._publisher.publish(record, idempotency_key=idempotency_key)
+        return Admitted(answer, replayed)
+
+    def refused(self, error: IngestError, principal: Principal | None) -> None:
+        """Counts a refusal by reason, tier and tenant (as far as they are known)."""
+        self._metrics.refused(error.reason, error.tier, tenant=None if principal is None else principal.label)

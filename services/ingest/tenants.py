@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from inferq.ingest.envelope import Envelope
 from inferq.ingest.errors import NotAuthenticatedError, NotEntitledError, TenantRateLimitedError
-from inferq.ingest.validation import SubmitRequest
+from inferq.messaging.records import InferenceRequest
 from inferq.messaging.topics import TopicNames
 from inferq.tenancy.auth import Principal
 from inferq.tenancy.entitlements import apply_entitlements
@@ -34,7 +33,6 @@ class TenantGate:
     ) -> None:
         self._registry = registry
         self._limiter = limiter
-        self._topics = topics
         # Every tenant may be answered here (a regional ingest's reply topic); others need entitling.
         self._default_reply_topic = default_reply_topic or topics.results
         # The buckets follow the file: sized at start, re-sized at every reload.
@@ -55,32 +53,32 @@ class TenantGate:
         if refusal is not None:
             raise TenantRateLimitedError(refusal)
 
-    def tenant_of(self, principal: Principal, submission: SubmitRequest) -> str:
-        """The record's tenant: the key's. A body naming another is refused (403); open mode keeps the
-        body's (or ``default``)."""
+    def tenant_of(self, principal: Principal, asked: str | None) -> str:
+        """The record's tenant: the key's. A body naming another (`asked`: the one it names, None when
+        it names none) is refused (403); open mode keeps the body's (or ``default``)."""
         if not principal.authenticated:
-            return submission.tenant
-        if "tenant" in submission.model_fields_set and submission.tenant != principal.name:
+            return "default" if asked is None else asked
+        if asked is not None and asked != principal.name:
             problem = f"this key belongs to tenant {principal.name!r}; leave tenant out or send that"
             raise NotEntitledError(principal.name, [{"field": "tenant", "problem": problem}])
         return principal.name
 
-    def entitle(self, envelope: Envelope, principal: Principal, submission: SubmitRequest) -> Envelope:
-        """The envelope as the tenant may send it (max_tokens filled, the tier capped, its topic with
-        it: the envelope was built with the tenant's tier and deadline caps already, so that the
-        deadline is the lowered tier's); `NotEntitledError` (403) naming every field it is not
-        entitled to."""
+    def entitle(
+        self, request: InferenceRequest, principal: Principal, *, deadline_asked: bool
+    ) -> InferenceRequest:
+        """The record as the tenant may send it (max_tokens filled, the tier capped: the record was
+        built with the tenant's tier and deadline caps already, so that the deadline is the lowered
+        tier's); `NotEntitledError` (403) naming every field it is not entitled to, the deadline as
+        ``deadline_ms`` when the caller gave a relative one (`deadline_asked`)."""
         verdict = apply_entitlements(
-            envelope.request, principal.tenant.entitlements, default_reply_topic=self._default_reply_topic
+            request, principal.tenant.entitlements, default_reply_topic=self._default_reply_topic
         )
         if not verdict.allowed:
             problems = [p.as_dict() for p in verdict.problems]
-            if submission.deadline_ms is not None:
+            if deadline_asked:
                 # The caller spoke of deadline_ms: name the field it sent, not the record's.
                 for p in problems:
                     if p["field"] == "expire_at_ms":
                         p["field"] = "deadline_ms"
             raise NotEntitledError(principal.name, problems)
-        if not verdict.narrowed:
-            return envelope
-        return Envelope(topic=self._topics.requests(verdict.request.tier), request=verdict.request)
+        return verdict.request

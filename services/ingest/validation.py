@@ -6,15 +6,17 @@ is valid Unicode (a lone surrogate cannot be encoded as UTF-8), and `params` is 
 Numbers are strict: ``true``, ``"5"`` or ``5.0`` is not an integer.
 
 Rules that need the clock or the topic prefix (`expire_at_ms` against now, `reply_to` against the
-reply topics) are checked when the record is built (`inferq.ingest.envelope`).
+reply topics) are checked when the record is built (`inferq.ingest.record`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from inferq.messaging import limits
 from inferq.messaging.tiers import Tier
@@ -172,8 +174,12 @@ def _problem(err: Any) -> str:
 
 def describe(exc: ValidationError) -> list[dict[str, str]]:
     """One entry per problem (at most `MAX_PROBLEMS`): the dotted field path and what is wrong."""
+    return describe_errors(exc.errors(include_url=False, include_input=False, include_context=False))
+
+
+def describe_errors(errors: Sequence[ErrorDetails]) -> list[dict[str, str]]:
+    """`describe` of pydantic's errors, however they were collected."""
     problems = []
-    errors = exc.errors(include_url=False, include_input=False, include_context=False)
     for err in errors[:MAX_PROBLEMS]:
         loc = err["loc"]
         # A union's member name (`str`, `list[...]`) in the path says nothing to a client.

@@ -20,11 +20,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from inferq.ingest.backlog import BacklogSnapshot
-from inferq.ingest.envelope import Envelope
 from inferq.ingest.errors import IngestError
 from inferq.ingest.idempotency import Answer
 from inferq.messaging.producer import AsyncProducer, ProduceError
-from inferq.messaging.records import InferenceResult
+from inferq.messaging.records import InferenceRequest, InferenceResult
 from inferq.messaging.tiers import Tier
 
 # --- ingest -------------------------------------------------------------------------------------
@@ -116,20 +115,20 @@ class ScriptedPublisher:
     """A publisher that raises `error` when one is set, else accepts (replaying a key seen before)."""
 
     error: IngestError | None = None
-    published: list[tuple[Envelope, str | None]] = field(default_factory=list)
+    published: list[tuple[InferenceRequest, str | None]] = field(default_factory=list)
     _keys: set[str] = field(default_factory=set)
 
-    async def publish(self, envelope: Envelope, *, idempotency_key: str | None) -> tuple[Answer, bool]:
-        self.published.append((envelope, idempotency_key))
+    async def publish(self, request: InferenceRequest, *, idempotency_key: str | None) -> tuple[Answer, bool]:
+        self.published.append((request, idempotency_key))
         if self.error is not None:
             raise self.error
         replayed = idempotency_key is not None and idempotency_key in self._keys
         if idempotency_key is not None:
             self._keys.add(idempotency_key)
         answer = {
-            "request_id": envelope.request_id,
-            "tier": envelope.tier.value,
-            "expire_at_ms": envelope.request.expire_at_ms,
+            "request_id": request.request_id,
+            "tier": request.tier.value,
+            "expire_at_ms": request.expire_at_ms,
         }
         return answer, replayed
 

@@ -13,16 +13,17 @@ import pytest
 from inferq.ingest.admission import AdmissionPolicy
 from inferq.ingest.backlog import BacklogSnapshot
 from inferq.ingest.backlog_watch import BacklogAlarm
-from inferq.ingest.envelope import Envelope, EnvelopeFactory
 from inferq.ingest.errors import OverCapacityError, QueueUnavailableError
 from inferq.ingest.idempotency import IdempotencyCache
 from inferq.ingest.metrics import IngestMetrics
 from inferq.ingest.publisher import Publisher
+from inferq.ingest.record import RecordRules, submitted_record
 from inferq.ingest.record_limit import RecordLimit
 from inferq.ingest.tenant_shares import BacklogShares
 from inferq.ingest.validation import SubmitRequest
 from inferq.messaging.codec import request_codec
 from inferq.messaging.producer import ProduceError
+from inferq.messaging.records import InferenceRequest
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
 from inferq.messaging.topics import TopicNames
 from inferq.tenancy.registry import TenantRegistry
@@ -38,7 +39,7 @@ from tests.support.fakes import (
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 POLICY = AdmissionPolicy(capacity={H: 10, M: 10, L: 10})
-ENVELOPES = EnvelopeFactory(
+RULES = RecordRules(
     policy=TierPolicy(),
     deadlines_ms=DEFAULT_DEADLINES_MS,
     topics=TopicNames("inferq"),
@@ -47,9 +48,9 @@ ENVELOPES = EnvelopeFactory(
 )
 
 
-def envelope(scenario: str = "realtime_chat", **fields: Any) -> Envelope:
+def record(scenario: str = "realtime_chat", **fields: Any) -> InferenceRequest:
     body = {"scenario": scenario, "messages": [{"role": "user", "content": "hi"}], "session_id": "s"}
-    return ENVELOPES(SubmitRequest.model_validate(body | fields))
+    return submitted_record(SubmitRequest.model_validate(body | fields), RULES)
 
 
 class Parts:
@@ -66,6 +67,7 @@ class Parts:
         self.metrics = InMemoryMetrics()
         self.publisher = Publisher(
             producer=self.producer,
+            topics=TopicNames("inferq"),
             codec=request_codec(),
             backlogs=self.backlog,
             admission=POLICY,
@@ -78,8 +80,8 @@ class Parts:
             shares=BacklogShares(POLICY),
         )
 
-    def publish(self, env: Envelope, key: str | None = None) -> tuple[dict[str, Any], bool]:
-        return asyncio.run(self.publisher.publish(env, idempotency_key=key))
+    def publish(self, request: InferenceRequest, key: str | None = None) -> tuple[dict[str, Any], bool]:
+        return asyncio.run(self.publisher.publish(request, idempotency_key=key))
 
     def accepted(self) -> dict[frozenset[tuple[str, Any]], float]:
         return self.metrics.points("inferq_ingest_accepted_total")
@@ -87,24 +89,24 @@ class Parts:
 
 def test_an_admitted_request_is_produced_keyed_by_session_and_counted():
     parts = Parts()
-    env = envelope("emotion_analysis")
-    answer, replayed = parts.publish(env)
+    request = record("emotion_analysis")
+    answer, replayed = parts.publish(request)
     assert (answer, replayed) == (
-        {"request_id": env.request_id, "tier": "MEDIUM", "expire_at_ms": env.request.expire_at_ms},
+        {"request_id": request.request_id, "tier": "MEDIUM", "expire_at_ms": request.expire_at_ms},
         False,
     )
     [(topic, value, key)] = parts.producer.sent
     assert (topic, key) == ("inferq.requests.medium", b"s")
-    assert request_codec().decode(value) == env.request
+    assert request_codec().decode(value) == request
     assert parts.accepted() == {labels(tier="MEDIUM", tenant="default"): 1}
 
 
 def test_a_resent_key_is_answered_from_memory_without_a_second_record():
     parts = Parts()
-    env = envelope(request_id="r-1")
+    request = record(request_id="r-1")
 
     async def resend_concurrently() -> list[tuple[dict[str, Any], bool]]:
-        resends = (parts.publisher.publish(env, idempotency_key="r-1") for _ in range(3))
+        resends = (parts.publisher.publish(request, idempotency_key="r-1") for _ in range(3))
         return list(await asyncio.gather(*resends))
 
     answers = asyncio.run(resend_concurrently())
@@ -116,14 +118,14 @@ def test_a_resent_key_is_answered_from_memory_without_a_second_record():
 
 def test_a_full_tier_is_refused_unwritten_and_the_refusal_is_forgotten():
     parts = Parts(HIGH=10)
-    env = envelope(request_id="r-2")
+    request = record(request_id="r-2")
     with pytest.raises(OverCapacityError) as refused:
-        parts.publish(env, key="r-2")
+        parts.publish(request, key="r-2")
     assert refused.value.refusal.full_tier is H
     assert refused.value.tier is H
     assert parts.producer.sent == []
     parts.backlog.lags[H] = 0
-    assert parts.publish(env, key="r-2")[1] is False  # weighed afresh, not replayed as a refusal
+    assert parts.publish(request, key="r-2")[1] is False  # weighed afresh, not replayed as a refusal
     assert len(parts.producer.sent) == 1
 
 
@@ -133,12 +135,12 @@ def test_a_full_tier_refuses_the_flooding_tenant_and_admits_one_below_its_share(
     registry.load()
     parts = Parts(tenants=registry)
     for _ in range(9):
-        parts.publish(envelope(tenant="flood"))
-    parts.publish(envelope(tenant="quiet"))
+        parts.publish(record(tenant="flood"))
+    parts.publish(record(tenant="quiet"))
     parts.backlog.lags[H] = 10  # the tier is full (capacity 10), nearly all of it the flood's
     with pytest.raises(OverCapacityError):
-        parts.publish(envelope(tenant="flood"))
-    parts.publish(envelope(tenant="quiet"))  # 1 of the last 10 is its: below its share (7.5)
+        parts.publish(record(tenant="flood"))
+    parts.publish(record(tenant="quiet"))  # 1 of the last 10 is its: below its share (7.5)
     tenants = [request_codec().decode(value).tenant for _, value, _ in parts.producer.sent]
     assert tenants == ["flood"] * 9 + ["quiet"] * 2  # the refused flood request was never written
 
@@ -161,23 +163,23 @@ def test_admission_counts_its_own_admissions_since_the_last_backlog_read():
     backlog = PeriodicBacklog(HIGH=7, MEDIUM=0, LOW=0)
     parts = Parts(backlog=backlog)
     for _ in range(3):
-        parts.publish(envelope())
+        parts.publish(record())
     # Capacity 10: the lag read said 7, and this ingest has since added 3. No new read came.
     with pytest.raises(OverCapacityError) as refused:
-        parts.publish(envelope())
+        parts.publish(record())
     assert (refused.value.refusal.full_tier, refused.value.refusal.backlog) == (H, 10)
     # LOW yields to the full HIGH tier as well; MEDIUM answers for itself and gets in.
     with pytest.raises(OverCapacityError):
-        parts.publish(envelope("morning_brief"))
-    assert parts.publish(envelope("emotion_analysis"))[0]["tier"] == "MEDIUM"
+        parts.publish(record("morning_brief"))
+    assert parts.publish(record("emotion_analysis"))[0]["tier"] == "MEDIUM"
     assert len(parts.producer.sent) == 4
     # The next read shows the dispatchers' progress: the count starts again from it.
     backlog.lags[H] = 2
     backlog.read()
     for _ in range(8):
-        parts.publish(envelope())
+        parts.publish(record())
     with pytest.raises(OverCapacityError):
-        parts.publish(envelope())
+        parts.publish(record())
 
 
 class HeldProducer(RecordingProducer):
@@ -205,7 +207,7 @@ def test_requests_admitted_concurrently_count_against_each_other_and_a_failed_on
 
     async def burst(n: int) -> list[object]:
         sends = [
-            asyncio.ensure_future(parts.publisher.publish(envelope(), idempotency_key=None)) for _ in range(n)
+            asyncio.ensure_future(parts.publisher.publish(record(), idempotency_key=None)) for _ in range(n)
         ]
         # Every send admitted (its record held) or refused before any acknowledgement.
         async with asyncio.timeout(5):
@@ -230,26 +232,26 @@ def test_requests_admitted_concurrently_count_against_each_other_and_a_failed_on
 def test_admission_counting_its_own_admissions_never_refuses_on_an_unknown_backlog():
     parts = Parts(backlog=PeriodicBacklog(HIGH=None, MEDIUM=None, LOW=None))
     for _ in range(25):
-        parts.publish(envelope())
+        parts.publish(record())
     assert len(parts.producer.sent) == 25
 
 
 def test_low_is_shed_while_another_tier_is_full():
     parts = Parts(MEDIUM=10)
     with pytest.raises(OverCapacityError) as refused:
-        parts.publish(envelope("morning_brief"))
+        parts.publish(record("morning_brief"))
     assert (refused.value.tier, refused.value.refusal.full_tier) == (L, M)
-    assert parts.publish(envelope("realtime_chat"))[0]["tier"] == "HIGH"
+    assert parts.publish(record("realtime_chat"))[0]["tier"] == "HIGH"
 
 
 def test_a_refused_record_is_queue_unavailable_and_retriable(caplog):
     caplog.set_level(logging.WARNING, logger="inferq.ingest")
     producer = RefusingProducer()
     parts = Parts(producer)
-    env = envelope(request_id="r-3")
+    request = record(request_id="r-3")
     for _ in range(2):
         with pytest.raises(QueueUnavailableError) as failed:
-            parts.publish(env, key="r-3")
+            parts.publish(request, key="r-3")
     error = failed.value
     assert (error.tier, error.retriable) == (H, True)
     assert isinstance(error.__cause__, ProduceError)
@@ -263,7 +265,7 @@ def test_an_unacknowledged_record_times_out_after_the_ack_timeout():
     parts = Parts(SilentProducer(), ack_timeout_s=0.05)
     started = time.monotonic()
     with pytest.raises(QueueUnavailableError) as failed:
-        parts.publish(envelope())
+        parts.publish(record())
     assert time.monotonic() - started < 2.0
     assert isinstance(failed.value.__cause__, TimeoutError)
     assert str(failed.value) == "queue unavailable, retry later"
@@ -272,7 +274,7 @@ def test_an_unacknowledged_record_times_out_after_the_ack_timeout():
 def test_admission_feeds_the_alarm(caplog):
     caplog.set_level(logging.WARNING, logger="inferq.ingest")
     parts = Parts(HIGH=8)
-    parts.publish(envelope())
-    parts.publish(envelope())
+    parts.publish(record())
+    parts.publish(record())
     [alert] = [r.getMessage() for r in caplog.records if r.name == "inferq.ingest"]
     assert alert.startswith("tier HIGH backlog above 70% of capacity (backlog 8, capacity 10)")

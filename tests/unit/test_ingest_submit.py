@@ -11,10 +11,10 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from inferq.ingest.admission import AdmissionPolicy
-from inferq.ingest.envelope import EnvelopeFactory
 from inferq.ingest.errors import OverCapacityError, QueueUnavailableError
 from inferq.ingest.json_guard import JsonGuard
 from inferq.ingest.metrics import IngestMetrics
+from inferq.ingest.record import RecordRules
 from inferq.ingest.submit import SubmitEndpoint
 from inferq.ingest.tenants import TenantGate
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
@@ -36,7 +36,7 @@ class Harness:
             max_body_bytes=max_body_bytes,
             body_timeout_s=5.0,
             json_guard=JsonGuard(max_depth=32, max_number_chars=40),
-            envelope_for=EnvelopeFactory(
+            rules=RecordRules(
                 policy=TierPolicy(),
                 deadlines_ms=DEFAULT_DEADLINES_MS,
                 topics=TopicNames("inferq"),
@@ -80,7 +80,7 @@ def test_accepted_request_is_202_with_tier_deadline_and_duplicate_flag(harness):
     keys = [key for _, key in harness.publisher.published]
     assert keys == ["r-1", "r-1", None]
     assert harness.publisher.published[2][0].request_id == anonymous.json()["request_id"]
-    assert harness.publisher.published[0][0].topic == "inferq.requests.high"
+    assert harness.publisher.published[0][0].tier is Tier.HIGH
     assert harness.refused() == {}
 
 

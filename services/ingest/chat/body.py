@@ -1,30 +1,20 @@
-"""From an OpenAI chat-completions body and inferq's headers to ingest's `SubmitRequest`.
+"""The OpenAI chat-completions body (`ChatCompletionBody`): the one shape a completion has before
+its record (`inferq.ingest.chat.record`).
 
-The OpenAI body is checked for its own shape here (`model`, `messages` with string or text-part
-content, `n` 1 only, `stream`, `stream_options`, `metadata`, `user`); every value ingest already
-bounds (the messages' roles and sizes, `temperature`, `top_p`, `max_tokens`, `stop`, `seed`, the
-penalties, `response_format`, the deadline, the tier) is handed to `SubmitRequest` unchanged and
-checked there, so the two APIs accept exactly the same values. A problem is a 400 naming the
-parameter the way OpenAI does (``messages[0].role``, ``temperature``) or the header it came from.
-
-Where inferq's own choices come from (a header wins; the same choice in both is refused when they differ):
-
-| choice | header | `metadata` key | default |
-| --- | --- | --- | --- |
-| scenario | ``X-Inferq-Scenario`` | ``inferq_scenario`` | `default_scenario` (realtime_chat) |
-| tier | ``X-Inferq-Priority`` (HIGH, MEDIUM, LOW) | ``inferq_priority`` | the scenario's |
-| deadline | ``X-Inferq-Deadline-Ms`` (ms from now) | ``inferq_deadline_ms`` | the tier's |
+The body is checked for its own shape here (`model`, `messages` with string or text-part content,
+`n` 1 only, `stream`, `stream_options`, `metadata`, `user`); every value ingest already bounds (the
+messages' roles and sizes, `temperature`, `top_p`, `max_tokens`, `stop`, `seed`, the penalties,
+`response_format`) is kept as the caller sent it and checked when the record is made, by the rules
+of ``POST /v1/requests``. A problem is a 400 naming the parameter the way OpenAI does
+(``messages[0].role``, ``temperature``) or the header it came from.
 
 The SDK's own timeout (``X-Stainless-Read-Timeout`` in seconds from the Python SDK,
 ``X-Stainless-Timeout`` from the Node one) only ever shortens the deadline: past it the caller has
 stopped waiting. A malformed one is ignored (it is the SDK's header, not the caller's choice).
-`user` (or `safety_identifier`) becomes the session key, as a hash: one end user's requests stay in
-order.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from typing import Annotated, Any, Literal
@@ -33,18 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.datastructures import Headers
 
 from inferq.ingest.body import load_object
-from inferq.ingest.chat.errors import ChatBodyError, ModelNotFoundError
+from inferq.ingest.chat.errors import ChatBodyError
 from inferq.ingest.json_guard import JsonGuard
-from inferq.ingest.validation import SubmitRequest, describe
+from inferq.ingest.validation import describe
 from inferq.messaging import limits
 
-HEADER_SCENARIO = "x-inferq-scenario"
-HEADER_PRIORITY = "x-inferq-priority"
-HEADER_DEADLINE = "x-inferq-deadline-ms"
 SDK_TIMEOUT_HEADERS = ("x-stainless-read-timeout", "x-stainless-timeout")
-META_SCENARIO = "inferq_scenario"
-META_PRIORITY = "inferq_priority"
-META_DEADLINE = "inferq_deadline_ms"
 # The model name that lets inferq choose: the tier's model (the dispatcher's setting).
 AUTO_MODEL = "inferq"
 
@@ -73,9 +57,6 @@ UNSUPPORTED = frozenset(
         "service_tier",
     }
 )
-# Handed to ingest's `params` as they are: ingest checks them (`ChatParams`). The body declares a
-# field for each.
-_PASSED_PARAMS = tuple(sorted(limits.ALLOWED_PARAMS))
 _INDEX = re.compile(r"\.(\d+)(?=\.|$)")
 _SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
 
@@ -87,7 +68,7 @@ class TextPart(BaseModel):
 
 
 class ChatMessageIn(BaseModel):
-    """A message as OpenAI takes it; its role and text are checked by ingest's `Message`."""
+    """A message as OpenAI takes it; its role and text are checked by the rules of ingest's `Message`."""
 
     model_config = ConfigDict(extra="forbid")
     role: Any
@@ -111,7 +92,9 @@ MetadataValue = Annotated[str, Field(strict=True, max_length=MAX_METADATA_VALUE_
 
 
 class ChatCompletionBody(BaseModel):
-    """The OpenAI body's own fields; the values ingest bounds are `Any` here and checked there."""
+    """The OpenAI body. The values ingest bounds are `Any` here, checked when the record is made
+    (`inferq.ingest.chat.record`): the body's own shape is refused first, then inferq's choices
+    (the model, the headers), then ingest's bounds, and each refusal names all of its problems."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -144,68 +127,7 @@ def parse_chat_body(raw: bytes, guard: JsonGuard) -> ChatCompletionBody:
     try:
         return ChatCompletionBody.model_validate(data)
     except ValidationError as exc:
-        raise _body_error(describe(exc), {}) from exc
-
-
-def chat_submission(
-    body: ChatCompletionBody,
-    headers: Headers,
-    *,
-    models: frozenset[str],
-    default_scenario: str,
-    request_id: str,
-) -> SubmitRequest:
-    """`body` and inferq's headers checked by ingest's own rules (`SubmitRequest`: the same bounds as
-    ``POST /v1/requests``), queued as `request_id` (its outcome goes to the ingest's default reply
-    topic, the one it follows); `ChatBodyError` (400) naming the parameter or header at fault,
-    `ModelNotFoundError` (404)."""
-    sources: dict[str, str] = {}
-    fields: dict[str, Any] = {
-        "request_id": request_id,
-        "messages": [{"role": m.role, "content": m.text()} for m in body.messages],
-        "scenario": _choice(headers, body.metadata, HEADER_SCENARIO, META_SCENARIO, "scenario", sources)
-        or default_scenario,
-    }
-    priority = _choice(headers, body.metadata, HEADER_PRIORITY, META_PRIORITY, "priority", sources)
-    if priority is not None:
-        fields["priority"] = priority.upper() if priority.isascii() else priority
-    deadline = _choice(headers, body.metadata, HEADER_DEADLINE, META_DEADLINE, "deadline_ms", sources)
-    if deadline is not None:
-        if not (deadline.isascii() and deadline.isdigit() and len(deadline) <= 12):
-            raise ChatBodyError(
-                f"must be a whole number of milliseconds, 1 to {limits.MAX_DEADLINE_MS}",
-                param=sources["deadline_ms"],
-            )
-        fields["deadline_ms"] = int(deadline)
-    if body.model != AUTO_MODEL:
-        if body.model not in models:
-            raise ModelNotFoundError()
-        fields["model"] = body.model
-    end_user = body.safety_identifier or body.user
-    if end_user:
-        fields["session_id"] = (
-            "u-" + hashlib.sha256(end_user.encode("utf-8", "surrogatepass")).hexdigest()[:40]
-        )
-    params = {name: getattr(body, name) for name in _PASSED_PARAMS if getattr(body, name) is not None}
-    if body.max_completion_tokens is not None:
-        if "max_tokens" in params and params["max_tokens"] != body.max_completion_tokens:
-            raise ChatBodyError(
-                "give max_tokens or max_completion_tokens, not two different values",
-                param="max_completion_tokens",
-            )
-        params["max_tokens"] = body.max_completion_tokens
-        sources["params.max_tokens"] = "max_completion_tokens"
-    if params:
-        fields["params"] = params
-    if body.stream:
-        fields["stream"] = True
-    try:
-        submission = SubmitRequest.model_validate(fields)
-    except ValidationError as exc:
-        raise _body_error(describe(exc), sources) from exc
-    if body.stream_options is not None and not body.stream:
-        raise ChatBodyError("stream_options is only allowed when stream is true", param="stream_options")
-    return submission
+        raise body_error(describe(exc), {}) from exc
 
 
 def sdk_patience_ms(headers: Headers) -> int | None:
@@ -218,28 +140,6 @@ def sdk_patience_ms(headers: Headers) -> int | None:
                 if ms > 0:
                     found.append(min(ms, limits.MAX_DEADLINE_MS))
     return min(found) if found else None
-
-
-def _choice(
-    headers: Headers,
-    metadata: dict[str, str] | None,
-    header: str,
-    key: str,
-    field: str,
-    sources: dict[str, str],
-) -> str | None:
-    values = headers.getlist(header)
-    if len(values) > 1:
-        raise ChatBodyError(f"header {header} given {len(values)} times", param=header)
-    from_meta = (metadata or {}).get(key)
-    if values and from_meta is not None and values[0] != from_meta:
-        raise ChatBodyError(f"header {header} and metadata.{key} disagree; give one", param=header)
-    if values:
-        sources[field] = header
-        return values[0]
-    if from_meta is not None:
-        sources[field] = f"metadata.{key}"
-    return from_meta
 
 
 def _refuse_unknown(data: dict[str, Any]) -> None:
@@ -266,7 +166,9 @@ def _param(field: str, sources: dict[str, str]) -> str:
     return _INDEX.sub(r"[\1]", field)
 
 
-def _body_error(problems: list[dict[str, str]], sources: dict[str, str]) -> ChatBodyError:
+def body_error(problems: list[dict[str, str]], sources: dict[str, str]) -> ChatBodyError:
+    """The 400 of ingest's `problems`, each named as OpenAI names the parameter, or as `sources`
+    says (an ingest field path to the header or the parameter it came from)."""
     named = [(_param(p["field"], sources), p["problem"]) for p in problems]
     message = "; ".join(f"{param}: {problem}" for param, problem in named)
     return ChatBodyError(f"Invalid request: {message}", param=named[0][0] if named else None)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -43,15 +43,10 @@ from inferq.delivery.sse import (
     until_disconnected,
 )
 from inferq.ingest.chat import answers
-from inferq.ingest.chat.body import (
-    AUTO_MODEL,
-    ChatCompletionBody,
-    chat_submission,
-    parse_chat_body,
-    sdk_patience_ms,
-)
+from inferq.ingest.chat.body import AUTO_MODEL, ChatCompletionBody, parse_chat_body, sdk_patience_ms
 from inferq.ingest.chat.errors import NotFollowingError, WaitersFullError
-from inferq.ingest.deadlines import wait_s
+from inferq.ingest.chat.record import chat_record
+from inferq.ingest.deadlines import wait_s, within_patience
 from inferq.ingest.errors import IngestError
 from inferq.ingest.json_guard import JsonGuard
 from inferq.ingest.submit import SubmitEndpoint
@@ -126,19 +121,10 @@ class ChatCompletionsEndpoint:
             principal = self._submit.caller(request)
             raw = await self._submit.body(request, principal)
             body = parse_chat_body(raw, self._guard)
-            submission = chat_submission(
-                body,
-                request.headers,
-                models=self._limits.models,
-                default_scenario=self._limits.default_scenario,
-                request_id=request_id,
-            )
-            envelope = await self._submit.record(
-                submission, principal, patience_ms=sdk_patience_ms(request.headers)
-            )
+            queued = self._record(body, request, principal, request_id)
             # Waiting before the record exists: its outcome cannot slip by.
-            waiter = self._waiting(held, envelope.request, chunks=bool(body.stream))
-            await self._submit.publish(envelope, idempotency_key=None)
+            waiter = self._waiting(held, queued, chunks=bool(body.stream))
+            await self._submit.publish(queued, idempotency_key=None)
         except IngestError as exc:
             held.close()
             self._submit.refused(exc, principal)
@@ -147,7 +133,6 @@ class ChatCompletionsEndpoint:
             # Cancelled (shutdown) or broken while publishing: the waiter must not outlive us.
             held.close()
             raise
-        queued = envelope.request
         headers = {
             "x-inferq-request-id": request_id,
             "x-request-id": request_id,
@@ -175,6 +160,30 @@ class ChatCompletionsEndpoint:
         if error is not None:
             return error.response(headers)
         return JSONResponse(answers.completion(result), headers=headers)
+
+    def _record(
+        self, body: ChatCompletionBody, request: Request, principal: Principal, request_id: str
+    ) -> InferenceRequest:
+        """The record of `body` and the headers as the tenant may send it, its deadline then cut to
+        the SDK's timeout (`sdk_patience_ms`)."""
+        entitled = principal.tenant.entitlements
+        record = chat_record(
+            body,
+            request.headers,
+            self._submit.rules,
+            models=self._limits.models,
+            default_scenario=self._limits.default_scenario,
+            request_id=request_id,
+            tenant=self._gate.tenant_of(principal, None),
+            max_tier=entitled.max_tier,
+            max_deadline_ms=entitled.max_deadline_ms,
+        )
+        # A completion's deadline can only be asked as a relative one (deadline_ms): a deadline the
+        # tenant may not have is named so (the tier's own is within the tenant's cap already).
+        record = self._submit.entitled(record, principal, deadline_asked=True)
+        patience_ms = sdk_patience_ms(request.headers)
+        expire_at_ms = within_patience(record.created_at_ms, record.expire_at_ms, patience_ms)
+        return record if expire_at_ms == record.expire_at_ms else replace(record, expire_at_ms=expire_at_ms)
 
     def _waiting(self, held: ExitStack, queued: InferenceRequest, *, chunks: bool) -> Waiter:
         """A waiter for `queued`'s outcome, held until `held` closes; `WaitersFullError` (503)."""

@@ -1,7 +1,7 @@
 """The two ways a load run reaches the pipeline: HTTP ingest, or straight onto the tier topics.
 
 Both turn an `Arrival` into the same ``POST /v1/requests`` body. Over Kafka the body is validated by
-ingest's own model and enveloped by ingest's own `build_envelope`, so a record written by loadgen is
+ingest's own model and made a record by ingest's own `submitted_record`, so a record written by loadgen is
 the record ingest would have written (tier, deadline, key by session), minus admission control.
 """
 
@@ -17,7 +17,7 @@ from typing import Any, Protocol, Self
 
 import httpx
 
-from inferq.ingest.envelope import build_envelope
+from inferq.ingest.record import RecordRules, submitted_record
 from inferq.ingest.validation import SubmitRequest
 from inferq.messaging.admin import require_topics
 from inferq.messaging.codec import request_codec
@@ -170,17 +170,18 @@ class KafkaSender:
 
     async def send(self, arrival: Arrival, request_id: str) -> Answer:
         body = SubmitRequest.model_validate(http_body(arrival, request_id))
-        envelope = build_envelope(
-            body,
-            now_ms=time.time_ns() // 1_000_000,
+        rules = RecordRules(
             policy=self._policy,
             deadlines_ms=self._deadlines,
             topics=self._settings.topics,
             region=self._region,
+            clock_ms=lambda: time.time_ns() // 1_000_000,
         )
-        value = self._codec.encode(envelope.request)
+        request = submitted_record(body, rules)
+        value = self._codec.encode(request)
+        topic = self._settings.topics.requests(request.tier)
         try:
-            await self._producer.produce(envelope.topic, value, key=envelope.key, timeout_s=self._timeout_s)
+            await self._producer.produce(topic, value, key=request.key, timeout_s=self._timeout_s)
         except (ProduceError, TimeoutError) as exc:
             return Answer("error", error=f"{type(exc).__name__}: {exc}"[:300])
-        return Answer("accepted", None, envelope.tier.value, envelope.request.expire_at_ms)
+        return Answer("accepted", None, request.tier.value, request.expire_at_ms)
