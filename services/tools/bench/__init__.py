@@ -10,10 +10,10 @@
 - `inferq bench replay`: records/s of `inferq replay --speed max`.
 
 Each `inferq bench <name>` is the module `<name>`. Beside `scheduling`: `scheduling_run` (one
-policy against the real pipeline), `scheduling_trace` (its trace, a scenario of the one generator),
-`load` (posting it to ingest), `summary` and `scheduling_report` (numbers, targets, tables),
-`prediction` (the simulator's figures beside each run). Beside `fairness`: `fairness_trace` and
-`fairness_report`. Shared by both: `pipeline_run` (one trace through fresh topics and processes).
+policy against the real pipeline, and in the simulator), `scheduling_report` (targets, tables).
+Beside `fairness`: `fairness_report`. Shared by both: `scenarios` (their traces, from
+`infra/scenarios/bench/*.toml`), `pipeline_run` (one trace through fresh topics and processes),
+`load` (posting it to ingest), `summary` (per-tier numbers).
 Beside the others: `latency_report`, `throughput_report`, `replay_rate`. Shared: `kafka` (the
 broker, the reply-topic reader), `machine` (what ran it, and the one renderer: every bench's header
 line, its markdown tables, its result files), `cpu`, `procs`, `topicio`; `load` posts a trace with

@@ -59,12 +59,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("bench", help="benchmarks: results go to bench-results/")
     kinds = parser.add_subparsers(dest="bench", required=True)
 
-    from inferq.tools.bench.fairness_trace import FairnessSpec
-    from inferq.tools.bench.scheduling_trace import TraceSpec
+    from inferq.tools.bench.scenarios import FairnessSpec, TraceSpec
     from inferq.tools.bench.takeover import TakeoverSpec
     from inferq.tools.chaos.cluster_faults import CaseSpec, Fault
 
-    d = TraceSpec()
+    d = TraceSpec.from_file()
     _bench(
         kinds,
         "scheduling",
@@ -327,8 +326,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _scheduling(args: argparse.Namespace) -> int:
     # Imported here: `inferq --help` must not load the Kafka clients.
     from inferq.tools.bench import scheduling
+    from inferq.tools.bench.scenarios import TraceSpec
     from inferq.tools.bench.scheduling_run import run_specs
-    from inferq.tools.bench.scheduling_trace import TraceSpec
 
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     unknown = [r for r in runs if r not in run_specs(args.budget)]
@@ -337,7 +336,9 @@ def _scheduling(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"inferq bench scheduling: unknown run(s) {unknown or '(none)'}; choose from {known}"
         )
-    spec = TraceSpec(seed=args.seed, duration_s=args.duration, compress=args.compress, briefs=args.briefs)
+    spec = TraceSpec.from_file(
+        seed=args.seed, duration_s=args.duration, compress=args.compress, briefs=args.briefs
+    )
     return scheduling.run(
         spec, runs, budget=args.budget, out=args.out, home=args.home.resolve(), timeout_s=args.timeout
     )
@@ -345,7 +346,7 @@ def _scheduling(args: argparse.Namespace) -> int:
 
 def _fairness(args: argparse.Namespace) -> int:
     from inferq.tools.bench import fairness
-    from inferq.tools.bench.fairness_trace import FairnessSpec
+    from inferq.tools.bench.scenarios import FairnessSpec
 
     try:
         spec = FairnessSpec(
