@@ -304,9 +304,6 @@ def _register_helpers(kinds: argparse._SubParsersAction[argparse.ArgumentParser]
     bare.add_argument("--count", type=int, required=True, help="results (loop) or calls (blast) to make")
     bare.add_argument("--summary", type=Path, required=True, help="write the JSON summary here")
     bare.add_argument("--timeout", type=float, default=120.0, help="bound of the whole run in seconds")
-    bare.add_argument(
-        "--client", choices=["aiohttp", "httpx"], default="aiohttp", help="blast: the HTTP client (aiohttp)"
-    )
     bare.add_argument("--bootstrap", default="127.0.0.1:9092")
     bare.add_argument("--source-topic", default="")
     bare.add_argument("--result-topic", default="")

@@ -12,7 +12,6 @@ TARGET_RATE_PER_S = 2000.0
 TARGET_RATIO = 0.6
 BARE = "bare loop"
 BACKEND = "backend alone (aiohttp)"
-BACKEND_HTTPX = "backend alone via httpx (the dispatcher's client until aiohttp replaced it)"
 TRACED = "inferq, 1 dispatcher, tracing on (100% sampled, OTLP)"
 SAMPLED_SHARE = 0.1
 TRACED_SAMPLED = "inferq, 1 dispatcher, tracing on (10% sampled, OTLP)"
