@@ -11,8 +11,6 @@ from inferq.messaging.tiers import Tier
 from inferq.tenancy.loading import load_tenants
 from inferq.tools.bench.fairness import ALONE, WITH_A, report, tenant_specs
 from inferq.tools.bench.fairness_report import (
-    MISS,
-    PASS,
     LowSplit,
     arrivals_at_full_backend,
     backend_target,
@@ -26,6 +24,7 @@ from inferq.tools.bench.fairness_report import (
     share_target,
     tenant_rows,
 )
+from inferq.tools.bench.machine import MISS, PASS
 from inferq.tools.bench.pipeline_run import PipelineRun
 from inferq.tools.bench.scenarios import TENANT_A, TENANT_B, FairnessSpec
 from inferq.tools.bench.summary import Submission

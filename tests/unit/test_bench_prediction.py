@@ -8,8 +8,9 @@ import pytest
 from inferq.dispatcher.settings import DispatcherSettings
 from inferq.ingest.settings import IngestSettings
 from inferq.messaging.tiers import Tier, TierPolicy
+from inferq.tools.bench.machine import MISS, NA, PASS
 from inferq.tools.bench.scenarios import TraceSpec
-from inferq.tools.bench.scheduling_report import MISS, NA, PASS, comparison_table, prediction_targets
+from inferq.tools.bench.scheduling_report import comparison_table, prediction_targets
 from inferq.tools.bench.scheduling_run import (
     ANCHOR_MS,
     Prediction,

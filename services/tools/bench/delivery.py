@@ -52,6 +52,7 @@ from inferq.tools.bench.machine import (
     run_record,
     table,
 )
+from inferq.tools.bench.procs import SIM_MODELS
 from inferq.tools.bench.recorder import marked_content
 from inferq.tools.bench.topicio import create_with_log_append_time, read_topic
 from inferq.tools.broker.broker import pick_free_ports
@@ -59,7 +60,6 @@ from inferq.tools.measures import Stats
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 
 MODEL = "inferq-fast"
-SIM_MODELS = ("inferq-fast", "inferq-accurate", "inferq-cheap")
 HTTP_TIMEOUT_S = 15.0
 # Ten times the calls in flight at 200/s (100 ms direct, 150-200 ms through inferq): a call never
 # waits for a connection. The client is aiohttp: httpx's pool re-scans itself on each request

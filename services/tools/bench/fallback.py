@@ -34,7 +34,7 @@ from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 from inferq.tools.bench.fallback_report import FallbackFigures, Sample, as_json, figures, markdown
 from inferq.tools.bench.kafka import ResultCollector, bench_broker
 from inferq.tools.bench.machine import code_line, command_line, machine, publish
-from inferq.tools.bench.sim_process import sim_backend
+from inferq.tools.bench.procs import sim_backend
 from inferq.tools.broker.broker import pick_free_ports
 
 SCENARIO = {Tier.HIGH: "realtime_chat", Tier.MEDIUM: "emotion_analysis", Tier.LOW: "morning_brief"}

@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from inferq.tools.bench.machine import table
+from inferq.tools.bench.machine import table, verdict
 from inferq.tools.measures import percentile
 
 TARGET_P50_MS = 5.0
@@ -222,10 +222,8 @@ def worst_seconds(seconds: Sequence[Second], n: int = 3) -> list[Second]:
     return sorted(sorted(seconds, key=lambda s: s.headline_max, reverse=True)[:n], key=lambda s: s.second)
 
 
-def verdict(value: float | None, limit: float) -> str:
-    if value is None:
-        return "n/a"
-    return "PASS" if value <= limit else "MISS"
+def within(value: float | None, limit: float) -> str:
+    return verdict(None if value is None else value <= limit)
 
 
 def median_of(runs: Sequence[Mapping[str, Dist | None]], step: str, field: str) -> float | None:
@@ -278,6 +276,6 @@ def target_rows(runs: Sequence[Mapping[str, Dist | None]]) -> list[tuple[str, fl
     p50 = median_of(runs, HEADLINE, "p50")
     p99 = median_of(runs, HEADLINE, "p99")
     return [
-        ("added latency p50 (median of runs)", p50, TARGET_P50_MS, verdict(p50, TARGET_P50_MS)),
-        ("added latency p99 (median of runs)", p99, TARGET_P99_MS, verdict(p99, TARGET_P99_MS)),
+        ("added latency p50 (median of runs)", p50, TARGET_P50_MS, within(p50, TARGET_P50_MS)),
+        ("added latency p99 (median of runs)", p99, TARGET_P99_MS, within(p99, TARGET_P99_MS)),
     ]

@@ -1,13 +1,38 @@
-"""Processes of the latency and throughput benchmarks: dispatchers (probed or not), helpers, their waits."""
+"""Processes the benchmarks start beside (or instead of) a whole `Pipeline`: the simulated backend,
+dispatchers (probed or not), and their waits."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 
+from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.stack.process import ServiceProcess
+
+SIM_MODELS = ("inferq-fast", "inferq-accurate", "inferq-cheap")
+
+
+@contextlib.contextmanager
+def sim_backend(log_file: Path, *args: str, ready_s: float = 60.0) -> Iterator[str]:
+    """`inferq sim-backend` with `args` on a free port, logging to `log_file`; yields its base URL
+    once it answers, and stops it when the block ends."""
+    (port,) = pick_free_ports(1)
+    sim = ServiceProcess(log_file.stem, ["sim-backend", "--port", str(port), *args], log_file)
+    sim.start()
+    try:
+        sim.wait_http_ready(f"http://127.0.0.1:{port}/healthz", ready_s)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        sim.stop()
+
+
+def every_model_latency(seconds: float) -> list[str]:
+    """`inferq sim-backend` options giving every model the same latency."""
+    return [arg for model in SIM_MODELS for arg in ("--latency", f"{model}={seconds:g}")]
 
 
 def dispatcher_env(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import header, publish, run_record
+from inferq.tools.bench.machine import header, publish, run_record, verdict
 from inferq.tools.bench.replay_rate import measure_replay_rate
 
 TARGET_PER_S = 100_000.0
@@ -51,7 +51,7 @@ def run(records: int, *, runs: int, out: Path, home: Path) -> int:
         "median_records_per_s": median,
         "rates_records_per_s": per_run_rates(lines),
         "target_records_per_s": TARGET_PER_S,
-        "verdict": "PASS" if median >= TARGET_PER_S else "MISS",
+        "verdict": verdict(median >= TARGET_PER_S),
         "log": lines,
     }
     markdown = render(document)

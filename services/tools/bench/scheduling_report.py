@@ -8,12 +8,11 @@ from dataclasses import dataclass
 from functools import partial
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.machine import cell, table
+from inferq.tools.bench.machine import NA, cell, table, verdict
 from inferq.tools.bench.scheduling_run import Prediction
 from inferq.tools.bench.summary import RunSummary
 from inferq.tools.measures import Stats
 
-PASS, MISS, NA = "PASS", "MISS", "n/a"
 TOLERANCE_MS = 30.0  # real - simulated mean wait allowed of HIGH and MEDIUM
 TARGET_TIERS = (Tier.HIGH, Tier.MEDIUM)
 
@@ -31,10 +30,6 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _verdict(ok: bool) -> str:
-    return PASS if ok else MISS
-
-
 def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
     """One row per target; a target whose runs were not part of this invocation is n/a."""
     targets: list[Target] = []
@@ -44,7 +39,7 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
             targets.append(Target(name, run, "-", "-", NA))
             return
         measured, threshold, ok = check()
-        targets.append(Target(name, run, measured, threshold, _verdict(ok)))
+        targets.append(Target(name, run, measured, threshold, verdict(ok)))
 
     def high_wait(field: str, limit_ms: float) -> tuple[str, str, bool]:
         wait = runs["inferq"].tier(Tier.HIGH).wait_ms
@@ -290,5 +285,5 @@ def prediction_targets(runs: Mapping[str, RunSummary], predictions: Mapping[str,
         measured = ", ".join(f"{t.value} {cell(g, '+.1f')} ms" for t, g in gaps.items())
         ok = all(g is not None and abs(g) <= TOLERANCE_MS for g in gaps.values())
         threshold = f"abs(real - sim) <= {TOLERANCE_MS:.0f} ms each"
-        targets.append(Target(name, run, measured, threshold, PASS if ok else MISS))
+        targets.append(Target(name, run, measured, threshold, verdict(ok)))
     return targets

@@ -43,10 +43,15 @@ from inferq.tools.bench.machine import (
     run_record,
     table,
 )
-from inferq.tools.bench.procs import dispatcher_env, dispatcher_process, wait_group_stable
+from inferq.tools.bench.procs import (
+    dispatcher_env,
+    dispatcher_process,
+    every_model_latency,
+    sim_backend,
+    wait_group_stable,
+)
 from inferq.tools.bench.topicio import chat_requests, read_topic
 from inferq.tools.broker.broker import pick_free_ports
-from inferq.tools.stack.process import ServiceProcess
 
 Log = Callable[[str], None]
 REVOKED = "partitions revoked"
@@ -327,27 +332,13 @@ def run(spec: TakeoverSpec, *, out: Path, home: Path) -> int:
     work_dir = home / f"takeover-{uuid.uuid4().hex[:6]}"
     results: list[RunResult] = []
     with bench_broker(home, log, cluster=spec.cluster) as bootstrap:
-        port = pick_free_ports(1)[0]
-        backend_url = f"http://127.0.0.1:{port}"
-        latency = [
-            arg
-            for model in ("inferq-fast", "inferq-accurate", "inferq-cheap")
-            for arg in ("--latency", f"{model}={spec.backend_latency_ms / 1000:g}")
-        ]
-        backend = ServiceProcess(
-            "sim-backend",
-            ["sim-backend", "--port", str(port), "--limit", str(2 * spec.budget), *latency],
-            work_dir / "sim-backend.log",
-        )
-        backend.start()
-        try:
-            backend.wait_http_ready(f"{backend_url}/healthz", 60.0)
+        latency = every_model_latency(spec.backend_latency_ms / 1000)
+        args = ("--limit", str(2 * spec.budget), *latency)
+        with sim_backend(work_dir / "sim-backend.log", *args) as backend_url:
             for index in range(spec.runs):
                 for setting in spec.settings:
                     log(f"run {index + 1} of {spec.runs}, {setting.label}")
                     results.append(one_run(bootstrap, backend_url, spec, setting, work_dir, log))
-        finally:
-            backend.stop()
     document = {
         **run_record("takeover", time.monotonic() - started),
         "spec": asdict(spec),

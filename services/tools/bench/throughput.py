@@ -59,7 +59,9 @@ from inferq.tools.bench.machine import (
 from inferq.tools.bench.procs import (
     dispatcher_env,
     dispatcher_process,
+    every_model_latency,
     health,
+    sim_backend,
     wait_exit,
     wait_group_stable,
 )
@@ -373,21 +375,8 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
     profile: dict[str, Any] | None = None
     hooks = tracing_off_cost() if spec.tracing else None
     with bench_broker(home, log, cluster=spec.cluster) as bootstrap, OtlpSink(keep=False) as sink:
-        port = pick_free_ports(1)[0]
-        backend_url = f"http://127.0.0.1:{port}"
-        zero = [
-            arg
-            for model in ("inferq-fast", "inferq-accurate", "inferq-cheap")
-            for arg in ("--latency", f"{model}=0")
-        ]
-        backend = ServiceProcess(
-            "sim-backend",
-            ["sim-backend", "--port", str(port), "--limit", str(spec.budget), *zero],
-            work_dir / "sim-backend.log",
-        )
-        backend.start()
-        try:
-            backend.wait_http_ready(f"{backend_url}/healthz", 60.0)
+        args = ("--limit", str(spec.budget), *every_model_latency(0))
+        with sim_backend(work_dir / "sim-backend.log", *args) as backend_url:
             bench = Bench(bootstrap, backend_url, spec, work_dir, log)
             for index in range(spec.runs):
                 name = f"run{index + 1}"
@@ -425,8 +414,6 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
                     "by_tottime": top_functions(path, "tottime"),
                     "by_cumtime": top_functions(path, "cumtime"),
                 }
-        finally:
-            backend.stop()
     took = time.monotonic() - started
     order = [dispatchers_label(1), *([TRACED, TRACED_SAMPLED] if spec.tracing else [])]
     order += [dispatchers_label(n) for n in spec.group_sizes if n != 1] + [BARE, BACKEND]

@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from inferq.tools.bench.machine import cell
+from inferq.tools.bench.machine import cell, verdict
 
 TARGET_RATE_PER_S = 2000.0
 TARGET_RATIO = 0.6
@@ -90,13 +90,13 @@ def target_rows(runs: Sequence[Mapping[str, Measurement]]) -> list[tuple[str, st
             "one dispatcher, requests/s end to end (median of runs)",
             cell(rate, ",.0f"),
             f">= {TARGET_RATE_PER_S:,.0f}",
-            "n/a" if rate is None else ("PASS" if rate >= TARGET_RATE_PER_S else "MISS"),
+            verdict(None if rate is None else rate >= TARGET_RATE_PER_S),
         ),
         (
             "one dispatcher / bare loop, same run (median of runs)",
             cell(ratio, ".2f"),
             f">= {TARGET_RATIO:g}",
-            "n/a" if ratio is None else ("PASS" if ratio >= TARGET_RATIO else "MISS"),
+            verdict(None if ratio is None else ratio >= TARGET_RATIO),
         ),
     ]
 
@@ -117,18 +117,18 @@ def tracing_rows(
             "tracing on / off, one dispatcher, same run (median of runs)",
             cell(ratio, ".2f"),
             f">= {TARGET_TRACED_RATIO:g}",
-            "n/a" if ratio is None else ("PASS" if ratio >= TARGET_TRACED_RATIO else "MISS"),
+            verdict(None if ratio is None else ratio >= TARGET_TRACED_RATIO),
         ),
         (
             "tracing on at 10% sampling / off (for information: the target is at 100%)",
             cell(sampled, ".2f"),
             f">= {TARGET_TRACED_RATIO:g}",
-            "n/a" if sampled is None else ("PASS" if sampled >= TARGET_TRACED_RATIO else "MISS"),
+            verdict(None if sampled is None else sampled >= TARGET_TRACED_RATIO),
         ),
         (
             "tracing off: hooks' time per request / a request's time at the median rate",
             "-" if share is None else f"{share:.2%} ({extra_ns:,.0f} ns)",
             f"<= {TARGET_OFF_SHARE:.0%}",
-            "n/a" if share is None else ("PASS" if share <= TARGET_OFF_SHARE else "MISS"),
+            verdict(None if share is None else share <= TARGET_OFF_SHARE),
         ),
     ]

@@ -32,7 +32,7 @@ from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import ResultCollector, bench_broker
 from inferq.tools.bench.machine import code_line, command_line, machine, publish
-from inferq.tools.bench.sim_process import sim_backend
+from inferq.tools.bench.procs import sim_backend
 from inferq.tools.bench.tokens_report import TokensRow, as_json, markdown, row
 from inferq.tools.broker.broker import pick_free_ports
 
