@@ -61,6 +61,7 @@ from inferq.tools.bench.procs import dispatcher_env, dispatcher_process
 from inferq.tools.bench.recorder import marked_content
 from inferq.tools.bench.topicio import RecordCounter, create_with_log_append_time, read_topic
 from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.measures import percentile
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 from inferq.tools.stack.process import ServiceProcess
 
@@ -314,7 +315,7 @@ def _raw(
     append_time: bool,
     load_before: list[float],
 ) -> dict[str, Any]:
-    lags_ms = sorted((s.sent_ns - s.due_ns) / 1e6 for s in sent)
+    lags_ms = [(s.sent_ns - s.due_ns) / 1e6 for s in sent]
     by_status: dict[str, int] = {}
     for s in sent:
         by_status[str(s.status)] = by_status.get(str(s.status), 0) + 1
@@ -325,11 +326,7 @@ def _raw(
         "load_average_after_1m_5m": _load(),
         "sent": len(sent),
         "ingest_answers": by_status,
-        "client_send_lag_ms_p50_p99_max": [
-            lags_ms[len(lags_ms) // 2],
-            lags_ms[int(len(lags_ms) * 0.99)],
-            lags_ms[-1],
-        ],
+        "client_send_lag_ms_p50_p99_max": [percentile(lags_ms, 50), percentile(lags_ms, 99), max(lags_ms)],
         "results_by_status": statuses,
         "backend": backend,
         "log_append_time": append_time,

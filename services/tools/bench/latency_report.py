@@ -8,12 +8,11 @@ off either way; nanosecond ones (`*_ns`) are exact to the clock.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.tools.bench.machine import table, verdict
-from inferq.tools.measures import percentile
+from inferq.tools.measures import median, percentile
 
 TARGET_P50_MS = 5.0
 TARGET_P99_MS = 25.0
@@ -227,8 +226,7 @@ def within(value: float | None, limit: float) -> str:
 
 
 def median_of(runs: Sequence[Mapping[str, Dist | None]], step: str, field: str) -> float | None:
-    values = [getattr(d, field) for d in (r.get(step) for r in runs) if d is not None]
-    return statistics.median(values) if values else None
+    return median(getattr(d, field) for d in (r.get(step) for r in runs) if d is not None)
 
 
 def _cell(value: float | None) -> str:

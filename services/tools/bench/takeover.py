@@ -18,7 +18,6 @@ starved CPU); then it is SIGKILLed, and traffic goes on for `after_s`.
 from __future__ import annotations
 
 import signal
-import statistics
 import threading
 import time
 import uuid
@@ -52,6 +51,7 @@ from inferq.tools.bench.procs import (
 )
 from inferq.tools.bench.topicio import chat_requests, read_topic
 from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.measures import median
 
 Log = Callable[[str], None]
 REVOKED = "partitions revoked"
@@ -262,24 +262,19 @@ def one_run(
     return result
 
 
-def _median(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
 def summarize(results: list[RunResult]) -> dict[str, Any]:
     takeovers = [r.takeover_s for r in results]
     known = [t for t in takeovers if t is not None]
     return {
         "runs": len(results),
-        "takeover_median_s": _median(list(takeovers)),
+        "takeover_median_s": median(list(takeovers)),
         "takeover_min_s": min(known, default=None),
         "takeover_max_s": max(known, default=None),
-        "first_outcome_median_s": _median([r.first_outcome_s for r in results]),
+        "first_outcome_median_s": median([r.first_outcome_s for r in results]),
         "runs_without_takeover": sum(1 for t in takeovers if t is None),
         "false_rebalances": sum(r.false_rebalances for r in results),
         "lost": sum(r.lost for r in results),
-        "redone_median": _median([float(r.redone) for r in results]),
+        "redone_median": median([float(r.redone) for r in results]),
     }
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import pstats
-import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -81,6 +80,7 @@ from inferq.tools.bench.throughput_report import (
 from inferq.tools.bench.topicio import RecordCounter, bulk_produce, chat_requests, read_topic
 from inferq.tools.bench.tracing_cost import tracing_off_cost
 from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.measures import median
 from inferq.tools.otlp_sink import OtlpSink
 from inferq.tools.stack.process import ServiceProcess
 
@@ -463,13 +463,11 @@ def scaling_rows(document: dict[str, Any]) -> list[str]:
         ),
     ]
     for what, rows in groups.items():
-        rates = [r["rate_per_s"] for r in rows if r["rate_per_s"] is not None]
-        per_cpu = [r["results_per_dispatcher_cpu_s"] for r in rows if r["results_per_dispatcher_cpu_s"]]
+        per_cpu = median(r["results_per_dispatcher_cpu_s"] or None for r in rows)
         lines.append(
-            f"| {what} | {len(rows)} | {cell(statistics.median(rates) if rates else None, ',.0f')} "
-            f"| {statistics.median(r['dispatcher_cpu_s'] for r in rows):.1f} "
-            f"| {cell(statistics.median(per_cpu) if per_cpu else None, ',.0f')} "
-            f"| {statistics.median(r['machine_busy_s'] for r in rows):.1f} |"
+            f"| {what} | {len(rows)} | {cell(median(r['rate_per_s'] for r in rows), ',.0f')} "
+            f"| {cell(median(r['dispatcher_cpu_s'] for r in rows))} | {cell(per_cpu, ',.0f')} "
+            f"| {cell(median(r['machine_busy_s'] for r in rows))} |"
         )
     return lines
 

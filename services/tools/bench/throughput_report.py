@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.tools.bench.machine import cell, verdict
+from inferq.tools.measures import median
 
 TARGET_RATE_PER_S = 2000.0
 TARGET_RATIO = 0.6
@@ -49,8 +49,7 @@ class Measurement:
 
 
 def median_rate(runs: Sequence[Mapping[str, Measurement]], what: str) -> float | None:
-    rates = [m.rate_per_s for m in (r.get(what) for r in runs) if m is not None and m.rate_per_s is not None]
-    return statistics.median(rates) if rates else None
+    return median(m.rate_per_s for m in (r.get(what) for r in runs) if m is not None)
 
 
 def median_ratio(runs: Sequence[Mapping[str, Measurement]], what: str, to: str) -> float | None:
@@ -60,7 +59,7 @@ def median_ratio(runs: Sequence[Mapping[str, Measurement]], what: str, to: str) 
         a, b = run.get(what), run.get(to)
         if a is not None and b is not None and a.rate_per_s and b.rate_per_s:
             ratios.append(a.rate_per_s / b.rate_per_s)
-    return statistics.median(ratios) if ratios else None
+    return median(ratios)
 
 
 def rates_table(

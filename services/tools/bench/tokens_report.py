@@ -7,13 +7,13 @@ target 0), and the waits from acceptance to dispatch per tier (HIGH's beside FIF
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.machine import cell
+from inferq.tools.measures import percentile as measured_percentile
 
 TPM_TARGET = 0.95
 MINUTE_MS = 60_000
@@ -34,11 +34,8 @@ class TokensRow:
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """The nearest-rank `q` percentile (0 < q <= 100); None for no values."""
-    if not values:
-        return None
-    ranked = sorted(values)
-    return ranked[max(0, math.ceil(q / 100 * len(ranked)) - 1)]
+    """`measures.percentile`, None for no values."""
+    return measured_percentile(values, q) if values else None
 
 
 def row(
