@@ -33,7 +33,7 @@ from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 from inferq.tools.bench.fallback_report import FallbackFigures, Sample, as_json, figures, markdown
 from inferq.tools.bench.kafka import ResultCollector, bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, publish
+from inferq.tools.bench.machine import header, publish, run_record
 from inferq.tools.bench.procs import sim_backend
 from inferq.tools.broker.broker import pick_free_ports
 
@@ -176,6 +176,7 @@ def run(
     def log(line: str) -> None:
         print(line, flush=True)
 
+    started = time.monotonic()
     with bench_broker(home, log) as servers:
         f, samples, described = asyncio.run(
             run_once(
@@ -188,13 +189,13 @@ def run(
                 log=log,
             )
         )
-    m = machine()
-    header = (
-        f"`{command_line('fallback')}`, {code_line(m)}; two simulated backends (speed 10, {BUDGET} calls "
-        f"each), budget {BUDGET}, every tier `default` then `spare`; chat 10/s, analyses 3/s, briefs 1/s; "
-        f"the primary healthy {warm_s:g} s, answering 503 for {outage_s:g} s, healthy {after_s:g} s."
+    context = {"warm_s": warm_s, "outage_s": outage_s, "after_s": after_s, "breaker": described}
+    document = run_record("fallback", time.monotonic() - started) | as_json(f, context, samples)
+    intro = (
+        f"Two simulated backends (speed 10, {BUDGET} calls each), budget {BUDGET}, every tier `default` "
+        f"then `spare`; chat 10/s, analyses 3/s, briefs 1/s; the primary healthy {warm_s:g} s, answering "
+        f"503 for {outage_s:g} s, healthy {after_s:g} s."
     )
-    context = {"machine": m, "warm_s": warm_s, "outage_s": outage_s, "after_s": after_s, "breaker": described}
-    document = as_json(f, context, samples)
-    publish(out, "fallback", document, markdown(f, header, described), indent=2, json_end="\n")
+    markdown_text = markdown(f, f"{header(document)}\n\n{intro}", described)
+    publish(out, "fallback", document, markdown_text, indent=2, json_end="\n")
     return 0

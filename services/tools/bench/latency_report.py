@@ -241,32 +241,25 @@ def _pair(d: Dist | None) -> str:
 
 
 def steps_table(stats: Mapping[str, Dist | None]) -> str:
-    rows = [
-        *table("step | what | n | p50 ms | p90 ms | p99 ms | max ms"),
-    ]
+    rows = []
     for name, what, _ in STEPS:
         d = stats.get(name)
-        if d is None:
-            rows.append(f"| {name} | {what} | 0 | - | - | - | - |")
-        else:
-            cells = " | ".join(_cell(v) for v in (d.p50, d.p90, d.p99, d.max))
-            rows.append(f"| {name} | {what} | {d.count} | {cells} |")
-    return "\n".join(rows)
+        values = ["-"] * 4 if d is None else [_cell(v) for v in (d.p50, d.p90, d.p99, d.max)]
+        rows.append([name, what, 0 if d is None else d.count, *values])
+    return "\n".join(table("step | what | n | p50 ms | p90 ms | p99 ms | max ms", rows))
 
 
 def runs_table(runs: Sequence[Mapping[str, Dist | None]], labels: Sequence[str]) -> str:
     """Per run: the headline p50/p99 and the breakdown's p50s; then the median of the runs."""
     shown = [HEADLINE, "broker append → backend received", "append → consumed", "consumed → dispatched"]
     shown += ["dispatched → backend received"]
-    header = "| run | n | " + " | ".join(f"{s} p50 / p99 ms" for s in shown) + " |"
-    rows = [header, "|---|---|" + "---|" * len(shown)]
+    rows: list[list[object]] = []
     for label, run in zip(labels, runs, strict=True):
         head = run.get(HEADLINE)
-        cells = [_pair(run.get(s)) for s in shown]
-        rows.append(f"| {label} | {head.count if head else 0} | " + " | ".join(cells) + " |")
+        rows.append([label, head.count if head else 0, *(_pair(run.get(s)) for s in shown)])
     medians = [f"{_cell(median_of(runs, s, 'p50'))} / {_cell(median_of(runs, s, 'p99'))}" for s in shown]
-    rows.append("| **median of runs** | | " + " | ".join(medians) + " |")
-    return "\n".join(rows)
+    rows.append(["**median of runs**", "", *medians])
+    return "\n".join(table(["run", "n", *(f"{s} p50 / p99 ms" for s in shown)], rows))
 
 
 def target_rows(runs: Sequence[Mapping[str, Dist | None]]) -> list[tuple[str, float | None, float, str]]:

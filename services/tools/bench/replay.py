@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from inferq.tools.bench.kafka import bench_broker
-from inferq.tools.bench.machine import header, publish, run_record, verdict
+from inferq.tools.bench.machine import header, publish, run_record, table, verdict
 from inferq.tools.bench.replay_rate import measure_replay_rate
 
 TARGET_PER_S = 100_000.0
@@ -77,10 +77,13 @@ def render(document: dict[str, Any]) -> str:
             f"produce, final flush with every record acknowledged) to a fresh target prefix, "
             f"{document['runs']} times." + (f" Source {fill}." if fill else ""),
             "",
-            "| | records/s |",
-            "|---|---|",
-            *(f"| run {i} | {_rate(rate)} |" for i, rate in enumerate(rates, start=1)),
-            f"| **median** | **{_rate(document['median_records_per_s'])}** |",
+            *table(
+                ("", "records/s"),
+                [
+                    *((f"run {i}", _rate(rate)) for i, rate in enumerate(rates, start=1)),
+                    ("**median**", f"**{_rate(document['median_records_per_s'])}**"),
+                ],
+            ),
             "",
             f"Target: median >= {_rate(document['target_records_per_s'])} records/s: "
             f"**{document['verdict']}**.",

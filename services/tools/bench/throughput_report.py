@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from inferq.tools.bench.machine import cell, verdict
+from inferq.tools.bench.machine import cell, table, verdict
 from inferq.tools.measures import median
 
 TARGET_RATE_PER_S = 2000.0
@@ -66,17 +66,13 @@ def rates_table(
     runs: Sequence[Mapping[str, Measurement]], labels: Sequence[str], order: Sequence[str]
 ) -> str:
     """Requests/s per configuration and run, with the median of the runs and its ratio to the bare loop."""
-    rows = [
-        "| configuration | " + " | ".join(labels) + " | median | vs bare loop (median of per-run ratios) |",
-        "|---|" + "---|" * (len(labels) + 2),
-    ]
+    rows = []
     for what in order:
         cells = [cell(r[what].rate_per_s, ",.0f") if what in r else "-" for r in runs]
         vs_bare = "1.00" if what == BARE else cell(median_ratio(runs, what, BARE), ".2f")
-        rows.append(
-            f"| {what} | " + " | ".join(cells) + f" | {cell(median_rate(runs, what), ',.0f')} | {vs_bare} |"
-        )
-    return "\n".join(rows)
+        rows.append([what, *cells, cell(median_rate(runs, what), ",.0f"), vs_bare])
+    head = ["configuration", *labels, "median", "vs bare loop (median of per-run ratios)"]
+    return "\n".join(table(head, rows))
 
 
 def target_rows(runs: Sequence[Mapping[str, Measurement]]) -> list[tuple[str, str, str, str]]:

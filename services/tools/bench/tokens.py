@@ -31,7 +31,7 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.kafka import ResultCollector, bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, publish
+from inferq.tools.bench.machine import header, publish, run_record
 from inferq.tools.bench.procs import sim_backend
 from inferq.tools.bench.tokens_report import TokensRow, as_json, markdown, row
 from inferq.tools.broker.broker import pick_free_ports
@@ -133,17 +133,22 @@ def run(*, out: Path, home: Path, tpm: int = 6000, minutes: float = 2.0) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
+    started = time.monotonic()
     rows: dict[str, TokensRow] = {}
     with bench_broker(home, log) as servers:
         for policy in ("inferq", "fifo"):
             rows[policy] = asyncio.run(
                 run_policy(servers, policy, tpm=tpm, minutes=minutes, log_dir=home / "tokens", log=log)
             )
-    m = machine()
-    header = (
-        f"`{command_line('tokens')}`, {code_line(m)}; simulated backend at {tpm} tokens per minute, "
-        f"{minutes:g} min per policy, one dispatcher (budget 50, normal window), every tier on one model."
+    document = {
+        **run_record("tokens", time.monotonic() - started),
+        **as_json(rows, {"tpm": tpm, "minutes": minutes}),
+    }
+    intro = (
+        f"Simulated backend at {tpm} tokens per minute, {minutes:g} min per policy, one dispatcher "
+        "(budget 50, normal window), every tier on one model."
     )
-    document = as_json(rows, {"machine": m, "tpm": tpm, "minutes": minutes})
-    publish(out, "tokens", document, markdown(rows, header), indent=2, json_end="\n")
+    publish(
+        out, "tokens", document, markdown(rows, f"{header(document)}\n\n{intro}"), indent=2, json_end="\n"
+    )
     return 0
