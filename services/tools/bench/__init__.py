@@ -14,7 +14,7 @@ policy against the real pipeline, and in the simulator), `scheduling_report` (ta
 Beside `fairness`: `fairness_report`. Shared by both: `scenarios` (their traces, from
 `infra/scenarios/bench/*.toml`), `pipeline_run` (one trace through fresh topics and processes),
 `load` (posting it to ingest), `summary` (per-tier numbers).
-Beside the others: `latency_report`, `throughput_report`, `replay_rate`. Shared: `kafka` (the
+Beside the others: `latency_report`, `throughput_report`. Shared: `kafka` (the
 broker, the reply-topic reader), `machine` (what ran it, and the one renderer: every bench's header
 line, its markdown tables, its result files), `cpu`, `procs`, `topicio`; `load` posts a trace with
 `inferq loadgen`'s pacer and sender. Processes the benchmarks start: `recorder`, `bareloop`, `probe`.
