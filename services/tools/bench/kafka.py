@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import result_codec
 from inferq.messaging.errors import DecodeError
+from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.lag import partition_lag
 from inferq.messaging.records import InferenceResult, is_chunk
 from inferq.tools.broker.ephemeral import broker_on_free_ports, cluster_on_free_ports
@@ -44,6 +47,13 @@ def bench_broker(home: Path, log: Callable[[str], None], *, cluster: bool = Fals
         log(f"broker started at {broker.bootstrap} in {took:.1f} s (home {broker.config.home})")
         yield broker.bootstrap
     log("broker stopped")
+
+
+def fresh_topics(bootstrap: str, name: str) -> KafkaSettings:
+    """Every topic of a new prefix, `bench.<name>-<6 hex>`: a run never meets another's backlog."""
+    kafka = KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=f"bench.{name}-{uuid.uuid4().hex[:6]}")
+    create_topics(kafka)
+    return kafka
 
 
 def kafka_version(project_root: Path) -> str:

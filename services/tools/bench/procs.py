@@ -3,13 +3,16 @@ dispatchers (probed or not), and their waits."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 
+from inferq.dispatcher.bootstrap import Dispatcher, bootstrap
+from inferq.dispatcher.settings import DispatcherSettings
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.stack.process import ServiceProcess
 
@@ -28,6 +31,27 @@ def sim_backend(log_file: Path, *args: str, ready_s: float = 60.0) -> Iterator[s
         yield f"http://127.0.0.1:{port}"
     finally:
         sim.stop()
+
+
+@contextlib.asynccontextmanager
+async def dispatcher_in_process(
+    settings: DispatcherSettings, *, ready_s: float = 60.0
+) -> AsyncIterator[Dispatcher]:
+    """A dispatcher built by its own composition root and run on this event loop, yielded once it
+    owns partitions; asked to stop, and awaited (bounded), when the block ends."""
+    dispatcher = bootstrap(settings)
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        async with asyncio.timeout(ready_s):
+            while dispatcher.health()["assigned"] == 0:
+                if task.done():
+                    task.result()  # it failed to start: its error, not a timeout
+                await asyncio.sleep(0.1)
+        yield dispatcher
+    finally:
+        dispatcher.request_stop()
+        async with asyncio.timeout(60):
+            await task
 
 
 def every_model_latency(seconds: float) -> list[str]:

@@ -28,12 +28,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import request_codec, result_codec
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.kafka import bench_broker, fresh_topics
 from inferq.tools.bench.machine import (
     broker_shape,
     cell,
@@ -173,8 +172,7 @@ def _size(path: Path) -> int:
 def one_run(
     bootstrap: str, backend_url: str, spec: TakeoverSpec, setting: SessionSetting, work_dir: Path, log: Log
 ) -> RunResult:
-    kafka = KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=f"bench.tko-{uuid.uuid4().hex[:8]}")
-    create_topics(kafka)
+    kafka = fresh_topics(bootstrap, "tko")
     topics = kafka.topics
     prefix = kafka.topic_prefix
     partitions = sum(s.partitions for s in topics.specs() if s.name in [*topics.all_requests, topics.retry])

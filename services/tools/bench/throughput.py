@@ -39,12 +39,10 @@ from typing import Any
 
 import httpx
 
-from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import result_codec
-from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.cpu import CpuWindow
-from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.kafka import bench_broker, fresh_topics
 from inferq.tools.bench.machine import (
     TARGET_HEAD,
     broker_shape,
@@ -142,13 +140,6 @@ class Bench:
             writers[result.dispatcher_id] = writers.get(result.dispatcher_id, 0) + 1
         return list(first.values()), writers, duplicates
 
-    def _topics(self, name: str) -> KafkaSettings:
-        kafka = KafkaSettings(
-            bootstrap_servers=self.bootstrap, topic_prefix=f"bench.thr-{name}-{uuid.uuid4().hex[:6]}"
-        )
-        create_topics(kafka)
-        return kafka
-
     def group(
         self,
         size: int,
@@ -160,7 +151,7 @@ class Bench:
     ) -> tuple[Measurement, dict[str, Any]]:
         """`size` dispatchers; with `sink`, traced: the `sampled` share of the traces exported to it
         over OTLP/HTTP."""
-        kafka = self._topics(f"{run}-x{size}{'-traced' if sink else ''}")
+        kafka = fresh_topics(self.bootstrap, f"thr-{run}-x{size}{'-traced' if sink else ''}")
         prefix = kafka.topic_prefix
         topics = kafka.topics
         partitions = sum(
@@ -245,7 +236,7 @@ class Bench:
         return bulk_produce(self.bootstrap, topic, chats)
 
     def bare_loop(self, run: str) -> tuple[Measurement, dict[str, Any]]:
-        kafka = self._topics(f"{run}-bare")
+        kafka = fresh_topics(self.bootstrap, f"thr-{run}-bare")
         topics = kafka.topics
         load_s = self._load(topics.requests(Tier.HIGH), kafka.topic_prefix)
         summary_path = self.work_dir / kafka.topic_prefix / "bareloop.json"
