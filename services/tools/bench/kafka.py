@@ -22,7 +22,6 @@ from inferq.tools.broker.ephemeral import broker_on_free_ports, cluster_on_free_
 
 _POLL_S = 0.2
 CLUSTER_HEAP = "512m"
-_HOUR_MS = 3_600_000
 
 
 @contextmanager

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,35 @@ def run_pipeline(
     return run
 
 
+SUBMISSION_COLUMNS: tuple[str, ...] = (
+    "index",
+    "request_id",
+    "kind",
+    "tier",
+    "due_ms",
+    "sent_ms",
+    "answered_ms",
+    "status",
+    "tenant",
+)
+# An outcome's column and the result's field it holds.
+OUTCOME_COLUMNS = {
+    "request_id": "request_id",
+    "tier": "tier",
+    "status": "status",
+    "enqueued_ms": "enqueued_at_ms",
+    "dispatched_ms": "dispatched_at_ms",
+    "completed_ms": "completed_at_ms",
+    "attempts": "attempts",
+    "tenant": "tenant",
+}
+
+
+def _plain(value: object) -> object:
+    """A JSON-ready cell: an enum (tier, status) by its value."""
+    return value.value if isinstance(value, Enum) else value
+
+
 def raw_records(run: PipelineRun) -> dict[str, Any]:
     """Every submission and outcome, compact, so tables can be recomputed or dug into without a rerun."""
     return {
@@ -179,53 +209,9 @@ def raw_records(run: PipelineRun) -> dict[str, Any]:
         "effective_budget_samples": run.effective_budget_samples,
         "duplicates_on_reply_topic": run.duplicates_on_reply_topic,
         "submission_errors": [s.error for s in run.submissions if s.status is None][:20],
-        "submissions_columns": [
-            "index",
-            "request_id",
-            "kind",
-            "tier",
-            "due_ms",
-            "sent_ms",
-            "answered_ms",
-            "status",
-            "tenant",
-        ],
-        "submissions": [
-            [
-                s.index,
-                s.request_id,
-                s.kind,
-                s.tier.value,
-                s.due_ms,
-                s.sent_ms,
-                s.answered_ms,
-                s.status,
-                s.tenant,
-            ]
-            for s in run.submissions
-        ],
-        "outcomes_columns": [
-            "request_id",
-            "tier",
-            "status",
-            "enqueued_ms",
-            "dispatched_ms",
-            "completed_ms",
-            "attempts",
-            "tenant",
-        ],
-        "outcomes": [
-            [
-                r.request_id,
-                r.tier.value,
-                r.status.value,
-                r.enqueued_at_ms,
-                r.dispatched_at_ms,
-                r.completed_at_ms,
-                r.attempts,
-                r.tenant,
-            ]
-            for r in run.results.values()
-        ],
+        "submissions_columns": list(SUBMISSION_COLUMNS),
+        "submissions": [[_plain(getattr(s, c)) for c in SUBMISSION_COLUMNS] for s in run.submissions],
+        "outcomes_columns": list(OUTCOME_COLUMNS),
+        "outcomes": [[_plain(getattr(r, f)) for f in OUTCOME_COLUMNS.values()] for r in run.results.values()],
         "retried": sum(1 for r in run.results.values() if r.attempts > 1),
     }

@@ -33,8 +33,6 @@ from inferq.tools.bench.scheduling_run import Prediction, predict, run_one, run_
 from inferq.tools.bench.summary import RunSummary
 from inferq.tools.traces.generator import generate
 
-RUN_ORDER = ("inferq", "inferq-lifted", "forecast", "static", "fifo")
-
 
 def default_timeout_s(spec: TraceSpec) -> float:
     """Generous bound of the wait for every outcome: the trace, plus LOW drained at one slot, x1.5."""

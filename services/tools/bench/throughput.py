@@ -241,29 +241,11 @@ class Bench:
         load_s = self._load(topics.requests(Tier.HIGH), kafka.topic_prefix)
         summary_path = self.work_dir / kafka.topic_prefix / "bareloop.json"
         summary_path.parent.mkdir(parents=True, exist_ok=True)
-        args = [
-            "bench",
-            "bareloop",
-            "loop",
-            "--bootstrap",
-            self.bootstrap,
-            "--source-topic",
-            topics.requests(Tier.HIGH),
-            "--result-topic",
-            topics.results,
-            "--group",
-            f"{kafka.topic_prefix}-bare",
-            "--backend-url",
-            f"{self.backend_url}/v1",
-            "--concurrency",
-            str(self.spec.budget),
-            "--count",
-            str(self.spec.records),
-            "--summary",
-            str(summary_path),
-            "--timeout",
-            str(self.spec.bound_s),
-        ]
+        args = ["bench", "bareloop", "loop", "--bootstrap", self.bootstrap]
+        args += ["--source-topic", topics.requests(Tier.HIGH), "--result-topic", topics.results]
+        args += ["--group", f"{kafka.topic_prefix}-bare", "--backend-url", f"{self.backend_url}/v1"]
+        args += ["--concurrency", str(self.spec.budget), "--count", str(self.spec.records)]
+        args += ["--summary", str(summary_path), "--timeout", str(self.spec.bound_s)]
         self.reset_backend()
         proc = ServiceProcess("bareloop", args, summary_path.parent / "bareloop.log")
         proc.start()
