@@ -16,13 +16,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from inferq.tools.bench.kafka import CLUSTER_HEAP
 from inferq.tools.bench.machine import cell, header, publish, run_record, table
 from inferq.tools.broker.ephemeral import cluster_on_free_ports
 from inferq.tools.chaos.cluster_faults import CaseReport, CaseSpec, Fault, run_case
 from inferq.tools.chaos.figures import BASELINE_S, RECOVERED_SHARE, WINDOW_S
 from inferq.tools.measures import median
-
-HEAP = "512m"
 
 
 def case_row(report: CaseReport) -> dict[str, Any]:
@@ -77,7 +76,11 @@ def render(document: dict[str, Any]) -> str:
     lines = [
         "# Broker faults on a three-node cluster",
         "",
-        header(document, python=False, kafka=f", three combined broker+controller nodes ({HEAP} heap each)"),
+        header(
+            document,
+            python=False,
+            kafka=f", three combined broker+controller nodes ({CLUSTER_HEAP} heap each)",
+        ),
         "",
         f"Each case on a fresh pipeline (ingest, results, {spec['dispatchers']} dispatchers, simulated "
         f"backend at 10x speed), topics with replication factor 3 and min.insync.replicas=2. Traffic: "
@@ -129,7 +132,7 @@ def run(spec: CaseSpec, faults: list[Fault], *, runs: int, out: Path, home: Path
     started = time.monotonic()
     rows: list[dict[str, Any]] = []
     work = home / f"cluster-chaos-{uuid.uuid4().hex[:6]}"
-    with cluster_on_free_ports(home, nodes=3, heap=HEAP) as cluster:
+    with cluster_on_free_ports(home, nodes=3, heap=CLUSTER_HEAP) as cluster:
         log(f"cluster up at {cluster.bootstrap} in {time.monotonic() - started:.0f} s")
         for index in range(runs):
             for fault in faults:

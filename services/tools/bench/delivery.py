@@ -43,7 +43,7 @@ from inferq.tools.bench.delivery_report import (
     phase_table,
     targets,
 )
-from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.kafka import bench_broker, create_with_log_append_time, read_topic
 from inferq.tools.bench.machine import (
     TARGET_HEAD,
     cell,
@@ -54,7 +54,6 @@ from inferq.tools.bench.machine import (
 )
 from inferq.tools.bench.procs import SIM_MODELS
 from inferq.tools.bench.recorder import marked_content
-from inferq.tools.bench.topicio import create_with_log_append_time, read_topic
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.measures import Stats
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts

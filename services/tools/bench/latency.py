@@ -33,7 +33,7 @@ from inferq.messaging.errors import DecodeError
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.cpu import CpuWindow
-from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.kafka import RecordCounter, bench_broker, create_with_log_append_time, read_topic
 from inferq.tools.bench.latency_report import (
     HEADLINE,
     Dist,
@@ -59,7 +59,6 @@ from inferq.tools.bench.machine import (
 from inferq.tools.bench.probe import record_key
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process
 from inferq.tools.bench.recorder import marked_content
-from inferq.tools.bench.topicio import RecordCounter, create_with_log_append_time, read_topic
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.measures import percentile
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts

@@ -20,10 +20,9 @@ import httpx
 from inferq.messaging.admin import create_topics
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.kafka import bench_broker, group_lag
+from inferq.tools.bench.kafka import bench_broker, brief_requests, bulk_produce, group_lag
 from inferq.tools.bench.machine import header, publish, run_record, table, verdict
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process, sim_backend
-from inferq.tools.bench.topicio import brief_requests, bulk_produce
 from inferq.tools.broker.broker import pick_free_ports
 
 TARGET_MB = 150.0

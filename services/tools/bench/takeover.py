@@ -32,7 +32,7 @@ from inferq.messaging.codec import request_codec, result_codec
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.kafka import bench_broker, fresh_topics
+from inferq.tools.bench.kafka import bench_broker, chat_requests, fresh_topics, read_topic
 from inferq.tools.bench.machine import (
     broker_shape,
     cell,
@@ -48,7 +48,6 @@ from inferq.tools.bench.procs import (
     sim_backend,
     wait_group_stable,
 )
-from inferq.tools.bench.topicio import chat_requests, read_topic
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.measures import median
 

@@ -42,7 +42,14 @@ import httpx
 from inferq.messaging.codec import result_codec
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.cpu import CpuWindow
-from inferq.tools.bench.kafka import bench_broker, fresh_topics
+from inferq.tools.bench.kafka import (
+    RecordCounter,
+    bench_broker,
+    bulk_produce,
+    chat_requests,
+    fresh_topics,
+    read_topic,
+)
 from inferq.tools.bench.machine import (
     TARGET_HEAD,
     broker_shape,
@@ -75,7 +82,6 @@ from inferq.tools.bench.throughput_report import (
     target_rows,
     tracing_rows,
 )
-from inferq.tools.bench.topicio import RecordCounter, bulk_produce, chat_requests, read_topic
 from inferq.tools.bench.tracing_cost import tracing_off_cost
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.measures import median
