@@ -39,9 +39,8 @@ def test_a_trace_is_posted_at_its_times_from_the_shared_start_with_each_tenants_
     ]
     start_s = time.time() + 0.05
     keys = {"a": "key-a", "b": "key-b"}
-    subs = sorted(
-        asyncio.run(pipeline_run.submit_trace("http://ingest", trace, "run", start_s, keys)), key=lambda s: s.index
-    )
+    posted = asyncio.run(pipeline_run.submit_trace("http://ingest", trace, "run", start_s, keys))
+    subs = sorted(posted, key=lambda s: s.index)
     start_ms = round(start_s * 1000)
     assert [(s.request_id, s.tenant, s.status, s.accepted) for s in subs] == [
         ("run:0", "b", 202, True),
