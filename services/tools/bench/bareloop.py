@@ -50,6 +50,16 @@ class Summary:
             return None
         return (self.done - 1) / ((self.last_ns - self.first_ns) / 1e9)
 
+    def answered(self, ok: bool) -> None:
+        """One answer: an error, or one more done (the first and last instants kept)."""
+        if not ok:
+            self.errors += 1
+            return
+        self.done += 1
+        self.last_ns = time.time_ns()
+        if self.first_ns is None:
+            self.first_ns = self.last_ns
+
     def write(self, path: Path) -> None:
         path.write_text(json.dumps({**asdict(self), "rate_per_s": self.rate_per_s}), encoding="utf-8")
 
@@ -84,13 +94,7 @@ async def loop(
 
     def on_delivery(err: KafkaError | None, _msg: Message) -> None:
         # Called from producer.poll() on the event loop's thread (the workers poll), or from flush().
-        if err is not None:
-            summary.errors += 1
-            return
-        summary.done += 1
-        summary.last_ns = time.time_ns()
-        if summary.first_ns is None:
-            summary.first_ns = summary.last_ns
+        summary.answered(err is None)
         if summary.done >= count:
             all_acked.set()
 
@@ -174,13 +178,7 @@ async def blast(*, backend_url: str, concurrency: int, count: int, timeout_s: fl
             remaining -= 1
             async with session.post(url, json=BLAST_BODY) as response:
                 await response.read()
-            if response.status != 200:
-                summary.errors += 1
-                continue
-            summary.done += 1
-            summary.last_ns = time.time_ns()
-            if summary.first_ns is None:
-                summary.first_ns = summary.last_ns
+            summary.answered(response.status == 200)
 
     connector = aiohttp.TCPConnector(limit=concurrency)
     timeout = aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)

@@ -75,30 +75,35 @@ def rates_table(
     return "\n".join(table(head, rows))
 
 
-def target_rows(runs: Sequence[Mapping[str, Measurement]]) -> list[tuple[str, str, str, str]]:
+Row = tuple[str, str, str, str]  # target, measured, threshold, verdict
+
+
+def _at_least(target: str, value: float | None, spec: str, limit: float, limit_text: str) -> Row:
+    return (target, cell(value, spec), f">= {limit_text}", verdict(None if value is None else value >= limit))
+
+
+def target_rows(runs: Sequence[Mapping[str, Measurement]]) -> list[Row]:
     """(target, measured, threshold, verdict) for one dispatcher."""
     one = dispatchers_label(1)
-    rate = median_rate(runs, one)
-    ratio = median_ratio(runs, one, BARE)
     return [
-        (
+        _at_least(
             "one dispatcher, requests/s end to end (median of runs)",
-            cell(rate, ",.0f"),
-            f">= {TARGET_RATE_PER_S:,.0f}",
-            verdict(None if rate is None else rate >= TARGET_RATE_PER_S),
+            median_rate(runs, one),
+            ",.0f",
+            TARGET_RATE_PER_S,
+            f"{TARGET_RATE_PER_S:,.0f}",
         ),
-        (
+        _at_least(
             "one dispatcher / bare loop, same run (median of runs)",
-            cell(ratio, ".2f"),
-            f">= {TARGET_RATIO:g}",
-            verdict(None if ratio is None else ratio >= TARGET_RATIO),
+            median_ratio(runs, one, BARE),
+            ".2f",
+            TARGET_RATIO,
+            f"{TARGET_RATIO:g}",
         ),
     ]
 
 
-def tracing_rows(
-    runs: Sequence[Mapping[str, Measurement]], hooks: Mapping[str, float] | None
-) -> list[tuple[str, str, str, str]]:
+def tracing_rows(runs: Sequence[Mapping[str, Measurement]], hooks: Mapping[str, float] | None) -> list[Row]:
     """(target, measured, threshold, verdict) for tracing on against off, and the hooks' cost when off."""
     if hooks is None:
         return []
@@ -108,17 +113,19 @@ def tracing_rows(
     extra_ns = max(0.0, hooks["ns_per_request"] - hooks["baseline_ns_per_request"])
     share = None if not rate else extra_ns / (1e9 / rate)
     return [
-        (
+        _at_least(
             "tracing on / off, one dispatcher, same run (median of runs)",
-            cell(ratio, ".2f"),
-            f">= {TARGET_TRACED_RATIO:g}",
-            verdict(None if ratio is None else ratio >= TARGET_TRACED_RATIO),
+            ratio,
+            ".2f",
+            TARGET_TRACED_RATIO,
+            f"{TARGET_TRACED_RATIO:g}",
         ),
-        (
+        _at_least(
             "tracing on at 10% sampling / off (for information: the target is at 100%)",
-            cell(sampled, ".2f"),
-            f">= {TARGET_TRACED_RATIO:g}",
-            verdict(None if sampled is None else sampled >= TARGET_TRACED_RATIO),
+            sampled,
+            ".2f",
+            TARGET_TRACED_RATIO,
+            f"{TARGET_TRACED_RATIO:g}",
         ),
         (
             "tracing off: hooks' time per request / a request's time at the median rate",
