@@ -13,7 +13,6 @@ Writes `<out>/latency.json` (every sample) and `<out>/latency.md`, and prints th
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -56,6 +55,7 @@ from inferq.tools.bench.machine import (
     run_record,
     table,
 )
+from inferq.tools.bench.pipeline_run import open_loop
 from inferq.tools.bench.probe import record_key
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process
 from inferq.tools.bench.recorder import marked_content
@@ -130,13 +130,7 @@ async def send_steady(ingest_url: str, spec: LatencySpec, tag: str) -> list[Sent
                 status = None
             return Sent(index, request_id, due_ns, sent, time.time_ns(), status)
 
-        start_ns = time.time_ns() + 100_000_000
-        tasks = []
-        for index in range(total):
-            due_ns = start_ns + int(index * 1e9 / spec.rate_per_s)
-            await asyncio.sleep(max(0.0, (due_ns - time.time_ns()) / 1e9))
-            tasks.append(asyncio.create_task(post(index, due_ns)))
-        return list(await asyncio.wait_for(asyncio.gather(*tasks), timeout=HTTP_TIMEOUT_S + 5.0))
+        return await open_loop(post, total, spec.rate_per_s, HTTP_TIMEOUT_S + 5.0)
 
 
 def _wait_until(what: str, check: Callable[[], bool], timeout_s: float, log: Callable[[str], None]) -> None:

@@ -17,12 +17,12 @@ import multiprocessing
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -40,6 +40,7 @@ from inferq.tools.loadtest.senders import HttpSender
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 from inferq.tools.traces.arrival import Arrival
 
+T = TypeVar("T")
 CHILD_START_LEAD_S = 3.0  # a spawned Python child takes about a second to import httpx on 2 cores
 CHILD_TIMEOUT_S = 120.0  # bound of the child's posting beyond the trace's own duration
 
@@ -98,6 +99,20 @@ async def submit_trace(
         )
         for r in records
     ]
+
+
+async def open_loop(
+    call: Callable[[int, int], Coroutine[Any, Any, T]], count: int, rate_per_s: float, timeout_s: float
+) -> list[T]:
+    """`call(index, due_ns)` `count` times at `rate_per_s`, each when due (epoch ns, from 0.1 s on),
+    not waiting for earlier answers; their answers in order, all within `timeout_s` of the last."""
+    start_ns = time.time_ns() + 100_000_000
+    tasks = []
+    for index in range(count):
+        due_ns = start_ns + int(index * 1e9 / rate_per_s)
+        await asyncio.sleep(max(0.0, (due_ns - time.time_ns()) / 1e9))
+        tasks.append(asyncio.create_task(call(index, due_ns)))
+    return list(await asyncio.wait_for(asyncio.gather(*tasks), timeout=timeout_s))
 
 
 async def sample_health(dispatcher_url: str, samples: list[tuple[int, int]], stop: asyncio.Event) -> None:

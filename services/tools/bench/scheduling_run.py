@@ -16,7 +16,6 @@ dispatcher's fetch, poll and batching.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -27,14 +26,20 @@ from inferq.dispatcher.settings import DispatcherSettings, build_schedule
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
 from inferq.settings.table import settings_of
 from inferq.tools.bench.pipeline_run import BenchConfig, raw_records, run_pipeline
-from inferq.tools.bench.summary import RunSummary, Submission, low_makespan, submit_stats, tier_rows
+from inferq.tools.bench.summary import (
+    RunSummary,
+    Submission,
+    low_makespan,
+    outcome_figures,
+    submit_stats,
+    tier_rows,
+)
 from inferq.tools.measures import (
     MeasuredRequest,
     Stats,
     allowed_by,
     busy_intervals,
     makespan_s,
-    stats,
     utilization,
     waiting_intervals,
 )
@@ -238,17 +243,8 @@ def tier_predictions(result: SimResult) -> list[TierPrediction]:
     rows = []
     for tier in TIERS_BY_PRIORITY:
         done = [o for o in result.outcomes if o.tier is tier]
-        waits = [float(o.dispatched_ms - o.enqueued_ms) for o in done if o.dispatched_ms is not None]
-        e2e = [float(o.completed_ms - o.enqueued_ms) for o in done if o.status == "OK"]
-        rows.append(
-            TierPrediction(
-                tier=tier,
-                arrivals=len(done),
-                by_status=dict(sorted(Counter(o.status for o in done).items())),
-                wait_ms=stats(waits),
-                end_to_end_ms=stats(e2e),
-            )
-        )
+        by_status, wait_ms, end_to_end_ms = outcome_figures(done)
+        rows.append(TierPrediction(tier, len(done), by_status, wait_ms, end_to_end_ms))
     return rows
 
 
