@@ -13,6 +13,7 @@ import httpx
 
 from inferq.dispatcher.bootstrap import Dispatcher, bootstrap
 from inferq.dispatcher.settings import DispatcherSettings
+from inferq.messaging.kafka_config import KafkaSettings
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.stack.process import ServiceProcess
 
@@ -113,11 +114,50 @@ def health(url: str) -> dict[str, object]:
     return answer
 
 
-def wait_group_stable(
-    procs: list[ServiceProcess], urls: list[str], partitions: int, timeout_s: float
+def dispatcher_group(
+    kafka: KafkaSettings,
+    backend_url: str,
+    size: int,
+    *,
+    budget: int,
+    extra: dict[str, str],
+    log_dir: Path,
+    profile: Path | None = None,
+) -> tuple[list[ServiceProcess], list[str]]:
+    """`size` members of one dispatcher group on `kafka`'s topics (ids `<prefix>-d<i>`, logs in
+    `log_dir/<prefix>`), not started, and their base URLs; with `profile`, the first under cProfile."""
+    prefix = kafka.topic_prefix
+    ports = pick_free_ports(size)
+    procs = [
+        dispatcher_process(
+            f"dispatcher-{i}",
+            port,
+            dispatcher_env(
+                bootstrap=kafka.bootstrap_servers,
+                prefix=prefix,
+                backend_url=f"{backend_url}/v1",
+                budget=budget,
+                dispatcher_id=f"{prefix}-d{i}",
+                extra=extra,
+            ),
+            log_dir / prefix,
+            profile=profile if i == 0 else None,
+        )
+        for i, port in enumerate(ports)
+    ]
+    return procs, [f"http://127.0.0.1:{port}" for port in ports]
+
+
+def start_group(
+    procs: list[ServiceProcess], urls: list[str], kafka: KafkaSettings, timeout_s: float = 120.0
 ) -> float:
-    """Wait until the members own all `partitions` between them, each at least one: a rebalance in the
-    middle of a throughput run would measure the group protocol, not the dispatcher. Returns seconds."""
+    """Start the members and wait until they own every request partition of `kafka`'s topics between
+    them, each at least one: a rebalance in the middle of a measurement would measure the group
+    protocol, not the dispatcher. Returns the seconds it took."""
+    topics = kafka.topics
+    partitions = sum(s.partitions for s in topics.specs() if s.name in [*topics.all_requests, topics.retry])
+    for proc in procs:
+        proc.start()
     started = time.monotonic()
     owned: list[int] = []
     while time.monotonic() - started < timeout_s:

@@ -41,14 +41,7 @@ from inferq.tools.bench.machine import (
     run_record,
     table,
 )
-from inferq.tools.bench.procs import (
-    dispatcher_env,
-    dispatcher_process,
-    every_model_latency,
-    sim_backend,
-    wait_group_stable,
-)
-from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.bench.procs import dispatcher_group, every_model_latency, sim_backend, start_group
 from inferq.tools.measures import median
 
 Log = Callable[[str], None]
@@ -174,30 +167,12 @@ def one_run(
     kafka = fresh_topics(bootstrap, "tko")
     topics = kafka.topics
     prefix = kafka.topic_prefix
-    partitions = sum(s.partitions for s in topics.specs() if s.name in [*topics.all_requests, topics.retry])
     high = next(s.partitions for s in topics.specs() if s.name == topics.requests(Tier.HIGH))
-    ports = pick_free_ports(2)
-    procs = [
-        dispatcher_process(
-            f"dispatcher-{i}",
-            ports[i],
-            dispatcher_env(
-                bootstrap=bootstrap,
-                prefix=prefix,
-                backend_url=f"{backend_url}/v1",
-                budget=spec.budget,
-                dispatcher_id=f"{prefix}-d{i}",
-                extra={"INFERQ_DISPATCHER_SCHEDULE_PIN": "normal", **setting.env(), **spec.dispatcher_env},
-            ),
-            work_dir / prefix,
-        )
-        for i in range(2)
-    ]
+    extra = {"INFERQ_DISPATCHER_SCHEDULE_PIN": "normal", **setting.env(), **spec.dispatcher_env}
+    procs, urls = dispatcher_group(kafka, backend_url, 2, budget=spec.budget, extra=extra, log_dir=work_dir)
     victim = procs[0]
     try:
-        for proc in procs:
-            proc.start()
-        wait_group_stable(procs, [f"http://127.0.0.1:{p}" for p in ports], partitions, timeout_s=120.0)
+        start_group(procs, urls, kafka)
         marks = [_size(p.log_path) for p in procs]
         with Paced(bootstrap, topics.requests(Tier.HIGH), high, spec.rate_per_s, prefix) as paced:
             time.sleep(spec.soak_s / 2)

@@ -61,13 +61,12 @@ from inferq.tools.bench.machine import (
     table,
 )
 from inferq.tools.bench.procs import (
-    dispatcher_env,
-    dispatcher_process,
+    dispatcher_group,
     every_model_latency,
     health,
     sim_backend,
+    start_group,
     wait_exit,
-    wait_group_stable,
 )
 from inferq.tools.bench.throughput_report import (
     BACKEND,
@@ -83,7 +82,6 @@ from inferq.tools.bench.throughput_report import (
     tracing_rows,
 )
 from inferq.tools.bench.tracing_cost import tracing_off_cost
-from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.measures import median
 from inferq.tools.otlp_sink import OtlpSink
 from inferq.tools.stack.process import ServiceProcess
@@ -160,40 +158,26 @@ class Bench:
         kafka = fresh_topics(self.bootstrap, f"thr-{run}-x{size}{'-traced' if sink else ''}")
         prefix = kafka.topic_prefix
         topics = kafka.topics
-        partitions = sum(
-            s.partitions for s in topics.specs() if s.name in [*topics.all_requests, topics.retry]
-        )
         per_member = max(1, self.spec.budget // size)
-        ports = pick_free_ports(size)
-        procs = [
-            dispatcher_process(
-                f"dispatcher-{i}",
-                ports[i],
-                dispatcher_env(
-                    bootstrap=self.bootstrap,
-                    prefix=prefix,
-                    backend_url=f"{self.backend_url}/v1",
-                    budget=per_member,
-                    dispatcher_id=f"{prefix}-d{i}",
-                    extra={
-                        "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
-                        **self.spec.dispatcher_env,
-                        **_tracing_env(sink, sampled),
-                    },
-                ),
-                self.work_dir / prefix,
-                profile=profile if i == 0 else None,
-            )
-            for i in range(size)
-        ]
-        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        extra = {
+            "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
+            **self.spec.dispatcher_env,
+            **_tracing_env(sink, sampled),
+        }
+        procs, urls = dispatcher_group(
+            kafka,
+            self.backend_url,
+            size,
+            budget=per_member,
+            extra=extra,
+            log_dir=self.work_dir,
+            profile=profile,
+        )
         self.reset_backend()
         budgets: set[int] = set()
         spans_before = sink.count() if sink is not None else 0
         try:
-            for proc in procs:
-                proc.start()
-            stable_s = wait_group_stable(procs, urls, partitions, timeout_s=120.0)
+            stable_s = start_group(procs, urls, kafka)
             # The dispatchers' own CPU time while they serve: requests per CPU-second is the figure
             # that scales on a machine with more cores than this one.
             window = CpuWindow({proc.name: proc.pid for proc in procs})
