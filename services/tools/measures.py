@@ -14,7 +14,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.dispatcher.policies import Demand, Scheduler
@@ -83,6 +84,12 @@ def stats(values: Sequence[float]) -> Stats | None:
         p95=percentile(values, 95),
         p99=percentile(values, 99),
     )
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """The median of the values that are known (not None); None when none is."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def makespan_s(start_ms: int | None, completions_ms: Sequence[int]) -> float | None:

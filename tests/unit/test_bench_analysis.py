@@ -10,7 +10,8 @@ from inferq.dispatcher.policies import build_scheduler
 from inferq.dispatcher.settings import DispatcherSettings, build_schedule
 from inferq.ingest.settings import IngestSettings
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.scheduling_report import MISS, NA, PASS, evaluate
+from inferq.tools.bench.machine import MISS, NA, PASS
+from inferq.tools.bench.scheduling_report import evaluate
 from inferq.tools.bench.scheduling_run import compressed_env, run_specs
 from inferq.tools.bench.summary import RunSummary, Submission, low_makespan, tier_rows
 from inferq.tools.measures import (

@@ -11,8 +11,6 @@ from inferq.messaging.tiers import Tier
 from inferq.tenancy.loading import load_tenants
 from inferq.tools.bench.fairness import ALONE, WITH_A, report, tenant_specs
 from inferq.tools.bench.fairness_report import (
-    MISS,
-    PASS,
     LowSplit,
     arrivals_at_full_backend,
     backend_target,
@@ -26,8 +24,9 @@ from inferq.tools.bench.fairness_report import (
     share_target,
     tenant_rows,
 )
-from inferq.tools.bench.fairness_trace import TENANT_A, TENANT_B, FairnessSpec
+from inferq.tools.bench.machine import MISS, PASS
 from inferq.tools.bench.pipeline_run import PipelineRun
+from inferq.tools.bench.scenarios import TENANT_A, TENANT_B, FairnessSpec
 from inferq.tools.bench.summary import Submission
 from inferq.tools.measures import MeasuredRequest
 from inferq.tools.stack.tenants import write_tenants
@@ -81,7 +80,6 @@ def test_b_alone_is_exactly_bs_part_of_the_trace_with_a() -> None:
         {"weight_a": 0},
         {"flood": 0},
         {"budget": 0},
-        {"b_chat_share": 1.5},
         {"a_max_concurrency": 0},
         {"a_max_concurrency": 11},
     ],

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench import load
+from inferq.tools.bench import pipeline_run
 from inferq.tools.loadtest.senders import HttpSender
 from inferq.tools.traces.arrival import Arrival
 
@@ -32,16 +32,15 @@ def test_a_trace_is_posted_at_its_times_from_the_shared_start_with_each_tenants_
 ) -> None:
     seen: list[tuple[str, str | None]] = []
     transport = httpx.MockTransport(functools.partial(ingest, seen))
-    monkeypatch.setattr(load, "HttpSender", functools.partial(HttpSender, transport=transport))
+    monkeypatch.setattr(pipeline_run, "HttpSender", functools.partial(HttpSender, transport=transport))
     trace = [
         Arrival(0, "realtime_chat", Tier.HIGH, index=0, kind="poisson", session_id="s", tenant="b"),
         Arrival(50, "realtime_chat", Tier.HIGH, index=1, kind="poisson", session_id="s", tenant="a"),
     ]
     start_s = time.time() + 0.05
     keys = {"a": "key-a", "b": "key-b"}
-    subs = sorted(
-        asyncio.run(load.submit_trace("http://ingest", trace, "run", start_s, keys)), key=lambda s: s.index
-    )
+    posted = asyncio.run(pipeline_run.submit_trace("http://ingest", trace, "run", start_s, keys))
+    subs = sorted(posted, key=lambda s: s.index)
     start_ms = round(start_s * 1000)
     assert [(s.request_id, s.tenant, s.status, s.accepted) for s in subs] == [
         ("run:0", "b", 202, True),

@@ -8,20 +8,20 @@ import pytest
 from inferq.dispatcher.settings import DispatcherSettings
 from inferq.ingest.settings import IngestSettings
 from inferq.messaging.tiers import Tier, TierPolicy
-from inferq.tools.bench.prediction import (
+from inferq.tools.bench.machine import MISS, NA, PASS
+from inferq.tools.bench.scenarios import TraceSpec
+from inferq.tools.bench.scheduling_report import comparison_table, prediction_targets
+from inferq.tools.bench.scheduling_run import (
     ANCHOR_MS,
     Prediction,
     TierPrediction,
-    comparison_table,
+    compressed_env,
     compressed_latency_s,
     predict,
-    prediction_targets,
     run_settings,
+    run_specs,
     sim_arrivals,
 )
-from inferq.tools.bench.scheduling_report import MISS, NA, PASS
-from inferq.tools.bench.scheduling_run import compressed_env, run_specs
-from inferq.tools.bench.scheduling_trace import ANALYSIS, BRIEF, CHAT, TraceSpec
 from inferq.tools.bench.summary import RunSummary, Submission, tier_rows
 from inferq.tools.measures import MeasuredRequest, stats, utilization
 from inferq.tools.simulation.simulate import SimConfig, sim_config
@@ -29,6 +29,7 @@ from inferq.tools.traces.arrival import Arrival
 from inferq.tools.traces.generator import generate
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
+CHAT, ANALYSIS, BRIEF = "realtime_chat", "emotion_analysis", "morning_brief"
 DEADLINES = {H: 500, M: 3_000, L: 4_320_000}
 
 
@@ -69,7 +70,7 @@ def test_the_simulated_tier_is_the_one_ingest_chooses() -> None:
 
 
 def test_the_whole_bench_trace_converts_in_order_and_anchored_at_the_peak() -> None:
-    trace = generate(TraceSpec(seed=3, duration_s=10, briefs=5, burst_size=4).scenario())
+    trace = generate(TraceSpec.from_file(seed=3, duration_s=10, briefs=5).scenario())
     out = sim_arrivals(trace, DEADLINES)
     assert len(out) == len(trace)
     assert out[0].created_at_ms == ANCHOR_MS

@@ -1,25 +1,25 @@
-"""Benchmarks, `make bench`:
+"""Benchmarks, `make bench`: each `inferq bench <name>` is the module `<name>` (`cluster-chaos`:
+`cluster_chaos`), which writes `bench-results/<name>.json` and `.md` and prints the markdown:
 
-- `inferq bench scheduling`: the real pipeline on a time-compressed evening peak, one run per
-  policy on the same arrival trace, each beside the simulator's prediction;
-- `inferq bench fairness`: a steady tenant alone, then with a tenant flooding HIGH and LOW, through
-  the real pipeline with a tenants file;
-- `inferq bench memory`: the dispatcher's RSS with a million LOW requests waiting in Kafka;
-- `inferq bench latency`: time from ingest's 202 to the backend receiving the call, with its steps;
-- `inferq bench throughput`: requests/s end to end against a bare confluent-kafka + aiohttp loop;
-- `inferq bench replay`: records/s of `inferq replay --speed max`.
+- `scheduling`: every policy on one time-compressed evening peak through the real pipeline, beside
+  the simulator's prediction; with `scheduling_run` (one policy: in the pipeline and in the
+  simulator) and `scheduling_report` (targets, tables);
+- `fairness`: a steady tenant alone, then with a tenant flooding HIGH and LOW; with `fairness_report`;
+- `memory`: the dispatcher's RSS with a million LOW requests waiting in Kafka;
+- `latency`: time from ingest's 202 to the backend receiving the call, by step; with `latency_report`;
+- `delivery`: chat completions direct and through inferq; with `delivery_report`;
+- `throughput`: requests/s of dispatcher groups against a bare loop, tracing on and off; with
+  `throughput_report` and `tracing_cost`;
+- `replay`: records/s of `inferq replay --speed max`;
+- `tokens`, `fallback`, `takeover`, `cluster_chaos`: with `tokens_report`, `fallback_report`.
 
-Each `inferq bench <name>` is the module `<name>`. Beside `scheduling`: `scheduling_run` (one
-policy against the real pipeline), `scheduling_trace` (its trace, a scenario of the one generator),
-`load` (posting it to ingest), `summary` and `scheduling_report` (numbers, targets, tables),
-`prediction` (the simulator's figures beside each run). Beside `fairness`: `fairness_trace` and
-`fairness_report`. Shared by both: `pipeline_run` (one trace through fresh topics and processes).
-Beside the others: `latency_report`, `throughput_report`, `replay_rate`. Shared: `kafka` (the
-broker, the reply-topic reader), `machine` (what ran it, and the one renderer: every bench's header
-line, its markdown tables, its result files), `cpu`, `procs`, `topicio`; `load` posts a trace with
-`inferq loadgen`'s pacer and sender. Processes the benchmarks start: `recorder`, `bareloop`, `probe`.
+Shared: `scenarios` (the scheduling and fairness traces, from `infra/scenarios/bench/*.toml`),
+`pipeline_run` (one trace posted through fresh topics and processes), `summary` (per-tier figures),
+`kafka` (the broker, fresh topics, reading and loading topics), `procs` (the processes a bench
+starts beside a pipeline), `cpu` (CPU seconds over a window), `machine` (what ran it, and the one
+renderer: every bench's header line, its tables, its result files). Processes the benches start:
+`recorder`, `bareloop`, `probe` (`inferq bench recorder|bareloop|probe-dispatcher`).
 
-Benchmarks write results to files (`bench-results/*.json`, `*.md`); they are never timed assertions
-in tests. The pure parts (the trace, statistics, utilization replay, the reports) are separate
-modules so they can be unit-tested without a broker.
+Benchmarks are never timed assertions in tests; the pure parts (traces, statistics, reports) are
+unit-tested without a broker.
 """

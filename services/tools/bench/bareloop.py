@@ -8,9 +8,7 @@ dispatcher's guarantees: offsets are auto-committed whether or not the result wa
 no scheduling, no deadline, no retry, no dead letter. It stops after `count` results are acknowledged.
 
 `blast`: the backend alone: `concurrency` aiohttp callers posting the same chat body back to back,
-`count` calls in all. Its rate is the ceiling every consumer of that backend is under. With
-`--client httpx`, the same through httpx configured as the dispatcher configures it: the ceiling of
-the dispatcher's HTTP client at that concurrency.
+`count` calls in all. Its rate is the ceiling every consumer of that backend is under.
 
 Each writes a JSON summary to `--summary`.
 """
@@ -21,13 +19,10 @@ import argparse
 import asyncio
 import json
 import time
-from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-import httpx
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from inferq.messaging.codec import request_codec, result_codec
@@ -54,6 +49,16 @@ class Summary:
         if self.first_ns is None or self.last_ns is None or self.last_ns <= self.first_ns:
             return None
         return (self.done - 1) / ((self.last_ns - self.first_ns) / 1e9)
+
+    def answered(self, ok: bool) -> None:
+        """One answer: an error, or one more done (the first and last instants kept)."""
+        if not ok:
+            self.errors += 1
+            return
+        self.done += 1
+        self.last_ns = time.time_ns()
+        if self.first_ns is None:
+            self.first_ns = self.last_ns
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps({**asdict(self), "rate_per_s": self.rate_per_s}), encoding="utf-8")
@@ -89,13 +94,7 @@ async def loop(
 
     def on_delivery(err: KafkaError | None, _msg: Message) -> None:
         # Called from producer.poll() on the event loop's thread (the workers poll), or from flush().
-        if err is not None:
-            summary.errors += 1
-            return
-        summary.done += 1
-        summary.last_ns = time.time_ns()
-        if summary.first_ns is None:
-            summary.first_ns = summary.last_ns
+        summary.answered(err is None)
         if summary.done >= count:
             all_acked.set()
 
@@ -167,56 +166,28 @@ async def loop(
     return summary
 
 
-async def blast(*, backend_url: str, concurrency: int, count: int, timeout_s: float, client: str) -> Summary:
-    """`count` calls by `concurrency` callers back to back; the backend's rate with no Kafka at all.
-
-    `client` "aiohttp" measures the backend; "httpx" the same calls through the dispatcher's HTTP
-    client, configured as `services/dispatcher/backend.py` configures it (one pool of `concurrency`
-    connections)."""
-    summary = Summary(f"blast-{client}", count, 0, 0, None, None)
+async def blast(*, backend_url: str, concurrency: int, count: int, timeout_s: float) -> Summary:
+    """`count` calls by `concurrency` aiohttp callers back to back; the backend's rate with no Kafka."""
+    summary = Summary("blast-aiohttp", count, 0, 0, None, None)
     remaining = count
     url = f"{backend_url}/chat/completions"
 
-    def answered(ok: bool) -> None:
-        if not ok:
-            summary.errors += 1
-            return
-        summary.done += 1
-        summary.last_ns = time.time_ns()
-        if summary.first_ns is None:
-            summary.first_ns = summary.last_ns
-
-    async def with_aiohttp(session: aiohttp.ClientSession) -> None:
+    async def caller(session: aiohttp.ClientSession) -> None:
         nonlocal remaining
         while remaining > 0:
             remaining -= 1
             async with session.post(url, json=BLAST_BODY) as response:
                 await response.read()
-            answered(response.status == 200)
+            summary.answered(response.status == 200)
 
-    async def with_httpx(http: httpx.AsyncClient) -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
-            response = await http.post(url, json=BLAST_BODY)
-            answered(response.status_code == 200)
-
-    async def callers(make: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        tasks = [asyncio.create_task(make()) for _ in range(concurrency)]
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        tasks = [asyncio.create_task(caller(session)) for _ in range(concurrency)]
         _, pending = await asyncio.wait(tasks, timeout=timeout_s)
         for task in pending:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-    if client == "httpx":
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        async with httpx.AsyncClient(limits=limits, timeout=HTTP_TIMEOUT_S) as http:
-            await callers(lambda: with_httpx(http))
-    else:
-        connector = aiohttp.TCPConnector(limit=concurrency)
-        timeout = aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            await callers(lambda: with_aiohttp(session))
     return summary
 
 
@@ -232,7 +203,6 @@ def run(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency,
                 count=args.count,
                 timeout_s=args.timeout,
-                client=args.client,
             )
         )
     else:

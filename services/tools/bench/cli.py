@@ -5,17 +5,21 @@ tokens`: benchmarks that write results to files (bench-results/); `recorder`, `b
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 DEFAULT_OUT = Path("bench-results")
 DEFAULT_HOME = Path(".inferq/bench")
+T = TypeVar("T")
 
 
 # An option: its flag, its type (bool: a switch; None: a string; a dict: add_argument's own
-# arguments), its default, its help. COMMON marks where --out and --home go (at the end if absent).
-Option = tuple[str, Any, Any, str]
+# arguments), its default, its help, and optionally the name it is parsed to: the field of the
+# bench's spec (or the keyword of its run) it sets. COMMON marks where --out and --home go (at the
+# end if absent).
+Option = tuple[str, Any, Any, str] | tuple[str, Any, Any, str, str]
 COMMON = None
 
 
@@ -32,13 +36,17 @@ def _bench(
         if option is None:
             _common(parser)
             continue
-        flag, kind, default, help_ = option
+        flag, kind, default, help_, *dest = option
+        # Parsed to the spec's name, shown by the flag's (as argparse would show it without `dest`).
+        named: dict[str, Any] = (
+            {"dest": dest[0], "metavar": flag[2:].upper().replace("-", "_")} if dest else {}
+        )
         if kind is bool:
-            parser.add_argument(flag, action="store_true", help=help_)
+            parser.add_argument(flag, action="store_true", help=help_, **named)
         elif isinstance(kind, dict):
-            parser.add_argument(flag, help=help_, **kind)
+            parser.add_argument(flag, help=help_, **(named | kind))
         else:
-            parser.add_argument(flag, type=kind, default=default, help=help_)
+            parser.add_argument(flag, type=kind, default=default, help=help_, **named)
     parser.set_defaults(func=func)
     return parser
 
@@ -47,7 +55,13 @@ def _trace_options(*, compress: float, duration_s: float, seed: int, budget: int
     """The options of a bench that replays a compressed trace through the real pipeline."""
     return [
         ("--compress", float, compress, f"time compression S (default {compress:g})"),
-        ("--duration", float, duration_s, f"wall-clock seconds of arrivals (default {duration_s:g})"),
+        (
+            "--duration",
+            float,
+            duration_s,
+            f"wall-clock seconds of arrivals (default {duration_s:g})",
+            "duration_s",
+        ),
         ("--seed", int, seed, f"seed of the arrival trace (default {seed})"),
         ("--budget", int, budget, f"the backend's concurrency limit B (default {budget})"),
         ("--timeout", float, None, "bound of the wait for every outcome, per run"),
@@ -59,12 +73,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("bench", help="benchmarks: results go to bench-results/")
     kinds = parser.add_subparsers(dest="bench", required=True)
 
-    from inferq.tools.bench.fairness_trace import FairnessSpec
-    from inferq.tools.bench.scheduling_trace import TraceSpec
+    from inferq.tools.bench.scenarios import FairnessSpec, TraceSpec
     from inferq.tools.bench.takeover import TakeoverSpec
     from inferq.tools.chaos.cluster_faults import CaseSpec, Fault
 
-    d = TraceSpec()
+    d = TraceSpec.from_file()
     _bench(
         kinds,
         "scheduling",
@@ -86,7 +99,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         _memory,
         ("--records", int, 1_000_000, "LOW requests produced (default 1,000,000)"),
         ("--seconds", float, 30.0, "how long each dispatcher is sampled (default 30)"),
-        ("--interval", float, 0.5, "seconds between RSS samples (default 0.5)"),
+        ("--interval", float, 0.5, "seconds between RSS samples (default 0.5)", "interval_s"),
         ("--budget", int, 2, "the dispatcher's budget (default 2)"),
         ("--speed", float, 0.5, "simulated backend speed (default 0.5: slow)"),
     )
@@ -110,6 +123,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             {"type": int, "default": None, "metavar": "N"},
             None,
             "A's max_concurrency (default none: the budget)",
+            "a_max_concurrency",
         ),
     )
     _bench(
@@ -117,15 +131,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "latency",
         "latency added between ingest's 202 and the backend, with free slots, at 200/s",
         _latency,
-        ("--rate", float, 200.0, "HIGH requests per second (default 200)"),
-        ("--duration", float, 25.0, "measured seconds per run (default 25)"),
-        ("--warmup", float, 3.0, "seconds sent first, not counted (default 3)"),
+        ("--rate", float, 200.0, "HIGH requests per second (default 200)", "rate_per_s"),
+        ("--duration", float, 25.0, "measured seconds per run (default 25)", "duration_s"),
+        ("--warmup", float, 3.0, "seconds sent first, not counted (default 3)", "warmup_s"),
         ("--budget", int, 100, "the dispatcher's budget (default 100)"),
         ("--backend-latency-ms", float, 5.0, "the recording backend's latency (default 5)"),
         ("--runs", int, 3, "runs; medians are quoted (default 3)"),
         (
             "--no-probe",
-            bool,
+            {"action": "store_false", "dest": "probe"},
             None,
             "run the plain dispatcher: no fetch stamps, produce→dispatch reported as one step",
         ),
@@ -136,9 +150,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "chat completions direct vs through inferq: added latency and first-chunk delay",
         _delivery,
         COMMON,
-        ("--rate", float, 200.0, "calls per second (default 200)"),
-        ("--duration", float, 20.0, "seconds counted per phase (default 20)"),
-        ("--warmup", float, 3.0, "seconds sent first, not counted (default 3)"),
+        ("--rate", float, 200.0, "calls per second (default 200)", "rate_per_s"),
+        ("--duration", float, 20.0, "seconds counted per phase (default 20)", "duration_s"),
+        ("--warmup", float, 3.0, "seconds sent first, not counted (default 3)", "warmup_s"),
         ("--backend-latency-ms", float, 100.0, "the simulator's latency (default 100)"),
         ("--chunk-linger-ms", float, None, "INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS (default: its own)"),
     )
@@ -171,7 +185,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
         (
             "--no-tracing",
-            bool,
+            {"action": "store_false", "dest": "tracing"},
             None,
             "leave out the single dispatcher with tracing on (100%% sampled, OTLP to a local receiver)",
         ),
@@ -192,11 +206,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         _cluster_chaos,
         ("--runs", int, 3, "runs of each case; medians are quoted (default 3)"),
         ("--cases", None, ",".join(Fault), f"comma-separated, in order (default {','.join(Fault)})"),
-        ("--warmup", float, c.warmup_s, f"seconds before the fault ({c.warmup_s:g})"),
-        ("--down", float, c.down_s, f"seconds a killed node stays down ({c.down_s:g})"),
-        ("--after", float, c.after_s, f"seconds of traffic after ({c.after_s:g})"),
+        ("--warmup", float, c.warmup_s, f"seconds before the fault ({c.warmup_s:g})", "warmup_s"),
+        ("--down", float, c.down_s, f"seconds a killed node stays down ({c.down_s:g})", "down_s"),
+        ("--after", float, c.after_s, f"seconds of traffic after ({c.after_s:g})", "after_s"),
         ("--threads", int, c.threads, f"submitters ({c.threads})"),
-        ("--interval", float, c.interval_s, f"each submitter's pause in s ({c.interval_s:g})"),
+        ("--interval", float, c.interval_s, f"each submitter's pause in s ({c.interval_s:g})", "interval_s"),
         ("--dispatchers", int, c.dispatchers, f"dispatchers ({c.dispatchers})"),
     )
     t = TakeoverSpec()
@@ -213,10 +227,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "comma-separated SESSION_MS/HEARTBEAT_MS pairs to measure, e.g. 2000/500,10000/3000 "
             "(default 2000/500, the dispatcher's own)",
         ),
-        ("--rate", float, t.rate_per_s, f"HIGH requests/s ({t.rate_per_s:g})"),
-        ("--soak", float, t.soak_s, f"seconds both live ({t.soak_s:g})"),
+        ("--rate", float, t.rate_per_s, f"HIGH requests/s ({t.rate_per_s:g})", "rate_per_s"),
+        ("--soak", float, t.soak_s, f"seconds both live ({t.soak_s:g})", "soak_s"),
         ("--pause-ms", int, t.pause_ms, f"the freeze during the soak, ms ({t.pause_ms})"),
-        ("--after", float, t.after_s, f"seconds after the kill ({t.after_s:g})"),
+        ("--after", float, t.after_s, f"seconds after the kill ({t.after_s:g})", "after_s"),
         ("--cluster", bool, None, "on a three-node cluster, not one broker"),
     )
     _bench(
@@ -232,14 +246,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "fallback",
         "the primary backend down for a period: failed, time to switch and back",
         _fallback,
-        ("--warm", float, 15.0, "seconds before the outage (default 15)"),
+        ("--warm", float, 15.0, "seconds before the outage (default 15)", "warm_s"),
         (
             "--outage",
             float,
             25.0,
             "seconds of the primary's outage (default 25: not a multiple of the breaker's 10 s pause)",
+            "outage_s",
         ),
-        ("--after", float, 30.0, "seconds after it (default 30)"),
+        ("--after", float, 30.0, "seconds after it (default 30)", "after_s"),
         ("--breaker-open", float, None, "INFERQ_DISPATCHER_BREAKER_OPEN_S (default its default)"),
     )
     _register_helpers(kinds)
@@ -248,7 +263,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _tokens(args: argparse.Namespace) -> int:
     from inferq.tools.bench import tokens
 
-    return tokens.run(out=args.out, home=args.home.resolve(), tpm=args.tpm, minutes=args.minutes)
+    return tokens.run(**_where(args), tpm=args.tpm, minutes=args.minutes)
 
 
 def _fallback(args: argparse.Namespace) -> int:
@@ -256,26 +271,14 @@ def _fallback(args: argparse.Namespace) -> int:
 
     breaker = {} if args.breaker_open is None else {"breaker_open_s": args.breaker_open}
     return fallback.run(
-        out=args.out,
-        home=args.home.resolve(),
-        warm_s=args.warm,
-        outage_s=args.outage,
-        after_s=args.after,
-        breaker=breaker,
+        **_where(args), warm_s=args.warm_s, outage_s=args.outage_s, after_s=args.after_s, breaker=breaker
     )
 
 
 def _delivery(args: argparse.Namespace) -> int:
     from inferq.tools.bench import delivery
 
-    spec = delivery.DeliverySpec(
-        rate_per_s=args.rate,
-        duration_s=args.duration,
-        warmup_s=args.warmup,
-        backend_latency_ms=args.backend_latency_ms,
-        chunk_linger_ms=args.chunk_linger_ms,
-    )
-    return delivery.run(spec, out=args.out, home=args.home.resolve())
+    return delivery.run(_spec(delivery.DeliverySpec, args), **_where(args))
 
 
 def _register_helpers(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -305,14 +308,38 @@ def _register_helpers(kinds: argparse._SubParsersAction[argparse.ArgumentParser]
     bare.add_argument("--count", type=int, required=True, help="results (loop) or calls (blast) to make")
     bare.add_argument("--summary", type=Path, required=True, help="write the JSON summary here")
     bare.add_argument("--timeout", type=float, default=120.0, help="bound of the whole run in seconds")
-    bare.add_argument(
-        "--client", choices=["aiohttp", "httpx"], default="aiohttp", help="blast: the HTTP client (aiohttp)"
-    )
     bare.add_argument("--bootstrap", default="127.0.0.1:9092")
     bare.add_argument("--source-topic", default="")
     bare.add_argument("--result-topic", default="")
     bare.add_argument("--group", default="inferq-bareloop")
     bare.set_defaults(func=_bareloop)
+
+
+class Where(TypedDict):
+    """Where a bench writes its results (`out`) and keeps its broker and logs (`home`)."""
+
+    out: Path
+    home: Path
+
+
+def _where(args: argparse.Namespace) -> Where:
+    return {"out": args.out, "home": args.home.resolve()}
+
+
+def _fields(spec_type: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed options that are fields of `spec_type` (a dataclass), by name."""
+    names = {f.name for f in dataclasses.fields(spec_type)}
+    return {name: value for name, value in vars(args).items() if name in names}
+
+
+def _spec(spec_type: type[T], args: argparse.Namespace, **parsed: Any) -> T:
+    """`spec_type` from the options named as its fields; `parsed`: those the caller converted."""
+    return spec_type(**(_fields(spec_type, args) | parsed))
+
+
+def _listed(text: str, kind: Callable[[str], T]) -> list[T]:
+    """A comma-separated option's items, each converted by `kind` (its ValueError goes through)."""
+    return [kind(item.strip()) for item in text.split(",") if item.strip()]
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -327,91 +354,55 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _scheduling(args: argparse.Namespace) -> int:
     # Imported here: `inferq --help` must not load the Kafka clients.
     from inferq.tools.bench import scheduling
+    from inferq.tools.bench.scenarios import TraceSpec
     from inferq.tools.bench.scheduling_run import run_specs
-    from inferq.tools.bench.scheduling_trace import TraceSpec
 
-    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
-    unknown = [r for r in runs if r not in run_specs(args.budget)]
+    runs = _listed(args.runs, str)
+    known = run_specs(args.budget)
+    unknown = [r for r in runs if r not in known]
     if unknown or not runs:
-        known = ", ".join(run_specs(args.budget))
         raise SystemExit(
-            f"inferq bench scheduling: unknown run(s) {unknown or '(none)'}; choose from {known}"
+            f"inferq bench scheduling: unknown run(s) {unknown or '(none)'}; choose from {', '.join(known)}"
         )
-    spec = TraceSpec(seed=args.seed, duration_s=args.duration, compress=args.compress, briefs=args.briefs)
-    return scheduling.run(
-        spec, runs, budget=args.budget, out=args.out, home=args.home.resolve(), timeout_s=args.timeout
-    )
+    spec = TraceSpec.from_file(**_fields(TraceSpec, args))
+    return scheduling.run(spec, runs, budget=args.budget, timeout_s=args.timeout, **_where(args))
 
 
 def _fairness(args: argparse.Namespace) -> int:
     from inferq.tools.bench import fairness
-    from inferq.tools.bench.fairness_trace import FairnessSpec
+    from inferq.tools.bench.scenarios import FairnessSpec
 
     try:
-        spec = FairnessSpec(
-            seed=args.seed,
-            duration_s=args.duration,
-            compress=args.compress,
-            budget=args.budget,
-            flood=args.flood,
-            weight_a=args.weight_a,
-            weight_b=args.weight_b,
-            a_max_concurrency=args.cap_a,
-        )
+        spec = _spec(FairnessSpec, args)
     except ValueError as exc:
         raise SystemExit(f"inferq bench fairness: {exc}") from exc
-    return fairness.run(spec, out=args.out, home=args.home.resolve(), timeout_s=args.timeout)
+    return fairness.run(spec, timeout_s=args.timeout, **_where(args))
 
 
 def _memory(args: argparse.Namespace) -> int:
     from inferq.tools.bench import memory
 
-    return memory.run(
-        args.records,
-        budget=args.budget,
-        speed=args.speed,
-        seconds=args.seconds,
-        interval_s=args.interval,
-        out=args.out,
-        home=args.home.resolve(),
-    )
+    chosen = {name: getattr(args, name) for name in ("budget", "speed", "seconds", "interval_s")}
+    return memory.run(args.records, **chosen, **_where(args))
 
 
 def _latency(args: argparse.Namespace) -> int:
     from inferq.tools.bench import latency
 
-    spec = latency.LatencySpec(
-        rate_per_s=args.rate,
-        duration_s=args.duration,
-        warmup_s=args.warmup,
-        budget=args.budget,
-        backend_latency_ms=args.backend_latency_ms,
-        runs=args.runs,
-        probe=not args.no_probe,
-    )
-    return latency.run(spec, out=args.out, home=args.home.resolve())
+    return latency.run(_spec(latency.LatencySpec, args), **_where(args))
 
 
 def _throughput(args: argparse.Namespace) -> int:
     from inferq.tools.bench import throughput
 
-    sizes = [int(n) for n in args.dispatchers.split(",") if n.strip()]
+    sizes = _listed(args.dispatchers, int)
     if not sizes or min(sizes) < 1:
         raise SystemExit("inferq bench throughput: --dispatchers takes group sizes such as 1,2")
     env = dict(item.split("=", 1) for item in args.dispatcher_env if "=" in item)
     if len(env) != len(args.dispatcher_env):
         raise SystemExit("inferq bench throughput: --dispatcher-env takes NAME=VALUE")
-    spec = throughput.ThroughputSpec(
-        records=args.records,
-        budget=args.budget,
-        runs=args.runs,
-        group_sizes=tuple(sizes),
-        profile=args.profile,
-        dispatcher_env=env,
-        tracing=not args.no_tracing,
-        cluster=args.cluster,
-    )
-    return throughput.run(spec, out=args.out, home=args.home.resolve())
+    spec = _spec(throughput.ThroughputSpec, args, group_sizes=tuple(sizes), dispatcher_env=env)
+    return throughput.run(spec, **_where(args))
 
 
 def _recorder(args: argparse.Namespace) -> int:
@@ -435,7 +426,7 @@ def _bareloop(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from inferq.tools.bench import replay
 
-    return replay.run(args.records, runs=args.runs, out=args.out, home=args.home.resolve())
+    return replay.run(args.records, runs=args.runs, **_where(args))
 
 
 def _cluster_chaos(args: argparse.Namespace) -> int:
@@ -443,40 +434,21 @@ def _cluster_chaos(args: argparse.Namespace) -> int:
     from inferq.tools.chaos.cluster_faults import CaseSpec, Fault
 
     try:
-        faults = [Fault(name.strip()) for name in args.cases.split(",") if name.strip()]
+        faults = _listed(args.cases, Fault)
     except ValueError as exc:
         raise SystemExit(f"inferq bench cluster-chaos: {exc}; choose from {', '.join(Fault)}") from exc
     if not faults or args.runs < 1:
         raise SystemExit("inferq bench cluster-chaos: at least one case and one run")
-    spec = CaseSpec(
-        warmup_s=args.warmup,
-        down_s=args.down,
-        after_s=args.after,
-        threads=args.threads,
-        interval_s=args.interval,
-        dispatchers=args.dispatchers,
-    )
-    return cluster_chaos.run(spec, faults, runs=args.runs, out=args.out, home=args.home.resolve())
+    return cluster_chaos.run(_spec(CaseSpec, args), faults, runs=args.runs, **_where(args))
 
 
 def _takeover(args: argparse.Namespace) -> int:
     from inferq.tools.bench import takeover
 
     try:
-        settings = tuple(
-            takeover.SessionSetting.parse(s.strip()) for s in args.settings.split(",") if s.strip()
-        )
+        settings = tuple(_listed(args.settings, takeover.SessionSetting.parse))
     except ValueError as exc:
         raise SystemExit(f"inferq bench takeover: {exc}") from exc
     if not settings or args.runs < 1:
         raise SystemExit("inferq bench takeover: at least one setting and one run")
-    spec = takeover.TakeoverSpec(
-        runs=args.runs,
-        settings=settings,
-        rate_per_s=args.rate,
-        soak_s=args.soak,
-        pause_ms=args.pause_ms,
-        after_s=args.after,
-        cluster=args.cluster,
-    )
-    return takeover.run(spec, out=args.out, home=args.home.resolve())
+    return takeover.run(_spec(takeover.TakeoverSpec, args, settings=settings), **_where(args))

@@ -10,24 +10,18 @@ Results: ``bench-results/cluster-chaos.{json,md}``.
 
 from __future__ import annotations
 
-import statistics
 import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from inferq.tools.bench.kafka import CLUSTER_HEAP
 from inferq.tools.bench.machine import cell, header, publish, run_record, table
 from inferq.tools.broker.ephemeral import cluster_on_free_ports
 from inferq.tools.chaos.cluster_faults import CaseReport, CaseSpec, Fault, run_case
 from inferq.tools.chaos.figures import BASELINE_S, RECOVERED_SHARE, WINDOW_S
-
-HEAP = "512m"
-
-
-def _median(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
+from inferq.tools.measures import median
 
 
 def case_row(report: CaseReport) -> dict[str, Any]:
@@ -63,17 +57,17 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "runs": len(rows),
         "lost": sum(r["lost"] for r in rows),
         "caller_duplicates": sum(r["caller_duplicates"] for r in rows),
-        "absorbed_median": _median([float(r["absorbed_duplicates"]) for r in rows]),
-        "refused_median": _median([float(r["refused_total"]) for r in rows]),
-        "longest_run_median": _median([float(r["longest_refusal_run"]) for r in rows]),
-        "longest_run_s_median": _median([r["longest_refusal_run_s"] for r in rows]),
-        "recovered_s_median": _median([r["recovered_s"] for r in rows]),
+        "absorbed_median": median([float(r["absorbed_duplicates"]) for r in rows]),
+        "refused_median": median([float(r["refused_total"]) for r in rows]),
+        "longest_run_median": median([float(r["longest_refusal_run"]) for r in rows]),
+        "longest_run_s_median": median([r["longest_refusal_run_s"] for r in rows]),
+        "recovered_s_median": median([r["recovered_s"] for r in rows]),
         "recovered_s_max": max(
             (r["recovered_s"] for r in rows if r["recovered_s"] is not None), default=None
         ),
         "not_recovered": sum(1 for r in rows if r["recovered_s"] is None),
-        "longest_gap_s_median": _median([r["longest_gap_s"] for r in rows]),
-        "accepted_median": _median([float(r["accepted"]) for r in rows]),
+        "longest_gap_s_median": median([r["longest_gap_s"] for r in rows]),
+        "accepted_median": median([float(r["accepted"]) for r in rows]),
     }
 
 
@@ -82,7 +76,11 @@ def render(document: dict[str, Any]) -> str:
     lines = [
         "# Broker faults on a three-node cluster",
         "",
-        header(document, python=False, kafka=f", three combined broker+controller nodes ({HEAP} heap each)"),
+        header(
+            document,
+            python=False,
+            kafka=f", three combined broker+controller nodes ({CLUSTER_HEAP} heap each)",
+        ),
         "",
         f"Each case on a fresh pipeline (ingest, results, {spec['dispatchers']} dispatchers, simulated "
         f"backend at 10x speed), topics with replication factor 3 and min.insync.replicas=2. Traffic: "
@@ -134,7 +132,7 @@ def run(spec: CaseSpec, faults: list[Fault], *, runs: int, out: Path, home: Path
     started = time.monotonic()
     rows: list[dict[str, Any]] = []
     work = home / f"cluster-chaos-{uuid.uuid4().hex[:6]}"
-    with cluster_on_free_ports(home, nodes=3, heap=HEAP) as cluster:
+    with cluster_on_free_ports(home, nodes=3, heap=CLUSTER_HEAP) as cluster:
         log(f"cluster up at {cluster.bootstrap} in {time.monotonic() - started:.0f} s")
         for index in range(runs):
             for fault in faults:

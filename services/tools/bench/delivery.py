@@ -13,7 +13,6 @@ Writes `<out>/delivery.json` (every call) and `<out>/delivery.md`, and prints th
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -43,7 +42,7 @@ from inferq.tools.bench.delivery_report import (
     phase_table,
     targets,
 )
-from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.kafka import bench_broker, create_with_log_append_time, read_topic
 from inferq.tools.bench.machine import (
     TARGET_HEAD,
     cell,
@@ -52,14 +51,14 @@ from inferq.tools.bench.machine import (
     run_record,
     table,
 )
+from inferq.tools.bench.pipeline_run import open_loop
+from inferq.tools.bench.procs import SIM_MODELS
 from inferq.tools.bench.recorder import marked_content
-from inferq.tools.bench.topicio import create_with_log_append_time, read_topic
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.measures import Stats
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 
 MODEL = "inferq-fast"
-SIM_MODELS = ("inferq-fast", "inferq-accurate", "inferq-cheap")
 HTTP_TIMEOUT_S = 15.0
 # Ten times the calls in flight at 200/s (100 ms direct, 150-200 ms through inferq): a call never
 # waits for a connection. The client is aiohttp: httpx's pool re-scans itself on each request
@@ -131,19 +130,14 @@ async def send_phase(url: str, spec: DeliverySpec, tag: str, *, stream: bool, in
     connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS)
     timeout = aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as client:
-        start_ns = time.time_ns() + 100_000_000
-        tasks = []
-        for index in range(total):
-            due_ns = start_ns + int(index * 1e9 / spec.rate_per_s)
-            await asyncio.sleep(max(0.0, (due_ns - time.time_ns()) / 1e9))
-            body = {
-                "model": MODEL,
-                "messages": [{"role": "user", "content": marked_content(f"{tag}-{index:05d}")}],
-                "stream": stream,
-            }
-            tasks.append(asyncio.create_task(_call(client, url, body, headers, due_ns)))
-        calls = await asyncio.wait_for(asyncio.gather(*tasks), timeout=HTTP_TIMEOUT_S + 10.0)
-    return list(calls[first_counted:])
+
+        async def call(index: int, due_ns: int) -> Call:
+            content = marked_content(f"{tag}-{index:05d}")
+            body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "stream": stream}
+            return await _call(client, url, body, headers, due_ns)
+
+        calls = await open_loop(call, total, spec.rate_per_s, HTTP_TIMEOUT_S + 10.0)
+    return calls[first_counted:]
 
 
 def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:

@@ -1,6 +1,8 @@
 """`inferq bench fairness`: a steady tenant B alone, then with a tenant A flooding HIGH and LOW, on the
 same trace through the real pipeline with a tenants file (keys and weights); tables and targets.
 
+The trace is `infra/scenarios/bench/fairness.toml` with its rates set by the options (`scenarios`).
+
 Both runs go through `pipeline_run` (fresh topics and processes: simulated backend with limit B,
 results, one dispatcher, ingest, every service reading the same tenants file) with the scheduling
 bench's compressed settings (peak pinned). A's requests are posted by a process of their own, as
@@ -35,10 +37,10 @@ from inferq.tools.bench.fairness_report import (
     tenant_rows,
     tier_table,
 )
-from inferq.tools.bench.fairness_trace import TENANT_A, TENANT_B, FairnessSpec, describe
 from inferq.tools.bench.kafka import bench_broker
 from inferq.tools.bench.machine import header, publish, run_record, table
 from inferq.tools.bench.pipeline_run import BenchConfig, PipelineRun, raw_records, run_pipeline
+from inferq.tools.bench.scenarios import TENANT_A, TENANT_B, FairnessSpec, describe_fairness
 from inferq.tools.bench.scheduling_run import RunSpec, compressed_env
 from inferq.tools.bench.summary import TierRow, submit_stats
 from inferq.tools.measures import MeasuredRequest
@@ -145,7 +147,7 @@ def report(
     ]
     document = {
         **run_record("fairness", seconds),
-        "trace": describe(spec, trace),
+        "trace": describe_fairness(spec, trace),
         "tenants": [{"name": t, "weight_share": spec.weight_share(t)} for t in (TENANT_A, TENANT_B)],
         "b_rows": {name: [asdict(r) for r in rows] for name, rows in b_rows.items()},
         "a_rows": {name: [asdict(r) for r in rows] for name, rows in a_rows.items()},

@@ -17,12 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.machine import TARGET_HEAD, cell, table
+from inferq.tools.bench.machine import MISS, TARGET_HEAD, cell, table, verdict
 from inferq.tools.bench.summary import REFUSED, Submission, TierRow, tier_rows
 from inferq.tools.measures import MeasuredRequest, Stats, stats
 from inferq.tools.report.timeseries import tokens_in_use
 
-PASS, MISS = "PASS", "MISS"
 # Targets (issue 10): B's HIGH p95 wait with A present at most this much above B alone (ms of the
 # compressed run), and B's part of LOW while both wait within this fraction of its weight share.
 HIGH_P95_MARGIN_MS = 10.0
@@ -175,9 +174,7 @@ def high_p95_target(alone: TierRow, with_flood: TierRow) -> Target:
     if a is None or w is None:
         return Target(name, "-", "-", MISS)
     limit = a.p95 + HIGH_P95_MARGIN_MS
-    return Target(
-        name, f"{w.p95:.1f} ms (alone {a.p95:.1f})", f"<= {limit:.1f} ms", PASS if w.p95 <= limit else MISS
-    )
+    return Target(name, f"{w.p95:.1f} ms (alone {a.p95:.1f})", f"<= {limit:.1f} ms", verdict(w.p95 <= limit))
 
 
 def share_target(split: LowSplit, weight_share: float) -> Target:
@@ -187,15 +184,13 @@ def share_target(split: LowSplit, weight_share: float) -> Target:
     if split.share is None:
         return Target(name, "no brief started while both waited", threshold, MISS)
     measured = f"{100 * split.share:.1f}% ({split.counted[split.tenant]} of {split.total})"
-    return Target(name, measured, threshold, PASS if low <= split.share <= high else MISS)
+    return Target(name, measured, threshold, verdict(low <= split.share <= high))
 
 
 def lost_target(missing: Mapping[str, int]) -> Target:
     total = sum(missing.values())
     measured = ", ".join(f"{run} {n}" for run, n in missing.items())
-    return Target(
-        "nothing accepted is lost (accepted without an outcome)", measured, "0", PASS if not total else MISS
-    )
+    return Target("nothing accepted is lost (accepted without an outcome)", measured, "0", verdict(not total))
 
 
 def backend_target(max_in_flight: Mapping[str, int], refused: Mapping[str, int], budget: int) -> Target:
@@ -208,7 +203,7 @@ def backend_target(max_in_flight: Mapping[str, int], refused: Mapping[str, int],
         "backend concurrency never above the budget (its max, its 429s)",
         measured,
         f"<= {budget}, 0",
-        PASS if ok else MISS,
+        verdict(ok),
     )
 
 

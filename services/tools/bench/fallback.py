@@ -24,17 +24,14 @@ import httpx
 from confluent_kafka import Producer
 
 from inferq.dispatcher.backend_specs import BackendSpec
-from inferq.dispatcher.bootstrap import bootstrap
 from inferq.dispatcher.settings import DispatcherSettings
-from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import request_codec
-from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier
 from inferq.tools.bench.fallback_report import FallbackFigures, Sample, as_json, figures, markdown
-from inferq.tools.bench.kafka import ResultCollector, bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, publish
-from inferq.tools.bench.sim_process import sim_backend
+from inferq.tools.bench.kafka import ResultCollector, bench_broker, fresh_topics
+from inferq.tools.bench.machine import header, publish, run_record
+from inferq.tools.bench.procs import dispatcher_in_process, sim_backend
 from inferq.tools.broker.broker import pick_free_ports
 
 SCENARIO = {Tier.HIGH: "realtime_chat", Tier.MEDIUM: "emotion_analysis", Tier.LOW: "morning_brief"}
@@ -81,9 +78,8 @@ async def run_once(
     log_dir: Path,
     log: Callable[[str], None],
 ) -> tuple[FallbackFigures, list[Sample], str]:
-    prefix = f"bench.fallback-{uuid.uuid4().hex[:6]}"
-    kafka = KafkaSettings(bootstrap_servers=bootstrap_servers, topic_prefix=prefix)
-    create_topics(kafka)
+    kafka = fresh_topics(bootstrap_servers, "fallback")
+    prefix = kafka.topic_prefix
     producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
     codec = request_codec()
     sent: set[str] = set()
@@ -108,54 +104,42 @@ async def run_once(
                 f"{settings.breaker_failures} failures in a row or {settings.breaker_storm_429} 429s in "
                 f"{settings.breaker_storm_window_s:g} s open it; {settings.breaker_open_s:g} s to a probe"
             )
-            dispatcher = bootstrap(settings)
-            task = asyncio.create_task(dispatcher.run())
             end_s = warm_s + outage_s + after_s
-            async with httpx.AsyncClient(timeout=5.0) as client:
-                try:
-                    async with asyncio.timeout(60):
-                        while dispatcher.health()["assigned"] == 0:
-                            if task.done():
-                                task.result()
-                            await asyncio.sleep(0.1)
-                    start = time.monotonic()
-                    start_ms = int(time.time() * 1000)
-                    next_send = dict.fromkeys(Tier, 0.0)
-                    phase = "warm"
-                    refused_before = 0
-                    while (now := time.monotonic() - start) < end_s:
-                        if phase == "warm" and now >= warm_s:
-                            refused_before = await _answers(client, primary, "503")
-                            await client.post(f"{primary}/admin/faults", json={"outage": True})
-                            phase = "outage"
-                            log(f"outage of the primary at {now:.1f} s")
-                        elif phase == "outage" and now >= warm_s + outage_s:
-                            await client.post(f"{primary}/admin/faults", json={"outage": False})
-                            phase = "after"
-                            log(f"primary back at {now:.1f} s")
-                        now_ms = int(time.time() * 1000)
-                        for tier, rate in RATES.items():
-                            while next_send[tier] <= now:
-                                request = _request(tier, now_ms)
-                                producer.produce(
-                                    kafka.topics.requests(tier), codec.encode(request), key=request.key
-                                )
-                                sent.add(request.request_id)
-                                next_send[tier] += 1 / rate
-                        producer.poll(0)
-                        p, s = await asyncio.gather(_answers(client, primary), _answers(client, spare))
-                        samples.append(Sample(round(time.monotonic() - start, 3), p, s))
-                        await asyncio.sleep(SAMPLE_S)
-                    producer.flush(30)
-                    log(f"sent {len(sent)} requests over {end_s:g} s; waiting for their outcomes")
-                    results = await asyncio.to_thread(collector.wait_for, sent, 120.0)
+            async with dispatcher_in_process(settings), httpx.AsyncClient(timeout=5.0) as client:
+                start = time.monotonic()
+                start_ms = int(time.time() * 1000)
+                next_send = dict.fromkeys(Tier, 0.0)
+                phase = "warm"
+                refused_before = 0
+                while (now := time.monotonic() - start) < end_s:
+                    if phase == "warm" and now >= warm_s:
+                        refused_before = await _answers(client, primary, "503")
+                        await client.post(f"{primary}/admin/faults", json={"outage": True})
+                        phase = "outage"
+                        log(f"outage of the primary at {now:.1f} s")
+                    elif phase == "outage" and now >= warm_s + outage_s:
+                        await client.post(f"{primary}/admin/faults", json={"outage": False})
+                        phase = "after"
+                        log(f"primary back at {now:.1f} s")
+                    now_ms = int(time.time() * 1000)
+                    for tier, rate in RATES.items():
+                        while next_send[tier] <= now:
+                            request = _request(tier, now_ms)
+                            producer.produce(
+                                kafka.topics.requests(tier), codec.encode(request), key=request.key
+                            )
+                            sent.add(request.request_id)
+                            next_send[tier] += 1 / rate
+                    producer.poll(0)
                     p, s = await asyncio.gather(_answers(client, primary), _answers(client, spare))
                     samples.append(Sample(round(time.monotonic() - start, 3), p, s))
-                    refused = await _answers(client, primary, "503") - refused_before
-                finally:
-                    dispatcher.request_stop()
-                    async with asyncio.timeout(60):
-                        await task
+                    await asyncio.sleep(SAMPLE_S)
+                producer.flush(30)
+                log(f"sent {len(sent)} requests over {end_s:g} s; waiting for their outcomes")
+                results = await asyncio.to_thread(collector.wait_for, sent, 120.0)
+                p, s = await asyncio.gather(_answers(client, primary), _answers(client, spare))
+                samples.append(Sample(round(time.monotonic() - start, 3), p, s))
+                refused = await _answers(client, primary, "503") - refused_before
     finally:
         collector.stop()
     found = figures(
@@ -176,6 +160,7 @@ def run(
     def log(line: str) -> None:
         print(line, flush=True)
 
+    started = time.monotonic()
     with bench_broker(home, log) as servers:
         f, samples, described = asyncio.run(
             run_once(
@@ -188,13 +173,13 @@ def run(
                 log=log,
             )
         )
-    m = machine()
-    header = (
-        f"`{command_line('fallback')}`, {code_line(m)}; two simulated backends (speed 10, {BUDGET} calls "
-        f"each), budget {BUDGET}, every tier `default` then `spare`; chat 10/s, analyses 3/s, briefs 1/s; "
-        f"the primary healthy {warm_s:g} s, answering 503 for {outage_s:g} s, healthy {after_s:g} s."
+    context = {"warm_s": warm_s, "outage_s": outage_s, "after_s": after_s, "breaker": described}
+    document = run_record("fallback", time.monotonic() - started) | as_json(f, context, samples)
+    intro = (
+        f"Two simulated backends (speed 10, {BUDGET} calls each), budget {BUDGET}, every tier `default` "
+        f"then `spare`; chat 10/s, analyses 3/s, briefs 1/s; the primary healthy {warm_s:g} s, answering "
+        f"503 for {outage_s:g} s, healthy {after_s:g} s."
     )
-    context = {"machine": m, "warm_s": warm_s, "outage_s": outage_s, "after_s": after_s, "breaker": described}
-    document = as_json(f, context, samples)
-    publish(out, "fallback", document, markdown(f, header, described), indent=2, json_end="\n")
+    markdown_text = markdown(f, f"{header(document)}\n\n{intro}", described)
+    publish(out, "fallback", document, markdown_text, indent=2, json_end="\n")
     return 0

@@ -18,7 +18,7 @@ from typing import Any
 
 from inferq.messaging.records import InferenceResult, Status
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.machine import table
+from inferq.tools.bench.machine import table, verdict
 from inferq.tools.measures import percentile
 
 
@@ -126,7 +126,6 @@ def markdown(f: FallbackFigures, header: str, breaker: str) -> str:
         pair = f.chat_e2e_ms.get(phase)
         return "-" if pair is None else f"{pair[0]:.0f} / {pair[1]:.0f}"
 
-    verdict = "PASS" if f.failed == 0 else "MISS"
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(f.by_status.items()))
     return "\n".join(
         [
@@ -137,7 +136,8 @@ def markdown(f: FallbackFigures, header: str, breaker: str) -> str:
             "",
             *table("figure | measured"),
             f"| requests sent / outcomes | {f.sent} / {statuses}; {f.missing} without an outcome |",
-            f"| requests failed, EXPIRED apart (goal 0) | {f.failed} ({verdict}); EXPIRED {f.expired} |",
+            f"| requests failed, EXPIRED apart (goal 0) | {f.failed} ({verdict(f.failed == 0)}); "
+            f"EXPIRED {f.expired} |",
             f"| time to switch (outage begins -> the spare's first answer) | {seconds(f.switch_s)} |",
             f"| time to switch back (outage ends -> the primary's first answer) | "
             f"{seconds(f.first_back_s)} |",

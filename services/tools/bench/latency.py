@@ -13,7 +13,6 @@ Writes `<out>/latency.json` (every sample) and `<out>/latency.md`, and prints th
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -33,7 +32,7 @@ from inferq.messaging.errors import DecodeError
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.cpu import CpuWindow
-from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.kafka import RecordCounter, bench_broker, create_with_log_append_time, read_topic
 from inferq.tools.bench.latency_report import (
     HEADLINE,
     Dist,
@@ -56,11 +55,12 @@ from inferq.tools.bench.machine import (
     run_record,
     table,
 )
+from inferq.tools.bench.pipeline_run import open_loop
 from inferq.tools.bench.probe import record_key
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process
 from inferq.tools.bench.recorder import marked_content
-from inferq.tools.bench.topicio import RecordCounter, create_with_log_append_time, read_topic
 from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.measures import percentile
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 from inferq.tools.stack.process import ServiceProcess
 
@@ -130,13 +130,7 @@ async def send_steady(ingest_url: str, spec: LatencySpec, tag: str) -> list[Sent
                 status = None
             return Sent(index, request_id, due_ns, sent, time.time_ns(), status)
 
-        start_ns = time.time_ns() + 100_000_000
-        tasks = []
-        for index in range(total):
-            due_ns = start_ns + int(index * 1e9 / spec.rate_per_s)
-            await asyncio.sleep(max(0.0, (due_ns - time.time_ns()) / 1e9))
-            tasks.append(asyncio.create_task(post(index, due_ns)))
-        return list(await asyncio.wait_for(asyncio.gather(*tasks), timeout=HTTP_TIMEOUT_S + 5.0))
+        return await open_loop(post, total, spec.rate_per_s, HTTP_TIMEOUT_S + 5.0)
 
 
 def _wait_until(what: str, check: Callable[[], bool], timeout_s: float, log: Callable[[str], None]) -> None:
@@ -314,7 +308,7 @@ def _raw(
     append_time: bool,
     load_before: list[float],
 ) -> dict[str, Any]:
-    lags_ms = sorted((s.sent_ns - s.due_ns) / 1e6 for s in sent)
+    lags_ms = [(s.sent_ns - s.due_ns) / 1e6 for s in sent]
     by_status: dict[str, int] = {}
     for s in sent:
         by_status[str(s.status)] = by_status.get(str(s.status), 0) + 1
@@ -325,11 +319,7 @@ def _raw(
         "load_average_after_1m_5m": _load(),
         "sent": len(sent),
         "ingest_answers": by_status,
-        "client_send_lag_ms_p50_p99_max": [
-            lags_ms[len(lags_ms) // 2],
-            lags_ms[int(len(lags_ms) * 0.99)],
-            lags_ms[-1],
-        ],
+        "client_send_lag_ms_p50_p99_max": [percentile(lags_ms, 50), percentile(lags_ms, 99), max(lags_ms)],
         "results_by_status": statuses,
         "backend": backend,
         "log_append_time": append_time,

@@ -8,12 +8,11 @@ off either way; nanosecond ones (`*_ns`) are exact to the clock.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from inferq.tools.bench.machine import table
-from inferq.tools.measures import percentile
+from inferq.tools.bench.machine import table, verdict
+from inferq.tools.measures import median, percentile
 
 TARGET_P50_MS = 5.0
 TARGET_P99_MS = 25.0
@@ -222,15 +221,12 @@ def worst_seconds(seconds: Sequence[Second], n: int = 3) -> list[Second]:
     return sorted(sorted(seconds, key=lambda s: s.headline_max, reverse=True)[:n], key=lambda s: s.second)
 
 
-def verdict(value: float | None, limit: float) -> str:
-    if value is None:
-        return "n/a"
-    return "PASS" if value <= limit else "MISS"
+def within(value: float | None, limit: float) -> str:
+    return verdict(None if value is None else value <= limit)
 
 
 def median_of(runs: Sequence[Mapping[str, Dist | None]], step: str, field: str) -> float | None:
-    values = [getattr(d, field) for d in (r.get(step) for r in runs) if d is not None]
-    return statistics.median(values) if values else None
+    return median(getattr(d, field) for d in (r.get(step) for r in runs) if d is not None)
 
 
 def _cell(value: float | None) -> str:
@@ -245,32 +241,25 @@ def _pair(d: Dist | None) -> str:
 
 
 def steps_table(stats: Mapping[str, Dist | None]) -> str:
-    rows = [
-        *table("step | what | n | p50 ms | p90 ms | p99 ms | max ms"),
-    ]
+    rows = []
     for name, what, _ in STEPS:
         d = stats.get(name)
-        if d is None:
-            rows.append(f"| {name} | {what} | 0 | - | - | - | - |")
-        else:
-            cells = " | ".join(_cell(v) for v in (d.p50, d.p90, d.p99, d.max))
-            rows.append(f"| {name} | {what} | {d.count} | {cells} |")
-    return "\n".join(rows)
+        values = ["-"] * 4 if d is None else [_cell(v) for v in (d.p50, d.p90, d.p99, d.max)]
+        rows.append([name, what, 0 if d is None else d.count, *values])
+    return "\n".join(table("step | what | n | p50 ms | p90 ms | p99 ms | max ms", rows))
 
 
 def runs_table(runs: Sequence[Mapping[str, Dist | None]], labels: Sequence[str]) -> str:
     """Per run: the headline p50/p99 and the breakdown's p50s; then the median of the runs."""
     shown = [HEADLINE, "broker append → backend received", "append → consumed", "consumed → dispatched"]
     shown += ["dispatched → backend received"]
-    header = "| run | n | " + " | ".join(f"{s} p50 / p99 ms" for s in shown) + " |"
-    rows = [header, "|---|---|" + "---|" * len(shown)]
+    rows: list[list[object]] = []
     for label, run in zip(labels, runs, strict=True):
         head = run.get(HEADLINE)
-        cells = [_pair(run.get(s)) for s in shown]
-        rows.append(f"| {label} | {head.count if head else 0} | " + " | ".join(cells) + " |")
+        rows.append([label, head.count if head else 0, *(_pair(run.get(s)) for s in shown)])
     medians = [f"{_cell(median_of(runs, s, 'p50'))} / {_cell(median_of(runs, s, 'p99'))}" for s in shown]
-    rows.append("| **median of runs** | | " + " | ".join(medians) + " |")
-    return "\n".join(rows)
+    rows.append(["**median of runs**", "", *medians])
+    return "\n".join(table(["run", "n", *(f"{s} p50 / p99 ms" for s in shown)], rows))
 
 
 def target_rows(runs: Sequence[Mapping[str, Dist | None]]) -> list[tuple[str, float | None, float, str]]:
@@ -278,6 +267,6 @@ def target_rows(runs: Sequence[Mapping[str, Dist | None]]) -> list[tuple[str, fl
     p50 = median_of(runs, HEADLINE, "p50")
     p99 = median_of(runs, HEADLINE, "p99")
     return [
-        ("added latency p50 (median of runs)", p50, TARGET_P50_MS, verdict(p50, TARGET_P50_MS)),
-        ("added latency p99 (median of runs)", p99, TARGET_P99_MS, verdict(p99, TARGET_P99_MS)),
+        ("added latency p50 (median of runs)", p50, TARGET_P50_MS, within(p50, TARGET_P50_MS)),
+        ("added latency p99 (median of runs)", p99, TARGET_P99_MS, within(p99, TARGET_P99_MS)),
     ]

@@ -96,6 +96,12 @@ def table(head: str | Sequence[str], rows: Iterable[Sequence[object]] = ()) -> l
 
 
 TARGET_HEAD = ("target", "measured", "threshold", "verdict")
+PASS, MISS, NA = "PASS", "MISS", "n/a"
+
+
+def verdict(ok: bool | None) -> str:
+    """A target's verdict cell: PASS, MISS, or n/a when there was nothing to judge (None)."""
+    return NA if ok is None else PASS if ok else MISS
 
 
 def publish(

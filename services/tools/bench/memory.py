@@ -20,11 +20,10 @@ import httpx
 from inferq.messaging.admin import create_topics
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.kafka import bench_broker, group_lag
-from inferq.tools.bench.machine import header, publish, run_record, table
-from inferq.tools.bench.topicio import brief_requests, bulk_produce
+from inferq.tools.bench.kafka import bench_broker, brief_requests, bulk_produce, group_lag
+from inferq.tools.bench.machine import header, publish, run_record, table, verdict
+from inferq.tools.bench.procs import dispatcher_env, dispatcher_process, sim_backend
 from inferq.tools.broker.broker import pick_free_ports
-from inferq.tools.stack.process import ServiceProcess
 
 TARGET_MB = 150.0
 
@@ -69,19 +68,15 @@ def sample_dispatcher(
     work_dir: Path,
 ) -> Sampled:
     port = pick_free_ports(1)[0]
-    group = f"{prefix}-dispatcher"
-    env = {
-        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-        "INFERQ_TOPIC_PREFIX": prefix,
-        "INFERQ_DISPATCHER_BACKEND_URL": f"{backend_url}/v1",
-        "INFERQ_BUDGET": str(budget),
-        "INFERQ_DISPATCHER_GROUP_ID": group,
-        "INFERQ_DISPATCHER_ID": f"{label}-d0",
-        "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
-    }
-    proc = ServiceProcess(
-        f"dispatcher-{label}", ["dispatcher", "--port", str(port)], work_dir / f"{label}.log", env
+    env = dispatcher_env(
+        bootstrap=bootstrap,
+        prefix=prefix,
+        backend_url=f"{backend_url}/v1",
+        budget=budget,
+        dispatcher_id=f"{label}-d0",
+        extra={"INFERQ_DISPATCHER_SCHEDULE_PIN": "peak"},
     )
+    proc = dispatcher_process(f"dispatcher-{label}", port, env, work_dir)
     samples: list[float] = []
     assigned_at: float | None = None
     health: dict[str, Any] = {}
@@ -106,7 +101,7 @@ def sample_dispatcher(
                 time.sleep(max(0.0, next_at - time.monotonic()))
         topics = KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix).topics
         low = next(spec for spec in topics.specs() if spec.name == topics.requests(Tier.LOW))
-        lag = group_lag(bootstrap, group, low.name, low.partitions)
+        lag = group_lag(bootstrap, env["INFERQ_DISPATCHER_GROUP_ID"], low.name, low.partitions)
     finally:
         proc.stop()
     return Sampled(label, samples, assigned_at, health, lag)
@@ -123,16 +118,8 @@ def run(
         prefixes = {"baseline": f"bench.mem-empty-{tag}", "loaded": f"bench.mem-{tag}"}
         for prefix in prefixes.values():
             create_topics(KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix))
-        backend_port = pick_free_ports(1)[0]
-        backend = ServiceProcess(
-            "sim-backend",
-            ["sim-backend", "--port", str(backend_port), "--limit", str(budget), "--speed", f"{speed:g}"],
-            work_dir / "sim-backend.log",
-        )
-        backend.start()
-        backend_url = f"http://127.0.0.1:{backend_port}"
-        try:
-            backend.wait_http_ready(f"{backend_url}/healthz", 60.0)
+        args = ("--limit", str(budget), "--speed", f"{speed:g}")
+        with sim_backend(work_dir / "sim-backend.log", *args) as backend_url:
             log(f"baseline: dispatcher on empty topics, sampled every {interval_s:g} s for {seconds:g} s")
             baseline = sample_dispatcher(
                 "baseline",
@@ -161,8 +148,6 @@ def run(
                 interval_s=interval_s,
                 work_dir=work_dir,
             )
-        finally:
-            backend.stop()
     took = time.monotonic() - started
     document = {
         **run_record("memory", took),
@@ -194,7 +179,7 @@ def run(
 
 
 def render(document: dict[str, Any], baseline: Sampled, loaded: Sampled) -> str:
-    verdict = "PASS" if loaded.max_mb < TARGET_MB else "MISS"
+    passed = verdict(loaded.max_mb < TARGET_MB)
     rows = []
     for s in (baseline, loaded):
         held = s.health_at_end.get("held_by_tier", {})
@@ -221,7 +206,7 @@ def render(document: dict[str, Any], baseline: Sampled, loaded: Sampled) -> str:
             ),
             *rows,
             "",
-            f"Target: max RSS with the backlog < {TARGET_MB:.0f} MB: **{verdict}** ({loaded.max_mb:.1f} MB; "
+            f"Target: max RSS with the backlog < {TARGET_MB:.0f} MB: **{passed}** ({loaded.max_mb:.1f} MB; "
             f"{loaded.max_mb - baseline.max_mb:+.1f} MB over the empty baseline).",
             "",
         ]

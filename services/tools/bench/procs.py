@@ -1,13 +1,63 @@
-"""Processes of the latency and throughput benchmarks: dispatchers (probed or not), helpers, their waits."""
+"""Processes the benchmarks start beside (or instead of) a whole `Pipeline`: the simulated backend,
+dispatchers (probed or not), and their waits."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 
+from inferq.dispatcher.bootstrap import Dispatcher, bootstrap
+from inferq.dispatcher.settings import DispatcherSettings
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.stack.process import ServiceProcess
+
+SIM_MODELS = ("inferq-fast", "inferq-accurate", "inferq-cheap")
+
+
+@contextlib.contextmanager
+def sim_backend(log_file: Path, *args: str, ready_s: float = 60.0) -> Iterator[str]:
+    """`inferq sim-backend` with `args` on a free port, logging to `log_file`; yields its base URL
+    once it answers, and stops it when the block ends."""
+    (port,) = pick_free_ports(1)
+    sim = ServiceProcess(log_file.stem, ["sim-backend", "--port", str(port), *args], log_file)
+    sim.start()
+    try:
+        sim.wait_http_ready(f"http://127.0.0.1:{port}/healthz", ready_s)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        sim.stop()
+
+
+@contextlib.asynccontextmanager
+async def dispatcher_in_process(
+    settings: DispatcherSettings, *, ready_s: float = 60.0
+) -> AsyncIterator[Dispatcher]:
+    """A dispatcher built by its own composition root and run on this event loop, yielded once it
+    owns partitions; asked to stop, and awaited (bounded), when the block ends."""
+    dispatcher = bootstrap(settings)
+    task = asyncio.create_task(dispatcher.run())
+    try:
+        async with asyncio.timeout(ready_s):
+            while dispatcher.health()["assigned"] == 0:
+                if task.done():
+                    task.result()  # it failed to start: its error, not a timeout
+                await asyncio.sleep(0.1)
+        yield dispatcher
+    finally:
+        dispatcher.request_stop()
+        async with asyncio.timeout(60):
+            await task
+
+
+def every_model_latency(seconds: float) -> list[str]:
+    """`inferq sim-backend` options giving every model the same latency."""
+    return [arg for model in SIM_MODELS for arg in ("--latency", f"{model}={seconds:g}")]
 
 
 def dispatcher_env(
@@ -64,11 +114,50 @@ def health(url: str) -> dict[str, object]:
     return answer
 
 
-def wait_group_stable(
-    procs: list[ServiceProcess], urls: list[str], partitions: int, timeout_s: float
+def dispatcher_group(
+    kafka: KafkaSettings,
+    backend_url: str,
+    size: int,
+    *,
+    budget: int,
+    extra: dict[str, str],
+    log_dir: Path,
+    profile: Path | None = None,
+) -> tuple[list[ServiceProcess], list[str]]:
+    """`size` members of one dispatcher group on `kafka`'s topics (ids `<prefix>-d<i>`, logs in
+    `log_dir/<prefix>`), not started, and their base URLs; with `profile`, the first under cProfile."""
+    prefix = kafka.topic_prefix
+    ports = pick_free_ports(size)
+    procs = [
+        dispatcher_process(
+            f"dispatcher-{i}",
+            port,
+            dispatcher_env(
+                bootstrap=kafka.bootstrap_servers,
+                prefix=prefix,
+                backend_url=f"{backend_url}/v1",
+                budget=budget,
+                dispatcher_id=f"{prefix}-d{i}",
+                extra=extra,
+            ),
+            log_dir / prefix,
+            profile=profile if i == 0 else None,
+        )
+        for i, port in enumerate(ports)
+    ]
+    return procs, [f"http://127.0.0.1:{port}" for port in ports]
+
+
+def start_group(
+    procs: list[ServiceProcess], urls: list[str], kafka: KafkaSettings, timeout_s: float = 120.0
 ) -> float:
-    """Wait until the members own all `partitions` between them, each at least one: a rebalance in the
-    middle of a throughput run would measure the group protocol, not the dispatcher. Returns seconds."""
+    """Start the members and wait until they own every request partition of `kafka`'s topics between
+    them, each at least one: a rebalance in the middle of a measurement would measure the group
+    protocol, not the dispatcher. Returns the seconds it took."""
+    topics = kafka.topics
+    partitions = sum(s.partitions for s in topics.specs() if s.name in [*topics.all_requests, topics.retry])
+    for proc in procs:
+        proc.start()
     started = time.monotonic()
     owned: list[int] = []
     while time.monotonic() - started < timeout_s:

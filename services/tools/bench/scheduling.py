@@ -1,7 +1,10 @@
 """`inferq bench scheduling`: every policy on the same compressed evening peak; tables and targets.
 
-Writes `<out>/scheduling.json` (every number, the trace, the machine) and `<out>/scheduling.md`
-(the tables with a PASS/MISS column per target), and prints the markdown.
+The trace is `infra/scenarios/bench/scheduling.toml` rescaled to the options (`scenarios`),
+generated once by the one trace generator, then replayed identically for every policy
+(`scheduling_run`), each beside the simulator's prediction. Writes `<out>/scheduling.json` (every
+number, the trace, the machine) and `<out>/scheduling.md` (the tables with a PASS/MISS column per
+target), and prints the markdown.
 """
 
 from __future__ import annotations
@@ -15,21 +18,20 @@ from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 from inferq.tools.bench.kafka import bench_broker
 from inferq.tools.bench.machine import header, publish, run_record
 from inferq.tools.bench.pipeline_run import BenchConfig
-from inferq.tools.bench.prediction import (
+from inferq.tools.bench.scenarios import TraceSpec, describe_scheduling
+from inferq.tools.bench.scheduling_report import (
     TOLERANCE_MS,
-    Prediction,
     comparison_table,
+    evaluate,
     makespan_table,
-    predict,
     prediction_targets,
+    run_table,
+    target_table,
+    tier_table,
 )
-from inferq.tools.bench.scheduling_report import evaluate, run_table, target_table, tier_table
-from inferq.tools.bench.scheduling_run import run_one, run_specs
-from inferq.tools.bench.scheduling_trace import TraceSpec, describe
+from inferq.tools.bench.scheduling_run import Prediction, predict, run_one, run_specs
 from inferq.tools.bench.summary import RunSummary
 from inferq.tools.traces.generator import generate
-
-RUN_ORDER = ("inferq", "inferq-lifted", "forecast", "static", "fifo")
 
 
 def default_timeout_s(spec: TraceSpec) -> float:
@@ -69,7 +71,7 @@ def run(
     took = time.monotonic() - started
     document = {
         **run_record("scheduling", took),
-        "trace": describe(spec, trace),
+        "trace": describe_scheduling(spec, trace),
         "budget": budget,
         "runs": [asdict(s) | {"starved": s.starved()} for s in summaries.values()],
         "predictions": [asdict(p) for p in predictions.values()],

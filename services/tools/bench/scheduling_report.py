@@ -1,4 +1,5 @@
-"""The scheduling targets (BENCHMARKS.md) checked against the runs, and the markdown tables (pure)."""
+"""The scheduling targets (BENCHMARKS.md) checked against the runs and against the simulator's
+prediction of each, and the markdown tables (pure)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from dataclasses import dataclass
 from functools import partial
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.machine import cell, table
+from inferq.tools.bench.machine import NA, cell, table, verdict
+from inferq.tools.bench.scheduling_run import Prediction
 from inferq.tools.bench.summary import RunSummary
 from inferq.tools.measures import Stats
 
-PASS, MISS, NA = "PASS", "MISS", "n/a"
+TOLERANCE_MS = 30.0  # real - simulated mean wait allowed of HIGH and MEDIUM
+TARGET_TIERS = (Tier.HIGH, Tier.MEDIUM)
 
 
 @dataclass(frozen=True)
@@ -27,10 +30,6 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def _verdict(ok: bool) -> str:
-    return PASS if ok else MISS
-
-
 def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
     """One row per target; a target whose runs were not part of this invocation is n/a."""
     targets: list[Target] = []
@@ -40,7 +39,7 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
             targets.append(Target(name, run, "-", "-", NA))
             return
         measured, threshold, ok = check()
-        targets.append(Target(name, run, measured, threshold, _verdict(ok)))
+        targets.append(Target(name, run, measured, threshold, verdict(ok)))
 
     def high_wait(field: str, limit_ms: float) -> tuple[str, str, bool]:
         wait = runs["inferq"].tier(Tier.HIGH).wait_ms
@@ -209,3 +208,82 @@ def run_table(runs: Mapping[str, RunSummary]) -> str:
 def target_table(targets: list[Target]) -> str:
     rows = [(t.name, t.run, t.measured, t.threshold, t.verdict) for t in targets]
     return "\n".join(table(("target", "run", "measured", "threshold", "verdict"), rows))
+
+
+# -- comparison with the real runs ------------------------------------------------------------
+def _field(s: Stats | None, name: str) -> float | None:
+    return None if s is None else float(getattr(s, name))
+
+
+def wait_gap_ms(real: RunSummary, predicted: Prediction, tier: Tier) -> float | None:
+    """Real - simulated mean queue wait of `tier` (dispatched requests), in ms."""
+    ours, sim = real.tier(tier).wait_ms, predicted.tier(tier).wait_ms
+    return None if ours is None or sim is None else ours.mean - sim.mean
+
+
+def _outcomes(by_status: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in by_status.items()) or "-"
+
+
+def comparison_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> str:
+    head = (
+        "run | tier | outcomes real | outcomes sim | wait mean real | sim | real - sim "
+        "| wait p95 real | sim | e2e mean real | sim | e2e p95 real | sim"
+    )
+    rows: list[list[str]] = []
+    for name, run in runs.items():
+        predicted = predictions.get(name)
+        if predicted is None:
+            continue
+        for row in run.tiers:
+            sim = predicted.tier(row.tier)
+            cells = [
+                name,
+                row.tier.value,
+                _outcomes(row.by_status),
+                _outcomes(sim.by_status),
+                cell(_field(row.wait_ms, "mean")),
+                cell(_field(sim.wait_ms, "mean")),
+                cell(wait_gap_ms(run, predicted, row.tier), "+.1f"),
+                cell(_field(row.wait_ms, "p95")),
+                cell(_field(sim.wait_ms, "p95")),
+                cell(_field(row.end_to_end_ms, "mean")),
+                cell(_field(sim.end_to_end_ms, "mean")),
+                cell(_field(row.end_to_end_ms, "p95")),
+                cell(_field(sim.end_to_end_ms, "p95")),
+            ]
+            rows.append(cells)
+    return "\n".join(table(head, rows))
+
+
+def makespan_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> str:
+    rows: list[list[str]] = []
+    for name, run in runs.items():
+        predicted = predictions.get(name)
+        if predicted is not None:
+            cells = [
+                name,
+                cell(run.low_makespan_s),
+                cell(predicted.low_makespan_s),
+                str(run.backend_max_in_flight),
+                str(predicted.max_in_flight),
+            ]
+            rows.append(cells)
+    return "\n".join(table("run | LOW makespan s real | sim | max in flight real (backend) | sim", rows))
+
+
+def prediction_targets(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> list[Target]:
+    """Per run: HIGH and MEDIUM mean waits of the real pipeline within 30 ms of the simulator's."""
+    name = f"real HIGH and MEDIUM mean waits within {TOLERANCE_MS:.0f} ms of the simulator's, same trace"
+    targets = []
+    for run, summary in runs.items():
+        predicted = predictions.get(run)
+        gaps = {t: None if predicted is None else wait_gap_ms(summary, predicted, t) for t in TARGET_TIERS}
+        if predicted is None or any(g is None for g in gaps.values()):
+            targets.append(Target(name, run, "-", "-", NA))
+            continue
+        measured = ", ".join(f"{t.value} {cell(g, '+.1f')} ms" for t, g in gaps.items())
+        ok = all(g is not None and abs(g) <= TOLERANCE_MS for g in gaps.values())
+        threshold = f"abs(real - sim) <= {TOLERANCE_MS:.0f} ms each"
+        targets.append(Target(name, run, measured, threshold, verdict(ok)))
+    return targets

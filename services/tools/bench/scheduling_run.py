@@ -1,22 +1,49 @@
 """One run of the scheduling benchmark: one policy on the trace, against the real pipeline
-(`pipeline_run`: fresh topics and processes, the trace posted over HTTP ingest). Time is compressed
-by S: the backend runs S times faster, arrivals come S times as often, and every setting that is a
-duration (deadlines, typical and mean latencies, the LOW promotion age) is divided by S. Queue waits
-are reported as measured (wall clock); the real-time equivalents (x S) are labelled.
+(`pipeline_run`: fresh topics and processes, the trace posted over HTTP ingest), and in the
+simulator. Time is compressed by S: the backend runs S times faster, arrivals come S times as
+often, and every setting that is a duration (deadlines, typical and mean latencies, the LOW
+promotion age) is divided by S. Queue waits are reported as measured (wall clock); the real-time
+equivalents (x S) are labelled.
+
+The simulator's prediction (`predict`, pure): the same trace (its offsets, tiers and compressed
+deadlines) through `inferq.tools.simulation.simulate` with the settings the run's dispatcher gets
+(read back from `compressed_env`) and the compressed backend latencies. The simulator runs the
+dispatcher's own scheduler and read-ahead with instant fetches and HTTP-free arrivals, so real -
+simulated is what the pipeline itself adds: ingest's HTTP hop and produce, the Kafka hop, the
+dispatcher's fetch, poll and batching.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from inferq.dispatcher.policies import build_scheduler
 from inferq.dispatcher.settings import DispatcherSettings, build_schedule
-from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_MEAN_LATENCY_S, Tier
+from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
+from inferq.settings.table import settings_of
 from inferq.tools.bench.pipeline_run import BenchConfig, raw_records, run_pipeline
-from inferq.tools.bench.summary import RunSummary, Submission, low_makespan, submit_stats, tier_rows
-from inferq.tools.measures import MeasuredRequest, allowed_by, busy_intervals, utilization, waiting_intervals
+from inferq.tools.bench.summary import (
+    RunSummary,
+    Submission,
+    low_makespan,
+    outcome_figures,
+    submit_stats,
+    tier_rows,
+)
+from inferq.tools.measures import (
+    MeasuredRequest,
+    Stats,
+    allowed_by,
+    busy_intervals,
+    makespan_s,
+    utilization,
+    waiting_intervals,
+)
+from inferq.tools.simulation.simulate import SimResult, sim_config, sim_scheduler, simulate
 from inferq.tools.traces.arrival import Arrival
 
 # Real-time (S = 1) values the compression divides: the tiers' latencies and deadlines and the
@@ -136,4 +163,109 @@ def summarize(
         ingest_answer_ms=answer,
         dump_accepted_s=dump_s,
         missing_ids=sorted(s.request_id for s in submissions if s.accepted and s.request_id not in outcomes),
+    )
+
+
+# -- the simulator's prediction ---------------------------------------------------------------
+# The schedule is pinned to peak, so the anchor does not pick the window; an evening-peak instant
+# anyway, so that an unpinned run would still be simulated in the window the bench means.
+ANCHOR_MS = int(datetime(2024, 1, 1, 20, tzinfo=UTC).timestamp() * 1000)
+_DISPATCHER_PREFIX = "INFERQ_DISPATCHER_"
+
+
+@dataclass(frozen=True)
+class TierPrediction:
+    tier: Tier
+    arrivals: int
+    by_status: dict[str, int]
+    wait_ms: Stats | None  # dispatched - enqueued, over dispatched requests (as the real tier rows)
+    end_to_end_ms: Stats | None  # completed - enqueued, over OK requests
+
+
+@dataclass(frozen=True)
+class Prediction:
+    run: str
+    policy: str
+    low_peak_ceiling: int | None
+    latency_s: dict[str, float]
+    tiers: list[TierPrediction]
+    low_makespan_s: float | None
+    max_in_flight: int
+    promoted: int
+
+    def tier(self, tier: Tier) -> TierPrediction:
+        return next(row for row in self.tiers if row.tier is tier)
+
+
+def _decode(value: str) -> Any:
+    # The env carries JSON for the per-tier maps and plain text for scalars; pydantic coerces the text.
+    return json.loads(value) if value.startswith("{") else value
+
+
+def run_settings(spec: RunSpec, compress: float, budget: int) -> tuple[DispatcherSettings, dict[Tier, int]]:
+    """The dispatcher's settings and ingest's deadlines of one run, read from the very environment
+    the run's services get (`compressed_env`), so the simulation cannot drift from the real run."""
+    env = compressed_env(spec, compress, prefix="bench.prediction")
+    # The dispatcher's own fields by the variable each reads (INFERQ_DISPATCHER_*, and the shared
+    # names such as INFERQ_TYPICAL_LATENCY_S), from the settings table.
+    fields = {s.name: s.path[0] for s in settings_of(DispatcherSettings) if len(s.path) == 1}
+    overrides = {fields[name]: _decode(value) for name, value in env.items() if name in fields}
+    unknown = sorted(n for n in env if n.startswith(_DISPATCHER_PREFIX) and n not in fields)
+    if unknown:
+        raise ValueError(f"compressed_env sets dispatcher settings that do not exist: {unknown}")
+    settings = DispatcherSettings(budget=budget, **overrides)
+    deadlines = {Tier(t): int(ms) for t, ms in json.loads(env["INFERQ_INGEST_DEADLINES_MS"]).items()}
+    return settings, deadlines
+
+
+def sim_request_id(arrival: Arrival) -> str:
+    return f"trace-{arrival.index:05d}"
+
+
+def sim_arrivals(
+    trace: Sequence[Arrival], deadlines_ms: Mapping[Tier, int], start_ms: int = ANCHOR_MS
+) -> list[Arrival]:
+    """The bench trace anchored at `start_ms` for the simulator: enqueued at its offset, in its tier
+    (the one ingest chooses, which `load.submit_trace` reports), expiring after that tier's
+    (compressed) deadline as the run's ingest sets it."""
+    return [
+        replace(a, request_id=sim_request_id(a), start_ms=start_ms, deadline_ms=deadlines_ms[a.tier])
+        for a in trace
+    ]
+
+
+def compressed_latency_s(compress: float) -> dict[Tier, float]:
+    """The simulated backend's call time per source tier at `--speed compress` (it has no jitter)."""
+    return {t: s / compress for t, s in DEFAULT_MEAN_LATENCY_S.items()}
+
+
+def tier_predictions(result: SimResult) -> list[TierPrediction]:
+    rows = []
+    for tier in TIERS_BY_PRIORITY:
+        done = [o for o in result.outcomes if o.tier is tier]
+        by_status, wait_ms, end_to_end_ms = outcome_figures(done)
+        rows.append(TierPrediction(tier, len(done), by_status, wait_ms, end_to_end_ms))
+    return rows
+
+
+def predict(spec: RunSpec, trace: Sequence[Arrival], *, compress: float, budget: int) -> Prediction:
+    """Simulate one run spec on the trace (deterministic: the same inputs give the same prediction)."""
+    settings, deadlines = run_settings(spec, compress, budget)
+    arrivals = sim_arrivals(trace, deadlines)
+    latency = compressed_latency_s(compress)
+    result = simulate(
+        arrivals, sim_scheduler(settings.policy, build_schedule(settings)), latency, sim_config(settings)
+    )
+    dump = {sim_request_id(a) for a in trace if a.kind == "dump"}
+    dump_start = min((o.enqueued_ms for o in result.outcomes if o.request_id in dump), default=None)
+    low_done = [o.completed_ms for o in result.outcomes if o.tier is Tier.LOW]
+    return Prediction(
+        run=spec.name,
+        policy=settings.policy,
+        low_peak_ceiling=settings.low_peak_ceiling,
+        latency_s={t.value: s for t, s in latency.items()},
+        tiers=tier_predictions(result),
+        low_makespan_s=makespan_s(dump_start, low_done),
+        max_in_flight=result.max_in_flight,
+        promoted=result.promoted,
     )

@@ -85,6 +85,14 @@ class RunSummary:
         ]
 
 
+def outcome_figures(done: Sequence[MeasuredRequest]) -> tuple[dict[str, int], Stats | None, Stats | None]:
+    """Outcomes by status; queue wait (dispatched - enqueued) of the dispatched ones and end to end
+    (completed - enqueued) of the OK ones, in ms. For a real run's tier and for the simulator's."""
+    waits = [float(o.dispatched_ms - o.enqueued_ms) for o in done if o.dispatched_ms is not None]
+    e2e = [float(o.completed_ms - o.enqueued_ms) for o in done if o.status == "OK"]
+    return dict(sorted(Counter(o.status for o in done).items())), stats(waits), stats(e2e)
+
+
 def tier_rows(submissions: Sequence[Submission], outcomes: Mapping[str, MeasuredRequest]) -> list[TierRow]:
     """One row per tier; requests are attributed to the tier ingest chose (their topic)."""
     rows = []
@@ -92,9 +100,11 @@ def tier_rows(submissions: Sequence[Submission], outcomes: Mapping[str, Measured
         subs = [s for s in submissions if s.tier is tier]
         accepted = [s for s in subs if s.accepted]
         done = [outcomes[s.request_id] for s in accepted if s.request_id in outcomes]
-        waits = [o.dispatched_ms - o.enqueued_ms for o in done if o.dispatched_ms is not None]
-        dropped = [o.completed_ms - o.enqueued_ms for o in done if o.dispatched_ms is None]
-        e2e = [o.completed_ms - o.enqueued_ms for o in done if o.status == "OK"]
+        by_status, wait_ms, end_to_end_ms = outcome_figures(done)
+        waits_and_drops = [
+            float(o.completed_ms if o.dispatched_ms is None else o.dispatched_ms) - o.enqueued_ms
+            for o in done
+        ]
         rows.append(
             TierRow(
                 tier=tier,
@@ -102,11 +112,11 @@ def tier_rows(submissions: Sequence[Submission], outcomes: Mapping[str, Measured
                 accepted=len(accepted),
                 refused=sum(1 for s in subs if s.status in REFUSED),
                 errors=sum(1 for s in subs if not s.accepted and s.status not in REFUSED),
-                by_status=dict(sorted(Counter(o.status for o in done).items())),
+                by_status=by_status,
                 missing=len(accepted) - len(done),
-                wait_ms=stats([float(w) for w in waits]),
-                wait_incl_dropped_ms=stats([float(w) for w in waits + dropped]),
-                end_to_end_ms=stats([float(e) for e in e2e]),
+                wait_ms=wait_ms,
+                wait_incl_dropped_ms=stats(waits_and_drops),
+                end_to_end_ms=end_to_end_ms,
             )
         )
     return rows

@@ -18,7 +18,6 @@ starved CPU); then it is SIGKILLed, and traffic goes on for `after_s`.
 from __future__ import annotations
 
 import signal
-import statistics
 import threading
 import time
 import uuid
@@ -29,12 +28,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import request_codec, result_codec
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.kafka import bench_broker, chat_requests, fresh_topics, read_topic
 from inferq.tools.bench.machine import (
     broker_shape,
     cell,
@@ -43,10 +41,8 @@ from inferq.tools.bench.machine import (
     run_record,
     table,
 )
-from inferq.tools.bench.procs import dispatcher_env, dispatcher_process, wait_group_stable
-from inferq.tools.bench.topicio import chat_requests, read_topic
-from inferq.tools.broker.broker import pick_free_ports
-from inferq.tools.stack.process import ServiceProcess
+from inferq.tools.bench.procs import dispatcher_group, every_model_latency, sim_backend, start_group
+from inferq.tools.measures import median
 
 Log = Callable[[str], None]
 REVOKED = "partitions revoked"
@@ -168,34 +164,15 @@ def _size(path: Path) -> int:
 def one_run(
     bootstrap: str, backend_url: str, spec: TakeoverSpec, setting: SessionSetting, work_dir: Path, log: Log
 ) -> RunResult:
-    kafka = KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=f"bench.tko-{uuid.uuid4().hex[:8]}")
-    create_topics(kafka)
+    kafka = fresh_topics(bootstrap, "tko")
     topics = kafka.topics
     prefix = kafka.topic_prefix
-    partitions = sum(s.partitions for s in topics.specs() if s.name in [*topics.all_requests, topics.retry])
     high = next(s.partitions for s in topics.specs() if s.name == topics.requests(Tier.HIGH))
-    ports = pick_free_ports(2)
-    procs = [
-        dispatcher_process(
-            f"dispatcher-{i}",
-            ports[i],
-            dispatcher_env(
-                bootstrap=bootstrap,
-                prefix=prefix,
-                backend_url=f"{backend_url}/v1",
-                budget=spec.budget,
-                dispatcher_id=f"{prefix}-d{i}",
-                extra={"INFERQ_DISPATCHER_SCHEDULE_PIN": "normal", **setting.env(), **spec.dispatcher_env},
-            ),
-            work_dir / prefix,
-        )
-        for i in range(2)
-    ]
+    extra = {"INFERQ_DISPATCHER_SCHEDULE_PIN": "normal", **setting.env(), **spec.dispatcher_env}
+    procs, urls = dispatcher_group(kafka, backend_url, 2, budget=spec.budget, extra=extra, log_dir=work_dir)
     victim = procs[0]
     try:
-        for proc in procs:
-            proc.start()
-        wait_group_stable(procs, [f"http://127.0.0.1:{p}" for p in ports], partitions, timeout_s=120.0)
+        start_group(procs, urls, kafka)
         marks = [_size(p.log_path) for p in procs]
         with Paced(bootstrap, topics.requests(Tier.HIGH), high, spec.rate_per_s, prefix) as paced:
             time.sleep(spec.soak_s / 2)
@@ -257,24 +234,19 @@ def one_run(
     return result
 
 
-def _median(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
 def summarize(results: list[RunResult]) -> dict[str, Any]:
     takeovers = [r.takeover_s for r in results]
     known = [t for t in takeovers if t is not None]
     return {
         "runs": len(results),
-        "takeover_median_s": _median(list(takeovers)),
+        "takeover_median_s": median(list(takeovers)),
         "takeover_min_s": min(known, default=None),
         "takeover_max_s": max(known, default=None),
-        "first_outcome_median_s": _median([r.first_outcome_s for r in results]),
+        "first_outcome_median_s": median([r.first_outcome_s for r in results]),
         "runs_without_takeover": sum(1 for t in takeovers if t is None),
         "false_rebalances": sum(r.false_rebalances for r in results),
         "lost": sum(r.lost for r in results),
-        "redone_median": _median([float(r.redone) for r in results]),
+        "redone_median": median([float(r.redone) for r in results]),
     }
 
 
@@ -327,27 +299,13 @@ def run(spec: TakeoverSpec, *, out: Path, home: Path) -> int:
     work_dir = home / f"takeover-{uuid.uuid4().hex[:6]}"
     results: list[RunResult] = []
     with bench_broker(home, log, cluster=spec.cluster) as bootstrap:
-        port = pick_free_ports(1)[0]
-        backend_url = f"http://127.0.0.1:{port}"
-        latency = [
-            arg
-            for model in ("inferq-fast", "inferq-accurate", "inferq-cheap")
-            for arg in ("--latency", f"{model}={spec.backend_latency_ms / 1000:g}")
-        ]
-        backend = ServiceProcess(
-            "sim-backend",
-            ["sim-backend", "--port", str(port), "--limit", str(2 * spec.budget), *latency],
-            work_dir / "sim-backend.log",
-        )
-        backend.start()
-        try:
-            backend.wait_http_ready(f"{backend_url}/healthz", 60.0)
+        latency = every_model_latency(spec.backend_latency_ms / 1000)
+        args = ("--limit", str(2 * spec.budget), *latency)
+        with sim_backend(work_dir / "sim-backend.log", *args) as backend_url:
             for index in range(spec.runs):
                 for setting in spec.settings:
                     log(f"run {index + 1} of {spec.runs}, {setting.label}")
                     results.append(one_run(bootstrap, backend_url, spec, setting, work_dir, log))
-        finally:
-            backend.stop()
     document = {
         **run_record("takeover", time.monotonic() - started),
         "spec": asdict(spec),

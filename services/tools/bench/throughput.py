@@ -12,7 +12,7 @@ fresh topics and fresh processes:
   Rate = (results - 1) / (last result - first result), from the results' Kafka timestamps.
 - the bare loop (`bareloop.py loop`), on its own pre-loaded topic, measured the same way.
 - the backend alone (`bareloop.py blast`): `records` calls straight at it, `budget` at a time, with
-  aiohttp; then a fifth as many through httpx configured as the dispatcher configures it.
+  aiohttp.
 
 - inferq, 1 dispatcher with tracing on: the same single dispatcher with 100% sampling and the OTLP
   exporter (``OTEL_EXPORTER_OTLP_ENDPOINT``) sending to a receiver this bench runs
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import pstats
-import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -40,12 +39,17 @@ from typing import Any
 
 import httpx
 
-from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import result_codec
-from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.cpu import CpuWindow
-from inferq.tools.bench.kafka import bench_broker
+from inferq.tools.bench.kafka import (
+    RecordCounter,
+    bench_broker,
+    bulk_produce,
+    chat_requests,
+    fresh_topics,
+    read_topic,
+)
 from inferq.tools.bench.machine import (
     TARGET_HEAD,
     broker_shape,
@@ -57,35 +61,33 @@ from inferq.tools.bench.machine import (
     table,
 )
 from inferq.tools.bench.procs import (
-    dispatcher_env,
-    dispatcher_process,
+    dispatcher_group,
+    every_model_latency,
     health,
+    sim_backend,
+    start_group,
     wait_exit,
-    wait_group_stable,
 )
 from inferq.tools.bench.throughput_report import (
     BACKEND,
-    BACKEND_HTTPX,
     BARE,
     SAMPLED_SHARE,
     TRACED,
     TRACED_SAMPLED,
     Measurement,
     dispatchers_label,
-    median_rate,
     rate_per_s,
     rates_table,
     target_rows,
     tracing_rows,
 )
-from inferq.tools.bench.topicio import RecordCounter, bulk_produce, chat_requests, read_topic
-from inferq.tools.bench.tracing_cost import span_cost, traced_ceiling, tracing_off_cost
-from inferq.tools.broker.broker import pick_free_ports
+from inferq.tools.bench.tracing_cost import tracing_off_cost
+from inferq.tools.measures import median
 from inferq.tools.otlp_sink import OtlpSink
 from inferq.tools.stack.process import ServiceProcess
 
 Log = Callable[[str], None]
-# ("group", size) | ("traced" | "sampled", 1) | ("bare", 0) | ("backend-aiohttp" | "backend-httpx", 0)
+# ("group", size) | ("traced" | "sampled", 1) | ("bare", 0) | ("backend", 0)
 Step = tuple[str, int]
 PROFILE_TOP = 30
 
@@ -142,13 +144,6 @@ class Bench:
             writers[result.dispatcher_id] = writers.get(result.dispatcher_id, 0) + 1
         return list(first.values()), writers, duplicates
 
-    def _topics(self, name: str) -> KafkaSettings:
-        kafka = KafkaSettings(
-            bootstrap_servers=self.bootstrap, topic_prefix=f"bench.thr-{name}-{uuid.uuid4().hex[:6]}"
-        )
-        create_topics(kafka)
-        return kafka
-
     def group(
         self,
         size: int,
@@ -160,43 +155,29 @@ class Bench:
     ) -> tuple[Measurement, dict[str, Any]]:
         """`size` dispatchers; with `sink`, traced: the `sampled` share of the traces exported to it
         over OTLP/HTTP."""
-        kafka = self._topics(f"{run}-x{size}{'-traced' if sink else ''}")
+        kafka = fresh_topics(self.bootstrap, f"thr-{run}-x{size}{'-traced' if sink else ''}")
         prefix = kafka.topic_prefix
         topics = kafka.topics
-        partitions = sum(
-            s.partitions for s in topics.specs() if s.name in [*topics.all_requests, topics.retry]
-        )
         per_member = max(1, self.spec.budget // size)
-        ports = pick_free_ports(size)
-        procs = [
-            dispatcher_process(
-                f"dispatcher-{i}",
-                ports[i],
-                dispatcher_env(
-                    bootstrap=self.bootstrap,
-                    prefix=prefix,
-                    backend_url=f"{self.backend_url}/v1",
-                    budget=per_member,
-                    dispatcher_id=f"{prefix}-d{i}",
-                    extra={
-                        "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
-                        **self.spec.dispatcher_env,
-                        **_tracing_env(sink, sampled),
-                    },
-                ),
-                self.work_dir / prefix,
-                profile=profile if i == 0 else None,
-            )
-            for i in range(size)
-        ]
-        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        extra = {
+            "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
+            **self.spec.dispatcher_env,
+            **_tracing_env(sink, sampled),
+        }
+        procs, urls = dispatcher_group(
+            kafka,
+            self.backend_url,
+            size,
+            budget=per_member,
+            extra=extra,
+            log_dir=self.work_dir,
+            profile=profile,
+        )
         self.reset_backend()
         budgets: set[int] = set()
         spans_before = sink.count() if sink is not None else 0
         try:
-            for proc in procs:
-                proc.start()
-            stable_s = wait_group_stable(procs, urls, partitions, timeout_s=120.0)
+            stable_s = start_group(procs, urls, kafka)
             # The dispatchers' own CPU time while they serve: requests per CPU-second is the figure
             # that scales on a machine with more cores than this one.
             window = CpuWindow({proc.name: proc.pid for proc in procs})
@@ -245,34 +226,16 @@ class Bench:
         return bulk_produce(self.bootstrap, topic, chats)
 
     def bare_loop(self, run: str) -> tuple[Measurement, dict[str, Any]]:
-        kafka = self._topics(f"{run}-bare")
+        kafka = fresh_topics(self.bootstrap, f"thr-{run}-bare")
         topics = kafka.topics
         load_s = self._load(topics.requests(Tier.HIGH), kafka.topic_prefix)
         summary_path = self.work_dir / kafka.topic_prefix / "bareloop.json"
         summary_path.parent.mkdir(parents=True, exist_ok=True)
-        args = [
-            "bench",
-            "bareloop",
-            "loop",
-            "--bootstrap",
-            self.bootstrap,
-            "--source-topic",
-            topics.requests(Tier.HIGH),
-            "--result-topic",
-            topics.results,
-            "--group",
-            f"{kafka.topic_prefix}-bare",
-            "--backend-url",
-            f"{self.backend_url}/v1",
-            "--concurrency",
-            str(self.spec.budget),
-            "--count",
-            str(self.spec.records),
-            "--summary",
-            str(summary_path),
-            "--timeout",
-            str(self.spec.bound_s),
-        ]
+        args = ["bench", "bareloop", "loop", "--bootstrap", self.bootstrap]
+        args += ["--source-topic", topics.requests(Tier.HIGH), "--result-topic", topics.results]
+        args += ["--group", f"{kafka.topic_prefix}-bare", "--backend-url", f"{self.backend_url}/v1"]
+        args += ["--concurrency", str(self.spec.budget), "--count", str(self.spec.records)]
+        args += ["--summary", str(summary_path), "--timeout", str(self.spec.bound_s)]
         self.reset_backend()
         proc = ServiceProcess("bareloop", args, summary_path.parent / "bareloop.log")
         proc.start()
@@ -291,28 +254,24 @@ class Bench:
             "backend": self.backend_stats(),
         }
 
-    def backend_alone(self, run: str, client: str) -> tuple[Measurement, dict[str, Any]]:
-        """Calls straight at the backend, `budget` at a time: with aiohttp, the backend's ceiling;
-        with httpx as the dispatcher configures it, the ceiling of the dispatcher's HTTP client
-        (fewer calls: it is slow enough that the full count would dominate the run)."""
-        what = BACKEND if client == "aiohttp" else BACKEND_HTTPX
-        count = self.spec.records if client == "aiohttp" else max(500, self.spec.records // 5)
-        summary_path = self.work_dir / f"blast-{client}-{run}-{uuid.uuid4().hex[:6]}.json"
-        args = ["bench", "bareloop", "blast", "--client", client, "--backend-url", f"{self.backend_url}/v1"]
-        args += ["--concurrency", str(self.spec.budget), "--count", str(count)]
+    def backend_alone(self, run: str) -> tuple[Measurement, dict[str, Any]]:
+        """`records` calls straight at the backend, `budget` at a time, with aiohttp: its ceiling."""
+        summary_path = self.work_dir / f"blast-{run}-{uuid.uuid4().hex[:6]}.json"
+        args = ["bench", "bareloop", "blast", "--backend-url", f"{self.backend_url}/v1"]
+        args += ["--concurrency", str(self.spec.budget), "--count", str(self.spec.records)]
         args += ["--summary", str(summary_path), "--timeout", str(self.spec.bound_s)]
         self.reset_backend()
-        proc = ServiceProcess(f"blast-{client}", args, summary_path.with_suffix(".log"))
+        proc = ServiceProcess("blast", args, summary_path.with_suffix(".log"))
         proc.start()
         code = wait_exit(proc, self.spec.bound_s + 30.0)
         summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
         first, last = summary.get("first_ns"), summary.get("last_ns")
         seconds = (last - first) / 1e9 if first is not None and last is not None else None
-        measured = Measurement(what, int(summary.get("done", 0)), seconds, summary.get("rate_per_s"))
-        self.log(f"[{run}] {what}: {_fmt(measured)}")
+        measured = Measurement(BACKEND, int(summary.get("done", 0)), seconds, summary.get("rate_per_s"))
+        self.log(f"[{run}] {BACKEND}: {_fmt(measured)}")
         return measured, {
-            "what": what,
-            "calls": count,
+            "what": BACKEND,
+            "calls": self.spec.records,
             "exit_code": code,
             "own_summary": summary,
             "backend": self.backend_stats(),
@@ -378,23 +337,9 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
     details: list[list[dict[str, Any]]] = []
     profile: dict[str, Any] | None = None
     hooks = tracing_off_cost() if spec.tracing else None
-    spans = span_cost() if spec.tracing else None
     with bench_broker(home, log, cluster=spec.cluster) as bootstrap, OtlpSink(keep=False) as sink:
-        port = pick_free_ports(1)[0]
-        backend_url = f"http://127.0.0.1:{port}"
-        zero = [
-            arg
-            for model in ("inferq-fast", "inferq-accurate", "inferq-cheap")
-            for arg in ("--latency", f"{model}=0")
-        ]
-        backend = ServiceProcess(
-            "sim-backend",
-            ["sim-backend", "--port", str(port), "--limit", str(spec.budget), *zero],
-            work_dir / "sim-backend.log",
-        )
-        backend.start()
-        try:
-            backend.wait_http_ready(f"{backend_url}/healthz", 60.0)
+        args = ("--limit", str(spec.budget), *every_model_latency(0))
+        with sim_backend(work_dir / "sim-backend.log", *args) as backend_url:
             bench = Bench(bootstrap, backend_url, spec, work_dir, log)
             for index in range(spec.runs):
                 name = f"run{index + 1}"
@@ -403,8 +348,7 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
                 first: list[Step] = [("group", 1), *traced, ("bare", 0)]
                 steps = (first if index % 2 == 0 else first[::-1]) + [
                     *(("group", size) for size in spec.group_sizes if size != 1),
-                    ("backend-aiohttp", 0),
-                    ("backend-httpx", 0),
+                    ("backend", 0),
                 ]
                 measured: dict[str, Measurement] = {}
                 run_details: list[dict[str, Any]] = []
@@ -418,7 +362,7 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
                     elif kind == "bare":
                         m, d = bench.bare_loop(name)
                     else:
-                        m, d = bench.backend_alone(name, kind.removeprefix("backend-"))
+                        m, d = bench.backend_alone(name)
                     measured[m.what] = m
                     run_details.append(d)
                 runs.append(measured)
@@ -433,17 +377,14 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
                     "by_tottime": top_functions(path, "tottime"),
                     "by_cumtime": top_functions(path, "cumtime"),
                 }
-        finally:
-            backend.stop()
     took = time.monotonic() - started
     order = [dispatchers_label(1), *([TRACED, TRACED_SAMPLED] if spec.tracing else [])]
-    order += [dispatchers_label(n) for n in spec.group_sizes if n != 1] + [BARE, BACKEND, BACKEND_HTTPX]
+    order += [dispatchers_label(n) for n in spec.group_sizes if n != 1] + [BARE, BACKEND]
     document = {
         **run_record("throughput", took),
         "spec": asdict(spec),
         "targets": target_rows(runs) + tracing_rows(runs, hooks),
         "tracing_off_hooks": hooks,
-        "span_cost": spans,
         "runs": [
             {"measurements": {k: asdict(v) for k, v in r.items()}, "details": d}
             for r, d in zip(runs, details, strict=True)
@@ -452,7 +393,7 @@ def run(spec: ThroughputSpec, *, out: Path, home: Path) -> int:
     }
     markdown = render(document, runs, order)
     publish(out, "throughput", document, markdown, indent=1)
-    complete = all(m.count >= spec.records for r in runs for w, m in r.items() if w != BACKEND_HTTPX)
+    complete = all(m.count >= spec.records for r in runs for m in r.values())
     return 0 if complete else 1
 
 
@@ -485,13 +426,11 @@ def scaling_rows(document: dict[str, Any]) -> list[str]:
         ),
     ]
     for what, rows in groups.items():
-        rates = [r["rate_per_s"] for r in rows if r["rate_per_s"] is not None]
-        per_cpu = [r["results_per_dispatcher_cpu_s"] for r in rows if r["results_per_dispatcher_cpu_s"]]
+        per_cpu = median(r["results_per_dispatcher_cpu_s"] or None for r in rows)
         lines.append(
-            f"| {what} | {len(rows)} | {cell(statistics.median(rates) if rates else None, ',.0f')} "
-            f"| {statistics.median(r['dispatcher_cpu_s'] for r in rows):.1f} "
-            f"| {cell(statistics.median(per_cpu) if per_cpu else None, ',.0f')} "
-            f"| {statistics.median(r['machine_busy_s'] for r in rows):.1f} |"
+            f"| {what} | {len(rows)} | {cell(median(r['rate_per_s'] for r in rows), ',.0f')} "
+            f"| {cell(median(r['dispatcher_cpu_s'] for r in rows))} | {cell(per_cpu, ',.0f')} "
+            f"| {cell(median(r['machine_busy_s'] for r in rows))} |"
         )
     return lines
 
@@ -543,22 +482,6 @@ def render(document: dict[str, Any], runs: list[dict[str, Measurement]], order: 
             f"{hooks['baseline_ns_per_request']:,.0f} ns for the same awaits without them "
             f"({hooks['iterations']:,} iterations, best of "
             f"{hooks['repeats']}).",
-        ]
-    spans = document.get("span_cost")
-    rate = median_rate(runs, dispatchers_label(1)) if spans else None
-    if spans and rate:
-        lines += [
-            "",
-            "## Tracing on: what the SDK costs a span",
-            "",
-            f"One span of the OpenTelemetry Python SDK, timed in process on a provider of its own "
-            f"(median of {spans['repeats']} x {spans['spans']:,} spans): "
-            f"{spans['start_end_us']:.1f} µs to start and end one shaped like the dispatcher's "
-            f"process span, {spans['encode_us']:.1f} µs to encode it to OTLP protobuf in batches of 512. "
-            f"At {spans['spans_per_request']} spans a request and the untraced dispatcher's "
-            f"{rate:,.0f} requests/s, tracing every request can keep at most "
-            f"{traced_ceiling(rate, spans):.2f} of that rate on one core "
-            f"({traced_ceiling(rate, {**spans, 'encode_us': 0.0}):.2f} were the encoding free).",
         ]
     profile = document.get("profile")
     if profile:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from inferq.tools.bench.machine import cell
+from inferq.tools.bench.machine import cell, table, verdict
+from inferq.tools.measures import median
 
 TARGET_RATE_PER_S = 2000.0
 TARGET_RATIO = 0.6
 BARE = "bare loop"
 BACKEND = "backend alone (aiohttp)"
-BACKEND_HTTPX = "backend alone via httpx (the dispatcher's client until aiohttp replaced it)"
 TRACED = "inferq, 1 dispatcher, tracing on (100% sampled, OTLP)"
 SAMPLED_SHARE = 0.1
 TRACED_SAMPLED = "inferq, 1 dispatcher, tracing on (10% sampled, OTLP)"
@@ -50,8 +49,7 @@ class Measurement:
 
 
 def median_rate(runs: Sequence[Mapping[str, Measurement]], what: str) -> float | None:
-    rates = [m.rate_per_s for m in (r.get(what) for r in runs) if m is not None and m.rate_per_s is not None]
-    return statistics.median(rates) if rates else None
+    return median(m.rate_per_s for m in (r.get(what) for r in runs) if m is not None)
 
 
 def median_ratio(runs: Sequence[Mapping[str, Measurement]], what: str, to: str) -> float | None:
@@ -61,50 +59,51 @@ def median_ratio(runs: Sequence[Mapping[str, Measurement]], what: str, to: str) 
         a, b = run.get(what), run.get(to)
         if a is not None and b is not None and a.rate_per_s and b.rate_per_s:
             ratios.append(a.rate_per_s / b.rate_per_s)
-    return statistics.median(ratios) if ratios else None
+    return median(ratios)
 
 
 def rates_table(
     runs: Sequence[Mapping[str, Measurement]], labels: Sequence[str], order: Sequence[str]
 ) -> str:
     """Requests/s per configuration and run, with the median of the runs and its ratio to the bare loop."""
-    rows = [
-        "| configuration | " + " | ".join(labels) + " | median | vs bare loop (median of per-run ratios) |",
-        "|---|" + "---|" * (len(labels) + 2),
-    ]
+    rows = []
     for what in order:
         cells = [cell(r[what].rate_per_s, ",.0f") if what in r else "-" for r in runs]
         vs_bare = "1.00" if what == BARE else cell(median_ratio(runs, what, BARE), ".2f")
-        rows.append(
-            f"| {what} | " + " | ".join(cells) + f" | {cell(median_rate(runs, what), ',.0f')} | {vs_bare} |"
-        )
-    return "\n".join(rows)
+        rows.append([what, *cells, cell(median_rate(runs, what), ",.0f"), vs_bare])
+    head = ["configuration", *labels, "median", "vs bare loop (median of per-run ratios)"]
+    return "\n".join(table(head, rows))
 
 
-def target_rows(runs: Sequence[Mapping[str, Measurement]]) -> list[tuple[str, str, str, str]]:
+Row = tuple[str, str, str, str]  # target, measured, threshold, verdict
+
+
+def _at_least(target: str, value: float | None, spec: str, limit: float, limit_text: str) -> Row:
+    return (target, cell(value, spec), f">= {limit_text}", verdict(None if value is None else value >= limit))
+
+
+def target_rows(runs: Sequence[Mapping[str, Measurement]]) -> list[Row]:
     """(target, measured, threshold, verdict) for one dispatcher."""
     one = dispatchers_label(1)
-    rate = median_rate(runs, one)
-    ratio = median_ratio(runs, one, BARE)
     return [
-        (
+        _at_least(
             "one dispatcher, requests/s end to end (median of runs)",
-            cell(rate, ",.0f"),
-            f">= {TARGET_RATE_PER_S:,.0f}",
-            "n/a" if rate is None else ("PASS" if rate >= TARGET_RATE_PER_S else "MISS"),
+            median_rate(runs, one),
+            ",.0f",
+            TARGET_RATE_PER_S,
+            f"{TARGET_RATE_PER_S:,.0f}",
         ),
-        (
+        _at_least(
             "one dispatcher / bare loop, same run (median of runs)",
-            cell(ratio, ".2f"),
-            f">= {TARGET_RATIO:g}",
-            "n/a" if ratio is None else ("PASS" if ratio >= TARGET_RATIO else "MISS"),
+            median_ratio(runs, one, BARE),
+            ".2f",
+            TARGET_RATIO,
+            f"{TARGET_RATIO:g}",
         ),
     ]
 
 
-def tracing_rows(
-    runs: Sequence[Mapping[str, Measurement]], hooks: Mapping[str, float] | None
-) -> list[tuple[str, str, str, str]]:
+def tracing_rows(runs: Sequence[Mapping[str, Measurement]], hooks: Mapping[str, float] | None) -> list[Row]:
     """(target, measured, threshold, verdict) for tracing on against off, and the hooks' cost when off."""
     if hooks is None:
         return []
@@ -114,22 +113,24 @@ def tracing_rows(
     extra_ns = max(0.0, hooks["ns_per_request"] - hooks["baseline_ns_per_request"])
     share = None if not rate else extra_ns / (1e9 / rate)
     return [
-        (
+        _at_least(
             "tracing on / off, one dispatcher, same run (median of runs)",
-            cell(ratio, ".2f"),
-            f">= {TARGET_TRACED_RATIO:g}",
-            "n/a" if ratio is None else ("PASS" if ratio >= TARGET_TRACED_RATIO else "MISS"),
+            ratio,
+            ".2f",
+            TARGET_TRACED_RATIO,
+            f"{TARGET_TRACED_RATIO:g}",
         ),
-        (
+        _at_least(
             "tracing on at 10% sampling / off (for information: the target is at 100%)",
-            cell(sampled, ".2f"),
-            f">= {TARGET_TRACED_RATIO:g}",
-            "n/a" if sampled is None else ("PASS" if sampled >= TARGET_TRACED_RATIO else "MISS"),
+            sampled,
+            ".2f",
+            TARGET_TRACED_RATIO,
+            f"{TARGET_TRACED_RATIO:g}",
         ),
         (
             "tracing off: hooks' time per request / a request's time at the median rate",
             "-" if share is None else f"{share:.2%} ({extra_ns:,.0f} ns)",
             f"<= {TARGET_OFF_SHARE:.0%}",
-            "n/a" if share is None else ("PASS" if share <= TARGET_OFF_SHARE else "MISS"),
+            verdict(None if share is None else share <= TARGET_OFF_SHARE),
         ),
     ]

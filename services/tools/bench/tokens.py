@@ -23,16 +23,13 @@ from typing import Any
 import httpx
 from confluent_kafka import Producer
 
-from inferq.dispatcher.bootstrap import bootstrap
 from inferq.dispatcher.settings import DispatcherSettings
-from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import request_codec
-from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.kafka import ResultCollector, bench_broker
-from inferq.tools.bench.machine import code_line, command_line, machine, publish
-from inferq.tools.bench.sim_process import sim_backend
+from inferq.tools.bench.kafka import ResultCollector, bench_broker, fresh_topics
+from inferq.tools.bench.machine import header, publish, run_record
+from inferq.tools.bench.procs import dispatcher_in_process, sim_backend
 from inferq.tools.bench.tokens_report import TokensRow, as_json, markdown, row
 from inferq.tools.broker.broker import pick_free_ports
 
@@ -64,9 +61,8 @@ async def run_policy(
     log_dir: Path,
     log: Callable[[str], None],
 ) -> TokensRow:
-    prefix = f"bench.tokens-{policy}-{uuid.uuid4().hex[:6]}"
-    kafka = KafkaSettings(bootstrap_servers=bootstrap_servers, topic_prefix=prefix)
-    create_topics(kafka)
+    kafka = fresh_topics(bootstrap_servers, f"tokens-{policy}")
+    prefix = kafka.topic_prefix
     producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5})
     codec = request_codec()
     sent: set[str] = set()
@@ -96,14 +92,7 @@ async def run_policy(
             rate_limits={MODEL: {"tpm": tpm}},
             metrics_port=pick_free_ports(1)[0],
         )
-        dispatcher = bootstrap(settings)
-        task = asyncio.create_task(dispatcher.run())
-        try:
-            async with asyncio.timeout(60):
-                while dispatcher.health()["assigned"] == 0:
-                    if task.done():
-                        task.result()
-                    await asyncio.sleep(0.1)
+        async with dispatcher_in_process(settings):
             # More than the measured minutes' tokens in briefs and analyses at once...
             total = int(per_minute * (minutes + 1))
             send(Tier.LOW, total // 2)
@@ -118,10 +107,6 @@ async def run_policy(
                 await asyncio.sleep(high_interval_s)
             log(f"[{policy}] sent {len(sent)} requests over {minutes:g} min")
             await asyncio.sleep(2.0)
-        finally:
-            dispatcher.request_stop()
-            async with asyncio.timeout(60):
-                await task
         async with httpx.AsyncClient() as client:
             stats: dict[str, Any] = (await client.get(f"{url}/stats")).json()
     results = await asyncio.to_thread(collector.wait_for, sent, 1.0)
@@ -133,17 +118,22 @@ def run(*, out: Path, home: Path, tpm: int = 6000, minutes: float = 2.0) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
+    started = time.monotonic()
     rows: dict[str, TokensRow] = {}
     with bench_broker(home, log) as servers:
         for policy in ("inferq", "fifo"):
             rows[policy] = asyncio.run(
                 run_policy(servers, policy, tpm=tpm, minutes=minutes, log_dir=home / "tokens", log=log)
             )
-    m = machine()
-    header = (
-        f"`{command_line('tokens')}`, {code_line(m)}; simulated backend at {tpm} tokens per minute, "
-        f"{minutes:g} min per policy, one dispatcher (budget 50, normal window), every tier on one model."
+    document = {
+        **run_record("tokens", time.monotonic() - started),
+        **as_json(rows, {"tpm": tpm, "minutes": minutes}),
+    }
+    intro = (
+        f"Simulated backend at {tpm} tokens per minute, {minutes:g} min per policy, one dispatcher "
+        "(budget 50, normal window), every tier on one model."
     )
-    document = as_json(rows, {"machine": m, "tpm": tpm, "minutes": minutes})
-    publish(out, "tokens", document, markdown(rows, header), indent=2, json_end="\n")
+    publish(
+        out, "tokens", document, markdown(rows, f"{header(document)}\n\n{intro}"), indent=2, json_end="\n"
+    )
     return 0

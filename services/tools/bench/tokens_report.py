@@ -7,13 +7,13 @@ target 0), and the waits from acceptance to dispatch per tier (HIGH's beside FIF
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.machine import cell
+from inferq.tools.bench.machine import cell, table
+from inferq.tools.measures import percentile as measured_percentile
 
 TPM_TARGET = 0.95
 MINUTE_MS = 60_000
@@ -34,11 +34,8 @@ class TokensRow:
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """The nearest-rank `q` percentile (0 < q <= 100); None for no values."""
-    if not values:
-        return None
-    ranked = sorted(values)
-    return ranked[max(0, math.ceil(q / 100 * len(ranked)) - 1)]
+    """`measures.percentile`, None for no values."""
+    return measured_percentile(values, q) if values else None
 
 
 def row(
@@ -95,27 +92,25 @@ def verdicts(rows: Mapping[str, TokensRow]) -> dict[str, bool | None]:
 
 
 def markdown(rows: Mapping[str, TokensRow], header: str) -> str:
-    lines = [
-        "# Token budget: tokens per minute against the simulator's limit",
-        "",
-        header,
-        "",
-        "| policy | TPM limit | TPM achieved | share | 429 over-dispatch | OK "
-        "| HIGH wait p50 / p99 s | LOW wait p50 s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    runs = [
+        (
+            r.policy,
+            r.tpm_limit,
+            f"{r.tokens_per_minute:.0f}",
+            f"{r.share_of_limit:.1%}",
+            r.over_dispatch_429,
+            r.answered_ok,
+            f"{cell(r.high_wait_p50_s, '.2f')} / {cell(r.high_wait_p99_s, '.2f')}",
+            cell(r.low_wait_p50_s, ".2f"),
+        )
+        for r in rows.values()
     ]
-    for r in rows.values():
-        lines.append(
-            f"| {r.policy} | {r.tpm_limit} | {r.tokens_per_minute:.0f} | {r.share_of_limit:.1%} | "
-            f"{r.over_dispatch_429} | {r.answered_ok} | "
-            f"{cell(r.high_wait_p50_s, '.2f')} / {cell(r.high_wait_p99_s, '.2f')} | "
-            f"{cell(r.low_wait_p50_s, '.2f')} |"
-        )
-    lines += ["", "| target | verdict |", "| --- | --- |"]
-    for name, verdict in verdicts(rows).items():
-        lines.append(
-            f"| {name.replace('_', ' ')} | {'-' if verdict is None else ('met' if verdict else 'missed')} |"
-        )
+    head = "policy | TPM limit | TPM achieved | share | 429 over-dispatch | OK | HIGH wait p50 / p99 s "
+    head += "| LOW wait p50 s"
+    met = {None: "-", True: "met", False: "missed"}
+    targets = [(name.replace("_", " "), met[ok]) for name, ok in verdicts(rows).items()]
+    title = "# Token budget: tokens per minute against the simulator's limit"
+    lines = [title, "", header, "", *table(head, runs), "", *table("target | verdict", targets)]
     return "\n".join(lines) + "\n"
 
 
