@@ -70,6 +70,8 @@ def test_the_wheel_carries_its_run_time_files_under_inferq(wheel: Path) -> None:
         "inferq/schemas/history/inference_result.v1.avsc",
         "inferq/infra/schedule.toml",
         "inferq/infra/scenarios/evening-peak.toml",
+        "inferq/infra/scenarios/bench/scheduling.toml",  # inferq bench (the tools extra)
+        "inferq/infra/scenarios/bench/fairness.toml",
         "inferq/ingest/app.py",
     ):
         assert needed in names
