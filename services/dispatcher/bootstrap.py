@@ -361,10 +361,8 @@ class Tenants:
 
 def tenant_parts(settings: DispatcherSettings, clock_ms: Callable[[], int]) -> Tenants:
     topics = settings.kafka.topics
-    registry = TenantRegistry(
-        settings.tenants.file, topics=topics, reload_interval_s=settings.tenants.reload_interval_s
-    )
-    if registry.load() is None:
+    registry = TenantRegistry.loaded(settings.tenants, topics)
+    if registry.open_mode:
         log.warning("dispatcher in open mode: every tenant a record names runs, with the global rules")
     check = TenantCheck(registry, default_reply_topic=topics.results, clock_ms=clock_ms)
     return Tenants(registry, check, RegistryLimits(registry))

@@ -138,7 +138,7 @@ def bootstrap(
     ``/readyz`` re-runs (default: the start-up check of the request and reply topics; none when
     `producer` is injected)."""
     on_kafka = producer is None  # an injected producer: a test with no broker behind it
-    tenants = tenant_registry(settings)
+    tenants = TenantRegistry.loaded(settings.tenants, settings.kafka.topics)
     config = producer_config(settings)
     producer = producer or AsyncProducer(config)
     backlogs = backlog or backlog_reader(settings)
@@ -173,16 +173,6 @@ def bootstrap(
 
 
 # The builders `bootstrap` lists, in the order it calls them.
-
-
-def tenant_registry(settings: IngestSettings) -> TenantRegistry:
-    tenants = TenantRegistry(
-        settings.tenants.file,
-        topics=settings.kafka.topics,
-        reload_interval_s=settings.tenants.reload_interval_s,
-    )
-    tenants.load()
-    return tenants
 
 
 def producer_config(settings: IngestSettings) -> dict[str, object]:

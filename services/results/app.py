@@ -87,7 +87,7 @@ def bootstrap(
     ``INFERQ_WEBHOOK_ENABLED`` (the default) webhooks are delivered; their dead letters go through
     `dead_letter_producer` (default: a librdkafka producer, started on first use)."""
     on_kafka = feed is None
-    tenants = tenant_registry(settings)
+    tenants = TenantRegistry.loaded(settings.tenants, settings.kafka.topics)
     # Built before the store, which writes a result's delivery in the same transaction as the result.
     outbox = WebhookOutbox(result_body) if settings.webhooks.enabled else None
     store = result_store(settings, outbox)
@@ -110,16 +110,6 @@ def bootstrap(
 
 
 # The builders `bootstrap` lists, in the order it calls them.
-
-
-def tenant_registry(settings: ResultsSettings) -> TenantRegistry:
-    tenants = TenantRegistry(
-        settings.tenants.file,
-        topics=settings.kafka.topics,
-        reload_interval_s=settings.tenants.reload_interval_s,
-    )
-    tenants.load()
-    return tenants
 
 
 def result_store(settings: ResultsSettings, outbox: WebhookOutbox | None) -> ResultStore:

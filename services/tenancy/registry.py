@@ -29,6 +29,7 @@ from inferq.tenancy.auth import ANONYMOUS, Principal, authenticate
 from inferq.tenancy.errors import TenantsFileError
 from inferq.tenancy.loading import decode_tenants, read_tenants_file
 from inferq.tenancy.model import OPEN_TENANT, Tenant, TenantDirectory
+from inferq.tenancy.settings import TenancySettings
 
 # What `signal.getsignal` returns and `signal.signal` takes.
 SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
@@ -73,6 +74,13 @@ class TenantRegistry:
         self._sighup_before: SignalHandler = signal.SIG_DFL
         self.reloads = 0
         self.failed_reloads = 0
+
+    @classmethod
+    def loaded(cls, settings: TenancySettings, topics: TopicNames) -> TenantRegistry:
+        """The registry of ``INFERQ_TENANTS_*``, its file read (`TenantsFileError` when unusable)."""
+        registry = cls(settings.file, topics=topics, reload_interval_s=settings.reload_interval_s)
+        registry.load()
+        return registry
 
     @property
     def path(self) -> Path | None:
