@@ -22,6 +22,7 @@ from inferq.results.app import create_app
 from inferq.results.settings import ResultsSettings
 from tests.support.inprocess import served
 from tests.support.replies import produce_replies
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kafka
 
@@ -65,15 +66,17 @@ def test_one_reader_per_replica_still_wakes_a_long_poll_and_an_event_stream(
 
     async def scenario() -> None:
         async with served(create_app(settings, hub=hub)) as url, httpx.AsyncClient(base_url=url) as client:
-            async with asyncio.timeout(45):
-                while (await client.get("/readyz")).status_code != 200:
-                    await asyncio.sleep(0.1)
+            await eventually(
+                lambda: client.get("/readyz"),
+                "ready",
+                45,
+                interval_s=0.1,
+                done=lambda r: r.status_code == 200,
+            )
             assert (await client.get("/v1/requests/r0")).json()["output"] == "earlier"
             polling = asyncio.create_task(client.get("/v1/requests/r1", params={"wait": 30}, timeout=40))
             async with client.stream("GET", "/v1/requests/s1/events", timeout=40) as stream:
-                async with asyncio.timeout(10):
-                    while hub.waiters != 2:
-                        await asyncio.sleep(0.02)
+                await eventually(lambda: hub.waiters, "2 waiters", 10, interval_s=0.02, done=lambda n: n == 2)
                 hello = [a_chunk("s1", 1, "Hel"), a_chunk("s1", 2, "lo"), a_result("s1", "Hello")]
                 await asyncio.to_thread(produce_replies, kafka_settings, "s1", hello)
                 await asyncio.to_thread(produce_replies, kafka_settings, "r1", [a_result("r1", "woken")])
