@@ -48,11 +48,10 @@ def circuit_state(metrics_url: str, backend: str) -> float:
 def until_half_open(metrics_url: str, backend: str) -> None:
     """Wait (bounded) for `backend`'s pause to end: until then a start passes it over."""
     wait_until(
-        lambda: circuit_state(metrics_url, backend),
+        lambda: circuit_state(metrics_url, backend) == 1,
         f"{backend}'s circuit half-open",
         OPEN_S + 10,
         interval_s=0.05,
-        done=lambda state: state == 1,
     )
 
 

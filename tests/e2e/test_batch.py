@@ -137,13 +137,7 @@ def until_outcomes(proc: subprocess.Popen[bytes], out: Path, at_least: int) -> N
         assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
         return len(read_state(out).outcomes)
 
-    wait_until(
-        outcomes,
-        f"the batch's progress to {at_least} outcomes",
-        60,
-        interval_s=0.05,
-        done=lambda n: n >= at_least,
-    )
+    wait_until(outcomes, f"{at_least} outcomes written", 60, interval_s=0.05, done=lambda n: n >= at_least)
 
 
 def test_a_batch_interrupted_then_killed_then_resumed_sends_and_runs_each_request_once(

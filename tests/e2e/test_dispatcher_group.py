@@ -93,11 +93,7 @@ def test_tokens_of_a_killed_dispatcher_come_back(group: Pipeline) -> None:
     killed_at = time.monotonic()
     # The survivors may use the whole budget again once the dead one's leases expire.
     wait_until(
-        lambda: group_tokens(group),
-        "the survivors never got the killed dispatcher's tokens back",
-        20,
-        interval_s=0.05,
-        done=lambda n: n == MEDIUM_MAX,
+        lambda: group_tokens(group) == MEDIUM_MAX, "the killed dispatcher's tokens back", 20, interval_s=0.05
     )
     took = time.monotonic() - killed_at
     assert took <= 10.0, f"tokens came back after {took:.1f} s"

@@ -76,11 +76,10 @@ class Stack:
 
     def wait_outbox_empty(self, request_id: str, timeout_s: float = 30.0) -> None:
         wait_until(
-            lambda: self.outbox_rows(request_id),
-            f"delivery of {request_id} out of the outbox",
+            lambda: not self.outbox_rows(request_id),
+            f"{request_id} out of the outbox",
             timeout_s,
             interval_s=0.05,
-            done=lambda rows: rows == 0,
         )
 
     def restart_results(self, **env: str) -> None:
