@@ -16,6 +16,7 @@ from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
 from inferq.messaging.topics import TopicNames
 from tests.support.dispatcher_fakes import InMemoryConsumer
+from tests.support.waiting import eventually
 
 TOPICS = TopicNames("unit")
 
@@ -104,8 +105,6 @@ def test_a_held_back_retry_partition_is_released_when_due() -> None:
         held = Partition(TOPICS.retry, 1)
         pauses.hold_back(held, 0.05)
         assert consumer.paused() == {held}
-        async with asyncio.timeout(2):
-            while consumer.paused():
-                await asyncio.sleep(0.01)
+        await eventually(lambda: not consumer.paused(), "the held partition resumed", 2, interval_s=0.01)
 
     asyncio.run(scenario())
