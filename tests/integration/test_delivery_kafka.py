@@ -4,25 +4,23 @@ header) and results to the hub in the order written, poison skipped, what came b
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
 
 from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower
 from inferq.delivery.hub import WaiterHub
 from inferq.messaging.kafka_config import KafkaSettings
-from inferq.messaging.records import InferenceChunk, InferenceResult, Status
-from inferq.messaging.tiers import Tier
+from inferq.messaging.records import InferenceChunk, InferenceResult
+from tests.support import fakes
 from tests.support.replies import produce_replies
 
 pytestmark = pytest.mark.kafka
 
 
-def a_chunk(request_id: str, seq: int, tenant: str = "acme") -> InferenceChunk:
-    return InferenceChunk(request_id, tenant, 1, seq, f"<{seq}>", "m", 1, "d1")
-
-
-def a_result(request_id: str, tenant: str = "acme") -> InferenceResult:
-    return InferenceResult(request_id, Tier.HIGH, Status.OK, "m", 1, 2, 1, "d1", output="done", tenant=tenant)
+# Acme's, unless said otherwise.
+a_chunk = functools.partial(fakes.a_chunk, tenant="acme")
+a_result = functools.partial(fakes.a_result, tenant="acme")
 
 
 def test_the_follower_wakes_waiters_with_chunks_in_order_then_the_result(

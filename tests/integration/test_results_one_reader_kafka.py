@@ -16,23 +16,14 @@ from aiokafka import AIOKafkaConsumer
 
 from inferq.delivery.hub import WaiterHub
 from inferq.messaging.kafka_config import KafkaSettings
-from inferq.messaging.records import InferenceChunk, InferenceResult, Status
-from inferq.messaging.tiers import Tier
 from inferq.results.app import create_app
 from inferq.results.settings import ResultsSettings
+from tests.support.fakes import a_chunk, a_result
 from tests.support.inprocess import served
 from tests.support.replies import produce_replies
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kafka
-
-
-def a_chunk(request_id: str, seq: int, delta: str) -> InferenceChunk:
-    return InferenceChunk(request_id, "default", 1, seq, delta, "m", 1, "d1")
-
-
-def a_result(request_id: str, output: str) -> InferenceResult:
-    return InferenceResult(request_id, Tier.HIGH, Status.OK, "m", 1, 2, 1, "d1", output=output)
 
 
 def events_of(text: str) -> list[tuple[str, Any]]:
@@ -60,8 +51,8 @@ def test_one_reader_per_replica_still_wakes_a_long_poll_and_an_event_stream(
         kafka=kafka_settings, group_id=f"{kafka_settings.topic_prefix}-results", db_path=tmp_path / "r.db"
     )
     # Written before the replica starts: the result is stored, the chunk is history nobody waits for.
-    produce_replies(kafka_settings, "s1", [a_chunk("s1", 0, "stale")])
-    produce_replies(kafka_settings, "r0", [a_result("r0", "earlier")])
+    produce_replies(kafka_settings, "s1", [a_chunk("s1", 0, delta="stale")])
+    produce_replies(kafka_settings, "r0", [a_result("r0", output="earlier")])
     hub = WaiterHub()
 
     async def scenario() -> None:
@@ -77,9 +68,15 @@ def test_one_reader_per_replica_still_wakes_a_long_poll_and_an_event_stream(
             polling = asyncio.create_task(client.get("/v1/requests/r1", params={"wait": 30}, timeout=40))
             async with client.stream("GET", "/v1/requests/s1/events", timeout=40) as stream:
                 await eventually(lambda: hub.waiters, "2 waiters", 10, interval_s=0.02, done=lambda n: n == 2)
-                hello = [a_chunk("s1", 1, "Hel"), a_chunk("s1", 2, "lo"), a_result("s1", "Hello")]
+                hello = [
+                    a_chunk("s1", 1, delta="Hel"),
+                    a_chunk("s1", 2, delta="lo"),
+                    a_result("s1", output="Hello"),
+                ]
                 await asyncio.to_thread(produce_replies, kafka_settings, "s1", hello)
-                await asyncio.to_thread(produce_replies, kafka_settings, "r1", [a_result("r1", "woken")])
+                await asyncio.to_thread(
+                    produce_replies, kafka_settings, "r1", [a_result("r1", output="woken")]
+                )
                 body = (await stream.aread()).decode()
             answer = await polling
             assert answer.status_code == 200
