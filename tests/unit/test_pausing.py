@@ -12,11 +12,11 @@ from inferq.dispatcher.offsets import OffsetTracker, PartitionOffsets
 from inferq.dispatcher.pausing import Pauses
 from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.work import Work
-from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
 from inferq.messaging.topics import TopicNames
 from tests.support.dispatcher_fakes import InMemoryConsumer
 from tests.support.waiting import eventually
+from tests.support.work import a_work
 
 TOPICS = TopicNames("unit")
 
@@ -33,15 +33,9 @@ class Listener:
 
 
 def waiting(tier: Tier, n: int) -> list[Work]:
-    request = InferenceRequest(
-        request_id="r",
-        scenario="s",
-        tier=tier,
-        created_at_ms=0,
-        expire_at_ms=1,
-        messages=(ChatMessage("u", "x"),),
-    )
-    return [Work(request=request, tier=tier, offsets=PartitionOffsets("t", 0), offset=i) for i in range(n)]
+    return [
+        a_work(tier, i, offsets=PartitionOffsets("t", 0), request_id="r", expire_at_ms=1) for i in range(n)
+    ]
 
 
 def setup(per_tier: int = 2) -> tuple[InMemoryConsumer, ReadAhead, Pauses]:
