@@ -8,13 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from inferq.messaging.acls import ServicePrincipals, apply_grants, service_grants
 from inferq.messaging.admin import create_topics
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.tools.broker.broker import LocalBroker
 from inferq.tools.broker.fixture import kafka_bootstrap_for_tests, secured_broker_for_tests
-from inferq.tools.broker.security import ADMIN
 from inferq.tools.redis.fixture import redis_url_for_tests
+from tests.support.kafka import a_secured_prefix
 
 
 @pytest.fixture(scope="session")
@@ -53,11 +52,5 @@ def secured_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBr
 
 @pytest.fixture
 def secured_prefix(secured_broker: LocalBroker) -> str:
-    """A fresh topic prefix on the secured broker: topics created by admin and the services' ACLs
-    applied, with the groups `<prefix>-dispatcher` and `<prefix>-results` (as `Pipeline` names them)."""
-    prefix = f"s{uuid.uuid4().hex[:12]}"
-    admin = secured_broker.client_settings(ADMIN, topic_prefix=prefix)
-    create_topics(admin)
-    who = ServicePrincipals(dispatcher_group=f"{prefix}-dispatcher", results_group=f"{prefix}-results")
-    apply_grants(admin, service_grants(admin.topics, who))
-    return prefix
+    """`a_secured_prefix` of the session's secured broker."""
+    return a_secured_prefix(secured_broker)

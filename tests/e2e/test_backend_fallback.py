@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import httpx
@@ -15,6 +14,7 @@ import pytest
 
 from tests.support.ledger import Ledger, request_body
 from tests.support.pipeline import running_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -47,10 +47,12 @@ def circuit_state(metrics_url: str, backend: str) -> float:
 
 def until_half_open(metrics_url: str, backend: str) -> None:
     """Wait (bounded) for `backend`'s pause to end: until then a start passes it over."""
-    deadline = time.monotonic() + OPEN_S + 10
-    while circuit_state(metrics_url, backend) != 1:
-        assert time.monotonic() < deadline, f"{backend}'s circuit not half-open within {OPEN_S + 10} s"
-        time.sleep(0.05)
+    wait_until(
+        lambda: circuit_state(metrics_url, backend) == 1,
+        f"{backend}'s circuit half-open",
+        OPEN_S + 10,
+        interval_s=0.05,
+    )
 
 
 def a_mix(label: str, count: int) -> list[dict[str, object]]:

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +26,7 @@ from inferq.tools.stack.pipeline import Pipeline
 from tests.support.inprocess import free_port
 from tests.support.kafka import read_all
 from tests.support.pipeline import running_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -133,11 +133,11 @@ def start_kafka_batch(pipeline: Pipeline, bootstrap: str, batch: Path, out: Path
 
 
 def until_outcomes(proc: subprocess.Popen[bytes], out: Path, at_least: int) -> None:
-    deadline = time.monotonic() + 60
-    while len(read_state(out).outcomes) < at_least:
+    def outcomes() -> int:
         assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
-        assert time.monotonic() < deadline, "the batch made no progress"
-        time.sleep(0.05)
+        return len(read_state(out).outcomes)
+
+    wait_until(outcomes, f"{at_least} outcomes written", 60, interval_s=0.05, done=lambda n: n >= at_least)
 
 
 def test_a_batch_interrupted_then_killed_then_resumed_sends_and_runs_each_request_once(
@@ -221,27 +221,30 @@ def test_a_kafka_batch_killed_while_outcomes_arrive_resumes_and_catches_them(
     backend_before = pipeline.backend_stats()["total"]
     first = start_kafka_batch(pipeline, kafka_bootstrap, batch, out)
     until_outcomes(first, out, 5)
+
     # Killed while some accepted requests still wait for their outcome.
-    deadline = time.monotonic() + 60
-    while not read_state(out).waiting:
-        assert first.poll() is None and time.monotonic() < deadline, "never caught with a request waiting"
-        time.sleep(0.005)
+    def waiting_now() -> object:
+        assert first.poll() is None, "never caught with a request waiting"
+        return read_state(out).waiting
+
+    wait_until(waiting_now, "a request caught waiting", 60, interval_s=0.005)
     first.kill()
     first.communicate(timeout=30)
     killed_at = read_state(out)
     # Usually some still wait (the loop above); one may have been answered just before the kill.
     waiting = {a.request_id for a in killed_at.waiting.values()}
     # Their outcomes are written while nobody follows the reply topic (the results service has them).
-    deadline = time.monotonic() + 60
-    while waiting:
-        answered = {
-            rid
-            for rid in waiting
-            if httpx.get(f"{pipeline.results_url}/v1/requests/{rid}", timeout=5).status_code == 200
-        }
-        waiting -= answered
-        assert time.monotonic() < deadline, f"never answered: {waiting}"
-        time.sleep(0.1)
+    wait_until(
+        lambda: {
+            r
+            for r in waiting
+            if httpx.get(f"{pipeline.results_url}/v1/requests/{r}", timeout=5).status_code != 200
+        },
+        "outcomes of the requests killed waiting",
+        60,
+        interval_s=0.1,
+        done=lambda unanswered: not unanswered,
+    )
     resumed = start_kafka_batch(pipeline, kafka_bootstrap, batch, out)
     _, err = resumed.communicate(timeout=180)
     assert resumed.returncode == 0, err.decode()[-2000:]

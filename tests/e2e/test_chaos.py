@@ -36,6 +36,7 @@ from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
 from tests.support.kafka import a_request, committed_offsets, end_offsets, read_all
 from tests.support.ledger import Answer, Ledger, request_body
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -81,16 +82,6 @@ def running(stack: Pipeline, *, dispatchers: int = 1) -> Iterator[Pipeline]:
     finally:
         codes = stack.stop()
         print(f"\nexit codes: {codes}")
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.05) -> float:
-    """Poll `condition` until true; returns the seconds it took, fails after `timeout_s`."""
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(interval_s)
-    return time.monotonic() - started
 
 
 def results_stored(stack: Pipeline) -> int:
@@ -207,7 +198,7 @@ def test_sigkilled_dispatcher_loses_nothing_and_its_peer_takes_over(
     with running(stack, dispatchers=2):
         asyncio.run(ledger.submit_all(stack.ingest_url, bodies))
         assert len(ledger.accepted) == len(bodies), f"ingest refused some: {ledger.tally().refused}"
-        wait_until(lambda: results_stored(stack) >= 40, 30, "the first 40 outcomes")
+        wait_until(lambda: results_stored(stack) >= 40, "the first 40 outcomes", 30, interval_s=0.05)
         health = [httpx.get(f"{stack.dispatcher_url(i)}/healthz", timeout=5).json() for i in range(2)]
         victim = max(range(2), key=lambda i: (health[i]["assigned"], health[i]["tokens_in_use"]))
         survivor = 1 - victim
@@ -331,7 +322,7 @@ def test_broker_restart_mid_load_keeps_every_promise(tmp_path: Path) -> None:
             )
             assert len(ledger.accepted) == 120
             with Submitters(ledger, stack.ingest_url, threads=4, interval_s=0.1):
-                wait_until(lambda: len(ledger.answers) >= 160, 20, "background traffic before the outage")
+                wait_until(lambda: len(ledger.answers) >= 160, "background traffic before the outage", 20)
                 stop_began = time.monotonic()
                 broker.stop()
                 down_at = time.monotonic()
@@ -345,21 +336,23 @@ def test_broker_restart_mid_load_keeps_every_promise(tmp_path: Path) -> None:
                         )
                         >= 4
                     ),
-                    30,
                     "503s while the broker is down",
+                    30,
                     interval_s=0.1,
                 )
                 restart_began = time.monotonic()
                 broker.start(timeout_s=60)
                 up_at = time.monotonic()
-                recovered_s = wait_until(
+                wait_until(
                     lambda: (
                         sum(1 for a in answers_between(ledger, up_at, time.monotonic()) if a.status == 202)
                         >= 20
                     ),
-                    30,
                     "202s again after the restart",
+                    30,
+                    interval_s=0.05,
                 )
+                recovered_s = time.monotonic() - up_at
             during = answers_between(ledger, down_at, restart_began)
             finish_account(ledger, stack, timeout_s=60)
             assert_all_alive(stack)
@@ -448,7 +441,10 @@ def test_backend_outage_fails_exhausted_expires_interactive_and_retries_the_rest
             [request_body("emotion_analysis", f"r{i}", deadline_ms=LONG_DEADLINE_MS) for i in range(30)]
         )
         wait_until(
-            lambda: backend_503s(stack) >= failed_before + len(recovered), 5, "a first failed attempt of each"
+            lambda: backend_503s(stack) >= failed_before + len(recovered),
+            "a first failed attempt of each",
+            5,
+            interval_s=0.05,
         )
         set_outage(stack, False)
         short_outage_s = time.monotonic() - short_outage_began
@@ -472,8 +468,8 @@ def test_backend_outage_fails_exhausted_expires_interactive_and_retries_the_rest
                 committed_offsets(kafka_bootstrap, group, t) == end_offsets(kafka_bootstrap, t)
                 for t in drained
             ),
-            15,
             "the dispatcher group's offsets committed to the end of every request and retry topic",
+            15,
             interval_s=0.5,
         )
         retried = sum(end_offsets(kafka_bootstrap, topics.retry).values())
@@ -597,8 +593,8 @@ def test_poison_records_are_dead_lettered_and_never_block_valid_ones(
         finish_account(ledger, stack, timeout_s=60)
         wait_until(
             lambda: sum(end_offsets(kafka_bootstrap, topics.dlq).values()) >= len(bad),
-            15,
             "a dead letter per poison record",
+            15,
             interval_s=0.2,
         )
         dead = read_all(kafka_bootstrap, topics.dlq)

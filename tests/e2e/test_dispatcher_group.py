@@ -12,6 +12,7 @@ import pytest
 from inferq.tools.demo.workload import Submission, submit_all, wait_outcomes
 from inferq.tools.stack.pipeline import Pipeline
 from tests.support.pipeline import running_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.slow]
 
@@ -77,11 +78,13 @@ def test_tokens_of_a_killed_dispatcher_come_back(group: Pipeline) -> None:
     accepted = asyncio.run(submit_all(group.ingest_url, items))
     # Tokens cycle as calls end and start, and the three health reads are not one instant:
     # wait for a reading at the full MEDIUM share rather than asserting on a later one.
-    deadline = time.monotonic() + 30
-    seen = 0
-    while seen < MEDIUM_MAX and time.monotonic() < deadline:
-        seen = max(seen, group_tokens(group))
-        time.sleep(0.05)
+    seen = wait_until(
+        lambda: group_tokens(group),
+        "tokens at the full MEDIUM share",
+        30,
+        interval_s=0.05,
+        done=lambda n: n >= MEDIUM_MAX,
+    )
     assert seen == MEDIUM_MAX
     victim = max(
         range(3), key=lambda i: httpx.get(f"{group.dispatcher_url(i)}/healthz").json()["tokens_in_use"]
@@ -89,12 +92,10 @@ def test_tokens_of_a_killed_dispatcher_come_back(group: Pipeline) -> None:
     group.dispatchers[victim].kill()
     killed_at = time.monotonic()
     # The survivors may use the whole budget again once the dead one's leases expire.
-    seen = 0
-    while seen < MEDIUM_MAX and time.monotonic() < killed_at + 20:
-        seen = group_tokens(group)
-        time.sleep(0.05)
+    wait_until(
+        lambda: group_tokens(group) == MEDIUM_MAX, "the killed dispatcher's tokens back", 20, interval_s=0.05
+    )
     took = time.monotonic() - killed_at
-    assert seen == MEDIUM_MAX, "the survivors never got the killed dispatcher's tokens back"
     assert took <= 10.0, f"tokens came back after {took:.1f} s"
     print(f"\ntokens of the SIGKILLed dispatcher back in use after {took:.2f} s")
     outcomes = asyncio.run(wait_outcomes(group.results_url, [a["request_id"] for a in accepted], 180))

@@ -12,14 +12,12 @@ written straight to the request topics as a Kafka-native producer would.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Message
 
 from inferq.messaging.codec import result_codec
 from inferq.messaging.records import InferenceResult
@@ -28,6 +26,7 @@ from inferq.tools.stack.pipeline import Pipeline
 from tests.support.kafka import a_request, produce_requests, read_all
 from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -61,30 +60,20 @@ def topics(pipeline: Pipeline) -> TopicNames:
 def results_of(pipeline: Pipeline, ids: set[str], timeout_s: float = 90.0) -> dict[str, InferenceResult]:
     """The results of `ids` read from the results topic (every one, or fail after `timeout_s`)."""
     codec = result_codec()
-    consumer = Consumer(
-        {
-            "bootstrap.servers": pipeline.bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
+
+    def answers(records: list[Message]) -> list[InferenceResult]:
+        return [r for r in (codec.decode(m.value()) for m in records) if r.request_id in ids]
+
+    seen = answers(
+        read_all(
+            pipeline.bootstrap,
+            topics(pipeline).results,
+            until=lambda records: ids <= {r.request_id for r in answers(records)},
+            timeout_s=timeout_s,
+        )
     )
-    consumer.subscribe([topics(pipeline).results])
-    found: dict[str, InferenceResult] = {}
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not ids <= found.keys():
-            assert time.monotonic() < deadline, f"{len(ids - found.keys())} results missing"
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            result = codec.decode(msg.value())
-            if result.request_id in ids:
-                seen.append(result.request_id)
-                found[result.request_id] = result
-    finally:
-        consumer.close()
+    found = {r.request_id: r for r in seen}
+    assert ids <= found.keys(), f"{len(ids - found.keys())} results missing"
     assert len(seen) == len(found), "a request answered twice"
     return found
 
@@ -140,10 +129,12 @@ def test_a_removed_tenant_keeps_what_it_asked_before_the_reload(pipeline: Pipeli
     [dispatcher] = pipeline.dispatchers
     write_tenants(path, FLOOD, NARROW)
     try:
-        deadline = time.monotonic() + 30
-        while "tenant 'small' removed from the tenants file" not in dispatcher.log_path.read_text():
-            assert time.monotonic() < deadline, "the dispatcher did not reload the file"
-            time.sleep(0.1)
+        wait_until(
+            lambda: "tenant 'small' removed from the tenants file" in dispatcher.log_path.read_text(),
+            "the dispatcher reloading the file",
+            30,
+            interval_s=0.1,
+        )
         after = a_request("HIGH", tenant="small")
         produce_requests(pipeline.bootstrap, topics(pipeline).requests_by_name("HIGH"), [before, after])
         results = results_of(pipeline, {before.request_id, after.request_id})

@@ -43,6 +43,7 @@ from inferq.tools.paths import find_project_root
 from inferq.tools.stack.process import ServiceProcess
 from tests.support.inprocess import free_port
 from tests.support.kafka import end_offsets, read_all
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -204,17 +205,6 @@ def counter(url: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
 
 
-def results_duplicates(regions: TwoRegions, *, at_least: int, timeout_s: float = 60.0) -> float:
-    """The eu results service's `inferq_results_duplicates_total`, once it reaches `at_least` (the
-    last repeats may still be on their way through its consumer) or the timeout passed."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        count = counter(f"{regions.results_eu_url}/metrics", "inferq_results_duplicates_total")
-        if count >= at_least or time.monotonic() >= deadline:
-            return count
-        time.sleep(0.5)
-
-
 def test_requests_produced_in_eu_are_served_centrally_and_answered_in_eu(regions: TwoRegions) -> None:
     run = f"calm-{uuid.uuid4().hex[:8]}"
     ids = [f"{run}-{n}" for n in range(20)]
@@ -264,16 +254,25 @@ def test_mirrormaker_killed_mid_stream_loses_nothing_and_each_caller_gets_one_ou
         regions.central.bootstrap, [f"{regions.prefix}.requests.{t}" for t in ("high", "medium", "low")]
     )
     mirrored_twice = sum(central[rid] - 1 for rid in ids)
+
     # The extra copies may still be in the dispatcher's hands (each is skipped or served): wait,
     # bounded, until it has dealt with all of them.
-    deadline = time.monotonic() + 60.0
-    while True:
+    def dealt_with() -> tuple[dict[str, int], int, float]:
         calls = served(regions)
         served_twice = sum(calls.get(rid, 0) - 1 for rid in ids if calls.get(rid, 0) > 1)
-        skipped = counter(f"{regions.dispatcher_url}/metrics", "inferq_request_copies_skipped_total")
-        if served_twice + skipped >= mirrored_twice or time.monotonic() >= deadline:
-            break
-        time.sleep(0.5)
+        return (
+            calls,
+            served_twice,
+            counter(f"{regions.dispatcher_url}/metrics", "inferq_request_copies_skipped_total"),
+        )
+
+    calls, served_twice, skipped = wait_until(
+        dealt_with,
+        f"the {mirrored_twice} extra copies served again or skipped",
+        60.0,
+        interval_s=0.5,
+        done=lambda seen: seen[1] + seen[2] >= mirrored_twice,
+    )
     on_eu = keys_on(regions.eu.bootstrap, f"{regions.prefix}.results.eu")
     assert set(ids) <= set(central), "a request never reached the central cluster"
     assert set(ids) <= set(on_eu), "an outcome never came back to eu"
@@ -299,8 +298,16 @@ def test_mirrormaker_killed_mid_stream_loses_nothing_and_each_caller_gets_one_ou
         "copies_skipped_by_dispatcher": skipped,
         "outcomes_on_eu_reply_topic": sum(on_eu[rid] for rid in ids),
         "repeated_outcomes_on_eu": repeats_on_eu,
-        "results_duplicates_total_eu": results_duplicates(regions, at_least=repeats_on_eu),
     }
+    # The last repeats may still be on their way through the eu results service's consumer.
+    figures["results_duplicates_total_eu"] = wait_until(
+        lambda: counter(f"{regions.results_eu_url}/metrics", "inferq_results_duplicates_total"),
+        f"eu's inferq_results_duplicates_total at {repeats_on_eu}",
+        60.0,
+        interval_s=0.5,
+        done=lambda count: count >= repeats_on_eu,
+        detail=lambda: f"mirror chaos figures: {json.dumps(figures, sort_keys=True)}",
+    )
     print("mirror chaos figures:", json.dumps(figures, sort_keys=True))
     # Every repeat the topic holds was read and dropped by id (its group read the whole topic).
     assert figures["results_duplicates_total_eu"] >= repeats_on_eu

@@ -71,6 +71,7 @@ def test_sdk_streams_survive_a_dispatcher_killed_mid_stream_without_hanging(stac
     text: dict[int, str] = {n: "" for n in range(STREAMS)}
     ids: dict[int, str] = {}
     ended: dict[int, tuple[str, Any]] = {}
+    # Not a poll: each event is awaited (events.get, bounded by what is left of the deadline).
     deadline = time.monotonic() + 60
     # Every stream under way (some text received), none finished: then the dispatcher dies.
     while len(ids) < STREAMS:

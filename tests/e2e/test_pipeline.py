@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from inferq.tools.demo.workload import evening_mix, submit_all, wait_outcomes
 from inferq.tools.stack.pipeline import Pipeline
 from tests.support.kafka import end_offsets, read_all
 from tests.support.pipeline import running_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -164,10 +164,14 @@ def test_resent_request_id_is_one_request(pipeline: Pipeline, kafka_bootstrap: s
 def test_every_running_service_is_ready_and_alive(pipeline: Pipeline) -> None:
     for url in (pipeline.ingest_url, pipeline.results_url, pipeline.dispatcher_url(0)):
         # A dispatcher may still be in a rebalance right after the stack started: a bounded wait.
-        deadline = time.monotonic() + 30
-        while (ready := httpx.get(f"{url}/readyz", timeout=5)).status_code != 200:
-            assert time.monotonic() < deadline, f"{url} not ready: {ready.text}"
-            time.sleep(0.1)
+        ready = wait_until(
+            lambda url=url: httpx.get(f"{url}/readyz", timeout=5),
+            f"{url} ready",
+            30,
+            interval_s=0.1,
+            done=lambda r: r.status_code == 200,
+            detail=lambda url=url: httpx.get(f"{url}/readyz", timeout=5).text,
+        )
         assert ready.json() == {"status": "ready"}, url
         assert httpx.get(f"{url}/healthz", timeout=5).status_code == 200, url
 

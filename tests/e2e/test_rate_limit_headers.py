@@ -29,6 +29,7 @@ import pytest
 from inferq.tools.stack.pipeline import Pipeline
 from tests.support.ledger import Ledger, request_body
 from tests.support.pipeline import running_pipeline
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -65,16 +66,6 @@ def backend_stats(url: str) -> dict[str, Any]:
 
 def answered_ok(url: str) -> int:
     return int(backend_stats(url)["by_status"].get("200", 0))
-
-
-def wait_for(condition: Any, timeout_s: float, what: str) -> float:
-    """Poll `condition` until true; the seconds it took (fails after `timeout_s`)."""
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"{what}: not within {timeout_s} s")
-        time.sleep(0.2)
-    return time.monotonic() - started
 
 
 @contextlib.contextmanager
@@ -116,11 +107,20 @@ def test_a_batch_larger_than_the_minute_is_not_sent_past_the_limit_the_headers_g
 
         # The minute's tokens are used: FIT calls answered OK (the simulator counts them on arrival).
         # The bounds keep the backend's figures within its first minute (45 + SETTLE_S < 60 s).
-        waited = wait_for(lambda: answered_ok(stack.backend_url) >= FIT, 45, f"{FIT} calls answered OK")
+        waiting_since = time.monotonic()
+        wait_until(
+            lambda: answered_ok(stack.backend_url) >= FIT, f"{FIT} calls answered OK", 45, interval_s=0.2
+        )
+        waited = time.monotonic() - waiting_since
         time.sleep(SETTLE_S)
         stats = backend_stats(stack.backend_url)
         seen = time.monotonic() - started
-        wait_for(lambda: read_outcomes(ledger, stack.results_url, ids)["OK"] >= FIT, 30, f"{FIT} OK outcomes")
+        wait_until(
+            lambda: read_outcomes(ledger, stack.results_url, ids)["OK"] >= FIT,
+            f"{FIT} OK outcomes",
+            30,
+            interval_s=0.2,
+        )
         outcomes = read_outcomes(ledger, stack.results_url, ids)
         print(
             f"\n[ratehdr] {batch} chats, TPM {TPM} ({FIT} calls): backend {stats['by_status']}, "
@@ -154,7 +154,12 @@ def test_a_429_with_retry_after_holds_the_model_instead_of_retrying_into_a_storm
         ids = [a.request_id for a in answers if a.request_id is not None]
         # The minute's requests are answered at once; the rest wait for the next minute (the sim's
         # minute is a fixed 60 s: the test does not wait for it, it watches the wait).
-        wait_for(lambda: read_outcomes(ledger, stack.results_url, ids)["OK"] >= RPM, 30, f"{RPM} OK outcomes")
+        wait_until(
+            lambda: read_outcomes(ledger, stack.results_url, ids)["OK"] >= RPM,
+            f"{RPM} OK outcomes",
+            30,
+            interval_s=0.2,
+        )
         answered = backend_stats(stack.backend_url)
         time.sleep(HOLD_WATCH_S)  # a retry before the retry-after would reach the backend meanwhile
         outcomes = read_outcomes(ledger, stack.results_url, ids)

@@ -28,6 +28,7 @@ import pytest
 from inferq.tools.stack.pipeline import Pipeline
 from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import wait_until
 from tests.support.webhook_receiver import Receiver, webhook_receiver
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -99,11 +100,13 @@ class Replicas:
         return set() if not said or said[-1] == "no partition" else set(said[-1].split(", "))
 
     def wait_owned(self, index: int, count: int, timeout_s: float = 30.0) -> set[str]:
-        deadline = time.monotonic() + timeout_s
-        while len(owned := self.owned(index)) != count:
-            assert time.monotonic() < deadline, f"replica {index} owns {owned}, not {count} partitions"
-            time.sleep(0.1)
-        return owned
+        return wait_until(
+            lambda: self.owned(index),
+            f"replica {index} owning {count} partitions",
+            timeout_s,
+            interval_s=0.1,
+            done=lambda owned: len(owned) == count,
+        )
 
     def answered_by(self, url: str, request_ids: list[str]) -> int:
         """How many of `request_ids` a plain GET on `url` answers with their outcome."""
@@ -119,14 +122,12 @@ class Replicas:
         return found
 
     def wait_delivered(self, request_ids: list[str], timeout_s: float) -> dict[str, list[Any]]:
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def missing() -> list[str]:
             found = self.deliveries()
-            missing = [r for r in request_ids if not any(d.status == 200 for d in found.get(r, []))]
-            if not missing:
-                return found
-            assert time.monotonic() < deadline, f"{len(missing)} webhooks not delivered: {missing[:5]}"
-            time.sleep(0.1)
+            return [r for r in request_ids if not any(d.status == 200 for d in found.get(r, []))]
+
+        wait_until(missing, "every webhook delivered", timeout_s, interval_s=0.1, done=lambda left: not left)
+        return self.deliveries()
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from inferq.messaging.acls import ServicePrincipals, apply_grants, service_grants
-from inferq.messaging.admin import create_topics
 from inferq.tools.broker.broker import LocalBroker
-from inferq.tools.broker.security import ADMIN, client_env
+from inferq.tools.broker.security import client_env
 from inferq.tools.demo.workload import evening_mix, submit_all, wait_outcomes
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
+from tests.support.kafka import a_secured_prefix
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -28,18 +27,9 @@ SERVICES = ("ingest", "dispatcher", "results")
 EXIT_BOUND_S = 45.0  # interpreter start, imports and the refused login, on 2 busy cores
 
 
-def secured_prefix(broker: LocalBroker) -> str:
-    prefix = f"sec{uuid.uuid4().hex[:10]}"
-    admin = broker.client_settings(ADMIN, topic_prefix=prefix)
-    create_topics(admin)
-    who = ServicePrincipals(dispatcher_group=f"{prefix}-dispatcher", results_group=f"{prefix}-results")
-    apply_grants(admin, service_grants(admin.topics, who))
-    return prefix
-
-
 @pytest.fixture(scope="module")
 def pipeline(secured_broker: LocalBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    prefix = secured_prefix(secured_broker)
+    prefix = a_secured_prefix(secured_broker)
     stack = Pipeline(
         bootstrap=secured_broker.bootstrap,
         work_dir=tmp_path_factory.mktemp("secure-pipeline"),
@@ -81,7 +71,7 @@ def test_every_service_works_over_sasl_ssl_as_its_own_principal(
 def test_a_wrong_password_stops_each_service_at_once_with_a_clear_message(
     secured_broker: LocalBroker, tmp_path: Path
 ) -> None:
-    prefix = secured_prefix(secured_broker)
+    prefix = a_secured_prefix(secured_broker)
     wrong = "wrong-" + uuid.uuid4().hex
     started = time.monotonic()
     running: dict[str, subprocess.Popen[bytes]] = {}

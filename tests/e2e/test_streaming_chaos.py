@@ -4,22 +4,21 @@ caller still gets exactly one outcome, whose text is that complete stream's."""
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import Message
 
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import is_chunk
 from inferq.tools.stack.pipeline import Pipeline
-from tests.support.kafka import a_request, produce_requests
+from tests.support.kafka import a_request, produce_requests, read_all
 from tests.support.pipeline import running_pipeline, slow_streams
 from tests.support.replies import read_replies
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -39,35 +38,30 @@ def stack(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Pipeline]:
 
 def wait_until_streaming(bootstrap: str, topic: str, request_ids: set[str], timeout_s: float = 30.0) -> None:
     """Until each request has a chunk on `topic` and none has a result: every stream is under way."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"w-{uuid.uuid4().hex}"})
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-    streaming: set[str] = set()
-    finished: set[str] = set()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline and streaming != request_ids:
-            msg = consumer.poll(0.1)
-            if msg is None or msg.error():
-                continue
-            (streaming if is_chunk(msg.headers()) else finished).add((msg.key() or b"").decode())
-    finally:
-        consumer.close()
+
+    def keys(records: list[Message], *, chunks: bool) -> set[str]:
+        return {(m.key() or b"").decode() for m in records if is_chunk(m.headers()) == chunks}
+
+    records = read_all(
+        bootstrap, topic, until=lambda found: keys(found, chunks=True) == request_ids, timeout_s=timeout_s
+    )
+    streaming, finished = keys(records, chunks=True), keys(records, chunks=False)
     assert streaming == request_ids and not finished, f"streams under way {streaming}, finished {finished}"
 
 
 def stored_outcome(stack: Pipeline, request_id: str, tenant: str, timeout_s: float = 30.0) -> dict[str, Any]:
     """The results service's answer, once it has stored one (open mode: read as the request's tenant)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        response = httpx.get(
+    response = wait_until(
+        lambda: httpx.get(
             f"{stack.results_url}/v1/requests/{request_id}", params={"tenant": tenant}, timeout=5
-        )
-        if response.status_code == 200 or time.monotonic() > deadline:
-            assert response.status_code == 200, response.text
-            answer: dict[str, Any] = response.json()
-            return answer
-        time.sleep(0.1)
+        ),
+        f"{request_id}'s outcome stored",
+        timeout_s,
+        interval_s=0.1,
+        done=lambda r: r.status_code == 200,
+    )
+    answer: dict[str, Any] = response.json()
+    return answer
 
 
 def test_a_dispatcher_killed_mid_stream_leaves_one_outcome_from_a_complete_new_stream(

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from inferq.tools.stack.process import ServiceProcess
 from tests.support.inprocess import free_port
 from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -71,23 +72,19 @@ def post(url: str, body: Any, spec: TenantSpec | None = None, **headers: str) ->
 
 
 def outcome(results_url: str, request_id: str, spec: TenantSpec, timeout_s: float = 30.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def read() -> httpx.Response:
         response = httpx.get(f"{results_url}/v1/requests/{request_id}", headers=spec.headers(), timeout=5)
-        if response.status_code == 200:
-            found: dict[str, Any] = response.json()
-            return found
-        assert response.status_code == 404, response.text
-        time.sleep(0.1)
-    raise AssertionError(f"no outcome for {spec.name}'s {request_id} within {timeout_s} s")
+        assert response.status_code in (200, 404), response.text
+        return response
 
-
-def eventually(what: str, check: Callable[[], bool], timeout_s: float) -> float:
-    started = time.monotonic()
-    while not check():
-        assert time.monotonic() - started < timeout_s, f"{what}: not within {timeout_s} s"
-        time.sleep(0.05)
-    return time.monotonic() - started
+    found: dict[str, Any] = wait_until(
+        read,
+        f"an outcome for {spec.name}'s {request_id}",
+        timeout_s,
+        interval_s=0.1,
+        done=lambda r: r.is_success,
+    ).json()
+    return found
 
 
 def test_no_valid_key_is_401_at_ingest_and_results(pipeline: Pipeline) -> None:
@@ -157,38 +154,39 @@ def test_a_rewritten_file_is_used_within_the_reload_interval(pipeline: Pipeline)
     new = TenantSpec("rotating")
     both = TenantSpec("rotating", keys=[new.key, ROTATING.key])
     write_tenants(path, *(t for t in TENANTS if t is not ROTATING), both)
-    took = eventually(
-        "the new key at ingest", lambda: post(pipeline.ingest_url, chat("new"), new).status_code == 202, 10
+    written_at = time.monotonic()
+    wait_until(
+        lambda: post(pipeline.ingest_url, chat("new"), new).status_code == 202, "the new key at ingest", 10
     )
-    assert took < RELOAD_INTERVAL_S + 2
+    assert time.monotonic() - written_at < RELOAD_INTERVAL_S + 2
     # Each service reloads on its own timer: results within the interval too.
-    eventually(
-        "the new key at results",
+    wait_until(
         lambda: httpx.get(f"{pipeline.results_url}/v1/requests/x", headers=new.headers()).status_code == 404,
+        "the new key at results",
         RELOAD_INTERVAL_S + 2,
     )
     accepted = post(pipeline.ingest_url, chat("old key, still valid"), ROTATING)
     assert accepted.status_code == 202  # both keys while clients move over
     assert outcome(pipeline.results_url, accepted.json()["request_id"], new)["status"] == "OK"
     write_tenants(path, *(t for t in TENANTS if t is not ROTATING), new)
-    eventually(
-        "the old key refused", lambda: post(pipeline.ingest_url, chat("old"), ROTATING).status_code == 401, 10
+    wait_until(
+        lambda: post(pipeline.ingest_url, chat("old"), ROTATING).status_code == 401, "the old key refused", 10
     )
-    eventually(
-        "the old key refused at results",
+    wait_until(
         lambda: (
             httpx.get(f"{pipeline.results_url}/v1/requests/x", headers=ROTATING.headers()).status_code == 401
         ),
+        "the old key refused at results",
         10,
     )
     # A broken rewrite keeps the tenants in force.
     path.write_text("[[tenants]]\nname = 'rotating'\nweight = 0\n")
     for service in ("ingest", "results"):
-        eventually(
-            f"{service} logs the broken file",
+        wait_until(
             lambda service=service: (
                 "tenants file invalid, keeping the previous tenants" in _log(pipeline, service)
             ),
+            f"{service} logs the broken file",
             RELOAD_INTERVAL_S + 5,
         )
     assert post(pipeline.ingest_url, chat("still here"), new).status_code == 202
@@ -230,10 +228,10 @@ def test_sighup_reloads_at_once(pipeline: Pipeline, kafka_bootstrap: str, tmp_pa
         assert post(ingest_url, chat("not yet"), BETA).status_code == 401
         ingest.signal(signal.SIGHUP)
         results.signal(signal.SIGHUP)
-        eventually("SIGHUP at ingest", lambda: post(ingest_url, chat("now"), BETA).status_code == 202, 5)
-        eventually(
-            "SIGHUP at results",
+        wait_until(lambda: post(ingest_url, chat("now"), BETA).status_code == 202, "SIGHUP at ingest", 5)
+        wait_until(
             lambda: httpx.get(f"{results_url}/v1/requests/x", headers=BETA.headers()).status_code == 404,
+            "SIGHUP at results",
             5,
         )
         assert ingest.alive() and results.alive()  # SIGHUP's default would have ended them

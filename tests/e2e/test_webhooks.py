@@ -28,6 +28,7 @@ from tests.support.inprocess import free_port
 from tests.support.kafka import read_all
 from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import wait_until
 from tests.support.webhook_receiver import Receiver, webhook_receiver
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -74,10 +75,12 @@ class Stack:
             )
 
     def wait_outbox_empty(self, request_id: str, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.outbox_rows(request_id):
-            assert time.monotonic() < deadline, f"delivery of {request_id} still pending after {timeout_s} s"
-            time.sleep(0.05)
+        wait_until(
+            lambda: not self.outbox_rows(request_id),
+            f"{request_id} out of the outbox",
+            timeout_s,
+            interval_s=0.05,
+        )
 
     def restart_results(self, **env: str) -> None:
         self.results.env.update(env)

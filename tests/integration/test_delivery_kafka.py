@@ -4,43 +4,30 @@ header) and results to the hub in the order written, poison skipped, what came b
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
-from confluent_kafka import Producer
 
 from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower
 from inferq.delivery.hub import WaiterHub
-from inferq.messaging.codec import chunk_codec, result_codec
 from inferq.messaging.kafka_config import KafkaSettings
-from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, Status
-from inferq.messaging.tiers import Tier
+from inferq.messaging.records import InferenceChunk, InferenceResult
+from tests.support import fakes
+from tests.support.replies import produce_replies
 
 pytestmark = pytest.mark.kafka
 
 
-def a_chunk(request_id: str, seq: int, tenant: str = "acme") -> InferenceChunk:
-    return InferenceChunk(request_id, tenant, 1, seq, f"<{seq}>", "m", 1, "d1")
-
-
-def a_result(request_id: str, tenant: str = "acme") -> InferenceResult:
-    return InferenceResult(request_id, Tier.HIGH, Status.OK, "m", 1, 2, 1, "d1", output="done", tenant=tenant)
-
-
-def produce(settings: KafkaSettings, request_id: str, values: list[tuple[bytes, bool]]) -> None:
-    """(value, is_chunk) pairs, keyed by the request id like the dispatcher's records."""
-    producer = Producer(settings.producer_config(client_id="test-replies"))
-    for value, chunk in values:
-        headers = [(KIND_HEADER, CHUNK_KIND)] if chunk else None
-        producer.produce(settings.topics.results, value=value, key=request_id.encode(), headers=headers)
-    assert producer.flush(15) == 0
+# Acme's, unless said otherwise.
+a_chunk = functools.partial(fakes.a_chunk, tenant="acme")
+a_result = functools.partial(fakes.a_result, tenant="acme")
 
 
 def test_the_follower_wakes_waiters_with_chunks_in_order_then_the_result(
     kafka_settings: KafkaSettings,
 ) -> None:
     async def scenario() -> None:
-        before = [(result_codec().encode(a_result("early")), False)]
-        produce(kafka_settings, "early", before)  # written before the follower started: not owed
+        produce_replies(kafka_settings, "early", [a_result("early")])  # before the follower started: not owed
         hub = WaiterHub()
         follower = ReplyFollower(
             lambda: KafkaReplyFeed(kafka_settings, kafka_settings.topics.results, client_id="test-follower"),
@@ -50,11 +37,13 @@ def test_the_follower_wakes_waiters_with_chunks_in_order_then_the_result(
         try:
             await asyncio.wait_for(follower.ready.wait(), 30)
             with hub.waiting("acme", "r1") as waiter, hub.waiting("acme", "early") as early:
-                records = [(chunk_codec().encode(a_chunk("r1", seq)), True) for seq in range(20)]
-                records.insert(5, (b"poison, not avro", False))
-                records.append((result_codec().encode(a_result("r1", tenant="beta")), False))  # not ours
-                records.append((result_codec().encode(a_result("r1")), False))
-                await asyncio.to_thread(produce, kafka_settings, "r1", records)
+                records: list[InferenceChunk | InferenceResult | bytes] = [
+                    a_chunk("r1", seq) for seq in range(20)
+                ]
+                records.insert(5, b"poison, not avro")
+                records.append(a_result("r1", tenant="beta"))  # not ours
+                records.append(a_result("r1"))
+                await asyncio.to_thread(produce_replies, kafka_settings, "r1", records)
                 got = [await waiter.next(20) for _ in range(21)]
                 assert [c.seq for c in got[:20]] == list(range(20))  # type: ignore[union-attr]
                 assert isinstance(got[20], InferenceResult) and got[20].tenant == "acme"
@@ -78,9 +67,7 @@ def test_a_follower_by_pattern_follows_every_matching_reply_topic(kafka_settings
         try:
             await asyncio.wait_for(follower.ready.wait(), 30)
             with hub.waiting("acme", "p1") as waiter:
-                await asyncio.to_thread(
-                    produce, kafka_settings, "p1", [(result_codec().encode(a_result("p1")), False)]
-                )
+                await asyncio.to_thread(produce_replies, kafka_settings, "p1", [a_result("p1")])
                 result = await waiter.result(20)
                 assert result is not None and result.request_id == "p1"
         finally:

@@ -8,8 +8,9 @@ import time
 import pytest
 
 from inferq.messaging.codec import result_codec
-from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
+from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend, until_in_flight
 from tests.support.kafka import a_request, committed_offsets, end_offsets, produce, produce_requests, read_all
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kafka
 
@@ -103,15 +104,17 @@ def test_offsets_are_committed_only_after_results_are_written(kafka_settings):
             running_dispatcher(kafka_settings, url, budget=10, schedule_pin="night"),
         ):
             produce_requests(kafka_settings.bootstrap_servers, topic, records, partition=1)
-            async with asyncio.timeout(20):
-                while (await backend_stats(url))["in_flight"] < 3:
-                    await asyncio.sleep(0.05)
+            await until_in_flight(url, 3)
             await asyncio.sleep(0.5)  # several commit intervals pass while the calls run
             during = committed_offsets(kafka_settings.bootstrap_servers, group, topic)
             await asyncio.to_thread(results_by_id, kafka_settings.bootstrap_servers, topics.results, 3)
-            async with asyncio.timeout(10):
-                while committed_offsets(kafka_settings.bootstrap_servers, group, topic).get(1) != 3:
-                    await asyncio.sleep(0.1)
+            await eventually(
+                lambda: committed_offsets(kafka_settings.bootstrap_servers, group, topic).get(1),
+                "offset 3 committed on partition 1",
+                10,
+                interval_s=0.1,
+                done=lambda offset: offset == 3,
+            )
             return during
 
     during = asyncio.run(scenario())
@@ -161,9 +164,7 @@ def test_a_rebalance_that_gives_partitions_back_does_not_redo_running_calls(kafk
             running_dispatcher(kafka_settings, url, schedule_pin="night") as dispatcher,
         ):
             produce_requests(kafka_settings.bootstrap_servers, topics.requests_by_name("LOW"), briefs)
-            async with asyncio.timeout(20):
-                while (await backend_stats(url))["in_flight"] < 6:
-                    await asyncio.sleep(0.02)
+            await until_in_flight(url, 6)
             # Another member joins the group for an unrelated topic: the eager rebalance revokes all
             # of the dispatcher's partitions and hands them straight back.
             other = Consumer({"bootstrap.servers": kafka_settings.bootstrap_servers, "group.id": group})
@@ -197,11 +198,14 @@ def test_every_partition_is_committed_even_one_that_never_had_a_record(kafka_set
         async with sim_backend(speed=50.0) as url, running_dispatcher(kafka_settings, url):
             produce_requests(bootstrap, topics.requests_by_name("HIGH"), [request], partition=0)
             await asyncio.to_thread(results_by_id, bootstrap, topics.results, 1)
-            async with asyncio.timeout(15):
-                while not all(
+            await eventually(
+                lambda: all(
                     committed_offsets(bootstrap, group, t) == end_offsets(bootstrap, t) for t in drained
-                ):
-                    await asyncio.sleep(0.2)
+                ),
+                "offsets committed to the end of every request and retry topic",
+                15,
+                interval_s=0.2,
+            )
 
     # Without a commit, a partition's group offset reads "none" (-1001) even though nothing is owed.
     asyncio.run(scenario())

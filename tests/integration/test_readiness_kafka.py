@@ -19,6 +19,7 @@ from inferq.results.app import create_app as create_results
 from inferq.results.settings import ResultsSettings
 from tests.support.fakes import FakeBacklog
 from tests.support.inprocess import running_dispatcher, served, sim_backend
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kafka
 
@@ -29,10 +30,14 @@ def delete_topic(settings: KafkaSettings, topic: str) -> None:
 
 
 async def readyz_until(url: str, status: int, timeout_s: float = 30.0) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=5) as client, asyncio.timeout(timeout_s):
-        while (answer := await client.get(f"{url}/readyz")).status_code != status:
-            await asyncio.sleep(0.05)
-        return answer
+    async with httpx.AsyncClient(timeout=5) as client:
+        return await eventually(
+            lambda: client.get(f"{url}/readyz"),
+            f"/readyz {status}",
+            timeout_s,
+            interval_s=0.05,
+            done=lambda answer: answer.status_code == status,
+        )
 
 
 def test_ingest_is_ready_on_its_topics_and_not_once_one_is_deleted(kafka_settings, monkeypatch):
@@ -73,13 +78,15 @@ def test_a_dispatcher_is_ready_once_its_assignment_settled(kafka_settings: Kafka
         watch.passed()
         async with sim_backend() as backend, running_dispatcher(kafka_settings, backend) as dispatcher:
             transport = httpx.ASGITransport(app=metrics_app(dispatcher, watch))
-            async with (
-                httpx.AsyncClient(transport=transport, base_url="http://dispatcher") as client,
-                asyncio.timeout(30),
-            ):
-                while (answer := await client.get("/readyz")).status_code != 200:
-                    assert answer.json()["reasons"] == ["not in the consumer group (joining or rebalancing)"]
-                    await asyncio.sleep(0.05)
-                return answer
+            # Ready, or a reason other than joining (the caller's assertion then shows it).
+            joining = ["not in the consumer group (joining or rebalancing)"]
+            async with httpx.AsyncClient(transport=transport, base_url="http://dispatcher") as client:
+                return await eventually(
+                    lambda: client.get("/readyz"),
+                    "ready",
+                    30,
+                    interval_s=0.05,
+                    done=lambda a: a.status_code == 200 or a.json()["reasons"] != joining,
+                )
 
     assert asyncio.run(asyncio.wait_for(scenario(), 120)).json() == {"status": "ready"}

@@ -13,35 +13,17 @@ from typing import Any
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
-from confluent_kafka import Producer
 
 from inferq.delivery.hub import WaiterHub
-from inferq.messaging.codec import chunk_codec, result_codec
 from inferq.messaging.kafka_config import KafkaSettings
-from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, Status
-from inferq.messaging.tiers import Tier
 from inferq.results.app import create_app
 from inferq.results.settings import ResultsSettings
+from tests.support.fakes import a_chunk, a_result
 from tests.support.inprocess import served
+from tests.support.replies import produce_replies
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kafka
-
-
-def a_chunk(request_id: str, seq: int, delta: str) -> InferenceChunk:
-    return InferenceChunk(request_id, "default", 1, seq, delta, "m", 1, "d1")
-
-
-def a_result(request_id: str, output: str) -> InferenceResult:
-    return InferenceResult(request_id, Tier.HIGH, Status.OK, "m", 1, 2, 1, "d1", output=output)
-
-
-def produce(settings: KafkaSettings, request_id: str, values: list[tuple[bytes, bool]]) -> None:
-    """(value, is_chunk) pairs, keyed by the request id like the dispatcher's records."""
-    producer = Producer(settings.producer_config(client_id="test-replies"))
-    for value, chunk in values:
-        headers = [(KIND_HEADER, CHUNK_KIND)] if chunk else None
-        producer.produce(settings.topics.results, value=value, key=request_id.encode(), headers=headers)
-    assert producer.flush(15) == 0
 
 
 def events_of(text: str) -> list[tuple[str, Any]]:
@@ -69,28 +51,31 @@ def test_one_reader_per_replica_still_wakes_a_long_poll_and_an_event_stream(
         kafka=kafka_settings, group_id=f"{kafka_settings.topic_prefix}-results", db_path=tmp_path / "r.db"
     )
     # Written before the replica starts: the result is stored, the chunk is history nobody waits for.
-    produce(kafka_settings, "s1", [(chunk_codec().encode(a_chunk("s1", 0, "stale")), True)])
-    produce(kafka_settings, "r0", [(result_codec().encode(a_result("r0", "earlier")), False)])
+    produce_replies(kafka_settings, "s1", [a_chunk("s1", 0, delta="stale")])
+    produce_replies(kafka_settings, "r0", [a_result("r0", output="earlier")])
     hub = WaiterHub()
 
     async def scenario() -> None:
         async with served(create_app(settings, hub=hub)) as url, httpx.AsyncClient(base_url=url) as client:
-            async with asyncio.timeout(45):
-                while (await client.get("/readyz")).status_code != 200:
-                    await asyncio.sleep(0.1)
+            await eventually(
+                lambda: client.get("/readyz"),
+                "ready",
+                45,
+                interval_s=0.1,
+                done=lambda r: r.status_code == 200,
+            )
             assert (await client.get("/v1/requests/r0")).json()["output"] == "earlier"
             polling = asyncio.create_task(client.get("/v1/requests/r1", params={"wait": 30}, timeout=40))
             async with client.stream("GET", "/v1/requests/s1/events", timeout=40) as stream:
-                async with asyncio.timeout(10):
-                    while hub.waiters != 2:
-                        await asyncio.sleep(0.02)
-                records = [
-                    (chunk_codec().encode(a_chunk("s1", seq, d)), True) for seq, d in [(1, "Hel"), (2, "lo")]
+                await eventually(lambda: hub.waiters, "2 waiters", 10, interval_s=0.02, done=lambda n: n == 2)
+                hello = [
+                    a_chunk("s1", 1, delta="Hel"),
+                    a_chunk("s1", 2, delta="lo"),
+                    a_result("s1", output="Hello"),
                 ]
-                records.append((result_codec().encode(a_result("s1", "Hello")), False))
-                await asyncio.to_thread(produce, kafka_settings, "s1", records)
+                await asyncio.to_thread(produce_replies, kafka_settings, "s1", hello)
                 await asyncio.to_thread(
-                    produce, kafka_settings, "r1", [(result_codec().encode(a_result("r1", "woken")), False)]
+                    produce_replies, kafka_settings, "r1", [a_result("r1", output="woken")]
                 )
                 body = (await stream.aread()).decode()
             answer = await polling

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from inferq.results.webhooks import result_body
 from inferq.webhooks.outbox import WebhookOutbox
 from tests.support.fakes import InMemoryMetrics, a_result
 from tests.support.kafka import committed_offsets, end_offsets, produce
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kafka
 
@@ -46,12 +46,6 @@ def write_results(kafka: KafkaSettings, names: list[str]) -> None:
             key=name.encode(),
             partition=i % PARTITIONS,
         )
-
-
-async def until(what: str, check: Callable[[], Awaitable[bool]], timeout_s: float = 30.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not await check():
-            await asyncio.sleep(0.05)
 
 
 def test_each_replica_stores_every_partition_and_resumes_from_its_own_positions(kafka_settings, tmp_path):
@@ -140,7 +134,7 @@ def test_the_group_splits_webhooks_and_a_leaving_owner_hands_over_its_done_water
                 and not owned_a & owned_b
             )
 
-        await until("the group splitting the partitions", split)
+        await eventually(split, "the group splitting the partitions", 30, interval_s=0.05)
         owned_by_a = set(a.owned())
         # a delivers the first webhook of each of its partitions.
         for where in owned_by_a:
@@ -158,9 +152,11 @@ def test_the_group_splits_webhooks_and_a_leaving_owner_hands_over_its_done_water
             )
             return all(done.get(w.partition) == 1 for w in owned_by_a)
 
-        await until("a's watermarks committed", committed)
+        await eventually(committed, "a's watermarks committed", 30, interval_s=0.05)
         await a.stop()
-        await until("b owning every partition", lambda: asyncio.sleep(0, set(b.owned()) == set(partitions)))
+        await eventually(
+            lambda: set(b.owned()) == set(partitions), "b owning every partition", 30, interval_s=0.05
+        )
         left = await store_b.on_connection(lambda db: outbox_b.due(db, now_ms=2**62, limit=50))
         done = await asyncio.to_thread(
             committed_offsets, kafka_settings.bootstrap_servers, settings.consumer_group, topic

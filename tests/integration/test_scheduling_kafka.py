@@ -8,7 +8,7 @@ import time
 import pytest
 
 from inferq.messaging.codec import result_codec
-from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
+from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend, until_in_flight
 from tests.support.kafka import a_request, committed_offsets, produce_requests, read_all
 
 pytestmark = pytest.mark.kafka
@@ -75,9 +75,7 @@ def test_requests_expire_while_waiting_and_never_reach_the_backend(kafka_setting
     async def scenario():
         async with sim_backend(speed=1.0, limit=1) as url, running_dispatcher(kafka_settings, url, budget=1):
             produce_requests(bootstrap, topics.requests_by_name("MEDIUM"), [analysis])
-            async with asyncio.timeout(20):
-                while (await backend_stats(url))["in_flight"] < 1:
-                    await asyncio.sleep(0.02)
+            await until_in_flight(url, 1)
             # The only slot is taken by a 2.8 s analysis: chat with 1.5 s to live cannot be served.
             produce_requests(bootstrap, topics.requests_by_name("HIGH"), chats)
             results = await asyncio.to_thread(read_results, bootstrap, topics.results, 6)
@@ -109,6 +107,7 @@ def test_backlog_waits_in_kafka_not_in_memory(kafka_settings):
         ):
             produce_requests(bootstrap, topics.requests_by_name("LOW"), briefs)
             samples = []
+            # Not a wait: the test samples the dispatcher's health over a fixed 5 s of backlog.
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline:
                 samples.append(dispatcher.health())
@@ -143,9 +142,7 @@ def test_waiting_low_is_evicted_while_chat_is_over_capacity(kafka_settings):
             ),
         ):
             produce_requests(bootstrap, topics.requests_by_name("LOW"), briefs)
-            async with asyncio.timeout(20):
-                while (await backend_stats(url))["in_flight"] < 1:
-                    await asyncio.sleep(0.02)
+            await until_in_flight(url, 1)
             produce_requests(bootstrap, topics.requests_by_name("HIGH"), chats)
             return await asyncio.to_thread(read_results, bootstrap, topics.results, 90, 90)
 

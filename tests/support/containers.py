@@ -7,12 +7,13 @@ import contextlib
 import os
 import shlex
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 # The base the test builds on: by default the Debian base made locally by build-base.sh (no
@@ -95,17 +96,18 @@ class Container:
         accept: Callable[[httpx.Response], bool] = lambda r: r.status_code == 200,
     ) -> None:
         """Poll `url` until `accept` says ready; fails at once, with the logs, if the container ends."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
             if not self.running():
                 raise AssertionError(f"{self.name} ended before it was ready:\n{self.logs()[-4000:]}")
             try:
-                if accept(httpx.get(url, timeout=1.0)):
-                    return
+                return accept(httpx.get(url, timeout=1.0))
             except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"{self.name}: {url} not ready within {timeout_s:.0f} s:\n{self.logs()[-4000:]}")
+                return False
+
+        wait_until(
+            ready, f"{self.name}: {url} ready", timeout_s, interval_s=0.2, detail=lambda: self.logs()[-4000:]
+        )
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -23,7 +23,7 @@ from inferq.ingest.backlog import BacklogSnapshot
 from inferq.ingest.errors import IngestError
 from inferq.ingest.idempotency import Answer
 from inferq.messaging.producer import AsyncProducer, ProduceError
-from inferq.messaging.records import InferenceRequest, InferenceResult
+from inferq.messaging.records import InferenceChunk, InferenceRequest, InferenceResult
 from inferq.messaging.tiers import Tier
 
 # --- ingest -------------------------------------------------------------------------------------
@@ -183,8 +183,17 @@ def result_record(request_id: str, status: str = "OK", completed_at_ms: int = 30
     }
 
 
-def a_result(request_id: str, status: str = "OK", completed_at_ms: int = 30) -> InferenceResult:
-    return InferenceResult.from_record(result_record(request_id, status, completed_at_ms))
+def a_result(
+    request_id: str = "r1", status: str = "OK", completed_at_ms: int = 30, **fields: Any
+) -> InferenceResult:
+    """The result of `result_record`; `fields` replace any other field (tenant, output, ...)."""
+    return replace(InferenceResult.from_record(result_record(request_id, status, completed_at_ms)), **fields)
+
+
+def a_chunk(request_id: str = "r1", seq: int = 0, **fields: Any) -> InferenceChunk:
+    """Chunk `seq` of a first attempt by dispatcher d1; `fields` replace any other field."""
+    defaults = {"tenant": "default", "attempt": 1, "delta": f"d{seq} ", "model": "m", "dispatcher_id": "d1"}
+    return InferenceChunk(request_id=request_id, seq=seq, **(defaults | {"created_at_ms": 1} | fields))
 
 
 @dataclass(frozen=True)

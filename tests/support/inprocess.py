@@ -16,6 +16,7 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.serving import EmbeddedServer, uvicorn_config
 from inferq.tools.simbackend.app import create_app as create_backend
 from inferq.tools.simbackend.settings import SimBackendSettings
+from tests.support.waiting import eventually
 
 
 def free_port() -> int:
@@ -45,6 +46,17 @@ async def backend_stats(url: str) -> dict[str, Any]:
     async with httpx.AsyncClient() as client:
         stats: dict[str, Any] = (await client.get(f"{url}/stats")).json()
         return stats
+
+
+async def until_in_flight(url: str, calls: int, timeout_s: float = 20.0) -> None:
+    """Until the simulated backend at `url` runs at least `calls` calls at once."""
+    await eventually(
+        lambda: backend_stats(url),
+        f"{calls} calls in flight",
+        timeout_s,
+        interval_s=0.02,
+        done=lambda stats: stats["in_flight"] >= calls,
+    )
 
 
 @contextlib.asynccontextmanager

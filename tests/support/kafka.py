@@ -10,9 +10,13 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
+from inferq.messaging.acls import ServicePrincipals, apply_grants, service_grants
+from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import request_codec
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
+from inferq.tools.broker.broker import LocalBroker
+from inferq.tools.broker.security import ADMIN
 
 
 def a_request(tier: str = "HIGH", *, deadline_ms: int = 30_000, **overrides: Any) -> InferenceRequest:
@@ -153,3 +157,14 @@ def commit_offsets(bootstrap: str, group: str, offsets: dict[tuple[str, int], in
         )
     finally:
         consumer.close()
+
+
+def a_secured_prefix(broker: LocalBroker) -> str:
+    """A fresh topic prefix on the secured `broker`: topics created by admin and the services' ACLs
+    applied, with the groups `<prefix>-dispatcher` and `<prefix>-results` (as `Pipeline` names them)."""
+    prefix = f"s{uuid.uuid4().hex[:12]}"
+    admin = broker.client_settings(ADMIN, topic_prefix=prefix)
+    create_topics(admin)
+    who = ServicePrincipals(dispatcher_group=f"{prefix}-dispatcher", results_group=f"{prefix}-results")
+    apply_grants(admin, service_grants(admin.topics, who))
+    return prefix

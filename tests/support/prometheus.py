@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import httpx
 import yaml
 
 from tests.support.inprocess import free_port
+from tests.support.waiting import wait_until
 
 PROMETHEUS_DIR = Path(__file__).resolve().parents[2] / "infra" / "prometheus"
 
@@ -58,15 +58,10 @@ class Prometheus:
 
     def wait_for(self, what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
         """Poll `check` until it returns something truthy, at most `timeout_s`."""
-        deadline = time.monotonic() + timeout_s
-        last: Any = None
-        while time.monotonic() < deadline:
-            last = check()
-            if last:
-                return last
-            time.sleep(0.5)
-        tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-15:])
-        raise AssertionError(f"{what}: not seen within {timeout_s:.0f} s (last: {last})\n{tail}")
+        return wait_until(check, what, timeout_s, interval_s=0.5, detail=lambda: self.log_tail(15))
+
+    def log_tail(self, lines: int) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 @contextlib.contextmanager
@@ -96,14 +91,14 @@ def running_prometheus(work_dir: Path, config: Mapping[str, Any]) -> Iterator[Pr
         )
     prometheus = Prometheus(f"http://127.0.0.1:{port}", log_path)
     try:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def ready() -> bool:
             assert proc.poll() is None, f"prometheus exited {proc.returncode}: {log_path.read_text()[-2000:]}"
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{prometheus.url}/-/ready", timeout=1.0).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, f"not ready in 30 s: {log_path.read_text()[-2000:]}"
-            time.sleep(0.2)
+                return httpx.get(f"{prometheus.url}/-/ready", timeout=1.0).status_code == 200
+            return False
+
+        wait_until(ready, "prometheus ready", 30, interval_s=0.2, detail=lambda: log_path.read_text()[-2000:])
         yield prometheus
     finally:
         proc.terminate()

@@ -1,15 +1,33 @@
-"""A request's replies as its caller's service reads them off a reply topic: chunks, results, order."""
+"""A request's replies on a reply topic: written as the dispatcher writes them, and read as its
+caller's service reads them (chunks, results, order)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Message
+from confluent_kafka import Message, Producer
 
 from inferq.messaging.codec import chunk_codec, result_codec
-from inferq.messaging.records import InferenceChunk, InferenceResult, is_chunk
+from inferq.messaging.kafka_config import KafkaSettings
+from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, is_chunk
 from tests.support.kafka import read_all
+
+
+def produce_replies(
+    settings: KafkaSettings, request_id: str, replies: Sequence[InferenceChunk | InferenceResult | bytes]
+) -> None:
+    """`replies` on the results topic keyed by `request_id`: a chunk with its kind header, a result
+    without, bytes as they are (a poison record)."""
+    producer = Producer(settings.producer_config(client_id="test-replies"))
+    for reply in replies:
+        if isinstance(reply, InferenceChunk):
+            value, headers = chunk_codec().encode(reply), [(KIND_HEADER, CHUNK_KIND)]
+        else:
+            value, headers = reply if isinstance(reply, bytes) else result_codec().encode(reply), None
+        producer.produce(settings.topics.results, value=value, key=request_id.encode(), headers=headers)
+    assert producer.flush(15) == 0
 
 
 @dataclass

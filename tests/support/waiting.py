@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def _failure(what: str, timeout_s: float, last: Any) -> AssertionError:
-    return AssertionError(f"{what}: not within {timeout_s} s (last: {last!r})")
+def _failure(what: str, timeout_s: float, last: Any, detail: Callable[[], object] | None) -> AssertionError:
+    message = f"{what}: not within {timeout_s} s (last: {last!r})"
+    return AssertionError(message if detail is None else f"{message}\n{detail()}")
 
 
 def wait_until(
@@ -23,16 +24,18 @@ def wait_until(
     *,
     interval_s: float = 0.02,
     done: Callable[[T], object] = bool,
+    detail: Callable[[], object] | None = None,
 ) -> T:
     """Call `check` every `interval_s` until `done(value)` (by default: the value is truthy) and
-    return that value; after `timeout_s`, an AssertionError naming `what` and the last value."""
+    return that value; after `timeout_s`, an AssertionError naming `what`, the last value and,
+    when given, `detail()` (a log's tail, say). An exception from `check` ends the wait at once."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = check()
         if done(value):
             return value
         if time.monotonic() >= deadline:
-            raise _failure(what, timeout_s, value)
+            raise _failure(what, timeout_s, value, detail)
         time.sleep(interval_s)
 
 
@@ -43,6 +46,7 @@ async def eventually(
     *,
     interval_s: float = 0.005,
     done: Callable[[T], object] = bool,
+    detail: Callable[[], object] | None = None,
 ) -> T:
     """`wait_until` inside an event loop: `check` may be a coroutine function, the pause is
     `asyncio.sleep`, and a `check` still running at the bound is cancelled."""
@@ -56,4 +60,4 @@ async def eventually(
                     return last  # type: ignore[no-any-return]
                 await asyncio.sleep(interval_s)
     except TimeoutError:
-        raise _failure(what, timeout_s, last) from None
+        raise _failure(what, timeout_s, last, detail) from None

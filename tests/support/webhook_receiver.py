@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.support.waiting import wait_until
+
 
 @dataclass(frozen=True)
 class Delivery:
@@ -55,13 +57,15 @@ class Receiver:
         self, path: str, *, count: int = 1, status: int | None = None, timeout_s: float = 30.0
     ) -> list[Delivery]:
         """The deliveries to `path` once at least `count` (answered `status`, if given) arrived."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            found = [d for d in self.to(path) if status is None or d.status == status]
-            if len(found) >= count:
-                return self.to(path)
-            time.sleep(0.05)
-        raise AssertionError(f"{count} deliveries to {path} not within {timeout_s} s: {self.to(path)}")
+        wait_until(
+            lambda: [d for d in self.to(path) if status is None or d.status == status],
+            f"{count} deliveries to {path}",
+            timeout_s,
+            interval_s=0.05,
+            done=lambda found: len(found) >= count,
+            detail=lambda: self.to(path),
+        )
+        return self.to(path)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"

@@ -11,6 +11,7 @@ from inferq.ingest.admission import AdmissionPolicy
 from inferq.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
 from inferq.messaging.tiers import Tier
 from tests.support.fakes import FakeBacklog
+from tests.support.waiting import eventually
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 POLICY = AdmissionPolicy(capacity={H: 10, M: 10, L: 100})
@@ -48,9 +49,7 @@ def test_watcher_alerts_without_any_request_and_stops_cleanly(caplog):
         tasks = [t for t in asyncio.all_tasks() if t.get_name() == "ingest-backlog-watch"]
         assert len(tasks) == 1 and watcher.running
         backlog.lags[L] = 80
-        async with asyncio.timeout(5.0):
-            while not ingest_lines(caplog):
-                await asyncio.sleep(0.01)
+        await eventually(lambda: ingest_lines(caplog), "a backlog line logged", 5.0, interval_s=0.01)
         await watcher.stop()
         await watcher.stop()  # idempotent
         assert not watcher.running
@@ -103,9 +102,7 @@ def test_a_watch_whose_snapshot_raises_is_logged_and_no_longer_running(caplog):
 
     async def scenario() -> None:
         await watcher.start()
-        async with asyncio.timeout(5.0):
-            while watcher.running:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: not watcher.running, "the watcher ended", 5.0, interval_s=0.01)
         await watcher.stop()
 
     asyncio.run(scenario())

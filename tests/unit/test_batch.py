@@ -20,6 +20,7 @@ from inferq.client.errors import InvalidRequestError, RefusedError
 from inferq.client.models import Chunk, Handle, Outcome, Submission
 from inferq.messaging.records import Status
 from inferq.messaging.tiers import Tier
+from tests.support.waiting import eventually
 
 
 def write_batch(path: Path, n: int, *, extra: list[str] | None = None) -> Path:
@@ -187,9 +188,12 @@ def test_an_interrupted_batch_resumes_without_sending_anything_accepted_again(tm
         ledger = Ledger(out, key)
         run = BatchRun(fake, ledger, lines, pacing=Pacing(rate_per_s=1000))
         task = asyncio.create_task(run.run())
-        async with asyncio.timeout(10):
-            while len(fake.submitted) < 4 or len(ledger.state.outcomes) < 2:
-                await asyncio.sleep(0.001)
+        await eventually(
+            lambda: len(fake.submitted) >= 4 and len(ledger.state.outcomes) >= 2,
+            "4 sent, 2 answered",
+            10,
+            interval_s=0.001,
+        )
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -11,22 +11,14 @@ from inferq.dispatcher.policies import TieredScheduler
 from inferq.dispatcher.readahead import WOULD_BE_LATE, ReadAhead
 from inferq.dispatcher.schedule import Schedule
 from inferq.dispatcher.work import Work
-from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
+from tests.support.work import a_work
 
 H, M = Tier.HIGH, Tier.MEDIUM
 
 
 def work(n: int, expire: int = 10**9) -> Work:
-    request = InferenceRequest(
-        request_id=f"r{n}",
-        scenario="test",
-        tier=H,
-        created_at_ms=0,
-        expire_at_ms=expire,
-        messages=(ChatMessage("user", "hi"),),
-    )
-    return Work(request=request, tier=H, offsets=PartitionOffsets("t", 0), offset=n)
+    return a_work(H, n, offsets=PartitionOffsets("t", 0), request_id=f"r{n}", expire_at_ms=expire)
 
 
 def test_starts_from_the_default_and_follows_completed_calls() -> None:

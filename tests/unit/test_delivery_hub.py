@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, WaiterHub
-from inferq.messaging.records import InferenceChunk, InferenceResult, Status
-from inferq.messaging.tiers import Tier
+from inferq.messaging.records import InferenceResult
+from tests.support import fakes
 
 
 def in_loop(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
@@ -24,33 +24,9 @@ def in_loop(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]
     return run
 
 
-def a_chunk(request_id: str = "r1", seq: int = 0, *, tenant: str = "acme", **kw: object) -> InferenceChunk:
-    fields: dict[str, object] = {
-        "request_id": request_id,
-        "tenant": tenant,
-        "attempt": 1,
-        "seq": seq,
-        "delta": f"d{seq} ",
-        "model": "m",
-        "created_at_ms": 1,
-        "dispatcher_id": "d1",
-    } | kw
-    return InferenceChunk(**fields)  # type: ignore[arg-type]
-
-
-def a_result(request_id: str = "r1", *, tenant: str = "acme", output: str = "done") -> InferenceResult:
-    return InferenceResult(
-        request_id=request_id,
-        tier=Tier.HIGH,
-        status=Status.OK,
-        model="m",
-        enqueued_at_ms=1,
-        completed_at_ms=2,
-        attempts=1,
-        dispatcher_id="d1",
-        output=output,
-        tenant=tenant,
-    )
+# Acme's, unless said otherwise.
+a_chunk = functools.partial(fakes.a_chunk, tenant="acme")
+a_result = functools.partial(fakes.a_result, tenant="acme")
 
 
 @in_loop

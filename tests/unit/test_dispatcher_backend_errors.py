@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,16 +13,10 @@ from aiohttp import web
 
 from inferq.dispatcher.backend import ChatBackend
 from inferq.dispatcher.errors import BackendError
+from tests.support.inprocess import free_port
 
 PROMPT = "please keep this prompt private 4417"
 API_KEY = "sk-never-shown-9931"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextlib.asynccontextmanager

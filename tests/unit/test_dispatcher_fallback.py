@@ -48,6 +48,7 @@ async def a_failing_primary_for(seconds: float) -> tuple[int, int, int, dict[str
     async with running(r):
         started = time.monotonic()
         n = 0
+        # Not a wait: traffic for a fixed `seconds`, the budget read as it goes.
         while time.monotonic() - started < seconds:
             request = a_request("HIGH", messages=[{"role": "user", "content": f"c{n}"}])
             r.consumer.produce(r.partition("HIGH"), encoded(request))
@@ -138,6 +139,7 @@ async def lowest_budget_with_low_on_a_failing_first_backend(seconds: float) -> i
     async with running(r):
         started = time.monotonic()
         n = 0
+        # Not a wait: traffic for a fixed `seconds`, the budget read as it goes.
         while time.monotonic() - started < seconds:
             request = a_request("LOW", messages=[{"role": "user", "content": f"c{n}"}])
             r.consumer.produce(r.partition("LOW"), encoded(request))

@@ -14,8 +14,8 @@ from inferq.dispatcher.policies import TieredScheduler
 from inferq.dispatcher.readahead import TOO_LATE, ReadAhead
 from inferq.dispatcher.schedule import Schedule
 from inferq.dispatcher.work import Work
-from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
+from tests.support.work import a_work
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 FAR = 10**12
@@ -37,16 +37,16 @@ _offsets = PartitionOffsets("t.low", 0)
 
 
 def work(tenant: str, n: int, tier: Tier = L, created: int | None = None, expire: int = FAR) -> Work:
-    request = InferenceRequest(
+    return a_work(
+        tier,
+        n,
+        offsets=_offsets,
         request_id=f"{tenant}-{n}",
         scenario="brief",
-        tier=tier,
         created_at_ms=n if created is None else created,
         expire_at_ms=expire,
-        messages=(ChatMessage("user", "hi"),),
         tenant=tenant,
     )
-    return Work(request=request, tier=tier, offsets=_offsets, offset=n)
 
 
 def drain(queue: FairQueue, count: int) -> list[str]:

@@ -10,15 +10,14 @@ from hypothesis import strategies as st
 from inferq.dispatcher.call_times import CallTimes
 from inferq.dispatcher.forecast import ArrivalForecast, ForecastPolicy, forecast_lending
 from inferq.dispatcher.next_start import NextStart
-from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.policies import Demand, TieredScheduler
 from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.schedule import Schedule
 from inferq.dispatcher.settings import DispatcherSettings
 from inferq.dispatcher.work import Work
-from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
 from inferq.tools.simulation.simulate import sim_config
+from tests.support.work import a_work
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 TYPICAL_MS = {H: 50.0, M: 280.0, L: 500.0}
@@ -27,16 +26,7 @@ _ids = iter(range(10**9))
 
 
 def work(tier: Tier, created: int) -> Work:
-    n = next(_ids)
-    request = InferenceRequest(
-        request_id=f"{tier}-{n}",
-        scenario="test",
-        tier=tier,
-        created_at_ms=created,
-        expire_at_ms=created + 10**9,
-        messages=(ChatMessage("user", "hi"),),
-    )
-    return Work(request=request, tier=tier, offsets=PartitionOffsets(f"t.{tier}", 0), offset=n)
+    return a_work(tier, next(_ids), created_at_ms=created, expire_at_ms=created + 10**9)
 
 
 def setup(*, lending: bool = True) -> tuple[NextStart, ReadAhead]:

@@ -33,6 +33,7 @@ from inferq.tools.loadtest.tracefile import read_trace, trace_metadata, write_tr
 from inferq.tools.traces.arrival import Arrival
 from tests.support.clock import ManualClock
 from tests.support.kafka import a_request
+from tests.support.waiting import eventually
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -254,9 +255,7 @@ def test_concurrency_is_bounded_and_a_stop_ends_the_run_with_what_was_sent() -> 
         task = asyncio.create_task(
             run_load(trace, sender, LoadOptions("t", max_in_flight=4), stop=stop, on_record=records.append)
         )
-        async with asyncio.timeout(10.0):
-            while len(records) < 40:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: len(records) >= 40, "40 records", 10.0, interval_s=0.01)
         stop.set()  # as Ctrl-C does: the last arrival, a minute away, is never sent
         return await asyncio.wait_for(task, 5.0)
 

@@ -7,29 +7,19 @@ import pytest
 
 from inferq.dispatcher.models import ModelChoice
 from inferq.dispatcher.next_start import NextStart
-from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.policies import TieredScheduler
 from inferq.dispatcher.readahead import TOO_LATE, ReadAhead
 from inferq.dispatcher.schedule import Schedule
 from inferq.dispatcher.work import Work
-from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
+from tests.support.work import a_work
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 IDLE = dict.fromkeys(Tier, 0)
 
 
 def work(tier: Tier, created: int, expire: int = 99_999, model: str | None = None) -> Work:
-    request = InferenceRequest(
-        request_id=f"{tier}-{created}",
-        scenario="test",
-        tier=tier,
-        created_at_ms=created,
-        expire_at_ms=expire,
-        messages=(ChatMessage("user", "hi"),),
-        model=model,
-    )
-    return Work(request=request, tier=tier, offsets=PartitionOffsets(f"t.{tier}", 0), offset=created)
+    return a_work(tier, created, created_at_ms=created, expire_at_ms=expire, model=model)
 
 
 def next_start(*waiting: Work, promotion_age_ms: int = 60_000) -> tuple[NextStart, ReadAhead]:

@@ -12,10 +12,11 @@ from inferq.dispatcher.offsets import OffsetTracker, PartitionOffsets
 from inferq.dispatcher.pausing import Pauses
 from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.work import Work
-from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
 from inferq.messaging.topics import TopicNames
 from tests.support.dispatcher_fakes import InMemoryConsumer
+from tests.support.waiting import eventually
+from tests.support.work import a_work
 
 TOPICS = TopicNames("unit")
 
@@ -32,15 +33,9 @@ class Listener:
 
 
 def waiting(tier: Tier, n: int) -> list[Work]:
-    request = InferenceRequest(
-        request_id="r",
-        scenario="s",
-        tier=tier,
-        created_at_ms=0,
-        expire_at_ms=1,
-        messages=(ChatMessage("u", "x"),),
-    )
-    return [Work(request=request, tier=tier, offsets=PartitionOffsets("t", 0), offset=i) for i in range(n)]
+    return [
+        a_work(tier, i, offsets=PartitionOffsets("t", 0), request_id="r", expire_at_ms=1) for i in range(n)
+    ]
 
 
 def setup(per_tier: int = 2) -> tuple[InMemoryConsumer, ReadAhead, Pauses]:
@@ -104,8 +99,6 @@ def test_a_held_back_retry_partition_is_released_when_due() -> None:
         held = Partition(TOPICS.retry, 1)
         pauses.hold_back(held, 0.05)
         assert consumer.paused() == {held}
-        async with asyncio.timeout(2):
-            while consumer.paused():
-                await asyncio.sleep(0.01)
+        await eventually(lambda: not consumer.paused(), "the held partition resumed", 2, interval_s=0.01)
 
     asyncio.run(scenario())

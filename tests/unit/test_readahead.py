@@ -1,22 +1,16 @@
 from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.readahead import TOO_LATE, WOULD_BE_LATE, ReadAhead
 from inferq.dispatcher.work import Work
-from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
+from tests.support.work import a_work
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 
 
 def work(tier: Tier, created: int, expire: int, partition: int = 0, offset: int = 0) -> Work:
-    request = InferenceRequest(
-        request_id=f"{tier}-{created}-{offset}",
-        scenario="test",
-        tier=tier,
-        created_at_ms=created,
-        expire_at_ms=expire,
-        messages=(ChatMessage("user", "hi"),),
-    )
-    return Work(request=request, tier=tier, offsets=PartitionOffsets(f"t.{tier}", partition), offset=offset)
+    where = PartitionOffsets(f"t.{tier}", partition)
+    rid = f"{tier}-{created}-{offset}"
+    return a_work(tier, offset, offsets=where, request_id=rid, created_at_ms=created, expire_at_ms=expire)
 
 
 def readahead(**kw) -> ReadAhead:

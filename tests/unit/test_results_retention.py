@@ -19,7 +19,7 @@ from inferq.results.store import ResultStore
 from inferq.results.table import ResultsTable
 from tests.support.clock import ManualClock
 from tests.support.fakes import DyingResultFeed, FakeResultFeed, a_result
-from tests.support.waiting import wait_until
+from tests.support.waiting import eventually, wait_until
 
 DAY_MS = 86_400_000
 CODEC = result_codec()
@@ -106,9 +106,7 @@ def test_the_retention_task_purges_on_its_interval_and_stops(tmp_path):
             clock.advance(61_000)
             task = RetentionTask(store, interval_s=0.01)
             await task.start()
-            async with asyncio.timeout(5):
-                while await store.count():
-                    await asyncio.sleep(0.01)
+            await eventually(store.count, "the store emptied", 5, interval_s=0.01, done=lambda n: n == 0)
             assert not task.failed
             await task.stop()
             await task.stop()

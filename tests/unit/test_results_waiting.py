@@ -29,6 +29,7 @@ from inferq.tenancy.settings import TenancySettings
 from tests.support.fakes import FakeResultFeed, result_record
 from tests.support.inprocess import served
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import eventually
 
 ACME, BETA = TenantSpec("acme"), TenantSpec("beta")
 TEST_TIMEOUT_S = 60
@@ -75,9 +76,9 @@ class Service:
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=30, **kwargs)
 
     async def until_waiting(self, count: int) -> None:
-        async with asyncio.timeout(10):
-            while self.hub.waiters != count:
-                await asyncio.sleep(0.01)
+        await eventually(
+            lambda: self.hub.waiters, f"{count} waiters", 10, interval_s=0.01, done=lambda n: n == count
+        )
 
 
 @contextlib.asynccontextmanager
@@ -148,9 +149,9 @@ async def test_another_tenants_result_is_like_an_id_nobody_sent(tmp_path: Path) 
         await svc.until_waiting(1)
         svc.replies.push([result_of("acme", "secret", "acme's only")])
         assert (await polling).status_code == 202
-        async with asyncio.timeout(10):
-            while (await acme.get("/v1/requests/secret")).status_code != 200:
-                await asyncio.sleep(0.02)
+        await eventually(
+            lambda: acme.get("/v1/requests/secret"), "stored", 10, done=lambda r: r.status_code == 200
+        )
         assert (await beta.get("/v1/requests/secret", params={"wait": 1})).status_code == 202
         assert (await beta.get("/v1/requests/secret")).status_code == 404
         stream = await beta.get("/v1/requests/secret/events")
@@ -245,9 +246,9 @@ async def test_events_say_when_the_answer_starts_over(tmp_path: Path) -> None:
 async def test_events_of_a_stored_result_is_the_result_alone(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         svc.replies.push([result_of("acme", "done")])
-        async with asyncio.timeout(10):
-            while (await client.get("/v1/requests/done")).status_code != 200:
-                await asyncio.sleep(0.02)
+        await eventually(
+            lambda: client.get("/v1/requests/done"), "stored", 10, done=lambda r: r.status_code == 200
+        )
         got = events_of((await client.get("/v1/requests/done/events")).text)
         assert [name for name, _ in got] == ["result"]
 
@@ -277,9 +278,9 @@ async def test_a_client_that_goes_away_frees_its_waiter_and_its_tasks(tmp_path: 
                 await polling
         # Both waiters freed long before the poll's 60 s bound, and no task left behind.
         await svc.until_waiting(0)
-        async with asyncio.timeout(10):
-            while len(asyncio.all_tasks()) > baseline:
-                await asyncio.sleep(0.02)
+        await eventually(
+            lambda: len(asyncio.all_tasks()), "no task left behind", 10, done=lambda n: n <= baseline
+        )
 
 
 @run

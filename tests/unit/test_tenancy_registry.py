@@ -18,6 +18,7 @@ from inferq.tenancy.errors import AuthenticationError, OpenModeRefusedError, Ten
 from inferq.tenancy.keys import hash_key
 from inferq.tenancy.registry import TenantRegistry
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import eventually
 
 
 def registry_with(path: Path, *specs: TenantSpec, interval_s: float = 0.05) -> TenantRegistry:
@@ -72,15 +73,11 @@ def test_a_changed_file_is_reloaded_by_the_watcher_and_listeners_hear_of_it(tmp_
         try:
             # Rotation: the new key first, both valid for a while, then the old one removed.
             write_tenants(path, TenantSpec("acme", keys=[new.key, old.key]), TenantSpec("beta"))
-            async with asyncio.timeout(5):
-                while registry.reloads < 1:
-                    await asyncio.sleep(0.01)
+            await eventually(lambda: registry.reloads >= 1, "reload 1", 5, interval_s=0.01)
             assert registry.authenticate(bearer(new.key)).name == "acme"
             assert registry.authenticate(bearer(old.key)).name == "acme"
             write_tenants(path, TenantSpec("acme", keys=[new.key]))
-            async with asyncio.timeout(5):
-                while registry.reloads < 2:
-                    await asyncio.sleep(0.01)
+            await eventually(lambda: registry.reloads >= 2, "reload 2", 5, interval_s=0.01)
             with pytest.raises(AuthenticationError):
                 registry.authenticate(bearer(old.key))
             assert seen == [["acme"], ["acme", "beta"], ["acme"]]
@@ -129,9 +126,7 @@ def test_sighup_reloads_at_once_even_unchanged(tmp_path):
         await registry.start(sighup=True)
         try:
             os.kill(os.getpid(), signal.SIGHUP)
-            async with asyncio.timeout(5):
-                while registry.reloads < 1:
-                    await asyncio.sleep(0.01)
+            await eventually(lambda: registry.reloads >= 1, "reload 1", 5, interval_s=0.01)
         finally:
             await registry.stop()
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 import pytest
 
 from inferq.dispatcher.next_start import NextStart
-from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.policies import TieredScheduler
 from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.schedule import Schedule
 from inferq.dispatcher.tenant_headroom import TenantHeadroom
 from inferq.dispatcher.work import Work
-from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
+from tests.support.work import a_work
 
 H = Tier.HIGH
 M = Tier.MEDIUM
@@ -26,16 +25,9 @@ _seq = iter(range(1, 1_000_000))
 
 def chat(tenant: str, created: int, tier: Tier = H) -> Work:
     n = next(_seq)
-    request = InferenceRequest(
-        request_id=f"{tenant}-{n}",
-        scenario="test",
-        tier=tier,
-        created_at_ms=created,
-        expire_at_ms=10_000_000,
-        messages=(ChatMessage("user", "hi"),),
-        tenant=tenant,
+    return a_work(
+        tier, n, request_id=f"{tenant}-{n}", created_at_ms=created, expire_at_ms=10_000_000, tenant=tenant
     )
-    return Work(request=request, tier=tier, offsets=PartitionOffsets(f"t.{tier.value}", 0), offset=n)
 
 
 def readahead_with(slots: int = 1, window_ms: int = 5_000) -> tuple[NextStart, ReadAhead]:

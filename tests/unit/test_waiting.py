@@ -21,3 +21,14 @@ def test_the_async_wait_takes_coroutines_too_and_fails_the_same_way() -> None:
     assert asyncio.run(eventually(three, "three")) == 3
     with pytest.raises(AssertionError, match=r"never: not within 0.05 s \(last: False\)"):
         asyncio.run(eventually(lambda: False, "never", 0.05))
+
+
+def test_a_timeout_adds_the_detail_asked_for_at_the_bound_and_an_error_in_the_check_ends_the_wait() -> None:
+    with pytest.raises(AssertionError, match=r"never: not within 0.05 s \(last: 0\)\nthe log's tail"):
+        wait_until(lambda: 0, "never", 0.05, detail=lambda: "the log's tail")
+
+    def ended() -> bool:
+        raise AssertionError("the process ended")
+
+    with pytest.raises(AssertionError, match="the process ended"):
+        wait_until(ended, "never", 5)

@@ -27,6 +27,7 @@ from inferq.webhooks.policy import CallbackPolicy
 from inferq.webhooks.sender import WebhookSender
 from inferq.webhooks.settings import WebhookSettings
 from tests.support.fakes import InMemoryMetrics, a_result, labels
+from tests.support.waiting import eventually
 
 SECRET = "whsec_test_secret_0123456789abcdefghij"  # noqa: S105 - a test secret
 URL = "https://hooks.example/inferq"
@@ -116,9 +117,7 @@ class Rig:
     async def run_due(self) -> None:
         """Start what is due and wait for it (bounded)."""
         await self.sender.send_due()
-        async with asyncio.timeout(5):
-            while self.sender._in_flight:
-                await asyncio.sleep(0.001)
+        await eventually(lambda: not self.sender._in_flight, "the due sends done", 5, interval_s=0.001)
 
 
 def run(test: Callable[[], Any]) -> Any:
