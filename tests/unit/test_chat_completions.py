@@ -45,7 +45,7 @@ from tests.support.fakes import (
 )
 from tests.support.inprocess import served
 from tests.support.tenants import TenantSpec, write_tenants
-from tests.support.waiting import wait_until
+from tests.support.waiting import eventually, wait_until
 
 # Every model, role and parameter: the OpenAI body's values all reach ingest's checks.
 WIDE = {"models": ["*"], "roles": ["user", "assistant", "system", "tool", "developer"]}
@@ -128,9 +128,7 @@ class Ingest:
         self.replies.push(records, headers=[(KIND_HEADER, CHUNK_KIND)])
 
     async def until_waiting(self, count: int) -> None:
-        async with asyncio.timeout(10):
-            while self.hub.waiters != count:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: self.hub.waiters == count, f"{count} callers waiting", 10.0)
 
 
 @contextlib.asynccontextmanager
