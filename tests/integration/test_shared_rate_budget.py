@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from inferq.clock import wall_ms
 from inferq.dispatcher.rate_budget import RateBudget, RateHeaders, RateLimit
 from inferq.dispatcher.rate_ledger import LocalRateLedger, RateLedger
 from inferq.dispatcher.shared_rate import scripts
@@ -32,10 +32,6 @@ pytestmark = pytest.mark.redis
 
 LOGGER = "inferq.dispatcher.shared_rate.budget"
 PEAK_SHARES = {Tier.HIGH: 0.6, Tier.MEDIUM: 0.3, Tier.LOW: 0.1}
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @asynccontextmanager
