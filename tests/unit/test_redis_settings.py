@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from redis.asyncio.connection import SSLConnection
 
@@ -54,3 +57,12 @@ def test_the_old_lease_ttl_variable_is_named_not_silently_ignored() -> None:
         "INFERQ_LEASE_TTL_S is no longer read: use INFERQ_REDIS_LEASE_TTL_S"
     ]
     assert renamed_variables_in({"INFERQ_REDIS_LEASE_TTL_S": "3"}) == []
+
+
+def test_a_dispatcher_without_redis_coordination_does_not_load_redis_py() -> None:
+    # About 6 MB of resident memory per dispatcher (the memory bench's baseline saw it).
+    script = "import sys, inferq.dispatcher.process, inferq.dispatcher.cli; print('redis' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "False"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,31 +19,10 @@ from redis.asyncio.connection import AbstractConnection, Connection, SSLConnecti
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from inferq.dispatcher.tokens.settings import RedisTls
 from inferq.settings.masking import redacted_url
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RedisTls:
-    """The files of a ``rediss://`` connection: the CA that signed the server's certificate (PEM),
-    and a client certificate and key when the server asks for one. The server's host name is
-    verified against its certificate."""
-
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-
-    def redis_kwargs(self) -> dict[str, Any]:
-        """redis-py's ``ssl_*`` connection options (certificate verification is always required)."""
-        kwargs: dict[str, Any] = {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
-        if self.ca_file is not None:
-            kwargs["ssl_ca_certs"] = str(self.ca_file)
-        if self.cert_file is not None:
-            kwargs["ssl_certfile"] = str(self.cert_file)
-        if self.key_file is not None:
-            kwargs["ssl_keyfile"] = str(self.key_file)
-        return kwargs
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,43 @@ The one place the dispatcher reads Redis settings from (`DispatcherSettings.redi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint, RedisTls
+if TYPE_CHECKING:
+    from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint
+
 from inferq.settings.masking import redacted_url
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_KEY_PREFIX = "inferq:budget"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisTls:
+    """The files of a ``rediss://`` connection: the CA that signed the server's certificate (PEM),
+    and a client certificate and key when the server asks for one. The server's host name is
+    verified against its certificate."""
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    def redis_kwargs(self) -> dict[str, Any]:
+        """redis-py's ``ssl_*`` connection options (certificate verification is always required)."""
+        kwargs: dict[str, Any] = {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
+        if self.ca_file is not None:
+            kwargs["ssl_ca_certs"] = str(self.ca_file)
+        if self.cert_file is not None:
+            kwargs["ssl_certfile"] = str(self.cert_file)
+        if self.key_file is not None:
+            kwargs["ssl_keyfile"] = str(self.key_file)
+        return kwargs
 
 
 class RedisBudgetSettings(BaseSettings):
@@ -92,6 +118,9 @@ class RedisBudgetSettings(BaseSettings):
 
     def endpoint(self) -> RedisEndpoint:
         """The Redis these settings name, as the token pool and the rate budget both reach it."""
+        # Imported here: redis-py is loaded only by a dispatcher that coordinates through Redis.
+        from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint
+
         password = self.password.get_secret_value() if self.password else None
         return RedisEndpoint(self.url, password, self.tls(), self.call_timeout_s)
 
