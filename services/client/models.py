@@ -90,8 +90,12 @@ class Outcome:
     attempts: int
     output: str | None = None
     error: str | None = None
-    usage: Mapping[str, int] | None = None
+    # OpenAI's usage: the three counts, and the backend's `*_tokens_details` when it sent them.
+    usage: Mapping[str, Any] | None = None
     timings: Mapping[str, int | None] = field(default_factory=dict)
+    # Why the backend stopped ("length": max_tokens cut the answer), when it said.
+    finish_reason: str | None = None
+    system_fingerprint: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -110,6 +114,8 @@ class Outcome:
             error=view.get("error"),
             usage=view.get("usage"),
             timings=dict(view.get("timings") or {}),
+            finish_reason=view.get("finish_reason"),
+            system_fingerprint=view.get("system_fingerprint"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -121,7 +127,7 @@ class Outcome:
             "attempts": self.attempts,
             "timings": dict(self.timings),
         }
-        for name in ("output", "error", "usage"):
+        for name in ("output", "error", "usage", "finish_reason", "system_fingerprint"):
             value = getattr(self, name)
             if value is not None:
                 view[name] = dict(value) if isinstance(value, Mapping) else value

@@ -37,7 +37,9 @@ import aiohttp
 from opentelemetry.trace import Span
 
 from inferq import tracing
+from inferq.dispatcher import answer_facts
 from inferq.dispatcher.errors import BackendError
+from inferq.messaging.records import TokenDetails
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,10 @@ class Completion:
     total_tokens: int
     # The first choice's `finish_reason` ("stop", "length"...), when the backend says it.
     finish_reason: str | None = None
+    # The rest of what the backend says about its answer, checked by `answer_facts`.
+    system_fingerprint: str | None = None
+    prompt_tokens_details: TokenDetails | None = None
+    completion_tokens_details: TokenDetails | None = None
     # The response's rate-limit headers (``x-ratelimit-*``, ``retry-after``), for the rate budget.
     rate_headers: Mapping[str, str] = field(default_factory=dict)
 
@@ -125,14 +131,21 @@ class ChatBackend:
             choice = body["choices"][0]
             return Completion(
                 output=str(choice["message"]["content"]),
-                model=str(body.get("model", model)),
+                model=answer_facts.model(body.get("model"), asked=model),
                 prompt_tokens=int(usage.get("prompt_tokens", 0)),
                 completion_tokens=int(usage.get("completion_tokens", 0)),
                 total_tokens=int(usage.get("total_tokens", 0)),
-                finish_reason=_finish_reason(choice),
+                finish_reason=answer_facts.finish_reason(choice.get("finish_reason")),
+                system_fingerprint=answer_facts.system_fingerprint(body.get("system_fingerprint")),
+                prompt_tokens_details=answer_facts.token_details(
+                    "prompt_tokens_details", usage.get("prompt_tokens_details")
+                ),
+                completion_tokens_details=answer_facts.token_details(
+                    "completion_tokens_details", usage.get("completion_tokens_details")
+                ),
                 rate_headers=rate,
             )
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendError(
                 f"backend answered 200 with an unreadable body ({type(exc).__name__})", retriable=True
             ) from exc
@@ -183,7 +196,8 @@ class ChatBackend:
                     async for data in sse_data(response.content):
                         if reader.read(data):
                             return replace(reader.completion(), rate_headers=rate_headers(response.headers))
-        except (ValueError, UnicodeDecodeError) as exc:  # a line over aiohttp's limit, bytes not UTF-8
+        # A line over aiohttp's limit (LineTooLong, a ValueError in older aiohttp), bytes not UTF-8.
+        except (ValueError, UnicodeDecodeError, aiohttp.http_exceptions.HttpProcessingError) as exc:
             raise BackendError(
                 f"backend sent an unreadable stream ({type(exc).__name__})", retriable=True
             ) from exc
@@ -216,7 +230,10 @@ class _StreamReader:
         self._on_delta = on_delta
         self._pieces: list[str] = []
         self._usage: dict[str, Any] = {}
-        self._finish_reason: str | None = None
+        # As sent (the last said wins); checked once, at the end, by `answer_facts`.
+        self._finish_reason: object = None
+        self._system_fingerprint: object = None
+        self._answered_model: object = None
 
     def read(self, data: str) -> bool:
         """Take one event's data; True at ``[DONE]``. `BackendError` for an unreadable event or an
@@ -238,9 +255,13 @@ class _StreamReader:
                     text = str(piece)
                     self._pieces.append(text)
                     self._on_delta(text)
-                self._finish_reason = _finish_reason(choice) or self._finish_reason
-            self._model = str(event.get("model") or self._model)
+                if choice.get("finish_reason") is not None:
+                    self._finish_reason = choice["finish_reason"]
+            if event.get("model") is not None:
+                self._answered_model = event["model"]
             self._usage = event.get("usage") or self._usage
+            if event.get("system_fingerprint") is not None:
+                self._system_fingerprint = event["system_fingerprint"]
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BackendError(
                 f"backend sent an unreadable event ({type(exc).__name__})", retriable=True
@@ -252,21 +273,23 @@ class _StreamReader:
         try:
             return Completion(
                 output="".join(self._pieces),
-                model=self._model,
+                model=answer_facts.model(self._answered_model, asked=self._model),
                 prompt_tokens=int(usage.get("prompt_tokens", 0)),
                 completion_tokens=int(usage.get("completion_tokens", 0)),
                 total_tokens=int(usage.get("total_tokens", 0)),
-                finish_reason=self._finish_reason,
+                finish_reason=answer_facts.finish_reason(self._finish_reason),
+                system_fingerprint=answer_facts.system_fingerprint(self._system_fingerprint),
+                prompt_tokens_details=answer_facts.token_details(
+                    "prompt_tokens_details", usage.get("prompt_tokens_details")
+                ),
+                completion_tokens_details=answer_facts.token_details(
+                    "completion_tokens_details", usage.get("completion_tokens_details")
+                ),
             )
         except (ValueError, TypeError, AttributeError) as exc:
             raise BackendError(
                 f"backend sent an unreadable usage ({type(exc).__name__})", retriable=True
             ) from exc
-
-
-def _finish_reason(choice: Any) -> str | None:
-    reason = choice.get("finish_reason") if isinstance(choice, dict) else None
-    return reason if isinstance(reason, str) and _ERROR_TOKEN.fullmatch(reason) else None
 
 
 async def _observed(span: Span, call: Awaitable[Completion]) -> Completion:

@@ -50,10 +50,18 @@ class OutcomeBuilder:
             attempts=request.attempt,
             dispatcher_id=self.dispatcher_id,
             output=completion.output,
-            usage=Usage(completion.prompt_tokens, completion.completion_tokens, completion.total_tokens),
+            usage=Usage(
+                completion.prompt_tokens,
+                completion.completion_tokens,
+                completion.total_tokens,
+                completion.prompt_tokens_details,
+                completion.completion_tokens_details,
+            ),
             dispatched_at_ms=dispatched_at_ms,
             tenant=request.tenant,
             callback_url=request.callback_url,
+            finish_reason=completion.finish_reason,
+            system_fingerprint=completion.system_fingerprint,
         )
 
     def expired(self, request: InferenceRequest, model: str, *, now_ms: int) -> InferenceResult:

@@ -67,3 +67,15 @@ RESERVED_PARAMS = frozenset({"model", "messages", "stream", "n"})
 # longest allowed value, a stop list, is far shorter), checked before anything is decoded.
 MAX_PARAMS = len(ALLOWED_PARAMS)
 MAX_PARAM_CHARS = 2048
+
+# What a result carries of the backend's answer besides its text (`InferenceResult`), bounded so a
+# backend cannot grow a record with them: a value past these bounds is dropped, never cut (a cut
+# fingerprint or counter would be a wrong one).
+# The `finish_reason`s of the chat-completions API; another value is not passed on.
+FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
+# `system_fingerprint`: OpenAI's are "fp_" and a dozen hex digits.
+SYSTEM_FINGERPRINT_PATTERN = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+# `usage.prompt_tokens_details` / `completion_tokens_details`: counters (cached_tokens,
+# reasoning_tokens...), at most this many per map, each named like an identifier.
+MAX_TOKEN_DETAILS = 16
+TOKEN_DETAIL_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")

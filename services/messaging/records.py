@@ -142,11 +142,58 @@ class Status(enum.StrEnum):
     FAILED = "FAILED"
 
 
+TokenDetails = Mapping[str, int]
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    # The backend's finer counters (`cached_tokens`, `reasoning_tokens`...), as OpenAI names them;
+    # None when it sent none. Bounded by the dispatcher (`limits.MAX_TOKEN_DETAILS`).
+    prompt_tokens_details: TokenDetails | None = None
+    completion_tokens_details: TokenDetails | None = None
+
+    def as_openai(self) -> dict[str, Any]:
+        """The chat-completions `usage` object; a details object only when the backend sent one."""
+        usage: dict[str, Any] = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+        if self.prompt_tokens_details is not None:
+            usage["prompt_tokens_details"] = dict(self.prompt_tokens_details)
+        if self.completion_tokens_details is not None:
+            usage["completion_tokens_details"] = dict(self.completion_tokens_details)
+        return usage
+
+    def to_record(self) -> Record:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "prompt_tokens_details": _plain(self.prompt_tokens_details),
+            "completion_tokens_details": _plain(self.completion_tokens_details),
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Usage:
+        return cls(
+            record["prompt_tokens"],
+            record["completion_tokens"],
+            record["total_tokens"],
+            _frozen(record.get("prompt_tokens_details")),
+            _frozen(record.get("completion_tokens_details")),
+        )
+
+
+def _plain(details: TokenDetails | None) -> dict[str, int] | None:
+    return None if details is None else dict(details)
+
+
+def _frozen(details: Mapping[str, int] | None) -> TokenDetails | None:
+    return None if details is None else MappingProxyType(dict(details))
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +218,10 @@ class InferenceResult:
     tenant: str = "default"
     # The request's webhook, copied from it: where the results service POSTs this outcome.
     callback_url: str | None = None
+    # Why the backend stopped (one of `limits.FINISH_REASONS`); None when it did not say.
+    finish_reason: str | None = None
+    # The backend's `system_fingerprint`; None when it sent none.
+    system_fingerprint: str | None = None
 
     @property
     def queue_wait_ms(self) -> int | None:
@@ -189,13 +240,7 @@ class InferenceResult:
             "output": self.output,
             "error": self.error,
             "model": self.model,
-            "usage": None
-            if usage is None
-            else {
-                "prompt_tokens": usage.prompt_tokens,
-                "completion_tokens": usage.completion_tokens,
-                "total_tokens": usage.total_tokens,
-            },
+            "usage": None if usage is None else usage.to_record(),
             "enqueued_at_ms": self.enqueued_at_ms,
             "dispatched_at_ms": self.dispatched_at_ms,
             "completed_at_ms": self.completed_at_ms,
@@ -203,6 +248,8 @@ class InferenceResult:
             "dispatcher_id": self.dispatcher_id,
             "tenant": self.tenant,
             "callback_url": self.callback_url,
+            "finish_reason": self.finish_reason,
+            "system_fingerprint": self.system_fingerprint,
         }
 
     @classmethod
@@ -219,12 +266,12 @@ class InferenceResult:
             dispatcher_id=record["dispatcher_id"],
             output=record.get("output"),
             error=record.get("error"),
-            usage=None
-            if usage is None
-            else Usage(usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]),
+            usage=None if usage is None else Usage.from_record(usage),
             dispatched_at_ms=record.get("dispatched_at_ms"),
             tenant=record.get("tenant", "default"),
             callback_url=record.get("callback_url"),
+            finish_reason=record.get("finish_reason"),
+            system_fingerprint=record.get("system_fingerprint"),
         )
 
 

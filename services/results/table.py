@@ -8,7 +8,8 @@ same id are two rows, and neither can read or shadow the other's.
 
 A database written before tenants (its key: request_id alone) is migrated when opened: its rows
 are copied, in one transaction, into the new table under tenant ``default`` (what every request
-was before a tenants file existed).
+was before a tenants file existed). One written before results carried `finish_reason` and
+`system_fingerprint` gains those columns, NULL in its rows.
 
 The table is bounded two ways: by age (`purge` deletes results stored before a cut-off, and `get`
 does not serve them even before the purge ran) and by count (`max_rows`: past it, the results
@@ -52,6 +53,8 @@ CREATE TABLE IF NOT EXISTS {name} (
     completed_at_ms INTEGER NOT NULL,
     attempts INTEGER NOT NULL,
     dispatcher_id TEXT NOT NULL,
+    finish_reason TEXT,
+    system_fingerprint TEXT,
     stored_at_ms INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, request_id)
 )
@@ -72,6 +75,8 @@ _COLUMNS = (
     "completed_at_ms",
     "attempts",
     "dispatcher_id",
+    "finish_reason",
+    "system_fingerprint",
     "stored_at_ms",
 )
 _INSERT = (
@@ -141,6 +146,7 @@ class ResultsTable:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
         self._add_stored_at()
+        self._add_answer_facts()
         self._key_by_tenant()
         self._db.execute(_INDEX)
         self._db.execute(_POSITIONS)
@@ -158,6 +164,15 @@ class ResultsTable:
                 self._db.execute("BEGIN")
                 self._db.execute("ALTER TABLE results ADD COLUMN stored_at_ms INTEGER NOT NULL DEFAULT 0")
                 self._db.execute("UPDATE results SET stored_at_ms = completed_at_ms")
+
+    def _add_answer_facts(self) -> None:
+        # A database written before results carried them: its rows have none (NULL).
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(results)")}
+        with self._db:
+            self._db.execute("BEGIN")
+            for column in ("finish_reason", "system_fingerprint"):
+                if column not in columns:
+                    self._db.execute(f"ALTER TABLE results ADD COLUMN {column} TEXT")
 
     def _key_by_tenant(self) -> None:
         # A database written before tenants: SQLite cannot change a primary key in place, so the

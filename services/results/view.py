@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from inferq.messaging.records import InferenceResult
 
 
 def public_view(result: InferenceResult) -> dict[str, Any]:
-    """The outcome and its timings in milliseconds; output, error and usage only when present."""
+    """The outcome and its timings in milliseconds; output, error, usage (with the backend's token
+    details), finish_reason and system_fingerprint only when present."""
     dispatched = result.dispatched_at_ms
     view: dict[str, Any] = {
         "request_id": result.request_id,
@@ -31,5 +31,9 @@ def public_view(result: InferenceResult) -> dict[str, Any]:
     if result.error is not None:
         view["error"] = result.error
     if result.usage is not None:
-        view["usage"] = asdict(result.usage)
+        view["usage"] = result.usage.as_openai()
+    if result.finish_reason is not None:
+        view["finish_reason"] = result.finish_reason
+    if result.system_fingerprint is not None:
+        view["system_fingerprint"] = result.system_fingerprint
     return view

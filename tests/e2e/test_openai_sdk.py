@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from inferq.messaging import limits
 from inferq.tools.stack.pipeline import Pipeline
@@ -126,6 +127,55 @@ def test_the_sdk_streams_and_the_text_is_the_outcome(pipeline: Pipeline) -> None
     assert outcome.status_code == 200
     assert "".join(pieces) == outcome.json()["output"] != ""
     client.close()
+
+
+# The simulated backend's fingerprint, and its prompt cache: HI's system message, "be brief" (2 tokens).
+SIM_FINGERPRINT = "fp_inferqsim01"
+HI_CACHED_TOKENS = 2
+
+
+def test_max_tokens_cuts_the_answer_and_the_sdk_reads_length_usage_and_fingerprint(
+    pipeline: Pipeline,
+) -> None:
+    """Through the queue and back, unchanged SDK: an answer cut by max_tokens says so, sync and
+    streamed, and the results service holds the same; the bodies validate as the SDK's types."""
+    client = sdk(pipeline)
+    raw = client.chat.completions.with_raw_response.create(model="inferq", messages=HI, max_tokens=3)
+    ChatCompletion.model_validate(json.loads(raw.text))  # strict: the SDK's parse alone does not check
+    cut = raw.parse()
+    assert cut.choices[0].finish_reason == "length"
+    assert cut.system_fingerprint == SIM_FINGERPRINT
+    usage = cut.usage
+    assert usage is not None and usage.completion_tokens == 3
+    assert usage.total_tokens == usage.prompt_tokens + 3
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == HI_CACHED_TOKENS
+    assert usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == 0
+
+    outcome = stored(pipeline, cut.id, ACME).json()
+    assert outcome["finish_reason"] == "length"
+    assert outcome["system_fingerprint"] == SIM_FINGERPRINT
+    assert outcome["usage"] == usage.model_dump(exclude_none=True)
+    assert outcome["output"] == cut.choices[0].message.content
+    assert outcome["model"] == cut.model
+
+    with client.chat.completions.create(
+        model="inferq", messages=HI, max_tokens=3, stream=True, stream_options={"include_usage": True}
+    ) as stream:
+        chunks = list(stream)
+    client.close()
+    for chunk in chunks:
+        ChatCompletionChunk.model_validate(chunk.model_dump(exclude_unset=True))
+    with_choices = [c for c in chunks if c.choices]
+    assert [c.choices[0].finish_reason for c in with_choices][-1] == "length"
+    assert all(c.choices[0].finish_reason is None for c in with_choices[:-1])
+    assert with_choices[-1].system_fingerprint == SIM_FINGERPRINT
+    assert "".join(c.choices[0].delta.content or "" for c in with_choices) == cut.choices[0].message.content
+    assert chunks[-1].choices == [] and chunks[-1].usage == usage
+    streamed = stored(pipeline, chunks[0].id, ACME).json()
+    assert (streamed["finish_reason"], streamed["system_fingerprint"]) == ("length", SIM_FINGERPRINT)
+    assert streamed["usage"] == outcome["usage"]
 
 
 def test_priority_from_a_header_and_an_expired_deadline_is_504(pipeline: Pipeline) -> None:

@@ -257,3 +257,28 @@ def test_each_terminal_status_raises_its_own_error(status: str, error: type[Exce
     assert type(raised.value) is error
     if status == "REJECTED":
         assert isinstance(raised.value, FailedError)
+
+
+def test_an_outcome_cut_by_max_tokens_says_length_with_the_backends_usage_and_fingerprint() -> None:
+    """The results service's view of what the backend said reaches the client's Outcome, and back."""
+    usage = {
+        "prompt_tokens": 4,
+        "completion_tokens": 3,
+        "total_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 2},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+    view = VIEW | {
+        "usage": usage,
+        "finish_reason": "length",
+        "system_fingerprint": "fp_44709d6fcb",
+        "timings": {},
+    }
+    c, _ = client(lambda request: httpx.Response(200, json=view))
+    outcome = asyncio.run(c.result("r1", timeout=5))
+    assert (outcome.finish_reason, outcome.system_fingerprint) == ("length", "fp_44709d6fcb")
+    assert outcome.usage == usage
+    assert outcome.to_json() == view
+    # A results service from before: none of them, nothing else changes.
+    old = asyncio.run(client(lambda request: httpx.Response(200, json=VIEW))[0].result("r1", timeout=5))
+    assert (old.finish_reason, old.system_fingerprint, old.output) == (None, None, "hello")

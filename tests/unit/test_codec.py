@@ -83,7 +83,13 @@ def test_result_round_trip():
         "output": None,
         "error": "late",
         "model": "m",
-        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+        "usage": {
+            "prompt_tokens": 1,
+            "completion_tokens": 2,
+            "total_tokens": 3,
+            "prompt_tokens_details": None,
+            "completion_tokens_details": None,
+        },
         "enqueued_at_ms": 1,
         "dispatched_at_ms": None,
         "completed_at_ms": 5,
@@ -91,6 +97,8 @@ def test_result_round_trip():
         "dispatcher_id": "d",
         "tenant": "acme",
         "callback_url": None,
+        "finish_reason": None,
+        "system_fingerprint": None,
     }
     result = InferenceResult.from_record(record)
     assert codec.decode(codec.encode(result)) == result
@@ -192,7 +200,7 @@ def test_reader_without_the_writer_schema_refuses():
 
 def test_a_result_written_before_tenants_decodes_as_tenant_default():
     """A dispatcher not yet upgraded writes schema v1 (no tenant): the results service still reads it."""
-    v1, _v2 = earlier_schemas("inference_result")
+    v1, *_later = earlier_schemas("inference_result")
     assert "tenant" not in {f["name"] for f in v1["fields"]}
     old_record = {
         "request_id": "r-1",
@@ -239,7 +247,7 @@ def test_chunk_round_trip_and_its_header():
 
 
 def test_a_result_keeps_its_webhook_and_one_written_before_webhooks_has_none():
-    _v1, v2 = earlier_schemas("inference_result")
+    _v1, v2, *_later = earlier_schemas("inference_result")
     assert "callback_url" not in {f["name"] for f in v2["fields"]}
     old_record = {
         "request_id": "r-1",
@@ -255,3 +263,67 @@ def test_a_result_keeps_its_webhook_and_one_written_before_webhooks_has_none():
     assert result_codec().decode(AvroCodec(v2).encode(old_record)).callback_url is None
     hooked = InferenceResult.from_record(old_record | {"callback_url": "https://hooks.example/r"})
     assert result_codec().decode(result_codec().encode(hooked)).callback_url == "https://hooks.example/r"
+
+
+def test_a_result_keeps_what_the_backend_said_and_one_written_before_has_none():
+    """v4 carries the finish reason, the fingerprint and the usage's details; a v3 record (a
+    dispatcher not yet upgraded) still reads, with none of them."""
+    *_earlier, v3 = earlier_schemas("inference_result")
+    assert {"finish_reason", "system_fingerprint"}.isdisjoint(f["name"] for f in v3["fields"])
+    old_record = {
+        "request_id": "r-1",
+        "tier": "HIGH",
+        "status": "OK",
+        "output": "cut sh",
+        "model": "m",
+        "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7},
+        "enqueued_at_ms": 1,
+        "completed_at_ms": 2,
+        "attempts": 1,
+        "dispatcher_id": "d",
+        "tenant": "acme",
+        "callback_url": None,
+    }
+    old = result_codec().decode(AvroCodec(v3).encode(old_record))
+    assert (old.finish_reason, old.system_fingerprint) == (None, None)
+    assert old.usage == Usage(4, 3, 7)
+    assert old.usage.as_openai() == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+
+    details = {"cached_tokens": 2, "audio_tokens": 0}
+    told = InferenceResult.from_record(
+        old_record
+        | {
+            "finish_reason": "length",
+            "system_fingerprint": "fp_44709d6fcb",
+            "usage": old_record["usage"]
+            | {"prompt_tokens_details": details, "completion_tokens_details": {"reasoning_tokens": 1}},
+        }
+    )
+    back = result_codec().decode(result_codec().encode(told))
+    assert back == told
+    assert (back.finish_reason, back.system_fingerprint) == ("length", "fp_44709d6fcb")
+    assert back.usage is not None and back.usage.as_openai() == {
+        "prompt_tokens": 4,
+        "completion_tokens": 3,
+        "total_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 2, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 1},
+    }
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"finish_reason": 3},
+        {"system_fingerprint": ["fp"]},
+        {"usage": Usage(1, 1, 2).to_record() | {"prompt_tokens_details": "x"}},
+        {"usage": Usage(1, 1, 2).to_record() | {"completion_tokens_details": {"reasoning_tokens": 2**31}}},
+    ],
+)
+def test_a_new_field_of_the_wrong_type_is_refused_by_the_codec(hostile):
+    """Avro's types are the last guard: a wrong type or a counter past an int never reaches Kafka."""
+    base = InferenceResult(
+        "r-1", Tier.HIGH, Status.OK, "m", enqueued_at_ms=1, completed_at_ms=2, attempts=1, dispatcher_id="d"
+    ).to_record()
+    with pytest.raises((ValueError, TypeError)):
+        result_codec().avro.encode(base | hostile)

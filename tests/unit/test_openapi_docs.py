@@ -18,6 +18,7 @@ from inferq.ingest import errors as ingest_errors
 from inferq.ingest.app import create_app as create_ingest
 from inferq.ingest.settings import IngestSettings
 from inferq.ingest.validation import SubmitRequest
+from inferq.messaging import limits
 from inferq.messaging.records import InferenceResult
 from inferq.results.app import create_app as create_results
 from inferq.results.settings import ResultsSettings
@@ -150,10 +151,25 @@ def test_the_202_body_is_what_the_document_says():
 
 def test_a_result_has_the_fields_the_document_says():
     result_schema = document("results")["components"]["schemas"]
-    # Every optional field set: output, error and usage.
-    view = public_view(InferenceResult.from_record(result_record("a", status="FAILED") | {"error": "e"}))
+    # Every optional field set: output, error, usage with its details, what the backend said.
+    told = {
+        "error": "e",
+        "finish_reason": "length",
+        "system_fingerprint": "fp_1",
+        "usage": {
+            "prompt_tokens": 1,
+            "completion_tokens": 2,
+            "total_tokens": 3,
+            "prompt_tokens_details": {"cached_tokens": 1},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+    view = public_view(InferenceResult.from_record(result_record("a", status="FAILED") | told))
     properties = result_schema["Result"]["properties"]
     assert sorted(view) == sorted(properties)
     assert set(result_schema["Result"]["required"]) <= set(view)
     assert sorted(view["timings"]) == sorted(result_schema["Timings"]["properties"])
     assert sorted(view["usage"]) == sorted(result_schema["Usage"]["properties"])
+    assert view["finish_reason"] in properties["finish_reason"]["enum"]
+    assert sorted(properties["finish_reason"]["enum"]) == sorted(limits.FINISH_REASONS)
+    assert result_schema["TokenDetails"]["maxProperties"] == limits.MAX_TOKEN_DETAILS

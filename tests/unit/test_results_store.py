@@ -211,3 +211,61 @@ def test_a_database_from_before_tenants_is_migrated_under_tenant_default(tmp_pat
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert tables == {"results", "reply_positions"}  # no table left over from the move
     assert ResultsTable(path).count() == 3  # opened again: nothing left to migrate
+
+
+def told_result(request_id: str) -> InferenceResult:
+    """A result that carries everything the backend said about its answer."""
+    usage = {
+        "prompt_tokens": 4,
+        "completion_tokens": 3,
+        "total_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 2},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+    return InferenceResult.from_record(
+        record(request_id)
+        | {
+            "usage": usage,
+            "finish_reason": "length",
+            "system_fingerprint": "fp_44709d6fcb",
+            "output": "cut sh",
+        }
+    )
+
+
+def test_a_database_from_before_results_said_why_they_stopped_gains_the_fields(tmp_path):
+    """A table written by the previous release (keyed by tenant, no finish_reason column): opened,
+    its rows read with none of the new fields, and new results keep them across a reopen."""
+    path = tmp_path / "r.db"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE results (tenant TEXT NOT NULL DEFAULT 'default', request_id TEXT NOT NULL, "
+            "tier TEXT NOT NULL, status TEXT NOT NULL, output TEXT, error TEXT, model TEXT NOT NULL, "
+            "usage TEXT, enqueued_at_ms INTEGER NOT NULL, dispatched_at_ms INTEGER, "
+            "completed_at_ms INTEGER NOT NULL, attempts INTEGER NOT NULL, dispatcher_id TEXT NOT NULL, "
+            "stored_at_ms INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (tenant, request_id))"
+        )
+        db.execute(
+            "INSERT INTO results (request_id, tier, status, output, model, usage, enqueued_at_ms, "
+            "completed_at_ms, attempts, dispatcher_id) VALUES ('old', 'HIGH', 'OK', 'o', 'm', "
+            """'{"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}', 0, 30, 1, 'd')"""
+        )
+    table = ResultsTable(path)
+    old = table.get("default", "old")
+    assert old is not None and (old.finish_reason, old.system_fingerprint) == (None, None)
+    assert "finish_reason" not in public_view(old) and "system_fingerprint" not in public_view(old)
+    assert public_view(old)["usage"] == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    assert table.put_many([told_result("new")]) == (1, 0)
+    table.close()
+
+    stored = ResultsTable(path).get("default", "new")
+    assert stored == told_result("new")
+    view = public_view(stored)
+    assert (view["finish_reason"], view["system_fingerprint"]) == ("length", "fp_44709d6fcb")
+    assert view["usage"] == {
+        "prompt_tokens": 4,
+        "completion_tokens": 3,
+        "total_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 2},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }

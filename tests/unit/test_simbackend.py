@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from inferq.tools.bench.recorder import marked_content
 from inferq.tools.simbackend import DEFAULT_LATENCY_S, SimBackendSettings, create_app
@@ -718,3 +719,35 @@ def test_timings_keep_at_most_their_bound() -> None:
     for name in ("a", "b", "c"):
         timings.received({"messages": [{"role": "user", "content": marked_content(name)}]})
     assert set(timings.as_dict()) == {"a", "b"}
+
+
+def test_a_cut_answer_says_length_with_usage_details_and_a_fingerprint_sync_and_streamed() -> None:
+    """What inferq must pass through, sent as OpenAI sends it: the SDK's own types accept it."""
+    conversation = {
+        "model": "inferq-fast",
+        "max_tokens": 3,
+        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}],
+    }
+    streamed_body = {**conversation, "stream": True, "stream_options": {"include_usage": True}}
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response]:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            return await client.post(CHAT, json=conversation), await client.post(CHAT, json=streamed_body)
+
+    plain, streamed = run_async(scenario)
+
+    completion = ChatCompletion.model_validate(plain.json())
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.system_fingerprint == "fp_inferqsim01"
+    usage = completion.usage
+    assert usage is not None and usage.completion_tokens == 3
+    # The system message is the history a prompt cache would hold: 8 characters, 2 tokens.
+    assert usage.prompt_tokens_details is not None and usage.prompt_tokens_details.cached_tokens == 2
+    assert (
+        usage.completion_tokens_details is not None and usage.completion_tokens_details.reasoning_tokens == 0
+    )
+    payloads = sse_payloads(streamed.text)
+    chunks = [ChatCompletionChunk.model_validate(p) for p in payloads[:-1]]
+    assert {c.system_fingerprint for c in chunks} == {"fp_inferqsim01"}
+    assert chunks[-2].choices[0].finish_reason == "length"
+    assert chunks[-1].usage == usage

@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse
 
 from inferq.ingest.chat.errors import ChatRefusal
 from inferq.ingest.errors import IngestError
+from inferq.messaging import limits
 from inferq.messaging.records import InferenceResult, Status
 
 _TYPES = {
@@ -133,15 +134,18 @@ def wait_exceeded(request_id: str, waited_s: float, results_hint: str) -> ChatEr
     )
 
 
-def _usage(result: InferenceResult) -> dict[str, int]:
+def _usage(result: InferenceResult) -> dict[str, Any]:
     usage = result.usage
     if usage is None:
         return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
+    return usage.as_openai()
+
+
+def finish_reason_of(result: InferenceResult) -> str:
+    """Why the backend stopped, as the result says; "stop" when it does not say (a result written
+    before results carried it) or says what the API has no name for."""
+    reason = result.finish_reason
+    return reason if reason in limits.FINISH_REASONS else "stop"
 
 
 def _inferq(result: InferenceResult) -> dict[str, Any]:
@@ -167,11 +171,11 @@ def completion(result: InferenceResult) -> dict[str, Any]:
                 "index": 0,
                 "message": {"role": "assistant", "content": result.output or "", "refusal": None},
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": finish_reason_of(result),
             }
         ],
         "usage": _usage(result),
-        "system_fingerprint": None,
+        "system_fingerprint": result.system_fingerprint,
         "inferq": _inferq(result),
     }
 
@@ -184,8 +188,10 @@ def chunk(
     content: str | None = None,
     role: bool = False,
     finish_reason: str | None = None,
+    system_fingerprint: str | None = None,
 ) -> dict[str, Any]:
-    """One ``chat.completion.chunk`` with one choice: the role (first), a piece of text, or the end."""
+    """One ``chat.completion.chunk`` with one choice: the role (first), a piece of text, or the end
+    (which alone knows the backend's `system_fingerprint`: it comes with the result)."""
     delta: dict[str, Any] = {}
     if role:
         delta["role"] = "assistant"
@@ -196,7 +202,7 @@ def chunk(
         "object": "chat.completion.chunk",
         "created": created_s,
         "model": model,
-        "system_fingerprint": None,
+        "system_fingerprint": system_fingerprint,
         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
     }
 
@@ -208,7 +214,7 @@ def usage_chunk(result: InferenceResult, created_s: int) -> dict[str, Any]:
         "object": "chat.completion.chunk",
         "created": created_s,
         "model": result.model,
-        "system_fingerprint": None,
+        "system_fingerprint": result.system_fingerprint,
         "choices": [],
         "usage": _usage(result),
     }

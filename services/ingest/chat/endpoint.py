@@ -8,10 +8,11 @@ the reply topic's follower wakes it. Then:
 
 - without ``stream``: the ``chat.completion`` once the result arrives (or the outcome's error);
 - with ``stream``: Server-Sent Events at once (the role chunk), each chunk record as it arrives,
-  then the end (``finish_reason`` stop, the usage chunk when asked for, ``data: [DONE]``). Text the
-  chunks did not carry is sent from the result (all of it when the dispatcher does not stream). An
-  answer that started over after text was sent, a stream that stops for `stream_idle_s`, or no
-  outcome in time ends with an error event (``data: {"error": ...}``), never a hang.
+  then the end (the backend's ``finish_reason`` and ``system_fingerprint``, the usage chunk when
+  asked for, ``data: [DONE]``). Text the chunks did not carry is sent from the result (all of it
+  when the dispatcher does not stream). An answer that started over after text was sent, a stream
+  that stops for `stream_idle_s`, or no outcome in time ends with an error event
+  (``data: {"error": ...}``), never a hang.
 
 Every wait is bounded: by the request's deadline plus `grace_s` (the dispatcher answers EXPIRED
 itself by then) and by `max_wait_s`; past it 504 ``wait_exceeded``, the request still queued (read
@@ -262,7 +263,15 @@ class ChatCompletionsEndpoint:
             return
         if len(output) > len(sent):
             yield sse_event(answers.chunk(rid, created_s, result.model, content=output[len(sent) :]))
-        yield sse_event(answers.chunk(rid, created_s, result.model, finish_reason="stop"))
+        yield sse_event(
+            answers.chunk(
+                rid,
+                created_s,
+                result.model,
+                finish_reason=answers.finish_reason_of(result),
+                system_fingerprint=result.system_fingerprint,
+            )
+        )
         if body.stream_options is not None and body.stream_options.include_usage:
             yield sse_event(answers.usage_chunk(result, created_s))
         yield _DONE

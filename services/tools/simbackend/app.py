@@ -90,7 +90,7 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             return answer_error(parsed, None)
         model = parsed.model
         timing = timings.received(parsed.model_dump(include={"messages"}))
-        tokens = answer(parsed).usage()["total_tokens"]
+        tokens = answer(parsed).total_tokens()
         minute = minute_of(model)
         refusal = minute.refusal(tokens) if minute.enabled else None
         if refusal is not None:

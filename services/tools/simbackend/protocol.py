@@ -18,6 +18,8 @@ from inferq.dispatcher.rate_budget import CHARS_PER_TOKEN
 
 REPLY_PREFIX = "sim reply to: "
 REPLY_QUOTE_CHARS = 40
+# What OpenAI's `system_fingerprint` looks like; one simulated configuration, so one value.
+SYSTEM_FINGERPRINT = "fp_inferqsim01"
 
 # Strict: OpenAI rejects "max_tokens": "5"; a lenient simulator would hide a client bug until production.
 _STRICT_OPEN = ConfigDict(strict=True, extra="allow")
@@ -181,13 +183,27 @@ class Answer:
     finish_reason: Literal["stop", "length"]
     prompt_tokens: int
     completion_tokens: int
+    # The prompt's tokens before its last message: what a provider's prompt cache would hold of a
+    # conversation sent again with one more turn.
+    cached_tokens: int = 0
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict[str, object]:
+        """OpenAI's `usage`, its details objects included (no audio, reasoning or prediction here)."""
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
         }
+
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
     def tokens(self) -> list[str]:
         """The content cut into tokens of `CHARS_PER_TOKEN` characters (as `count_tokens` counts)."""
@@ -207,7 +223,8 @@ def answer(request: ChatCompletionRequest) -> Answer:
         content = content[: max_tokens * CHARS_PER_TOKEN]
         finish_reason = "length"
     prompt_tokens = sum(count_tokens(m.text()) for m in messages)
-    return Answer(content, finish_reason, prompt_tokens, count_tokens(content))
+    cached_tokens = sum(count_tokens(m.text()) for m in messages[:-1])
+    return Answer(content, finish_reason, prompt_tokens, count_tokens(content), cached_tokens)
 
 
 def completion(request: ChatCompletionRequest, *, completion_id: str, created_s: int) -> dict[str, object]:
@@ -218,6 +235,7 @@ def completion(request: ChatCompletionRequest, *, completion_id: str, created_s:
         "object": "chat.completion",
         "created": created_s,
         "model": request.model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
         "choices": [
             {
                 "index": 0,

@@ -7,7 +7,8 @@ arrives `first_token_share` of the way in.
 
 The events, as OpenAI sends them: a first chunk with the assistant's role and empty content, one
 chunk per token, a last chunk with an empty delta and the `finish_reason`, with
-`stream_options.include_usage` a chunk with no choices and the usage, then ``data: [DONE]``.
+`stream_options.include_usage` a chunk with no choices and the usage (its details objects too),
+then ``data: [DONE]``; every chunk carries the `system_fingerprint`.
 
 A dropped stream (the fault `stream_drop_rate`) sends half the tokens (at least one), then breaks
 the connection without the last chunk or ``[DONE]``, as a provider's load balancer cutting a long
@@ -20,7 +21,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from inferq.tools.simbackend.protocol import Answer
+from inferq.tools.simbackend.protocol import SYSTEM_FINGERPRINT, Answer
 
 DONE = b"data: [DONE]\n\n"
 
@@ -74,6 +75,7 @@ async def sse_events(
                 "object": "chat.completion.chunk",
                 "created": created_s,
                 "model": model,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "choices": [choice],
             }
         )
@@ -95,6 +97,7 @@ async def sse_events(
             "object": "chat.completion.chunk",
             "created": created_s,
             "model": model,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
             "choices": [],
             "usage": reply.usage(),
         }

@@ -1,0 +1,220 @@
+"""ingest's chat answers against the OpenAI SDK's own types: every sync body validates as
+`openai.types.chat.ChatCompletion`, every chunk as `ChatCompletionChunk`, and what the backend said
+(finish_reason, system_fingerprint, the usage's details, its model) is what a caller reads. On
+`answers.py` alone, then through the endpoint as raw HTTP (what any client parses, not only the SDK)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pydantic
+import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from inferq.ingest.chat import answers
+from inferq.messaging import limits
+from inferq.messaging.records import InferenceResult, Status, Usage
+from inferq.messaging.tiers import Tier
+from tests.unit.test_chat_completions import HI, ingest, run
+
+DETAILS = {"cached_tokens": 2, "audio_tokens": 0}
+REASONING = {"reasoning_tokens": 1}
+FULL_USAGE = Usage(4, 3, 7, MappingProxyType(DETAILS), MappingProxyType(REASONING))
+
+
+def result(**fields: Any) -> InferenceResult:
+    base: dict[str, Any] = {
+        "request_id": "chatcmpl-1",
+        "tier": Tier.HIGH,
+        "status": Status.OK,
+        "model": "served-model",
+        "enqueued_at_ms": 1_700_000_000_000,
+        "dispatched_at_ms": 1_700_000_000_010,
+        "completed_at_ms": 1_700_000_001_000,
+        "attempts": 1,
+        "dispatcher_id": "d",
+        "output": "cut sh",
+        "usage": FULL_USAGE,
+        "finish_reason": "length",
+        "system_fingerprint": "fp_44709d6fcb",
+    }
+    return InferenceResult(**(base | fields))
+
+
+def test_a_completion_cut_by_max_tokens_is_an_sdk_chat_completion_saying_length() -> None:
+    completion = ChatCompletion.model_validate(answers.completion(result()))
+
+    choice = completion.choices[0]
+    assert (choice.finish_reason, choice.message.content, choice.message.role) == (
+        "length",
+        "cut sh",
+        "assistant",
+    )
+    assert completion.system_fingerprint == "fp_44709d6fcb"
+    assert completion.model == "served-model"
+    assert completion.usage is not None
+    assert (
+        completion.usage.prompt_tokens,
+        completion.usage.completion_tokens,
+        completion.usage.total_tokens,
+    ) == (
+        4,
+        3,
+        7,
+    )
+    assert completion.usage.prompt_tokens_details is not None
+    assert completion.usage.prompt_tokens_details.cached_tokens == 2
+    assert completion.usage.completion_tokens_details is not None
+    assert completion.usage.completion_tokens_details.reasoning_tokens == 1
+
+
+@pytest.mark.parametrize("reason", sorted(limits.FINISH_REASONS))
+def test_every_finish_reason_the_api_has_reaches_the_caller(reason: str) -> None:
+    completion = ChatCompletion.model_validate(answers.completion(result(finish_reason=reason)))
+    assert completion.choices[0].finish_reason == reason
+
+
+@pytest.mark.parametrize(
+    "unknown",
+    [None, "eos", "LENGTH", "x" * 10_000],
+    ids=["written before results carried it", "not the API's", "not the API's case", "huge"],
+)
+def test_a_result_without_a_reason_the_api_knows_says_stop_and_still_validates(unknown: str | None) -> None:
+    """A result from a dispatcher not yet upgraded (no reason), or a record written by someone
+    else with a reason the SDK would refuse: "stop", as before, never a body the SDK rejects."""
+    body = answers.completion(result(finish_reason=unknown, system_fingerprint=None, usage=Usage(1, 2, 3)))
+    completion = ChatCompletion.model_validate(body)
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.system_fingerprint is None
+    assert body["usage"] == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    assert completion.usage is not None and completion.usage.prompt_tokens_details is None
+
+
+def test_a_result_without_usage_still_has_the_sdks_usage() -> None:
+    completion = ChatCompletion.model_validate(answers.completion(result(usage=None)))
+    assert completion.usage is not None and completion.usage.total_tokens == 0
+
+
+def test_the_sdk_type_is_strict_enough_to_catch_a_wrong_body() -> None:
+    """The contract tests above can fail: a body missing a field, or with a reason the API does not
+    have, is refused by the SDK's type."""
+    good = answers.completion(result())
+    missing = {k: v for k, v in good.items() if k != "created"}
+    wrong = good | {"choices": [good["choices"][0] | {"finish_reason": "eos"}]}
+    for bad in (missing, wrong):
+        with pytest.raises(pydantic.ValidationError):
+            ChatCompletion.model_validate(bad)
+    with pytest.raises(pydantic.ValidationError):
+        ChatCompletionChunk.model_validate(answers.chunk("c", 1, "m", finish_reason="eos"))
+
+
+def test_every_chunk_shape_is_an_sdk_chunk() -> None:
+    done = result()
+    chunks = [
+        answers.chunk("chatcmpl-1", 1, "inferq", role=True, content=""),
+        answers.chunk("chatcmpl-1", 1, "served-model", content="cut"),
+        answers.chunk(
+            "chatcmpl-1",
+            1,
+            "served-model",
+            finish_reason="length",
+            system_fingerprint=done.system_fingerprint,
+        ),
+    ]
+    for raw in chunks:
+        ChatCompletionChunk.model_validate(raw)
+    last = ChatCompletionChunk.model_validate(chunks[-1])
+    assert (last.choices[0].finish_reason, last.system_fingerprint) == ("length", "fp_44709d6fcb")
+    usage = ChatCompletionChunk.model_validate(answers.usage_chunk(done, 1))
+    assert usage.choices == [] and usage.usage is not None
+    assert usage.usage.total_tokens == 7
+    assert (
+        usage.usage.prompt_tokens_details is not None and usage.usage.prompt_tokens_details.cached_tokens == 2
+    )
+    assert usage.system_fingerprint == "fp_44709d6fcb"
+
+
+# --- through the endpoint, as raw HTTP ------------------------------------------------------------
+
+
+def sse_payloads(text: str) -> list[Any]:
+    events = [e for e in text.split("\n\n") if e.startswith("data: ")]
+    return [e[6:] if e[6:] == "[DONE]" else json.loads(e[6:]) for e in events]
+
+
+ANSWERED = {
+    "output": "cut sh",
+    "model": "served-model",
+    "usage": FULL_USAGE,
+    "finish_reason": "length",
+    "system_fingerprint": "fp_44709d6fcb",
+}
+
+
+@run
+async def test_the_sync_body_on_the_wire_is_an_sdk_chat_completion_with_what_the_backend_said(
+    tmp_path: Path,
+) -> None:
+    async with ingest(tmp_path) as svc, svc.http() as http:
+        call = asyncio.ensure_future(
+            http.post("/v1/chat/completions", json={"model": "inferq", "messages": HI, "max_tokens": 3})
+        )
+        svc.answer(await svc.next_request(0), **ANSWERED)
+        response = await call
+        assert response.status_code == 200
+        completion = ChatCompletion.model_validate(response.json())
+        assert completion.choices[0].finish_reason == "length"
+        assert completion.system_fingerprint == "fp_44709d6fcb"
+        assert completion.model == "served-model"
+        assert completion.usage is not None and completion.usage.model_dump(exclude_none=True) == {
+            "prompt_tokens": 4,
+            "completion_tokens": 3,
+            "total_tokens": 7,
+            "prompt_tokens_details": DETAILS,
+            "completion_tokens_details": REASONING,
+        }
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_every_streamed_chunk_on_the_wire_is_an_sdk_chunk_and_the_last_says_length(
+    tmp_path: Path, include_usage: bool
+) -> None:
+    async def scenario() -> list[Any]:
+        body: dict[str, Any] = {"model": "inferq", "messages": HI, "max_tokens": 3, "stream": True}
+        if include_usage:
+            body["stream_options"] = {"include_usage": True}
+        async with ingest(tmp_path) as svc, svc.http() as http:
+            call = asyncio.ensure_future(http.post("/v1/chat/completions", json=body))
+            request = await svc.next_request(0)
+            svc.chunks(request, "cut", model="served-model")
+            svc.answer(request, **ANSWERED)
+            response = await call
+            assert response.status_code == 200
+            return sse_payloads(response.text)
+
+    payloads = asyncio.run(asyncio.wait_for(scenario(), 60))
+
+    assert payloads[-1] == "[DONE]"
+    chunks = [ChatCompletionChunk.model_validate(p) for p in payloads[:-1]]
+    with_choices = [c for c in chunks if c.choices]
+    assert "".join(c.choices[0].delta.content or "" for c in with_choices) == "cut sh"
+    assert [c.choices[0].finish_reason for c in with_choices][-1] == "length"
+    assert all(c.choices[0].finish_reason is None for c in with_choices[:-1])
+    assert with_choices[-1].system_fingerprint == "fp_44709d6fcb"
+    usage_chunks = [c for c in chunks if not c.choices]
+    if include_usage:
+        (usage,) = usage_chunks
+        assert usage is chunks[-1] and usage.usage is not None
+        assert usage.usage.model_dump(exclude_none=True) == {
+            "prompt_tokens": 4,
+            "completion_tokens": 3,
+            "total_tokens": 7,
+            "prompt_tokens_details": DETAILS,
+            "completion_tokens_details": REASONING,
+        }
+    else:
+        assert usage_chunks == [] and all(c.usage is None for c in chunks)
