@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from inferq.clock import wall_ms
 
 
 class LedgerError(Exception):
@@ -145,7 +146,7 @@ class Ledger:
     def accepted(self, line: int, request_id: str, expire_at_ms: int) -> None:
         if line in self.state.accepted:
             return
-        at_ms = time.time_ns() // 1_000_000
+        at_ms = wall_ms()
         self.state.accepted[line] = Accepted(line, request_id, expire_at_ms, at_ms)
         record = {"line": line, "request_id": request_id, "expire_at_ms": expire_at_ms, "at_ms": at_ms}
         self._append(self._journal, record, sync=True)

@@ -36,6 +36,7 @@ from pydantic import ValidationError
 
 from inferq.client.errors import InvalidRequestError, RefusedError, TransportError
 from inferq.client.models import Chunk, Handle, Outcome, Submission
+from inferq.clock import wall_ms
 from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower
 from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, Waiter, WaiterHub
 from inferq.ingest.deadlines import FieldRefusedError
@@ -98,7 +99,7 @@ class KafkaTransport:
         deadlines_ms: Mapping[Tier, int] = DEFAULT_DEADLINES_MS,
         max_pending: int = DEFAULT_MAX_PENDING,
         follow_from_ms: int | None = None,
-        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock_ms: Callable[[], int] = wall_ms,
     ) -> None:
         """`kafka`: the settings (``INFERQ_KAFKA_*`` when None) or a bootstrap list. `region`: whose
         reply topic outcomes come back on (created by ``inferq topics create --region``)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 import aiohttp
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
+from inferq.clock import wall_ms
 from inferq.messaging.codec import request_codec, result_codec
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult, Status, Usage
@@ -103,7 +104,7 @@ async def loop(
             raw = await queue.get()
             request = requests.decode(raw)
             payload = {"model": request.model or "inferq-fast", "messages": request.openai_messages()}
-            dispatched_ms = time.time_ns() // 1_000_000
+            dispatched_ms = wall_ms()
             try:
                 async with session.post(f"{backend_url}/chat/completions", json=payload) as response:
                     body = await response.json() if response.status == 200 else None
@@ -124,7 +125,7 @@ async def loop(
                 else None,
                 enqueued_at_ms=request.created_at_ms,
                 dispatched_at_ms=dispatched_ms,
-                completed_at_ms=time.time_ns() // 1_000_000,
+                completed_at_ms=wall_ms(),
                 attempts=request.attempt,
                 dispatcher_id="bareloop",
             )

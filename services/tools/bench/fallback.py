@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka import Producer
 
+from inferq.clock import wall_ms
 from inferq.dispatcher.backend_specs import BackendSpec
 from inferq.dispatcher.settings import DispatcherSettings
 from inferq.messaging.codec import request_codec
@@ -107,7 +108,7 @@ async def run_once(
             end_s = warm_s + outage_s + after_s
             async with dispatcher_in_process(settings), httpx.AsyncClient(timeout=5.0) as client:
                 start = time.monotonic()
-                start_ms = int(time.time() * 1000)
+                start_ms = wall_ms()
                 next_send = dict.fromkeys(Tier, 0.0)
                 phase = "warm"
                 refused_before = 0
@@ -121,7 +122,7 @@ async def run_once(
                         await client.post(f"{primary}/admin/faults", json={"outage": False})
                         phase = "after"
                         log(f"primary back at {now:.1f} s")
-                    now_ms = int(time.time() * 1000)
+                    now_ms = wall_ms()
                     for tier, rate in RATES.items():
                         while next_send[tier] <= now:
                             request = _request(tier, now_ms)

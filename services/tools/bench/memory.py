@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from inferq.clock import wall_ms
 from inferq.messaging.admin import create_topics
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
@@ -135,7 +136,7 @@ def run(
                 bootstrap_servers=bootstrap, topic_prefix=prefixes["loaded"]
             ).topics.requests(Tier.LOW)
             log(f"producing {records:,} LOW requests to {topic}")
-            briefs = brief_requests(records, "mem", now_ms=time.time_ns() // 1_000_000)
+            briefs = brief_requests(records, "mem", now_ms=wall_ms())
             produce_s = bulk_produce(bootstrap, topic, briefs, log=log)
             log(f"produced in {produce_s:.1f} s; loaded: dispatcher sampled the same way")
             loaded = sample_dispatcher(

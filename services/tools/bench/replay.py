@@ -19,6 +19,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from inferq.clock import wall_ms
 from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import request_codec
 from inferq.messaging.kafka_config import KafkaSettings
@@ -43,7 +44,7 @@ def fill(settings: KafkaSettings, records: int) -> None:
     """Write `records` requests to the request topics of `settings`' prefix, as ingest would."""
     codec = request_codec()
     producer = Producer(producer_config(settings.admin_config(), paced=False))
-    now = time.time_ns() // 1_000_000
+    now = wall_ms()
     for i in range(records):
         tier, scenario = (Tier.LOW, "morning_brief") if i % _LOW_EVERY == 0 else _MIX[i % len(_MIX)]
         session = f"{scenario}-{i % 500}"

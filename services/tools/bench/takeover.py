@@ -28,6 +28,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from inferq.clock import wall_ms
 from inferq.messaging.codec import request_codec, result_codec
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult
@@ -117,7 +118,7 @@ class Paced:
     def _run(self) -> None:
         codec = request_codec()
         started = time.monotonic()
-        requests = chat_requests(10_000_000, self._tag, now_ms=time.time_ns() // 1_000_000)
+        requests = chat_requests(10_000_000, self._tag, now_ms=wall_ms())
         while not self._stop.is_set():
             due = int((time.monotonic() - started) * self._rate) + 1
             while self.produced < due:
@@ -181,7 +182,7 @@ def one_run(
             victim.signal(signal.SIGCONT)
             time.sleep(spec.soak_s / 2)
             false_rebalances = sum(_revocations(p.log_path, m) for p, m in zip(procs, marks, strict=True))
-            killed_ms = time.time_ns() // 1_000_000
+            killed_ms = wall_ms()
             victim.kill()
             time.sleep(spec.after_s)
         produced = paced.produced

@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 
+from inferq.clock import wall_ms
 from inferq.messaging.codec import result_codec
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.cpu import CpuWindow
@@ -222,7 +223,7 @@ class Bench:
         return measured, detail
 
     def _load(self, topic: str, tag: str) -> float:
-        chats = chat_requests(self.spec.records, tag, now_ms=time.time_ns() // 1_000_000)
+        chats = chat_requests(self.spec.records, tag, now_ms=wall_ms())
         return bulk_produce(self.bootstrap, topic, chats)
 
     def bare_loop(self, run: str) -> tuple[Measurement, dict[str, Any]]:

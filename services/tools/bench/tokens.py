@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 from confluent_kafka import Producer
 
+from inferq.clock import wall_ms
 from inferq.dispatcher.settings import DispatcherSettings
 from inferq.messaging.codec import request_codec
 from inferq.messaging.records import ChatMessage, InferenceRequest
@@ -68,7 +69,7 @@ async def run_policy(
     sent: set[str] = set()
 
     def send(tier: Tier, count: int) -> None:
-        now_ms = int(time.time() * 1000)
+        now_ms = wall_ms()
         for _ in range(count):
             request = _request(tier, now_ms)
             producer.produce(kafka.topics.requests(tier), codec.encode(request), key=request.key)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -17,6 +16,7 @@ from typing import Any, Protocol, Self
 
 import httpx
 
+from inferq.clock import wall_ms
 from inferq.ingest.record import RecordRules, submitted_record
 from inferq.ingest.validation import SubmitRequest
 from inferq.messaging.admin import require_topics
@@ -175,7 +175,7 @@ class KafkaSender:
             deadlines_ms=self._deadlines,
             topics=self._settings.topics,
             region=self._region,
-            clock_ms=lambda: time.time_ns() // 1_000_000,
+            clock_ms=wall_ms,
         )
         request = submitted_record(body, rules)
         value = self._codec.encode(request)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from inferq.clock import wall_ms
 from inferq.tools.broker.errors import LocalBrokerError
 from inferq.tools.broker.jars import ensure_jars_of, log4j_config_path, require_java
 from inferq.tools.mirror.config import Flow, MirrorConfig
@@ -148,7 +149,7 @@ class LocalMirrorMaker:
         started = time.monotonic()
         deadline = started + timeout_s
         cfg = self.config
-        since_ms = int(time.time() * 1000)
+        since_ms = wall_ms()
         pid = self._running_pid()
         launched = pid is None
         if pid is None:
