@@ -5,13 +5,16 @@ from __future__ import annotations
 from inferq.tools.bench.delivery_report import (
     Call,
     Phase,
+    PhaseStats,
     ReplyStamps,
     first_chunk_delays_ms,
     legs_ms,
     overheads_ms,
     phase_stats,
+    phase_table,
     targets,
 )
+from inferq.tools.measures import Stats
 
 MS = 1_000_000
 
@@ -96,3 +99,18 @@ def test_legs_split_the_time_through_inferq_at_the_reply_records() -> None:
         "chunk created → appended": 4.0,
         "chunk appended → client first chunk": 9.0,
     }
+
+
+def test_phase_table_has_a_column_per_figure_and_a_dash_where_a_phase_has_none() -> None:
+    s = Stats(3, 1.25, 2.5, 7.75, 9.125)
+    rows = [
+        PhaseStats("direct, sync", 10, 9, 1, s, s, s, None, s, None),
+        PhaseStats("inferq, stream", 5, 5, 0, None, s, s, s, s, s),
+    ]
+    assert phase_table(rows).splitlines() == [
+        "| calls | sent | complete | client lag p50/p99 | sent → backend p50 | client total p50 "
+        "| backend p50 | overhead p50 | p95 | p99 | first chunk delay p50 | p95 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| direct, sync | 10 | 9 | 2.5/9.1 | 2.5 | 2.5 | - | 2.5 | 7.8 | 9.1 | - | - |",
+        "| inferq, stream | 5 | 5 | -/- | 2.5 | 2.5 | 2.5 | 2.5 | 7.8 | 9.1 | 2.5 | 7.8 |",
+    ]

@@ -3,6 +3,8 @@ and the real-vs-simulated comparison, on inputs small enough to check by hand.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from inferq.dispatcher.settings import DispatcherSettings
@@ -10,7 +12,13 @@ from inferq.ingest.settings import IngestSettings
 from inferq.messaging.tiers import Tier, TierPolicy
 from inferq.tools.bench.machine import MISS, NA, PASS
 from inferq.tools.bench.scenarios import TraceSpec
-from inferq.tools.bench.scheduling_report import comparison_table, prediction_targets
+from inferq.tools.bench.scheduling_report import (
+    comparison_table,
+    makespan_table,
+    prediction_targets,
+    run_table,
+    tier_table,
+)
 from inferq.tools.bench.scheduling_run import (
     ANCHOR_MS,
     Prediction,
@@ -226,3 +234,28 @@ def test_sim_config_takes_the_dispatchers_tenant_headroom() -> None:
     assert sim_config(settings).tenant_headroom_slots == 2  # the dispatcher's default
     with pytest.raises(ValueError):
         SimConfig(tenant_headroom_slots=-1)
+
+
+def test_tier_run_and_makespan_tables_name_each_column_and_fill_it_from_the_runs() -> None:
+    lifted = real_run("inferq-lifted", 25, 40)
+    s = stats([2.5, 1.25, 7.75])
+    lifted = replace(lifted, low_makespan_s=12.34, submit_lag_ms=s, ingest_answer_ms=s, dump_accepted_s=1.5)
+    runs = {"fifo": replace(real_run("fifo", 3, None), low_makespan_s=20.0), "inferq-lifted": lifted}
+    tiers = tier_table(runs).splitlines()
+    assert tiers[0].startswith("| run | tier | submitted | accepted | refused 429/503 | outcomes | missing ")
+    assert tiers[0].endswith("| real-time eq. wait mean / p95 (s) | real-time eq. e2e mean / p95 (s) |")
+    assert tiers[2] == (
+        "| fifo | HIGH | 1 | 1 | 0 | OK 1 | 0 | 3.0 | 3.0 | 3.0 | 3.0 | 3.0 | 103.0 | 103.0 | 103.0 | 103.0 "
+        "| 0.03 / 0.03 | 1.03 / 1.03 |"
+    )
+    assert tiers[3] == "| fifo | MEDIUM | 0 | 0 | 0 | - | 0 |" + " - |" * 11
+    assert run_table(runs).splitlines()[2:] == [
+        "| fifo | inferq | 20.0 (3.3) | 10 | 0 | - | - | - | 0.0 | 10 | none | - | - | - |",
+        "| inferq-lifted | inferq | 12.3 (2.1) | 10 | 0 | - | - | - | 0.0 | 10 | none | 7.2 "
+        "| 2.5 / 7.2 | 1.5 |",
+    ]
+    assert makespan_table(runs, {"fifo": prediction("fifo", 1.0, 2.0)}).splitlines() == [
+        "| run | LOW makespan s real | sim | max in flight real (backend) | sim |",
+        "|---|---|---|---|---|",
+        "| fifo | 20.0 | - | 10 | 2 |",
+    ]

@@ -7,7 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from inferq.tools.bench.machine import TARGET_HEAD, broker_shape, cell, header, publish, table
+from inferq.tools.bench.machine import (
+    TARGET_HEAD,
+    broker_shape,
+    cell,
+    columns_table,
+    figure,
+    header,
+    outcomes,
+    publish,
+    table,
+)
 
 MACHINE = {
     "commit": "abc1234",
@@ -70,3 +80,27 @@ def test_publish_writes_the_json_and_the_markdown_and_prints_both_places(
     printed = capsys.readouterr().out
     assert "# Replay" in printed
     assert f"wrote {out / 'replay.json'} and {out / 'replay.md'} (12 s in all)" in printed
+
+
+def test_a_table_from_column_specs_heads_each_column_and_fills_it_from_every_item() -> None:
+    items = [{"OK": 2, "EXPIRED": 1}, {}]
+    columns = [("outcomes", outcomes), ("n", len)]
+    assert columns_table(columns, items).splitlines() == [
+        "| outcomes | n |",
+        "|---|---|",
+        "| OK 2, EXPIRED 1 | 2 |",
+        "| - | 0 |",
+    ]
+
+
+def test_a_figure_column_follows_a_dotted_path_and_is_a_dash_where_it_breaks_off() -> None:
+    class Stats:
+        p95 = 7.25
+
+    class Row:
+        wait_ms: object = Stats()
+        none: object = None
+
+    assert figure("wait_ms.p95")(Row()) == "7.2"
+    assert figure("wait_ms.p95", ".2f", " ms")(Row()) == "7.25 ms"
+    assert figure("none.p95")(Row()) == "-"

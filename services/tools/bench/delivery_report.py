@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from inferq.tools.bench.machine import table
+from inferq.tools.bench.machine import Column, columns_table, figure, table
 from inferq.tools.measures import Stats, stats
 
 # Backend stamps per marker: [received_ns, first_token_ns, done_ns] (None: not stamped).
@@ -139,27 +139,24 @@ def targets(by_label: Mapping[str, PhaseStats]) -> list[Target]:
     ]
 
 
-def _cell(s: Stats | None, attr: str) -> str:
-    return "-" if s is None else f"{getattr(s, attr):.1f}"
+PHASE_COLUMNS: list[Column] = [
+    ("calls", lambda r: r.label),
+    ("sent", lambda r: r.sent),
+    ("complete", lambda r: r.complete),
+    ("client lag p50/p99", lambda r: f"{figure('client_lag_ms.p50')(r)}/{figure('client_lag_ms.p99')(r)}"),
+    ("sent → backend p50", figure("to_backend_ms.p50")),
+    ("client total p50", figure("total_ms.p50")),
+    ("backend p50", figure("backend_ms.p50")),
+    ("overhead p50", figure("overhead_ms.p50")),
+    ("p95", figure("overhead_ms.p95")),
+    ("p99", figure("overhead_ms.p99")),
+    ("first chunk delay p50", figure("first_chunk_delay_ms.p50")),
+    ("p95", figure("first_chunk_delay_ms.p95")),
+]
 
 
 def phase_table(rows: Sequence[PhaseStats]) -> str:
-    lines = [
-        *table(
-            "calls | sent | complete | client lag p50/p99 | sent → backend p50 | client total p50 "
-            "| backend p50 | overhead p50 | p95 | p99 | first chunk delay p50 | p95"
-        ),
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r.label} | {r.sent} | {r.complete} "
-            f"| {_cell(r.client_lag_ms, 'p50')}/{_cell(r.client_lag_ms, 'p99')} "
-            f"| {_cell(r.to_backend_ms, 'p50')} | {_cell(r.total_ms, 'p50')} "
-            f"| {_cell(r.backend_ms, 'p50')} | {_cell(r.overhead_ms, 'p50')} "
-            f"| {_cell(r.overhead_ms, 'p95')} | {_cell(r.overhead_ms, 'p99')} "
-            f"| {_cell(r.first_chunk_delay_ms, 'p50')} | {_cell(r.first_chunk_delay_ms, 'p95')} |"
-        )
-    return "\n".join(lines)
+    return columns_table(PHASE_COLUMNS, rows)
 
 
 @dataclass(frozen=True)
@@ -203,5 +200,5 @@ def legs_ms(
 
 def legs_table(legs: Mapping[str, Stats | None]) -> str:
     quantiles = ("p50", "p95", "p99")
-    rows = [(name, s.count if s else 0, *(_cell(s, q) for q in quantiles)) for name, s in legs.items()]
+    rows = [(name, s.count if s else 0, *(figure(q)(s) for q in quantiles)) for name, s in legs.items()]
     return "\n".join(table(("leg", "n", *quantiles), rows))

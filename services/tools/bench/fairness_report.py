@@ -17,7 +17,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.machine import MISS, TARGET_HEAD, cell, table, verdict
+from inferq.tools.bench.machine import (
+    MISS,
+    TARGET_HEAD,
+    Column,
+    columns_table,
+    figure,
+    outcomes,
+    table,
+    verdict,
+)
 from inferq.tools.bench.summary import REFUSED, Submission, TierRow, tier_rows
 from inferq.tools.measures import MeasuredRequest, Stats, stats
 from inferq.tools.report.timeseries import tokens_in_use
@@ -207,34 +216,34 @@ def backend_target(max_in_flight: Mapping[str, int], refused: Mapping[str, int],
     )
 
 
-def _wait(s: Stats | None) -> list[str]:
-    return ["-"] * 3 if s is None else [cell(s.mean), cell(s.p95), str(s.count)]
+def _refused(x: tuple[str, TierRow, Mapping[str, int]]) -> str:
+    kinds = x[2]
+    return f"{x[1].refused}{f' ({outcomes(kinds)})' if kinds else ''}"
+
+
+# Cells of (run, tier row, refusals by kind).
+TIER_COLUMNS: list[Column] = [
+    ("run", lambda x: x[0]),
+    ("tier", lambda x: x[1].tier.value),
+    ("sent", lambda x: x[1].submitted),
+    ("accepted", lambda x: x[1].accepted),
+    ("429/503 (why)", _refused),
+    ("outcomes", lambda x: outcomes(x[1].by_status)),
+    ("missing", lambda x: x[1].missing),
+    ("wait mean ms", lambda x: figure("mean")(x[1].wait_ms)),
+    ("wait p95 ms", lambda x: figure("p95")(x[1].wait_ms)),
+    ("waits", lambda x: "-" if x[1].wait_ms is None else x[1].wait_ms.count),
+]
 
 
 def tier_table(
     rows: Mapping[str, Sequence[TierRow]], refused: Mapping[str, Mapping[Tier, Mapping[str, int]]]
 ) -> str:
     """One line per (run, tier): requests, ingest's refusals (by kind), outcomes, queue wait."""
-    head = "run | tier | sent | accepted | 429/503 (why) | outcomes | missing | wait mean ms | wait p95 ms "
-    head += "| waits"
-    lines: list[list[str]] = []
-    for run, tiers in rows.items():
-        for row in tiers:
-            if not row.submitted:
-                continue
-            outcomes = ", ".join(f"{k} {v}" for k, v in row.by_status.items()) or "-"
-            kinds = refused.get(run, {}).get(row.tier, {})
-            why = f" ({', '.join(f'{k} {n}' for k, n in kinds.items())})" if kinds else ""
-            cells = [
-                run,
-                row.tier.value,
-                str(row.submitted),
-                str(row.accepted),
-                f"{row.refused}{why}",
-                outcomes,
-            ]
-            lines.append([*cells, str(row.missing), *_wait(row.wait_ms)])
-    return "\n".join(table(head, lines))
+    lines = [
+        (run, row, refused.get(run, {}).get(row.tier, {})) for run, tiers in rows.items() for row in tiers
+    ]
+    return columns_table(TIER_COLUMNS, (x for x in lines if x[1].submitted))
 
 
 def full_backend_table(rows: Mapping[str, FullBackendArrivals], budget: int) -> str:

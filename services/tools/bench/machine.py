@@ -95,6 +95,32 @@ def table(head: str | Sequence[str], rows: Iterable[Sequence[object]] = ()) -> l
     ]
 
 
+Column = tuple[str, Callable[[Any], object]]
+
+
+def columns_table(columns: Sequence[Column], items: Iterable[Any]) -> str:
+    """A markdown table (joined lines) from column specs: each column's name beside what fills its
+    cell from an item, so a table is said once, as data, and its head cannot drift from its cells."""
+    return "\n".join(table([name for name, _ in columns], ([fill(i) for _, fill in columns] for i in items)))
+
+
+def figure(path: str, spec: str = ".1f", unit: str = "") -> Callable[[Any], str]:
+    """A column's filler: the figure at the dotted `path` of an item (e.g. "wait_ms.p95"), as `cell`
+    renders it; "-" when any step along the path is None."""
+
+    def fill(item: Any) -> str:
+        for name in path.split("."):
+            item = None if item is None else getattr(item, name)
+        return cell(item, spec, unit)
+
+    return fill
+
+
+def outcomes(by_status: Mapping[str, int]) -> str:
+    """A count per status, "OK 3, EXPIRED 1"; "-" for none."""
+    return ", ".join(f"{k} {v}" for k, v in by_status.items()) or "-"
+
+
 TARGET_HEAD = ("target", "measured", "threshold", "verdict")
 PASS, MISS, NA = "PASS", "MISS", "n/a"
 

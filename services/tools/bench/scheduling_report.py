@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, NamedTuple
 
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.machine import NA, cell, table, verdict
+from inferq.tools.bench.machine import NA, Column, cell, columns_table, figure, outcomes, table, verdict
 from inferq.tools.bench.scheduling_run import Prediction
 from inferq.tools.bench.summary import RunSummary
-from inferq.tools.measures import Stats
 
 TOLERANCE_MS = 30.0  # real - simulated mean wait allowed of HIGH and MEDIUM
 TARGET_TIERS = (Tier.HIGH, Tier.MEDIUM)
@@ -133,76 +133,84 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
     return targets
 
 
-def _stats_cells(s: Stats | None) -> list[str]:
-    if s is None:
-        return ["-"] * 4
-    return [cell(s.mean), cell(s.p50), cell(s.p95), cell(s.p99)]
+class _Line(NamedTuple):
+    """What a table's row is read from: a run, one of its tiers, and the simulator's prediction."""
+
+    name: str
+    run: RunSummary
+    row: Any = None  # TierRow
+    predicted: Any = None  # Prediction
+    sim: Any = None  # TierPrediction
 
 
-def _real(s: Stats | None, compress: float) -> str:
+Q4 = ("mean", "p50", "p95", "p99")
+
+
+def _quartet(path: str, first: str) -> list[Column]:
+    """Mean, p50, p95 and p99 of the Stats at `path`, the mean's column named `first`."""
+    return [(head, figure(f"{path}.{q}")) for head, q in zip((first, "p50", "p95", "p99"), Q4, strict=True)]
+
+
+def _real(path: str) -> Callable[[_Line], str]:
     """Mean / p95 multiplied by S, in seconds: the real-evening equivalent of a compressed figure."""
-    return "-" if s is None else f"{s.mean * compress / 1000:.2f} / {s.p95 * compress / 1000:.2f}"
+
+    def fill(x: _Line) -> str:
+        s, k = getattr(x.row, path), x.run.compress / 1000
+        return "-" if s is None else f"{s.mean * k:.2f} / {s.p95 * k:.2f}"
+
+    return fill
+
+
+TIER_COLUMNS: list[Column] = [
+    ("run", lambda x: x.name),
+    ("tier", lambda x: x.row.tier.value),
+    ("submitted", lambda x: x.row.submitted),
+    ("accepted", lambda x: x.row.accepted),
+    ("refused 429/503", lambda x: x.row.refused),
+    ("outcomes", lambda x: outcomes(x.row.by_status)),
+    ("missing", lambda x: x.row.missing),
+    *_quartet("row.wait_ms", "wait mean"),
+    ("wait mean incl. expired", figure("row.wait_incl_dropped_ms.mean")),
+    *_quartet("row.end_to_end_ms", "e2e mean"),
+    ("real-time eq. wait mean / p95 (s)", _real("wait_ms")),
+    ("real-time eq. e2e mean / p95 (s)", _real("end_to_end_ms")),
+]
 
 
 def tier_table(runs: Mapping[str, RunSummary]) -> str:
-    head = (
-        "run | tier | submitted | accepted | refused 429/503 | outcomes | missing "
-        "| wait mean | p50 | p95 | p99 | wait mean incl. expired | e2e mean | p50 | p95 | p99 "
-        "| real-time eq. wait mean / p95 (s) | real-time eq. e2e mean / p95 (s)"
-    )
-    rows: list[list[str]] = []
-    for name, run in runs.items():
-        for row in run.tiers:
-            outcomes = ", ".join(f"{k} {v}" for k, v in row.by_status.items()) or "-"
-            cells = [
-                name,
-                row.tier.value,
-                str(row.submitted),
-                str(row.accepted),
-                str(row.refused),
-                outcomes,
-                str(row.missing),
-                *_stats_cells(row.wait_ms),
-                cell(row.wait_incl_dropped_ms.mean if row.wait_incl_dropped_ms else None),
-                *_stats_cells(row.end_to_end_ms),
-                _real(row.wait_ms, run.compress),
-                _real(row.end_to_end_ms, run.compress),
-            ]
-            rows.append(cells)
-    return "\n".join(table(head, rows))
+    return columns_table(TIER_COLUMNS, (_Line(n, run, row) for n, run in runs.items() for row in run.tiers))
+
+
+def _makespan(x: _Line) -> str:
+    span = x.run.low_makespan_s
+    return "-" if span is None else f"{span:.1f} ({span * x.run.compress / 60:.1f})"
+
+
+def _ingest(x: _Line) -> str:
+    s = x.run.ingest_answer_ms
+    return "-" if s is None else f"{s.p50:.1f} / {s.p95:.1f}"
+
+
+RUN_COLUMNS: list[Column] = [
+    ("run", lambda x: x.name),
+    ("policy", lambda x: x.run.policy),
+    ("LOW makespan s (real-time eq. min)", _makespan),
+    ("backend max in flight", lambda x: x.run.backend_max_in_flight),
+    ("backend 429s", lambda x: x.run.backend_429),
+    ("util. of allowed, while waiting", lambda x: _pct(x.run.utilization.vs_allowed_waiting)),
+    ("util. of B, while waiting", lambda x: _pct(x.run.utilization.vs_budget_waiting)),
+    ("util. of B, whole run", lambda x: _pct(x.run.utilization.vs_budget_span)),
+    ("waiting time s", figure("run.utilization.waiting_s")),
+    ("min effective budget", lambda x: x.run.min_effective_budget),
+    ("starved", lambda x: ", ".join(x.run.starved()) or "none"),
+    ("chat+analysis: client lag p95 ms", figure("run.submit_lag_ms.p95")),
+    ("chat+analysis: ingest 202 p50 / p95 ms", _ingest),
+    ("brief dump accepted in s", figure("run.dump_accepted_s")),
+]
 
 
 def run_table(runs: Mapping[str, RunSummary]) -> str:
-    head = (
-        "run | policy | LOW makespan s (real-time eq. min) | backend max in flight | backend 429s "
-        "| util. of allowed, while waiting | util. of B, while waiting | util. of B, whole run "
-        "| waiting time s | min effective budget | starved | chat+analysis: client lag p95 ms "
-        "| chat+analysis: ingest 202 p50 / p95 ms | brief dump accepted in s"
-    )
-    rows: list[list[str]] = []
-    for name, run in runs.items():
-        u = run.utilization
-        span = run.low_makespan_s
-        makespan = "-" if span is None else f"{span:.1f} ({span * run.compress / 60:.1f})"
-        ingest = run.ingest_answer_ms
-        cells = [
-            name,
-            run.policy,
-            makespan,
-            str(run.backend_max_in_flight),
-            str(run.backend_429),
-            _pct(u.vs_allowed_waiting),
-            _pct(u.vs_budget_waiting),
-            _pct(u.vs_budget_span),
-            cell(u.waiting_s),
-            str(run.min_effective_budget),
-            ", ".join(run.starved()) or "none",
-            cell(run.submit_lag_ms.p95 if run.submit_lag_ms else None),
-            "-" if ingest is None else f"{ingest.p50:.1f} / {ingest.p95:.1f}",
-            cell(run.dump_accepted_s),
-        ]
-        rows.append(cells)
-    return "\n".join(table(head, rows))
+    return columns_table(RUN_COLUMNS, (_Line(name, run) for name, run in runs.items()))
 
 
 def target_table(targets: list[Target]) -> str:
@@ -211,65 +219,52 @@ def target_table(targets: list[Target]) -> str:
 
 
 # -- comparison with the real runs ------------------------------------------------------------
-def _field(s: Stats | None, name: str) -> float | None:
-    return None if s is None else float(getattr(s, name))
-
-
 def wait_gap_ms(real: RunSummary, predicted: Prediction, tier: Tier) -> float | None:
     """Real - simulated mean queue wait of `tier` (dispatched requests), in ms."""
     ours, sim = real.tier(tier).wait_ms, predicted.tier(tier).wait_ms
     return None if ours is None or sim is None else ours.mean - sim.mean
 
 
-def _outcomes(by_status: Mapping[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in by_status.items()) or "-"
+COMPARISON_COLUMNS: list[Column] = [
+    ("run", lambda x: x.name),
+    ("tier", lambda x: x.row.tier.value),
+    ("outcomes real", lambda x: outcomes(x.row.by_status)),
+    ("outcomes sim", lambda x: outcomes(x.sim.by_status)),
+    ("wait mean real", figure("row.wait_ms.mean")),
+    ("sim", figure("sim.wait_ms.mean")),
+    ("real - sim", lambda x: cell(wait_gap_ms(x.run, x.predicted, x.row.tier), "+.1f")),
+    ("wait p95 real", figure("row.wait_ms.p95")),
+    ("sim", figure("sim.wait_ms.p95")),
+    ("e2e mean real", figure("row.end_to_end_ms.mean")),
+    ("sim", figure("sim.end_to_end_ms.mean")),
+    ("e2e p95 real", figure("row.end_to_end_ms.p95")),
+    ("sim", figure("sim.end_to_end_ms.p95")),
+]
+MAKESPAN_COLUMNS: list[Column] = [
+    ("run", lambda x: x.name),
+    ("LOW makespan s real", figure("run.low_makespan_s")),
+    ("sim", figure("predicted.low_makespan_s")),
+    ("max in flight real (backend)", lambda x: x.run.backend_max_in_flight),
+    ("sim", lambda x: x.predicted.max_in_flight),
+]
+
+
+def _predicted(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> list[_Line]:
+    """A line per run the simulator predicted, in the runs' order."""
+    return [_Line(n, run, predicted=predictions[n]) for n, run in runs.items() if n in predictions]
 
 
 def comparison_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> str:
-    head = (
-        "run | tier | outcomes real | outcomes sim | wait mean real | sim | real - sim "
-        "| wait p95 real | sim | e2e mean real | sim | e2e p95 real | sim"
-    )
-    rows: list[list[str]] = []
-    for name, run in runs.items():
-        predicted = predictions.get(name)
-        if predicted is None:
-            continue
-        for row in run.tiers:
-            sim = predicted.tier(row.tier)
-            cells = [
-                name,
-                row.tier.value,
-                _outcomes(row.by_status),
-                _outcomes(sim.by_status),
-                cell(_field(row.wait_ms, "mean")),
-                cell(_field(sim.wait_ms, "mean")),
-                cell(wait_gap_ms(run, predicted, row.tier), "+.1f"),
-                cell(_field(row.wait_ms, "p95")),
-                cell(_field(sim.wait_ms, "p95")),
-                cell(_field(row.end_to_end_ms, "mean")),
-                cell(_field(sim.end_to_end_ms, "mean")),
-                cell(_field(row.end_to_end_ms, "p95")),
-                cell(_field(sim.end_to_end_ms, "p95")),
-            ]
-            rows.append(cells)
-    return "\n".join(table(head, rows))
+    lines = [
+        x._replace(row=row, sim=x.predicted.tier(row.tier))
+        for x in _predicted(runs, predictions)
+        for row in x.run.tiers
+    ]
+    return columns_table(COMPARISON_COLUMNS, lines)
 
 
 def makespan_table(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> str:
-    rows: list[list[str]] = []
-    for name, run in runs.items():
-        predicted = predictions.get(name)
-        if predicted is not None:
-            cells = [
-                name,
-                cell(run.low_makespan_s),
-                cell(predicted.low_makespan_s),
-                str(run.backend_max_in_flight),
-                str(predicted.max_in_flight),
-            ]
-            rows.append(cells)
-    return "\n".join(table("run | LOW makespan s real | sim | max in flight real (backend) | sim", rows))
+    return columns_table(MAKESPAN_COLUMNS, _predicted(runs, predictions))
 
 
 def prediction_targets(runs: Mapping[str, RunSummary], predictions: Mapping[str, Prediction]) -> list[Target]:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.tiers import Tier
-from inferq.tools.bench.machine import cell, table
+from inferq.tools.bench.machine import Column, cell, columns_table, figure, table
 from inferq.tools.measures import percentile as measured_percentile
 
 TPM_TARGET = 0.95
@@ -91,27 +91,27 @@ def verdicts(rows: Mapping[str, TokensRow]) -> dict[str, bool | None]:
     }
 
 
+COLUMNS: list[Column] = [
+    ("policy", lambda r: r.policy),
+    ("TPM limit", lambda r: r.tpm_limit),
+    ("TPM achieved", figure("tokens_per_minute", ".0f")),
+    ("share", figure("share_of_limit", ".1%")),
+    ("429 over-dispatch", lambda r: r.over_dispatch_429),
+    ("OK", lambda r: r.answered_ok),
+    (
+        "HIGH wait p50 / p99 s",
+        lambda r: f"{cell(r.high_wait_p50_s, '.2f')} / {cell(r.high_wait_p99_s, '.2f')}",
+    ),
+    ("LOW wait p50 s", figure("low_wait_p50_s", ".2f")),
+]
+
+
 def markdown(rows: Mapping[str, TokensRow], header: str) -> str:
-    runs = [
-        (
-            r.policy,
-            r.tpm_limit,
-            f"{r.tokens_per_minute:.0f}",
-            f"{r.share_of_limit:.1%}",
-            r.over_dispatch_429,
-            r.answered_ok,
-            f"{cell(r.high_wait_p50_s, '.2f')} / {cell(r.high_wait_p99_s, '.2f')}",
-            cell(r.low_wait_p50_s, ".2f"),
-        )
-        for r in rows.values()
-    ]
-    head = "policy | TPM limit | TPM achieved | share | 429 over-dispatch | OK | HIGH wait p50 / p99 s "
-    head += "| LOW wait p50 s"
     met = {None: "-", True: "met", False: "missed"}
     targets = [(name.replace("_", " "), met[ok]) for name, ok in verdicts(rows).items()]
     title = "# Token budget: tokens per minute against the simulator's limit"
-    lines = [title, "", header, "", *table(head, runs), "", *table("target | verdict", targets)]
-    return "\n".join(lines) + "\n"
+    runs = columns_table(COLUMNS, rows.values())
+    return "\n".join([title, "", header, "", runs, "", *table("target | verdict", targets)]) + "\n"
 
 
 def as_json(rows: Mapping[str, TokensRow], extra: Mapping[str, object]) -> dict[str, object]:
