@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferq.tools.bench.takeover import RunResult, SessionSetting, summarize
+from inferq.tools.bench.specs import SessionSetting
+from inferq.tools.bench.takeover import RunResult, summarize
 
 
 def test_a_setting_is_session_over_heartbeat_in_ms() -> None:

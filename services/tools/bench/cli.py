@@ -69,12 +69,28 @@ def _trace_options(*, compress: float, duration_s: float, seed: int, budget: int
     ]
 
 
+def _spec_options(spec: Any) -> list[Option]:
+    """The options a spec's fields declare (`specs.option`), in field order; defaults from `spec`."""
+    options: list[Option] = []
+    for f in dataclasses.fields(spec):
+        if "option" not in f.metadata:
+            continue
+        flag, help_, parsed = f.metadata["option"]
+        default = getattr(spec, f.name)
+        flag = flag or "--" + f.name.replace("_", "-")
+        kind = parsed or (bool if isinstance(default, bool) else type(default))
+        named = flag[2:].replace("-", "_") != f.name and "action" not in parsed
+        option = (flag, kind, default, help_.format(default=default))
+        options.append((*option, f.name) if named else option)
+    return options
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("bench", help="benchmarks: results go to bench-results/")
     kinds = parser.add_subparsers(dest="bench", required=True)
 
     from inferq.tools.bench.scenarios import FairnessSpec, TraceSpec
-    from inferq.tools.bench.takeover import TakeoverSpec
+    from inferq.tools.bench.specs import DeliverySpec, LatencySpec, TakeoverSpec, ThroughputSpec
     from inferq.tools.chaos.cluster_faults import CaseSpec, Fault
 
     d = TraceSpec.from_file()
@@ -131,18 +147,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "latency",
         "latency added between ingest's 202 and the backend, with free slots, at 200/s",
         _latency,
-        ("--rate", float, 200.0, "HIGH requests per second (default 200)", "rate_per_s"),
-        ("--duration", float, 25.0, "measured seconds per run (default 25)", "duration_s"),
-        ("--warmup", float, 3.0, "seconds sent first, not counted (default 3)", "warmup_s"),
-        ("--budget", int, 100, "the dispatcher's budget (default 100)"),
-        ("--backend-latency-ms", float, 5.0, "the recording backend's latency (default 5)"),
-        ("--runs", int, 3, "runs; medians are quoted (default 3)"),
-        (
-            "--no-probe",
-            {"action": "store_false", "dest": "probe"},
-            None,
-            "run the plain dispatcher: no fetch stamps, produce→dispatch reported as one step",
-        ),
+        *_spec_options(LatencySpec()),
     )
     _bench(
         kinds,
@@ -150,45 +155,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "chat completions direct vs through inferq: added latency and first-chunk delay",
         _delivery,
         COMMON,
-        ("--rate", float, 200.0, "calls per second (default 200)", "rate_per_s"),
-        ("--duration", float, 20.0, "seconds counted per phase (default 20)", "duration_s"),
-        ("--warmup", float, 3.0, "seconds sent first, not counted (default 3)", "warmup_s"),
-        ("--backend-latency-ms", float, 100.0, "the simulator's latency (default 100)"),
-        ("--chunk-linger-ms", float, None, "INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS (default: its own)"),
+        *_spec_options(DeliverySpec()),
     )
     _bench(
         kinds,
         "throughput",
         "requests/s of one and two dispatchers on a zero-latency backend, vs a bare loop",
         _throughput,
-        ("--records", int, 5_000, "HIGH requests per measurement (default 5,000)"),
-        ("--budget", int, 200, "the group's budget (default 200)"),
-        ("--runs", int, 3, "runs; medians are quoted (default 3)"),
-        ("--dispatchers", None, "1,2", "group sizes to measure, comma-separated (default 1,2)"),
-        (
-            "--profile",
-            bool,
-            None,
-            "after the runs, one more single-dispatcher measurement under cProfile (not in the medians)",
-        ),
-        (
-            "--dispatcher-env",
-            {"action": "append", "default": [], "metavar": "NAME=VALUE"},
-            None,
-            "a setting for every dispatcher, e.g. INFERQ_DISPATCHER_READAHEAD_PER_TIER=200; repeatable",
-        ),
-        (
-            "--cluster",
-            bool,
-            None,
-            "on a three-node cluster (replication 3, min.insync.replicas=2) instead of one broker",
-        ),
-        (
-            "--no-tracing",
-            {"action": "store_false", "dest": "tracing"},
-            None,
-            "leave out the single dispatcher with tracing on (100%% sampled, OTLP to a local receiver)",
-        ),
+        *_spec_options(ThroughputSpec()),
     )
     _bench(
         kinds,
@@ -213,25 +187,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("--interval", float, c.interval_s, f"each submitter's pause in s ({c.interval_s:g})", "interval_s"),
         ("--dispatchers", int, c.dispatchers, f"dispatchers ({c.dispatchers})"),
     )
-    t = TakeoverSpec()
     _bench(
         kinds,
         "takeover",
         "seconds until a SIGKILLed dispatcher's partitions are served again; rebalances of a frozen one",
         _takeover,
-        ("--runs", int, t.runs, f"runs per setting; medians quoted ({t.runs})"),
-        (
-            "--settings",
-            None,
-            "2000/500",
-            "comma-separated SESSION_MS/HEARTBEAT_MS pairs to measure, e.g. 2000/500,10000/3000 "
-            "(default 2000/500, the dispatcher's own)",
-        ),
-        ("--rate", float, t.rate_per_s, f"HIGH requests/s ({t.rate_per_s:g})", "rate_per_s"),
-        ("--soak", float, t.soak_s, f"seconds both live ({t.soak_s:g})", "soak_s"),
-        ("--pause-ms", int, t.pause_ms, f"the freeze during the soak, ms ({t.pause_ms})"),
-        ("--after", float, t.after_s, f"seconds after the kill ({t.after_s:g})", "after_s"),
-        ("--cluster", bool, None, "on a three-node cluster, not one broker"),
+        *_spec_options(TakeoverSpec()),
     )
     _bench(
         kinds,
@@ -277,8 +238,9 @@ def _fallback(args: argparse.Namespace) -> int:
 
 def _delivery(args: argparse.Namespace) -> int:
     from inferq.tools.bench import delivery
+    from inferq.tools.bench.specs import DeliverySpec
 
-    return delivery.run(_spec(delivery.DeliverySpec, args), **_where(args))
+    return delivery.run(_spec(DeliverySpec, args), **_where(args))
 
 
 def _register_helpers(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -388,20 +350,22 @@ def _memory(args: argparse.Namespace) -> int:
 
 def _latency(args: argparse.Namespace) -> int:
     from inferq.tools.bench import latency
+    from inferq.tools.bench.specs import LatencySpec
 
-    return latency.run(_spec(latency.LatencySpec, args), **_where(args))
+    return latency.run(_spec(LatencySpec, args), **_where(args))
 
 
 def _throughput(args: argparse.Namespace) -> int:
     from inferq.tools.bench import throughput
+    from inferq.tools.bench.specs import ThroughputSpec
 
-    sizes = _listed(args.dispatchers, int)
+    sizes = _listed(args.group_sizes, int)
     if not sizes or min(sizes) < 1:
         raise SystemExit("inferq bench throughput: --dispatchers takes group sizes such as 1,2")
     env = dict(item.split("=", 1) for item in args.dispatcher_env if "=" in item)
     if len(env) != len(args.dispatcher_env):
         raise SystemExit("inferq bench throughput: --dispatcher-env takes NAME=VALUE")
-    spec = _spec(throughput.ThroughputSpec, args, group_sizes=tuple(sizes), dispatcher_env=env)
+    spec = _spec(ThroughputSpec, args, group_sizes=tuple(sizes), dispatcher_env=env)
     return throughput.run(spec, **_where(args))
 
 
@@ -444,11 +408,12 @@ def _cluster_chaos(args: argparse.Namespace) -> int:
 
 def _takeover(args: argparse.Namespace) -> int:
     from inferq.tools.bench import takeover
+    from inferq.tools.bench.specs import SessionSetting, TakeoverSpec
 
     try:
-        settings = tuple(_listed(args.settings, takeover.SessionSetting.parse))
+        settings = tuple(_listed(args.settings, SessionSetting.parse))
     except ValueError as exc:
         raise SystemExit(f"inferq bench takeover: {exc}") from exc
     if not settings or args.runs < 1:
         raise SystemExit("inferq bench takeover: at least one setting and one run")
-    return takeover.run(_spec(takeover.TakeoverSpec, args, settings=settings), **_where(args))
+    return takeover.run(_spec(TakeoverSpec, args, settings=settings), **_where(args))

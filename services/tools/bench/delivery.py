@@ -17,7 +17,7 @@ import json
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ from inferq.tools.bench.machine import (
 from inferq.tools.bench.pipeline_run import open_loop
 from inferq.tools.bench.procs import SIM_MODELS
 from inferq.tools.bench.recorder import marked_content
+from inferq.tools.bench.specs import DeliverySpec
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.measures import Stats
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
@@ -65,22 +66,6 @@ HTTP_TIMEOUT_S = 15.0
 # (encode/httpcore#928), and through inferq the httpx client took 81% of a core at 200/s (31%
 # direct, same calls) and fell 22-38 s behind its schedule on an otherwise quiet machine.
 MAX_CONNECTIONS = 256
-
-
-@dataclass(frozen=True)
-class DeliverySpec:
-    rate_per_s: float = 200.0
-    duration_s: float = 20.0
-    warmup_s: float = 3.0
-    backend_latency_ms: float = 100.0
-    # Far above rate x latency (20 calls in flight): a request never waits for a token.
-    budget: int = 200
-    chunk_linger_ms: float | None = (
-        None  # INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS; None: the dispatcher's default
-    )
-    # A pause between the pipeline's start and the first phase: the services' and the broker's
-    # start-up work (first fetches, metadata, the results consumer catching up) is not measured.
-    settle_s: float = 10.0
 
 
 async def _call(

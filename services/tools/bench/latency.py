@@ -59,6 +59,7 @@ from inferq.tools.bench.pipeline_run import open_loop
 from inferq.tools.bench.probe import record_key
 from inferq.tools.bench.procs import dispatcher_env, dispatcher_process
 from inferq.tools.bench.recorder import marked_content
+from inferq.tools.bench.specs import LatencySpec
 from inferq.tools.broker.broker import pick_free_ports
 from inferq.tools.measures import percentile
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
@@ -78,18 +79,6 @@ SAMPLE_COLUMNS = (
     "dispatched_ms",
     "received_ns",
 )
-
-
-@dataclass(frozen=True)
-class LatencySpec:
-    rate_per_s: float = 200.0
-    duration_s: float = 25.0
-    warmup_s: float = 3.0
-    # Far above rate x latency (about 1-2 calls in flight): a request never waits for a token.
-    budget: int = 100
-    backend_latency_ms: float = 5.0
-    runs: int = 3
-    probe: bool = True
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,52 +43,12 @@ from inferq.tools.bench.machine import (
     table,
 )
 from inferq.tools.bench.procs import dispatcher_group, every_model_latency, sim_backend, start_group
+from inferq.tools.bench.specs import SessionSetting, TakeoverSpec
 from inferq.tools.measures import median
 
 Log = Callable[[str], None]
 REVOKED = "partitions revoked"
 DRAIN_S = 60.0
-
-
-@dataclass(frozen=True)
-class SessionSetting:
-    session_timeout_ms: int
-    heartbeat_interval_ms: int
-
-    @classmethod
-    def parse(cls, text: str) -> SessionSetting:
-        """``2000/500``: session timeout / heartbeat interval, in ms."""
-        session, _, heartbeat = text.partition("/")
-        try:
-            return cls(int(session), int(heartbeat))
-        except ValueError as exc:
-            raise ValueError(
-                f"a session setting is SESSION_MS/HEARTBEAT_MS, e.g. 2000/500; got {text!r}"
-            ) from exc
-
-    @property
-    def label(self) -> str:
-        return f"session {self.session_timeout_ms} ms, heartbeat {self.heartbeat_interval_ms} ms"
-
-    def env(self) -> dict[str, str]:
-        return {
-            "INFERQ_DISPATCHER_SESSION_TIMEOUT_MS": str(self.session_timeout_ms),
-            "INFERQ_DISPATCHER_HEARTBEAT_INTERVAL_MS": str(self.heartbeat_interval_ms),
-        }
-
-
-@dataclass(frozen=True)
-class TakeoverSpec:
-    runs: int = 10
-    settings: tuple[SessionSetting, ...] = (SessionSetting(2000, 500),)
-    rate_per_s: float = 150.0
-    budget: int = 8
-    backend_latency_ms: float = 20.0
-    soak_s: float = 12.0
-    pause_ms: int = 1000
-    after_s: float = 8.0
-    cluster: bool = False
-    dispatcher_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

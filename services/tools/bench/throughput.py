@@ -33,7 +33,7 @@ import pstats
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,7 @@ from inferq.tools.bench.procs import (
     start_group,
     wait_exit,
 )
+from inferq.tools.bench.specs import ThroughputSpec
 from inferq.tools.bench.throughput_report import (
     BACKEND,
     BARE,
@@ -91,28 +92,6 @@ Log = Callable[[str], None]
 # ("group", size) | ("traced" | "sampled", 1) | ("bare", 0) | ("backend", 0)
 Step = tuple[str, int]
 PROFILE_TOP = 30
-
-
-@dataclass(frozen=True)
-class ThroughputSpec:
-    # 20,000 at today's ~250/s would take 80 s per dispatcher measurement: over the bench's time budget.
-    records: int = 5_000
-    budget: int = 200
-    runs: int = 3
-    group_sizes: tuple[int, ...] = (1, 2)
-    profile: bool = False
-    # Extra dispatcher settings (e.g. INFERQ_DISPATCHER_READAHEAD_PER_TIER), to try a change without a
-    # rebuild.
-    dispatcher_env: dict[str, str] = field(default_factory=dict)
-    # A single dispatcher with tracing on (100% sampled, OTLP to a local receiver) in every run.
-    tracing: bool = True
-    # On a three-node cluster (topics replicated 3 times, min.insync.replicas=2) instead of one broker.
-    cluster: bool = False
-
-    @property
-    def bound_s(self) -> float:
-        """Bound of one measurement's wait: 100 requests/s would be a failure worth stopping for."""
-        return max(60.0, self.records / 100)
 
 
 @dataclass
