@@ -14,6 +14,7 @@ from inferq.tools.bench.latency_report import (
     Sample,
     join,
     median_of,
+    seconds_table,
     step_stats,
     target_rows,
     timeline,
@@ -195,6 +196,12 @@ def test_timeline_buckets_by_due_second_and_shows_the_clients_own_lag() -> None:
     assert seconds[0].headline_max == pytest.approx(75.0)
     assert seconds[0].client_lag_max == pytest.approx(20.0)
     assert [s.second for s in worst_seconds(seconds, n=1)] == [0]
+    assert seconds_table(seconds).splitlines() == [
+        "| second | n | added p50 ms | added max ms | append → consumed max ms | client lag max ms |",
+        "|---|---|---|---|---|---|",
+        f"| 0 | 2 | {seconds[0].headline_p50:.1f} | 75.0 | {seconds[0].append_to_consumed_max:.1f} | 20.0 |",
+        f"| 1 | 1 | 1.0 | 1.0 | {seconds[1].append_to_consumed_max:.1f} | 0.0 |",
+    ]
 
 
 # -- throughput -----------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from inferq.tools.bench.latency_report import (
     Second,
     join,
     runs_table,
+    seconds_table,
     step_stats,
     steps_table,
     target_rows,
@@ -357,14 +358,6 @@ def _cpu_line(cpu: dict[str, Any]) -> str:
     )
 
 
-def _second_row(s: Second) -> str:
-    fetch = "-" if s.append_to_consumed_max is None else f"{s.append_to_consumed_max:.1f}"
-    return (
-        f"| {s.second} | {s.count} | {s.headline_p50:.1f} | {s.headline_max:.1f} | {fetch} "
-        f"| {s.client_lag_max:.1f} |"
-    )
-
-
 def _run_label(raw: dict[str, Any]) -> str:
     late = raw["missing"].get("backend", {}).get("count", 0)
     return f"{raw['run']} ({late} never reached the backend)" if late else str(raw["run"])
@@ -401,8 +394,7 @@ def render(document: dict[str, Any], stats: list[dict[str, Dist | None]]) -> str
             "Worst seconds (by the slowest request sent in them; client lag = how late the bench itself "
             "sent, so a stall of the whole machine shows there too):",
             "",
-            *table("second | n | added p50 ms | added max ms | append → consumed max ms | client lag max ms"),
-            *(_second_row(s) for s in worst_seconds([Second(**t) for t in raw["timeline"]])),
+            seconds_table(worst_seconds([Second(**t) for t in raw["timeline"]])),
             "",
         ]
     return "\n".join(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from inferq.tools.bench.machine import table, verdict
+from inferq.tools.bench.machine import Column, columns_table, figure, table, verdict
 from inferq.tools.measures import median, percentile
 
 TARGET_P50_MS = 5.0
@@ -219,6 +219,20 @@ def timeline(samples: Sequence[Sample]) -> list[Second]:
 
 def worst_seconds(seconds: Sequence[Second], n: int = 3) -> list[Second]:
     return sorted(sorted(seconds, key=lambda s: s.headline_max, reverse=True)[:n], key=lambda s: s.second)
+
+
+SECOND_COLUMNS: list[Column] = [
+    ("second", lambda s: s.second),
+    ("n", lambda s: s.count),
+    ("added p50 ms", figure("headline_p50")),
+    ("added max ms", figure("headline_max")),
+    ("append → consumed max ms", figure("append_to_consumed_max")),
+    ("client lag max ms", figure("client_lag_max")),
+]
+
+
+def seconds_table(seconds: Sequence[Second]) -> str:
+    return columns_table(SECOND_COLUMNS, seconds)
 
 
 def within(value: float | None, limit: float) -> str:
