@@ -58,19 +58,17 @@ async def test_a_lingering_call_gives_its_token_back_after_the_backend_timeout()
         assert r.backend.in_flight == 0
 
 
-def test_shutdown_cancels_lingering_calls_and_gives_their_tokens_back() -> None:
-    async def scenario() -> tuple[Rig, str]:
-        r = rig(budget=2, backend_timeout_s=60.0, drain_timeout_s=0.2)
-        async with running(r):
-            r.backend.hold()
-            request = a_request("HIGH", deadline_ms=1000)
-            r.consumer.produce(r.partition("HIGH"), encoded(request))
-            await eventually(lambda: r.backend.in_flight == 1, "the call running")
-            await eventually(lambda: request.request_id in r.results(), "the outcome")
-            assert r.backend.in_flight == 1
-        return r, request.request_id
-
-    r, request_id = asyncio.run(scenario())
+@in_loop
+async def test_shutdown_cancels_lingering_calls_and_gives_their_tokens_back() -> None:
+    r = rig(budget=2, backend_timeout_s=60.0, drain_timeout_s=0.2)
+    async with running(r):
+        r.backend.hold()
+        request = a_request("HIGH", deadline_ms=1000)
+        r.consumer.produce(r.partition("HIGH"), encoded(request))
+        await eventually(lambda: r.backend.in_flight == 1, "the call running")
+        await eventually(lambda: request.request_id in r.results(), "the outcome")
+        assert r.backend.in_flight == 1
+    request_id = request.request_id
     assert r.backend.in_flight == 0
     assert "pool.stop holding 0" in r.events
     assert r.results()[request_id].status == Status.EXPIRED

@@ -21,13 +21,11 @@ def lifecycle(events: list[str]) -> list[str]:
     return [e for e in events if not e.startswith(("produce ", "commit "))]
 
 
-def test_start_up_and_shutdown_are_mirrored() -> None:
-    async def scenario() -> list[str]:
-        async with running(rig()) as r:
-            pass
-        return r.events
-
-    assert lifecycle(asyncio.run(scenario())) == [
+@in_loop
+async def test_start_up_and_shutdown_are_mirrored() -> None:
+    async with running(rig()) as r:
+        pass
+    assert lifecycle(r.events) == [
         "pool.start",
         "producer.start",
         "consumer.start",

@@ -3,7 +3,6 @@ first), the settings that set them, and /healthz when a background task has died
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 
@@ -96,22 +95,20 @@ def test_a_database_from_before_retention_gets_stored_times_from_completion(tmp_
     table.close()
 
 
-def test_the_retention_task_purges_on_its_interval_and_stops(tmp_path):
+@in_loop
+async def test_the_retention_task_purges_on_its_interval_and_stops(tmp_path):
     clock = ManualClock(1_700_000_000_000)
 
-    async def scenario() -> int:
-        async with ResultStore(tmp_path / "r.db", retention_s=60, clock_ms=clock) as store:
-            await store.put_many([a_result("a")])
-            clock.advance(61_000)
-            task = RetentionTask(store, interval_s=0.01)
-            await task.start()
-            await eventually(store.count, "the store emptied", 5, interval_s=0.01, done=lambda n: n == 0)
-            assert not task.failed
-            await task.stop()
-            await task.stop()
-            return await store.count()
-
-    assert asyncio.run(scenario()) == 0
+    async with ResultStore(tmp_path / "r.db", retention_s=60, clock_ms=clock) as store:
+        await store.put_many([a_result("a")])
+        clock.advance(61_000)
+        task = RetentionTask(store, interval_s=0.01)
+        await task.start()
+        await eventually(store.count, "the store emptied", 5, interval_s=0.01, done=lambda n: n == 0)
+        assert not task.failed
+        await task.stop()
+        await task.stop()
+        assert await store.count() == 0
 
 
 def test_healthz_is_503_once_the_consumer_has_died(tmp_path, caplog):

@@ -97,22 +97,20 @@ def test_reads_made_while_a_batch_is_written_wait_for_it_and_the_loop_keeps_runn
     assert [g.request_id for g in gets if g is not None] == ["r0", "r2500", "r4999"]
 
 
-def test_close_lets_a_write_in_flight_finish_and_ends_the_worker(tmp_path):
+@in_loop
+async def test_close_lets_a_write_in_flight_finish_and_ends_the_worker(tmp_path):
     before = worker_threads()
 
-    async def scenario() -> tuple[int, int]:
-        store = ResultStore(tmp_path / "r.db")
-        await store.open()
-        assert worker_threads() == before + 1
-        write = asyncio.create_task(store.put_many([result(f"r{i}") for i in range(1_000)]))
-        await asyncio.sleep(0)
-        await asyncio.gather(store.close(), store.close())  # concurrent closes: both wait for one
-        await store.close()  # and again, later: nothing to do
-        stored, _ = await write
-        async with ResultStore(tmp_path / "r.db") as reopened:
-            return stored, await reopened.count()
-
-    assert asyncio.run(scenario()) == (1_000, 1_000)
+    store = ResultStore(tmp_path / "r.db")
+    await store.open()
+    assert worker_threads() == before + 1
+    write = asyncio.create_task(store.put_many([result(f"r{i}") for i in range(1_000)]))
+    await asyncio.sleep(0)
+    await asyncio.gather(store.close(), store.close())  # concurrent closes: both wait for one
+    await store.close()  # and again, later: nothing to do
+    stored, _ = await write
+    async with ResultStore(tmp_path / "r.db") as reopened:
+        assert (stored, await reopened.count()) == (1_000, 1_000)
     assert worker_threads() == before
 
 
