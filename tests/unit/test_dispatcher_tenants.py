@@ -34,6 +34,19 @@ def tenants_rig(path: Path, *specs: TenantSpec, **overrides: object):  # type: i
     return rig(tenants=TenancySettings(file=path, reload_interval_s=0.05), **overrides)
 
 
+def two_tenants_one_token(path: Path, **overrides: object):  # type: ignore[no-untyped-def]
+    """Tenants a and b sharing one token at night, ten records of read-ahead per tier."""
+    return tenants_rig(
+        path,
+        TenantSpec("a"),
+        TenantSpec("b"),
+        budget=1,
+        readahead_per_tier=10,
+        schedule_pin="night",
+        **overrides,
+    )
+
+
 @in_loop
 async def test_an_unknown_tenant_is_dead_lettered_with_the_reason_and_a_listed_one_runs(
     tmp_path: Path,
@@ -92,11 +105,7 @@ async def test_a_flood_does_not_fill_the_read_ahead_and_a_small_tenant_runs_earl
     flood = [a_request("LOW", tenant="a", deadline_ms=600_000) for _ in range(200)]
     few = [a_request("LOW", tenant="b", deadline_ms=600_000) for _ in range(5)]
 
-    path = tmp_path / "t.toml"
-    test_rig = tenants_rig(
-        path, TenantSpec("a"), TenantSpec("b"), budget=1, readahead_per_tier=10, schedule_pin="night"
-    )
-    async with running(test_rig) as r:
+    async with running(two_tenants_one_token(tmp_path / "t.toml")) as r:
         r.backend.hold()
         low = r.partition("LOW")
         for request in [*flood, *few]:
@@ -189,11 +198,7 @@ async def test_deferred_records_are_read_again_when_their_partitions_window_is_f
     monkeypatch.setattr(offsets_module, "MAX_UNCOMMITTED", 30)
     flood = [a_request("LOW", tenant="a", deadline_ms=600_000) for _ in range(100)]
 
-    path = tmp_path / "t.toml"
-    test_rig = tenants_rig(
-        path, TenantSpec("a"), TenantSpec("b"), budget=1, readahead_per_tier=10, schedule_pin="night"
-    )
-    async with running(test_rig) as r:
+    async with running(two_tenants_one_token(tmp_path / "t.toml")) as r:
         low = r.partition("LOW")
         for request in flood:
             r.consumer.produce(low, encoded(request))
@@ -242,15 +247,7 @@ async def test_deferred_records_survive_a_rebalance_and_the_commit_never_passes_
     flood = [a_request("LOW", tenant="a", deadline_ms=600_000) for _ in range(40)]
     few = [a_request("LOW", tenant="b", deadline_ms=600_000) for _ in range(3)]
 
-    test_rig = tenants_rig(
-        tmp_path / "t.toml",
-        TenantSpec("a"),
-        TenantSpec("b"),
-        budget=1,
-        readahead_per_tier=10,
-        schedule_pin="night",
-    )
-    async with running(test_rig) as r:
+    async with running(two_tenants_one_token(tmp_path / "t.toml")) as r:
         r.backend.hold()
         low = r.partition("LOW")
         for request in [*flood, *few]:
@@ -270,16 +267,7 @@ async def test_deferred_records_survive_a_rebalance_and_the_commit_never_passes_
 async def test_deferred_records_that_run_out_of_time_are_answered_expired(tmp_path: Path) -> None:
     doomed = [a_request("LOW", tenant="a", deadline_ms=400) for _ in range(30)]
 
-    test_rig = tenants_rig(
-        tmp_path / "t.toml",
-        TenantSpec("a"),
-        TenantSpec("b"),
-        budget=1,
-        readahead_per_tier=10,
-        schedule_pin="night",
-        early_drop=False,
-    )
-    async with running(test_rig) as r:
+    async with running(two_tenants_one_token(tmp_path / "t.toml", early_drop=False)) as r:
         r.backend.hold()
         low = r.partition("LOW")
         for request in doomed:
