@@ -24,6 +24,7 @@ from inferq.messaging.codec import result_codec
 from inferq.messaging.tiers import Tier
 from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
 from tests.support.kafka import a_request, committed_offsets, end_offsets, produce_requests, read_all
+from tests.support.loop import in_loop
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -60,7 +61,10 @@ def chat_is_admitted(kafka_settings) -> int:
         return client.post("/v1/requests", json=chat).status_code
 
 
-def test_a_bad_reply_topic_followed_by_many_chats_does_not_shut_chat_out(kafka_settings, hostile_figures):
+@in_loop
+async def test_a_bad_reply_topic_followed_by_many_chats_does_not_shut_chat_out(
+    kafka_settings, hostile_figures
+):
     topics = kafka_settings.topics
     bootstrap = kafka_settings.bootstrap_servers
     high = topics.requests(Tier.HIGH)
@@ -68,24 +72,15 @@ def test_a_bad_reply_topic_followed_by_many_chats_does_not_shut_chat_out(kafka_s
     chats = [a_request("HIGH", deadline_ms=60_000) for _ in range(CHATS)]
     hostile_figures.tried("kafka: bad reply_to ahead of a chat flood", 1)
 
-    async def scenario() -> tuple[dict, int | None, int]:
-        async with sim_backend(speed=50.0) as url, running_dispatcher(kafka_settings, url):
-            produce_requests(bootstrap, high, [bad, *chats], partition=0)
-            records = await asyncio.to_thread(
-                read_all, bootstrap, topics.results, expect=CHATS + 1, timeout_s=60
-            )
-            async with asyncio.timeout(20):
-                while committed_offsets(bootstrap, group_of(kafka_settings), high).get(0) != CHATS + 1:
-                    await asyncio.sleep(0.2)
-            backlog = await asyncio.to_thread(high_backlog, kafka_settings)
-            status = await asyncio.to_thread(chat_is_admitted, kafka_settings)
-            return (
-                {r.request_id: r for r in (result_codec().decode(m.value()) for m in records)},
-                backlog,
-                status,
-            )
-
-    results, backlog, status = asyncio.run(scenario())
+    async with sim_backend(speed=50.0) as url, running_dispatcher(kafka_settings, url):
+        produce_requests(bootstrap, high, [bad, *chats], partition=0)
+        records = await asyncio.to_thread(read_all, bootstrap, topics.results, expect=CHATS + 1, timeout_s=60)
+        async with asyncio.timeout(20):
+            while committed_offsets(bootstrap, group_of(kafka_settings), high).get(0) != CHATS + 1:
+                await asyncio.sleep(0.2)
+        backlog = await asyncio.to_thread(high_backlog, kafka_settings)
+        status = await asyncio.to_thread(chat_is_admitted, kafka_settings)
+        results = {r.request_id: r for r in (result_codec().decode(m.value()) for m in records)}
     lost = sum(1 for c in [bad, *chats] if c.request_id not in results)
     hostile_figures.lost += lost
     assert lost == 0
@@ -94,7 +89,8 @@ def test_a_bad_reply_topic_followed_by_many_chats_does_not_shut_chat_out(kafka_s
     assert status == 202
 
 
-def test_a_commit_held_by_one_slow_call_is_not_read_as_backlog(kafka_settings, hostile_figures):
+@in_loop
+async def test_a_commit_held_by_one_slow_call_is_not_read_as_backlog(kafka_settings, hostile_figures):
     topics = kafka_settings.topics
     bootstrap = kafka_settings.bootstrap_servers
     high = topics.requests(Tier.HIGH)
@@ -106,24 +102,19 @@ def test_a_commit_held_by_one_slow_call_is_not_read_as_backlog(kafka_settings, h
     chats = [a_request("HIGH", deadline_ms=180_000) for _ in range(CHATS)]
     hostile_figures.tried("kafka: commit held behind a slow call", 1)
 
-    async def scenario() -> tuple[int | None, int | None, int, dict]:
-        async with (
-            sim_backend(latency_s={"inferq-cheap": 25.0, "inferq-fast": 0.02}) as url,
-            running_dispatcher(kafka_settings, url, drain_timeout_s=60.0),
-        ):
-            produce_requests(bootstrap, high, [slow, *chats], partition=0)
-            await asyncio.to_thread(read_all, bootstrap, topics.results, expect=CHATS, timeout_s=20)
-            assert (await backend_stats(url))["in_flight"] == 1, "the slow call is over: nothing to measure"
-            await asyncio.sleep(1.0)  # a few commit intervals: the metadata is committed
-            held_at = committed_offsets(bootstrap, group_of(kafka_settings), high).get(0)
-            backlog = await asyncio.to_thread(high_backlog, kafka_settings)
-            status = await asyncio.to_thread(chat_is_admitted, kafka_settings)
-            records = await asyncio.to_thread(
-                read_all, bootstrap, topics.results, expect=CHATS + 2, timeout_s=90
-            )
-            return held_at, backlog, status, {result_codec().decode(m.value()).request_id for m in records}
-
-    held_at, backlog, status, answered = asyncio.run(scenario())
+    async with (
+        sim_backend(latency_s={"inferq-cheap": 25.0, "inferq-fast": 0.02}) as url,
+        running_dispatcher(kafka_settings, url, drain_timeout_s=60.0),
+    ):
+        produce_requests(bootstrap, high, [slow, *chats], partition=0)
+        await asyncio.to_thread(read_all, bootstrap, topics.results, expect=CHATS, timeout_s=20)
+        assert (await backend_stats(url))["in_flight"] == 1, "the slow call is over: nothing to measure"
+        await asyncio.sleep(1.0)  # a few commit intervals: the metadata is committed
+        held_at = committed_offsets(bootstrap, group_of(kafka_settings), high).get(0)
+        backlog = await asyncio.to_thread(high_backlog, kafka_settings)
+        status = await asyncio.to_thread(chat_is_admitted, kafka_settings)
+        records = await asyncio.to_thread(read_all, bootstrap, topics.results, expect=CHATS + 2, timeout_s=90)
+        answered = {result_codec().decode(m.value()).request_id for m in records}
     assert held_at == 0, "the commit was not held back: the test proves nothing"
     assert backlog == 1, f"{backlog} records read as backlog behind one slow call"
     assert status == 202
@@ -144,7 +135,8 @@ def test_a_commit_held_by_one_slow_call_is_not_read_as_backlog(kafka_settings, h
         "\xff junk \u2603",
     ],
 )
-def test_hostile_commit_metadata_is_ignored_never_obeyed(kafka_settings, hostile_figures, metadata):
+@in_loop
+async def test_hostile_commit_metadata_is_ignored_never_obeyed(kafka_settings, hostile_figures, metadata):
     """Anyone with the group's id can commit metadata; a dispatcher taking the partition over must
     neither crash nor skip the records it claims are done."""
     topics = kafka_settings.topics
@@ -159,21 +151,18 @@ def test_hostile_commit_metadata_is_ignored_never_obeyed(kafka_settings, hostile
         committer.close()
     hostile_figures.tried("kafka: hostile commit metadata", 1)
 
-    async def scenario() -> dict:
-        async with (
-            sim_backend(speed=50.0) as url,
-            running_dispatcher(kafka_settings, url, schedule_pin="night"),
-        ):
-            records = await asyncio.to_thread(read_all, bootstrap, topics.results, expect=8, timeout_s=40)
-            async with asyncio.timeout(20):
-                while (
-                    committed_offsets(bootstrap, group_of(kafka_settings), low).get(1)
-                    != end_offsets(bootstrap, low)[1]
-                ):
-                    await asyncio.sleep(0.2)
-            return {result_codec().decode(m.value()).request_id: m for m in records}
-
-    answered = asyncio.run(scenario())
+    async with (
+        sim_backend(speed=50.0) as url,
+        running_dispatcher(kafka_settings, url, schedule_pin="night"),
+    ):
+        records = await asyncio.to_thread(read_all, bootstrap, topics.results, expect=8, timeout_s=40)
+        async with asyncio.timeout(20):
+            while (
+                committed_offsets(bootstrap, group_of(kafka_settings), low).get(1)
+                != end_offsets(bootstrap, low)[1]
+            ):
+                await asyncio.sleep(0.2)
+        answered = {result_codec().decode(m.value()).request_id: m for m in records}
     lost = sum(1 for b in briefs if b.request_id not in answered)
     hostile_figures.lost += lost
     assert lost == 0, "records skipped on the word of hostile metadata"

@@ -12,6 +12,7 @@ import pytest
 from inferq.messaging.codec import result_codec
 from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
 from tests.support.kafka import a_request, produce_requests, read_all
+from tests.support.loop import in_loop
 
 pytestmark = pytest.mark.kafka
 
@@ -22,7 +23,8 @@ MODEL = "inferq-fast"
 PROMPT = "x" * 400  # 100 tokens, and an answer of at most 20: about 120 a call
 
 
-def test_token_limit_is_never_passed_and_chat_goes_before_the_brief_dump(kafka_settings):
+@in_loop
+async def test_token_limit_is_never_passed_and_chat_goes_before_the_brief_dump(kafka_settings):
     topics = kafka_settings.topics
     bootstrap = kafka_settings.bootstrap_servers
     messages = [{"role": "user", "content": PROMPT}]
@@ -35,30 +37,25 @@ def test_token_limit_is_never_passed_and_chat_goes_before_the_brief_dump(kafka_s
         for _ in range(10)
     ]
 
-    async def scenario():
-        async with (
-            sim_backend(speed=10.0, limit=100, tpm=TPM) as url,
-            running_dispatcher(
-                kafka_settings,
-                url,
-                budget=10,
-                schedule_pin="peak",
-                adaptive=False,
-                rate_limits={MODEL: {"tpm": TPM}},
-            ),
-        ):
-            produce_requests(bootstrap, topics.requests_by_name("LOW"), briefs)
-            produce_requests(bootstrap, topics.requests_by_name("HIGH"), chats)
-            # Every chat and the one brief LOW's share of the minute allows (a minute's tokens in
-            # advance: the whole batch is priced at once, so a second brief would start with them).
-            expect = len(chats) + 1
-            results = await asyncio.to_thread(
-                read_all, bootstrap, topics.results, expect=expect, timeout_s=20
-            )
-            await asyncio.sleep(2.0)  # starts past the limit would have reached the backend by now
-            return [result_codec().decode(m.value()) for m in results], await backend_stats(url)
-
-    results, stats = asyncio.run(scenario())
+    async with (
+        sim_backend(speed=10.0, limit=100, tpm=TPM) as url,
+        running_dispatcher(
+            kafka_settings,
+            url,
+            budget=10,
+            schedule_pin="peak",
+            adaptive=False,
+            rate_limits={MODEL: {"tpm": TPM}},
+        ),
+    ):
+        produce_requests(bootstrap, topics.requests_by_name("LOW"), briefs)
+        produce_requests(bootstrap, topics.requests_by_name("HIGH"), chats)
+        # Every chat and the one brief LOW's share of the minute allows (a minute's tokens in
+        # advance: the whole batch is priced at once, so a second brief would start with them).
+        expect = len(chats) + 1
+        results = await asyncio.to_thread(read_all, bootstrap, topics.results, expect=expect, timeout_s=20)
+        await asyncio.sleep(2.0)  # starts past the limit would have reached the backend by now
+        results, stats = [result_codec().decode(m.value()) for m in results], await backend_stats(url)
     assert stats["rate_limited"] == 0, stats
     assert "429" not in stats["by_status"]
     ok = {r.request_id for r in results if r.status == "OK"}

@@ -25,6 +25,7 @@ from inferq.dispatcher.tokens.redis_pool import RedisTokenPool
 from inferq.messaging.tiers import Tier
 from inferq.tools.redis.fixture import local_redis_for_tests
 from inferq.tools.redis.server import pick_free_port
+from tests.support.loop import in_loop
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.redis
@@ -168,45 +169,38 @@ def script_keys(prefix: str, owner: str) -> list[str]:
     return [*(f"{prefix}:leases:{tier.value}" for tier in Tier), f"{prefix}:released:{owner}"]
 
 
-def test_a_renewal_reaching_redis_after_a_release_does_not_bring_the_lease_back(redis_url: str) -> None:
+@in_loop
+async def test_a_renewal_reaching_redis_after_a_release_does_not_bring_the_lease_back(redis_url: str) -> None:
     keys = script_keys(new_prefix(), "o")
 
-    async def scenario() -> list[int]:
-        async with raw_client(redis_url) as client:
-            granted = await scripts.ACQUIRE.run(client, keys, [1, "o:1", TTL_MS, 5, 5])
-            assert granted[0] == 1
-            renewal_built_while_held = [TTL_MS, "o:", 1, 1, 1, "o:1"]
-            await scripts.RELEASE.run(client, keys, [1, "o:1", TTL_MS])
-            return await scripts.SYNC.run(client, keys, renewal_built_while_held)
-
-    assert asyncio.run(scenario())[1:] == [0, 0, 0]
+    async with raw_client(redis_url) as client:
+        granted = await scripts.ACQUIRE.run(client, keys, [1, "o:1", TTL_MS, 5, 5])
+        assert granted[0] == 1
+        renewal_built_while_held = [TTL_MS, "o:", 1, 1, 1, "o:1"]
+        await scripts.RELEASE.run(client, keys, [1, "o:1", TTL_MS])
+        assert (await scripts.SYNC.run(client, keys, renewal_built_while_held))[1:] == [0, 0, 0]
 
 
-def test_a_renewal_built_before_an_acquire_leaves_that_acquires_lease_alone(redis_url: str) -> None:
+@in_loop
+async def test_a_renewal_built_before_an_acquire_leaves_that_acquires_lease_alone(redis_url: str) -> None:
     keys = script_keys(new_prefix(), "o")
 
-    async def scenario() -> tuple[list[int], list[int]]:
-        async with raw_client(redis_url) as client:
-            renewal_built_before = [TTL_MS, "o:", 0, 0]  # no lease handed out yet, none held
-            assert (await scripts.ACQUIRE.run(client, keys, [2, "o:1", TTL_MS, 5, 5]))[0] == 1
-            after_early_renewal = await scripts.SYNC.run(client, keys, renewal_built_before)
-            # A later renewal that knows lease 1 and does not hold it removes it as a stray.
-            after_later_renewal = await scripts.SYNC.run(client, keys, [TTL_MS, "o:", 1, 0])
-            return after_early_renewal[1:], after_later_renewal[1:]
-
-    assert asyncio.run(scenario()) == ([0, 1, 0], [0, 0, 0])
+    async with raw_client(redis_url) as client:
+        renewal_built_before = [TTL_MS, "o:", 0, 0]  # no lease handed out yet, none held
+        assert (await scripts.ACQUIRE.run(client, keys, [2, "o:1", TTL_MS, 5, 5]))[0] == 1
+        after_early_renewal = await scripts.SYNC.run(client, keys, renewal_built_before)
+        # A later renewal that knows lease 1 and does not hold it removes it as a stray.
+        after_later_renewal = await scripts.SYNC.run(client, keys, [TTL_MS, "o:", 1, 0])
+        assert (after_early_renewal[1:], after_later_renewal[1:]) == ([0, 1, 0], [0, 0, 0])
 
 
-def test_a_retried_acquire_takes_one_token_not_two(redis_url: str) -> None:
+@in_loop
+async def test_a_retried_acquire_takes_one_token_not_two(redis_url: str) -> None:
     keys = script_keys(new_prefix(), "o")
 
-    async def scenario() -> tuple[list[int], list[int]]:
-        async with raw_client(redis_url) as client:
-            first = await scripts.ACQUIRE.run(client, keys, [3, "o:7", TTL_MS, 1, 1])
-            retry = await scripts.ACQUIRE.run(client, keys, [3, "o:7", TTL_MS, 1, 1])
-            return first, retry
-
-    first, retry = asyncio.run(scenario())
+    async with raw_client(redis_url) as client:
+        first = await scripts.ACQUIRE.run(client, keys, [3, "o:7", TTL_MS, 1, 1])
+        retry = await scripts.ACQUIRE.run(client, keys, [3, "o:7", TTL_MS, 1, 1])
     assert first[0] == retry[0] == 1
     assert retry[2:] == [0, 0, 1]
 
@@ -214,79 +208,71 @@ def test_a_retried_acquire_takes_one_token_not_two(redis_url: str) -> None:
 # -- 2. work-conserving across the group --------------------------------------------------------------
 
 
-def test_an_idle_pool_leaves_the_whole_budget_to_a_busy_one(redis_url: str) -> None:
+@in_loop
+async def test_an_idle_pool_leaves_the_whole_budget_to_a_busy_one(redis_url: str) -> None:
     prefix = new_prefix()
 
-    async def scenario() -> None:
-        async with (
-            started_pool(redis_url, prefix, owner="idle") as idle,
-            started_pool(redis_url, prefix, owner="busy") as busy,
-        ):
-            leases = await take_all(busy, Tier.MEDIUM, total=10, per_tier=10)
-            assert len(leases) == 10
-            assert await idle.try_acquire(Tier.HIGH, total_limit=10, tier_limit=10) is None
-            assert idle.held_locally() == dict.fromkeys(Tier, 0)
-            assert busy.in_use() == {Tier.HIGH: 0, Tier.MEDIUM: 10, Tier.LOW: 0}
-            await busy.release(leases.pop())
-            assert await idle.try_acquire(Tier.HIGH, total_limit=10, tier_limit=10) is not None
-            # The idle pool sees the group's use through its heartbeat, not only through its own calls.
-            await eventually(
-                lambda: idle.in_use()[Tier.MEDIUM],
-                "idle's snapshot",
-                3.0,
-                interval_s=0.02,
-                done=lambda n: n == 9,
-            )
-            assert idle.in_use() == {Tier.HIGH: 1, Tier.MEDIUM: 9, Tier.LOW: 0}
-
-    asyncio.run(scenario())
+    async with (
+        started_pool(redis_url, prefix, owner="idle") as idle,
+        started_pool(redis_url, prefix, owner="busy") as busy,
+    ):
+        leases = await take_all(busy, Tier.MEDIUM, total=10, per_tier=10)
+        assert len(leases) == 10
+        assert await idle.try_acquire(Tier.HIGH, total_limit=10, tier_limit=10) is None
+        assert idle.held_locally() == dict.fromkeys(Tier, 0)
+        assert busy.in_use() == {Tier.HIGH: 0, Tier.MEDIUM: 10, Tier.LOW: 0}
+        await busy.release(leases.pop())
+        assert await idle.try_acquire(Tier.HIGH, total_limit=10, tier_limit=10) is not None
+        # The idle pool sees the group's use through its heartbeat, not only through its own calls.
+        await eventually(
+            lambda: idle.in_use()[Tier.MEDIUM],
+            "idle's snapshot",
+            3.0,
+            interval_s=0.02,
+            done=lambda n: n == 9,
+        )
+        assert idle.in_use() == {Tier.HIGH: 1, Tier.MEDIUM: 9, Tier.LOW: 0}
 
 
-def test_leases_outlive_their_ttl_while_the_owner_renews_them(redis_url: str) -> None:
+@in_loop
+async def test_leases_outlive_their_ttl_while_the_owner_renews_them(redis_url: str) -> None:
     prefix = new_prefix()
 
-    async def scenario() -> None:
-        async with (
-            started_pool(redis_url, prefix, owner="holder", lease_ttl_s=0.9, call_timeout_s=0.2) as holder,
-            started_pool(redis_url, prefix, owner="other", lease_ttl_s=0.9, call_timeout_s=0.2) as other,
-        ):
-            assert len(await take_all(holder, Tier.LOW, total=3, per_tier=3)) == 3
-            await asyncio.sleep(3 * 0.9)  # three lease lifetimes must pass: time itself is the condition
-            assert await other.try_acquire(Tier.HIGH, total_limit=3, tier_limit=3) is None
-            assert not holder.degraded
-
-    asyncio.run(scenario())
+    async with (
+        started_pool(redis_url, prefix, owner="holder", lease_ttl_s=0.9, call_timeout_s=0.2) as holder,
+        started_pool(redis_url, prefix, owner="other", lease_ttl_s=0.9, call_timeout_s=0.2) as other,
+    ):
+        assert len(await take_all(holder, Tier.LOW, total=3, per_tier=3)) == 3
+        await asyncio.sleep(3 * 0.9)  # three lease lifetimes must pass: time itself is the condition
+        assert await other.try_acquire(Tier.HIGH, total_limit=3, tier_limit=3) is None
+        assert not holder.degraded
 
 
-def test_stop_hands_the_owners_tokens_back_at_once(redis_url: str) -> None:
+@in_loop
+async def test_stop_hands_the_owners_tokens_back_at_once(redis_url: str) -> None:
     prefix = new_prefix()
 
-    async def scenario() -> None:
-        async with raw_client(redis_url) as client, started_pool(redis_url, prefix, owner="stays") as stays:
-            leaving = RedisTokenPool(
-                redis=RedisEndpoint(redis_url), owner="leaves", group_size=lambda: 2, key_prefix=prefix
-            )
-            await leaving.start()
-            await take_all(leaving, Tier.HIGH, total=4, per_tier=4)
-            assert sum((await lease_counts(client, prefix)).values()) == 4
-            await leaving.stop()
-            assert sum((await lease_counts(client, prefix)).values()) == 0
-            assert len(await take_all(stays, Tier.HIGH, total=4, per_tier=4)) == 4
-
-    asyncio.run(scenario())
+    async with raw_client(redis_url) as client, started_pool(redis_url, prefix, owner="stays") as stays:
+        leaving = RedisTokenPool(
+            redis=RedisEndpoint(redis_url), owner="leaves", group_size=lambda: 2, key_prefix=prefix
+        )
+        await leaving.start()
+        await take_all(leaving, Tier.HIGH, total=4, per_tier=4)
+        assert sum((await lease_counts(client, prefix)).values()) == 4
+        await leaving.stop()
+        assert sum((await lease_counts(client, prefix)).values()) == 0
+        assert len(await take_all(stays, Tier.HIGH, total=4, per_tier=4)) == 4
 
 
-def test_releasing_a_lease_twice_is_an_error(redis_url: str) -> None:
-    async def scenario() -> None:
-        async with started_pool(redis_url, new_prefix()) as pool:
-            lease = await pool.try_acquire(Tier.HIGH, total_limit=1, tier_limit=1)
-            assert lease is not None
+@in_loop
+async def test_releasing_a_lease_twice_is_an_error(redis_url: str) -> None:
+    async with started_pool(redis_url, new_prefix()) as pool:
+        lease = await pool.try_acquire(Tier.HIGH, total_limit=1, tier_limit=1)
+        assert lease is not None
+        await pool.release(lease)
+        with pytest.raises(UnknownLeaseError):
             await pool.release(lease)
-            with pytest.raises(UnknownLeaseError):
-                await pool.release(lease)
-            assert pool.held_locally() == dict.fromkeys(Tier, 0)
-
-    asyncio.run(scenario())
+        assert pool.held_locally() == dict.fromkeys(Tier, 0)
 
 
 # -- 3. a SIGKILLed dispatcher's tokens come back ------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from inferq.messaging.codec import result_codec
 from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend, until_in_flight
 from tests.support.kafka import a_request, committed_offsets, produce_requests, read_all
+from tests.support.loop import in_loop
 
 pytestmark = pytest.mark.kafka
 
@@ -66,22 +67,20 @@ def test_without_aging_low_waits_for_the_load_to_end(kafka_settings):
     assert low_started >= others[-5], "LOW got a slot while the higher tiers were saturating the budget"
 
 
-def test_requests_expire_while_waiting_and_never_reach_the_backend(kafka_settings):
+@in_loop
+async def test_requests_expire_while_waiting_and_never_reach_the_backend(kafka_settings):
     topics = kafka_settings.topics
     bootstrap = kafka_settings.bootstrap_servers
     analysis = a_request("MEDIUM")
     chats = [a_request("HIGH", deadline_ms=1_500) for _ in range(5)]
 
-    async def scenario():
-        async with sim_backend(speed=1.0, limit=1) as url, running_dispatcher(kafka_settings, url, budget=1):
-            produce_requests(bootstrap, topics.requests_by_name("MEDIUM"), [analysis])
-            await until_in_flight(url, 1)
-            # The only slot is taken by a 2.8 s analysis: chat with 1.5 s to live cannot be served.
-            produce_requests(bootstrap, topics.requests_by_name("HIGH"), chats)
-            results = await asyncio.to_thread(read_results, bootstrap, topics.results, 6)
-            return results, await backend_stats(url)
-
-    results, stats = asyncio.run(scenario())
+    async with sim_backend(speed=1.0, limit=1) as url, running_dispatcher(kafka_settings, url, budget=1):
+        produce_requests(bootstrap, topics.requests_by_name("MEDIUM"), [analysis])
+        await until_in_flight(url, 1)
+        # The only slot is taken by a 2.8 s analysis: chat with 1.5 s to live cannot be served.
+        produce_requests(bootstrap, topics.requests_by_name("HIGH"), chats)
+        results = await asyncio.to_thread(read_results, bootstrap, topics.results, 6)
+        stats = await backend_stats(url)
     by_id = {r.request_id: r for r in results}
     analysed = by_id[analysis.request_id]
     assert analysed.status == "OK"
@@ -94,59 +93,54 @@ def test_requests_expire_while_waiting_and_never_reach_the_backend(kafka_setting
     assert stats["total"] == 1
 
 
-def test_backlog_waits_in_kafka_not_in_memory(kafka_settings):
+@in_loop
+async def test_backlog_waits_in_kafka_not_in_memory(kafka_settings):
     topics = kafka_settings.topics
     bootstrap = kafka_settings.bootstrap_servers
     group = f"{kafka_settings.topic_prefix}-dispatcher"
     briefs = [a_request("LOW") for _ in range(3000)]
 
-    async def scenario():
-        async with (
-            sim_backend(speed=10.0) as url,
-            running_dispatcher(kafka_settings, url, budget=2, readahead_per_tier=20) as dispatcher,
-        ):
-            produce_requests(bootstrap, topics.requests_by_name("LOW"), briefs)
-            samples = []
-            # Not a wait: the test samples the dispatcher's health over a fixed 5 s of backlog.
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                samples.append(dispatcher.health())
-                await asyncio.sleep(0.1)
-            committed = committed_offsets(bootstrap, group, topics.requests_by_name("LOW"))
-            return samples, committed
-
-    samples, committed = asyncio.run(scenario())
+    async with (
+        sim_backend(speed=10.0) as url,
+        running_dispatcher(kafka_settings, url, budget=2, readahead_per_tier=20) as dispatcher,
+    ):
+        produce_requests(bootstrap, topics.requests_by_name("LOW"), briefs)
+        samples = []
+        # Not a wait: the test samples the dispatcher's health over a fixed 5 s of backlog.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            samples.append(dispatcher.health())
+            await asyncio.sleep(0.1)
+        committed = committed_offsets(bootstrap, group, topics.requests_by_name("LOW"))
     assert max(s["held_by_tier"]["LOW"] for s in samples) <= 20
     assert max(s["paused_partitions"] for s in samples) >= 1
     done = sum(max(0, o) for o in committed.values())
     assert 0 < done < 500, f"{done} of 3000 processed: the backlog should still be in Kafka"
 
 
-def test_waiting_low_is_evicted_while_chat_is_over_capacity(kafka_settings):
+@in_loop
+async def test_waiting_low_is_evicted_while_chat_is_over_capacity(kafka_settings):
     topics = kafka_settings.topics
     bootstrap = kafka_settings.bootstrap_servers
     briefs = [a_request("LOW") for _ in range(30)]
     chats = [a_request("HIGH", deadline_ms=120_000) for _ in range(60)]
 
-    async def scenario():
-        async with (
-            sim_backend(speed=5.0, limit=2) as url,
-            running_dispatcher(
-                kafka_settings,
-                url,
-                budget=2,
-                schedule_pin="peak",
-                evict_low_under_pressure=True,
-                pressure_capacity={"HIGH": 5},
-                adaptive=False,
-            ),
-        ):
-            produce_requests(bootstrap, topics.requests_by_name("LOW"), briefs)
-            await until_in_flight(url, 1)
-            produce_requests(bootstrap, topics.requests_by_name("HIGH"), chats)
-            return await asyncio.to_thread(read_results, bootstrap, topics.results, 90, 90)
-
-    results = asyncio.run(scenario())
+    async with (
+        sim_backend(speed=5.0, limit=2) as url,
+        running_dispatcher(
+            kafka_settings,
+            url,
+            budget=2,
+            schedule_pin="peak",
+            evict_low_under_pressure=True,
+            pressure_capacity={"HIGH": 5},
+            adaptive=False,
+        ),
+    ):
+        produce_requests(bootstrap, topics.requests_by_name("LOW"), briefs)
+        await until_in_flight(url, 1)
+        produce_requests(bootstrap, topics.requests_by_name("HIGH"), chats)
+        results = await asyncio.to_thread(read_results, bootstrap, topics.results, 90, 90)
     by_tier: dict[str, list[str]] = {}
     for r in results:
         by_tier.setdefault(r.tier, []).append(r.status)

@@ -26,6 +26,7 @@ from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint
 from inferq.messaging.tiers import Tier
 from inferq.tools.redis.fixture import local_redis_for_tests
 from inferq.tools.redis.server import pick_free_port
+from tests.support.loop import in_loop
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.redis
@@ -74,27 +75,26 @@ async def admitted_tokens(budget: RateLedger, tier: Tier, cost: int, tries: int)
     return total
 
 
-def test_two_budgets_hammering_one_redis_never_admit_more_than_the_limit_together(redis_url: str) -> None:
+@in_loop
+async def test_two_budgets_hammering_one_redis_never_admit_more_than_the_limit_together(
+    redis_url: str,
+) -> None:
     tpm, rpm = 10_000, 300
 
-    async def scenario() -> tuple[list[int], int]:
-        async with shared_budgets(redis_url, 2, {"m": RateLimit(rpm=rpm, tpm=tpm)}) as (a, b):
-            rng = random.Random(3)
-            costs = [rng.randint(1, 400) for _ in range(400)]
-            admitted = [0, 0]
+    async with shared_budgets(redis_url, 2, {"m": RateLimit(rpm=rpm, tpm=tpm)}) as (a, b):
+        rng = random.Random(3)
+        costs = [rng.randint(1, 400) for _ in range(400)]
+        admitted = [0, 0]
 
-            async def worker(index: int, budget: SharedRateBudget, share: list[int]) -> None:
-                for cost in share:
-                    if await budget.take("m", Tier.HIGH, cost) is not None:
-                        admitted[index] += cost
+        async def worker(index: int, budget: SharedRateBudget, share: list[int]) -> None:
+            for cost in share:
+                if await budget.take("m", Tier.HIGH, cost) is not None:
+                    admitted[index] += cost
 
-            await asyncio.gather(*(worker(i, bud, costs[i::2]) for i, bud in enumerate((a, b))))
-            # One dispatcher alone would have taken the whole minute: sharing is what holds the two.
-            async with shared_budgets(redis_url, 1, {"m": RateLimit(rpm=rpm, tpm=tpm)}) as (alone,):
-                alone_tokens = await admitted_tokens(alone, Tier.HIGH, 100, 200)
-            return admitted, alone_tokens
-
-    admitted, alone_tokens = asyncio.run(scenario())
+        await asyncio.gather(*(worker(i, bud, costs[i::2]) for i, bud in enumerate((a, b))))
+        # One dispatcher alone would have taken the whole minute: sharing is what holds the two.
+        async with shared_budgets(redis_url, 1, {"m": RateLimit(rpm=rpm, tpm=tpm)}) as (alone,):
+            alone_tokens = await admitted_tokens(alone, Tier.HIGH, 100, 200)
     print(f"\nadmitted by each of two budgets: {admitted}; one budget alone: {alone_tokens}")
     assert sum(admitted) <= tpm
     assert min(admitted) > 0  # both took part
@@ -102,50 +102,43 @@ def test_two_budgets_hammering_one_redis_never_admit_more_than_the_limit_togethe
     assert alone_tokens == tpm
 
 
-def test_low_in_one_dispatcher_cannot_spend_the_share_high_keeps_in_the_other(redis_url: str) -> None:
-    async def scenario() -> tuple[int, int]:
-        async with shared_budgets(redis_url, 2, {"m": RateLimit(tpm=1000)}) as (a, b):
-            a.set_floor_shares(PEAK_SHARES)
-            b.set_floor_shares(PEAK_SHARES)
-            low = await admitted_tokens(a, Tier.LOW, 50, 100)
-            high = await admitted_tokens(b, Tier.HIGH, 50, 100)
-            return low, high
-
-    low, high = asyncio.run(scenario())
+@in_loop
+async def test_low_in_one_dispatcher_cannot_spend_the_share_high_keeps_in_the_other(redis_url: str) -> None:
+    async with shared_budgets(redis_url, 2, {"m": RateLimit(tpm=1000)}) as (a, b):
+        a.set_floor_shares(PEAK_SHARES)
+        b.set_floor_shares(PEAK_SHARES)
+        low = await admitted_tokens(a, Tier.LOW, 50, 100)
+        high = await admitted_tokens(b, Tier.HIGH, 50, 100)
     # HIGH's 600 and MEDIUM's 300 are kept from LOW; HIGH may use everything LOW left.
     assert (low, high) == (100, 900)
 
 
-def test_settling_to_the_real_usage_gives_the_group_the_difference_back(redis_url: str) -> None:
-    async def scenario() -> tuple[int, int]:
-        async with shared_budgets(redis_url, 2, {"m": RateLimit(tpm=1000)}) as (a, b):
-            charge = await a.take("m", Tier.HIGH, 800)
-            assert charge is not None
-            before = await admitted_tokens(b, Tier.HIGH, 100, 10)
-            await a.settle(charge, 300)
-            refunded = await a.take("m", Tier.HIGH, 100)
-            assert refunded is not None
-            await a.refund(refunded)
-            after = await admitted_tokens(b, Tier.HIGH, 100, 10)
-            return before, after
-
-    assert asyncio.run(scenario()) == (200, 500)
+@in_loop
+async def test_settling_to_the_real_usage_gives_the_group_the_difference_back(redis_url: str) -> None:
+    async with shared_budgets(redis_url, 2, {"m": RateLimit(tpm=1000)}) as (a, b):
+        charge = await a.take("m", Tier.HIGH, 800)
+        assert charge is not None
+        before = await admitted_tokens(b, Tier.HIGH, 100, 10)
+        await a.settle(charge, 300)
+        refunded = await a.take("m", Tier.HIGH, 100)
+        assert refunded is not None
+        await a.refund(refunded)
+        after = await admitted_tokens(b, Tier.HIGH, 100, 10)
+        assert (before, after) == (200, 500)
 
 
-def test_what_one_dispatchers_answers_teach_holds_the_other(redis_url: str) -> None:
-    async def scenario() -> tuple[int, bool, bool]:
-        async with shared_budgets(redis_url, 2, {}) as (a, b):
-            # Nothing configured: the first answer to `a` says 1000 a minute, 400 already counted
-            # by the backend (another client on the same key).
-            await a.observe("m", RateHeaders(limit_tokens=1000, remaining_tokens=600, reset_tokens_s=30.0))
-            learned = await admitted_tokens(b, Tier.HIGH, 100, 10)
-            # A 429's retry-after to `b` holds `a`'s starts of the model too, and only that model.
-            await b.observe("n", RateHeaders(retry_after_s=30.0))
-            held = await a.take("n", Tier.HIGH, 1) is None
-            other_model = await a.take("o", Tier.HIGH, 1) is not None
-            return learned, held, other_model
-
-    assert asyncio.run(scenario()) == (600, True, True)
+@in_loop
+async def test_what_one_dispatchers_answers_teach_holds_the_other(redis_url: str) -> None:
+    async with shared_budgets(redis_url, 2, {}) as (a, b):
+        # Nothing configured: the first answer to `a` says 1000 a minute, 400 already counted
+        # by the backend (another client on the same key).
+        await a.observe("m", RateHeaders(limit_tokens=1000, remaining_tokens=600, reset_tokens_s=30.0))
+        learned = await admitted_tokens(b, Tier.HIGH, 100, 10)
+        # A 429's retry-after to `b` holds `a`'s starts of the model too, and only that model.
+        await b.observe("n", RateHeaders(retry_after_s=30.0))
+        held = await a.take("n", Tier.HIGH, 1) is None
+        other_model = await a.take("o", Tier.HIGH, 1) is not None
+        assert (learned, held, other_model) == (600, True, True)
 
 
 OPS = ("take", "take", "take", "settle", "refund", "observe")
@@ -177,15 +170,15 @@ async def decisions(ledger: RateLedger, seed: int) -> list[bool]:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_one_shared_budget_decides_every_start_as_the_local_budget_does(redis_url: str, seed: int) -> None:
+@in_loop
+async def test_one_shared_budget_decides_every_start_as_the_local_budget_does(
+    redis_url: str, seed: int
+) -> None:
     configured = {"m": RateLimit(rpm=40, tpm=4000)}
 
-    async def scenario() -> tuple[list[bool], list[bool]]:
-        local = await decisions(LocalRateLedger(RateBudget(configured, clock_ms=wall_ms)), seed)
-        async with shared_budgets(redis_url, 1, configured) as (shared,):
-            return local, await decisions(shared, seed)
-
-    local, shared = asyncio.run(scenario())
+    local = await decisions(LocalRateLedger(RateBudget(configured, clock_ms=wall_ms)), seed)
+    async with shared_budgets(redis_url, 1, configured) as (shared,):
+        local, shared = local, await decisions(shared, seed)
     assert True in local and False in local  # the run reaches the limits
     assert shared == local
 
@@ -208,22 +201,20 @@ def test_keys_of_a_model_expire_after_its_minute(redis_url: str) -> None:
     assert all(0 < ttl <= KEYS_TTL_MS for ttl in ttls), ttls
 
 
-def test_without_redis_each_dispatcher_keeps_to_its_share_and_logs_no_password(
+@in_loop
+async def test_without_redis_each_dispatcher_keeps_to_its_share_and_logs_no_password(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger=LOGGER)
     nowhere = f"redis://user:s3cret-pw@127.0.0.1:{pick_free_port()}/0"
 
-    async def scenario() -> tuple[int, int, bool]:
-        async with shared_budgets(nowhere, 1, {"m": RateLimit(tpm=1000)}, group_size=lambda: 2) as (a,):
-            # Never read from Redis: the group may have spent the whole minute; the model waits.
-            configured = await admitted_tokens(a, Tier.HIGH, 10, 10)
-            # A model no limit is known of starts (as with one process); its headers teach the share.
-            await a.observe("n", RateHeaders(limit_tokens=1000, remaining_tokens=1000))
-            learned = await admitted_tokens_of(a, "n", 100, 20)
-            return configured, learned, a.degraded
-
-    configured, learned, degraded = asyncio.run(scenario())
+    async with shared_budgets(nowhere, 1, {"m": RateLimit(tpm=1000)}, group_size=lambda: 2) as (a,):
+        # Never read from Redis: the group may have spent the whole minute; the model waits.
+        configured = await admitted_tokens(a, Tier.HIGH, 10, 10)
+        # A model no limit is known of starts (as with one process); its headers teach the share.
+        await a.observe("n", RateHeaders(limit_tokens=1000, remaining_tokens=1000))
+        learned = await admitted_tokens_of(a, "n", 100, 20)
+        degraded = a.degraded
     assert (configured, learned, degraded) == (0, 500, True)
     messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert len(messages) == 1 and "unreachable" in messages[0], messages

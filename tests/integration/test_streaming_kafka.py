@@ -13,6 +13,7 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import Status
 from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
 from tests.support.kafka import a_request, produce_requests, read_all
+from tests.support.loop import in_loop
 from tests.support.replies import Reply, read_replies
 
 pytestmark = pytest.mark.kafka
@@ -60,7 +61,8 @@ def test_a_streamed_request_gives_ordered_chunks_then_one_result_of_their_text(
     assert stats["by_status"] == {"200": 4}
 
 
-def test_a_stream_dropped_mid_way_gives_its_chunks_and_exactly_one_failed(
+@in_loop
+async def test_a_stream_dropped_mid_way_gives_its_chunks_and_exactly_one_failed(
     kafka_settings: KafkaSettings,
 ) -> None:
     topics = kafka_settings.topics
@@ -69,25 +71,23 @@ def test_a_stream_dropped_mid_way_gives_its_chunks_and_exactly_one_failed(
         "MEDIUM", stream=True, messages=[{"role": "user", "content": "a long enough question to stream"}]
     )
 
-    async def scenario() -> tuple[dict[str, Reply], list[object], dict[str, object]]:
-        async with (
-            sim_backend(speed=4.0, stream_drop_rate=1.0) as url,
-            running_dispatcher(
-                kafka_settings, url, stream_chunk_tokens=1, stream_chunk_linger_ms=0, max_attempts=3
-            ),
-        ):
-            produce_requests(bootstrap, topics.requests_by_name("MEDIUM"), [doomed])
-            replies = await asyncio.to_thread(read_replies, bootstrap, topics.results, {doomed.request_id})
-            dead = await asyncio.to_thread(read_all, bootstrap, topics.dlq, expect=1)
-            # Read again to the end: whatever else would come (a retry's chunks, a second outcome)
-            # comes within the retry backoff, well inside the 3 s of quiet waited for.
-            later = await asyncio.to_thread(
-                functools.partial(read_replies, bootstrap, topics.results, {doomed.request_id}, settle_s=3.0)
-            )
-            retries = await asyncio.to_thread(read_all, bootstrap, topics.retry, expect=1, timeout_s=2)
-            return {**replies, "later": later[doomed.request_id]}, [dead, retries], await backend_stats(url)
-
-    replies, (dead, retries), stats = asyncio.run(scenario())
+    async with (
+        sim_backend(speed=4.0, stream_drop_rate=1.0) as url,
+        running_dispatcher(
+            kafka_settings, url, stream_chunk_tokens=1, stream_chunk_linger_ms=0, max_attempts=3
+        ),
+    ):
+        produce_requests(bootstrap, topics.requests_by_name("MEDIUM"), [doomed])
+        replies = await asyncio.to_thread(read_replies, bootstrap, topics.results, {doomed.request_id})
+        dead = await asyncio.to_thread(read_all, bootstrap, topics.dlq, expect=1)
+        # Read again to the end: whatever else would come (a retry's chunks, a second outcome)
+        # comes within the retry backoff, well inside the 3 s of quiet waited for.
+        later = await asyncio.to_thread(
+            functools.partial(read_replies, bootstrap, topics.results, {doomed.request_id}, settle_s=3.0)
+        )
+        retries = await asyncio.to_thread(read_all, bootstrap, topics.retry, expect=1, timeout_s=2)
+        replies = {**replies, "later": later[doomed.request_id]}
+        stats = await backend_stats(url)
     reply = replies[doomed.request_id]
     (result,) = reply.results
     assert result.status is Status.FAILED

@@ -25,6 +25,7 @@ from inferq.client import (
     WaitTimeoutError,
 )
 from inferq.messaging.records import Status
+from tests.support.loop import in_loop
 
 Handler = Callable[[httpx.Request], httpx.Response]
 VIEW = {"request_id": "r1", "status": "OK", "tier": "HIGH", "model": "fast", "attempts": 1, "output": "hello"}
@@ -151,7 +152,8 @@ def test_result_times_out_with_a_typed_error() -> None:
     assert isinstance(raised.value, TimeoutError)
 
 
-def test_stream_asks_for_chunks_and_reads_the_events_then_the_outcome() -> None:
+@in_loop
+async def test_stream_asks_for_chunks_and_reads_the_events_then_the_outcome() -> None:
     sse = (
         'event: chunk\ndata: {"request_id": "s1", "attempt": 1, "seq": 0, "delta": "hel", "model": "m"}\n\n'
         ": waiting\n\n"
@@ -171,12 +173,10 @@ def test_stream_asks_for_chunks_and_reads_the_events_then_the_outcome() -> None:
 
     c, _ = client(handler)
 
-    async def go() -> tuple[list[tuple[str, bool]], str, str | None]:
-        async with c.stream("realtime_chat", "hi", request_id="s1") as stream:
-            seen = [(chunk.delta, chunk.restart) async for chunk in stream]
-        return seen, stream.text, stream.outcome.output if stream.outcome else None
-
-    seen, text, output = asyncio.run(go())
+    async with c.stream("realtime_chat", "hi", request_id="s1") as stream:
+        seen = [(chunk.delta, chunk.restart) async for chunk in stream]
+    text = stream.text
+    output = stream.outcome.output if stream.outcome else None
     assert seen == [("hel", False), ("hi ", True), ("there", False)]
     assert text == output == "hi there"
     assert posted[0]["stream"] is True
@@ -199,7 +199,8 @@ def test_a_stream_whose_outcome_failed_raises_its_error() -> None:
 
 
 @pytest.mark.parametrize("old", ["ingest", "results"])
-def test_stream_against_services_from_before_streaming_gives_one_chunk(old: str) -> None:
+@in_loop
+async def test_stream_against_services_from_before_streaming_gives_one_chunk(old: str) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "POST":
             if old == "ingest" and json.loads(request.content).get("stream"):
@@ -212,12 +213,9 @@ def test_stream_against_services_from_before_streaming_gives_one_chunk(old: str)
 
     c, _ = client(handler)
 
-    async def go() -> tuple[list[str], str | None]:
-        async with c.stream("realtime_chat", "hi") as stream:
-            deltas = [chunk.delta async for chunk in stream]
-        return deltas, stream.outcome.output if stream.outcome else None
-
-    assert asyncio.run(go()) == (["hello"], "hello")
+    async with c.stream("realtime_chat", "hi") as stream:
+        deltas = [chunk.delta async for chunk in stream]
+    assert (deltas, stream.outcome.output if stream.outcome else None) == (["hello"], "hello")
 
 
 def test_the_sync_client_does_the_same_calls() -> None:

@@ -198,20 +198,24 @@ def test_reader_without_the_writer_schema_refuses():
         )
 
 
+# A result as schema v1 has it (no tenant, no webhook, no output or usage).
+V1_RESULT = {
+    "request_id": "r-1",
+    "tier": "HIGH",
+    "status": "OK",
+    "model": "m",
+    "enqueued_at_ms": 1,
+    "completed_at_ms": 2,
+    "attempts": 1,
+    "dispatcher_id": "d",
+}
+
+
 def test_a_result_written_before_tenants_decodes_as_tenant_default():
     """A dispatcher not yet upgraded writes schema v1 (no tenant): the results service still reads it."""
     v1, *_later = earlier_schemas("inference_result")
     assert "tenant" not in {f["name"] for f in v1["fields"]}
-    old_record = {
-        "request_id": "r-1",
-        "tier": "HIGH",
-        "status": "OK",
-        "model": "m",
-        "enqueued_at_ms": 1,
-        "completed_at_ms": 2,
-        "attempts": 1,
-        "dispatcher_id": "d",
-    }
+    old_record = dict(V1_RESULT)
     old_bytes = AvroCodec(v1).encode(old_record)
     decoded = result_codec().decode(old_bytes)
     assert (decoded.request_id, decoded.tenant) == ("r-1", "default")
@@ -249,17 +253,7 @@ def test_chunk_round_trip_and_its_header():
 def test_a_result_keeps_its_webhook_and_one_written_before_webhooks_has_none():
     _v1, v2, *_later = earlier_schemas("inference_result")
     assert "callback_url" not in {f["name"] for f in v2["fields"]}
-    old_record = {
-        "request_id": "r-1",
-        "tier": "LOW",
-        "status": "OK",
-        "model": "m",
-        "enqueued_at_ms": 1,
-        "completed_at_ms": 2,
-        "attempts": 1,
-        "dispatcher_id": "d",
-        "tenant": "acme",
-    }
+    old_record = V1_RESULT | {"tier": "LOW", "tenant": "acme"}
     assert result_codec().decode(AvroCodec(v2).encode(old_record)).callback_url is None
     hooked = InferenceResult.from_record(old_record | {"callback_url": "https://hooks.example/r"})
     assert result_codec().decode(result_codec().encode(hooked)).callback_url == "https://hooks.example/r"
@@ -270,17 +264,9 @@ def test_a_result_keeps_what_the_backend_said_and_one_written_before_has_none():
     dispatcher not yet upgraded) still reads, with none of them."""
     *_earlier, v3 = earlier_schemas("inference_result")
     assert {"finish_reason", "system_fingerprint"}.isdisjoint(f["name"] for f in v3["fields"])
-    old_record = {
-        "request_id": "r-1",
-        "tier": "HIGH",
-        "status": "OK",
+    old_record = V1_RESULT | {
         "output": "cut sh",
-        "model": "m",
         "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7},
-        "enqueued_at_ms": 1,
-        "completed_at_ms": 2,
-        "attempts": 1,
-        "dispatcher_id": "d",
         "tenant": "acme",
         "callback_url": None,
     }

@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 import pytest
 
 from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, WaiterHub
 from inferq.messaging.records import InferenceResult
 from tests.support import fakes
-
-
-def in_loop(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
-    """Runs an async test in a fresh event loop (the suite has no asyncio plugin)."""
-
-    @functools.wraps(test)
-    def run() -> None:
-        asyncio.run(test())
-
-    return run
-
+from tests.support.loop import in_loop
 
 # Acme's, unless said otherwise.
 a_chunk = functools.partial(fakes.a_chunk, tenant="acme")

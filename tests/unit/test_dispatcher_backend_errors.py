@@ -14,6 +14,7 @@ from aiohttp import web
 from inferq.dispatcher.backend import ChatBackend
 from inferq.dispatcher.errors import BackendError
 from tests.support.inprocess import free_port
+from tests.support.loop import in_loop
 
 PROMPT = "please keep this prompt private 4417"
 API_KEY = "sk-never-shown-9931"
@@ -106,17 +107,15 @@ def test_a_timeout_says_how_long() -> None:
     assert error.timed_out
 
 
-def test_a_refused_connection_does_not_name_the_host() -> None:
-    async def scenario() -> BackendError:
-        backend = ChatBackend(f"http://127.0.0.1:{free_port()}/v1", api_key=API_KEY, max_connections=1)
-        try:
-            with pytest.raises(BackendError) as caught:
-                await backend.complete("m", [{"role": "user", "content": PROMPT}], {}, timeout_s=2.0)
-        finally:
-            await backend.close()
-        return caught.value
-
-    error = asyncio.run(scenario())
+@in_loop
+async def test_a_refused_connection_does_not_name_the_host() -> None:
+    backend = ChatBackend(f"http://127.0.0.1:{free_port()}/v1", api_key=API_KEY, max_connections=1)
+    try:
+        with pytest.raises(BackendError) as caught:
+            await backend.complete("m", [{"role": "user", "content": PROMPT}], {}, timeout_s=2.0)
+    finally:
+        await backend.close()
+    error = caught.value
     assert str(error) == "connection refused"
     assert error.retriable
     assert_clean(error)

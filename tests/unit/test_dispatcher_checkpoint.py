@@ -9,48 +9,43 @@ from inferq.dispatcher.consumer import CommitPoint, Partition
 from inferq.messaging.commit_metadata import parse as parse_metadata
 from tests.support.dispatcher_fakes import encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.loop import in_loop
 from tests.support.waiting import eventually
 
 
-def test_commits_never_run_ahead_of_durable_outcomes() -> None:
+@in_loop
+async def test_commits_never_run_ahead_of_durable_outcomes() -> None:
     requests = [a_request("HIGH") for _ in range(3)]
 
-    async def scenario() -> None:
-        async with running(rig()) as r:
-            r.producer.hold()  # the broker does not acknowledge any outcome yet
-            high = r.partition("HIGH")
-            for request in requests:
-                r.consumer.produce(high, encoded(request))
-            await eventually(lambda: len(r.backend.models) == 3, "the three calls made")
-            await asyncio.sleep(0.1)  # five commit intervals
-            assert r.consumer.committed_offset(high) in (None, 0), "committed before the outcome was acked"
-            r.producer.release()
-            await eventually(lambda: r.consumer.committed_offset(high) == 3, "the commit after the acks")
-
-    asyncio.run(scenario())
+    async with running(rig()) as r:
+        r.producer.hold()  # the broker does not acknowledge any outcome yet
+        high = r.partition("HIGH")
+        for request in requests:
+            r.consumer.produce(high, encoded(request))
+        await eventually(lambda: len(r.backend.models) == 3, "the three calls made")
+        await asyncio.sleep(0.1)  # five commit intervals
+        assert r.consumer.committed_offset(high) in (None, 0), "committed before the outcome was acked"
+        r.producer.release()
+        await eventually(lambda: r.consumer.committed_offset(high) == 3, "the commit after the acks")
 
 
-def test_offsets_done_beyond_a_running_call_travel_in_the_commit_metadata() -> None:
+@in_loop
+async def test_offsets_done_beyond_a_running_call_travel_in_the_commit_metadata() -> None:
     head = a_request("LOW", deadline_ms=60_000, model="slow-model")
     rest = [a_request("LOW", deadline_ms=60_000) for _ in range(3)]
 
-    async def scenario() -> None:
-        async with running(rig(schedule_pin="night")) as r:
-            low = r.partition("LOW")
-            r.backend.hold("slow-model")
-            for request in [head, *rest]:
-                r.consumer.produce(low, encoded(request))
-            await eventually(lambda: len(r.results()) == 3, "the three quick ones answered")
-            # The head still runs: the commit stays at it, and says 1-3 are done beyond it, so a
-            # next owner would skip them rather than call the LLM again.
-            await eventually(
-                lambda: r.consumer.group_commits.get(low) == CommitPoint(0, "v2:1-3;"), "metadata"
-            )
-            assert parse_metadata(r.consumer.group_commits[low].metadata, 0) == {1, 2, 3}
-            r.backend.release()
-            await eventually(lambda: r.consumer.group_commits.get(low) == CommitPoint(4, ""), "the end")
-
-    asyncio.run(scenario())
+    async with running(rig(schedule_pin="night")) as r:
+        low = r.partition("LOW")
+        r.backend.hold("slow-model")
+        for request in [head, *rest]:
+            r.consumer.produce(low, encoded(request))
+        await eventually(lambda: len(r.results()) == 3, "the three quick ones answered")
+        # The head still runs: the commit stays at it, and says 1-3 are done beyond it, so a
+        # next owner would skip them rather than call the LLM again.
+        await eventually(lambda: r.consumer.group_commits.get(low) == CommitPoint(0, "v2:1-3;"), "metadata")
+        assert parse_metadata(r.consumer.group_commits[low].metadata, 0) == {1, 2, 3}
+        r.backend.release()
+        await eventually(lambda: r.consumer.group_commits.get(low) == CommitPoint(4, ""), "the end")
 
 
 def test_revoked_partitions_are_committed_inside_the_rebalance() -> None:
@@ -82,54 +77,46 @@ def test_revoked_partitions_are_committed_inside_the_rebalance() -> None:
     asyncio.run(scenario())
 
 
-def test_a_refused_commit_is_kept_and_sent_with_the_next_one() -> None:
+@in_loop
+async def test_a_refused_commit_is_kept_and_sent_with_the_next_one() -> None:
     first, second, third = (a_request("MEDIUM") for _ in range(3))
 
-    async def scenario() -> None:
-        async with running(rig()) as r:
-            medium = r.partition("MEDIUM")
-            r.consumer.produce(medium, encoded(first))
-            await eventually(lambda: r.consumer.committed_offset(medium) == 1, "the first commit")
-            r.consumer.refuse_commits = 3  # a rebalance in progress, say
-            r.consumer.produce(medium, encoded(second))
-            await eventually(
-                lambda: r.consumer.committed_offset(medium) == 2, "the commit after the refusals"
-            )
-            assert r.consumer.refuse_commits == 0
-            # The committer is still alive: later work is committed too.
-            r.consumer.produce(medium, encoded(third))
-            await eventually(lambda: r.consumer.committed_offset(medium) == 3, "the next commit")
-
-    asyncio.run(scenario())
+    async with running(rig()) as r:
+        medium = r.partition("MEDIUM")
+        r.consumer.produce(medium, encoded(first))
+        await eventually(lambda: r.consumer.committed_offset(medium) == 1, "the first commit")
+        r.consumer.refuse_commits = 3  # a rebalance in progress, say
+        r.consumer.produce(medium, encoded(second))
+        await eventually(lambda: r.consumer.committed_offset(medium) == 2, "the commit after the refusals")
+        assert r.consumer.refuse_commits == 0
+        # The committer is still alive: later work is committed too.
+        r.consumer.produce(medium, encoded(third))
+        await eventually(lambda: r.consumer.committed_offset(medium) == 3, "the next commit")
 
 
-def test_every_assigned_partition_is_committed_even_one_that_never_had_a_record() -> None:
-    async def scenario() -> None:
-        async with running(rig()) as r:
-            r.consumer.produce(r.partition("HIGH"), encoded(a_request("HIGH")))
-            # The group's lag must read 0 on every partition once the work is done, not "unknown".
-            await eventually(
-                lambda: all(r.consumer.committed_offset(p) == len(log) for p, log in r.consumer.logs.items()),
-                "every partition committed at its end",
-            )
-
-    asyncio.run(scenario())
+@in_loop
+async def test_every_assigned_partition_is_committed_even_one_that_never_had_a_record() -> None:
+    async with running(rig()) as r:
+        r.consumer.produce(r.partition("HIGH"), encoded(a_request("HIGH")))
+        # The group's lag must read 0 on every partition once the work is done, not "unknown".
+        await eventually(
+            lambda: all(r.consumer.committed_offset(p) == len(log) for p, log in r.consumer.logs.items()),
+            "every partition committed at its end",
+        )
 
 
-def test_a_partition_handed_back_by_a_rebalance_keeps_its_running_call() -> None:
+@in_loop
+async def test_a_partition_handed_back_by_a_rebalance_keeps_its_running_call() -> None:
     brief = a_request("LOW", deadline_ms=60_000)
 
-    async def scenario() -> None:
-        async with running(rig(schedule_pin="night")) as r:
-            low = r.partition("LOW")
-            r.backend.hold()
-            r.consumer.produce(low, encoded(brief))
-            await eventually(lambda: r.backend.in_flight == 1, "the call running")
-            await r.consumer.rebalance(set(r.consumer.logs))  # everything revoked, then handed back
-            await asyncio.sleep(0.1)  # fetched again from the commit, not called again
-            r.backend.release()
-            await eventually(lambda: r.consumer.committed_offset(low) == 1, "the commit after the call")
-            assert len(r.backend.models) == 1, "the running call was made again"
-            assert Partition(r.topics.retry, 0) in r.consumer.assignment()
-
-    asyncio.run(scenario())
+    async with running(rig(schedule_pin="night")) as r:
+        low = r.partition("LOW")
+        r.backend.hold()
+        r.consumer.produce(low, encoded(brief))
+        await eventually(lambda: r.backend.in_flight == 1, "the call running")
+        await r.consumer.rebalance(set(r.consumer.logs))  # everything revoked, then handed back
+        await asyncio.sleep(0.1)  # fetched again from the commit, not called again
+        r.backend.release()
+        await eventually(lambda: r.consumer.committed_offset(low) == 1, "the commit after the call")
+        assert len(r.backend.models) == 1, "the running call was made again"
+        assert Partition(r.topics.retry, 0) in r.consumer.assignment()

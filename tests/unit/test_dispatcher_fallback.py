@@ -13,6 +13,7 @@ from inferq.messaging.records import Status
 from inferq.messaging.tiers import Tier
 from tests.support.dispatcher_fakes import HeldBackend, Rig, encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.loop import in_loop
 from tests.support.waiting import eventually
 
 BOTH = {t: ["default", "spare"] for t in Tier}
@@ -81,13 +82,11 @@ def test_the_spare_serves_and_failed_probes_of_the_first_backend_leave_the_budge
     assert lowest >= 7, lowest
 
 
-def test_health_names_each_backends_circuit_and_one_backend_is_default_and_closed():
-    async def circuits() -> object:
-        r = rig()
-        async with running(r):
-            return r.dispatcher.health()["backends"]
-
-    assert asyncio.run(circuits()) == {"default": "closed"}
+@in_loop
+async def test_health_names_each_backends_circuit_and_one_backend_is_default_and_closed():
+    r = rig()
+    async with running(r):
+        assert r.dispatcher.health()["backends"] == {"default": "closed"}
 
 
 async def a_primary_back_after_an_outage_with_one_attempt() -> tuple[int, int]:

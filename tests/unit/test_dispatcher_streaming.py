@@ -16,6 +16,7 @@ from inferq.messaging.producer import ProduceError
 from inferq.messaging.records import KIND_HEADER, InferenceChunk, Status, is_chunk
 from tests.support.dispatcher_fakes import Produced, Rig, encoded, rig, running
 from tests.support.kafka import a_request
+from tests.support.loop import in_loop
 from tests.support.waiting import eventually
 
 # --- ChunkStream on its own ---------------------------------------------------------------------------
@@ -40,117 +41,105 @@ class Sink:
         return None
 
 
-def test_tokens_are_batched_by_count_and_the_rest_written_at_the_end() -> None:
-    async def scenario() -> list[tuple[int, str]]:
-        sink = Sink()
-        stream = ChunkStream(sink, ChunkPolicy(tokens=3, linger_ms=10_000))
-        stream.start()
-        for count, tokens in enumerate(["abc", "def"], start=1):
-            for token in tokens:
-                stream.add(token)
-            await eventually(lambda n=count: len(sink.chunks) == n, "a full chunk written at once")
-        stream.add("g")
-        assert await stream.finish() is None
-        assert stream.written == len(sink.chunks)
-        return sink.chunks
-
-    assert asyncio.run(scenario()) == [(0, "abc"), (1, "def"), (2, "g")]
-
-
-def test_a_lone_token_is_written_after_the_linger_without_waiting_for_more() -> None:
-    async def scenario() -> Sink:
-        sink = Sink()
-        stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=1))
-        stream.start()
-        stream.add("first")
-        await eventually(lambda: len(sink.chunks) == 1, "the first chunk, before the call ends")
-        stream.add("second")
-        await stream.finish()
-        return sink
-
-    assert asyncio.run(scenario()).chunks == [(0, "first"), (1, "second")]
-
-
-def test_tokens_gather_while_a_chunk_is_being_acknowledged() -> None:
-    async def scenario() -> list[tuple[int, str]]:
-        sink = Sink()
-        sink.gate.clear()
-        stream = ChunkStream(sink, ChunkPolicy(tokens=2, linger_ms=0))
-        stream.start()
-        stream.add("a")
-        await eventually(lambda: len(sink.chunks) == 1, "the first chunk handed over")
-        for token in "bcde":
+@in_loop
+async def test_tokens_are_batched_by_count_and_the_rest_written_at_the_end() -> None:
+    sink = Sink()
+    stream = ChunkStream(sink, ChunkPolicy(tokens=3, linger_ms=10_000))
+    stream.start()
+    for count, tokens in enumerate(["abc", "def"], start=1):
+        for token in tokens:
             stream.add(token)
-        sink.gate.set()
-        await stream.finish()
-        return sink.chunks
+        await eventually(lambda n=count: len(sink.chunks) == n, "a full chunk written at once")
+    stream.add("g")
+    assert await stream.finish() is None
+    assert stream.written == len(sink.chunks)
+    assert sink.chunks == [(0, "abc"), (1, "def"), (2, "g")]
 
-    chunks = asyncio.run(scenario())
+
+@in_loop
+async def test_a_lone_token_is_written_after_the_linger_without_waiting_for_more() -> None:
+    sink = Sink()
+    stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=1))
+    stream.start()
+    stream.add("first")
+    await eventually(lambda: len(sink.chunks) == 1, "the first chunk, before the call ends")
+    stream.add("second")
+    await stream.finish()
+    assert sink.chunks == [(0, "first"), (1, "second")]
+
+
+@in_loop
+async def test_tokens_gather_while_a_chunk_is_being_acknowledged() -> None:
+    sink = Sink()
+    sink.gate.clear()
+    stream = ChunkStream(sink, ChunkPolicy(tokens=2, linger_ms=0))
+    stream.start()
+    stream.add("a")
+    await eventually(lambda: len(sink.chunks) == 1, "the first chunk handed over")
+    for token in "bcde":
+        stream.add(token)
+    sink.gate.set()
+    await stream.finish()
+    chunks = sink.chunks
     assert chunks == [(0, "a"), (1, "bcde")], "one chunk at a time, in order, nothing lost"
 
 
-def test_a_refused_chunk_stops_the_stream_and_is_reported() -> None:
-    async def scenario() -> tuple[ProduceError | None, list[tuple[int, str]], int]:
-        sink = Sink(refuse_at=1)
-        stream = ChunkStream(sink, ChunkPolicy(tokens=1, linger_ms=0))
-        stream.start()
-        for token in "abc":
-            stream.add(token)
-            await asyncio.sleep(0)
-        return await stream.finish(), sink.chunks, stream.written
-
-    refused, chunks, written = asyncio.run(scenario())
+@in_loop
+async def test_a_refused_chunk_stops_the_stream_and_is_reported() -> None:
+    sink = Sink(refuse_at=1)
+    stream = ChunkStream(sink, ChunkPolicy(tokens=1, linger_ms=0))
+    stream.start()
+    for token in "abc":
+        stream.add(token)
+        await asyncio.sleep(0)
+    refused = await stream.finish()
+    chunks = sink.chunks
+    written = stream.written
     assert refused is not None and refused.too_large
     assert chunks == [(0, "a")]
     assert written == 1
 
 
-def test_the_first_token_goes_at_once_and_later_ones_wait_for_their_batch() -> None:
-    async def scenario() -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-        sink = Sink()
-        stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
-        stream.start()
-        stream.add("first")
-        await eventually(lambda: len(sink.chunks) == 1, "the first token written without its batch")
-        stream.add("second")
-        stream.add("third")
-        await asyncio.sleep(0.05)  # far below the 10 s linger: nothing more may have been written
-        before_end = list(sink.chunks)
-        await stream.finish()
-        return before_end, sink.chunks
-
-    before_end, chunks = asyncio.run(scenario())
+@in_loop
+async def test_the_first_token_goes_at_once_and_later_ones_wait_for_their_batch() -> None:
+    sink = Sink()
+    stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
+    stream.start()
+    stream.add("first")
+    await eventually(lambda: len(sink.chunks) == 1, "the first token written without its batch")
+    stream.add("second")
+    stream.add("third")
+    await asyncio.sleep(0.05)  # far below the 10 s linger: nothing more may have been written
+    before_end = list(sink.chunks)
+    await stream.finish()
+    chunks = sink.chunks
     assert before_end == [(0, "first")]
     assert chunks == [(0, "first"), (1, "secondthird")]
 
 
-def test_abort_drops_gathered_tokens_and_ends_the_flusher() -> None:
-    async def scenario() -> tuple[list[tuple[int, str]], bool]:
-        sink = Sink()
-        stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
-        stream.start()
-        stream.add("first")
-        await eventually(lambda: len(sink.chunks) == 1, "the first chunk")
-        stream.add("never")
-        await asyncio.sleep(0.01)
-        await stream.abort()
-        stream.add("after")
-        return sink.chunks, stream.started
-
-    assert asyncio.run(scenario()) == ([(0, "first")], True)
+@in_loop
+async def test_abort_drops_gathered_tokens_and_ends_the_flusher() -> None:
+    sink = Sink()
+    stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
+    stream.start()
+    stream.add("first")
+    await eventually(lambda: len(sink.chunks) == 1, "the first chunk")
+    stream.add("never")
+    await asyncio.sleep(0.01)
+    await stream.abort()
+    stream.add("after")
+    assert (sink.chunks, stream.started) == ([(0, "first")], True)
 
 
-def test_abort_before_any_chunk_writes_nothing() -> None:
-    async def scenario() -> tuple[list[tuple[int, str]], bool]:
-        sink = Sink()
-        stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
-        stream.start()
-        await stream.abort()
-        stream.add("after")
-        await asyncio.sleep(0.01)
-        return sink.chunks, stream.started
-
-    assert asyncio.run(scenario()) == ([], False)
+@in_loop
+async def test_abort_before_any_chunk_writes_nothing() -> None:
+    sink = Sink()
+    stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
+    stream.start()
+    await stream.abort()
+    stream.add("after")
+    await asyncio.sleep(0.01)
+    assert (sink.chunks, stream.started) == ([], False)
 
 
 @pytest.mark.parametrize(("tokens", "linger_ms"), [(0, 5.0), (-1, 5.0), (8, -1.0), (8, 10_001.0)])
@@ -172,20 +161,17 @@ def chunks_on(r: Rig, topic: str) -> list[tuple[Produced, InferenceChunk]]:
     return [(p, codec.decode(p.value)) for p in r.producer.on(topic) if is_chunk(list(p.headers.items()))]
 
 
-def test_a_streamed_request_writes_ordered_chunks_then_its_result() -> None:
+@in_loop
+async def test_a_streamed_request_writes_ordered_chunks_then_its_result() -> None:
     streamed = a_request("HIGH", stream=True)
     plain = a_request("HIGH")
 
-    async def scenario() -> Rig:
-        r = streaming_rig()
-        r.backend.pieces = ["Hel", "lo", ", ", "wor", "ld"]
-        async with running(r):
-            r.consumer.produce(r.partition("HIGH"), encoded(streamed))
-            r.consumer.produce(r.partition("HIGH"), encoded(plain))
-            await eventually(lambda: len(r.results()) == 2, "both results")
-        return r
-
-    r = asyncio.run(scenario())
+    r = streaming_rig()
+    r.backend.pieces = ["Hel", "lo", ", ", "wor", "ld"]
+    async with running(r):
+        r.consumer.produce(r.partition("HIGH"), encoded(streamed))
+        r.consumer.produce(r.partition("HIGH"), encoded(plain))
+        await eventually(lambda: len(r.results()) == 2, "both results")
     on_results = r.producer.on(r.topics.results)
     chunks = chunks_on(r, r.topics.results)
     assert [c.seq for _, c in chunks] == [0, 1, 2, 3, 4]
@@ -204,53 +190,44 @@ def test_a_streamed_request_writes_ordered_chunks_then_its_result() -> None:
     assert r.results()[plain.request_id].output == "hi"
 
 
-def test_a_streamed_request_to_a_regional_reply_topic_writes_its_chunks_there() -> None:
-    async def scenario() -> tuple[Rig, str]:
-        r = streaming_rig()
-        regional = f"{r.topics.results}.eu"
-        request = a_request("MEDIUM", stream=True, reply_to=regional)
-        async with running(r):
-            r.consumer.produce(r.partition("MEDIUM"), encoded(request))
-            await eventually(lambda: len(r.results(regional)) == 1, "the result on the regional topic")
-        return r, regional
-
-    r, regional = asyncio.run(scenario())
+@in_loop
+async def test_a_streamed_request_to_a_regional_reply_topic_writes_its_chunks_there() -> None:
+    r = streaming_rig()
+    regional = f"{r.topics.results}.eu"
+    request = a_request("MEDIUM", stream=True, reply_to=regional)
+    async with running(r):
+        r.consumer.produce(r.partition("MEDIUM"), encoded(request))
+        await eventually(lambda: len(r.results(regional)) == 1, "the result on the regional topic")
     assert len(chunks_on(r, regional)) == 2
     assert chunks_on(r, r.topics.results) == []
 
 
-def test_a_failure_before_any_chunk_is_retried_as_before() -> None:
+@in_loop
+async def test_a_failure_before_any_chunk_is_retried_as_before() -> None:
     request = a_request("HIGH", stream=True)
 
-    async def scenario() -> Rig:
-        r = streaming_rig()
-        r.backend.stream_failure = (0, BackendError("backend answered 503", retriable=True, status=503))
-        async with running(r):
-            r.consumer.produce(r.partition("HIGH"), encoded(request))
-            await eventually(lambda: len(r.producer.on(r.topics.retry)) == 1, "the retry")
-        return r
-
-    r = asyncio.run(scenario())
+    r = streaming_rig()
+    r.backend.stream_failure = (0, BackendError("backend answered 503", retriable=True, status=503))
+    async with running(r):
+        r.consumer.produce(r.partition("HIGH"), encoded(request))
+        await eventually(lambda: len(r.producer.on(r.topics.retry)) == 1, "the retry")
     retry = request_codec().decode(r.producer.on(r.topics.retry)[0].value)
     assert (retry.request_id, retry.attempt, retry.stream) == (request.request_id, 2, True)
     assert r.producer.on(r.topics.results) == [], "no chunk, no result: the retry answers"
     assert r.dead_letters() == []
 
 
-def test_a_failure_after_chunks_is_one_failed_outcome_never_retried() -> None:
+@in_loop
+async def test_a_failure_after_chunks_is_one_failed_outcome_never_retried() -> None:
     request = a_request("HIGH", stream=True)
 
-    async def scenario() -> Rig:
-        r = streaming_rig()
-        r.backend.pieces = ["one ", "two ", "three"]
-        r.backend.stream_failure = (2, BackendError("backend closed the connection", retriable=True))
-        async with running(r):
-            r.consumer.produce(r.partition("HIGH"), encoded(request))
-            await eventually(lambda: len(r.results()) == 1, "the outcome")
-            await eventually(lambda: r.consumer.committed_offset(r.partition("HIGH")) == 1, "the commit")
-        return r
-
-    r = asyncio.run(scenario())
+    r = streaming_rig()
+    r.backend.pieces = ["one ", "two ", "three"]
+    r.backend.stream_failure = (2, BackendError("backend closed the connection", retriable=True))
+    async with running(r):
+        r.consumer.produce(r.partition("HIGH"), encoded(request))
+        await eventually(lambda: len(r.results()) == 1, "the outcome")
+        await eventually(lambda: r.consumer.committed_offset(r.partition("HIGH")) == 1, "the commit")
     assert [c.delta for _, c in chunks_on(r, r.topics.results)] == ["one ", "two "]
     result = r.results()[request.request_id]
     assert result.status is Status.FAILED
@@ -263,18 +240,16 @@ def test_a_failure_after_chunks_is_one_failed_outcome_never_retried() -> None:
     assert dead.key == request.request_id.encode()
 
 
-def test_a_reply_topic_that_refuses_chunks_fails_the_request_once_on_the_default_topic() -> None:
-    async def scenario() -> tuple[Rig, str, str]:
-        r = streaming_rig()
-        regional = f"{r.topics.results}.gone"
-        r.producer.refuse(regional, KafkaError.UNKNOWN_TOPIC_OR_PART)
-        request = a_request("HIGH", stream=True, reply_to=regional)
-        async with running(r):
-            r.consumer.produce(r.partition("HIGH"), encoded(request))
-            await eventually(lambda: len(r.results()) == 1, "the FAILED result on the default topic")
-        return r, regional, request.request_id
-
-    r, regional, request_id = asyncio.run(scenario())
+@in_loop
+async def test_a_reply_topic_that_refuses_chunks_fails_the_request_once_on_the_default_topic() -> None:
+    r = streaming_rig()
+    regional = f"{r.topics.results}.gone"
+    r.producer.refuse(regional, KafkaError.UNKNOWN_TOPIC_OR_PART)
+    request = a_request("HIGH", stream=True, reply_to=regional)
+    async with running(r):
+        r.consumer.produce(r.partition("HIGH"), encoded(request))
+        await eventually(lambda: len(r.results()) == 1, "the FAILED result on the default topic")
+    request_id = request.request_id
     result = r.results()[request_id]
     assert result.status is Status.FAILED
     # The topic that refused the chunk refuses the FAILED result too: it comes on the default topic.
@@ -285,17 +260,14 @@ def test_a_reply_topic_that_refuses_chunks_fails_the_request_once_on_the_default
     assert r.producer.on(r.topics.retry) == []
 
 
-def test_a_stream_cut_by_shutdown_leaves_no_outcome_and_no_flusher() -> None:
+@in_loop
+async def test_a_stream_cut_by_shutdown_leaves_no_outcome_and_no_flusher() -> None:
     request = a_request("HIGH", stream=True, deadline_ms=60_000)
 
-    async def scenario() -> Rig:
-        r = streaming_rig(drain_timeout_s=0.2)
-        async with running(r):
-            r.backend.hold()
-            r.consumer.produce(r.partition("HIGH"), encoded(request))
-            await eventually(lambda: r.backend.in_flight == 1, "the call running")
-        assert not [t for t in asyncio.all_tasks() if t.get_name() == "chunk-flusher"]
-        return r
-
-    r = asyncio.run(scenario())
+    r = streaming_rig(drain_timeout_s=0.2)
+    async with running(r):
+        r.backend.hold()
+        r.consumer.produce(r.partition("HIGH"), encoded(request))
+        await eventually(lambda: r.backend.in_flight == 1, "the call running")
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "chunk-flusher"]
     assert r.results() == {}, "the next owner redoes it"

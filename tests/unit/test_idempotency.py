@@ -3,6 +3,7 @@ import asyncio
 import pytest
 
 from inferq.ingest.idempotency import IdempotencyCache
+from tests.support.loop import in_loop
 
 
 def test_idempotency_cache_runs_the_action_once_per_id():
@@ -25,23 +26,21 @@ def test_idempotency_cache_runs_the_action_once_per_id():
     assert all(answer == {"request_id": "a"} for answer, _ in results)
 
 
-def test_idempotency_cache_forgets_failures_and_is_bounded():
-    async def scenario():
-        cache = IdempotencyCache(2)
+@in_loop
+async def test_idempotency_cache_forgets_failures_and_is_bounded():
+    cache = IdempotencyCache(2)
 
-        async def boom():
-            raise ValueError("kafka down")
+    async def boom():
+        raise ValueError("kafka down")
 
-        with pytest.raises(ValueError):
-            await cache.once("a", boom)
+    with pytest.raises(ValueError):
+        await cache.once("a", boom)
 
-        async def ok():
-            return {"ok": True}
+    async def ok():
+        return {"ok": True}
 
-        answer, replayed = await cache.once("a", ok)
-        assert (answer, replayed) == ({"ok": True}, False)
-        await cache.once("b", ok)
-        await cache.once("c", ok)
-        assert len(cache) == 2
-
-    asyncio.run(scenario())
+    answer, replayed = await cache.once("a", ok)
+    assert (answer, replayed) == ({"ok": True}, False)
+    await cache.once("b", ok)
+    await cache.once("c", ok)
+    assert len(cache) == 2

@@ -8,7 +8,6 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import fastavro
 import httpx
@@ -33,6 +32,7 @@ from inferq.tools.loadtest.tracefile import read_trace, trace_metadata, write_tr
 from inferq.tools.traces.arrival import Arrival
 from tests.support.clock import ManualClock
 from tests.support.kafka import a_request
+from tests.support.loop import in_loop
 from tests.support.waiting import eventually
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -245,21 +245,19 @@ def test_a_shared_start_instant_anchors_every_due_time() -> None:
     assert all(r.sent_ms >= r.due_ms - 5 for r in records), records
 
 
-def test_concurrency_is_bounded_and_a_stop_ends_the_run_with_what_was_sent() -> None:
+@in_loop
+async def test_concurrency_is_bounded_and_a_stop_ends_the_run_with_what_was_sent() -> None:
     sender = FakeSender(delay_s=0.05)
     trace = [arrival(i, 0) for i in range(40)] + [arrival(40, 60_000)]
     records: list[RequestRecord] = []
 
-    async def go() -> Any:
-        stop = asyncio.Event()
-        task = asyncio.create_task(
-            run_load(trace, sender, LoadOptions("t", max_in_flight=4), stop=stop, on_record=records.append)
-        )
-        await eventually(lambda: len(records) >= 40, "40 records", 10.0, interval_s=0.01)
-        stop.set()  # as Ctrl-C does: the last arrival, a minute away, is never sent
-        return await asyncio.wait_for(task, 5.0)
-
-    result = asyncio.run(go())
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_load(trace, sender, LoadOptions("t", max_in_flight=4), stop=stop, on_record=records.append)
+    )
+    await eventually(lambda: len(records) >= 40, "40 records", 10.0, interval_s=0.01)
+    stop.set()  # as Ctrl-C does: the last arrival, a minute away, is never sent
+    result = await asyncio.wait_for(task, 5.0)
     assert sender.most == 4
     assert result.interrupted and result.sent == 40 and len(records) == 40
 
@@ -303,20 +301,16 @@ def fake_ingest(request: httpx.Request) -> httpx.Response:
     return answers.get(body["scenario"], httpx.Response(500, text="boom"))
 
 
-def test_http_answers_are_classified_as_a_report_needs_them() -> None:
-    async def go() -> list[Answer]:
-        sender = HttpSender(
-            "http://ingest", max_connections=4, timeout_s=5, transport=httpx.MockTransport(fake_ingest)
-        )
-        async with sender:
-            return [
-                await sender.send(replace(arrival(i, 0), scenario=s), f"t:{i}")
-                for i, s in enumerate(
-                    ("realtime_chat", "morning_brief", "emotion_analysis", "recipe_recommend")
-                )
-            ]
-
-    accepted, refused, unavailable, error = asyncio.run(go())
+@in_loop
+async def test_http_answers_are_classified_as_a_report_needs_them() -> None:
+    sender = HttpSender(
+        "http://ingest", max_connections=4, timeout_s=5, transport=httpx.MockTransport(fake_ingest)
+    )
+    async with sender:
+        accepted, refused, unavailable, error = [
+            await sender.send(replace(arrival(i, 0), scenario=s), f"t:{i}")
+            for i, s in enumerate(("realtime_chat", "morning_brief", "emotion_analysis", "recipe_recommend"))
+        ]
     assert (accepted.outcome, accepted.status, accepted.answer_tier, accepted.expire_at_ms) == (
         "accepted",
         202,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from inferq.dispatcher.consumer import Partition
 from inferq.dispatcher.deferred import ReadPositions
 from inferq.dispatcher.inflight import InFlight
@@ -15,6 +13,7 @@ from inferq.dispatcher.work import Work
 from inferq.messaging.tiers import Tier
 from inferq.messaging.topics import TopicNames
 from tests.support.dispatcher_fakes import InMemoryConsumer
+from tests.support.loop import in_loop
 from tests.support.waiting import eventually
 from tests.support.work import a_work
 
@@ -61,44 +60,38 @@ def partitions(topic: str) -> set[Partition]:
     return {Partition(topic, 0), Partition(topic, 1)}
 
 
-def test_a_full_tier_is_paused_and_stays_paused_across_a_rebalance() -> None:
-    async def scenario() -> None:
-        consumer, readahead, pauses = setup()
-        await consumer.start(Listener(pauses))
-        for item in waiting(Tier.LOW, 2):
-            readahead.add(item)
-        pauses.update()
-        assert consumer.paused() == partitions(TOPICS.requests(Tier.LOW))
-        await consumer.rebalance(set(consumer.logs))  # the consumer forgets its pauses
-        assert consumer.paused() == partitions(TOPICS.requests(Tier.LOW))
-        readahead.pop(Tier.LOW)
-        pauses.update()
-        assert consumer.paused() == set()
-
-    asyncio.run(scenario())
+@in_loop
+async def test_a_full_tier_is_paused_and_stays_paused_across_a_rebalance() -> None:
+    consumer, readahead, pauses = setup()
+    await consumer.start(Listener(pauses))
+    for item in waiting(Tier.LOW, 2):
+        readahead.add(item)
+    pauses.update()
+    assert consumer.paused() == partitions(TOPICS.requests(Tier.LOW))
+    await consumer.rebalance(set(consumer.logs))  # the consumer forgets its pauses
+    assert consumer.paused() == partitions(TOPICS.requests(Tier.LOW))
+    readahead.pop(Tier.LOW)
+    pauses.update()
+    assert consumer.paused() == set()
 
 
-def test_retries_pause_only_when_the_whole_read_ahead_is_full() -> None:
-    async def scenario() -> None:
-        consumer, readahead, pauses = setup(per_tier=1)
-        await consumer.start(Listener(pauses))
-        for tier in Tier:
-            readahead.add(waiting(tier, 1)[0])
-        pauses.update()
-        assert partitions(TOPICS.retry) <= consumer.paused()
-        # What inferq_paused_partitions_by_tier reports when scraped.
-        assert pauses.paused_by_tier() == {"HIGH": 2, "MEDIUM": 2, "LOW": 2, "retry": 2}
-
-    asyncio.run(scenario())
+@in_loop
+async def test_retries_pause_only_when_the_whole_read_ahead_is_full() -> None:
+    consumer, readahead, pauses = setup(per_tier=1)
+    await consumer.start(Listener(pauses))
+    for tier in Tier:
+        readahead.add(waiting(tier, 1)[0])
+    pauses.update()
+    assert partitions(TOPICS.retry) <= consumer.paused()
+    # What inferq_paused_partitions_by_tier reports when scraped.
+    assert pauses.paused_by_tier() == {"HIGH": 2, "MEDIUM": 2, "LOW": 2, "retry": 2}
 
 
-def test_a_held_back_retry_partition_is_released_when_due() -> None:
-    async def scenario() -> None:
-        consumer, _, pauses = setup()
-        await consumer.start(Listener(pauses))
-        held = Partition(TOPICS.retry, 1)
-        pauses.hold_back(held, 0.05)
-        assert consumer.paused() == {held}
-        await eventually(lambda: not consumer.paused(), "the held partition resumed", 2, interval_s=0.01)
-
-    asyncio.run(scenario())
+@in_loop
+async def test_a_held_back_retry_partition_is_released_when_due() -> None:
+    consumer, _, pauses = setup()
+    await consumer.start(Listener(pauses))
+    held = Partition(TOPICS.retry, 1)
+    pauses.hold_back(held, 0.05)
+    assert consumer.paused() == {held}
+    await eventually(lambda: not consumer.paused(), "the held partition resumed", 2, interval_s=0.01)

@@ -16,6 +16,7 @@ from inferq.messaging.readiness import TopicsWatch
 from inferq.results.app import create_app as create_results
 from inferq.results.settings import ResultsSettings
 from tests.support.fakes import FakeBacklog, FakeResultFeed, GatedFeed, RecordingProducer
+from tests.support.loop import in_loop
 from tests.support.waiting import wait_until
 
 
@@ -36,26 +37,24 @@ def missing(*topics: str) -> MissingTopicsError:
     return MissingTopicsError(list(topics), "kafka.internal:9092")
 
 
-def test_the_watch_reports_the_last_check_and_never_an_address():
+@in_loop
+async def test_the_watch_reports_the_last_check_and_never_an_address():
     kafka = SwitchableKafka()
     watch = TopicsWatch(kafka, interval_s=3600)
 
-    async def scenario() -> list[str | None]:
-        seen = [watch.problem()]
-        await watch.check_once()
-        seen.append(watch.problem())
-        kafka.failure = missing("p.requests.high", "p.results")
-        await watch.check_once()
-        seen.append(watch.problem())
-        kafka.failure = MessagingError("Kafka at kafka.internal:9092 did not answer within 5 s")
-        await watch.check_once()
-        seen.append(watch.problem())
-        kafka.failure = None
-        await watch.check_once()
-        seen.append(watch.problem())
-        return seen
-
-    assert asyncio.run(scenario()) == [
+    seen = [watch.problem()]
+    await watch.check_once()
+    seen.append(watch.problem())
+    kafka.failure = missing("p.requests.high", "p.results")
+    await watch.check_once()
+    seen.append(watch.problem())
+    kafka.failure = MessagingError("Kafka at kafka.internal:9092 did not answer within 5 s")
+    await watch.check_once()
+    seen.append(watch.problem())
+    kafka.failure = None
+    await watch.check_once()
+    seen.append(watch.problem())
+    assert seen == [
         "kafka not checked yet",
         None,
         "topics missing: p.requests.high, p.results",

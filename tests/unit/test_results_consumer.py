@@ -19,6 +19,7 @@ from inferq.results.consumer import ResultConsumer, ResultsMetrics
 from inferq.results.store import ResultStore
 from tests.support.fakes import FakeResultFeed, InMemoryMetrics
 from tests.support.fakes import a_result as result
+from tests.support.loop import in_loop
 
 CODEC = result_codec()
 
@@ -26,86 +27,80 @@ CODEC = result_codec()
 PARTITION = ReplyPartition("inferq.results", 0)
 
 
-def test_a_batch_is_stored_with_how_far_its_partition_was_read(tmp_path, caplog):
+@in_loop
+async def test_a_batch_is_stored_with_how_far_its_partition_was_read(tmp_path, caplog):
     caplog.set_level(logging.ERROR, logger="inferq.results")
     reader = InMemoryMetrics()
 
-    async def scenario() -> list[dict[ReplyPartition, int]]:
-        async with ResultStore(tmp_path / "r.db") as store:
-            feed = FakeResultFeed()
-            consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(reader.meter))
-            feed.push([CODEC.encode(result("a")), b"\x00garbage", None, CODEC.encode(result("b"))])
-            feed.push([CODEC.encode(result("a", status="FAILED")), CODEC.encode(result("c"))])
-            positions = []
-            for _ in range(3):  # the third fetch finds nothing
-                await consumer.consume_once(feed)
-                positions.append(await store.positions())
-            assert (await store.get("default", "a")).status == "OK"
-            return positions
-
-    assert asyncio.run(scenario()) == [{PARTITION: 4}, {PARTITION: 6}, {PARTITION: 6}]
+    async with ResultStore(tmp_path / "r.db") as store:
+        feed = FakeResultFeed()
+        consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(reader.meter))
+        feed.push([CODEC.encode(result("a")), b"\x00garbage", None, CODEC.encode(result("b"))])
+        feed.push([CODEC.encode(result("a", status="FAILED")), CODEC.encode(result("c"))])
+        positions = []
+        for _ in range(3):  # the third fetch finds nothing
+            await consumer.consume_once(feed)
+            positions.append(await store.positions())
+        assert (await store.get("default", "a")).status == "OK"
+        assert positions == [{PARTITION: 4}, {PARTITION: 6}, {PARTITION: 6}]
     assert reader.points("inferq_results_stored_total") == {frozenset(): 3}
     assert reader.points("inferq_results_duplicates_total") == {frozenset(): 1}
     assert reader.points("inferq_results_undecodable_total") == {frozenset(): 2}
     assert "undecodable result inferq.results[0]@1 skipped" in caplog.text
 
 
-def test_a_restarted_reader_passes_over_what_it_stored_before_and_goes_on_after_it(tmp_path):
+@in_loop
+async def test_a_restarted_reader_passes_over_what_it_stored_before_and_goes_on_after_it(tmp_path):
     reader = InMemoryMetrics()
 
-    async def scenario() -> tuple[str, str, dict[ReplyPartition, int]]:
-        async with ResultStore(tmp_path / "r.db") as store:
-            first = FakeResultFeed()
-            consumer = ResultConsumer(lambda: first, store, CODEC, ResultsMetrics(InMemoryMetrics().meter))
-            first.push([CODEC.encode(result("a")), CODEC.encode(result("b"))])
-            await consumer.consume_once(first)
-        async with ResultStore(tmp_path / "r.db") as store:
-            # The feed hands offset 0 out again (a seek lost, a partition re-assigned from its start).
-            again = FakeResultFeed()
-            consumer = ResultConsumer(lambda: again, store, CODEC, ResultsMetrics(reader.meter))
-            replayed = [result("a", status="FAILED"), result("b"), result("c")]
-            again.push([CODEC.encode(r) for r in replayed])
-            await consumer.start()
-            async with asyncio.timeout(5.0):
-                await consumer.ready.wait()
-            await consumer.stop()
-            a, c = await store.get("default", "a"), await store.get("default", "c")
-            return a.status, c.status, await store.positions()
-
-    assert asyncio.run(scenario()) == ("OK", "OK", {PARTITION: 3})
+    async with ResultStore(tmp_path / "r.db") as store:
+        first = FakeResultFeed()
+        consumer = ResultConsumer(lambda: first, store, CODEC, ResultsMetrics(InMemoryMetrics().meter))
+        first.push([CODEC.encode(result("a")), CODEC.encode(result("b"))])
+        await consumer.consume_once(first)
+    async with ResultStore(tmp_path / "r.db") as store:
+        # The feed hands offset 0 out again (a seek lost, a partition re-assigned from its start).
+        again = FakeResultFeed()
+        consumer = ResultConsumer(lambda: again, store, CODEC, ResultsMetrics(reader.meter))
+        replayed = [result("a", status="FAILED"), result("b"), result("c")]
+        again.push([CODEC.encode(r) for r in replayed])
+        await consumer.start()
+        async with asyncio.timeout(5.0):
+            await consumer.ready.wait()
+        await consumer.stop()
+        a, c = await store.get("default", "a"), await store.get("default", "c")
+        assert (a.status, c.status, await store.positions()) == ("OK", "OK", {PARTITION: 3})
     # Passed over, not even read as duplicates: the two records below the stored position.
     assert reader.points("inferq_results_duplicates_total") == {frozenset(): 0}
     assert reader.points("inferq_results_stored_total") == {frozenset(): 1}
 
 
-def test_ready_only_once_everything_written_before_the_start_is_stored(tmp_path):
+@in_loop
+async def test_ready_only_once_everything_written_before_the_start_is_stored(tmp_path):
     class Backlog(FakeResultFeed):
         async def getmany(self, **kwargs):
             # One record per fetch: the backlog takes three fetches to read.
             return await super().getmany(timeout_ms=kwargs["timeout_ms"], max_records=1)
 
-    async def scenario() -> list[tuple[bool, int]]:
-        async with ResultStore(tmp_path / "r.db") as store:
-            feed = Backlog()
-            consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter))
-            for name in "abc":
-                feed.push([CODEC.encode(result(name))])
-            seen: list[tuple[bool, int]] = []
-            await consumer.start()
-            async with asyncio.timeout(5.0):
-                while not consumer.ready.is_set():
-                    seen.append((consumer.ready.is_set(), await store.count()))
-                    await asyncio.sleep(0.001)
-            seen.append((consumer.ready.is_set(), await store.count()))
-            await consumer.stop()
-            return seen
-
-    seen = asyncio.run(scenario())
+    async with ResultStore(tmp_path / "r.db") as store:
+        feed = Backlog()
+        consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter))
+        for name in "abc":
+            feed.push([CODEC.encode(result(name))])
+        seen: list[tuple[bool, int]] = []
+        await consumer.start()
+        async with asyncio.timeout(5.0):
+            while not consumer.ready.is_set():
+                seen.append((consumer.ready.is_set(), await store.count()))
+                await asyncio.sleep(0.001)
+        seen.append((consumer.ready.is_set(), await store.count()))
+        await consumer.stop()
     assert seen[-1] == (True, 3)
     assert all(count < 3 for ready, count in seen if not ready)
 
 
-def test_consumption_outlives_a_broker_error_and_stops_cleanly(tmp_path, monkeypatch, caplog):
+@in_loop
+async def test_consumption_outlives_a_broker_error_and_stops_cleanly(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(reply_reader, "RETRY_PAUSE_S", 0.01)
     events: list[str] = []
 
@@ -118,66 +113,61 @@ def test_consumption_outlives_a_broker_error_and_stops_cleanly(tmp_path, monkeyp
                 raise KafkaConnectionError("broker gone")
             return await super().getmany(**kwargs)
 
-    async def scenario() -> bool:
-        async with ResultStore(tmp_path / "r.db") as store:
-            feed = FlakyFeed(events=events)
-            consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter))
-            await consumer.start()
-            await consumer.start()  # idempotent
-            feed.push([CODEC.encode(result("a"))])
-            async with asyncio.timeout(5.0):
-                while await store.get("default", "a") is None:
-                    await asyncio.sleep(0.01)
-            ready = consumer.ready.is_set()
-            await consumer.stop()
-            await consumer.stop()  # idempotent
-            return ready
-
-    assert asyncio.run(scenario()) is True
+    async with ResultStore(tmp_path / "r.db") as store:
+        feed = FlakyFeed(events=events)
+        consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter))
+        await consumer.start()
+        await consumer.start()  # idempotent
+        feed.push([CODEC.encode(result("a"))])
+        async with asyncio.timeout(5.0):
+            while await store.get("default", "a") is None:
+                await asyncio.sleep(0.01)
+        ready = consumer.ready.is_set()
+        await consumer.stop()
+        await consumer.stop()  # idempotent
+        assert ready is True
     assert events == ["feed.start", "feed.stop"]
     assert "reading the reply topic failed, trying again in 1 s" in caplog.text
 
 
 @pytest.mark.parametrize("value", [b"", b"\xc3\x01" + b"\x00" * 8])
-def test_poison_alone_still_moves_the_position_on(tmp_path, value):
-    async def scenario() -> dict[ReplyPartition, int]:
-        async with ResultStore(tmp_path / "r.db") as store:
-            feed = FakeResultFeed()
-            consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter))
-            feed.push([value])
-            await consumer.consume_once(feed)
-            assert await store.count() == 0
-            return await store.positions()
-
-    # The record can never be stored: reading past it is what keeps a restart from reading it again.
-    assert asyncio.run(scenario()) == {PARTITION: 1}
+@in_loop
+async def test_poison_alone_still_moves_the_position_on(tmp_path, value):
+    async with ResultStore(tmp_path / "r.db") as store:
+        feed = FakeResultFeed()
+        consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter))
+        feed.push([value])
+        await consumer.consume_once(feed)
+        assert await store.count() == 0
+        # The record can never be stored: reading past it is what keeps a restart from reading it again.
+        assert await store.positions() == {PARTITION: 1}
 
 
-def test_chunks_of_a_streamed_answer_are_passed_over_not_stored_nor_poison(tmp_path, caplog):
+@in_loop
+async def test_chunks_of_a_streamed_answer_are_passed_over_not_stored_nor_poison(tmp_path, caplog):
     caplog.set_level(logging.ERROR, logger="inferq.results")
     reader = InMemoryMetrics()
     chunk = InferenceChunk("a", "default", 1, 0, "par", "m", 10, "d")
     marked = [(KIND_HEADER, CHUNK_KIND)]
 
-    async def scenario() -> tuple[object, int, dict[ReplyPartition, int]]:
-        async with ResultStore(tmp_path / "r.db") as store:
-            feed = FakeResultFeed()
-            consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(reader.meter))
-            feed.push(
-                [
-                    chunk_codec().encode(chunk),
-                    chunk_codec().encode(replace(chunk, seq=1, delta="tial")),
-                ],
-                headers=marked,
-            )
-            feed.push([CODEC.encode(result("a"))], headers=[("traceparent", b"00-x")])
-            # A chunk-marked record that is not a chunk is still not a result: passed over too.
-            feed.push([b"\x00not avro"], headers=marked)
-            for _ in range(3):
-                await consumer.consume_once(feed)
-            return await store.get("default", "a"), await store.count(), await store.positions()
-
-    stored, count, positions = asyncio.run(scenario())
+    async with ResultStore(tmp_path / "r.db") as store:
+        feed = FakeResultFeed()
+        consumer = ResultConsumer(lambda: feed, store, CODEC, ResultsMetrics(reader.meter))
+        feed.push(
+            [
+                chunk_codec().encode(chunk),
+                chunk_codec().encode(replace(chunk, seq=1, delta="tial")),
+            ],
+            headers=marked,
+        )
+        feed.push([CODEC.encode(result("a"))], headers=[("traceparent", b"00-x")])
+        # A chunk-marked record that is not a chunk is still not a result: passed over too.
+        feed.push([b"\x00not avro"], headers=marked)
+        for _ in range(3):
+            await consumer.consume_once(feed)
+        stored = await store.get("default", "a")
+        count = await store.count()
+        positions = await store.positions()
     assert stored is not None and stored.status == "OK"
     assert count == 1
     assert positions == {PARTITION: 4}, "chunks are read past like everything else"
@@ -186,7 +176,8 @@ def test_chunks_of_a_streamed_answer_are_passed_over_not_stored_nor_poison(tmp_p
     assert "undecodable" not in caplog.text
 
 
-def test_the_reader_wakes_the_hub_with_stored_results_and_chunks_written_since_it_started(tmp_path):
+@in_loop
+async def test_the_reader_wakes_the_hub_with_stored_results_and_chunks_written_since_it_started(tmp_path):
     class CatchingUp(FakeResultFeed):
         """Offsets 0 and 1 were written before the feed started (a new replica catching up)."""
 
@@ -196,33 +187,29 @@ def test_the_reader_wakes_the_hub_with_stored_results_and_chunks_written_since_i
     chunk = InferenceChunk("s1", "default", 1, 0, "old", "m", 10, "d")
     marked = [(KIND_HEADER, CHUNK_KIND)]
 
-    async def scenario() -> tuple[list[str], object, object, int]:
-        async with ResultStore(tmp_path / "r.db") as store:
-            hub = WaiterHub()
-            feed = CatchingUp()
-            consumer = ResultConsumer(
-                lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter), hub=hub
-            )
-            feed.push(
-                [chunk_codec().encode(chunk), chunk_codec().encode(replace(chunk, seq=1, delta="er"))],
-                headers=marked,
-            )
-            feed.push(
-                [chunk_codec().encode(replace(chunk, seq=2, delta="new")), b"\x00not avro"], headers=marked
-            )
+    async with ResultStore(tmp_path / "r.db") as store:
+        hub = WaiterHub()
+        feed = CatchingUp()
+        consumer = ResultConsumer(
+            lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter), hub=hub
+        )
+        feed.push(
+            [chunk_codec().encode(chunk), chunk_codec().encode(replace(chunk, seq=1, delta="er"))],
+            headers=marked,
+        )
+        feed.push([chunk_codec().encode(replace(chunk, seq=2, delta="new")), b"\x00not avro"], headers=marked)
+        await consumer.consume_once(feed)
+        await consumer.consume_once(feed)
+        with hub.waiting("default", "s1", replay=True) as late:
+            replayed = []
+            while (got := await late.next(0)) is not None:
+                replayed.append(got.delta)
+        with hub.waiting("default", "r", chunks=False) as polling:
+            feed.push([CODEC.encode(result("r"))])
             await consumer.consume_once(feed)
-            await consumer.consume_once(feed)
-            with hub.waiting("default", "s1", replay=True) as late:
-                replayed = []
-                while (got := await late.next(0)) is not None:
-                    replayed.append(got.delta)
-            with hub.waiting("default", "r", chunks=False) as polling:
-                feed.push([CODEC.encode(result("r"))])
-                await consumer.consume_once(feed)
-                woken = await polling.result(1.0)
-            return replayed, woken, await store.get("default", "r"), consumer.undecodable_chunks
-
-    replayed, woken, stored, undecodable = asyncio.run(scenario())
+            woken = await polling.result(1.0)
+        stored = await store.get("default", "r")
+        undecodable = consumer.undecodable_chunks
     assert replayed == ["new"], "chunks written before the reader started are not handed to the hub"
     assert woken is not None and woken.request_id == "r"
     assert stored is not None

@@ -3,7 +3,6 @@ first), the settings that set them, and /healthz when a background task has died
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 
@@ -19,6 +18,7 @@ from inferq.results.store import ResultStore
 from inferq.results.table import ResultsTable
 from tests.support.clock import ManualClock
 from tests.support.fakes import DyingResultFeed, FakeResultFeed, a_result
+from tests.support.loop import in_loop
 from tests.support.waiting import eventually, wait_until
 
 DAY_MS = 86_400_000
@@ -45,23 +45,21 @@ def test_a_retention_that_is_not_a_duration_is_refused(text):
         ResultsSettings(retention_s=text)
 
 
-def test_an_expired_result_is_not_served_before_the_purge_and_is_deleted_by_it(tmp_path):
+@in_loop
+async def test_an_expired_result_is_not_served_before_the_purge_and_is_deleted_by_it(tmp_path):
     clock = ManualClock(1_700_000_000_000)
 
-    async def scenario() -> None:
-        async with ResultStore(tmp_path / "r.db", retention_s=86_400, clock_ms=clock) as store:
-            await store.put_many([a_result("old")])
-            clock.advance(DAY_MS // 2)
-            await store.put_many([a_result("new")])
-            clock.advance(DAY_MS // 2 + 1)
-            assert await store.get("default", "old") is None  # past retention: not served, still stored
-            assert (await store.get("default", "new")).request_id == "new"
-            assert await store.count() == 2
-            assert await store.purge() == (1, 0)
-            assert await store.count() == 1
-            assert await store.put_many([a_result("new")]) == (0, 1)  # first result still wins
-
-    asyncio.run(scenario())
+    async with ResultStore(tmp_path / "r.db", retention_s=86_400, clock_ms=clock) as store:
+        await store.put_many([a_result("old")])
+        clock.advance(DAY_MS // 2)
+        await store.put_many([a_result("new")])
+        clock.advance(DAY_MS // 2 + 1)
+        assert await store.get("default", "old") is None  # past retention: not served, still stored
+        assert (await store.get("default", "new")).request_id == "new"
+        assert await store.count() == 2
+        assert await store.purge() == (1, 0)
+        assert await store.count() == 1
+        assert await store.put_many([a_result("new")]) == (0, 1)  # first result still wins
 
 
 def test_the_row_cap_deletes_the_oldest_stored_first_within_the_batch(tmp_path):
@@ -97,22 +95,20 @@ def test_a_database_from_before_retention_gets_stored_times_from_completion(tmp_
     table.close()
 
 
-def test_the_retention_task_purges_on_its_interval_and_stops(tmp_path):
+@in_loop
+async def test_the_retention_task_purges_on_its_interval_and_stops(tmp_path):
     clock = ManualClock(1_700_000_000_000)
 
-    async def scenario() -> int:
-        async with ResultStore(tmp_path / "r.db", retention_s=60, clock_ms=clock) as store:
-            await store.put_many([a_result("a")])
-            clock.advance(61_000)
-            task = RetentionTask(store, interval_s=0.01)
-            await task.start()
-            await eventually(store.count, "the store emptied", 5, interval_s=0.01, done=lambda n: n == 0)
-            assert not task.failed
-            await task.stop()
-            await task.stop()
-            return await store.count()
-
-    assert asyncio.run(scenario()) == 0
+    async with ResultStore(tmp_path / "r.db", retention_s=60, clock_ms=clock) as store:
+        await store.put_many([a_result("a")])
+        clock.advance(61_000)
+        task = RetentionTask(store, interval_s=0.01)
+        await task.start()
+        await eventually(store.count, "the store emptied", 5, interval_s=0.01, done=lambda n: n == 0)
+        assert not task.failed
+        await task.stop()
+        await task.stop()
+        assert await store.count() == 0
 
 
 def test_healthz_is_503_once_the_consumer_has_died(tmp_path, caplog):

@@ -15,6 +15,7 @@ from inferq.results.table import ResultsTable
 from inferq.results.view import public_view
 from tests.support.fakes import a_result as result
 from tests.support.fakes import result_record as record
+from tests.support.loop import in_loop
 
 
 def worker_threads() -> int:
@@ -63,16 +64,14 @@ def test_public_view_timings():
 # --- the async store ----------------------------------------------------------------------------
 
 
-def test_store_keeps_the_first_result_and_counts_duplicates(tmp_path):
-    async def scenario() -> None:
-        async with ResultStore(tmp_path / "r.db") as store:
-            assert await store.put_many([result("a"), result("b")]) == (2, 0)
-            assert await store.put_many(r for r in [result("a", status="FAILED"), result("c")]) == (1, 1)
-            assert (await store.get("default", "a")) == result("a")
-            assert await store.get("default", "zzz") is None
-            assert await store.count() == 3
-
-    asyncio.run(scenario())
+@in_loop
+async def test_store_keeps_the_first_result_and_counts_duplicates(tmp_path):
+    async with ResultStore(tmp_path / "r.db") as store:
+        assert await store.put_many([result("a"), result("b")]) == (2, 0)
+        assert await store.put_many(r for r in [result("a", status="FAILED"), result("c")]) == (1, 1)
+        assert (await store.get("default", "a")) == result("a")
+        assert await store.get("default", "zzz") is None
+        assert await store.count() == 3
 
 
 def test_reads_made_while_a_batch_is_written_wait_for_it_and_the_loop_keeps_running(tmp_path):
@@ -98,42 +97,38 @@ def test_reads_made_while_a_batch_is_written_wait_for_it_and_the_loop_keeps_runn
     assert [g.request_id for g in gets if g is not None] == ["r0", "r2500", "r4999"]
 
 
-def test_close_lets_a_write_in_flight_finish_and_ends_the_worker(tmp_path):
+@in_loop
+async def test_close_lets_a_write_in_flight_finish_and_ends_the_worker(tmp_path):
     before = worker_threads()
 
-    async def scenario() -> tuple[int, int]:
-        store = ResultStore(tmp_path / "r.db")
-        await store.open()
-        assert worker_threads() == before + 1
-        write = asyncio.create_task(store.put_many([result(f"r{i}") for i in range(1_000)]))
-        await asyncio.sleep(0)
-        await asyncio.gather(store.close(), store.close())  # concurrent closes: both wait for one
-        await store.close()  # and again, later: nothing to do
-        stored, _ = await write
-        async with ResultStore(tmp_path / "r.db") as reopened:
-            return stored, await reopened.count()
-
-    assert asyncio.run(scenario()) == (1_000, 1_000)
+    store = ResultStore(tmp_path / "r.db")
+    await store.open()
+    assert worker_threads() == before + 1
+    write = asyncio.create_task(store.put_many([result(f"r{i}") for i in range(1_000)]))
+    await asyncio.sleep(0)
+    await asyncio.gather(store.close(), store.close())  # concurrent closes: both wait for one
+    await store.close()  # and again, later: nothing to do
+    stored, _ = await write
+    async with ResultStore(tmp_path / "r.db") as reopened:
+        assert (stored, await reopened.count()) == (1_000, 1_000)
     assert worker_threads() == before
 
 
-def test_a_closed_or_unopened_store_refuses_calls(tmp_path):
-    async def scenario() -> None:
-        store = ResultStore(tmp_path / "r.db")
-        with pytest.raises(StoreNotOpenError, match="not open"):
-            await store.count()
+@in_loop
+async def test_a_closed_or_unopened_store_refuses_calls(tmp_path):
+    store = ResultStore(tmp_path / "r.db")
+    with pytest.raises(StoreNotOpenError, match="not open"):
+        await store.count()
+    await store.open()
+    await store.open()  # idempotent
+    await store.close()
+    with pytest.raises(StoreNotOpenError):
+        await store.get("default", "a")
+    with pytest.raises(StoreNotOpenError):
         await store.open()
-        await store.open()  # idempotent
-        await store.close()
-        with pytest.raises(StoreNotOpenError):
-            await store.get("default", "a")
-        with pytest.raises(StoreNotOpenError):
-            await store.open()
-        never_opened = ResultStore(tmp_path / "other.db")
-        await never_opened.close()
-        assert not (tmp_path / "other.db").exists()
-
-    asyncio.run(scenario())
+    never_opened = ResultStore(tmp_path / "other.db")
+    await never_opened.close()
+    assert not (tmp_path / "other.db").exists()
 
 
 def test_a_store_that_cannot_open_leaves_no_worker_behind(tmp_path):

@@ -17,6 +17,7 @@ from inferq.tenancy.bind import is_loopback, require_tenants_or_loopback
 from inferq.tenancy.errors import AuthenticationError, OpenModeRefusedError, TenantsFileError
 from inferq.tenancy.keys import hash_key
 from inferq.tenancy.registry import TenantRegistry
+from tests.support.loop import in_loop
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.waiting import eventually
 
@@ -135,18 +136,16 @@ def test_sighup_reloads_at_once_even_unchanged(tmp_path):
     assert signal.getsignal(signal.SIGHUP) == before
 
 
-def test_start_and_stop_are_idempotent_and_open_mode_watches_nothing(tmp_path):
-    async def scenario() -> None:
-        registry = registry_with(tmp_path / "t.toml", TenantSpec("a"))
-        await registry.start()
-        await registry.start()
-        await registry.stop()
-        await registry.stop()
-        open_registry = TenantRegistry(None)
-        await open_registry.start(sighup=True)
-        await open_registry.stop()
-
-    asyncio.run(scenario())
+@in_loop
+async def test_start_and_stop_are_idempotent_and_open_mode_watches_nothing(tmp_path):
+    registry = registry_with(tmp_path / "t.toml", TenantSpec("a"))
+    await registry.start()
+    await registry.start()
+    await registry.stop()
+    await registry.stop()
+    open_registry = TenantRegistry(None)
+    await open_registry.start(sighup=True)
+    await open_registry.stop()
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"])
