@@ -9,6 +9,7 @@ The same through the real broker, dispatcher and simulated backend: tests/e2e/te
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from inferq.ingest.validation import SubmitRequest, describe
 from inferq.messaging import limits
 from inferq.messaging.records import InferenceResult, Status
 from inferq.messaging.tiers import Tier
+from inferq.results.table import ResultsTable
 from inferq.results.view import public_view
 from tests.unit.test_chat_completions import HI, NARROW, answered, ingest, run
 
@@ -308,3 +310,31 @@ def test_the_native_api_takes_the_same_fields_with_the_same_rules() -> None:
         )
     fields = {p["field"]: p["problem"] for p in describe(refused.value)}  # type: ignore[arg-type]
     assert fields == {"params.tools": "at most 128 tools, not 129"}
+
+
+def test_the_results_table_keeps_tool_calls_and_one_from_the_previous_release_gains_the_column(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "r.db"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE results (tenant TEXT NOT NULL DEFAULT 'default', request_id TEXT NOT NULL, "
+            "tier TEXT NOT NULL, status TEXT NOT NULL, output TEXT, error TEXT, model TEXT NOT NULL, "
+            "usage TEXT, enqueued_at_ms INTEGER NOT NULL, dispatched_at_ms INTEGER, "
+            "completed_at_ms INTEGER NOT NULL, attempts INTEGER NOT NULL, dispatcher_id TEXT NOT NULL, "
+            "finish_reason TEXT, system_fingerprint TEXT, "
+            "stored_at_ms INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (tenant, request_id))"
+        )
+        db.execute(
+            "INSERT INTO results (request_id, tier, status, output, model, enqueued_at_ms, "
+            "completed_at_ms, attempts, dispatcher_id, finish_reason) "
+            "VALUES ('old', 'HIGH', 'OK', 'o', 'm', 0, 30, 1, 'd', 'stop')"
+        )
+    table = ResultsTable(path)
+    old = table.get("default", "old")
+    assert old is not None and old.tool_calls is None and "tool_calls" not in public_view(old)
+    called = a_result(output="", finish_reason="tool_calls", tool_calls=json.dumps([CALL]))
+    assert table.put_many([called]) == (1, 0)
+    table.close()
+    stored = ResultsTable(path).get("default", "r-1")
+    assert stored == called and public_view(stored)["tool_calls"] == [CALL]
