@@ -134,7 +134,7 @@ def _params(request: InferenceRequest, e: Entitlements) -> tuple[dict[str, str],
             problems.append(Problem(field, "not a parameter any request may set"))
         elif name not in e.params and limits.ENTITLED_WITH.get(name) not in e.params:
             problems.append(Problem(field, "not entitled to set this parameter"))
-        elif (cap := e.params[name]) is not None and not _within(name, value, cap):
+        elif (cap := e.params.get(name)) is not None and not _within(name, value, cap):
             problems.append(Problem(field, f"over this tenant's cap, {cap:g}"))
     return raw, problems
 

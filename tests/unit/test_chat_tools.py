@@ -20,10 +20,12 @@ from openai.types.chat import ChatCompletion
 from inferq.ingest.chat import answers
 from inferq.ingest.validation import SubmitRequest, describe
 from inferq.messaging import limits
-from inferq.messaging.records import InferenceResult, Status
+from inferq.messaging.records import ChatMessage, InferenceRequest, InferenceResult, Status
 from inferq.messaging.tiers import Tier
 from inferq.results.table import ResultsTable
 from inferq.results.view import public_view
+from inferq.tenancy.entitlements import apply_entitlements
+from inferq.tenancy.model import Entitlements, NameSet
 from tests.unit.test_chat_completions import HI, NARROW, answered, ingest, run
 
 WEATHER = {
@@ -338,3 +340,33 @@ def test_the_results_table_keeps_tool_calls_and_one_from_the_previous_release_ga
     table.close()
     stored = ResultsTable(path).get("default", "r-1")
     assert stored == called and public_view(stored)["tool_calls"] == [CALL]
+
+
+def test_tools_entitles_tool_choice_and_parallel_calls_and_nothing_else_does() -> None:
+    tools_params = {
+        "tools": json.dumps([WEATHER]),
+        "tool_choice": '"auto"',
+        "parallel_tool_calls": "true",
+    }
+    request = InferenceRequest(
+        "r-1",
+        "realtime_chat",
+        Tier.HIGH,
+        created_at_ms=0,
+        expire_at_ms=1_000,
+        messages=(ChatMessage("user", "hi"),),
+        params=tools_params,
+    )
+
+    def problems(params: dict[str, None]) -> set[str]:
+        e = Entitlements(max_tier=Tier.HIGH, scenarios=NameSet.everything(), params=params)
+        verdict = apply_entitlements(request, e, default_reply_topic="inferq.results")
+        return {p.field for p in verdict.problems}
+
+    assert problems({"tools": None}) == set()
+    assert problems({"tool_choice": None, "parallel_tool_calls": None}) == {"params.tools"}
+    assert problems({"response_format": None}) == {
+        "params.tools",
+        "params.tool_choice",
+        "params.parallel_tool_calls",
+    }
