@@ -91,7 +91,8 @@ def parse_line(raw: bytes, number: int, *, key: str, scenario: str) -> BatchLine
     request_id = body.request_id or default_id
     submission = Submission(
         scenario=body.scenario,
-        messages=[{"role": m.role, "content": m.content} for m in body.messages],
+        # The client's messages are role and text (function-calling fields are not carried yet).
+        messages=[{"role": m.role, "content": m.content or ""} for m in body.messages],
         request_id=request_id,
         session_id=body.session_id,
         priority=Tier(body.priority) if body.priority is not None else None,

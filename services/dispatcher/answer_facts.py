@@ -1,6 +1,6 @@
 """What the dispatcher keeps of a backend's answer besides its text and token counts: the `model`,
-the `finish_reason`, the `system_fingerprint` and the usage's `*_tokens_details`, checked against the
-bounds in `inferq.messaging.limits` before they go into a result record.
+the `finish_reason`, the `system_fingerprint`, the `tool_calls` and the usage's `*_tokens_details`,
+checked against the bounds in `inferq.messaging.limits` before they go into a result record.
 
 The backend is not trusted: a value of the wrong type, out of range or too large is dropped (never
 cut: a cut fingerprint or counter would be a wrong one), the answer itself still goes through, and
@@ -11,11 +11,12 @@ sends the same odd value does not flood the logs.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from inferq.messaging import limits
+from inferq.messaging import limits, tool_rules
 from inferq.messaging.records import TokenDetails
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,23 @@ def token_details(field: str, value: object) -> TokenDetails | None:
         else:
             kept[name] = count
     return MappingProxyType(kept)
+
+
+def tool_calls(value: object) -> str | None:
+    """The assistant's `tool_calls` as a JSON text, when they are within `tool_rules`' bounds (the
+    ones a caller's are held to: they come back in the next request); None otherwise. An empty
+    list is none."""
+    if value is None or value == []:
+        return None
+    problem = tool_rules.tool_calls_problem(value)
+    if problem is not None:
+        _dropped("tool_calls", problem)
+        return None
+    text = json.dumps(value, separators=(",", ":"))
+    if len(text) > limits.MAX_TOOL_CALLS_CHARS:
+        _dropped("tool_calls", f"over {limits.MAX_TOOL_CALLS_CHARS} characters")
+        return None
+    return text
 
 
 def _dropped(field: str, why: str) -> None:

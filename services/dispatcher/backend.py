@@ -1,6 +1,8 @@
 """The LLM backend client: OpenAI chat-completions over HTTP, on aiohttp.
 
-Messages are forwarded unchanged. Each call is bounded by a timeout the caller computes from the
+Messages are forwarded unchanged, and so are the parameters (`tools`, `tool_choice`,
+`response_format`... as the request carries them); the answer's `tool_calls` come back (sync calls;
+streamed tool-call deltas are not read yet). Each call is bounded by a timeout the caller computes from the
 request's remaining deadline (for a streamed call, the whole stream).
 
 `stream` calls with `stream: true` and reads the server-sent events as they come: each event's
@@ -53,6 +55,8 @@ class Completion:
     finish_reason: str | None = None
     # The rest of what the backend says about its answer, checked by `answer_facts`.
     system_fingerprint: str | None = None
+    # The first choice's `message.tool_calls`, as a JSON text.
+    tool_calls: str | None = None
     prompt_tokens_details: TokenDetails | None = None
     completion_tokens_details: TokenDetails | None = None
     # The response's rate-limit headers (``x-ratelimit-*``, ``retry-after``), for the rate budget.
@@ -63,7 +67,7 @@ class Backend(Protocol):
     """An OpenAI chat-completions backend, as the dispatcher calls it."""
 
     async def complete(
-        self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
+        self, model: str, messages: list[dict[str, Any]], params: dict[str, Any], *, timeout_s: float
     ) -> Completion:
         """One call bounded by `timeout_s`; `BackendError` (with `retriable`) when it fails."""
         ...
@@ -71,7 +75,7 @@ class Backend(Protocol):
     async def stream(
         self,
         model: str,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         params: dict[str, Any],
         *,
         timeout_s: float,
@@ -108,12 +112,12 @@ class ChatBackend:
             self._session = None
 
     async def complete(
-        self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
+        self, model: str, messages: list[dict[str, Any]], params: dict[str, Any], *, timeout_s: float
     ) -> Completion:
         return await self._in_chat_span(model, self._complete(model, messages, params, timeout_s))
 
     async def _complete(
-        self, model: str, messages: list[dict[str, str]], params: dict[str, Any], timeout_s: float
+        self, model: str, messages: list[dict[str, Any]], params: dict[str, Any], timeout_s: float
     ) -> Completion:
         payload = {"model": model, "messages": messages, **params}
         with _call_errors(timeout_s):
@@ -129,8 +133,12 @@ class ChatBackend:
             body = json.loads(text)
             usage = body.get("usage") or {}
             choice = body["choices"][0]
+            message = choice["message"]
+            content = message.get("content")
             return Completion(
-                output=str(choice["message"]["content"]),
+                # A message that only calls tools has no content (null).
+                output="" if content is None else str(content),
+                tool_calls=answer_facts.tool_calls(message.get("tool_calls")),
                 model=answer_facts.model(body.get("model"), asked=model),
                 prompt_tokens=int(usage.get("prompt_tokens", 0)),
                 completion_tokens=int(usage.get("completion_tokens", 0)),
@@ -153,7 +161,7 @@ class ChatBackend:
     async def stream(
         self,
         model: str,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         params: dict[str, Any],
         *,
         timeout_s: float,
@@ -171,7 +179,7 @@ class ChatBackend:
     async def _stream(
         self,
         model: str,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         params: dict[str, Any],
         timeout_s: float,
         on_delta: Callable[[str], None],

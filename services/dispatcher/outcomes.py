@@ -62,6 +62,7 @@ class OutcomeBuilder:
             callback_url=request.callback_url,
             finish_reason=completion.finish_reason,
             system_fingerprint=completion.system_fingerprint,
+            tool_calls=completion.tool_calls,
         )
 
     def expired(self, request: InferenceRequest, model: str, *, now_ms: int) -> InferenceResult:

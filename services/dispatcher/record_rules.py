@@ -21,9 +21,12 @@ directly"), so every decoded request passes these rules before it is queued, wit
   FAILED result then goes to the default results topic); `attempt` above `max_attempts` (retries
   exhausted, whoever wrote it); identifiers (session, tenant, scenario, model) that are not 1..n
   characters of the id pattern, as ingest refuses them, and a region over its length; too many
-  messages, a role the chat API does not know, content too long; `params` with a key off the
-  allow-list (the reserved `model`, `messages`, `stream`, `n` included) or a value out of ingest's
-  `ChatParams` bounds.
+  messages, a role the chat API does not know, content too long, function-calling fields out of
+  `tool_rules`' bounds (a `tool` message without its `tool_call_id`, `tool_calls` that are not
+  JSON, too many, too deep); `params` with a key off the allow-list (the reserved `model`,
+  `messages`, `stream`, `n` included) or a value out of ingest's `ChatParams` bounds (for `tools`,
+  `tool_choice`, `parallel_tool_calls` and `response_format`, `tool_rules`'); `tools` on a streamed
+  request (its tool-call deltas are not read yet).
 
 Params: refused rather than the key dropped. Dropping would run a different request than the one
 asked for (and bill it), silently; a refusal says which key, and ingest refuses the same key with
@@ -45,9 +48,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from inferq.dispatcher.errors import RefusedRequestError
-from inferq.messaging import limits
+from inferq.messaging import limits, tool_rules
 from inferq.messaging.errors import DecodeError
-from inferq.messaging.records import InferenceRequest
+from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.reply_topics import is_allowed_reply_topic
 from inferq.messaging.tiers import Tier, TierPolicy
 from inferq.messaging.topics import TopicNames
@@ -116,6 +119,8 @@ class RecordRules:
             raise refused(problem)
         params, problem = _params(values)
         problem = too_large or problem
+        if problem is None and request.stream and "tools" in params:
+            problem = "streamed function calling is not served yet: stream false with params.tools"
         if problem is not None:
             raise refused(problem)
         return Checked(request, tier, params, reply, clamped)
@@ -192,7 +197,32 @@ def _messages_problem(request: InferenceRequest) -> str | None:
             return f"messages[{index}].role is not a chat role"  # its value may be anything, a prompt too
         if len(message.content) > limits.MAX_MESSAGE_CHARS:
             return f"messages[{index}].content is over {limits.MAX_MESSAGE_CHARS} characters"
+        problem = _tool_fields_problem(message)
+        if problem is not None:
+            return f"messages[{index}].{problem}"
     return None
+
+
+def _tool_fields_problem(message: ChatMessage) -> str | None:
+    """Ingest's `Message` rules for the function-calling fields (`tool_rules`' bounds)."""
+    name = message.name
+    if name is not None and not 1 <= len(name) <= limits.MAX_MESSAGE_NAME_CHARS:
+        return f"name must be 1-{limits.MAX_MESSAGE_NAME_CHARS} characters"
+    if (message.tool_call_id is not None) != (message.role == "tool"):
+        return "tool_call_id is required on a tool message, and only there"
+    if message.tool_call_id is not None:
+        return tool_rules.tool_call_id_problem(message.tool_call_id)
+    if message.tool_calls is None:
+        return None
+    if message.role != "assistant":
+        return "tool_calls is only allowed on an assistant message"
+    if len(message.tool_calls) > limits.MAX_TOOL_CALLS_CHARS:
+        return f"tool_calls is over {limits.MAX_TOOL_CALLS_CHARS} characters"
+    try:
+        calls = json.loads(message.tool_calls)
+    except (ValueError, RecursionError):
+        return "tool_calls is not JSON"
+    return tool_rules.tool_calls_problem(calls)
 
 
 def _json_values(params: Mapping[str, str] | None, raw_size: int) -> tuple[dict[str, Any], str | None]:
@@ -204,11 +234,13 @@ def _json_values(params: Mapping[str, str] | None, raw_size: int) -> tuple[dict[
         return {}, f"params has {len(params)} keys, at most {limits.MAX_PARAMS} are known"
     values: dict[str, Any] = {}
     for name, encoded in params.items():
-        if len(encoded) > limits.MAX_PARAM_CHARS:
-            return {}, f"a params value is over {limits.MAX_PARAM_CHARS} characters"
+        most = limits.MAX_PARAM_CHARS_OF.get(name, limits.MAX_PARAM_CHARS)
+        if len(encoded) > most:
+            return {}, f"a params value is over {most} characters"
         try:
             values[name] = json.loads(encoded)
-        except ValueError as exc:
+        # Deep brackets make `json.loads` recurse until it gives up: not JSON a caller could mean.
+        except (ValueError, RecursionError) as exc:
             raise DecodeError("params is not a map of JSON values", raw_size=raw_size) from exc
     return values, None
 
@@ -220,8 +252,13 @@ def _params(values: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
             return {}, f"params.{name} is set by the dispatcher, not by a request"
         if name not in limits.ALLOWED_PARAMS:
             return {}, f"params.{shown(name)[1:-1]} is not a supported parameter"
+        problem = tool_rules.params_problem(name, value)
+        if problem is not None:
+            return {}, f"params.{problem}"
         if not _param_ok(name, value):
             return {}, f"params.{name} is out of its bounds"
+    if "tool_choice" in values and "tools" not in values:
+        return {}, "params.tool_choice is only allowed with params.tools"
     return dict(values), None
 
 
@@ -250,8 +287,8 @@ def _param_ok(name: str, value: Any) -> bool:
         return _integer(value, 1, limits.MAX_COMPLETION_TOKENS)
     if name == "seed":
         return _integer(value, -limits.AVRO_LONG_MAX - 1, limits.AVRO_LONG_MAX)
-    if name == "response_format":
-        return isinstance(value, dict) and set(value) == {"type"} and value["type"] in limits.RESPONSE_FORMATS
+    if name in ("response_format", "tools", "tool_choice", "parallel_tool_calls"):
+        return True  # `tool_rules.params_problem` has checked it
     # "stop": one string or a short list of them.
     if isinstance(value, list):
         return 1 <= len(value) <= limits.MAX_STOP_SEQUENCES and all(_stop_text(v) for v in value)

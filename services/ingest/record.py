@@ -119,7 +119,7 @@ def submitted_record(
     values = body.params.as_json_values() if body.params is not None else {}
     return rules.record(
         scenario=body.scenario,
-        messages=tuple(ChatMessage(m.role, m.content) for m in body.messages),
+        messages=tuple(m.as_record() for m in body.messages),
         tenant=body.tenant if tenant is None else tenant,
         priority=body.priority,
         deadline_ms=body.deadline_ms,

@@ -11,19 +11,33 @@ reply topics) are checked when the record is built (`inferq.ingest.record`).
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
-from inferq.messaging import limits
+from inferq.messaging import limits, tool_rules
+from inferq.messaging.records import ChatMessage
 from inferq.messaging.tiers import Tier
 from inferq.webhooks.urls import MAX_URL_CHARS
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 
+# Tool-call deltas are not carried through the queue yet (issue 21's streaming slice).
+STREAMED_TOOLS = "tools with stream true is not served yet: ask with stream false"
 # A problem list is part of a 422 body: bounded, however many fields a hostile body breaks.
 MAX_PROBLEMS = 20
 # A field path echoes the client's keys: cut, so a 100 KB key is not sent back whole.
@@ -74,16 +88,74 @@ StopText = Annotated[
 ]
 
 
+def _rule_of(check: Callable[[Any], str | None], own: str) -> Any:
+    """A `tool_rules` check of the field `own` as its validator: the rule's problem is the field's
+    (its place below the field kept: ``tools[3].function.parameters: over 16384 bytes``)."""
+
+    def validate(value: Any) -> Any:
+        problem = None if value is None else check(value)
+        if problem is not None:
+            raise ValueError(problem.removeprefix(f"{own}: "))
+        return value
+
+    return AfterValidator(validate)
+
+
+# The JSON schemas below say the shape for the OpenAPI document; `tool_rules` says the bounds.
+_LIST_OF_OBJECTS = {"type": "array", "minItems": 1, "items": {"type": "object"}}
+ToolCalls = Annotated[
+    Any,
+    _rule_of(tool_rules.tool_calls_problem, "tool_calls"),
+    WithJsonSchema(_LIST_OF_OBJECTS | {"maxItems": limits.MAX_TOOL_CALLS}),
+]
+ToolCallId = Annotated[str, Field(strict=True), _rule_of(tool_rules.tool_call_id_problem, "tool_call_id")]
+
+
 class Message(BaseModel):
+    """A chat message. `content` may be null only on an assistant message with `tool_calls`; a
+    `tool` message needs its `tool_call_id` (the call it answers), and no other has one."""
+
     model_config = ConfigDict(extra="forbid")
     role: Role
-    content: MessageText
+    # Before `content`, whose rule needs them.
+    tool_calls: ToolCalls | None = None
+    tool_call_id: ToolCallId | None = None
+    name: str | None = Field(
+        default=None, strict=True, min_length=1, max_length=limits.MAX_MESSAGE_NAME_CHARS
+    )
+    content: MessageText | None = Field(default=None, validate_default=True)
+
+    @field_validator("content")
+    @classmethod
+    def _content_or_calls(cls, content: str | None, info: ValidationInfo) -> str | None:
+        if content is None and info.data.get("tool_calls") is None:
+            raise ValueError("Field required (null only on an assistant message with tool_calls)")
+        return content
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> Message:
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("tool_calls is only allowed on an assistant message")
+        if self.role == "tool" and self.tool_call_id is None:
+            raise ValueError("a tool message needs tool_call_id (the id of the call it answers)")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise ValueError("tool_call_id is only allowed on a tool message")
+        return self
+
+    def as_record(self) -> ChatMessage:
+        """The record's message (`tool_calls` as their JSON text)."""
+        calls = None if self.tool_calls is None else json.dumps(self.tool_calls, separators=(",", ":"))
+        return ChatMessage(self.role, self.content or "", calls, self.tool_call_id, self.name)
 
 
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    # limits.RESPONSE_FORMATS, spelt out for the type checker and the JSON schema.
-    type: Literal["text", "json_object"]
+_RESPONSE_FORMAT = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {
+        "type": {"type": "string", "enum": sorted(limits.RESPONSE_FORMATS)},
+        "json_schema": {"type": "object"},
+    },
+}
 
 
 class ChatParams(BaseModel):
@@ -110,7 +182,39 @@ class ChatParams(BaseModel):
     frequency_penalty: float | None = Field(
         default=None, strict=True, ge=-limits.MAX_PENALTY, le=limits.MAX_PENALTY, allow_inf_nan=False
     )
-    response_format: ResponseFormat | None = None
+    # Function calling and structured output: JSON values as OpenAI takes them, within the bounds
+    # of `tool_rules` (the dispatcher applies the same to a record written straight to Kafka).
+    response_format: (
+        Annotated[
+            Any,
+            _rule_of(tool_rules.response_format_problem, "response_format"),
+            WithJsonSchema(_RESPONSE_FORMAT),
+        ]
+        | None
+    ) = None
+    tools: (
+        Annotated[
+            Any,
+            _rule_of(tool_rules.tools_problem, "tools"),
+            WithJsonSchema(_LIST_OF_OBJECTS | {"maxItems": limits.MAX_TOOLS}),
+        ]
+        | None
+    ) = None
+    tool_choice: (
+        Annotated[
+            Any,
+            _rule_of(tool_rules.tool_choice_problem, "tool_choice"),
+            WithJsonSchema({"type": ["string", "object"]}),
+        ]
+        | None
+    ) = None
+    parallel_tool_calls: bool | None = Field(default=None, strict=True)
+
+    @model_validator(mode="after")
+    def _tool_choice_needs_tools(self) -> ChatParams:
+        if self.tool_choice is not None and self.tools is None:
+            raise ValueError("tool_choice is only allowed with tools")
+        return self
 
     def as_json_values(self) -> dict[str, Any]:
         """The parameters set, as JSON values (what the record's `params` map encodes)."""
@@ -145,6 +249,12 @@ class SubmitRequest(BaseModel):
     callback_url: str | None = Field(default=None, strict=True, min_length=1, max_length=MAX_URL_CHARS)
     # The answer's pieces go to the reply topic as they come (the results service's /events relays them).
     stream: bool = Field(default=False, strict=True)
+
+    @model_validator(mode="after")
+    def _no_streamed_tools(self) -> SubmitRequest:
+        if self.stream and self.params is not None and self.params.tools is not None:
+            raise ValueError(STREAMED_TOOLS)
+        return self
 
 
 def deadline_conflict(body: SubmitRequest) -> list[dict[str, str]]:

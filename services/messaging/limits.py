@@ -46,6 +46,9 @@ ALLOWED_PARAMS = frozenset(
         "presence_penalty",
         "frequency_penalty",
         "response_format",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
     }
 )
 MAX_TEMPERATURE = 2.0
@@ -55,7 +58,31 @@ MAX_PENALTY = 2.0
 MAX_COMPLETION_TOKENS = 32_768
 MAX_STOP_SEQUENCES = 4
 MAX_STOP_CHARS = 128
-RESPONSE_FORMATS = frozenset({"text", "json_object"})
+RESPONSE_FORMATS = frozenset({"text", "json_object", "json_schema"})
+
+# Function calling and structured output (`inferq.messaging.tool_rules` applies these, at ingest and
+# in the dispatcher). OpenAI's own limit on the number of tools.
+MAX_TOOLS = 128
+# A function's name, as OpenAI takes it.
+TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+MAX_TOOL_DESCRIPTION_CHARS = 4_096
+# A tool's `parameters` schema and `response_format`'s `json_schema.schema`, in bytes of compact
+# UTF-8 JSON; all tools together are bounded too, so a record stays well under Kafka's 1 MB.
+MAX_TOOL_SCHEMA_BYTES = 16_384
+MAX_TOOLS_BYTES = 262_144
+MAX_RESPONSE_SCHEMA_BYTES = 65_536
+# How deep a schema or a call's arguments may nest (a JSON value's depth: a scalar is 0).
+MAX_TOOL_JSON_DEPTH = 32
+# The assistant's `tool_calls` in one message, and each call's `arguments` (a JSON text).
+MAX_TOOL_CALLS = 128
+MAX_TOOL_ARGUMENTS_CHARS = 65_536
+# The JSON text of one message's `tool_calls`, as the record carries it.
+MAX_TOOL_CALLS_CHARS = 262_144
+# A `tool_call_id` (OpenAI's "call_...", vLLM's "chatcmpl-tool-..."), and a message's `name`.
+TOOL_CALL_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:\-]{1,256}$")
+MAX_MESSAGE_NAME_CHARS = 64
+# Parameters a tenant may use only as far as another one is entitled (`tool_choice` goes with `tools`).
+ENTITLED_WITH = {"tool_choice": "tools", "parallel_tool_calls": "tools"}
 
 # The dispatcher's additions (records written straight to Kafka); ingest sets the region itself.
 MAX_ORIGIN_REGION_CHARS = 64
@@ -67,6 +94,12 @@ RESERVED_PARAMS = frozenset({"model", "messages", "stream", "n"})
 # longest allowed value, a stop list, is far shorter), checked before anything is decoded.
 MAX_PARAMS = len(ALLOWED_PARAMS)
 MAX_PARAM_CHARS = 2048
+# The parameters that may be longer: the tools, and a response format with its schema.
+MAX_PARAM_CHARS_OF = {
+    "tools": MAX_TOOLS_BYTES,
+    "response_format": MAX_RESPONSE_SCHEMA_BYTES + MAX_PARAM_CHARS,
+    "tool_choice": MAX_PARAM_CHARS,
+}
 
 # What a result carries of the backend's answer besides its text (`InferenceResult`), bounded so a
 # backend cannot grow a record with them: a value past these bounds is dropped, never cut (a cut

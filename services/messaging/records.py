@@ -27,11 +27,49 @@ Record = dict[str, Any]
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
     role: str
+    # Empty for an assistant message that only calls tools (OpenAI's `content: null`).
     content: str
+    # An assistant message's tool calls: OpenAI's list as a JSON text (bounded by `tool_rules`).
+    tool_calls: str | None = None
+    # A `tool` message answers this call.
+    tool_call_id: str | None = None
+    name: str | None = None
 
-    def as_openai(self) -> dict[str, str]:
-        """The chat-completions message object."""
-        return {"role": self.role, "content": self.content}
+    def as_openai(self) -> dict[str, Any]:
+        """The chat-completions message object (content null for a message that only calls tools);
+        `DecodeError` for `tool_calls` that are not JSON."""
+        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls is not None:
+            try:
+                message["tool_calls"] = json.loads(self.tool_calls)
+            except (ValueError, RecursionError) as exc:
+                raise DecodeError("a message's tool_calls is not JSON", raw_size=0) from exc
+            if not self.content:
+                message["content"] = None
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            message["name"] = self.name
+        return message
+
+    def to_record(self) -> Record:
+        return {
+            "role": self.role,
+            "content": self.content,
+            "tool_calls": self.tool_calls,
+            "tool_call_id": self.tool_call_id,
+            "name": self.name,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> ChatMessage:
+        return cls(
+            record["role"],
+            record["content"],
+            record.get("tool_calls"),
+            record.get("tool_call_id"),
+            record.get("name"),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +108,7 @@ class InferenceRequest:
         """The Kafka key: the session, else the request itself."""
         return (self.session_id or self.request_id).encode()
 
-    def openai_messages(self) -> list[dict[str, str]]:
+    def openai_messages(self) -> list[dict[str, Any]]:
         return [m.as_openai() for m in self.messages]
 
     def decoded_params(self) -> dict[str, Any]:
@@ -79,7 +117,7 @@ class InferenceRequest:
             return {}
         try:
             return {name: json.loads(value) for name, value in self.params.items()}
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise DecodeError(f"params is not a map of JSON values: {exc}", raw_size=0) from exc
 
     def retry(self, *, not_before_ms: int) -> InferenceRequest:
@@ -100,7 +138,7 @@ class InferenceRequest:
             "reply_to": self.reply_to,
             "session_id": self.session_id,
             "model": self.model,
-            "messages": [{"role": m.role, "content": m.content} for m in self.messages],
+            "messages": [m.to_record() for m in self.messages],
             "params": dict(self.params) if self.params is not None else None,
             "not_before_ms": self.not_before_ms,
             "stream": self.stream,
@@ -117,7 +155,7 @@ class InferenceRequest:
             tier=Tier(record["tier"]),
             created_at_ms=record["created_at_ms"],
             expire_at_ms=record["expire_at_ms"],
-            messages=tuple(ChatMessage(m["role"], m["content"]) for m in record["messages"]),
+            messages=tuple(ChatMessage.from_record(m) for m in record["messages"]),
             tenant=record.get("tenant", "default"),
             origin_region=record.get("origin_region", "local"),
             attempt=record.get("attempt", 1),
@@ -222,6 +260,18 @@ class InferenceResult:
     finish_reason: str | None = None
     # The backend's `system_fingerprint`; None when it sent none.
     system_fingerprint: str | None = None
+    # The assistant's tool calls, OpenAI's list as a JSON text (checked by the dispatcher); None for none.
+    tool_calls: str | None = None
+
+    def openai_tool_calls(self) -> list[Any] | None:
+        """The tool calls as OpenAI's list; None for none (or, never written so, not a JSON list)."""
+        if self.tool_calls is None:
+            return None
+        try:
+            calls = json.loads(self.tool_calls)
+        except (ValueError, RecursionError):
+            return None
+        return calls if isinstance(calls, list) else None
 
     @property
     def queue_wait_ms(self) -> int | None:
@@ -250,6 +300,7 @@ class InferenceResult:
             "callback_url": self.callback_url,
             "finish_reason": self.finish_reason,
             "system_fingerprint": self.system_fingerprint,
+            "tool_calls": self.tool_calls,
         }
 
     @classmethod
@@ -272,6 +323,7 @@ class InferenceResult:
             callback_url=record.get("callback_url"),
             finish_reason=record.get("finish_reason"),
             system_fingerprint=record.get("system_fingerprint"),
+            tool_calls=record.get("tool_calls"),
         )
 
 

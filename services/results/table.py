@@ -8,8 +8,8 @@ same id are two rows, and neither can read or shadow the other's.
 
 A database written before tenants (its key: request_id alone) is migrated when opened: its rows
 are copied, in one transaction, into the new table under tenant ``default`` (what every request
-was before a tenants file existed). One written before results carried `finish_reason` and
-`system_fingerprint` gains those columns, NULL in its rows.
+was before a tenants file existed). One written before results carried `finish_reason`,
+`system_fingerprint` and `tool_calls` gains those columns, NULL in its rows.
 
 The table is bounded two ways: by age (`purge` deletes results stored before a cut-off, and `get`
 does not serve them even before the purge ran) and by count (`max_rows`: past it, the results
@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS {name} (
     dispatcher_id TEXT NOT NULL,
     finish_reason TEXT,
     system_fingerprint TEXT,
+    tool_calls TEXT,
     stored_at_ms INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, request_id)
 )
@@ -77,6 +78,7 @@ _COLUMNS = (
     "dispatcher_id",
     "finish_reason",
     "system_fingerprint",
+    "tool_calls",
     "stored_at_ms",
 )
 _INSERT = (
@@ -170,7 +172,7 @@ class ResultsTable:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(results)")}
         with self._db:
             self._db.execute("BEGIN")
-            for column in ("finish_reason", "system_fingerprint"):
+            for column in ("finish_reason", "system_fingerprint", "tool_calls"):
                 if column not in columns:
                     self._db.execute(f"ALTER TABLE results ADD COLUMN {column} TEXT")
 

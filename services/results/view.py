@@ -9,7 +9,8 @@ from inferq.messaging.records import InferenceResult
 
 def public_view(result: InferenceResult) -> dict[str, Any]:
     """The outcome and its timings in milliseconds; output, error, usage (with the backend's token
-    details), finish_reason and system_fingerprint only when present."""
+    details), finish_reason, system_fingerprint and the assistant's tool_calls (OpenAI's list) only when
+    present."""
     dispatched = result.dispatched_at_ms
     view: dict[str, Any] = {
         "request_id": result.request_id,
@@ -36,4 +37,7 @@ def public_view(result: InferenceResult) -> dict[str, Any]:
         view["finish_reason"] = result.finish_reason
     if result.system_fingerprint is not None:
         view["system_fingerprint"] = result.system_fingerprint
+    calls = result.openai_tool_calls()
+    if calls is not None:
+        view["tool_calls"] = calls
     return view

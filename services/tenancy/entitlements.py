@@ -10,7 +10,8 @@ becomes: no I/O, no clock, no logging; the same input always gives the same `Ver
 - Refused (a `Problem` per field, in this order): a scenario, a model, a message role, an
   `estimated_tokens` or a deadline (``expire_at_ms - created_at_ms``) over the tenant's, a
   `reply_to` other than `default_reply_topic` that the tenant does not list, a parameter it may not
-  set or whose value is over its cap. Ingest answers 403 with them; the dispatcher sends the
+  set or whose value is over its cap (`tools` entitles `tool_choice` and `parallel_tool_calls`
+  too, `limits.ENTITLED_WITH`). Ingest answers 403 with them; the dispatcher sends the
   record to the dead-letter topic with them and answers FAILED (``services/dispatcher/tenant_check.py``).
 - Narrowed (`Verdict.narrowed` names each): a tier above `max_tier` becomes `max_tier` (the
   record's `tier`, hence its topic at ingest); a tenant with a `max_tokens` cap that sets none gets
@@ -131,9 +132,9 @@ def _params(request: InferenceRequest, e: Entitlements) -> tuple[dict[str, str],
         field = f"params.{name}"
         if name not in limits.ALLOWED_PARAMS:
             problems.append(Problem(field, "not a parameter any request may set"))
-        elif name not in e.params:
+        elif name not in e.params and limits.ENTITLED_WITH.get(name) not in e.params:
             problems.append(Problem(field, "not entitled to set this parameter"))
-        elif (cap := e.params[name]) is not None and not _within(name, value, cap):
+        elif (cap := e.params.get(name)) is not None and not _within(name, value, cap):
             problems.append(Problem(field, f"over this tenant's cap, {cap:g}"))
     return raw, problems
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from inferq.messaging import limits
+from inferq.messaging import limits, tool_rules
 from inferq.messaging.codec import request_codec
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.reply_topics import is_allowed_reply_topic
@@ -56,8 +56,15 @@ def broken_rules(value: bytes, key: bytes | None, topics: TopicNames) -> list[st
         stop = params["stop"] if isinstance(params["stop"], list) else [params["stop"]]
         check(len(stop) <= limits.MAX_STOP_SEQUENCES, "stop count")
         check(all(isinstance(s, str) and 0 < len(s) <= limits.MAX_STOP_CHARS for s in stop), "stop length")
-    if "response_format" in params:
-        check(params["response_format"].get("type") in limits.RESPONSE_FORMATS, "response_format")
+    for name in ("response_format", "tools", "tool_choice", "parallel_tool_calls"):
+        if name in params:
+            check(tool_rules.params_problem(name, params[name]) is None, f"{name} bounds")
+    check("tool_choice" not in params or "tools" in params, "tool_choice only with tools")
+    for m in request.messages:
+        check((m.tool_call_id is not None) == (m.role == "tool"), "tool_call_id exactly on tool messages")
+        if m.tool_calls is not None:
+            check(m.role == "assistant", "tool_calls only on assistant messages")
+            check(tool_rules.tool_calls_problem(json.loads(m.tool_calls)) is None, "tool_calls bounds")
     # Every string must be UTF-8 (the codec would have failed otherwise) and valid JSON where JSON.
     check(all(json.dumps(v) for v in params.values()), "params are JSON")
     check(key == (request.session_id or request.request_id).encode(), "key is the session or the id")

@@ -1,6 +1,7 @@
 """Hypothesis strategies for JSON values that an OpenAPI 3.1 (JSON Schema) document allows, for the
 keywords our documents use: type (with "null"), enum, const, anyOf, $ref, properties, required,
-additionalProperties, not-required, string length and pattern, number bounds, array length.
+additionalProperties (an open object gets a few extra scalar keys), not-required, string length and
+pattern, number bounds, array length.
 
 hypothesis-jsonschema does this in general but no longer runs on current Hypothesis; this covers
 our documents, and `unsupported` fails loudly on any keyword it does not know, so a document that
@@ -110,8 +111,12 @@ def _objects(schema: dict[str, Any], components: dict[str, Any]) -> st.SearchStr
     properties = schema.get("properties", {})
     required = set(schema.get("required", ()))
     exclusive = set(schema.get("not", {}).get("required", ()))
-    if schema.get("additionalProperties", True) is not False:
-        raise ValueError("objects with additional properties are not supported by the test strategy")
+    # An open object (a tool's definition, a JSON schema): a few more keys of short scalar values.
+    extras = st.dictionaries(
+        st.text(min_size=1, max_size=8),
+        st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8)),
+        max_size=0 if schema.get("additionalProperties", True) is False else 2,
+    )
 
     @st.composite
     def build(draw: st.DrawFn) -> dict[str, Any]:
@@ -119,6 +124,8 @@ def _objects(schema: dict[str, Any], components: dict[str, Any]) -> st.SearchStr
         for name, member in properties.items():
             if name in required or draw(st.booleans()):
                 value[name] = draw(from_schema(member, components))
+        for name, extra in draw(extras).items():
+            value.setdefault(name, extra)
         if exclusive and exclusive <= set(value):
             # `not: {required: [a, b]}`: never all of them.
             del value[draw(st.sampled_from(sorted(exclusive)))]

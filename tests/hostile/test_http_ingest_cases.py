@@ -196,6 +196,8 @@ def test_the_reply_topics_are_accepted(ingest, topic):
 
 # --- params ----------------------------------------------------------------------------------------
 
+TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+
 
 @pytest.mark.parametrize(
     "params",
@@ -205,7 +207,7 @@ def test_the_reply_topics_are_accepted(ingest, topic):
         {"messages": [{"role": "system", "content": "obey"}]},
         {"n": 3},
         {"logit_bias": {"1": 100}},
-        {"tools": []},
+        {"functions": [{"name": "f"}]},
         {"user": "x"},
         {"stream": True, "model": "any"},
     ],
@@ -239,6 +241,17 @@ def test_a_parameter_off_the_allow_list_is_422_naming_it(ingest, params):
         ("response_format", {"type": "xml"}),
         ("response_format", {"type": "text", "schema": {}}),
         ("response_format", "json_object"),
+        (
+            "response_format",
+            {"type": "json_schema", "json_schema": {"name": "m", "schema": {"d": "x" * 70_000}}},
+        ),
+        ("tools", []),
+        ("tools", "weather"),
+        ("tools", [TOOL] * (limits.MAX_TOOLS + 1)),
+        ("tools", [{"type": "function", "function": {"name": "f", "parameters": {"d": "x" * 20_000}}}]),
+        ("tools", [{"type": "function", "function": {"name": "no spaces"}}]),
+        ("tool_choice", "always"),
+        ("parallel_tool_calls", "yes"),
     ],
 )
 def test_a_parameter_out_of_bounds_is_422_naming_it(ingest, name, value):
@@ -256,6 +269,9 @@ def test_every_allowed_parameter_at_its_bounds_reaches_the_record(ingest):
         "presence_penalty": -2,
         "frequency_penalty": 2.0,
         "response_format": {"type": "json_object"},
+        "tools": [TOOL] * limits.MAX_TOOLS,
+        "tool_choice": "required",
+        "parallel_tool_calls": True,
     }
     record = ingest.accepted("params", CHAT | {"params": params})
     assert record.decoded_params() == params

@@ -5,8 +5,10 @@ retry topic), interleaved with valid requests: garbage, a wrong magic byte, an u
 fingerprint, a truncated body, a result record on a request topic, reply topics the pipeline does
 not own ("bad/name", a request topic, the DLQ) or that do not exist, and on the retry topic hostile
 field values (attempt 10^6, not_before_ms 2^62, created_at an hour ahead, a tier above the
-scenario's). Plus one record over the topic's max.message.bytes (the broker refuses it) and one just
-under it, too large for the dead-letter topic with its headers.
+scenario's), function calling out of bounds (129 tools, a tool message without its call id, arguments
+nested 40 deep; tools nested 100,000 deep are poison). Plus one record over the topic's
+max.message.bytes (the broker refuses it) and one just under it, too large for the dead-letter topic
+with its headers.
 
 Expected: each hostile record lands in the DLQ with a reason (and, when it has a caller, a FAILED
 result on the default results topic) or is clamped and served; every valid request is answered OK
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import time
 import uuid
 from collections import Counter
@@ -30,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from inferq.messaging.codec import request_codec, result_codec
 from inferq.messaging.kafka_config import KafkaSettings
-from inferq.messaging.records import InferenceRequest, InferenceResult, Status
+from inferq.messaging.records import ChatMessage, InferenceRequest, InferenceResult, Status
 from inferq.messaging.tiers import Tier
 from tests.support.inprocess import running_dispatcher, sim_backend
 from tests.support.kafka import a_request, committed_offsets, end_offsets
@@ -148,6 +151,14 @@ def write_round(settings: KafkaSettings, expected: Expected, *, oversized: bool)
                 refused_request(request, topic, partition, "reply_to", case)
             missing = a_request(tier.value, deadline_ms=DEADLINE_MS, reply_to=f"{topics.results}.nowhere")
             refused_request(missing, topic, partition, "not writable", "reply_to a missing regional topic")
+            for case, word, request in tool_cases(tier.value):
+                refused_request(request, topic, partition, word, case)
+            deep = a_request(
+                tier.value, deadline_ms=DEADLINE_MS, params={"tools": "[" * 100_000 + "]" * 100_000}
+            )
+            send(topic, partition, codec.encode(deep))
+            expected.poison += 1
+            expected.cases["tools nested 100,000 deep"] += 1
             valid(tier.value, topic, partition)
 
     now = int(time.time() * 1000)
@@ -195,6 +206,31 @@ def write_round(settings: KafkaSettings, expected: Expected, *, oversized: bool)
         low = topics.requests(Tier.LOW)
         valid("LOW", low, 0)
         assert producer.flush(30) == 0
+
+
+TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+
+
+def tool_cases(tier: str) -> list[tuple[str, str, InferenceRequest]]:
+    """Function calling out of bounds, as a producer could write it: each refused, its caller FAILED."""
+    deep_call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "[" * 40 + "]" * 40}}
+    base = a_request(tier, deadline_ms=DEADLINE_MS)
+    return [
+        ("129 tools", "at most 128 tools", replace(base, params={"tools": json.dumps([TOOL] * 129)})),
+        (
+            "a tool message without tool_call_id",
+            "tool_call_id",
+            replace(a_request(tier, deadline_ms=DEADLINE_MS), messages=(ChatMessage("tool", "18"),)),
+        ),
+        (
+            "tool_calls arguments nested 40 deep",
+            "nests deeper",
+            replace(
+                a_request(tier, deadline_ms=DEADLINE_MS),
+                messages=(ChatMessage("assistant", "", tool_calls=json.dumps([deep_call])),),
+            ),
+        ),
+    ]
 
 
 def inputs_of(settings: KafkaSettings) -> list[str]:

@@ -450,7 +450,7 @@ HOSTILE: list[tuple[str, Any, dict[str, str], int, str | None]] = [
     ("two max_tokens", body(max_tokens=5, max_completion_tokens=6), {}, 400, "max_completion_tokens"),
     ("five stops", body(stop=["a", "b", "c", "d", "e"]), {}, 400, "stop"),
     ("seed float", body(seed=1.5), {}, 400, "seed"),
-    ("response_format", body(response_format={"type": "json_schema"}), {}, 400, "response_format.type"),
+    ("response_format", body(response_format={"type": "json_schema"}), {}, 400, "response_format"),
     ("no messages", body(messages=[]), {}, 400, "messages"),
     ("bad role", body(messages=[{"role": "robot", "content": "x"}]), {}, 400, "messages[0].role"),
     ("content not text", body(messages=[{"role": "user", "content": 5}]), {}, 400, "messages[0].content"),

@@ -47,7 +47,15 @@ def a_record(**overrides):
         "reply_to": None,
         "session_id": "s-9",
         "model": None,
-        "messages": [{"role": "user", "content": "你好, how are you?"}],
+        "messages": [
+            {
+                "role": "user",
+                "content": "你好, how are you?",
+                "tool_calls": None,
+                "tool_call_id": None,
+                "name": None,
+            }
+        ],
         "params": {"temperature": "0.2"},
         "not_before_ms": None,
         "stream": False,
@@ -99,6 +107,7 @@ def test_result_round_trip():
         "callback_url": None,
         "finish_reason": None,
         "system_fingerprint": None,
+        "tool_calls": None,
     }
     result = InferenceResult.from_record(record)
     assert codec.decode(codec.encode(result)) == result
@@ -226,9 +235,9 @@ def test_a_result_written_before_tenants_decodes_as_tenant_default():
 
 def test_a_request_written_before_streaming_decodes_without_stream_or_callback():
     """A producer not yet upgraded writes request v1: the dispatcher reads it as not streamed."""
-    [v1] = earlier_schemas("inference_request")
+    v1, _v2 = earlier_schemas("inference_request")
     assert {"stream", "callback_url"}.isdisjoint(f["name"] for f in v1["fields"])
-    old = a_record()
+    old = a_record(messages=[{"role": "user", "content": "hi"}])
     del old["stream"], old["callback_url"]
     decoded = request_codec().decode(AvroCodec(v1).encode(old))
     assert (decoded.stream, decoded.callback_url) == (False, None)
@@ -262,7 +271,7 @@ def test_a_result_keeps_its_webhook_and_one_written_before_webhooks_has_none():
 def test_a_result_keeps_what_the_backend_said_and_one_written_before_has_none():
     """v4 carries the finish reason, the fingerprint and the usage's details; a v3 record (a
     dispatcher not yet upgraded) still reads, with none of them."""
-    *_earlier, v3 = earlier_schemas("inference_result")
+    *_earlier, v3, _v4 = earlier_schemas("inference_result")
     assert {"finish_reason", "system_fingerprint"}.isdisjoint(f["name"] for f in v3["fields"])
     old_record = V1_RESULT | {
         "output": "cut sh",
@@ -313,3 +322,60 @@ def test_a_new_field_of_the_wrong_type_is_refused_by_the_codec(hostile):
     ).to_record()
     with pytest.raises((ValueError, TypeError)):
         result_codec().avro.encode(base | hostile)
+
+
+CALLS = '[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\\"q\\":\\"tea\\"}"}}]'
+
+
+def test_a_request_keeps_its_tool_calls_and_one_written_before_tools_has_none():
+    """v3 messages carry an assistant's tool calls, a tool answer's call id and a name; a v2 record
+    (a producer not yet upgraded) still reads, its messages with none of them."""
+    _v1, v2 = earlier_schemas("inference_request")
+    message_fields = next(f for f in v2["fields"] if f["name"] == "messages")["type"]["items"]["fields"]
+    assert [f["name"] for f in message_fields] == ["role", "content"]
+    old = a_record(messages=[{"role": "user", "content": "hi"}])
+    decoded = request_codec().decode(AvroCodec(v2).encode(old))
+    assert decoded.messages == (ChatMessage("user", "hi"),)
+    assert decoded.openai_messages() == [{"role": "user", "content": "hi"}]
+
+    asked = ChatMessage("assistant", "", tool_calls=CALLS)
+    answered = ChatMessage("tool", "18 degrees", tool_call_id="call_1", name="lookup")
+    request = InferenceRequest.from_record(a_record())
+    request = InferenceRequest.from_record(
+        request.to_record() | {"messages": [m.to_record() for m in (*request.messages, asked, answered)]}
+    )
+    back = request_codec().decode(request_codec().encode(request))
+    assert back == request
+    assert back.openai_messages()[1:] == [
+        {"role": "assistant", "content": None, "tool_calls": json.loads(CALLS)},
+        {"role": "tool", "content": "18 degrees", "tool_call_id": "call_1", "name": "lookup"},
+    ]
+
+
+def test_a_result_keeps_its_tool_calls_and_a_v4_one_reads_with_none():
+    *_earlier, v4 = earlier_schemas("inference_result")
+    assert "tool_calls" not in {f["name"] for f in v4["fields"]}
+    old_record = {
+        "request_id": "r-1",
+        "tier": "HIGH",
+        "status": "OK",
+        "output": "hello",
+        "model": "m",
+        "enqueued_at_ms": 1,
+        "completed_at_ms": 2,
+        "attempts": 1,
+        "dispatcher_id": "d",
+        "finish_reason": "stop",
+    }
+    old = result_codec().decode(AvroCodec(v4).encode(old_record))
+    assert (old.output, old.finish_reason, old.tool_calls, old.openai_tool_calls()) == (
+        "hello",
+        "stop",
+        None,
+        None,
+    )
+    called = InferenceResult.from_record(
+        old_record | {"output": "", "finish_reason": "tool_calls", "tool_calls": CALLS}
+    )
+    back = result_codec().decode(result_codec().encode(called))
+    assert back == called and back.openai_tool_calls() == json.loads(CALLS)

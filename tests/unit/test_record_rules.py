@@ -19,6 +19,14 @@ TOPICS = TopicNames("unit")
 NOW = 1_800_000_000_000
 RULES = RecordRules(topics=TOPICS, max_attempts=3, max_backoff_ms=30_000)
 HIGH = TOPICS.requests(Tier.HIGH)
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+CALL = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
 
 
 def a_request(**overrides: object) -> InferenceRequest:
@@ -49,6 +57,9 @@ def test_a_sane_request_passes_unchanged() -> None:
         "presence_penalty": "-2",
         "frequency_penalty": "1.5",
         "response_format": '{"type": "json_object"}',
+        "tools": json.dumps([TOOL]),
+        "tool_choice": '"auto"',
+        "parallel_tool_calls": "false",
     }
     request = a_request(params=params)
     checked = RULES.check(request, source_topic=HIGH, now_ms=NOW)
@@ -56,6 +67,7 @@ def test_a_sane_request_passes_unchanged() -> None:
     assert checked.clamped == ()
     assert checked.params["stop"] == ["\n"]
     assert checked.params["response_format"] == {"type": "json_object"}
+    assert checked.params["tools"] == [TOOL]
     assert set(checked.params) == limits.ALLOWED_PARAMS
     assert checked.reply_topic is None
 
@@ -206,8 +218,8 @@ def test_reserved_params_are_refused(name: str) -> None:
         ({"max_tokens": str(limits.MAX_COMPLETION_TOKENS + 1)}, "out of its bounds"),
         ({"stop": json.dumps("x" * (limits.MAX_STOP_CHARS + 1))}, "out of its bounds"),
         ({"stop": json.dumps("")}, "out of its bounds"),
-        ({"response_format": json.dumps({"type": "xml"})}, "out of its bounds"),
-        ({"response_format": json.dumps({"type": "text", "schema": {}})}, "out of its bounds"),
+        ({"response_format": json.dumps({"type": "xml"})}, "response_format.type: must be"),
+        ({"response_format": json.dumps({"type": "text", "schema": {}})}, "only json_schema takes more"),
         ({"stop": json.dumps("x" * 3000)}, "over 2048 characters"),
         ({f"k{i}": "1" for i in range(limits.MAX_PARAMS + 1)}, "at most"),
     ],
@@ -234,3 +246,119 @@ def test_nothing_to_send_or_params_that_are_not_json_are_poison(
 def test_a_refusal_reason_shows_little_of_a_hostile_value() -> None:
     refused = refusal(a_request(messages=(ChatMessage("secret prompt " * 20, "x"),)))
     assert len(refused.reason) < 100
+
+
+def _deep(depth: int) -> dict[str, object]:
+    schema: dict[str, object] = {"type": "object"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"x": schema}}
+    return schema
+
+
+def test_a_function_calling_conversation_from_a_producer_passes_unchanged() -> None:
+    """What ingest accepts, written straight to Kafka: tools, a json_schema format, an assistant's
+    call with null content and the tool's answer."""
+    schema_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "mood", "schema": {"type": "object"}, "strict": True},
+    }
+    request = a_request(
+        params={"tools": json.dumps([TOOL]), "response_format": json.dumps(schema_format)},
+        messages=(
+            ChatMessage("user", "weather in Oslo?"),
+            ChatMessage("assistant", "", tool_calls=json.dumps([CALL])),
+            ChatMessage("tool", "18 degrees", tool_call_id="call_1"),
+        ),
+    )
+    checked = RULES.check(request, source_topic=HIGH, now_ms=NOW)
+    assert checked.request == request and checked.params["response_format"] == schema_format
+    assert checked.request.openai_messages()[1] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [CALL],
+    }
+
+
+@pytest.mark.parametrize(
+    ("params", "problem"),
+    [
+        ({"tools": json.dumps([TOOL] * (limits.MAX_TOOLS + 1))}, "at most 128 tools"),
+        ({"tools": json.dumps({"type": "function"})}, "tools: must be a non-empty list"),
+        ({"tools": json.dumps([{"type": "function", "function": {"name": "a b"}}])}, "function.name"),
+        (
+            {
+                "tools": json.dumps(
+                    [{"type": "function", "function": {"name": "f", "parameters": {"d": "x" * 20_000}}}]
+                )
+            },
+            "over 16384 bytes",
+        ),
+        (
+            {"tools": json.dumps([{"type": "function", "function": {"name": "f", "parameters": _deep(40)}}])},
+            "nests deeper",
+        ),
+        ({"tools": json.dumps([TOOL]), "tool_choice": '"sometimes"'}, "tool_choice: must be"),
+        ({"tool_choice": '"auto"'}, "only allowed with params.tools"),
+        ({"tools": json.dumps([TOOL]), "parallel_tool_calls": '"yes"'}, "true or false"),
+        (
+            {
+                "response_format": json.dumps(
+                    {"type": "json_schema", "json_schema": {"name": "x", "schema": _deep(40)}}
+                )
+            },
+            "nests deeper",
+        ),
+        ({"tools": "[" * 300_000}, "over 262144 characters"),
+    ],
+)
+def test_function_calling_params_out_of_bounds_are_refused(params: dict[str, str], problem: str) -> None:
+    assert problem in refusal(a_request(params=params)).reason
+
+
+def test_deep_brackets_in_a_param_are_poison_not_a_crash() -> None:
+    with pytest.raises(DecodeError, match="not a map of JSON values"):
+        RULES.check(a_request(params={"tools": "[" * 100_000 + "]" * 100_000}), source_topic=HIGH, now_ms=NOW)
+
+
+@pytest.mark.parametrize(
+    ("message", "problem"),
+    [
+        (ChatMessage("tool", "18 degrees"), "tool_call_id is required on a tool message"),
+        (
+            ChatMessage("user", "hi", tool_call_id="call_1"),
+            "tool_call_id is required on a tool message, and only there",
+        ),
+        (ChatMessage("tool", "x", tool_call_id="a b"), "tool_call_id: must be"),
+        (ChatMessage("user", "hi", tool_calls=json.dumps([CALL])), "only allowed on an assistant message"),
+        (ChatMessage("assistant", "", tool_calls="{not json"), "tool_calls is not JSON"),
+        (ChatMessage("assistant", "", tool_calls="[" * 5000 + "]" * 5000), "tool_calls is not JSON"),
+        (ChatMessage("assistant", "", tool_calls='{"id": "call_1"}'), "tool_calls: must be a non-empty list"),
+        (ChatMessage("assistant", "", tool_calls=json.dumps([CALL] * 129)), "at most 128 calls"),
+        (
+            ChatMessage(
+                "assistant",
+                "",
+                tool_calls=json.dumps(
+                    [{**CALL, "function": {"name": "f", "arguments": "[" * 40 + "]" * 40}}]
+                ),
+            ),
+            "arguments: nests deeper than 32",
+        ),
+        (
+            ChatMessage(
+                "assistant",
+                "",
+                tool_calls=json.dumps([{**CALL, "function": {"name": "f", "arguments": "x" * 70_000}}]),
+            ),
+            "at most 65536 characters",
+        ),
+        (ChatMessage("user", "hi", name="n" * 65), "name must be 1-64"),
+    ],
+)
+def test_function_calling_messages_out_of_bounds_are_refused(message: ChatMessage, problem: str) -> None:
+    reason = refusal(a_request(messages=(ChatMessage("user", "hi"), message))).reason
+    assert reason.startswith("messages[1].") and problem in reason
+
+
+def test_tools_on_a_streamed_request_are_refused_until_deltas_are_carried() -> None:
+    assert "not served yet" in refusal(a_request(stream=True, params={"tools": json.dumps([TOOL])})).reason

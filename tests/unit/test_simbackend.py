@@ -751,3 +751,73 @@ def test_a_cut_answer_says_length_with_usage_details_and_a_fingerprint_sync_and_
     assert {c.system_fingerprint for c in chunks} == {"fp_inferqsim01"}
     assert chunks[-2].choices[0].finish_reason == "length"
     assert chunks[-1].usage == usage
+
+
+# --- function calling and JSON output ----------------------------------------------------------------------
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+        },
+    },
+}
+CLOCK_TOOL = {"type": "function", "function": {"name": "clock"}}
+
+
+def simulated(body: dict[str, object]) -> ChatCompletion:
+    async def scenario() -> httpx.Response:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            return await client.post(CHAT, json=body)
+
+    response = run_async(scenario)
+    assert response.status_code == 200, response.text
+    return ChatCompletion.model_validate(response.json())
+
+
+def test_with_tools_the_user_turn_gets_a_call_of_the_first_tool_the_same_every_time() -> None:
+    body = {**HELLO, "tools": [WEATHER_TOOL, CLOCK_TOOL]}
+    first, again = simulated(body), simulated(body)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls or []
+    assert call.function.name == "weather" and json.loads(call.function.arguments) == {"city": "sim"}
+    assert again.choices[0].message.tool_calls == choice.message.tool_calls
+    named = simulated({**body, "tool_choice": {"type": "function", "function": {"name": "clock"}}})
+    assert [c.function.name for c in named.choices[0].message.tool_calls or []] == ["clock"]
+
+
+def test_tool_choice_none_or_a_tool_answer_last_gets_text() -> None:
+    none = simulated({**HELLO, "tools": [WEATHER_TOOL], "tool_choice": "none"})
+    assert none.choices[0].finish_reason == "stop" and none.choices[0].message.tool_calls is None
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+    messages = [
+        *HELLO["messages"],  # type: ignore[misc]
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees"},
+    ]
+    answered = simulated({**HELLO, "messages": messages, "tools": [WEATHER_TOOL]})
+    assert answered.choices[0].finish_reason == "stop"
+    assert answered.choices[0].message.content == "sim reply to: hello there"
+
+
+def test_a_json_format_gets_json_and_a_schema_gets_its_required_properties() -> None:
+    as_object = simulated({**HELLO, "response_format": {"type": "json_object"}})
+    assert json.loads(as_object.choices[0].message.content or "") == {"reply": "hello there"}
+    schema = {
+        "type": "object",
+        "properties": {
+            "mood": {"type": "string", "enum": ["calm", "busy"]},
+            "score": {"type": "number"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "note": {"type": "string"},
+        },
+        "required": ["mood", "score", "tags"],
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "mood", "schema": schema, "strict": True}}
+    shaped = simulated({**HELLO, "response_format": fmt})
+    assert json.loads(shaped.choices[0].message.content or "") == {"mood": "calm", "score": 1.5, "tags": []}

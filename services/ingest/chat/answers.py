@@ -159,6 +159,18 @@ def _inferq(result: InferenceResult) -> dict[str, Any]:
     }
 
 
+def _message(result: InferenceResult) -> dict[str, Any]:
+    """The assistant's message: its text, and its tool calls when it made some (content null when
+    it wrote nothing besides them, as OpenAI answers)."""
+    message: dict[str, Any] = {"role": "assistant", "content": result.output or "", "refusal": None}
+    calls = result.openai_tool_calls()
+    if calls:
+        message["tool_calls"] = calls
+        if not result.output:
+            message["content"] = None
+    return message
+
+
 def completion(result: InferenceResult) -> dict[str, Any]:
     """The ``chat.completion`` of an OK result."""
     return {
@@ -169,7 +181,7 @@ def completion(result: InferenceResult) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": result.output or "", "refusal": None},
+                "message": _message(result),
                 "logprobs": None,
                 "finish_reason": finish_reason_of(result),
             }

@@ -3,10 +3,11 @@ its record (`inferq.ingest.chat.record`).
 
 The body is checked for its own shape here (`model`, `messages` with string or text-part content,
 `n` 1 only, `stream`, `stream_options`, `metadata`, `user`); every value ingest already bounds (the
-messages' roles and sizes, `temperature`, `top_p`, `max_tokens`, `stop`, `seed`, the penalties,
-`response_format`) is kept as the caller sent it and checked when the record is made, by the rules
-of ``POST /v1/requests``. A problem is a 400 naming the parameter the way OpenAI does
-(``messages[0].role``, ``temperature``) or the header it came from.
+messages' roles, sizes and function-calling fields, `temperature`, `top_p`, `max_tokens`, `stop`,
+`seed`, the penalties, `response_format`, `tools`, `tool_choice`, `parallel_tool_calls`) is kept
+as the caller sent it and checked when the record is made, by the rules of ``POST /v1/requests``.
+A problem is a 400 naming the parameter the way OpenAI does (``messages[0].role``, ``temperature``)
+or the header it came from.
 
 The SDK's own timeout (``X-Stainless-Read-Timeout`` in seconds from the Python SDK,
 ``X-Stainless-Timeout`` from the Node one) only ever shortens the deadline: past it the caller has
@@ -40,9 +41,6 @@ MAX_USER_CHARS = 512
 # Parameters of the OpenAI API that inferq does not serve: named as such, not as unknown.
 UNSUPPORTED = frozenset(
     {
-        "tools",
-        "tool_choice",
-        "parallel_tool_calls",
         "functions",
         "function_call",
         "logprobs",
@@ -72,11 +70,14 @@ class ChatMessageIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     role: Any
-    content: Annotated[str, Field(strict=True)] | list[TextPart]
-    name: str | None = Field(default=None, strict=True, max_length=64)
+    content: Annotated[str, Field(strict=True)] | list[TextPart] | None = None
+    name: Any = None
+    # Checked with the rest of the message by ingest's `Message` rules (`tool_rules`' bounds).
+    tool_calls: Any = None
+    tool_call_id: Any = None
 
-    def text(self) -> str:
-        if isinstance(self.content, str):
+    def text(self) -> str | None:
+        if self.content is None or isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
 
@@ -116,6 +117,9 @@ class ChatCompletionBody(BaseModel):
     presence_penalty: Any = None
     frequency_penalty: Any = None
     response_format: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
 
 
 def parse_chat_body(raw: bytes, guard: JsonGuard) -> ChatCompletionBody:

@@ -1,7 +1,8 @@
 """From an OpenAI chat-completions body and inferq's headers to the request record.
 
 Every value ingest bounds (the messages' roles and text, the scenario, the tier, the deadline, the
-model, `temperature`, `top_p`, `max_tokens`, `stop`, `seed`, the penalties, `response_format`) is
+model, `temperature`, `top_p`, `max_tokens`, `stop`, `seed`, the penalties, `response_format`,
+`tools`, `tool_choice`, `parallel_tool_calls`, a message's `tool_calls`, `tool_call_id` and `name`) is
 checked by the rule of the field that carries it in ``POST /v1/requests`` (`SubmitRequest`,
 `Message`, `ChatParams`), value by value, so the two APIs accept exactly the same values and say
 the same about the others. A problem is a 400 naming the parameter the way OpenAI does
@@ -29,10 +30,10 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 from starlette.datastructures import Headers
 
-from inferq.ingest.chat.body import AUTO_MODEL, ChatCompletionBody, body_error
+from inferq.ingest.chat.body import AUTO_MODEL, ChatCompletionBody, ChatMessageIn, body_error
 from inferq.ingest.chat.errors import ChatBodyError, ModelNotFoundError
 from inferq.ingest.record import RecordRules, encoded_params
-from inferq.ingest.validation import ChatParams, Message, SubmitRequest, describe_errors
+from inferq.ingest.validation import STREAMED_TOOLS, ChatParams, Message, SubmitRequest, describe_errors
 from inferq.messaging import limits
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
@@ -85,13 +86,7 @@ def chat_record(
     # In the order `SubmitRequest` checks its fields, so the problems are listed as there.
     bounds = _Bounds()
     scenario = bounds.check(("scenario",), _rule(SubmitRequest, "scenario"), scenario or default_scenario)
-    messages = tuple(
-        ChatMessage(
-            bounds.check(("messages", i, "role"), _rule(Message, "role"), m.role),
-            bounds.check(("messages", i, "content"), _rule(Message, "content"), m.text()),
-        )
-        for i, m in enumerate(body.messages)
-    )
+    messages = tuple(_message(bounds, i, m) for i, m in enumerate(body.messages))
     model = bounds.check(("model",), _rule(SubmitRequest, "model"), model)
     deadline_ms = bounds.check(
         ("deadline_ms",), _rule(SubmitRequest, "deadline_ms"), None if deadline is None else int(deadline)
@@ -102,6 +97,10 @@ def chat_record(
         raise body_error(describe_errors(bounds.problems), sources)
     # As JSON values, the way `ChatParams.as_json_values` gives a native body's.
     values = {name: _rule(ChatParams, name).dump_python(value) for name, value in checked.items()}
+    if "tool_choice" in values and "tools" not in values:
+        raise ChatBodyError("tool_choice is only allowed with tools", param="tool_choice")
+    if body.stream and "tools" in values:
+        raise ChatBodyError(STREAMED_TOOLS, param="stream")
     if body.stream_options is not None and not body.stream:
         raise ChatBodyError("stream_options is only allowed when stream is true", param="stream_options")
     return rules.record(
@@ -133,6 +132,19 @@ def _asked_params(body: ChatCompletionBody, sources: dict[str, str]) -> dict[str
         asked["max_tokens"] = body.max_completion_tokens
         sources["params.max_tokens"] = "max_completion_tokens"
     return {name: asked[name] for name in ChatParams.model_fields if name in asked}
+
+
+def _message(bounds: _Bounds, index: int, message: ChatMessageIn) -> ChatMessage:
+    """The record's message, by ingest's `Message` rules (a problem noted, a placeholder given)."""
+    fields = {"role": message.role, "content": message.text()}
+    for name in ("tool_calls", "tool_call_id", "name"):
+        if getattr(message, name) is not None:
+            fields[name] = getattr(message, name)
+    checked = bounds.check(("messages", index), _MESSAGE, fields)
+    return checked.as_record() if isinstance(checked, Message) else ChatMessage("user", "")
+
+
+_MESSAGE = TypeAdapter(Message)
 
 
 class _Bounds:

@@ -1,20 +1,23 @@
 """Wire formats: the OpenAI chat-completions request, response and error bodies, and the admin requests.
 
-Only what the simulator needs is modelled; unknown request fields (`top_p`, `user`, `tools`, ...) are accepted
-and ignored so that any OpenAI client can call it.
+Only what the simulator needs is modelled; unknown request fields (`top_p`, `user`, ...) are accepted
+and ignored so that any OpenAI client can call it. `tools`, `tool_choice` and `response_format` shape
+the answer (`structured.py`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 # Characters per token: the usual rule of thumb for English text, as inferq estimates it; the
 # simulator has no tokenizer and needs none.
 from inferq.dispatcher.rate_budget import CHARS_PER_TOKEN
+from inferq.tools.simbackend import structured
 
 REPLY_PREFIX = "sim reply to: "
 REPLY_QUOTE_CHARS = 40
@@ -58,6 +61,10 @@ class ChatCompletionRequest(BaseModel):
     # True: the answer comes as `chat.completion.chunk` server-sent events (see `streaming.py`).
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # Function calling and JSON output (`structured.py`), as OpenAI takes them; only their shape here.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
 
     @field_validator("model")
     @classmethod
@@ -180,12 +187,20 @@ class Answer:
     """What the simulated model answers to a request: its text, why it stopped, and the usage."""
 
     content: str
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "tool_calls"]
     prompt_tokens: int
     completion_tokens: int
     # The prompt's tokens before its last message: what a provider's prompt cache would hold of a
     # conversation sent again with one more turn.
     cached_tokens: int = 0
+    # The model's call of a tool (then `content` is empty and sent as null).
+    tool_calls: list[dict[str, Any]] | None = None
+
+    def message(self) -> dict[str, Any]:
+        """The choice's `message`."""
+        if self.tool_calls:
+            return {"role": "assistant", "content": None, "tool_calls": self.tool_calls}
+        return {"role": "assistant", "content": self.content}
 
     def usage(self) -> dict[str, object]:
         """OpenAI's `usage`, its details objects included (no audio, reasoning or prediction here)."""
@@ -215,15 +230,22 @@ def answer(request: ChatCompletionRequest) -> Answer:
     """The answer to the last user message: a short deterministic text, cut at `max_tokens`."""
     messages = request.messages
     last_user = next((m for m in reversed(messages) if m.role == "user"), messages[-1])
-    content = REPLY_PREFIX + last_user.text()[:REPLY_QUOTE_CHARS]
-    finish_reason: Literal["stop", "length"] = "stop"
+    prompt_tokens = sum(count_tokens(m.text()) for m in messages)
+    cached_tokens = sum(count_tokens(m.text()) for m in messages[:-1])
+    if messages[-1].role == "user" and request.tools:
+        conversation = "\n".join(m.text() for m in messages)
+        call = structured.tool_call(request.tools, request.tool_choice, conversation)
+        if call is not None:
+            tokens = count_tokens(json.dumps(call))
+            return Answer("", "tool_calls", prompt_tokens, tokens, cached_tokens, tool_calls=[call])
+    quote = last_user.text()[:REPLY_QUOTE_CHARS]
+    content = structured.json_text(request.response_format, quote) or REPLY_PREFIX + quote
+    finish_reason: Literal["stop", "length", "tool_calls"] = "stop"
     max_tokens = request.max_completion_tokens or request.max_tokens
     if max_tokens is not None and count_tokens(content) > max_tokens:
         # What a real model does when it runs out of budget mid-answer.
         content = content[: max_tokens * CHARS_PER_TOKEN]
         finish_reason = "length"
-    prompt_tokens = sum(count_tokens(m.text()) for m in messages)
-    cached_tokens = sum(count_tokens(m.text()) for m in messages[:-1])
     return Answer(content, finish_reason, prompt_tokens, count_tokens(content), cached_tokens)
 
 
@@ -239,7 +261,7 @@ def completion(request: ChatCompletionRequest, *, completion_id: str, created_s:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": reply.content},
+                "message": reply.message(),
                 "finish_reason": reply.finish_reason,
             }
         ],
