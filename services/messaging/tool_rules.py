@@ -83,11 +83,9 @@ def tools_problem(value: Any) -> str | None:
         problem = _name_problem(f"{where}.function.name", function.get("name"))
         if problem:
             return problem
-        description = function.get("description")
-        if description is not None and (
-            not isinstance(description, str) or len(description) > limits.MAX_TOOL_DESCRIPTION_CHARS
-        ):
-            return f"{where}.function.description: {_DESCRIPTION_RULE}"
+        problem = _description_problem(f"{where}.function.description", function.get("description"))
+        if problem:
+            return problem
         if "parameters" in function:
             problem = _schema_problem(
                 f"{where}.function.parameters", function["parameters"], limits.MAX_TOOL_SCHEMA_BYTES
@@ -99,6 +97,15 @@ def tools_problem(value: Any) -> str | None:
     if json_bytes(value) > limits.MAX_TOOLS_BYTES:
         return f"tools: over {limits.MAX_TOOLS_BYTES} bytes in all"
     return None
+
+
+def _description_problem(where: str, description: Any) -> str | None:
+    """An optional description: text of at most `MAX_TOOL_DESCRIPTION_CHARS`."""
+    if description is None or (
+        isinstance(description, str) and len(description) <= limits.MAX_TOOL_DESCRIPTION_CHARS
+    ):
+        return None
+    return f"{where}: {_DESCRIPTION_RULE}"
 
 
 def tool_choice_problem(value: Any) -> str | None:
@@ -138,11 +145,9 @@ def response_format_problem(value: Any) -> str | None:
     problem = _name_problem("response_format.json_schema.name", spec.get("name"))
     if problem:
         return problem
-    description = spec.get("description")
-    if description is not None and (
-        not isinstance(description, str) or len(description) > limits.MAX_TOOL_DESCRIPTION_CHARS
-    ):
-        return f"response_format.json_schema.description: {_DESCRIPTION_RULE}"
+    problem = _description_problem("response_format.json_schema.description", spec.get("description"))
+    if problem:
+        return problem
     if "schema" in spec:
         problem = _schema_problem(
             "response_format.json_schema.schema", spec["schema"], limits.MAX_RESPONSE_SCHEMA_BYTES

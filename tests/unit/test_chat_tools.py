@@ -166,6 +166,18 @@ HOSTILE_TOOLS: list[tuple[str, dict[str, Any], str | None, str]] = [
         None,  # ingest's JSON guard refuses the body first: it nests past 32 levels
         "deeper",
     ),
+    (
+        "a description too long",
+        {"tools": [{**WEATHER, "function": {"name": "w", "description": "x" * 4097}}]},
+        "tools",
+        "description: must be text of at most 4096 characters",
+    ),
+    (
+        "a schema description not text",
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "r", "description": 7}}},
+        "response_format",
+        "json_schema.description: must be text",
+    ),
     ("tools not a list", {"tools": {"type": "function"}}, "tools", "must be a non-empty list"),
     ("tools a string", {"tools": "weather"}, "tools", "must be a non-empty list"),
     ("a tool without a name", {"tools": [{"type": "function", "function": {}}]}, "tools", "function.name"),
