@@ -1,13 +1,14 @@
 """The LLM backend client: OpenAI chat-completions over HTTP, on aiohttp.
 
 Messages are forwarded unchanged, and so are the parameters (`tools`, `tool_choice`,
-`response_format`... as the request carries them); the answer's `tool_calls` come back (sync calls;
-streamed tool-call deltas are not read yet). Each call is bounded by a timeout the caller computes from the
-request's remaining deadline (for a streamed call, the whole stream).
+`response_format`... as the request carries them); the answer's `tool_calls` come back. Each call is
+bounded by a timeout the caller computes from the request's remaining deadline (for a streamed call,
+the whole stream).
 
-`stream` calls with `stream: true` and reads the server-sent events as they come: each event's
-`choices[0].delta.content` is handed to `on_delta`, the usage chunk (`stream_options.include_usage`)
-gives the usage, and ``data: [DONE]`` ends it. A stream that ends without ``[DONE]`` (the
+`stream` calls with `stream: true` and reads the server-sent events as they come
+(``stream_reader.py``): each choice's delta (text, refusal, tool-call pieces, logprobs, its
+finish_reason) is handed to `on_delta`, checked; the first choice's answer, its tool calls
+assembled, is returned at the end with the usage. A stream that ends without ``[DONE]`` (the
 connection dropped, the server died) or carries an `error` object is a retriable `BackendError`;
 whether a retry is still allowed once tokens went out is the caller's rule (`execution.py`).
 
@@ -29,9 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -40,7 +40,9 @@ from opentelemetry.trace import Span
 
 from inferq import tracing
 from inferq.dispatcher import answer_facts
+from inferq.dispatcher.deltas import StreamDelta
 from inferq.dispatcher.errors import BackendError
+from inferq.dispatcher.stream_reader import StreamReader, sse_data
 from inferq.messaging.records import TokenDetails
 
 
@@ -79,10 +81,11 @@ class Backend(Protocol):
         params: dict[str, Any],
         *,
         timeout_s: float,
-        on_delta: Callable[[str], None],
+        on_delta: Callable[[StreamDelta], None],
     ) -> Completion:
-        """One streamed call bounded by `timeout_s`: each piece of text to `on_delta` as it arrives,
-        in order; the whole answer returned at the end (its output the pieces joined).
+        """One streamed call bounded by `timeout_s`: each choice's piece (`StreamDelta`) to `on_delta`
+        as it arrives, in order; the first choice's answer returned at the end (its output the
+        pieces joined, its tool calls assembled).
         `BackendError` when it fails, before or after pieces went to `on_delta`."""
         ...
 
@@ -165,7 +168,7 @@ class ChatBackend:
         params: dict[str, Any],
         *,
         timeout_s: float,
-        on_delta: Callable[[str], None],
+        on_delta: Callable[[StreamDelta], None],
     ) -> Completion:
         return await self._in_chat_span(model, self._stream(model, messages, params, timeout_s, on_delta))
 
@@ -182,7 +185,7 @@ class ChatBackend:
         messages: list[dict[str, Any]],
         params: dict[str, Any],
         timeout_s: float,
-        on_delta: Callable[[str], None],
+        on_delta: Callable[[StreamDelta], None],
     ) -> Completion:
         payload = {
             "model": model,
@@ -200,10 +203,10 @@ class ChatBackend:
                         text = await response.text()
                         rate = rate_headers(response.headers)
                         raise _status_error(response.status, text, response.headers.get("retry-after"), rate)
-                    reader = _StreamReader(model, on_delta)
+                    reader = StreamReader(model, on_delta, choices=_choices_asked(params))
                     async for data in sse_data(response.content):
                         if reader.read(data):
-                            return replace(reader.completion(), rate_headers=rate_headers(response.headers))
+                            return _streamed(reader, model, rate_headers(response.headers))
         # A line over aiohttp's limit (LineTooLong, a ValueError in older aiohttp), bytes not UTF-8.
         except (ValueError, UnicodeDecodeError, aiohttp.http_exceptions.HttpProcessingError) as exc:
             raise BackendError(
@@ -212,92 +215,42 @@ class ChatBackend:
         raise BackendError("backend stream ended before [DONE]", retriable=True)
 
 
-async def sse_data(lines: AsyncIterable[bytes]) -> AsyncIterator[str]:
-    """The `data` of each server-sent event (several `data:` lines of one event joined by a newline);
-    comments and other fields (`event:`, `id:`, `retry:`) are skipped, as the SSE standard says."""
-    data: list[str] = []
-    async for raw in lines:
-        line = raw.decode("utf-8").rstrip("\r\n")
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
-        name, _, value = line.partition(":")
-        if name == "data":
-            data.append(value.removeprefix(" "))
-    if data:
-        yield "\n".join(data)
+def _choices_asked(params: Mapping[str, Any]) -> int:
+    """How many choices the request asked for (`n`, checked when the request was read)."""
+    n = params.get("n", 1)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
 
-class _StreamReader:
-    """The state of one streamed answer: its pieces, model and usage, read event by event."""
-
-    def __init__(self, model: str, on_delta: Callable[[str], None]) -> None:
-        self._model = model
-        self._on_delta = on_delta
-        self._pieces: list[str] = []
-        self._usage: dict[str, Any] = {}
-        # As sent (the last said wins); checked once, at the end, by `answer_facts`.
-        self._finish_reason: object = None
-        self._system_fingerprint: object = None
-        self._answered_model: object = None
-
-    def read(self, data: str) -> bool:
-        """Take one event's data; True at ``[DONE]``. `BackendError` for an unreadable event or an
-        error the backend reports mid-stream (its token only, never its message)."""
-        if data == "[DONE]":
-            return True
-        try:
-            event = json.loads(data)
-        except ValueError as exc:
-            raise BackendError("backend sent an unreadable event (not JSON)", retriable=True) from exc
-        if not isinstance(event, dict):
-            raise BackendError("backend sent an unreadable event (not an object)", retriable=True)
-        if event.get("error") is not None:
-            raise BackendError(f"backend sent an error mid-stream{_error_kind(data)}", retriable=True)
-        try:
-            for choice in event.get("choices") or ():
-                piece = (choice.get("delta") or {}).get("content")
-                if piece:
-                    text = str(piece)
-                    self._pieces.append(text)
-                    self._on_delta(text)
-                if choice.get("finish_reason") is not None:
-                    self._finish_reason = choice["finish_reason"]
-            if event.get("model") is not None:
-                self._answered_model = event["model"]
-            self._usage = event.get("usage") or self._usage
-            if event.get("system_fingerprint") is not None:
-                self._system_fingerprint = event["system_fingerprint"]
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise BackendError(
-                f"backend sent an unreadable event ({type(exc).__name__})", retriable=True
-            ) from exc
-        return False
-
-    def completion(self) -> Completion:
-        usage = self._usage
-        try:
-            return Completion(
-                output="".join(self._pieces),
-                model=answer_facts.model(self._answered_model, asked=self._model),
-                prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                completion_tokens=int(usage.get("completion_tokens", 0)),
-                total_tokens=int(usage.get("total_tokens", 0)),
-                finish_reason=answer_facts.finish_reason(self._finish_reason),
-                system_fingerprint=answer_facts.system_fingerprint(self._system_fingerprint),
-                prompt_tokens_details=answer_facts.token_details(
-                    "prompt_tokens_details", usage.get("prompt_tokens_details")
-                ),
-                completion_tokens_details=answer_facts.token_details(
-                    "completion_tokens_details", usage.get("completion_tokens_details")
-                ),
-            )
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise BackendError(
-                f"backend sent an unreadable usage ({type(exc).__name__})", retriable=True
-            ) from exc
+def _streamed(reader: StreamReader, model: str, rate: Mapping[str, str]) -> Completion:
+    """The first choice's answer (its text, tool calls and finish_reason), the model and usage of a
+    stream read to its end; `BackendError` when it is not usable."""
+    calls = reader.tool_calls()
+    tool_calls = answer_facts.tool_calls(calls)
+    if calls and tool_calls is None:
+        # Their pieces may have reached the caller already: never a result without them.
+        raise BackendError("backend streamed tool calls that are not usable", retriable=True)
+    usage = reader.usage
+    try:
+        return Completion(
+            output=reader.output(),
+            tool_calls=tool_calls,
+            model=answer_facts.model(reader.answered_model, asked=model),
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            total_tokens=int(usage.get("total_tokens", 0)),
+            finish_reason=answer_facts.finish_reason(reader.finish_reason()),
+            system_fingerprint=answer_facts.system_fingerprint(reader.system_fingerprint),
+            prompt_tokens_details=answer_facts.token_details(
+                "prompt_tokens_details", usage.get("prompt_tokens_details")
+            ),
+            completion_tokens_details=answer_facts.token_details(
+                "completion_tokens_details", usage.get("completion_tokens_details")
+            ),
+            rate_headers=rate,
+        )
+    except (ValueError, TypeError, AttributeError) as exc:
+        why = f"backend sent an unreadable usage ({type(exc).__name__})"
+        raise BackendError(why, retriable=True) from exc
 
 
 async def _observed(span: Span, call: Awaitable[Completion]) -> Completion:
@@ -319,10 +272,6 @@ def _traced(span: Span, completion: Completion) -> Completion:
         finish_reason=completion.finish_reason,
     )
     return completion
-
-
-# The OpenAI error object's `type`/`code` (e.g. "invalid_request_error"): a token, never free text.
-_ERROR_TOKEN = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 @contextlib.contextmanager
@@ -347,17 +296,6 @@ def connection_reason(exc: aiohttp.ClientError) -> str:
     if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
         return "backend sent a broken response"
     return f"backend unreachable ({type(exc).__name__})"
-
-
-def _error_kind(text: str) -> str:
-    """ " (<type or code>)" of an OpenAI error object in `text`, or "". The body may quote the
-    request (a 400 naming the offending message): only an error token of it, never its message."""
-    kind = ""
-    with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
-        error = json.loads(text)["error"]
-        token = str(error.get("code") or error.get("type") or "")
-        kind = f" ({token})" if _ERROR_TOKEN.fullmatch(token) else ""
-    return kind
 
 
 # The headers the rate budget reads; a response's others (cookies, ids) are not kept.
@@ -385,7 +323,7 @@ def rate_headers(headers: Mapping[str, str]) -> dict[str, str]:
 def _status_error(
     status: int, text: str, retry_after: str | None, rate: Mapping[str, str] | None = None
 ) -> BackendError:
-    kind = _error_kind(text)
+    kind = answer_facts.error_kind(text)
     seconds: float | None = None
     with contextlib.suppress(ValueError):
         seconds = float(retry_after) if retry_after is not None else None

@@ -14,7 +14,7 @@ the backend allows (a 429, and the adaptive budget cut for it). The call goes on
 `backend_timeout_s` has passed since it started, whichever is first; shutdown cancels it at the end
 of the drain, and the token comes back then.
 
-A request with `stream` set is called with streaming on; its tokens go to the reply topic as chunks
+A request with `stream` set is called with streaming on; its pieces go to the reply topic as chunks
 (``streaming.py``) before its result. Once a chunk is out, a failure is terminal (FAILED, "failed
 mid-stream after N chunks"), never retried: a caller must not see the same tokens twice.
 
@@ -38,6 +38,7 @@ from collections.abc import Callable, Coroutine
 from inferq import tracing
 from inferq.dispatcher.adaptive import warn_on_change
 from inferq.dispatcher.backend import Completion
+from inferq.dispatcher.deltas import StreamDelta
 from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.parts import Budgets, CallPolicy, Instruments
 from inferq.dispatcher.rate_budget import Charge, read_headers
@@ -214,7 +215,7 @@ class Execution:
             )
         stream.start()
 
-        def on_delta(delta: str) -> None:
+        def on_delta(delta: StreamDelta) -> None:
             if not cut.cut:
                 stream.add(delta)
 
@@ -227,7 +228,7 @@ class Execution:
             raise
 
     def _chunk_stream(self, work: Work, model: str) -> ChunkStream:
-        async def write(seq: int, delta: str) -> ProduceError | None:
+        async def write(seq: int, delta: StreamDelta) -> ProduceError | None:
             return await self._writer.chunk(work, seq=seq, delta=delta, model=model)
 
         return ChunkStream(write, self._chunk_policy, monotonic=self._monotonic)

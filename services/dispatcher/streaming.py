@@ -1,13 +1,16 @@
 """A streamed answer's chunks: the backend's tokens batched and written to the reply topic in order.
 
-When a request has `stream` set, the backend hands each token to `ChunkStream.add` as it arrives
-(synchronously: reading the stream never waits for Kafka). One flusher task writes the first token
+When a request has `stream` set, the backend hands each piece (a choice's token, tool-call piece,
+refusal or end: a `StreamDelta`) to `ChunkStream.add` as it arrives (synchronously: reading the
+stream never waits for Kafka). One flusher task writes the first token
 at once (the time to the first token is what a caller feels), then what has gathered as one
 `InferenceChunk` once `ChunkPolicy.tokens` tokens wait or the oldest has waited
 `ChunkPolicy.linger_ms`, whichever comes first, and waits for the broker's acknowledgement before
 the next: so chunks are written one at a time, in order (seq 0, 1, 2...), and while one is being
-acknowledged the next grows. Chunks are keyed by request id like the result, so they share its
-partition and a reader sees them in order, then the result.
+acknowledged the next grows. A chunk holds one choice: the pieces gathered are merged per run of
+one choice (`deltas.merged`), so two choices interleaved become alternating chunks. Chunks are
+keyed by request id like the result, so they share its partition and a reader sees them in order,
+then the result.
 
 The rule that keeps a caller from seeing a token twice (`execution.py` applies it): until a chunk has
 been handed to the producer (`started`), a failed call may be retried as any other; tokens still
@@ -23,10 +26,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from inferq.dispatcher.deltas import StreamDelta, merged
 from inferq.messaging.producer import ProduceError
 
 # Writes chunk `seq` with `delta`; None once acknowledged, the `ProduceError` when the topic refuses it.
-ChunkSink = Callable[[int, str], Awaitable[ProduceError | None]]
+ChunkSink = Callable[[int, StreamDelta], Awaitable[ProduceError | None]]
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ class ChunkStream:
         self._sink = sink
         self._policy = policy
         self._monotonic = monotonic
-        self._buffer: list[str] = []
+        self._buffer: list[StreamDelta] = []
         self._first_at = 0.0
         self._closing = False
         self._wake = asyncio.Event()
@@ -75,8 +79,8 @@ class ChunkStream:
         if self._task is None:
             self._task = asyncio.create_task(self._flush_loop(), name="chunk-flusher")
 
-    def add(self, delta: str) -> None:
-        """One token (or any piece of text) from the backend; never waits."""
+    def add(self, delta: StreamDelta) -> None:
+        """One piece from the backend (a token, a piece of a tool call, a choice's end); never waits."""
         if not delta or self._closing or self.failure is not None:
             return
         if not self._buffer:
@@ -118,13 +122,14 @@ class ChunkStream:
                         await asyncio.wait_for(self._wake.wait(), wait_s)
                     self._wake.clear()
             if self._buffer:
-                delta, self._buffer = "".join(self._buffer), []
+                gathered, self._buffer = merged(self._buffer), []
                 self.started = True
-                failure = await self._sink(self.written, delta)
-                if failure is not None:
-                    self.failure = failure
-                    return
-                self.written += 1
+                for delta in gathered:
+                    failure = await self._sink(self.written, delta)
+                    if failure is not None:
+                        self.failure = failure
+                        return
+                    self.written += 1
             if self._closing and not self._buffer:
                 return
             if self._buffer:

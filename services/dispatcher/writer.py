@@ -34,6 +34,7 @@ import inferq.messaging.dead_letters as dead_letters
 from inferq import tracing
 from inferq.dispatcher.answered import RecentlyAnswered
 from inferq.dispatcher.backend import Completion
+from inferq.dispatcher.deltas import StreamDelta
 from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.metrics import DispatcherMetrics
 from inferq.dispatcher.models import ModelChoice
@@ -88,7 +89,7 @@ class OutcomeWriter:
             work, self._outcomes.ok(work.request, completion, dispatched_at_ms=dispatched_at_ms, now_ms=now)
         )
 
-    async def chunk(self, work: Work, *, seq: int, delta: str, model: str) -> ProduceError | None:
+    async def chunk(self, work: Work, *, seq: int, delta: StreamDelta, model: str) -> ProduceError | None:
         """Write one chunk of a streamed answer to the request's reply topic, keyed like its result
         (same partition, so in order before it) and marked by the `inferq-kind: chunk` header.
         None once acknowledged; the `ProduceError` when the topic refuses it for good (the caller
@@ -98,10 +99,15 @@ class OutcomeWriter:
             tenant=work.request.tenant,
             attempt=work.request.attempt,
             seq=seq,
-            delta=delta,
+            delta=delta.content,
             model=model,
             created_at_ms=self._clock_ms(),
             dispatcher_id=self._outcomes.dispatcher_id,
+            choice_index=delta.choice,
+            tool_calls=delta.tool_calls_json(),
+            refusal=delta.refusal or None,
+            finish_reason=delta.finish_reason,
+            logprobs=delta.logprobs_json(),
         )
         topic = work.reply_topic or self._topics.results
         failure = await self.produce_durably(

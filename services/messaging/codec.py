@@ -157,6 +157,7 @@ def result_codec() -> TypedCodec[InferenceResult]:
 @cache
 def chunk_codec() -> TypedCodec[InferenceChunk]:
     """The process-wide codec of `InferenceChunk` (a streamed answer's pieces on the reply topic)."""
-    return TypedCodec(
-        AvroCodec(load_schema("inference_chunk")), InferenceChunk.to_record, InferenceChunk.from_record
-    )
+    avro = AvroCodec(load_schema("inference_chunk"))
+    for earlier in earlier_schemas("inference_chunk"):
+        avro.add_writer(earlier)
+    return TypedCodec(avro, InferenceChunk.to_record, InferenceChunk.from_record)

@@ -112,3 +112,6 @@ SYSTEM_FINGERPRINT_PATTERN = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 # reasoning_tokens...), at most this many per map, each named like an identifier.
 MAX_TOKEN_DETAILS = 16
 TOKEN_DETAIL_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+# A streamed piece's `logprobs.content` entries, in characters of compact JSON (a chunk record holds
+# at most `ChunkPolicy.tokens` pieces: eight by default, so well under Kafka's 1 MB).
+MAX_STREAM_LOGPROBS_CHARS = 16_384

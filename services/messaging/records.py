@@ -372,6 +372,29 @@ class InferenceChunk:
     model: str
     created_at_ms: int
     dispatcher_id: str
+    # Chunk schema v2: which choice the delta belongs to, and what else it carries (None for nothing).
+    choice_index: int = 0
+    # OpenAI's `delta.tool_calls` list as a JSON text (bounded by the dispatcher).
+    tool_calls: str | None = None
+    refusal: str | None = None
+    # Set on the chunk that ends the choice.
+    finish_reason: str | None = None
+    # OpenAI's choice `logprobs` object for the delta's tokens, as a JSON text (bounded by the dispatcher).
+    logprobs: str | None = None
+
+    def openai_tool_calls(self) -> list[Any] | None:
+        """The tool-call deltas as OpenAI's list; None for none (or, never written so, not a JSON list)."""
+        return _json_list(self.tool_calls)
+
+    def openai_logprobs(self) -> dict[str, Any] | None:
+        """The logprobs as OpenAI's object; None for none (or, never written so, not a JSON object)."""
+        if self.logprobs is None:
+            return None
+        try:
+            value = json.loads(self.logprobs)
+        except (ValueError, RecursionError):
+            return None
+        return value if isinstance(value, dict) else None
 
     def to_record(self) -> Record:
         return {
@@ -383,6 +406,11 @@ class InferenceChunk:
             "model": self.model,
             "created_at_ms": self.created_at_ms,
             "dispatcher_id": self.dispatcher_id,
+            "choice_index": self.choice_index,
+            "tool_calls": self.tool_calls,
+            "refusal": self.refusal,
+            "finish_reason": self.finish_reason,
+            "logprobs": self.logprobs,
         }
 
     @classmethod
@@ -396,4 +424,19 @@ class InferenceChunk:
             model=record["model"],
             created_at_ms=record["created_at_ms"],
             dispatcher_id=record["dispatcher_id"],
+            choice_index=record.get("choice_index", 0),
+            tool_calls=record.get("tool_calls"),
+            refusal=record.get("refusal"),
+            finish_reason=record.get("finish_reason"),
+            logprobs=record.get("logprobs"),
         )
+
+
+def _json_list(text: str | None) -> list[Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, list) else None

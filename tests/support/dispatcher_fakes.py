@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError
 
 from inferq.clock import wall_ms
 from inferq.dispatcher.backend import Completion
+from inferq.dispatcher.deltas import StreamDelta
 from inferq.dispatcher.bootstrap import Dispatcher, TokenSupply, bootstrap
 from inferq.dispatcher.consumer import (
     Batches,
@@ -300,7 +301,7 @@ class HeldBackend:
         params: dict[str, Any],
         *,
         timeout_s: float,
-        on_delta: Callable[[str], None],
+        on_delta: Callable[[StreamDelta], None],
     ) -> Completion:
         self.streamed.append(model)
         completion = await self.complete(model, messages, params, timeout_s=timeout_s)
@@ -308,7 +309,7 @@ class HeldBackend:
         for n, piece in enumerate(self.pieces):
             if n == failure_after and failure is not None:
                 raise failure
-            on_delta(piece)
+            on_delta(StreamDelta(content=piece))
             # A real stream yields between tokens; so does this one, letting chunks be written.
             for _ in range(5):
                 await asyncio.sleep(0)

@@ -60,7 +60,7 @@ async def call(handler: Handler, pieces: list[str], timeout_s: float = 5.0) -> C
                 [{"role": "user", "content": PROMPT}],
                 {"temperature": 0.5},
                 timeout_s=timeout_s,
-                on_delta=pieces.append,
+                on_delta=lambda delta: pieces.append(delta.content) if delta.content else None,
             )
         finally:
             await backend.close()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import KafkaError
 
+from inferq.dispatcher.deltas import StreamDelta, ToolCallDelta
 from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
 from inferq.messaging.codec import chunk_codec, request_codec
@@ -27,16 +28,18 @@ class Sink:
     """Records chunks; holds each acknowledgement while `gate` is clear; refuses chunk `refuse_at`."""
 
     chunks: list[tuple[int, str]] = field(default_factory=list)
+    deltas: list[StreamDelta] = field(default_factory=list)
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     refuse_at: int | None = None
 
     def __post_init__(self) -> None:
         self.gate.set()
 
-    async def __call__(self, seq: int, delta: str) -> ProduceError | None:
+    async def __call__(self, seq: int, delta: StreamDelta) -> ProduceError | None:
         if seq == self.refuse_at:
             return ProduceError("t.results", KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
-        self.chunks.append((seq, delta))
+        self.chunks.append((seq, delta.content))
+        self.deltas.append(delta)
         await self.gate.wait()
         return None
 
@@ -48,9 +51,9 @@ async def test_tokens_are_batched_by_count_and_the_rest_written_at_the_end() -> 
     stream.start()
     for count, tokens in enumerate(["abc", "def"], start=1):
         for token in tokens:
-            stream.add(token)
+            stream.add(StreamDelta(content=token))
         await eventually(lambda n=count: len(sink.chunks) == n, "a full chunk written at once")
-    stream.add("g")
+    stream.add(StreamDelta(content="g"))
     assert await stream.finish() is None
     assert stream.written == len(sink.chunks)
     assert sink.chunks == [(0, "abc"), (1, "def"), (2, "g")]
@@ -61,9 +64,9 @@ async def test_a_lone_token_is_written_after_the_linger_without_waiting_for_more
     sink = Sink()
     stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=1))
     stream.start()
-    stream.add("first")
+    stream.add(StreamDelta(content="first"))
     await eventually(lambda: len(sink.chunks) == 1, "the first chunk, before the call ends")
-    stream.add("second")
+    stream.add(StreamDelta(content="second"))
     await stream.finish()
     assert sink.chunks == [(0, "first"), (1, "second")]
 
@@ -74,10 +77,10 @@ async def test_tokens_gather_while_a_chunk_is_being_acknowledged() -> None:
     sink.gate.clear()
     stream = ChunkStream(sink, ChunkPolicy(tokens=2, linger_ms=0))
     stream.start()
-    stream.add("a")
+    stream.add(StreamDelta(content="a"))
     await eventually(lambda: len(sink.chunks) == 1, "the first chunk handed over")
     for token in "bcde":
-        stream.add(token)
+        stream.add(StreamDelta(content=token))
     sink.gate.set()
     await stream.finish()
     chunks = sink.chunks
@@ -90,7 +93,7 @@ async def test_a_refused_chunk_stops_the_stream_and_is_reported() -> None:
     stream = ChunkStream(sink, ChunkPolicy(tokens=1, linger_ms=0))
     stream.start()
     for token in "abc":
-        stream.add(token)
+        stream.add(StreamDelta(content=token))
         await asyncio.sleep(0)
     refused = await stream.finish()
     chunks = sink.chunks
@@ -105,10 +108,10 @@ async def test_the_first_token_goes_at_once_and_later_ones_wait_for_their_batch(
     sink = Sink()
     stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
     stream.start()
-    stream.add("first")
+    stream.add(StreamDelta(content="first"))
     await eventually(lambda: len(sink.chunks) == 1, "the first token written without its batch")
-    stream.add("second")
-    stream.add("third")
+    stream.add(StreamDelta(content="second"))
+    stream.add(StreamDelta(content="third"))
     await asyncio.sleep(0.05)  # far below the 10 s linger: nothing more may have been written
     before_end = list(sink.chunks)
     await stream.finish()
@@ -122,12 +125,12 @@ async def test_abort_drops_gathered_tokens_and_ends_the_flusher() -> None:
     sink = Sink()
     stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
     stream.start()
-    stream.add("first")
+    stream.add(StreamDelta(content="first"))
     await eventually(lambda: len(sink.chunks) == 1, "the first chunk")
-    stream.add("never")
+    stream.add(StreamDelta(content="never"))
     await asyncio.sleep(0.01)
     await stream.abort()
-    stream.add("after")
+    stream.add(StreamDelta(content="after"))
     assert (sink.chunks, stream.started) == ([(0, "first")], True)
 
 
@@ -137,7 +140,7 @@ async def test_abort_before_any_chunk_writes_nothing() -> None:
     stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
     stream.start()
     await stream.abort()
-    stream.add("after")
+    stream.add(StreamDelta(content="after"))
     await asyncio.sleep(0.01)
     assert (sink.chunks, stream.started) == ([], False)
 
