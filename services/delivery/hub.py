@@ -113,8 +113,9 @@ class _History:
 
 
 def _chunk_bytes(chunk: InferenceChunk) -> int:
-    # The delta dominates; the fixed part stands for the record's other fields.
-    return len(chunk.delta.encode("utf-8", "replace")) + 64
+    # The texts dominate; the fixed part stands for the record's other fields.
+    texts = (chunk.delta, chunk.tool_calls, chunk.refusal, chunk.logprobs)
+    return sum(len(text.encode("utf-8", "replace")) for text in texts if text) + 64
 
 
 class WaiterHub:

@@ -25,8 +25,7 @@ directly"), so every decoded request passes these rules before it is queued, wit
   `tool_rules`' bounds (a `tool` message without its `tool_call_id`, `tool_calls` that are not
   JSON, too many, too deep); `params` with a key off the allow-list (the reserved `model`,
   `messages`, `stream`, `n` included) or a value out of ingest's `ChatParams` bounds (for `tools`,
-  `tool_choice`, `parallel_tool_calls` and `response_format`, `tool_rules`'); `tools` on a streamed
-  request (its tool-call deltas are not read yet).
+  `tool_choice`, `parallel_tool_calls` and `response_format`, `tool_rules`').
 
 Params: refused rather than the key dropped. Dropping would run a different request than the one
 asked for (and bill it), silently; a refusal says which key, and ingest refuses the same key with
@@ -119,8 +118,6 @@ class RecordRules:
             raise refused(problem)
         params, problem = _params(values)
         problem = too_large or problem
-        if problem is None and request.stream and "tools" in params:
-            problem = "streamed function calling is not served yet: stream false with params.tools"
         if problem is not None:
             raise refused(problem)
         return Checked(request, tier, params, reply, clamped)

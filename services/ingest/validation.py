@@ -36,8 +36,6 @@ from inferq.webhooks.urls import MAX_URL_CHARS
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 
-# Tool-call deltas are not carried through the queue yet (issue 21's streaming slice).
-STREAMED_TOOLS = "tools with stream true is not served yet: ask with stream false"
 # A problem list is part of a 422 body: bounded, however many fields a hostile body breaks.
 MAX_PROBLEMS = 20
 # A field path echoes the client's keys: cut, so a 100 KB key is not sent back whole.
@@ -249,12 +247,6 @@ class SubmitRequest(BaseModel):
     callback_url: str | None = Field(default=None, strict=True, min_length=1, max_length=MAX_URL_CHARS)
     # The answer's pieces go to the reply topic as they come (the results service's /events relays them).
     stream: bool = Field(default=False, strict=True)
-
-    @model_validator(mode="after")
-    def _no_streamed_tools(self) -> SubmitRequest:
-        if self.stream and self.params is not None and self.params.tools is not None:
-            raise ValueError(STREAMED_TOOLS)
-        return self
 
 
 def deadline_conflict(body: SubmitRequest) -> list[dict[str, str]]:

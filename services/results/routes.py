@@ -159,7 +159,8 @@ class ResultRoutes:
 
     async def events(self, request: Request) -> Response:
         """``text/event-stream`` of the request's outcome: ``event: chunk`` for each piece of a
-        streamed answer (``{request_id, attempt, seq, delta, model}``, from the start of the
+        streamed answer (``{request_id, attempt, seq, index, delta, model}``, with ``tool_calls``,
+        ``refusal``, ``logprobs``, ``finish_reason`` when it has them; from the start of the
         answer when the stream is still in progress), ``event: restart`` when the answer started
         over (a retry: drop the text so far), then ``event: result`` with the outcome (as
         ``GET /v1/requests/{id}``) and the end; ``event: timeout`` and the end after
@@ -271,13 +272,23 @@ async def _stored(result: InferenceResult) -> AsyncIterator[Step]:
 
 
 def _chunk_view(chunk: InferenceChunk) -> dict[str, object]:
-    return {
+    """A chunk record as the event stream gives it: its choice's `index`, and besides the text the
+    tool-call deltas, refusal, logprobs and finish_reason when it carries them (OpenAI's shapes)."""
+    view: dict[str, object] = {
         "request_id": chunk.request_id,
         "attempt": chunk.attempt,
         "seq": chunk.seq,
+        "index": chunk.choice_index,
         "delta": chunk.delta,
         "model": chunk.model,
     }
+    extras = {
+        "tool_calls": chunk.openai_tool_calls(),
+        "refusal": chunk.refusal,
+        "logprobs": chunk.openai_logprobs(),
+        "finish_reason": chunk.finish_reason,
+    }
+    return view | {name: value for name, value in extras.items() if value is not None}
 
 
 def _busy() -> Response:

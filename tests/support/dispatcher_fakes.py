@@ -25,7 +25,6 @@ from confluent_kafka import KafkaError
 
 from inferq.clock import wall_ms
 from inferq.dispatcher.backend import Completion
-from inferq.dispatcher.deltas import StreamDelta
 from inferq.dispatcher.bootstrap import Dispatcher, TokenSupply, bootstrap
 from inferq.dispatcher.consumer import (
     Batches,
@@ -35,6 +34,7 @@ from inferq.dispatcher.consumer import (
     RebalanceListener,
     Unfetched,
 )
+from inferq.dispatcher.deltas import StreamDelta
 from inferq.dispatcher.errors import BackendError, CommitFailedError
 from inferq.dispatcher.settings import DispatcherSettings
 from inferq.dispatcher.tokens import LocalTokenPool

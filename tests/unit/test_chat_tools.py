@@ -189,7 +189,6 @@ HOSTILE_TOOLS: list[tuple[str, dict[str, Any], str | None, str]] = [
         "parallel_tool_calls",
         "bool",
     ),
-    ("tools streamed", {"tools": [WEATHER], "stream": True}, "stream", "not served yet"),
     (
         "a huge response schema",
         {

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import KafkaError
 
-from inferq.dispatcher.deltas import StreamDelta, ToolCallDelta
+from inferq.dispatcher.deltas import StreamDelta
 from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
 from inferq.messaging.codec import chunk_codec, request_codec

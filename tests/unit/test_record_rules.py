@@ -360,5 +360,7 @@ def test_function_calling_messages_out_of_bounds_are_refused(message: ChatMessag
     assert reason.startswith("messages[1].") and problem in reason
 
 
-def test_tools_on_a_streamed_request_are_refused_until_deltas_are_carried() -> None:
-    assert "not served yet" in refusal(a_request(stream=True, params={"tools": json.dumps([TOOL])})).reason
+def test_tools_on_a_streamed_request_are_checked_as_unstreamed() -> None:
+    tools = json.dumps([TOOL])
+    checked = RULES.check(a_request(stream=True, params={"tools": tools}), source_topic=HIGH, now_ms=NOW)
+    assert (checked.request.stream, checked.params) == (True, {"tools": [TOOL]})

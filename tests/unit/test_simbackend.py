@@ -791,6 +791,31 @@ def test_with_tools_the_user_turn_gets_a_call_of_the_first_tool_the_same_every_t
     assert [c.function.name for c in named.choices[0].message.tool_calls or []] == ["clock"]
 
 
+def test_with_tools_a_stream_gives_the_call_in_openai_deltas_ending_tool_calls() -> None:
+    body = {**HELLO, "tools": [WEATHER_TOOL, CLOCK_TOOL], "stream": True}
+
+    async def scenario() -> httpx.Response:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            return await client.post(CHAT, json=body)
+
+    response = run_async(scenario)
+    assert response.status_code == 200, response.text
+    payloads = sse_payloads(response.text)
+    assert payloads[-1] == "[DONE]"
+    chunks = [ChatCompletionChunk.model_validate(p) for p in payloads[:-1]]
+    pieces = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
+    assert len(pieces) > 2, "the arguments come in several pieces"
+    first, *rest = pieces
+    assert (first.index, first.type, first.function and first.function.name) == (0, "function", "weather")
+    assert all(p.index == 0 and p.id is None and p.function and p.function.name is None for p in rest)
+    arguments = "".join((p.function.arguments or "") if p.function else "" for p in pieces)
+    assert json.loads(arguments) == {"city": "sim"}
+    assert [c.choices[0].finish_reason for c in chunks][-1] == "tool_calls"
+    # The same call as unstreamed.
+    [call] = simulated({**body, "stream": False}).choices[0].message.tool_calls or []
+    assert (first.id, arguments) == (call.id, call.function.arguments)
+
+
 def test_tool_choice_none_or_a_tool_answer_last_gets_text() -> None:
     none = simulated({**HELLO, "tools": [WEATHER_TOOL], "tool_choice": "none"})
     assert none.choices[0].finish_reason == "stop" and none.choices[0].message.tool_calls is None

@@ -197,25 +197,34 @@ def chunk(
     created_s: int,
     model: str,
     *,
+    index: int = 0,
     content: str | None = None,
     role: bool = False,
+    tool_calls: list[Any] | None = None,
+    refusal: str | None = None,
+    logprobs: dict[str, Any] | None = None,
     finish_reason: str | None = None,
     system_fingerprint: str | None = None,
 ) -> dict[str, Any]:
-    """One ``chat.completion.chunk`` with one choice: the role (first), a piece of text, or the end
-    (which alone knows the backend's `system_fingerprint`: it comes with the result)."""
+    """One ``chat.completion.chunk`` with one choice (`index`): the role (a choice's first), a piece
+    of text, refusal or tool calls (OpenAI's `delta.tool_calls` entries), or the end (which alone
+    knows the backend's `system_fingerprint`: it comes with the result)."""
     delta: dict[str, Any] = {}
     if role:
         delta["role"] = "assistant"
     if content is not None:
         delta["content"] = content
+    if refusal is not None:
+        delta["refusal"] = refusal
+    if tool_calls:
+        delta["tool_calls"] = tool_calls
     return {
         "id": request_id,
         "object": "chat.completion.chunk",
         "created": created_s,
         "model": model,
         "system_fingerprint": system_fingerprint,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
     }
 
 

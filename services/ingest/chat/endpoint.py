@@ -7,10 +7,11 @@ a waiter is registered in the delivery hub for (tenant, request_id), so its outc
 the reply topic's follower wakes it. Then:
 
 - without ``stream``: the ``chat.completion`` once the result arrives (or the outcome's error);
-- with ``stream``: Server-Sent Events at once (the role chunk), each chunk record as it arrives,
-  then the end (the backend's ``finish_reason`` and ``system_fingerprint``, the usage chunk when
-  asked for, ``data: [DONE]``). Text the chunks did not carry is sent from the result (all of it
-  when the dispatcher does not stream). An answer that started over after text was sent, a stream
+- with ``stream``: Server-Sent Events at once (the role chunk), each chunk record as it arrives
+  (its choice's text, refusal, tool-call deltas, logprobs: ``chunks.py``), then the end (each
+  choice's ``finish_reason``, the ``system_fingerprint``, the usage chunk when asked for,
+  ``data: [DONE]``). Text and tool calls the chunks did not carry are sent from the result (all of
+  it when the dispatcher does not stream). An answer that started over after text was sent, a stream
   that stops for `stream_idle_s`, or no outcome in time ends with an error event
   (``data: {"error": ...}``), never a hang.
 
@@ -45,6 +46,7 @@ from inferq.delivery.sse import (
 )
 from inferq.ingest.chat import answers
 from inferq.ingest.chat.body import AUTO_MODEL, ChatCompletionBody, parse_chat_body, sdk_patience_ms
+from inferq.ingest.chat.chunks import StreamedAnswer
 from inferq.ingest.chat.errors import NotFollowingError, WaitersFullError
 from inferq.ingest.chat.record import chat_record
 from inferq.ingest.deadlines import wait_s, within_patience
@@ -221,7 +223,7 @@ class ChatCompletionsEndpoint:
         rid = queued.request_id
         created_s = queued.created_at_ms // 1000
         yield sse_event(answers.chunk(rid, created_s, body.model, role=True, content=""))
-        sent: list[str] = []
+        sent = StreamedAnswer(rid, created_s)
         restarted = False
         steps = follow(
             waiter,
@@ -233,15 +235,16 @@ class ChatCompletionsEndpoint:
             if isinstance(step, bytes):
                 yield step
             elif isinstance(step, InferenceResult):
-                async for event in self._ending(body, step, "".join(sent), created_s):
+                async for event in self._ending(body, step, sent, created_s):
                     yield event
             elif isinstance(step, Restarted) or restarted:
                 # Text already sent cannot be taken back: the rest comes from the result, if it
                 # continues what was sent.
                 restarted = True
             elif isinstance(step, InferenceChunk):
-                sent.append(step.delta)
-                yield sse_event(answers.chunk(rid, created_s, step.model, content=step.delta))
+                chunk = sent.chunk(step)
+                if chunk is not None:
+                    yield sse_event(chunk)
             elif step is Stopped.IDLE:
                 message = f"the answer to {rid} stopped arriving mid-stream; {self._hint(rid)}"
                 yield _error_event(answers.ChatError(502, message, "server_error", "stream_interrupted"))
@@ -249,29 +252,19 @@ class ChatCompletionsEndpoint:
                 yield _error_event(answers.wait_exceeded(rid, bound_s, self._hint(rid)))
 
     async def _ending(
-        self, body: ChatCompletionBody, result: InferenceResult, sent: str, created_s: int
+        self, body: ChatCompletionBody, result: InferenceResult, sent: StreamedAnswer, created_s: int
     ) -> AsyncIterator[bytes]:
         error = answers.chat_error_of(result)
         if error is not None:
             yield _error_event(error)
             return
-        output = result.output or ""
         rid = result.request_id
-        if not output.startswith(sent):
+        if not (result.output or "").startswith(sent.text):
             message = f"the answer to {rid} started over after part of it was sent; {self._hint(rid)}"
             yield _error_event(answers.ChatError(502, message, "server_error", "stream_restarted"))
             return
-        if len(output) > len(sent):
-            yield sse_event(answers.chunk(rid, created_s, result.model, content=output[len(sent) :]))
-        yield sse_event(
-            answers.chunk(
-                rid,
-                created_s,
-                result.model,
-                finish_reason=answers.finish_reason_of(result),
-                system_fingerprint=result.system_fingerprint,
-            )
-        )
+        for chunk in sent.ending(result):
+            yield sse_event(chunk)
         if body.stream_options is not None and body.stream_options.include_usage:
             yield sse_event(answers.usage_chunk(result, created_s))
         yield _DONE

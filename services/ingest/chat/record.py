@@ -33,7 +33,7 @@ from starlette.datastructures import Headers
 from inferq.ingest.chat.body import AUTO_MODEL, ChatCompletionBody, ChatMessageIn, body_error
 from inferq.ingest.chat.errors import ChatBodyError, ModelNotFoundError
 from inferq.ingest.record import RecordRules, encoded_params
-from inferq.ingest.validation import STREAMED_TOOLS, ChatParams, Message, SubmitRequest, describe_errors
+from inferq.ingest.validation import ChatParams, Message, SubmitRequest, describe_errors
 from inferq.messaging import limits
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
@@ -99,8 +99,6 @@ def chat_record(
     values = {name: _rule(ChatParams, name).dump_python(value) for name, value in checked.items()}
     if "tool_choice" in values and "tools" not in values:
         raise ChatBodyError("tool_choice is only allowed with tools", param="tool_choice")
-    if body.stream and "tools" in values:
-        raise ChatBodyError(STREAMED_TOOLS, param="stream")
     if body.stream_options is not None and not body.stream:
         raise ChatBodyError("stream_options is only allowed when stream is true", param="stream_options")
     return rules.record(

@@ -6,7 +6,10 @@ the tokens. So a streamed call takes as long as the same call unstreamed, and it
 arrives `first_token_share` of the way in.
 
 The events, as OpenAI sends them: a first chunk with the assistant's role and empty content, one
-chunk per token, a last chunk with an empty delta and the `finish_reason`, with
+chunk per token, a last chunk with an empty delta and the `finish_reason`; an answer that calls
+tools streams each call in OpenAI's delta shape instead of text (a first piece with the call's
+`index`, `id`, `type` and function `name`, then its `arguments` a token at a time), then ends with
+`finish_reason` "tool_calls"; with
 `stream_options.include_usage` a chunk with no choices and the usage (its details objects too),
 then ``data: [DONE]``; every chunk carries the `system_fingerprint`.
 
@@ -20,7 +23,9 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
+from inferq.dispatcher.rate_budget import CHARS_PER_TOKEN
 from inferq.tools.simbackend.protocol import SYSTEM_FINGERPRINT, Answer
 
 DONE = b"data: [DONE]\n\n"
@@ -51,6 +56,22 @@ class StreamPlan:
         return max(1, tokens // 2) if self.drop and tokens else tokens
 
 
+def deltas(reply: Answer) -> list[dict[str, Any]]:
+    """The answer's deltas, one per token: its text, or its tool calls in OpenAI's delta shape."""
+    if not reply.tool_calls:
+        return [{"content": token} for token in reply.tokens()]
+    out: list[dict[str, Any]] = []
+    for index, call in enumerate(reply.tool_calls):
+        function = call["function"]
+        head = {"name": function["name"], "arguments": ""}
+        out.append({"tool_calls": [{"index": index, "id": call["id"], "type": "function", "function": head}]})
+        arguments = function["arguments"]
+        for start in range(0, len(arguments), CHARS_PER_TOKEN):
+            piece = {"arguments": arguments[start : start + CHARS_PER_TOKEN]}
+            out.append({"tool_calls": [{"index": index, "function": piece}]})
+    return out
+
+
 def event(payload: dict[str, object]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
@@ -67,7 +88,7 @@ async def sse_events(
 ) -> AsyncIterator[bytes]:
     """The response body of a streamed call, paced by `sleep`."""
 
-    def chunk(delta: dict[str, str], finish_reason: str | None) -> bytes:
+    def chunk(delta: dict[str, Any], finish_reason: str | None) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
         return event(
             {
@@ -80,12 +101,12 @@ async def sse_events(
             }
         )
 
-    tokens = reply.tokens()
+    tokens = deltas(reply)
     sent = plan.tokens_sent(len(tokens))
     yield chunk({"role": "assistant", "content": ""}, None)
     for pause_s, token in zip(plan.pauses_s(len(tokens))[:sent], tokens[:sent], strict=True):
         await sleep(pause_s)
-        yield chunk({"content": token}, None)
+        yield chunk(token, None)
     if plan.drop:
         raise StreamDroppedError(f"simulated drop after {sent} of {len(tokens)} tokens")
     if not tokens:
