@@ -121,7 +121,7 @@ def tool_call_deltas(value: object) -> tuple[ToolCallDelta, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or len(value) > limits.MAX_TOOL_CALLS:
-        raise UnusableError(f"not a list of at most {limits.MAX_TOOL_CALLS} pieces")
+        raise UnusableError(f"not a list of at most {limits.MAX_TOOL_CALLS}")
     return tuple(_tool_call_delta(piece) for piece in value)
 
 
@@ -130,7 +130,7 @@ def _tool_call_delta(piece: object) -> ToolCallDelta:
         raise UnusableError("a piece is not an object")
     index = piece.get("index")
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < limits.MAX_TOOL_CALLS:
-        raise UnusableError(f"index not a whole number within 0..{limits.MAX_TOOL_CALLS - 1}")
+        raise UnusableError(f"index not within 0..{limits.MAX_TOOL_CALLS - 1}")
     call_id = piece.get("id")
     if call_id is not None and (
         not isinstance(call_id, str) or not limits.TOOL_CALL_ID_PATTERN.fullmatch(call_id)
@@ -143,11 +143,10 @@ def _tool_call_delta(piece: object) -> ToolCallDelta:
         raise UnusableError("function not an object")
     name = function.get("name")
     if name is not None and (not isinstance(name, str) or not limits.TOOL_NAME_PATTERN.fullmatch(name)):
-        raise UnusableError("function.name not a function name")
+        raise UnusableError("function.name not a name")
     arguments = function.get("arguments") or ""
     if not isinstance(arguments, str) or len(arguments) > limits.MAX_TOOL_ARGUMENTS_CHARS:
-        most = limits.MAX_TOOL_ARGUMENTS_CHARS
-        raise UnusableError(f"function.arguments not a text of at most {most} characters")
+        raise UnusableError(f"arguments not text of at most {limits.MAX_TOOL_ARGUMENTS_CHARS}")
     return ToolCallDelta(index, call_id, name, arguments)
 
 

@@ -117,7 +117,7 @@ class StreamReader:
             if event.get("system_fingerprint") is not None:
                 self.system_fingerprint = event["system_fingerprint"]
         except answer_facts.UnusableError as exc:
-            raise BackendError(f"backend sent an unusable tool-call delta ({exc})", retriable=True) from exc
+            raise BackendError(f"backend sent a bad tool-call delta ({exc})", retriable=True) from exc
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise BackendError(f"{_UNREADABLE} ({type(exc).__name__})", retriable=True) from exc
         return False
@@ -153,8 +153,7 @@ class StreamReader:
     def _assemble(state: _Choice, piece: ToolCallDelta) -> None:
         call = state.calls.get(piece.index)
         if call is None:
-            if len(state.calls) == limits.MAX_TOOL_CALLS:
-                raise answer_facts.UnusableError(f"more than {limits.MAX_TOOL_CALLS} calls")
+            # At most `MAX_TOOL_CALLS` of them: `tool_call_deltas` bounds the index.
             call = state.calls[piece.index] = _Call()
         if piece.id is not None:
             if call.id not in (None, piece.id):
@@ -167,9 +166,9 @@ class StreamReader:
         call.arguments_chars += len(piece.arguments)
         state.arguments_chars += len(piece.arguments)
         if call.arguments_chars > limits.MAX_TOOL_ARGUMENTS_CHARS:
-            raise answer_facts.UnusableError(f"arguments over {limits.MAX_TOOL_ARGUMENTS_CHARS} characters")
+            raise answer_facts.UnusableError(f"arguments over {limits.MAX_TOOL_ARGUMENTS_CHARS}")
         if state.arguments_chars > limits.MAX_TOOL_CALLS_CHARS:
-            raise answer_facts.UnusableError(f"all arguments over {limits.MAX_TOOL_CALLS_CHARS} characters")
+            raise answer_facts.UnusableError(f"all arguments over {limits.MAX_TOOL_CALLS_CHARS}")
         call.arguments.append(piece.arguments)
 
     def tool_calls(self, choice: int = 0) -> list[dict[str, Any]]:

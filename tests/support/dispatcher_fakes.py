@@ -259,7 +259,8 @@ class HeldBackend:
         self.failure: BackendError | None = None
         # A streamed call: these pieces, one by one; with `stream_failure` (n, error), the call
         # fails with `error` after handing over n pieces.
-        self.pieces = ["h", "i"]
+        # A piece is its text, or a `StreamDelta` (tool-call pieces, another choice...).
+        self.pieces: list[str | StreamDelta] = ["h", "i"]
         self.stream_failure: tuple[int, BackendError] | None = None
         self.streamed: list[str] = []  # the models of streamed calls
         self._held_models: set[str] | None = set()  # None: every model
@@ -309,14 +310,14 @@ class HeldBackend:
         for n, piece in enumerate(self.pieces):
             if n == failure_after and failure is not None:
                 raise failure
-            on_delta(StreamDelta(content=piece))
+            on_delta(piece if isinstance(piece, StreamDelta) else StreamDelta(content=piece))
             # A real stream yields between tokens; so does this one, letting chunks be written.
             for _ in range(5):
                 await asyncio.sleep(0)
         if failure is not None:
             raise failure
         return Completion(
-            output="".join(self.pieces),
+            output="".join(p.content if isinstance(p, StreamDelta) else p for p in self.pieces),
             model=completion.model,
             prompt_tokens=completion.prompt_tokens,
             completion_tokens=len(self.pieces),

@@ -2,6 +2,7 @@ import copy
 import io
 import json
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import fastavro
@@ -257,6 +258,32 @@ def test_chunk_round_trip_and_its_header():
     # gets a clear refusal rather than a garbled result.
     with pytest.raises(UnknownSchemaError):
         result_codec().decode(chunk_codec().encode(chunk))
+
+
+def test_a_chunk_keeps_its_choice_and_deltas_and_v1_chunks_read_both_ways():
+    (v1,) = earlier_schemas("inference_chunk")
+    assert "choice_index" not in {f["name"] for f in v1["fields"]}
+    base = InferenceChunk(
+        "r-1", "acme", attempt=1, seq=3, delta="hi", model="m", created_at_ms=5, dispatcher_id="d"
+    )
+    full = replace(
+        base,
+        choice_index=1,
+        tool_calls='[{"index":0,"function":{"arguments":"{}"}}]',
+        refusal="no",
+        finish_reason="tool_calls",
+        logprobs='{"content":[],"refusal":null}',
+    )
+    assert chunk_codec().decode(chunk_codec().encode(full)) == full
+    assert full.openai_tool_calls() == [{"index": 0, "function": {"arguments": "{}"}}]
+    # A dispatcher not yet upgraded writes v1: read as the first choice, text only.
+    assert chunk_codec().decode(AvroCodec(v1).encode(base.to_record())) == base
+    # A reader not yet upgraded (v1, told of v2) reads a v2 chunk's text and drops the rest.
+    old_reader = AvroCodec(v1)
+    old_reader.add_writer(load_schema("inference_chunk"))
+    assert old_reader.decode(chunk_codec().encode(full)) == {
+        k: v for k, v in full.to_record().items() if k in {f["name"] for f in v1["fields"]}
+    }
 
 
 def test_a_result_keeps_its_webhook_and_one_written_before_webhooks_has_none():

@@ -4,12 +4,13 @@ chunks before its result; a failure before any chunk is retried, one after is FA
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 
 import pytest
 from confluent_kafka import KafkaError
 
-from inferq.dispatcher.deltas import StreamDelta
+from inferq.dispatcher.deltas import StreamDelta, ToolCallDelta
 from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
 from inferq.messaging.codec import chunk_codec, request_codec
@@ -145,6 +146,60 @@ async def test_abort_before_any_chunk_writes_nothing() -> None:
     assert (sink.chunks, stream.started) == ([], False)
 
 
+@in_loop
+async def test_two_interleaved_choices_become_chunks_of_one_choice_each_in_order() -> None:
+    sink = Sink()
+    stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
+    stream.start()
+    stream.add(StreamDelta(choice=0, content="first"))
+    await eventually(lambda: len(sink.deltas) == 1, "the first chunk at once")
+    for delta in [
+        StreamDelta(choice=0, content="He"),
+        StreamDelta(choice=0, content="llo"),
+        StreamDelta(choice=1, content="Bon"),
+        StreamDelta(choice=0, content="!", finish_reason="stop"),
+        StreamDelta(choice=0, content="late"),
+        StreamDelta(choice=1, content="jour", finish_reason="length"),
+    ]:
+        stream.add(delta)
+    assert await stream.finish() is None
+    assert [(d.choice, d.content, d.finish_reason) for d in sink.deltas] == [
+        (0, "first", None),
+        (0, "Hello", None),
+        (1, "Bon", None),
+        (0, "!", "stop"),
+        (0, "late", None),  # a choice's end closes its chunk: what follows is another
+        (1, "jour", "length"),
+    ]
+    assert [seq for seq, _ in sink.chunks] == [0, 1, 2, 3, 4, 5]
+
+
+@in_loop
+async def test_tool_call_pieces_gathered_in_one_chunk_are_joined_per_call() -> None:
+    sink = Sink()
+    stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000))
+    stream.start()
+    stream.add(StreamDelta(tool_calls=(ToolCallDelta(0, "call_a", "weather"),)))
+    await eventually(lambda: len(sink.deltas) == 1, "the first chunk at once")
+    for pieces in [
+        (ToolCallDelta(1, "call_b", "clock"),),
+        (ToolCallDelta(0, arguments='{"city":'), ToolCallDelta(1, arguments="{}")),
+        (ToolCallDelta(0, arguments='"Oslo"}'),),
+    ]:
+        stream.add(StreamDelta(tool_calls=pieces))
+    stream.add(StreamDelta(finish_reason="tool_calls"))
+    assert await stream.finish() is None
+    first, joined = sink.deltas
+    assert first.tool_calls_json() == (
+        '[{"index":0,"id":"call_a","type":"function","function":{"name":"weather","arguments":""}}]'
+    )
+    assert joined.finish_reason == "tool_calls"
+    assert json.loads(joined.tool_calls_json() or "") == [
+        {"index": 1, "id": "call_b", "type": "function", "function": {"name": "clock", "arguments": "{}"}},
+        {"index": 0, "function": {"arguments": '{"city":"Oslo"}'}},
+    ]
+
+
 @pytest.mark.parametrize(("tokens", "linger_ms"), [(0, 5.0), (-1, 5.0), (8, -1.0), (8, 10_001.0)])
 def test_a_chunk_policy_out_of_range_is_refused(tokens: int, linger_ms: float) -> None:
     with pytest.raises(ValueError, match=r"token|linger"):
@@ -191,6 +246,31 @@ async def test_a_streamed_request_writes_ordered_chunks_then_its_result() -> Non
     assert [is_chunk(list(p.headers.items())) for p in mine] == [True] * 5 + [False]
     assert r.backend.streamed == ["inferq-fast"], "only the streamed request is called with stream on"
     assert r.results()[plain.request_id].output == "hi"
+
+
+@in_loop
+async def test_chunk_records_carry_each_choice_its_tool_call_deltas_and_its_end() -> None:
+    streamed = a_request("HIGH", stream=True)
+    r = streaming_rig()
+    r.backend.pieces = [
+        StreamDelta(tool_calls=(ToolCallDelta(0, "call_1", "weather"),)),
+        StreamDelta(choice=1, content="Hi", refusal="no"),
+        StreamDelta(tool_calls=(ToolCallDelta(0, arguments="{}"),), finish_reason="tool_calls"),
+    ]
+    async with running(r):
+        r.consumer.produce(r.partition("HIGH"), encoded(streamed))
+        await eventually(lambda: len(r.results()) == 1, "the result")
+    chunks = [c for _, c in chunks_on(r, r.topics.results)]
+    assert [(c.seq, c.choice_index, c.delta, c.refusal, c.finish_reason) for c in chunks] == [
+        (0, 0, "", None, None),
+        (1, 1, "Hi", "no", None),
+        (2, 0, "", None, "tool_calls"),
+    ]
+    assert [c.openai_tool_calls() for c in chunks] == [
+        [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": ""}}],
+        None,
+        [{"index": 0, "function": {"arguments": "{}"}}],
+    ]
 
 
 @in_loop
