@@ -13,11 +13,13 @@ from typing import Any
 
 import pydantic
 import pytest
+from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from inferq.ingest.chat import answers
+from inferq.ingest.chat.chunks import StreamedAnswer
 from inferq.messaging import limits
-from inferq.messaging.records import InferenceResult, Status, Usage
+from inferq.messaging.records import InferenceChunk, InferenceResult, Status, Usage
 from inferq.messaging.tiers import Tier
 from tests.unit.test_chat_completions import HI, ingest, run
 
@@ -138,6 +140,104 @@ def test_every_chunk_shape_is_an_sdk_chunk() -> None:
     assert usage.system_fingerprint == "fp_44709d6fcb"
 
 
+def chunk_record(seq: int, *, delta: str = "", **fields: Any) -> InferenceChunk:
+    base = {"attempt": 1, "model": "served-model", "created_at_ms": 1, "dispatcher_id": "d", "tenant": "t"}
+    return InferenceChunk("chatcmpl-1", seq=seq, delta=delta, **(base | fields))
+
+
+CALL_A = {"id": "call_a", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Oslo"}'}}
+CALL_B = {"id": "call_b", "type": "function", "function": {"name": "clock", "arguments": "{}"}}
+TOOL_RECORDS = [
+    chunk_record(
+        0, tool_calls=json.dumps([{"index": 0, **CALL_A, "function": {"name": "weather", "arguments": ""}}])
+    ),
+    chunk_record(1, tool_calls=json.dumps([{"index": 1, **CALL_B}])),
+    chunk_record(2, tool_calls=json.dumps([{"index": 0, "function": {"arguments": '{"city":"Oslo"}'}}])),
+    chunk_record(3, finish_reason="tool_calls"),
+]
+
+
+def streamed(records: list[InferenceChunk], done: InferenceResult) -> list[ChatCompletionChunk]:
+    """The chunks a caller gets for `records` then `done` (the role chunk first, as the endpoint)."""
+    sent = StreamedAnswer("chatcmpl-1", 1)
+    raw = [answers.chunk("chatcmpl-1", 1, "inferq", role=True, content="")]
+    raw += [c for c in (sent.chunk(r) for r in records) if c is not None]
+    raw += sent.ending(done)
+    return [ChatCompletionChunk.model_validate(c) for c in raw]
+
+
+def assembled(chunks: list[ChatCompletionChunk]) -> Any:
+    """The completion the SDK's own accumulator (`client.chat.completions.stream`'s) makes of them
+    (its snapshot: the final one refuses a "length" or "content_filter" choice by raising)."""
+    state: ChatCompletionStreamState[None] = ChatCompletionStreamState()
+    for c in chunks:
+        state.handle_chunk(c)
+    return state.current_completion_snapshot
+
+
+def test_streamed_tool_call_deltas_are_sdk_chunks_that_the_sdk_assembles_into_the_calls() -> None:
+    done = result(output="", finish_reason="tool_calls", tool_calls=json.dumps([CALL_A, CALL_B]))
+    chunks = streamed(TOOL_RECORDS, done)
+    final = assembled(chunks)
+    (choice,) = final.choices
+    assert choice.finish_reason == "tool_calls"
+    calls = [c.model_dump(include={"id", "type", "function"}) for c in choice.message.tool_calls or []]
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        ("call_a", "weather", '{"city":"Oslo"}'),
+        ("call_b", "clock", "{}"),
+    ]
+    assert [c.choices[0].finish_reason for c in chunks].count("tool_calls") == 1
+
+
+def test_tool_calls_no_chunk_carried_come_from_the_result_before_the_end() -> None:
+    """A dispatcher that did not stream them (or chunks a slow reader lost): the result's calls."""
+    done = result(output="", finish_reason="tool_calls", tool_calls=json.dumps([CALL_A, CALL_B]))
+    final = assembled(streamed([], done))
+    calls = final.choices[0].message.tool_calls or []
+    assert [(c.id, c.function.arguments) for c in calls] == [("call_a", '{"city":"Oslo"}'), ("call_b", "{}")]
+
+
+def test_two_interleaved_choices_keep_their_index_text_and_finish_reason() -> None:
+    records = [
+        chunk_record(0, delta="Hel"),
+        chunk_record(1, delta="Bon", choice_index=1),
+        chunk_record(2, delta="lo"),
+        chunk_record(3, delta="jour", choice_index=1, finish_reason="stop"),
+        chunk_record(4, refusal="no", choice_index=2, finish_reason="content_filter"),
+    ]
+    chunks = streamed(records, result(output="Hello", finish_reason="length"))
+    final = assembled(chunks)
+    assert [(c.index, c.message.content, c.message.refusal, c.finish_reason) for c in final.choices] == [
+        (0, "Hello", None, "length"),
+        (1, "Bonjour", None, "stop"),
+        (2, None, "no", "content_filter"),
+    ]
+    firsts = {c.choices[0].index: c.choices[0].delta.role for c in reversed(chunks)}
+    assert firsts == {0: "assistant", 1: "assistant", 2: "assistant"}, (
+        "each choice's first chunk has the role"
+    )
+
+
+def test_a_chunk_record_with_a_reason_the_api_lacks_or_broken_json_still_gives_sdk_chunks() -> None:
+    """Records are the dispatcher's, checked there; one written otherwise must not break a caller."""
+    records = [
+        chunk_record(0, delta="a", tool_calls="not json", logprobs="[1]"),
+        chunk_record(1, delta="", choice_index=1, finish_reason="went-home"),
+    ]
+    chunks = streamed(records, result(output="a", finish_reason="stop"))
+    assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == ["stop", "stop"]
+    assert all(c.choices[0].delta.tool_calls is None and c.choices[0].logprobs is None for c in chunks)
+
+
+def test_logprobs_of_a_chunk_record_reach_the_sdk_chunk() -> None:
+    entry = {"token": "Hi", "logprob": -0.5, "bytes": [72, 105], "top_logprobs": []}
+    records = [chunk_record(0, delta="Hi", logprobs=json.dumps({"content": [entry], "refusal": None}))]
+    chunks = streamed(records, result(output="Hi", finish_reason="stop"))
+    (with_logprobs,) = [c for c in chunks if c.choices[0].logprobs is not None]
+    content = with_logprobs.choices[0].logprobs.content if with_logprobs.choices[0].logprobs else None
+    assert [(t.token, t.logprob) for t in content or []] == [("Hi", -0.5)]
+
+
 # --- through the endpoint, as raw HTTP ------------------------------------------------------------
 
 
@@ -218,3 +318,45 @@ def test_every_streamed_chunk_on_the_wire_is_an_sdk_chunk_and_the_last_says_leng
         }
     else:
         assert usage_chunks == [] and all(c.usage is None for c in chunks)
+
+
+WEATHER = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+
+
+def test_streamed_tools_on_the_wire_are_sdk_chunks_with_the_calls_and_a_usage_chunk(tmp_path: Path) -> None:
+    async def scenario() -> tuple[list[Any], Any]:
+        body: dict[str, Any] = {
+            "model": "inferq",
+            "messages": HI,
+            "tools": [WEATHER],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        async with ingest(tmp_path) as svc, svc.http() as http:
+            call = asyncio.ensure_future(http.post("/v1/chat/completions", json=body))
+            request = await svc.next_request(0)
+            for record in TOOL_RECORDS:
+                fields = {k: v for k, v in record.to_record().items() if k in {"tool_calls", "finish_reason"}}
+                svc.chunks(request, record.delta, first_seq=record.seq, model="served-model", **fields)
+            calls = json.dumps([CALL_A, CALL_B])
+            svc.answer(
+                request, **(ANSWERED | {"output": "", "finish_reason": "tool_calls", "tool_calls": calls})
+            )
+            response = await call
+            assert response.status_code == 200, response.text
+            return sse_payloads(response.text), request
+
+    payloads, request = asyncio.run(asyncio.wait_for(scenario(), 60))
+
+    assert request.stream and json.loads((request.params or {})["tools"]) == [WEATHER]
+    assert payloads[-1] == "[DONE]"
+    chunks = [ChatCompletionChunk.model_validate(p) for p in payloads[:-1]]
+    *answer, usage = chunks
+    final = assembled(answer)
+    (choice,) = final.choices
+    assert choice.finish_reason == "tool_calls"
+    assert [(c.id, c.function.name, c.function.arguments) for c in choice.message.tool_calls or []] == [
+        ("call_a", "weather", '{"city":"Oslo"}'),
+        ("call_b", "clock", "{}"),
+    ]
+    assert usage.choices == [] and usage.usage is not None and usage.usage.total_tokens == 7

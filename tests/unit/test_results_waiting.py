@@ -225,6 +225,37 @@ async def test_events_stream_chunks_in_order_then_the_result(tmp_path: Path) -> 
 
 
 @run
+async def test_events_carry_each_chunks_choice_tool_call_deltas_and_end(tmp_path: Path) -> None:
+    head = [
+        {"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": ""}}
+    ]
+    async with (
+        service(tmp_path) as svc,
+        svc.client() as client,
+        client.stream("GET", "/v1/requests/t1/events") as response,
+    ):
+        await svc.until_waiting(1)
+        svc.replies.push(
+            [
+                chunk_of("acme", "t1", 0, "", tool_calls=json.dumps(head)),
+                chunk_of("acme", "t1", 1, "Bon", choice_index=1, finish_reason="stop"),
+                chunk_of("acme", "t1", 2, "", refusal="no", finish_reason="tool_calls"),
+            ],
+            headers=CHUNK_HEADERS,
+        )
+        svc.replies.push([result_of("acme", "t1", "")])
+        got = events_of((await response.aread()).decode())
+    chunks = [data for name, data in got if name == "chunk"]
+    assert [(c["index"], c["delta"], c.get("finish_reason"), c.get("refusal")) for c in chunks] == [
+        (0, "", None, None),
+        (1, "Bon", "stop", None),
+        (0, "", "tool_calls", "no"),
+    ]
+    assert chunks[0]["tool_calls"] == head
+    assert "tool_calls" not in chunks[1] and "logprobs" not in chunks[1], "only what a chunk carries"
+
+
+@run
 async def test_events_say_when_the_answer_starts_over(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         async with client.stream("GET", "/v1/requests/s2/events") as response:

@@ -57,7 +57,7 @@ class StreamedAnswer:
             record.model,
             index=index,
             role=first,
-            content=record.delta if record.delta or first else None,
+            content=record.delta or None,
             refusal=record.refusal,
             tool_calls=calls,
             logprobs=logprobs,
