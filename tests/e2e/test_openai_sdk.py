@@ -344,6 +344,94 @@ def test_a_tool_call_then_the_tools_result_then_the_answer_through_the_queue(pip
     client.close()
 
 
+def streamed_chunks(
+    client: openai.OpenAI, messages: list[ChatCompletionMessageParam]
+) -> list[ChatCompletionChunk]:
+    """A streamed call with tools and `include_usage`; each chunk checked against the SDK's type."""
+    with client.chat.completions.create(
+        model="inferq",
+        messages=messages,
+        tools=[WEATHER],
+        stream=True,
+        stream_options={"include_usage": True},
+    ) as stream:
+        chunks = list(stream)
+    for chunk in chunks:
+        ChatCompletionChunk.model_validate(chunk.model_dump(exclude_unset=True))
+    return chunks
+
+
+def test_a_streamed_tool_call_then_the_tools_result_then_a_streamed_answer(pipeline: Pipeline) -> None:
+    """Function calling streamed through the queue: the call assembled from its deltas as any
+    OpenAI client does (by index: id and name first, the arguments in pieces), finish_reason
+    tool_calls, a usage chunk last; then the tool's result and the streamed answer."""
+    client = sdk(pipeline)
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "weather in Oslo?"}]
+    chunks = streamed_chunks(client, messages)
+    *answer, usage = chunks
+    pieces = [d for c in answer for d in c.choices[0].delta.tool_calls or []]
+    assert len(pieces) > 2 and {p.index for p in pieces} == {0}, "the call came in pieces"
+    assert all(c.choices[0].delta.content is None for c in answer[1:]), "no text besides the call"
+    assert [c.choices[0].finish_reason for c in answer if c.choices[0].finish_reason] == ["tool_calls"]
+    call_id = next(p.id for p in pieces if p.id)
+    name = next(p.function.name for p in pieces if p.function and p.function.name)
+    arguments = "".join(p.function.arguments or "" for p in pieces if p.function)
+    assert (name, json.loads(arguments)) == ("weather", {"city": "sim"})
+    assert usage.choices == [] and usage.usage is not None and usage.usage.completion_tokens > 0
+    # The results service holds the same call and usage.
+    outcome = stored(pipeline, usage.id, ACME).json()
+    assert outcome["finish_reason"] == "tool_calls"
+    assert outcome["tool_calls"] == [
+        {"id": call_id, "type": "function", "function": {"name": "weather", "arguments": arguments}}
+    ]
+    assert outcome["usage"]["total_tokens"] == usage.usage.total_tokens
+
+    messages.append({"role": "assistant", "content": None, "tool_calls": outcome["tool_calls"]})
+    messages.append({"role": "tool", "tool_call_id": call_id, "content": '{"celsius": 18}'})
+    *answer, usage = streamed_chunks(client, messages)
+    text = "".join(c.choices[0].delta.content or "" for c in answer)
+    assert text == "sim reply to: weather in Oslo?"
+    assert len([c for c in answer if c.choices[0].delta.content]) > 1, "the answer came in pieces"
+    assert all(c.choices[0].delta.tool_calls is None for c in answer)
+    assert [c.choices[0].finish_reason for c in answer if c.choices[0].finish_reason] == ["stop"]
+    assert usage.usage is not None and usage.usage.prompt_tokens > 0
+    client.close()
+
+
+def test_events_relay_a_streamed_tool_calls_deltas_then_its_result(pipeline: Pipeline) -> None:
+    request_id = f"streamed-tools-{uuid.uuid4().hex}"
+    events: list[tuple[str, Any]] = []
+    with httpx.stream(
+        "GET", f"{pipeline.results_url}/v1/requests/{request_id}/events", headers=ACME.headers(), timeout=60
+    ) as response:
+        assert response.status_code == 200
+        submitted = submit(
+            pipeline,
+            scenario="emotion_analysis",
+            stream=True,
+            request_id=request_id,
+            params={"tools": [WEATHER]},
+        )
+        assert submitted == request_id
+        name = "message"
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                events.append((name, json.loads(line[6:])))
+    chunks = [data for name, data in events if name == "chunk"]
+    assert [c["seq"] for c in chunks] == list(range(len(chunks)))
+    assert {c["index"] for c in chunks} == {0}
+    pieces = [p for c in chunks for p in c.get("tool_calls", [])]
+    assert pieces[0]["id"] and pieces[0]["function"]["name"] == "weather"
+    assert chunks[-1]["finish_reason"] == "tool_calls"
+    name, result = events[-1]
+    assert name == "result" and result["finish_reason"] == "tool_calls"
+    assert result["tool_calls"][0]["function"]["arguments"] == "".join(
+        p["function"]["arguments"] for p in pieces
+    )
+
+
 def test_a_json_schema_answer_parses_as_json_with_the_required_properties(pipeline: Pipeline) -> None:
     client = sdk(pipeline)
     schema = {
