@@ -159,6 +159,8 @@ def deep_call() -> dict[str, Any]:
 # (case, the body's fields besides model, what the 400 names, a phrase of its message)
 HOSTILE_TOOLS: list[tuple[str, dict[str, Any], str | None, str]] = [
     ("too many tools", {"tools": too_many_tools()}, "tools", "at most 128 tools, not 129"),
+    ("too many tools streamed", {"tools": too_many_tools(), "stream": True}, "tools", "at most 128 tools"),
+    ("a huge schema streamed", {"tools": [huge_schema_tool()], "stream": True}, "tools", "over 16384 bytes"),
     ("a huge schema", {"tools": [huge_schema_tool()]}, "tools", "over 16384 bytes"),
     (
         "a deep schema",

@@ -211,6 +211,13 @@ def test_a_call_that_changes_its_id_or_name_or_never_says_them_fails_the_call() 
     assert str(error) == "backend streamed tool calls that are not usable"
 
 
+def test_arguments_nested_deeper_than_allowed_fail_the_call_once_assembled() -> None:
+    deep = "[" * (limits.MAX_TOOL_JSON_DEPTH + 1) + "]" * (limits.MAX_TOOL_JSON_DEPTH + 1)
+    halves = deep[: len(deep) // 2], deep[len(deep) // 2 :]
+    error = refused(calls(piece(0, halves[0], call_id="c", name="f")), calls(piece(0, halves[1])))
+    assert str(error) == "backend streamed tool calls that are not usable"
+
+
 def test_an_event_nested_past_the_json_parser_fails_the_call_cleanly() -> None:
     deep = b"[" * 3_000 + b"]" * 3_000
     assert "unreadable" in str(refused(deep))
