@@ -197,6 +197,48 @@ def test_tool_calls_no_chunk_carried_come_from_the_result_before_the_end() -> No
     assert [(c.id, c.function.arguments) for c in calls] == [("call_a", '{"city":"Oslo"}'), ("call_b", "{}")]
 
 
+def test_call_pieces_no_chunk_carried_are_completed_from_the_result() -> None:
+    """Chunks a slow reader lost (or a dispatcher that stopped streaming them): the rest of each
+    call comes from the result, so the SDK still assembles the whole calls."""
+    done = result(output="", finish_reason="tool_calls", tool_calls=json.dumps([CALL_A, CALL_B]))
+    head_only = [
+        TOOL_RECORDS[0],
+        chunk_record(1, tool_calls=json.dumps([{"index": 0, "function": {"arguments": '{"ci'}}])),
+    ]
+    final = assembled(streamed(head_only, done))
+    calls = final.choices[0].message.tool_calls or []
+    assert [(c.id, c.function.name, c.function.arguments) for c in calls] == [
+        ("call_a", "weather", '{"city":"Oslo"}'),
+        ("call_b", "clock", "{}"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {**CALL_A, "id": "call_z"},
+        {**CALL_A, "function": {"name": "clock", "arguments": '{"city":"Oslo"}'}},
+        {**CALL_A, "function": {"name": "weather", "arguments": '{"town":"Oslo"}'}},
+    ],
+    ids=["another id", "another name", "other arguments"],
+)
+def test_a_result_whose_calls_do_not_continue_the_pieces_sent_is_not_a_continuation(other: dict) -> None:
+    """The answer started over after call pieces went out and came out otherwise: the endpoint's
+    error event, never a call the caller would assemble from two answers."""
+    sent = StreamedAnswer("chatcmpl-1", 1)
+    for record in [
+        *TOOL_RECORDS[:1],
+        chunk_record(1, tool_calls=json.dumps([{"index": 0, "function": {"arguments": '{"ci'}}])),
+    ]:
+        sent.chunk(record)
+    same = result(output="", finish_reason="tool_calls", tool_calls=json.dumps([CALL_A]))
+    assert sent.continued_by(same)
+    assert not sent.continued_by(
+        result(output="", finish_reason="tool_calls", tool_calls=json.dumps([other]))
+    )
+    assert not sent.continued_by(result(output="", finish_reason="stop"))
+
+
 def test_two_interleaved_choices_keep_their_index_text_and_finish_reason() -> None:
     records = [
         chunk_record(0, delta="Hel"),

@@ -7,13 +7,16 @@ choice's carries the role. Finish reasons wait for the end: the result may still
 tool calls the records did not (a dispatcher that did not stream, chunks a slow reader lost), and
 they must come before the choice ends.
 
-The end (`StreamedAnswer.ending`): the first choice's text not sent yet and, when no chunk carried
-them, its tool calls (from the result), then each choice's finish: the first choice's the result's
-`finish_reason`, the others' as their chunks said.
+The end (`StreamedAnswer.ending`): what the first choice did not send yet (the rest of its text,
+and of its tool calls: the whole calls when no chunk carried them), then each choice's finish: the
+first choice's the result's `finish_reason`, the others' as their chunks said. A result that does
+not continue what was sent (the answer started over and came out otherwise) is the caller's error
+event (`continued_by`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from inferq.ingest.chat import answers
@@ -27,9 +30,9 @@ class StreamedAnswer:
     def __init__(self, request_id: str, created_s: int) -> None:
         self._request_id = request_id
         self._created_s = created_s
-        # The first choice's text sent (the result's output must continue it).
+        # The first choice's text and tool calls sent (the result must continue them).
         self._text: list[str] = []
-        self._sent_tool_calls = False
+        self._calls: dict[int, _SentCall] = {}
         # Every choice seen (the first one's role went out first), and each one's finish as said.
         self._finish: dict[int, str | None] = {0: None}
 
@@ -37,6 +40,47 @@ class StreamedAnswer:
     def text(self) -> str:
         """The first choice's text sent so far."""
         return "".join(self._text)
+
+    def continued_by(self, result: InferenceResult) -> bool:
+        """Whether `result`'s first choice continues what was sent (its text, each call's id, name
+        and arguments so far): False when the answer started over and came out otherwise."""
+        return (result.output or "").startswith(self.text) and self._rest_of_calls(result) is not None
+
+    def _sent(self, piece: Any) -> None:
+        if not isinstance(piece, dict) or not isinstance(piece.get("index"), int):
+            return
+        function = piece.get("function")
+        function = function if isinstance(function, dict) else {}
+        call = self._calls.setdefault(piece["index"], _SentCall())
+        call.id = call.id or piece.get("id")
+        call.name = call.name or function.get("name")
+        call.arguments += str(function.get("arguments") or "")
+
+    def _rest_of_calls(self, result: InferenceResult) -> list[dict[str, Any]] | None:
+        """The delta pieces that complete the calls sent into the result's (the whole calls when
+        none was sent); None when the result's calls do not continue them."""
+        calls = [c for c in result.openai_tool_calls() or () if isinstance(c, dict)]
+        indices = sorted(self._calls)
+        if len(indices) > len(calls):
+            return None
+        following = indices[-1] + 1 if indices else 0
+        out: list[dict[str, Any]] = []
+        for position, call in enumerate(calls):
+            function = call.get("function")
+            function = function if isinstance(function, dict) else {}
+            whole = _SentCall(call.get("id"), function.get("name"), str(function.get("arguments") or ""))
+            if position < len(indices):
+                index, sent = indices[position], self._calls[indices[position]]
+            else:
+                index, sent, following = following, _SentCall(), following + 1
+            if sent.id not in (None, whole.id) or sent.name not in (None, whole.name):
+                return None
+            if not whole.arguments.startswith(sent.arguments):
+                return None
+            piece = whole.rest_after(sent, index)
+            if piece is not None:
+                out.append(piece)
+        return out
 
     def chunk(self, record: InferenceChunk) -> dict[str, Any] | None:
         """The chunk of `record`; None when it carries nothing to send now (only its choice's end)."""
@@ -50,7 +94,8 @@ class StreamedAnswer:
             return None
         if index == 0:
             self._text.append(record.delta)
-            self._sent_tool_calls = self._sent_tool_calls or bool(calls)
+            for piece in calls or ():
+                self._sent(piece)
         return answers.chunk(
             self._request_id,
             self._created_s,
@@ -70,11 +115,9 @@ class StreamedAnswer:
         rid, created_s, model = self._request_id, self._created_s, result.model
         out: list[dict[str, Any]] = []
         rest = (result.output or "")[len(self.text) :]
-        calls = None if self._sent_tool_calls else result.openai_tool_calls()
+        calls = self._rest_of_calls(result)
         if rest or calls:
-            listed = enumerate(calls or ())
-            delta_calls = [{"index": i, **call} for i, call in listed if isinstance(call, dict)]
-            out.append(answers.chunk(rid, created_s, model, content=rest or None, tool_calls=delta_calls))
+            out.append(answers.chunk(rid, created_s, model, content=rest or None, tool_calls=calls))
         for index in sorted(self._finish):
             said = self._finish[index]
             reason = said if said in limits.FINISH_REASONS else "stop"
@@ -91,3 +134,27 @@ class StreamedAnswer:
                 )
             )
         return out
+
+
+@dataclass
+class _SentCall:
+    """One tool call as its pieces sent so far say it."""
+
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+    def rest_after(self, sent: _SentCall, index: int) -> dict[str, Any] | None:
+        """The delta piece (as `index`) that turns `sent` into this whole call; None when nothing is
+        missing."""
+        rest = self.arguments[len(sent.arguments) :]
+        if sent.id is not None and sent.name is not None and not rest:
+            return None
+        piece: dict[str, Any] = {"index": index}
+        function: dict[str, Any] = {"arguments": rest}
+        if sent.id is None:
+            piece |= {"id": self.id, "type": "function"}
+        if sent.name is None:
+            function = {"name": self.name, **function}
+        piece["function"] = function
+        return piece

@@ -259,7 +259,7 @@ class ChatCompletionsEndpoint:
             yield _error_event(error)
             return
         rid = result.request_id
-        if not (result.output or "").startswith(sent.text):
+        if not sent.continued_by(result):
             message = f"the answer to {rid} started over after part of it was sent; {self._hint(rid)}"
             yield _error_event(answers.ChatError(502, message, "server_error", "stream_restarted"))
             return
