@@ -140,7 +140,6 @@ def test_litellm_function_calling_round_trip_sync(litellm: ModuleType, pipeline:
     assert final.choices[0].message.content == "sim reply to: weather in Oslo?"
 
 
-@pytest.mark.xfail(strict=True, reason="streamed tools are refused until their path lands")
 def test_litellm_function_calling_round_trip_streamed(litellm: ModuleType, pipeline: Pipeline) -> None:
     _, deltas, finish, request_id = streamed(
         completion(litellm, pipeline, messages=QUESTION, tools=[WEATHER], stream=True)
