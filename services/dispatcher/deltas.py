@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from inferq.messaging import limits
+
 
 @dataclass(frozen=True, slots=True)
 class ToolCallDelta:
@@ -59,6 +61,12 @@ class StreamDelta:
     logprobs: tuple[Mapping[str, Any], ...] = ()
     finish_reason: str | None = None
 
+    def size_chars(self) -> int:
+        """About how many characters it adds to a chunk record (its texts, calls and logprobs)."""
+        calls = sum(len(c.arguments) + len(c.id or "") + len(c.name or "") + 64 for c in self.tool_calls)
+        logprobs = len(json.dumps(list(self.logprobs), separators=(",", ":"))) if self.logprobs else 0
+        return len(self.content) + len(self.refusal) + calls + logprobs
+
     def __bool__(self) -> bool:
         return bool(
             self.content or self.refusal or self.tool_calls or self.logprobs or self.finish_reason is not None
@@ -88,17 +96,28 @@ class StreamDelta:
             refusal=self.refusal + later.refusal,
             tool_calls=tuple(calls.values()),
             logprobs=self.logprobs + later.logprobs,
-            finish_reason=later.finish_reason if self.finish_reason is None else self.finish_reason,
+            finish_reason=later.finish_reason,
         )
 
 
-def merged(pieces: Iterable[StreamDelta]) -> list[StreamDelta]:
+def merged(pieces: Iterable[StreamDelta], *, max_chars: int = limits.MAX_CHUNK_CHARS) -> list[StreamDelta]:
     """The pieces gathered for the reply topic as chunk deltas, in order: consecutive pieces of one
-    choice become one, up to and including the piece that ends it (its `finish_reason`)."""
+    choice become one, up to and including the piece that ends it (its `finish_reason`), and while
+    it stays within `max_chars` (a piece larger than that is a chunk of its own)."""
     out: list[StreamDelta] = []
+    size = 0
     for piece in pieces:
-        if out and out[-1].choice == piece.choice and out[-1].finish_reason is None:
-            out[-1] = out[-1].followed_by(piece)
+        piece_size = piece.size_chars()
+        last = out[-1] if out else None
+        if (
+            last
+            and last.choice == piece.choice
+            and last.finish_reason is None
+            and size + piece_size <= max_chars
+        ):
+            out[-1] = last.followed_by(piece)
+            size += piece_size
         else:
             out.append(piece)
+            size = piece_size
     return out

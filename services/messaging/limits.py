@@ -112,6 +112,9 @@ SYSTEM_FINGERPRINT_PATTERN = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 # reasoning_tokens...), at most this many per map, each named like an identifier.
 MAX_TOKEN_DETAILS = 16
 TOKEN_DETAIL_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-# A streamed piece's `logprobs.content` entries, in characters of compact JSON (a chunk record holds
-# at most `ChunkPolicy.tokens` pieces: eight by default, so well under Kafka's 1 MB).
+# A streamed piece's `logprobs.content` entries, in characters of compact JSON.
 MAX_STREAM_LOGPROBS_CHARS = 16_384
+# What the dispatcher gathers into one chunk record (text, tool-call pieces, logprobs), about: past
+# it the next piece starts another chunk, so a slow broker (pieces pile up while one chunk is being
+# acknowledged) never grows a record toward Kafka's 1 MB, even in 4-byte UTF-8.
+MAX_CHUNK_CHARS = 131_072

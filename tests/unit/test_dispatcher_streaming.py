@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import KafkaError
 
-from inferq.dispatcher.deltas import StreamDelta, ToolCallDelta
+from inferq.dispatcher.deltas import StreamDelta, ToolCallDelta, merged
 from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
+from inferq.messaging import limits
 from inferq.messaging.codec import chunk_codec, request_codec
 from inferq.messaging.producer import ProduceError
 from inferq.messaging.records import KIND_HEADER, InferenceChunk, Status, is_chunk
@@ -198,6 +199,19 @@ async def test_tool_call_pieces_gathered_in_one_chunk_are_joined_per_call() -> N
         {"index": 1, "id": "call_b", "type": "function", "function": {"name": "clock", "arguments": "{}"}},
         {"index": 0, "function": {"arguments": '{"city":"Oslo"}'}},
     ]
+
+
+def test_pieces_piled_up_behind_a_slow_broker_are_cut_into_chunks_within_the_size_bound() -> None:
+    third = limits.MAX_CHUNK_CHARS // 3
+    entry = {"token": "x", "logprob": -1.0, "bytes": [120], "top_logprobs": []}
+    pieces = [StreamDelta(content="a" * third) for _ in range(5)]
+    pieces.append(StreamDelta(content="b", logprobs=(entry,) * (limits.MAX_CHUNK_CHARS // 40)))
+    pieces.append(StreamDelta(tool_calls=(ToolCallDelta(0, arguments="c" * limits.MAX_CHUNK_CHARS),)))
+    chunks = merged(pieces)
+    assert [len(c.content) for c in chunks] == [3 * third, 2 * third, 1, 0]
+    assert all(c.size_chars() <= limits.MAX_CHUNK_CHARS for c in chunks[:2])
+    assert "".join(c.content for c in chunks) == "".join(p.content for p in pieces), "nothing lost"
+    assert chunks[-1].tool_calls == pieces[-1].tool_calls, "a piece over the bound alone"
 
 
 @pytest.mark.parametrize(("tokens", "linger_ms"), [(0, 5.0), (-1, 5.0), (8, -1.0), (8, 10_001.0)])
