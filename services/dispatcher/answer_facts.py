@@ -1,6 +1,7 @@
 """What the dispatcher keeps of a backend's answer besides its text and token counts: the `model`,
 the `finish_reason`, the `system_fingerprint`, the `tool_calls` and the usage's `*_tokens_details`,
-checked against the bounds in `inferq.messaging.limits` before they go into a result record.
+and each of the `choices` (at most the `n` asked) with its `refusal` and `logprobs`, checked
+against the bounds in `inferq.messaging.limits` before they go into a result record.
 
 The backend is not trusted: a value of the wrong type, out of range or too large is dropped (never
 cut: a cut fingerprint or counter would be a wrong one), the answer itself still goes through, and
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 from inferq.messaging import limits, tool_rules
-from inferq.messaging.records import TokenDetails
+from inferq.messaging.records import Choice, TokenDetails
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +103,125 @@ def tool_calls(value: object) -> str | None:
         _dropped("tool_calls", f"over {limits.MAX_TOOL_CALLS_CHARS} characters")
         return None
     return text
+
+
+def choices(value: object, *, asked: int) -> tuple[Choice, ...]:
+    """The answer's choices, numbered 0, 1, 2... in the backend's index order (the order sent when
+    its indices are not distinct whole numbers), at most the `asked` (`n`, within
+    `limits.MAX_CHOICES`), each with what passes its bounds. `ValueError` when there is no readable
+    first choice (the answer is unreadable); a later one that is not an object with a `message`
+    object is dropped."""
+    if not isinstance(value, list) or not value:
+        raise ValueError("no choices")
+    indices = [c.get("index") if isinstance(c, dict) else None for c in value]
+    whole = [i for i in indices if isinstance(i, int) and not isinstance(i, bool)]
+    ordered: list[Any] = list(value)
+    if len(set(whole)) == len(value):
+        ordered = [c for _, c in sorted(zip(whole, value, strict=True), key=lambda pair: pair[0])]
+    elif len(value) > 1:
+        _dropped("choices.index", "not distinct whole numbers (the order sent kept)")
+    most = max(1, min(asked, limits.MAX_CHOICES))
+    if len(ordered) > most:
+        _dropped("choices", f"more than the {most} asked (the first kept)")
+        ordered = ordered[:most]
+    kept: list[Choice] = []
+    logprobs_left = limits.MAX_ANSWER_LOGPROBS_CHARS
+    for position, choice in enumerate(ordered):
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            if position == 0:
+                raise ValueError("the first choice has no message")
+            _dropped("choices", "a choice is not an object with a message object")
+            continue
+        content = message.get("content")
+        scores = logprobs(choice.get("logprobs"))
+        if scores is not None and len(scores) > logprobs_left:
+            _dropped("logprobs", f"over {limits.MAX_ANSWER_LOGPROBS_CHARS} characters in all choices")
+            scores = None
+        logprobs_left -= len(scores or "")
+        kept.append(
+            Choice(
+                index=len(kept),
+                # As the first choice's text always was: what the backend sent, as text.
+                content=None if content is None else str(content),
+                finish_reason=finish_reason(choice.get("finish_reason")),
+                tool_calls=tool_calls(message.get("tool_calls")),
+                refusal=refusal(message.get("refusal")),
+                logprobs=scores,
+            )
+        )
+    return tuple(kept)
+
+
+def refusal(value: object) -> str | None:
+    """The model's refusal message when it is text of at most `limits.MAX_REFUSAL_CHARS`."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        _dropped("refusal", "not a string")
+        return None
+    if len(value) > limits.MAX_REFUSAL_CHARS:
+        _dropped("refusal", f"over {limits.MAX_REFUSAL_CHARS} characters")
+        return None
+    return value
+
+
+def logprobs(value: object) -> str | None:
+    """A choice's `logprobs` as a JSON text, when it has OpenAI's shape (`content` and `refusal`,
+    each null or a list of tokens with their `logprob`, `bytes` and `top_logprobs`), nests at most
+    `limits.MAX_LOGPROBS_DEPTH` and is at most `limits.MAX_LOGPROBS_CHARS`; None otherwise."""
+    if value is None:
+        return None
+    problem = _logprobs_problem(value)
+    if problem is not None:
+        _dropped("logprobs", problem)
+        return None
+    text = json.dumps(value, separators=(",", ":"))
+    if len(text) > limits.MAX_LOGPROBS_CHARS:
+        _dropped("logprobs", f"over {limits.MAX_LOGPROBS_CHARS} characters")
+        return None
+    return text
+
+
+def _logprobs_problem(value: object) -> str | None:
+    if not isinstance(value, dict):
+        return "not an object"
+    if tool_rules.json_depth(value) > limits.MAX_LOGPROBS_DEPTH:
+        return f"nests deeper than {limits.MAX_LOGPROBS_DEPTH} levels"
+    for key in ("content", "refusal"):
+        tokens = value.get(key)
+        if tokens is None:
+            continue
+        if not isinstance(tokens, list):
+            return f"{key} is not a list"
+        for token in tokens:
+            problem = _token_problem(token)
+            if problem is None and isinstance(token, dict):
+                top = token.get("top_logprobs")
+                if not isinstance(top, list) or len(top) > limits.MAX_TOP_LOGPROBS:
+                    problem = f"a token's top_logprobs is not a list of at most {limits.MAX_TOP_LOGPROBS}"
+                else:
+                    problem = next((p for p in map(_token_problem, top) if p is not None), None)
+            if problem is not None:
+                return f"{key}: {problem}"
+    return None
+
+
+def _token_problem(token: object) -> str | None:
+    """One token's entry: its text, a finite `logprob`, `bytes` null or a list of byte values."""
+    if not isinstance(token, dict) or not isinstance(token.get("token"), str):
+        return "a token is not an object with its text"
+    number = token.get("logprob")
+    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
+        return "a token's logprob is not a finite number"
+    raw = token.get("bytes")
+    if raw is not None and not (isinstance(raw, list) and all(_byte(b) for b in raw)):
+        return "a token's bytes is not a list of byte values"
+    return None
+
+
+def _byte(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 255
 
 
 def _dropped(field: str, why: str) -> None:

@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from inferq.tools.simbackend.backend import Rejected, SimBackend
+from inferq.tools.simbackend.choices import completion
 from inferq.tools.simbackend.latency_model import LatencyModel
 from inferq.tools.simbackend.protocol import (
     OUTAGE,
@@ -45,7 +46,6 @@ from inferq.tools.simbackend.protocol import (
     ChatCompletionRequest,
     FaultUpdate,
     answer,
-    completion,
     minute_limit_reached,
     parse,
     rate_limited,
