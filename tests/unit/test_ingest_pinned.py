@@ -261,7 +261,12 @@ CASES: list[tuple[str, str, TenantSpec, Any, dict[str, str]]] = [
         "chat own shape and bounds",
         CHAT,
         ACME,
-        {"model": "inferq", "messages": [{"role": "robot", "content": "x"}], "stream": "yes", "temperature": 9},
+        {
+            "model": "inferq",
+            "messages": [{"role": "robot", "content": "x"}],
+            "stream": "yes",
+            "temperature": 9,
+        },
         {},
     ),
     ("chat unknown model and bounds", CHAT, ACME, {"model": "gpt-4o", "messages": HI, "temperature": 9}, {}),

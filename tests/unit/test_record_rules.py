@@ -216,7 +216,10 @@ def test_reserved_params_are_refused(name: str) -> None:
         ({"logprobs": "true", "top_logprobs": str(limits.MAX_TOP_LOGPROBS + 1)}, "out of its bounds"),
         ({"logprobs": "true", "top_logprobs": "-1"}, "out of its bounds"),
         ({"top_logprobs": "2"}, "top_logprobs is only allowed with params.logprobs true"),
-        ({"logprobs": "false", "top_logprobs": "2"}, "top_logprobs is only allowed with params.logprobs true"),
+        (
+            {"logprobs": "false", "top_logprobs": "2"},
+            "top_logprobs is only allowed with params.logprobs true",
+        ),
         ({"temperature": "9"}, "out of its bounds"),
         ({"temperature": "NaN"}, "out of its bounds"),
         ({"temperature": "true"}, "out of its bounds"),
