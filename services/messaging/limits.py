@@ -101,6 +101,7 @@ def at_default(name: str, value: object) -> bool:
     default = PARAM_DEFAULTS.get(name, ...)
     return type(value) is type(default) and value == default
 
+
 # The dispatcher's additions (records written straight to Kafka); ingest sets the region itself.
 MAX_ORIGIN_REGION_CHARS = 64
 # The roles of chat messages (ingest's `Role`; the chat-completions API refuses others).

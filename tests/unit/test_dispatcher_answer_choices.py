@@ -23,7 +23,7 @@ from tests.unit.test_dispatcher_backend_errors import API_KEY, PROMPT, serving
 from tests.unit.test_dispatcher_backend_stream import chunk
 
 # A value that must never appear in a log line.
-SECRET = "secret-prompt-echo"
+ECHOED = "secret-prompt-echo"
 
 
 def choice(index: int, content: str | None = "text", **fields: Any) -> dict[str, Any]:
@@ -111,11 +111,11 @@ def test_a_backend_sending_50_choices_when_2_were_asked_gets_2_in_the_record(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="inferq.dispatcher.answer_facts")
-    result = as_result(answered([choice(i, f"{SECRET} {i}") for i in range(50)], {"n": 2}))
+    result = as_result(answered([choice(i, f"{ECHOED} {i}") for i in range(50)], {"n": 2}))
 
-    assert [c.content for c in result.all_choices()] == [f"{SECRET} 0", f"{SECRET} 1"]
+    assert [c.content for c in result.all_choices()] == [f"{ECHOED} 0", f"{ECHOED} 1"]
     assert "choices dropped: more than the 2 asked" in caplog.text
-    assert SECRET not in caplog.text
+    assert ECHOED not in caplog.text
 
 
 def test_more_choices_than_any_request_may_ask_are_cut_at_the_global_bound() -> None:
@@ -133,11 +133,11 @@ def test_a_later_choice_that_is_not_a_choice_is_dropped_and_the_rest_kept(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="inferq.dispatcher.answer_facts")
-    sent = [choice(0, "a"), "junk", {"index": 2, "message": SECRET}, choice(3, "d")]
+    sent = [choice(0, "a"), "junk", {"index": 2, "message": ECHOED}, choice(3, "d")]
     result = as_result(answered(sent, {"n": 4}))
     assert [(c.index, c.content) for c in result.all_choices()] == [(0, "a"), (1, "d")]
     assert "a choice is not an object with a message object" in caplog.text
-    assert SECRET not in caplog.text
+    assert ECHOED not in caplog.text
 
 
 @pytest.mark.parametrize("choices", [[], ["junk"], [{"index": 0}], [{"message": "x"}]], ids=repr)
@@ -157,7 +157,7 @@ def test_a_refusal_reaches_the_record() -> None:
 
 @pytest.mark.parametrize(
     "refusal",
-    [42, True, ["no"], {"text": SECRET}, SECRET * (limits.MAX_REFUSAL_CHARS // len(SECRET) + 1)],
+    [42, True, ["no"], {"text": ECHOED}, ECHOED * (limits.MAX_REFUSAL_CHARS // len(ECHOED) + 1)],
     ids=["int", "bool", "list", "object", "too long"],
 )
 def test_a_refusal_that_is_not_text_or_too_long_is_dropped_and_the_answer_kept(
@@ -167,7 +167,7 @@ def test_a_refusal_that_is_not_text_or_too_long_is_dropped_and_the_answer_kept(
     result = as_result(answered([choice(0, "kept", message={"refusal": refusal})]))
     assert result.output == "kept" and all(c.refusal is None for c in result.all_choices())
     assert "refusal dropped" in caplog.text
-    assert SECRET not in caplog.text
+    assert ECHOED not in caplog.text
 
 
 def test_the_longest_refusal_allowed_goes_through() -> None:
@@ -178,12 +178,12 @@ def test_the_longest_refusal_allowed_goes_through() -> None:
 
 def test_logprobs_far_too_large_are_dropped_and_the_answer_kept(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="inferq.dispatcher.answer_facts")
-    huge = {"content": [token(SECRET, top=20) for _ in range(2_000)], "refusal": None}
+    huge = {"content": [token(ECHOED, top=20) for _ in range(2_000)], "refusal": None}
     assert len(json.dumps(huge)) > limits.MAX_LOGPROBS_CHARS
     result = as_result(answered([choice(0, "kept", logprobs=huge)], {"logprobs": True}))
     assert result.output == "kept" and result.choices is None
     assert f"logprobs dropped: over {limits.MAX_LOGPROBS_CHARS} characters" in caplog.text
-    assert SECRET not in caplog.text
+    assert ECHOED not in caplog.text
 
 
 def test_eight_choices_of_large_logprobs_stay_within_one_kafka_record(
@@ -219,16 +219,16 @@ def _deep() -> dict[str, Any]:
         ("lots", "not an object"),
         ([token("a")], "not an object"),
         ({"content": "a"}, "content is not a list"),
-        ({"content": [SECRET]}, "not an object with its text"),
+        ({"content": [ECHOED]}, "not an object with its text"),
         ({"content": [token("a") | {"logprob": "-1"}]}, "logprob is not a finite number"),
         ({"content": [token("a") | {"logprob": float("nan")}]}, "logprob is not a finite number"),
         ({"content": [token("a") | {"logprob": True}]}, "logprob is not a finite number"),
         ({"content": [token("a") | {"bytes": [300]}]}, "bytes is not a list of byte values"),
-        ({"content": [token("a") | {"bytes": SECRET}]}, "bytes is not a list of byte values"),
+        ({"content": [token("a") | {"bytes": ECHOED}]}, "bytes is not a list of byte values"),
         ({"content": [{k: v for k, v in token("a").items() if k != "top_logprobs"}]}, "top_logprobs"),
         ({"content": [token("a", top=limits.MAX_TOP_LOGPROBS + 1)]}, "top_logprobs"),
         ({"content": [token("a") | {"top_logprobs": [{"token": 1, "logprob": 0}]}]}, "with its text"),
-        ({"refusal": [{"token": SECRET}]}, "refusal: a token's logprob"),
+        ({"refusal": [{"token": ECHOED}]}, "refusal: a token's logprob"),
         (_deep(), "nests deeper"),
     ],
     ids=lambda v: repr(v)[:30],
@@ -240,7 +240,7 @@ def test_logprobs_of_the_wrong_shape_are_dropped_naming_the_problem_not_the_valu
     result = as_result(answered([choice(0, "kept", logprobs=value)], {"logprobs": True}))
     assert result.output == "kept" and result.choices is None
     assert "logprobs dropped" in caplog.text and why in caplog.text
-    assert SECRET not in caplog.text
+    assert ECHOED not in caplog.text
 
 
 def test_a_result_with_choices_written_by_v6_reads_with_a_v5_reader() -> None:

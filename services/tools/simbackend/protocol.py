@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 # Characters per token: the usual rule of thumb for English text, as inferq estimates it; the
 # simulator has no tokenizer and needs none.
@@ -77,11 +77,12 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError("must be a non-empty string")
         return value
 
-    @model_validator(mode="after")
-    def _top_logprobs_with_logprobs(self) -> ChatCompletionRequest:
-        if self.top_logprobs is not None and not self.logprobs:
-            raise ValueError("top_logprobs is only allowed with logprobs true")
-        return self
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_logprobs_with_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("logprobs") is not True:
+            raise ValueError("only allowed with logprobs true")
+        return value
 
 
 class FaultUpdate(BaseModel):
