@@ -8,6 +8,7 @@ import sqlite3
 
 from starlette.testclient import TestClient
 
+from inferq.client.models import Outcome
 from inferq.messaging.codec import result_codec
 from inferq.messaging.records import Choice
 from inferq.results.app import create_app
@@ -65,3 +66,12 @@ def test_a_database_from_before_choices_gains_the_column_and_keeps_its_rows(tmp_
     table.close()
     stored = ResultsTable(path).get("default", "new")
     assert stored is not None and stored.choices == CHOICES
+
+
+def test_the_client_librarys_outcome_keeps_every_choice_and_writes_them_back() -> None:
+    """What `inferq.client` (and the batch CLI's result lines) give a caller: the same choices."""
+    view = public_view(a_result("many", output="one", choices=CHOICES))
+    outcome = Outcome.from_view(view)
+    assert outcome.choices == SHOWN
+    assert outcome.to_json()["choices"] == SHOWN
+    assert "choices" not in Outcome.from_view(public_view(a_result("one"))).to_json()
