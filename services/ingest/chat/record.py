@@ -2,11 +2,12 @@
 
 Every value ingest bounds (the messages' roles and text, the scenario, the tier, the deadline, the
 model, `temperature`, `top_p`, `max_tokens`, `stop`, `seed`, the penalties, `response_format`,
-`tools`, `tool_choice`, `parallel_tool_calls`, `n`, `logprobs`, `top_logprobs`, a message's
-`tool_calls`, `tool_call_id` and `name`) is checked by the rule of the field that carries it in
-``POST /v1/requests`` (`SubmitRequest`, `Message`, `ChatParams`), value by value, so the two APIs
-accept exactly the same values and say the same about the others. A problem is a 400 naming the
-parameter the way OpenAI does (``messages[0].role``, ``temperature``) or the header it came from.
+`tools`, `tool_choice`, `parallel_tool_calls`, a message's `tool_calls`, `tool_call_id` and `name`,
+`n`, `logprobs`, `top_logprobs`) is
+checked by the rule of the field that carries it in ``POST /v1/requests`` (`SubmitRequest`,
+`Message`, `ChatParams`), value by value, so the two APIs accept exactly the same values and say
+the same about the others. A problem is a 400 naming the parameter the way OpenAI does
+(``messages[0].role``, ``temperature``) or the header it came from.
 
 Where inferq's own choices come from (a header wins; the same choice in both is refused when they differ):
 

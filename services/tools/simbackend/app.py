@@ -90,7 +90,9 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             return answer_error(parsed, None)
         model = parsed.model
         timing = timings.received(parsed.model_dump(include={"messages"}))
-        tokens = answer(parsed).total_tokens()
+        reply = answer(parsed)
+        # Each of the `n` choices is a whole answer (`choices.py`), as a provider counts them.
+        tokens = reply.prompt_tokens + reply.completion_tokens * parsed.n
         minute = minute_of(model)
         refusal = minute.refusal(tokens) if minute.enabled else None
         if refusal is not None:
