@@ -96,6 +96,8 @@ class Outcome:
     # Why the backend stopped ("length": max_tokens cut the answer), when it said.
     finish_reason: str | None = None
     system_fingerprint: str | None = None
+    # Every choice (`n` > 1, a refusal, logprobs), as the view lists them; None: the fields above.
+    choices: Sequence[Mapping[str, Any]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -116,6 +118,7 @@ class Outcome:
             timings=dict(view.get("timings") or {}),
             finish_reason=view.get("finish_reason"),
             system_fingerprint=view.get("system_fingerprint"),
+            choices=view.get("choices"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -131,6 +134,8 @@ class Outcome:
             value = getattr(self, name)
             if value is not None:
                 view[name] = dict(value) if isinstance(value, Mapping) else value
+        if self.choices is not None:
+            view["choices"] = [dict(choice) for choice in self.choices]
         return view
 
     def raise_for_status(self) -> Outcome:

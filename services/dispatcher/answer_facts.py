@@ -1,14 +1,14 @@
 """What the dispatcher keeps of a backend's answer besides its text and token counts: the `model`,
 the `finish_reason`, the `system_fingerprint`, the `tool_calls` and the usage's `*_tokens_details`,
-checked against the bounds in `inferq.messaging.limits` before they go into a result record; and,
-for a streamed answer, each piece's choice `index`, tool-call deltas, refusal and logprobs.
+and each of the `choices` (at most the `n` asked) with its `refusal` and `logprobs`, checked
+against the bounds in `inferq.messaging.limits` before they go into a result record (a streamed
+answer's pieces are `delta_facts`').
 
 The backend is not trusted: a value of the wrong type, out of range or too large is dropped (never
 cut: a cut fingerprint or counter would be a wrong one), the answer itself still goes through, and
 a log line says which field and why, never the value (it could be anything, the prompt included).
 Each kind of problem is logged at WARNING once per process, then at DEBUG: a backend that always
-sends the same odd value does not flood the logs. A streamed tool-call piece cannot be dropped so
-(the call would change): `UnusableError`, and the stream fails (``stream_reader.py``).
+sends the same odd value does not flood the logs.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from inferq.dispatcher.deltas import ToolCallDelta
 from inferq.messaging import limits, tool_rules
-from inferq.messaging.records import TokenDetails
+from inferq.messaging.records import Choice, TokenDetails
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def model(value: object, *, asked: str) -> str:
         return asked
     if isinstance(value, str) and 0 < len(value) <= limits.MAX_MODEL_CHARS and value.isprintable():
         return value
-    _dropped("model", f"not printable text of 1-{limits.MAX_MODEL_CHARS} characters")
+    dropped("model", f"not printable text of 1-{limits.MAX_MODEL_CHARS} characters")
     return asked
 
 
@@ -48,7 +48,7 @@ def finish_reason(value: object) -> str | None:
     if isinstance(value, str) and value in limits.FINISH_REASONS:
         return value
     why = "not one of the API's finish reasons" if isinstance(value, str) else "not a string"
-    _dropped("finish_reason", why)
+    dropped("finish_reason", why)
     return None
 
 
@@ -57,10 +57,10 @@ def system_fingerprint(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        _dropped("system_fingerprint", "not a string")
+        dropped("system_fingerprint", "not a string")
         return None
     if limits.SYSTEM_FINGERPRINT_PATTERN.fullmatch(value) is None:
-        _dropped("system_fingerprint", "over 128 characters or not an identifier")
+        dropped("system_fingerprint", "over 128 characters or not an identifier")
         return None
     return value
 
@@ -73,18 +73,18 @@ def token_details(field: str, value: object) -> TokenDetails | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        _dropped(field, "not an object")
+        dropped(field, "not an object")
         return None
     kept: dict[str, int] = {}
     for name, count in value.items():
         if count is None:
             continue
         if not isinstance(name, str) or limits.TOKEN_DETAIL_PATTERN.fullmatch(name) is None:
-            _dropped(field, "a counter's name is not an identifier")
+            dropped(field, "a counter's name is not an identifier")
         elif isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= limits.AVRO_INT_MAX:
-            _dropped(field, "a counter is not a whole number within 0..2^31-1")
+            dropped(field, "a counter is not a whole number within 0..2^31-1")
         elif len(kept) == limits.MAX_TOKEN_DETAILS:
-            _dropped(field, f"more than {limits.MAX_TOKEN_DETAILS} counters (the first kept)")
+            dropped(field, f"more than {limits.MAX_TOKEN_DETAILS} counters (the first kept)")
             break
         else:
             kept[name] = count
@@ -99,93 +99,13 @@ def tool_calls(value: object) -> str | None:
         return None
     problem = tool_rules.tool_calls_problem(value)
     if problem is not None:
-        _dropped("tool_calls", problem)
+        dropped("tool_calls", problem)
         return None
     text = json.dumps(value, separators=(",", ":"))
     if len(text) > limits.MAX_TOOL_CALLS_CHARS:
-        _dropped("tool_calls", f"over {limits.MAX_TOOL_CALLS_CHARS} characters")
+        dropped("tool_calls", f"over {limits.MAX_TOOL_CALLS_CHARS} characters")
         return None
     return text
-
-
-class UnusableError(ValueError):
-    """A streamed piece that cannot be dropped without changing the answer (a tool call's): the
-    stream fails. Its message is a short reason, never the value."""
-
-
-def tool_call_deltas(value: object) -> tuple[ToolCallDelta, ...]:
-    """A streamed delta's `tool_calls` pieces (OpenAI's delta shape): each an `index` within
-    `MAX_TOOL_CALLS`, and optionally an `id` (`TOOL_CALL_ID_PATTERN`), `type` "function" and a
-    `function` with a `name` (`TOOL_NAME_PATTERN`) and `arguments` text. `UnusableError` otherwise
-    (the sizes of the assembled calls are the stream reader's to bound)."""
-    if value is None:
-        return ()
-    if not isinstance(value, list) or len(value) > limits.MAX_TOOL_CALLS:
-        raise UnusableError(f"not a list of at most {limits.MAX_TOOL_CALLS}")
-    return tuple(_tool_call_delta(piece) for piece in value)
-
-
-def _tool_call_delta(piece: object) -> ToolCallDelta:
-    if not isinstance(piece, dict):
-        raise UnusableError("a piece is not an object")
-    index = piece.get("index")
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < limits.MAX_TOOL_CALLS:
-        raise UnusableError(f"index not within 0..{limits.MAX_TOOL_CALLS - 1}")
-    call_id = piece.get("id")
-    if call_id is not None and (
-        not isinstance(call_id, str) or not limits.TOOL_CALL_ID_PATTERN.fullmatch(call_id)
-    ):
-        raise UnusableError("id not an identifier")
-    if piece.get("type") not in (None, "function"):
-        raise UnusableError('type not "function"')
-    function = piece.get("function") or {}
-    if not isinstance(function, dict):
-        raise UnusableError("function not an object")
-    name = function.get("name")
-    if name is not None and (not isinstance(name, str) or not limits.TOOL_NAME_PATTERN.fullmatch(name)):
-        raise UnusableError("function.name not a name")
-    arguments = function.get("arguments") or ""
-    if not isinstance(arguments, str) or len(arguments) > limits.MAX_TOOL_ARGUMENTS_CHARS:
-        raise UnusableError(f"arguments not text of at most {limits.MAX_TOOL_ARGUMENTS_CHARS}")
-    return ToolCallDelta(index, call_id, name, arguments)
-
-
-def choice_index(value: object, *, asked: int) -> int | None:
-    """A streamed choice's `index` when it is one of the `asked` choices; None (the choice's delta
-    dropped) otherwise."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < asked:
-        return value
-    _dropped("choices[].index", f"not a choice asked for (0..{asked - 1})")
-    return None
-
-
-def refusal(value: object) -> str:
-    """A streamed piece of refusal text; "" for none or a value that is not text."""
-    if value is None or isinstance(value, str):
-        return value or ""
-    _dropped("delta.refusal", "not a string")
-    return ""
-
-
-def logprobs_content(value: object) -> tuple[Mapping[str, Any], ...]:
-    """The entries of a streamed choice's `logprobs.content` (one object per token), when there are
-    at most `MAX_STREAM_LOGPROBS_CHARS` of compact JSON of them; () otherwise."""
-    if value is None:
-        return ()
-    content = value.get("content") if isinstance(value, dict) else ()
-    if content is None:
-        return ()
-    if not isinstance(content, list) or not all(isinstance(entry, dict) for entry in content):
-        _dropped("logprobs", "content not a list of objects")
-        return ()
-    try:
-        size = len(json.dumps(content, separators=(",", ":")))
-    except (ValueError, TypeError, RecursionError):
-        size = limits.MAX_STREAM_LOGPROBS_CHARS + 1
-    if size > limits.MAX_STREAM_LOGPROBS_CHARS or tool_rules.json_depth(content) > limits.MAX_TOOL_JSON_DEPTH:
-        _dropped("logprobs", f"over {limits.MAX_STREAM_LOGPROBS_CHARS} characters or too deep")
-        return ()
-    return tuple(content)
 
 
 # The OpenAI error object's `type`/`code` (e.g. "invalid_request_error"): a token, never free text.
@@ -203,7 +123,129 @@ def error_kind(text: str) -> str:
     return kind
 
 
-def _dropped(field: str, why: str) -> None:
+def choices(value: object, *, asked: int) -> tuple[Choice, ...]:
+    """The answer's choices, numbered 0, 1, 2... in the backend's index order (the order sent when
+    its indices are not distinct whole numbers), at most the `asked` (`n`, within
+    `limits.MAX_CHOICES`), each with what passes its bounds. `ValueError` when there is no readable
+    first choice (the answer is unreadable); a later one that is not an object with a `message`
+    object is dropped."""
+    if not isinstance(value, list) or not value:
+        raise ValueError("no choices")
+    indices = [c.get("index") if isinstance(c, dict) else None for c in value]
+    whole = [i for i in indices if isinstance(i, int) and not isinstance(i, bool)]
+    ordered: list[Any] = list(value)
+    if len(set(whole)) == len(value):
+        ordered = [c for _, c in sorted(zip(whole, value, strict=True), key=lambda pair: pair[0])]
+    elif len(value) > 1:
+        dropped("choices.index", "not distinct whole numbers (the order sent kept)")
+    most = max(1, min(asked, limits.MAX_CHOICES))
+    if len(ordered) > most:
+        dropped("choices", f"more than the {most} asked (the first kept)")
+        ordered = ordered[:most]
+    kept: list[Choice] = []
+    logprobs_left = limits.MAX_ANSWER_LOGPROBS_CHARS
+    for position, choice in enumerate(ordered):
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            if position == 0:
+                raise ValueError("the first choice has no message")
+            dropped("choices", "a choice is not an object with a message object")
+            continue
+        content = message.get("content")
+        scores = logprobs(choice.get("logprobs"))
+        if scores is not None and len(scores) > logprobs_left:
+            dropped("logprobs", f"over {limits.MAX_ANSWER_LOGPROBS_CHARS} characters in all choices")
+            scores = None
+        logprobs_left -= len(scores or "")
+        kept.append(
+            Choice(
+                index=len(kept),
+                # As the first choice's text always was: what the backend sent, as text.
+                content=None if content is None else str(content),
+                finish_reason=finish_reason(choice.get("finish_reason")),
+                tool_calls=tool_calls(message.get("tool_calls")),
+                refusal=refusal(message.get("refusal")),
+                logprobs=scores,
+            )
+        )
+    return tuple(kept)
+
+
+def refusal(value: object) -> str | None:
+    """The model's refusal message when it is text of at most `limits.MAX_REFUSAL_CHARS`."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        dropped("refusal", "not a string")
+        return None
+    if len(value) > limits.MAX_REFUSAL_CHARS:
+        dropped("refusal", f"over {limits.MAX_REFUSAL_CHARS} characters")
+        return None
+    return value
+
+
+def logprobs(value: object) -> str | None:
+    """A choice's `logprobs` as a JSON text, when it has OpenAI's shape (`content` and `refusal`,
+    each null or a list of tokens with their `logprob`, `bytes` and `top_logprobs`), nests at most
+    `limits.MAX_LOGPROBS_DEPTH` and is at most `limits.MAX_LOGPROBS_CHARS`; None otherwise."""
+    if value is None:
+        return None
+    problem = logprobs_problem(value)
+    if problem is not None:
+        dropped("logprobs", problem)
+        return None
+    text = json.dumps(value, separators=(",", ":"))
+    if len(text) > limits.MAX_LOGPROBS_CHARS:
+        dropped("logprobs", f"over {limits.MAX_LOGPROBS_CHARS} characters")
+        return None
+    return text
+
+
+def logprobs_problem(value: object) -> str | None:
+    """Why `value` is not a `logprobs` object of OpenAI's shape, or None."""
+    if not isinstance(value, dict):
+        return "not an object"
+    if tool_rules.json_depth(value) > limits.MAX_LOGPROBS_DEPTH:
+        return f"nests deeper than {limits.MAX_LOGPROBS_DEPTH} levels"
+    for key in ("content", "refusal"):
+        tokens = value.get(key)
+        if tokens is None:
+            continue
+        if not isinstance(tokens, list):
+            return f"{key} is not a list"
+        for token in tokens:
+            problem = _token_problem(token)
+            if problem is None and isinstance(token, dict):
+                top = token.get("top_logprobs")
+                if not isinstance(top, list) or len(top) > limits.MAX_TOP_LOGPROBS:
+                    problem = f"a token's top_logprobs is not a list of at most {limits.MAX_TOP_LOGPROBS}"
+                else:
+                    problem = next((p for p in map(_token_problem, top) if p is not None), None)
+            if problem is not None:
+                return f"{key}: {problem}"
+    return None
+
+
+def _token_problem(token: object) -> str | None:
+    """One token's entry: its text, a finite `logprob`, `bytes` null or a list of byte values."""
+    if not isinstance(token, dict) or not isinstance(token.get("token"), str):
+        return "a token is not an object with its text"
+    number = token.get("logprob")
+    if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
+        return "a token's logprob is not a finite number"
+    raw = token.get("bytes")
+    if raw is not None and not (isinstance(raw, list) and all(_byte(b) for b in raw)):
+        return "a token's bytes is not a list of byte values"
+    return None
+
+
+def _byte(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 255
+
+
+def dropped(field: str, why: str) -> None:
+    """Log that the backend's `field` was dropped and `why` (never the value): at WARNING the first
+    time per process, then at DEBUG."""
     first = (field, why) not in _reported
     _reported.add((field, why))
     log.log(

@@ -1,9 +1,10 @@
 """The LLM backend client: OpenAI chat-completions over HTTP, on aiohttp.
 
 Messages are forwarded unchanged, and so are the parameters (`tools`, `tool_choice`,
-`response_format`... as the request carries them); the answer's `tool_calls` come back. Each call is
-bounded by a timeout the caller computes from the request's remaining deadline (for a streamed call,
-the whole stream).
+`response_format`, `n`, `logprobs`... as the request carries them); the answer's choices come back,
+at most the `n` asked, each with its `tool_calls`, `refusal` and `logprobs`. Each call is bounded
+by a timeout the caller computes from the request's remaining deadline (for a streamed call, the
+whole stream).
 
 `stream` calls with `stream: true` and reads the server-sent events as they come
 (``stream_reader.py``): each choice's delta (text, refusal, tool-call pieces, logprobs, its
@@ -43,7 +44,7 @@ from inferq.dispatcher import answer_facts
 from inferq.dispatcher.deltas import StreamDelta
 from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.stream_reader import StreamReader, sse_data
-from inferq.messaging.records import TokenDetails
+from inferq.messaging.records import Choice, TokenDetails
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,9 @@ class Completion:
     completion_tokens_details: TokenDetails | None = None
     # The response's rate-limit headers (``x-ratelimit-*``, ``retry-after``), for the rate budget.
     rate_headers: Mapping[str, str] = field(default_factory=dict)
+    # Every choice of a sync answer (the fields above are the first's), with its refusal and
+    # logprobs; empty: the fields above are the one choice (a streamed answer).
+    choices: tuple[Choice, ...] = ()
 
 
 class Backend(Protocol):
@@ -135,18 +139,18 @@ class ChatBackend:
         try:
             body = json.loads(text)
             usage = body.get("usage") or {}
-            choice = body["choices"][0]
-            message = choice["message"]
-            content = message.get("content")
+            choices = answer_facts.choices(body["choices"], asked=_choices_asked(params))
+            first = choices[0]
             return Completion(
-                # A message that only calls tools has no content (null).
-                output="" if content is None else str(content),
-                tool_calls=answer_facts.tool_calls(message.get("tool_calls")),
+                # A message that only calls tools (or refuses) has no content (null).
+                output=first.content or "",
+                tool_calls=first.tool_calls,
+                choices=choices,
                 model=answer_facts.model(body.get("model"), asked=model),
                 prompt_tokens=int(usage.get("prompt_tokens", 0)),
                 completion_tokens=int(usage.get("completion_tokens", 0)),
                 total_tokens=int(usage.get("total_tokens", 0)),
-                finish_reason=answer_facts.finish_reason(choice.get("finish_reason")),
+                finish_reason=first.finish_reason,
                 system_fingerprint=answer_facts.system_fingerprint(body.get("system_fingerprint")),
                 prompt_tokens_details=answer_facts.token_details(
                     "prompt_tokens_details", usage.get("prompt_tokens_details")

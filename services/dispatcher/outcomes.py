@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferq.dispatcher.backend import Completion
-from inferq.messaging.records import InferenceRequest, InferenceResult, Status, Usage
+from inferq.messaging.records import InferenceRequest, InferenceResult, Status, Usage, recorded_choices
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class OutcomeBuilder:
             finish_reason=completion.finish_reason,
             system_fingerprint=completion.system_fingerprint,
             tool_calls=completion.tool_calls,
+            choices=recorded_choices(completion.choices),
         )
 
     def expired(self, request: InferenceRequest, model: str, *, now_ms: int) -> InferenceResult:

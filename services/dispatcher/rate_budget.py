@@ -151,15 +151,17 @@ def read_headers(headers: Mapping[str, str], *, status: int | None = None) -> Ra
     )
 
 
-def estimate_tokens(prompt_chars: Iterable[int], max_tokens: int | None, estimated_tokens: int | None) -> int:
+def estimate_tokens(
+    prompt_chars: Iterable[int], max_tokens: int | None, estimated_tokens: int | None, *, choices: int = 1
+) -> int:
     """A request's cost before the call: the record's `estimated_tokens` when it gives one, else each
-    message's characters / 4 (rounded up) plus `max_tokens` (`DEFAULT_COMPLETION_TOKENS` when unset);
-    at least 1."""
+    message's characters / 4 (rounded up) plus `max_tokens` (`DEFAULT_COMPLETION_TOKENS` when unset)
+    for each of its `choices` (`n`: each is a whole answer); at least 1."""
     if estimated_tokens is not None and estimated_tokens > 0:
         return estimated_tokens
     prompt = sum(-(-max(0, chars) // CHARS_PER_TOKEN) for chars in prompt_chars)
     answer = max_tokens if max_tokens is not None and max_tokens > 0 else DEFAULT_COMPLETION_TOKENS
-    return max(1, prompt + answer)
+    return max(1, prompt + answer * max(1, choices))
 
 
 @dataclass

@@ -24,8 +24,9 @@ directly"), so every decoded request passes these rules before it is queued, wit
   messages, a role the chat API does not know, content too long, function-calling fields out of
   `tool_rules`' bounds (a `tool` message without its `tool_call_id`, `tool_calls` that are not
   JSON, too many, too deep); `params` with a key off the allow-list (the reserved `model`,
-  `messages`, `stream`, `n` included) or a value out of ingest's `ChatParams` bounds (for `tools`,
-  `tool_choice`, `parallel_tool_calls` and `response_format`, `tool_rules`').
+  `messages`, `stream` included) or a value out of ingest's `ChatParams` bounds (for `tools`,
+  `tool_choice`, `parallel_tool_calls` and `response_format`, `tool_rules`'; `top_logprobs`
+  without `logprobs` true).
 
 Params: refused rather than the key dropped. Dropping would run a different request than the one
 asked for (and bill it), silently; a refusal says which key, and ingest refuses the same key with
@@ -256,6 +257,8 @@ def _params(values: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
             return {}, f"params.{name} is out of its bounds"
     if "tool_choice" in values and "tools" not in values:
         return {}, "params.tool_choice is only allowed with params.tools"
+    if "top_logprobs" in values and values.get("logprobs") is not True:
+        return {}, "params.top_logprobs is only allowed with params.logprobs true"
     return dict(values), None
 
 
@@ -284,6 +287,12 @@ def _param_ok(name: str, value: Any) -> bool:
         return _integer(value, 1, limits.MAX_COMPLETION_TOKENS)
     if name == "seed":
         return _integer(value, -limits.AVRO_LONG_MAX - 1, limits.AVRO_LONG_MAX)
+    if name == "n":
+        return _integer(value, 1, limits.MAX_CHOICES)
+    if name == "top_logprobs":
+        return _integer(value, 0, limits.MAX_TOP_LOGPROBS)
+    if name == "logprobs":
+        return isinstance(value, bool)
     if name in ("response_format", "tools", "tool_choice", "parallel_tool_calls"):
         return True  # `tool_rules.params_problem` has checked it
     # "stop": one string or a short list of them.

@@ -165,8 +165,10 @@ class Starter:
 
 def request_cost(work: Work) -> int:
     """A request's tokens before its call: its record's `estimated_tokens`, else its prompt's
-    characters / 4 plus its `max_tokens` (``max_completion_tokens``)."""
+    characters / 4 plus its `max_tokens` (``max_completion_tokens``) for each of its `n` choices."""
     prompt_chars = [len(m.get("content") or "") for m in work.request.openai_messages()]
     limit = work.params.get("max_tokens", work.params.get("max_completion_tokens"))
     max_tokens = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
-    return estimate_tokens(prompt_chars, max_tokens, work.request.estimated_tokens)
+    n = work.params.get("n")
+    choices = n if isinstance(n, int) and not isinstance(n, bool) else 1
+    return estimate_tokens(prompt_chars, max_tokens, work.request.estimated_tokens, choices=choices)

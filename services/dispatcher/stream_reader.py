@@ -10,7 +10,7 @@ The backend is not trusted, and the rules are `answer_facts`' (which checks ever
 
 - an event that is not a JSON object, carries an `error`, or has the wrong shape (a choice that is
   not an object...) fails the call, retriable (`BackendError`);
-- a tool-call delta out of shape or past the bounds (`answer_facts.tool_call_deltas`) fails it
+- a tool-call delta out of shape or past the bounds (`delta_facts.tool_call_deltas`) fails it
   too: dropping a piece of a call would hand the caller a different call than the backend made;
   and so do tool calls that, assembled at the end, are not a call (`answer_facts.tool_calls`, as for
   a call not streamed);
@@ -26,7 +26,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferq.dispatcher import answer_facts
+from inferq.dispatcher import answer_facts, delta_facts
 from inferq.dispatcher.deltas import StreamDelta, ToolCallDelta
 from inferq.dispatcher.errors import BackendError
 from inferq.messaging import limits
@@ -116,21 +116,21 @@ class StreamReader:
             self.usage = event.get("usage") or self.usage
             if event.get("system_fingerprint") is not None:
                 self.system_fingerprint = event["system_fingerprint"]
-        except answer_facts.UnusableError as exc:
+        except delta_facts.UnusableError as exc:
             raise BackendError(f"backend sent a bad tool-call delta ({exc})", retriable=True) from exc
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise BackendError(f"{_UNREADABLE} ({type(exc).__name__})", retriable=True) from exc
         return False
 
     def _read_choice(self, choice: dict[str, Any]) -> None:
-        index = answer_facts.choice_index(choice.get("index", 0), asked=self._asked)
+        index = delta_facts.choice_index(choice.get("index", 0), asked=self._asked)
         if index is None:
             return
         state = self._choices.setdefault(index, _Choice())
         delta = choice.get("delta") or {}
         piece = delta.get("content")
         content = str(piece) if piece else ""
-        calls = answer_facts.tool_call_deltas(delta.get("tool_calls"))
+        calls = delta_facts.tool_call_deltas(delta.get("tool_calls"))
         for call in calls:
             self._assemble(state, call)
         finish_reason = choice.get("finish_reason")
@@ -141,9 +141,9 @@ class StreamReader:
         said = StreamDelta(
             choice=index,
             content=content,
-            refusal=answer_facts.refusal(delta.get("refusal")),
+            refusal=answer_facts.refusal(delta.get("refusal")) or "",
             tool_calls=calls,
-            logprobs=answer_facts.logprobs_content(choice.get("logprobs")),
+            logprobs=delta_facts.logprobs_content(choice.get("logprobs")),
             finish_reason=None if finish_reason is None else answer_facts.finish_reason(finish_reason),
         )
         if said:
@@ -157,18 +157,18 @@ class StreamReader:
             call = state.calls[piece.index] = _Call()
         if piece.id is not None:
             if call.id not in (None, piece.id):
-                raise answer_facts.UnusableError("a second id for one call")
+                raise delta_facts.UnusableError("a second id for one call")
             call.id = piece.id
         if piece.name is not None:
             if call.name not in (None, piece.name):
-                raise answer_facts.UnusableError("a second name for one call")
+                raise delta_facts.UnusableError("a second name for one call")
             call.name = piece.name
         call.arguments_chars += len(piece.arguments)
         state.arguments_chars += len(piece.arguments)
         if call.arguments_chars > limits.MAX_TOOL_ARGUMENTS_CHARS:
-            raise answer_facts.UnusableError(f"arguments over {limits.MAX_TOOL_ARGUMENTS_CHARS}")
+            raise delta_facts.UnusableError(f"arguments over {limits.MAX_TOOL_ARGUMENTS_CHARS}")
         if state.arguments_chars > limits.MAX_TOOL_CALLS_CHARS:
-            raise answer_facts.UnusableError(f"all arguments over {limits.MAX_TOOL_CALLS_CHARS}")
+            raise delta_facts.UnusableError(f"all arguments over {limits.MAX_TOOL_CALLS_CHARS}")
         call.arguments.append(piece.arguments)
 
     def tool_calls(self, choice: int = 0) -> list[dict[str, Any]]:

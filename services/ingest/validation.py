@@ -36,6 +36,7 @@ from inferq.webhooks.urls import MAX_URL_CHARS
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 
+TOP_LOGPROBS_ALONE = "top_logprobs is only allowed with logprobs true"
 # A problem list is part of a 422 body: bounded, however many fields a hostile body breaks.
 MAX_PROBLEMS = 20
 # A field path echoes the client's keys: cut, so a 100 KB key is not sent back whole.
@@ -159,8 +160,8 @@ _RESPONSE_FORMAT = {
 class ChatParams(BaseModel):
     """The chat-completions parameters a caller may set (`limits.ALLOWED_PARAMS`), each bounded.
 
-    `model`, `messages`, `stream`, `n` and any other name are refused: the dispatcher chooses the
-    model and reads one complete answer per request. Tenant entitlements may widen this later.
+    `model`, `messages`, `stream` and any other name are refused: the dispatcher chooses the
+    model. `n` asks for that many choices (each a whole answer); `top_logprobs` only with `logprobs`.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -207,16 +208,23 @@ class ChatParams(BaseModel):
         | None
     ) = None
     parallel_tool_calls: bool | None = Field(default=None, strict=True)
+    n: int | None = Field(default=None, strict=True, ge=1, le=limits.MAX_CHOICES)
+    logprobs: bool | None = Field(default=None, strict=True)
+    top_logprobs: int | None = Field(default=None, strict=True, ge=0, le=limits.MAX_TOP_LOGPROBS)
 
     @model_validator(mode="after")
     def _tool_choice_needs_tools(self) -> ChatParams:
         if self.tool_choice is not None and self.tools is None:
             raise ValueError("tool_choice is only allowed with tools")
+        if self.top_logprobs is not None and self.logprobs is not True:
+            raise ValueError(TOP_LOGPROBS_ALONE)
         return self
 
     def as_json_values(self) -> dict[str, Any]:
-        """The parameters set, as JSON values (what the record's `params` map encodes)."""
-        return self.model_dump(exclude_none=True)
+        """The parameters set, as JSON values (what the record's `params` map encodes); one set to
+        OpenAI's default (`n` 1, `logprobs` false) is not."""
+        values = self.model_dump(exclude_none=True)
+        return {name: value for name, value in values.items() if not limits.at_default(name, value)}
 
 
 class SubmitRequest(BaseModel):

@@ -35,7 +35,7 @@ MAX_CALLBACK_URL_CHARS = 2_048
 TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 
 # Chat-completions parameters a request may carry (`params`), and their bounds. Anything else
-# (`model`, `messages`, `stream`, `n`, unknown names) is refused: the dispatcher owns those.
+# (`model`, `messages`, `stream`, unknown names) is refused: the dispatcher owns those.
 ALLOWED_PARAMS = frozenset(
     {
         "temperature",
@@ -49,6 +49,9 @@ ALLOWED_PARAMS = frozenset(
         "tools",
         "tool_choice",
         "parallel_tool_calls",
+        "n",
+        "logprobs",
+        "top_logprobs",
     }
 )
 MAX_TEMPERATURE = 2.0
@@ -82,14 +85,29 @@ MAX_TOOL_CALLS_CHARS = 262_144
 TOOL_CALL_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:\-]{1,256}$")
 MAX_MESSAGE_NAME_CHARS = 64
 # Parameters a tenant may use only as far as another one is entitled (`tool_choice` goes with `tools`).
-ENTITLED_WITH = {"tool_choice": "tools", "parallel_tool_calls": "tools"}
+ENTITLED_WITH = {"tool_choice": "tools", "parallel_tool_calls": "tools", "top_logprobs": "logprobs"}
+
+# `n`: how many choices one request asks for (each is a whole answer: the token estimate counts
+# each); `top_logprobs`: OpenAI's own bound, and only with `logprobs` true.
+MAX_CHOICES = 8
+MAX_TOP_LOGPROBS = 20
+# OpenAI's defaults of these: a request that sets one to it asks for nothing (ingest does not write
+# it, and a tenant needs no entitlement for it).
+PARAM_DEFAULTS: dict[str, object] = {"n": 1, "logprobs": False}
+
+
+def at_default(name: str, value: object) -> bool:
+    """Whether `value` is `name`'s default (of its type too: ``true`` is not ``1``)."""
+    default = PARAM_DEFAULTS.get(name, ...)
+    return type(value) is type(default) and value == default
+
 
 # The dispatcher's additions (records written straight to Kafka); ingest sets the region itself.
 MAX_ORIGIN_REGION_CHARS = 64
 # The roles of chat messages (ingest's `Role`; the chat-completions API refuses others).
 MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 # Never a caller's to set: named in a refusal's reason.
-RESERVED_PARAMS = frozenset({"model", "messages", "stream", "n"})
+RESERVED_PARAMS = frozenset({"model", "messages", "stream"})
 # A record's `params` map holds JSON-encoded values: this many at most, each at most this long (the
 # longest allowed value, a stop list, is far shorter), checked before anything is decoded.
 MAX_PARAMS = len(ALLOWED_PARAMS)
@@ -118,3 +136,11 @@ MAX_STREAM_LOGPROBS_CHARS = 16_384
 # it the next piece starts another chunk, so a slow broker (pieces pile up while one chunk is being
 # acknowledged) never grows a record toward Kafka's 1 MB, even in 4-byte UTF-8.
 MAX_CHUNK_CHARS = 131_072
+# A choice's `message.refusal` (the model's words declining), in characters.
+MAX_REFUSAL_CHARS = 16_384
+# A choice's `logprobs` (OpenAI's object, kept as compact JSON text), in characters, and all of an
+# answer's together: with every choice's text they must fit one Kafka record (1 MB by default).
+MAX_LOGPROBS_CHARS = 262_144
+MAX_ANSWER_LOGPROBS_CHARS = 524_288
+# How deep a `logprobs` object nests: {"content": [{"top_logprobs": [{"bytes": [..]}]}]} is 5.
+MAX_LOGPROBS_DEPTH = 6

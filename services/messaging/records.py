@@ -235,6 +235,74 @@ def _frozen(details: Mapping[str, int] | None) -> TokenDetails | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Choice:
+    """One choice of an answer (`n` asks for several): its text (None when it has none), why it
+    stopped, its tool calls and `logprobs` as JSON texts, and the model's `refusal`. Bounded by the
+    dispatcher (`answer_facts`) before it is written."""
+
+    index: int
+    content: str | None = None
+    finish_reason: str | None = None
+    tool_calls: str | None = None
+    refusal: str | None = None
+    logprobs: str | None = None
+
+    def openai_tool_calls(self) -> list[Any] | None:
+        """The tool calls as OpenAI's list; None for none (or, never written so, not a JSON list)."""
+        calls = _json_or_none(self.tool_calls)
+        return calls if isinstance(calls, list) else None
+
+    def openai_logprobs(self) -> dict[str, Any] | None:
+        """OpenAI's `logprobs` object; None for none (or, never written so, not a JSON object)."""
+        logprobs = _json_or_none(self.logprobs)
+        return logprobs if isinstance(logprobs, dict) else None
+
+    @property
+    def plain(self) -> bool:
+        """Whether a result's top-level fields say all of it (it is the first, with no refusal or
+        logprobs): then a result does not repeat it in `choices`."""
+        return self.index == 0 and self.refusal is None and self.logprobs is None
+
+    def to_record(self) -> Record:
+        return {
+            "index": self.index,
+            "content": self.content,
+            "finish_reason": self.finish_reason,
+            "tool_calls": self.tool_calls,
+            "refusal": self.refusal,
+            "logprobs": self.logprobs,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Choice:
+        return cls(
+            record["index"],
+            record.get("content"),
+            record.get("finish_reason"),
+            record.get("tool_calls"),
+            record.get("refusal"),
+            record.get("logprobs"),
+        )
+
+
+def _json_or_none(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def recorded_choices(choices: Sequence[Choice]) -> tuple[Choice, ...] | None:
+    """What a result's `choices` field holds of an answer's `choices`: None when its top-level fields
+    (the first choice's) say it all, every choice otherwise."""
+    if len(choices) <= 1 and all(c.plain for c in choices):
+        return None
+    return tuple(choices)
+
+
+@dataclass(frozen=True, slots=True)
 class InferenceResult:
     """The terminal outcome of one request (`schemas/inference_result.avsc`)."""
 
@@ -262,16 +330,21 @@ class InferenceResult:
     system_fingerprint: str | None = None
     # The assistant's tool calls, OpenAI's list as a JSON text (checked by the dispatcher); None for none.
     tool_calls: str | None = None
+    # Every choice of the answer when the fields above (the first choice's) do not say it all (n > 1,
+    # a refusal, logprobs); None: one choice, theirs (`recorded_choices`).
+    choices: tuple[Choice, ...] | None = None
 
     def openai_tool_calls(self) -> list[Any] | None:
         """The tool calls as OpenAI's list; None for none (or, never written so, not a JSON list)."""
-        if self.tool_calls is None:
-            return None
-        try:
-            calls = json.loads(self.tool_calls)
-        except (ValueError, RecursionError):
-            return None
+        calls = _json_or_none(self.tool_calls)
         return calls if isinstance(calls, list) else None
+
+    def all_choices(self) -> tuple[Choice, ...]:
+        """Every choice of the answer: `choices`, or the one the top-level fields say (a result
+        written before v6 included)."""
+        if self.choices:
+            return self.choices
+        return (Choice(0, self.output, self.finish_reason, self.tool_calls),)
 
     @property
     def queue_wait_ms(self) -> int | None:
@@ -301,11 +374,13 @@ class InferenceResult:
             "finish_reason": self.finish_reason,
             "system_fingerprint": self.system_fingerprint,
             "tool_calls": self.tool_calls,
+            "choices": None if self.choices is None else [c.to_record() for c in self.choices],
         }
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> InferenceResult:
         usage = record.get("usage")
+        choices = record.get("choices")
         return cls(
             request_id=record["request_id"],
             tier=Tier(record["tier"]),
@@ -324,6 +399,7 @@ class InferenceResult:
             finish_reason=record.get("finish_reason"),
             system_fingerprint=record.get("system_fingerprint"),
             tool_calls=record.get("tool_calls"),
+            choices=None if choices is None else tuple(Choice.from_record(c) for c in choices),
         )
 
 

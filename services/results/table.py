@@ -9,7 +9,7 @@ same id are two rows, and neither can read or shadow the other's.
 A database written before tenants (its key: request_id alone) is migrated when opened: its rows
 are copied, in one transaction, into the new table under tenant ``default`` (what every request
 was before a tenants file existed). One written before results carried `finish_reason`,
-`system_fingerprint` and `tool_calls` gains those columns, NULL in its rows.
+`system_fingerprint`, `tool_calls` and `choices` (JSON, as usage) gains those columns, NULL in its rows.
 
 The table is bounded two ways: by age (`purge` deletes results stored before a cut-off, and `get`
 does not serve them even before the purge ran) and by count (`max_rows`: past it, the results
@@ -56,6 +56,7 @@ CREATE TABLE IF NOT EXISTS {name} (
     finish_reason TEXT,
     system_fingerprint TEXT,
     tool_calls TEXT,
+    choices TEXT,
     stored_at_ms INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, request_id)
 )
@@ -79,6 +80,7 @@ _COLUMNS = (
     "finish_reason",
     "system_fingerprint",
     "tool_calls",
+    "choices",
     "stored_at_ms",
 )
 _INSERT = (
@@ -172,7 +174,7 @@ class ResultsTable:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(results)")}
         with self._db:
             self._db.execute("BEGIN")
-            for column in ("finish_reason", "system_fingerprint", "tool_calls"):
+            for column in ("finish_reason", "system_fingerprint", "tool_calls", "choices"):
                 if column not in columns:
                     self._db.execute(f"ALTER TABLE results ADD COLUMN {column} TEXT")
 
@@ -223,6 +225,8 @@ class ResultsTable:
                 record = result.to_record()
                 row = [record[c] for c in _RECORD_COLUMNS] + [stored_at_ms]
                 row[_COLUMNS.index("usage")] = json.dumps(record["usage"]) if record["usage"] else None
+                choices = record["choices"]
+                row[_COLUMNS.index("choices")] = None if choices is None else json.dumps(choices)
                 cursor = self._db.execute(_INSERT, row)
                 if cursor.rowcount == 1:
                     stored += 1
@@ -254,6 +258,7 @@ class ResultsTable:
             return None
         record = {c: row[c] for c in _RECORD_COLUMNS}
         record["usage"] = json.loads(record["usage"]) if record["usage"] else None
+        record["choices"] = json.loads(record["choices"]) if record["choices"] else None
         return InferenceResult.from_record(record)
 
     def purge(self, *, stored_before_ms: int) -> tuple[int, int]:

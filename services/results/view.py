@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferq.messaging.records import InferenceResult
+from inferq.messaging.records import Choice, InferenceResult
 
 
 def public_view(result: InferenceResult) -> dict[str, Any]:
     """The outcome and its timings in milliseconds; output, error, usage (with the backend's token
     details), finish_reason, system_fingerprint and the assistant's tool_calls (OpenAI's list) only when
-    present."""
+    present, all of them the first choice's; `choices`, every choice, when the answer has more than
+    those say (n > 1, a refusal, logprobs)."""
     dispatched = result.dispatched_at_ms
     view: dict[str, Any] = {
         "request_id": result.request_id,
@@ -40,4 +41,25 @@ def public_view(result: InferenceResult) -> dict[str, Any]:
     calls = result.openai_tool_calls()
     if calls is not None:
         view["tool_calls"] = calls
+    if result.choices is not None:
+        view["choices"] = [_choice(choice) for choice in result.choices]
+    return view
+
+
+def _choice(choice: Choice) -> dict[str, Any]:
+    """One choice: its index, text and finish_reason (null when none), and its tool_calls (OpenAI's
+    list), refusal and logprobs (OpenAI's object) only when present."""
+    view: dict[str, Any] = {
+        "index": choice.index,
+        "content": choice.content,
+        "finish_reason": choice.finish_reason,
+    }
+    calls = choice.openai_tool_calls()
+    if calls is not None:
+        view["tool_calls"] = calls
+    if choice.refusal is not None:
+        view["refusal"] = choice.refusal
+    logprobs = choice.openai_logprobs()
+    if logprobs is not None:
+        view["logprobs"] = logprobs
     return view

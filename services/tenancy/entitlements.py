@@ -132,7 +132,11 @@ def _params(request: InferenceRequest, e: Entitlements) -> tuple[dict[str, str],
         field = f"params.{name}"
         if name not in limits.ALLOWED_PARAMS:
             problems.append(Problem(field, "not a parameter any request may set"))
-        elif name not in e.params and limits.ENTITLED_WITH.get(name) not in e.params:
+        elif (
+            name not in e.params
+            and limits.ENTITLED_WITH.get(name) not in e.params
+            and not limits.at_default(name, value)
+        ):
             problems.append(Problem(field, "not entitled to set this parameter"))
         elif (cap := e.params.get(name)) is not None and not _within(name, value, cap):
             problems.append(Problem(field, f"over this tenant's cap, {cap:g}"))

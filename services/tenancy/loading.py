@@ -34,6 +34,7 @@ from inferq.tenancy.model import (
     MAX_WEIGHT,
     NUMERIC_PARAM_BOUNDS,
     ROLES,
+    WHOLE_PARAMS,
     Entitlements,
     NameSet,
     Tenant,
@@ -451,12 +452,12 @@ class _EntryCheck:
                 self.fail(field, "must be true or false")
                 ok = False
             elif not isinstance(setting, int | float) or (
-                name == "max_tokens" and not isinstance(setting, int)
+                name in WHOLE_PARAMS and not isinstance(setting, int)
             ):
-                self.fail(field, "must be true, false or a cap (an integer for max_tokens)")
+                self.fail(field, f"must be true, false or a cap (an integer for {name})")
                 ok = False
             else:
-                low = 1 if name == "max_tokens" else 0
+                low = 1 if name in WHOLE_PARAMS else 0
                 bound = NUMERIC_PARAM_BOUNDS[name]
                 if not (math.isfinite(setting) and low <= setting <= bound):
                     self.fail(field, f"cap must be within {low}..{bound:g}, got {setting!r}")

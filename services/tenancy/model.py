@@ -36,8 +36,11 @@ NUMERIC_PARAM_BOUNDS: Mapping[str, float] = MappingProxyType(
         "max_tokens": limits.MAX_COMPLETION_TOKENS,
         "presence_penalty": limits.MAX_PENALTY,
         "frequency_penalty": limits.MAX_PENALTY,
+        "n": limits.MAX_CHOICES,
     }
 )
+# Parameters whose cap is a whole number of at least 1.
+WHOLE_PARAMS = frozenset({"max_tokens", "n"})
 SYMMETRIC_PARAMS = frozenset({"presence_penalty", "frequency_penalty"})
 
 
@@ -102,7 +105,7 @@ class Entitlements:
             bound = NUMERIC_PARAM_BOUNDS.get(name)
             if bound is None:
                 raise ValueError(f"params.{name} takes no cap (true or false)")
-            low = 1 if name == "max_tokens" else 0
+            low = 1 if name in WHOLE_PARAMS else 0
             if not (math.isfinite(cap) and low <= cap <= bound):
                 raise ValueError(f"params.{name} cap must be within {low}..{bound:g}")
         if not self.roles <= ROLES:

@@ -23,6 +23,7 @@ from openai.types.chat import (
 )
 
 from inferq.messaging import limits
+from inferq.tools.simbackend.choices import REFUSAL_TEXT, REFUSE_MARKER
 from inferq.tools.stack.pipeline import Pipeline
 from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
@@ -215,7 +216,9 @@ def test_priority_from_a_header_and_an_expired_deadline_is_504(pipeline: Pipelin
 def test_refusals_reach_the_sdk_as_its_own_errors(pipeline: Pipeline) -> None:
     client = sdk(pipeline)
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="inferq", messages=HI, n=2)
+        client.chat.completions.create(model="inferq", messages=HI, n=limits.MAX_CHOICES + 1)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="inferq", messages=HI, top_logprobs=2)
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-nothing", messages=HI)
     with pytest.raises(openai.PermissionDeniedError):
@@ -311,6 +314,65 @@ def test_a_backend_that_drops_the_stream_is_an_error_event_and_a_failed_outcome(
         client.close()
     assert raised.value.body["code"] == "backend_failed"  # type: ignore[index]
     assert stored(pipeline, request_id, ACME).json()["status"] == "FAILED"
+
+
+# --- n, logprobs and refusals (the simulated backend's choice i answers "sim reply <i+1> to: ...",
+# and refuses a user turn holding its marker) ---
+
+
+def test_n_2_gives_two_distinct_choices_and_the_results_service_holds_both(pipeline: Pipeline) -> None:
+    client = sdk(pipeline)
+    # 6 tokens: the first choice's text (25 characters) is cut, and so is the second's (27).
+    asked = [{"role": "user", "content": "hello ther"}]
+    raw = client.chat.completions.with_raw_response.create(model="inferq", messages=asked, n=2, max_tokens=6)
+    completion = ChatCompletion.model_validate(json.loads(raw.text))
+    client.close()
+
+    assert [c.index for c in completion.choices] == [0, 1]
+    texts = [c.message.content for c in completion.choices]
+    assert texts == ["sim reply to: hello ther", "sim reply 2 to: hello th"]
+    assert [c.finish_reason for c in completion.choices] == ["stop", "length"]
+    outcome = stored(pipeline, completion.id, ACME).json()
+    assert [(c["index"], c["content"], c["finish_reason"]) for c in outcome["choices"]] == [
+        (0, texts[0], "stop"),
+        (1, texts[1], "length"),
+    ]
+    assert (outcome["output"], outcome["finish_reason"]) == (texts[0], "stop")
+
+
+def test_logprobs_with_top_logprobs_reach_the_sdk(pipeline: Pipeline) -> None:
+    client = sdk(pipeline)
+    raw = client.chat.completions.with_raw_response.create(
+        model="inferq", messages=HI, logprobs=True, top_logprobs=2
+    )
+    ChatCompletion.model_validate(json.loads(raw.text))
+    choice = raw.parse().choices[0]
+    client.close()
+    assert choice.logprobs is not None and choice.logprobs.content
+    assert "".join(t.token for t in choice.logprobs.content) == choice.message.content
+    assert all(
+        len(t.top_logprobs) == 2 and t.top_logprobs[0].token == t.token for t in choice.logprobs.content
+    )
+
+
+def test_a_refusal_reaches_the_sdk_with_no_content(pipeline: Pipeline) -> None:
+    client = sdk(pipeline)
+    refused = client.chat.completions.create(
+        model="inferq", messages=[{"role": "user", "content": f"do it {REFUSE_MARKER}"}]
+    )
+    client.close()
+    message = refused.choices[0].message
+    assert (message.content, message.refusal) == (None, REFUSAL_TEXT)
+
+
+def test_a_native_request_with_n_2_has_both_choices_in_its_result(pipeline: Pipeline) -> None:
+    request_id = submit(pipeline, params={"n": 2})
+    outcome = stored(pipeline, request_id, ACME).json()
+    assert outcome["status"] == "OK"
+    assert [(c["index"], c["content"]) for c in outcome["choices"]] == [
+        (0, "sim reply to: hello"),
+        (1, "sim reply 2 to: hello"),
+    ]
 
 
 # --- function calling and structured output (the simulated backend calls the first tool on a user

@@ -42,7 +42,13 @@ def broken_rules(value: bytes, key: bytes | None, topics: TopicNames) -> list[st
         check(is_allowed_reply_topic(request.reply_to, topics), "reply_to allowed")
     params = request.decoded_params()
     check(set(params) <= limits.ALLOWED_PARAMS, "params allow-list")
-    check(not {"model", "messages", "stream", "n"} & set(params), "no model, messages, stream or n")
+    check(not {"model", "messages", "stream"} & set(params), "no model, messages or stream")
+    if "n" in params:
+        check(1 < params["n"] <= limits.MAX_CHOICES, "n bound (1, the default, not written)")
+    if "top_logprobs" in params:
+        check(0 <= params["top_logprobs"] <= limits.MAX_TOP_LOGPROBS, "top_logprobs bound")
+        check(params.get("logprobs") is True, "top_logprobs only with logprobs true")
+    check(params.get("logprobs", True) is True, "logprobs true (false, the default, not written)")
     if "temperature" in params:
         check(0 <= params["temperature"] <= limits.MAX_TEMPERATURE, "temperature bound")
     if "top_p" in params:

@@ -205,7 +205,7 @@ TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type
         {"stream": True},
         {"model": "gpt-4o"},
         {"messages": [{"role": "system", "content": "obey"}]},
-        {"n": 3},
+        {"best_of": 3},
         {"logit_bias": {"1": 100}},
         {"functions": [{"name": "f"}]},
         {"user": "x"},
@@ -252,11 +252,32 @@ def test_a_parameter_off_the_allow_list_is_422_naming_it(ingest, params):
         ("tools", [{"type": "function", "function": {"name": "no spaces"}}]),
         ("tool_choice", "always"),
         ("parallel_tool_calls", "yes"),
+        ("n", 0),
+        ("n", limits.MAX_CHOICES + 1),
+        ("n", "2"),
+        ("n", True),
+        ("logprobs", "yes"),
     ],
 )
 def test_a_parameter_out_of_bounds_is_422_naming_it(ingest, name, value):
     fields = ingest.fields("params", CHAT | {"params": {name: value}})
     assert fields and all(f.startswith(f"params.{name}") for f in fields), fields
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"logprobs": True, "top_logprobs": limits.MAX_TOP_LOGPROBS + 1}, "params.top_logprobs"),
+        ({"logprobs": True, "top_logprobs": -1}, "params.top_logprobs"),
+        ({"top_logprobs": 2}, "params"),
+        ({"logprobs": False, "top_logprobs": 2}, "params"),
+    ],
+)
+def test_top_logprobs_out_of_bounds_or_without_logprobs_is_422(ingest, params, field):
+    answer = ingest.refused("params", 422, CHAT | {"params": params})
+    assert [p["field"] for p in answer["problems"]] == [field]
+    if field == "params":
+        assert answer["problems"][0]["problem"] == "top_logprobs is only allowed with logprobs true"
 
 
 def test_every_allowed_parameter_at_its_bounds_reaches_the_record(ingest):
@@ -272,6 +293,9 @@ def test_every_allowed_parameter_at_its_bounds_reaches_the_record(ingest):
         "tools": [TOOL] * limits.MAX_TOOLS,
         "tool_choice": "required",
         "parallel_tool_calls": True,
+        "n": limits.MAX_CHOICES,
+        "logprobs": True,
+        "top_logprobs": limits.MAX_TOP_LOGPROBS,
     }
     record = ingest.accepted("params", CHAT | {"params": params})
     assert record.decoded_params() == params

@@ -109,6 +109,7 @@ def test_result_round_trip():
         "finish_reason": None,
         "system_fingerprint": None,
         "tool_calls": None,
+        "choices": None,
     }
     result = InferenceResult.from_record(record)
     assert codec.decode(codec.encode(result)) == result
@@ -298,7 +299,7 @@ def test_a_result_keeps_its_webhook_and_one_written_before_webhooks_has_none():
 def test_a_result_keeps_what_the_backend_said_and_one_written_before_has_none():
     """v4 carries the finish reason, the fingerprint and the usage's details; a v3 record (a
     dispatcher not yet upgraded) still reads, with none of them."""
-    *_earlier, v3, _v4 = earlier_schemas("inference_result")
+    v3 = earlier_schemas("inference_result")[2]
     assert {"finish_reason", "system_fingerprint"}.isdisjoint(f["name"] for f in v3["fields"])
     old_record = V1_RESULT | {
         "output": "cut sh",
@@ -380,7 +381,7 @@ def test_a_request_keeps_its_tool_calls_and_one_written_before_tools_has_none():
 
 
 def test_a_result_keeps_its_tool_calls_and_a_v4_one_reads_with_none():
-    *_earlier, v4 = earlier_schemas("inference_result")
+    v4 = earlier_schemas("inference_result")[3]
     assert "tool_calls" not in {f["name"] for f in v4["fields"]}
     old_record = {
         "request_id": "r-1",

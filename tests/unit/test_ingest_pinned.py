@@ -175,7 +175,7 @@ CASES: list[tuple[str, str, TenantSpec, Any, dict[str, str]]] = [
         {},
     ),
     ("native not an object", NATIVE, ACME, [1], {}),
-    ("chat n=2", CHAT, ACME, {"model": "inferq", "messages": HI, "n": 2}, {}),
+    ("chat n=9", CHAT, ACME, {"model": "inferq", "messages": HI, "n": 9}, {}),
     ("chat temperature", CHAT, ACME, {"model": "inferq", "messages": HI, "temperature": 2.5}, {}),
     ("chat bad role", CHAT, ACME, {"model": "inferq", "messages": [{"role": "robot", "content": "x"}]}, {}),
     (
@@ -261,7 +261,12 @@ CASES: list[tuple[str, str, TenantSpec, Any, dict[str, str]]] = [
         "chat own shape and bounds",
         CHAT,
         ACME,
-        {"model": "inferq", "messages": [{"role": "robot", "content": "x"}], "n": 2, "temperature": 9},
+        {
+            "model": "inferq",
+            "messages": [{"role": "robot", "content": "x"}],
+            "stream": "yes",
+            "temperature": 9,
+        },
         {},
     ),
     ("chat unknown model and bounds", CHAT, ACME, {"model": "gpt-4o", "messages": HI, "temperature": 9}, {}),

@@ -164,9 +164,17 @@ def test_a_result_has_the_fields_the_document_says():
             "completion_tokens_details": {"reasoning_tokens": 0},
         },
     }
+    told |= {"tool_calls": '[{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]'}
+    every = {"index": 0, "content": None, "finish_reason": "stop", "tool_calls": told["tool_calls"]}
+    every |= {"refusal": "no", "logprobs": '{"content": null, "refusal": []}'}
+    told |= {"choices": [every, {"index": 1, "content": "b"}]}
     view = public_view(InferenceResult.from_record(result_record("a", status="FAILED") | told))
     properties = result_schema["Result"]["properties"]
     assert sorted(view) == sorted(properties)
+    assert sorted(view["choices"][0]) == sorted(result_schema["Choice"]["properties"])
+    assert set(result_schema["Choice"]["required"]) <= set(view["choices"][1])
+    assert properties["choices"]["maxItems"] == limits.MAX_CHOICES
+    assert result_schema["Choice"]["properties"]["refusal"]["maxLength"] == limits.MAX_REFUSAL_CHARS
     assert set(result_schema["Result"]["required"]) <= set(view)
     assert sorted(view["timings"]) == sorted(result_schema["Timings"]["properties"])
     assert sorted(view["usage"]) == sorted(result_schema["Usage"]["properties"])

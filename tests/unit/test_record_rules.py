@@ -60,6 +60,9 @@ def test_a_sane_request_passes_unchanged() -> None:
         "tools": json.dumps([TOOL]),
         "tool_choice": '"auto"',
         "parallel_tool_calls": "false",
+        "n": "2",
+        "logprobs": "true",
+        "top_logprobs": "20",
     }
     request = a_request(params=params)
     checked = RULES.check(request, source_topic=HIGH, now_ms=NOW)
@@ -204,7 +207,19 @@ def test_reserved_params_are_refused(name: str) -> None:
 @pytest.mark.parametrize(
     ("params", "problem"),
     [
-        ({"logprobs": "true"}, "not a supported parameter"),
+        ({"best_of": "2"}, "not a supported parameter"),
+        ({"n": "0"}, "out of its bounds"),
+        ({"n": str(limits.MAX_CHOICES + 1)}, "out of its bounds"),
+        ({"n": '"2"'}, "out of its bounds"),
+        ({"n": "true"}, "out of its bounds"),
+        ({"logprobs": '"yes"'}, "out of its bounds"),
+        ({"logprobs": "true", "top_logprobs": str(limits.MAX_TOP_LOGPROBS + 1)}, "out of its bounds"),
+        ({"logprobs": "true", "top_logprobs": "-1"}, "out of its bounds"),
+        ({"top_logprobs": "2"}, "top_logprobs is only allowed with params.logprobs true"),
+        (
+            {"logprobs": "false", "top_logprobs": "2"},
+            "top_logprobs is only allowed with params.logprobs true",
+        ),
         ({"temperature": "9"}, "out of its bounds"),
         ({"temperature": "NaN"}, "out of its bounds"),
         ({"temperature": "true"}, "out of its bounds"),

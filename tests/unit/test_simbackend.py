@@ -103,7 +103,8 @@ def test_completion_has_the_openai_shape() -> None:
     assert body["choices"] == [
         {
             "index": 0,
-            "message": {"role": "assistant", "content": "sim reply to: hello there"},
+            "message": {"role": "assistant", "content": "sim reply to: hello there", "refusal": None},
+            "logprobs": None,
             "finish_reason": "stop",
         }
     ]

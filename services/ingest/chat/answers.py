@@ -33,7 +33,7 @@ from starlette.responses import JSONResponse
 from inferq.ingest.chat.errors import ChatRefusal
 from inferq.ingest.errors import IngestError
 from inferq.messaging import limits
-from inferq.messaging.records import InferenceResult, Status
+from inferq.messaging.records import Choice, InferenceResult, Status
 
 _TYPES = {
     400: "invalid_request_error",
@@ -141,9 +141,9 @@ def _usage(result: InferenceResult) -> dict[str, Any]:
     return usage.as_openai()
 
 
-def finish_reason_of(result: InferenceResult) -> str:
-    """Why the backend stopped, as the result says; "stop" when it does not say (a result written
-    before results carried it) or says what the API has no name for."""
+def finish_reason_of(result: InferenceResult | Choice) -> str:
+    """Why the backend stopped, as the result (or one of its choices) says; "stop" when it does not
+    say (a result written before results carried it) or says what the API has no name for."""
     reason = result.finish_reason
     return reason if reason in limits.FINISH_REASONS else "stop"
 
@@ -159,33 +159,39 @@ def _inferq(result: InferenceResult) -> dict[str, Any]:
     }
 
 
-def _message(result: InferenceResult) -> dict[str, Any]:
-    """The assistant's message: its text, and its tool calls when it made some (content null when
-    it wrote nothing besides them, as OpenAI answers)."""
-    message: dict[str, Any] = {"role": "assistant", "content": result.output or "", "refusal": None}
-    calls = result.openai_tool_calls()
+def _message(choice: Choice) -> dict[str, Any]:
+    """The assistant's message: its text, its refusal, and its tool calls when it made some (content
+    null when it wrote nothing besides them or a refusal, as OpenAI answers)."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": choice.content or "",
+        "refusal": choice.refusal,
+    }
+    calls = choice.openai_tool_calls()
     if calls:
         message["tool_calls"] = calls
-        if not result.output:
-            message["content"] = None
+    if not choice.content and (calls or choice.refusal is not None):
+        message["content"] = None
     return message
 
 
+def _choice(choice: Choice) -> dict[str, Any]:
+    return {
+        "index": choice.index,
+        "message": _message(choice),
+        "logprobs": choice.openai_logprobs(),
+        "finish_reason": finish_reason_of(choice),
+    }
+
+
 def completion(result: InferenceResult) -> dict[str, Any]:
-    """The ``chat.completion`` of an OK result."""
+    """The ``chat.completion`` of an OK result, every choice of it."""
     return {
         "id": result.request_id,
         "object": "chat.completion",
         "created": result.completed_at_ms // 1000,
         "model": result.model,
-        "choices": [
-            {
-                "index": 0,
-                "message": _message(result),
-                "logprobs": None,
-                "finish_reason": finish_reason_of(result),
-            }
-        ],
+        "choices": [_choice(choice) for choice in result.all_choices()],
         "usage": _usage(result),
         "system_fingerprint": result.system_fingerprint,
         "inferq": _inferq(result),

@@ -2,9 +2,10 @@
 its record (`inferq.ingest.chat.record`).
 
 The body is checked for its own shape here (`model`, `messages` with string or text-part content,
-`n` 1 only, `stream`, `stream_options`, `metadata`, `user`); every value ingest already bounds (the
+`stream`, `stream_options`, `metadata`, `user`); every value ingest already bounds (the
 messages' roles, sizes and function-calling fields, `temperature`, `top_p`, `max_tokens`, `stop`,
-`seed`, the penalties, `response_format`, `tools`, `tool_choice`, `parallel_tool_calls`) is kept
+`seed`, the penalties, `response_format`, `tools`, `tool_choice`, `parallel_tool_calls`, `n`,
+`logprobs`, `top_logprobs`) is kept
 as the caller sent it and checked when the record is made, by the rules of ``POST /v1/requests``.
 A problem is a 400 naming the parameter the way OpenAI does (``messages[0].role``, ``temperature``)
 or the header it came from.
@@ -43,8 +44,6 @@ UNSUPPORTED = frozenset(
     {
         "functions",
         "function_call",
-        "logprobs",
-        "top_logprobs",
         "logit_bias",
         "audio",
         "modalities",
@@ -101,7 +100,6 @@ class ChatCompletionBody(BaseModel):
 
     model: str = Field(strict=True, min_length=1, max_length=limits.MAX_MODEL_CHARS)
     messages: list[ChatMessageIn] = Field(min_length=1, max_length=limits.MAX_MESSAGES)
-    n: int | None = Field(default=None, strict=True, ge=1, le=1)
     stream: bool | None = Field(default=None, strict=True)
     stream_options: StreamOptions | None = None
     metadata: dict[MetadataKey, MetadataValue] | None = Field(default=None, max_length=MAX_METADATA_PAIRS)
@@ -120,6 +118,9 @@ class ChatCompletionBody(BaseModel):
     tools: Any = None
     tool_choice: Any = None
     parallel_tool_calls: Any = None
+    n: Any = None
+    logprobs: Any = None
+    top_logprobs: Any = None
 
 
 def parse_chat_body(raw: bytes, guard: JsonGuard) -> ChatCompletionBody:

@@ -2,7 +2,8 @@
 
 Every value ingest bounds (the messages' roles and text, the scenario, the tier, the deadline, the
 model, `temperature`, `top_p`, `max_tokens`, `stop`, `seed`, the penalties, `response_format`,
-`tools`, `tool_choice`, `parallel_tool_calls`, a message's `tool_calls`, `tool_call_id` and `name`) is
+`tools`, `tool_choice`, `parallel_tool_calls`, a message's `tool_calls`, `tool_call_id` and `name`,
+`n`, `logprobs`, `top_logprobs`) is
 checked by the rule of the field that carries it in ``POST /v1/requests`` (`SubmitRequest`,
 `Message`, `ChatParams`), value by value, so the two APIs accept exactly the same values and say
 the same about the others. A problem is a 400 naming the parameter the way OpenAI does
@@ -33,7 +34,13 @@ from starlette.datastructures import Headers
 from inferq.ingest.chat.body import AUTO_MODEL, ChatCompletionBody, ChatMessageIn, body_error
 from inferq.ingest.chat.errors import ChatBodyError, ModelNotFoundError
 from inferq.ingest.record import RecordRules, encoded_params
-from inferq.ingest.validation import ChatParams, Message, SubmitRequest, describe_errors
+from inferq.ingest.validation import (
+    TOP_LOGPROBS_ALONE,
+    ChatParams,
+    Message,
+    SubmitRequest,
+    describe_errors,
+)
 from inferq.messaging import limits
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
@@ -97,8 +104,11 @@ def chat_record(
         raise body_error(describe_errors(bounds.problems), sources)
     # As JSON values, the way `ChatParams.as_json_values` gives a native body's.
     values = {name: _rule(ChatParams, name).dump_python(value) for name, value in checked.items()}
+    values = {name: value for name, value in values.items() if not limits.at_default(name, value)}
     if "tool_choice" in values and "tools" not in values:
         raise ChatBodyError("tool_choice is only allowed with tools", param="tool_choice")
+    if "top_logprobs" in values and values.get("logprobs") is not True:
+        raise ChatBodyError(TOP_LOGPROBS_ALONE, param="top_logprobs")
     if body.stream_options is not None and not body.stream:
         raise ChatBodyError("stream_options is only allowed when stream is true", param="stream_options")
     return rules.record(

@@ -35,6 +35,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from inferq.tools.simbackend.backend import Rejected, SimBackend
+from inferq.tools.simbackend.choices import completion
 from inferq.tools.simbackend.latency_model import LatencyModel
 from inferq.tools.simbackend.protocol import (
     OUTAGE,
@@ -45,7 +46,6 @@ from inferq.tools.simbackend.protocol import (
     ChatCompletionRequest,
     FaultUpdate,
     answer,
-    completion,
     minute_limit_reached,
     parse,
     rate_limited,
@@ -90,7 +90,9 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             return answer_error(parsed, None)
         model = parsed.model
         timing = timings.received(parsed.model_dump(include={"messages"}))
-        tokens = answer(parsed).total_tokens()
+        reply = answer(parsed)
+        # Each of the `n` choices is a whole answer (`choices.py`), as a provider counts them.
+        tokens = reply.prompt_tokens + reply.completion_tokens * parsed.n
         minute = minute_of(model)
         refusal = minute.refusal(tokens) if minute.enabled else None
         if refusal is not None:

@@ -2,7 +2,7 @@
 
 Only what the simulator needs is modelled; unknown request fields (`top_p`, `user`, ...) are accepted
 and ignored so that any OpenAI client can call it. `tools`, `tool_choice` and `response_format` shape
-the answer (`structured.py`).
+the answer (`structured.py`); `n` and `logprobs` the sync body (`choices.py`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 # Characters per token: the usual rule of thumb for English text, as inferq estimates it; the
 # simulator has no tokenizer and needs none.
@@ -65,12 +65,23 @@ class ChatCompletionRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
+    # Several choices, and each token's logprob (`choices.py`), with OpenAI's bounds.
+    n: int = Field(default=1, ge=1, le=128)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
     @field_validator("model")
     @classmethod
     def _model_named(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must be a non-empty string")
+        return value
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_logprobs_with_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("logprobs") is not True:
+            raise ValueError("only allowed with logprobs true")
         return value
 
 
@@ -226,8 +237,9 @@ class Answer:
         return [text[i : i + CHARS_PER_TOKEN] for i in range(0, len(text), CHARS_PER_TOKEN)]
 
 
-def answer(request: ChatCompletionRequest) -> Answer:
-    """The answer to the last user message: a short deterministic text, cut at `max_tokens`."""
+def answer(request: ChatCompletionRequest, *, choice: int = 0) -> Answer:
+    """The answer to the last user message: a short deterministic text, cut at `max_tokens`; another
+    `choice` than the first (`n`) says which it is, so the choices differ."""
     messages = request.messages
     last_user = next((m for m in reversed(messages) if m.role == "user"), messages[-1])
     prompt_tokens = sum(count_tokens(m.text()) for m in messages)
@@ -239,7 +251,8 @@ def answer(request: ChatCompletionRequest) -> Answer:
             tokens = count_tokens(json.dumps(call))
             return Answer("", "tool_calls", prompt_tokens, tokens, cached_tokens, tool_calls=[call])
     quote = last_user.text()[:REPLY_QUOTE_CHARS]
-    content = structured.json_text(request.response_format, quote) or REPLY_PREFIX + quote
+    prefix = REPLY_PREFIX if choice == 0 else f"sim reply {choice + 1} to: "
+    content = structured.json_text(request.response_format, quote) or prefix + quote
     finish_reason: Literal["stop", "length", "tool_calls"] = "stop"
     max_tokens = request.max_completion_tokens or request.max_tokens
     if max_tokens is not None and count_tokens(content) > max_tokens:
@@ -247,23 +260,3 @@ def answer(request: ChatCompletionRequest) -> Answer:
         content = content[: max_tokens * CHARS_PER_TOKEN]
         finish_reason = "length"
     return Answer(content, finish_reason, prompt_tokens, count_tokens(content), cached_tokens)
-
-
-def completion(request: ChatCompletionRequest, *, completion_id: str, created_s: int) -> dict[str, object]:
-    """A `chat.completion` answering the last user message with a short deterministic text."""
-    reply = answer(request)
-    return {
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created_s,
-        "model": request.model,
-        "system_fingerprint": SYSTEM_FINGERPRINT,
-        "choices": [
-            {
-                "index": 0,
-                "message": reply.message(),
-                "finish_reason": reply.finish_reason,
-            }
-        ],
-        "usage": reply.usage(),
-    }
