@@ -64,8 +64,8 @@ class Completion:
     completion_tokens_details: TokenDetails | None = None
     # The response's rate-limit headers (``x-ratelimit-*``, ``retry-after``), for the rate budget.
     rate_headers: Mapping[str, str] = field(default_factory=dict)
-    # Every choice of a sync answer (the fields above are the first's), with its refusal and
-    # logprobs; empty: the fields above are the one choice (a streamed answer).
+    # Every choice of the answer (the fields above are the first's), with its refusal and
+    # logprobs; empty: the fields above are the one choice.
     choices: tuple[Choice, ...] = ()
 
 
@@ -207,10 +207,11 @@ class ChatBackend:
                         text = await response.text()
                         rate = rate_headers(response.headers)
                         raise _status_error(response.status, text, response.headers.get("retry-after"), rate)
-                    reader = StreamReader(model, on_delta, choices=_choices_asked(params))
+                    asked = _choices_asked(params)
+                    reader = StreamReader(model, on_delta, choices=asked)
                     async for data in sse_data(response.content):
                         if reader.read(data):
-                            return _streamed(reader, model, rate_headers(response.headers))
+                            return _streamed(reader, model, rate_headers(response.headers), asked=asked)
         # A line over aiohttp's limit (LineTooLong, a ValueError in older aiohttp), bytes not UTF-8.
         except (ValueError, UnicodeDecodeError, aiohttp.http_exceptions.HttpProcessingError) as exc:
             raise BackendError(
@@ -225,24 +226,28 @@ def _choices_asked(params: Mapping[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
 
-def _streamed(reader: StreamReader, model: str, rate: Mapping[str, str]) -> Completion:
-    """The first choice's answer (its text, tool calls and finish_reason), the model and usage of a
-    stream read to its end; `BackendError` when it is not usable."""
-    calls = reader.tool_calls()
-    tool_calls = answer_facts.tool_calls(calls)
-    if calls and tool_calls is None:
-        # Their pieces may have reached the caller already: never a result without them.
-        raise BackendError("backend streamed tool calls that are not usable", retriable=True)
+def _streamed(reader: StreamReader, model: str, rate: Mapping[str, str], *, asked: int) -> Completion:
+    """The answer of a stream read to its end, checked as a sync answer is (every choice, at most
+    the `asked`), with its model and usage; `BackendError` when it is not usable."""
+    answer = reader.answer()
+    for choice in answer:
+        calls = choice["message"]["tool_calls"]
+        if calls and answer_facts.tool_calls(calls) is None:
+            # Their pieces may have reached the caller already: never a result without them.
+            raise BackendError("backend streamed tool calls that are not usable", retriable=True)
     usage = reader.usage
     try:
+        choices = answer_facts.choices(answer, asked=asked)
+        first = choices[0]
         return Completion(
-            output=reader.output(),
-            tool_calls=tool_calls,
+            output=first.content or "",
+            tool_calls=first.tool_calls,
+            choices=choices,
             model=answer_facts.model(reader.answered_model, asked=model),
             prompt_tokens=int(usage.get("prompt_tokens", 0)),
             completion_tokens=int(usage.get("completion_tokens", 0)),
             total_tokens=int(usage.get("total_tokens", 0)),
-            finish_reason=answer_facts.finish_reason(reader.finish_reason()),
+            finish_reason=first.finish_reason,
             system_fingerprint=answer_facts.system_fingerprint(reader.system_fingerprint),
             prompt_tokens_details=answer_facts.token_details(
                 "prompt_tokens_details", usage.get("prompt_tokens_details")

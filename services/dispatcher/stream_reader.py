@@ -22,7 +22,7 @@ The backend is not trusted, and the rules are `answer_facts`' (which checks ever
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,20 @@ class _Choice:
     arguments_chars: int = 0
     # As sent (the last said wins); checked once, at the end, by `answer_facts`.
     finish_reason: object = None
+    refusal: list[str] = field(default_factory=list)
+    # Its `logprobs.content` entries, checked piece by piece; None once past `MAX_LOGPROBS_CHARS`
+    # (a whole answer's bound: the result then goes without them, as a sync answer's would).
+    logprobs: list[Mapping[str, Any]] | None = field(default_factory=list)
+    logprobs_chars: int = 0
+
+    def keep_logprobs(self, entries: tuple[Mapping[str, Any], ...]) -> None:
+        if not entries or self.logprobs is None:
+            return
+        self.logprobs_chars += len(json.dumps(entries, separators=(",", ":")))
+        if self.logprobs_chars > limits.MAX_LOGPROBS_CHARS:
+            self.logprobs = None
+        else:
+            self.logprobs.extend(entries)
 
 
 class StreamReader:
@@ -138,12 +152,17 @@ class StreamReader:
             state.finish_reason = finish_reason
         if content:
             state.pieces.append(content)
+        refusal = answer_facts.refusal(delta.get("refusal")) or ""
+        if refusal:
+            state.refusal.append(refusal)
+        logprobs = delta_facts.logprobs_content(choice.get("logprobs"))
+        state.keep_logprobs(logprobs)
         said = StreamDelta(
             choice=index,
             content=content,
-            refusal=answer_facts.refusal(delta.get("refusal")) or "",
+            refusal=refusal,
             tool_calls=calls,
-            logprobs=delta_facts.logprobs_content(choice.get("logprobs")),
+            logprobs=logprobs,
             finish_reason=None if finish_reason is None else answer_facts.finish_reason(finish_reason),
         )
         if said:
@@ -175,6 +194,30 @@ class StreamReader:
         """The choice's tool calls assembled from their pieces (in index order), unchecked."""
         calls = self._choices[choice].calls if choice in self._choices else {}
         return [calls[i].as_openai() for i in sorted(calls)]
+
+    def answer(self) -> list[dict[str, Any]]:
+        """The whole answer as a call not streamed gives its `choices` (each choice's text,
+        refusal, tool calls, logprobs and finish_reason, in index order), unchecked:
+        `answer_facts.choices` checks them as it checks a sync answer's. A stream that said nothing
+        is one empty choice."""
+        said = []
+        for index in sorted(self._choices) or [0]:
+            state = self._choices.get(index, _Choice())
+            message = {
+                "content": "".join(state.pieces) or None,
+                "refusal": "".join(state.refusal) or None,
+                "tool_calls": self.tool_calls(index) or None,
+            }
+            logprobs = {"content": state.logprobs, "refusal": None} if state.logprobs else None
+            said.append(
+                {
+                    "index": index,
+                    "message": message,
+                    "finish_reason": state.finish_reason,
+                    "logprobs": logprobs,
+                }
+            )
+        return said
 
     def output(self, choice: int = 0) -> str:
         return "".join(self._choices[choice].pieces) if choice in self._choices else ""

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from inferq.dispatcher.backend import ChatBackend, Completion
 from inferq.dispatcher.errors import BackendError
+from inferq.messaging.records import Choice
 from tests.unit.test_dispatcher_backend_errors import API_KEY, PROMPT, assert_clean, serving
 
 
@@ -90,7 +91,9 @@ def test_a_stream_hands_over_each_piece_in_order_and_returns_the_whole_answer() 
     completion = asyncio.run(call(handler, pieces))
 
     assert pieces == ["Hel", "lo"]
-    assert completion == Completion("Hello", "served-model", 3, 2, 5, finish_reason="stop")
+    assert completion == Completion(
+        "Hello", "served-model", 3, 2, 5, finish_reason="stop", choices=(Choice(0, "Hello", "stop"),)
+    )
     (sent,) = seen
     assert sent["stream"] is True
     assert sent["stream_options"] == {"include_usage": True}

@@ -143,7 +143,7 @@ def test_refusal_and_logprobs_are_handed_on_and_oversized_logprobs_dropped(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     entry = {"token": "No", "logprob": -0.1, "bytes": [78, 111], "top_logprobs": []}
-    huge = [{"token": "x" * limits.MAX_STREAM_LOGPROBS_CHARS, "logprob": 0.0}]
+    huge = [{"token": "x" * limits.MAX_STREAM_LOGPROBS_CHARS, "logprob": 0.0, "top_logprobs": []}]
     with caplog.at_level(logging.DEBUG, logger="inferq.dispatcher.answer_facts"):
         _, handed = read(
             event({**choice(refusal="No"), "logprobs": {"content": [entry], "refusal": None}}),
@@ -151,7 +151,7 @@ def test_refusal_and_logprobs_are_handed_on_and_oversized_logprobs_dropped(
             event({**choice(refusal=7), "logprobs": "text"}),
         )
     assert [(d.refusal, d.logprobs) for d in handed] == [("No", (entry,)), (" thanks", ())]
-    assert "logprobs dropped" in caplog.text and "delta.refusal dropped" in caplog.text
+    assert "logprobs dropped: over" in caplog.text and "refusal dropped" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -221,3 +221,22 @@ def test_arguments_nested_deeper_than_allowed_fail_the_call_once_assembled() -> 
 def test_an_event_nested_past_the_json_parser_fails_the_call_cleanly() -> None:
     deep = b"[" * 3_000 + b"]" * 3_000
     assert "unreadable" in str(refused(deep))
+
+
+def test_a_streamed_answer_keeps_every_choice_its_refusal_and_logprobs_as_a_sync_one_would() -> None:
+    """n=2 streamed: the result holds both choices (each its own text or refusal, finish_reason and
+    logprobs), not only the first."""
+    entry = {"token": "Hi", "logprob": -0.2, "bytes": [72, 105], "top_logprobs": []}
+    completion, _ = read(
+        event({**choice(0, content="Hi"), "logprobs": {"content": [entry]}}, choice(1, refusal="I can't")),
+        event(
+            {**choice(0, content="!"), "logprobs": {"content": [entry]}}, choice(1, "stop", refusal=" help")
+        ),
+        event(choice(0, finish="length")),
+        n=2,
+    )
+    first, second = completion.choices
+    assert (completion.output, completion.finish_reason) == ("Hi!", "length")
+    assert (first.content, first.finish_reason, first.refusal) == ("Hi!", "length", None)
+    assert json.loads(first.logprobs or "") == {"content": [entry, entry], "refusal": None}
+    assert (second.index, second.content, second.refusal, second.logprobs) == (1, None, "I can't help", None)
