@@ -202,7 +202,14 @@ async def test_the_sync_sdk_works_unchanged(tmp_path: Path) -> None:
         assert completion.choices[0].message.content == "sync hello"
         request = await svc.next_request(0)
         assert request.model == "inferq-fast"
-        assert request.decoded_params() == {"temperature": 0.2, "max_tokens": 50, "stop": ["\n"], "seed": 7}
+        assert request.decoded_params() == {
+            "temperature": 0.2,
+            "max_tokens": 50,
+            "stop": ["\n"],
+            "seed": 7,
+            "user": "end-user-42",
+        }
+        # The session key is a hash of the end user; the backend gets `user` as it was sent.
         assert request.session_id is not None and "end-user-42" not in request.session_id
         assert [m.role for m in request.messages] == ["system", "user"]
         client.close()
