@@ -50,7 +50,9 @@ from tests.support.waiting import eventually, wait_until
 # Every model, role and parameter: the OpenAI body's values all reach ingest's checks.
 WIDE = {"models": ["*"], "roles": ["user", "assistant", "system", "tool", "developer"]}
 WIDE_PARAMS = dict.fromkeys(limits.ALLOWED_PARAMS, True)
-ACME = TenantSpec("acme", entitlements=WIDE, params=WIDE_PARAMS)
+# A field the API gained later that only acme may pass through (test_chat_params.py).
+PASSTHROUGH = "safety_checks"
+ACME = TenantSpec("acme", entitlements=WIDE, params=WIDE_PARAMS | {PASSTHROUGH: True})
 BETA = TenantSpec("beta", entitlements=WIDE, params=WIDE_PARAMS)
 NARROW = TenantSpec("narrow", entitlements={"models": ["inferq-fast"]})
 SLOW = TenantSpec("slow", extra={"requests_per_minute": 1, "burst": 1})
