@@ -4,8 +4,9 @@ Each non-blank line is a JSON object: ``messages`` (chat messages) or ``prompt``
 message), and optionally any field of ``POST /v1/requests`` (``scenario`` overrides the command's,
 ``request_id``, ``session_id``, ``priority``, ``deadline_ms``, ``params``, ``model``,
 ``estimated_tokens``). ``params`` takes every parameter ``POST /v1/requests`` does (tools,
-tool_choice, response_format, logit_bias, metadata...); messages keep their function-calling fields. A line is checked with ingest's own rules (`SubmitRequest`) before anything
-is sent, so a bad line is found with its number, not as a 422 halfway through.
+tool_choice, response_format, logit_bias, metadata...); messages keep their function-calling
+fields. A line is checked with ingest's own rules (`SubmitRequest`) before anything is sent, so a
+bad line is found with its number, not as a 422 halfway through.
 
 Request ids are deterministic: the line's own ``request_id``, else ``b-<batch>-<line number>``
 where ``<batch>`` is 16 hex digits of the SHA-256 of the batch id (``--batch-id``), or of the file's
