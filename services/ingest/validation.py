@@ -205,7 +205,14 @@ MaxCompletionTokens = Annotated[
 Modalities = Annotated[
     Any,
     _param_rule("modalities"),
-    WithJsonSchema({"type": "array", "items": {"type": "string", "enum": sorted(limits.MODALITIES)}}),
+    WithJsonSchema(
+        {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 1,
+            "items": {"type": "string", "enum": sorted(limits.MODALITIES)},
+        }
+    ),
 ]
 
 
