@@ -34,8 +34,9 @@ MAX_CALLBACK_URL_CHARS = 2_048
 # Kafka topic names: legal characters, at most 249 of them.
 TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 
-# Chat-completions parameters a request may carry (`params`), and their bounds. Anything else
-# (`model`, `messages`, `stream`, `n`, unknown names) is refused: the dispatcher owns those.
+# Chat-completions parameters a request may carry (`params`), and their bounds. Anything else is
+# refused (`model`, `messages`, `stream`, `n`: the dispatcher owns those), except a pass-through
+# name its tenant lists (`PASSTHROUGH_NAME_PATTERN` below).
 ALLOWED_PARAMS = frozenset(
     {
         "temperature",
