@@ -3,8 +3,10 @@
 Each non-blank line is a JSON object: ``messages`` (chat messages) or ``prompt`` (one user
 message), and optionally any field of ``POST /v1/requests`` (``scenario`` overrides the command's,
 ``request_id``, ``session_id``, ``priority``, ``deadline_ms``, ``params``, ``model``,
-``estimated_tokens``). A line is checked with ingest's own rules (`SubmitRequest`) before anything
-is sent, so a bad line is found with its number, not as a 422 halfway through.
+``estimated_tokens``). ``params`` takes every parameter ``POST /v1/requests`` does (tools,
+tool_choice, response_format, logit_bias, metadata...); messages keep their function-calling
+fields. A line is checked with ingest's own rules (`SubmitRequest`) before anything is sent, so a
+bad line is found with its number, not as a 422 halfway through.
 
 Request ids are deterministic: the line's own ``request_id``, else ``b-<batch>-<line number>``
 where ``<batch>`` is 16 hex digits of the SHA-256 of the batch id (``--batch-id``), or of the file's
@@ -91,8 +93,8 @@ def parse_line(raw: bytes, number: int, *, key: str, scenario: str) -> BatchLine
     request_id = body.request_id or default_id
     submission = Submission(
         scenario=body.scenario,
-        # The client's messages are role and text (function-calling fields are not carried yet).
-        messages=[{"role": m.role, "content": m.content or ""} for m in body.messages],
+        # As the line gave them: an assistant's tool_calls, a tool message's tool_call_id, a name.
+        messages=[m.model_dump(exclude_none=True) for m in body.messages],
         request_id=request_id,
         session_id=body.session_id,
         priority=Tier(body.priority) if body.priority is not None else None,

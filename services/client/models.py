@@ -11,22 +11,28 @@ from inferq.client.errors import EvictedError, ExpiredError, FailedError, Outcom
 from inferq.messaging.records import Status
 from inferq.messaging.tiers import Tier
 
-MessagesLike = str | Sequence[Mapping[str, str]]
+MessagesLike = str | Sequence[Mapping[str, Any]]
+# What a chat message may carry (ingest's `Message`): its role and text, an assistant's tool calls,
+# the call a tool message answers, a participant's name.
+MESSAGE_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
 
-def as_messages(messages: MessagesLike) -> list[dict[str, str]]:
-    """A plain string is one user message; otherwise the chat messages, copied."""
+def as_messages(messages: MessagesLike) -> list[dict[str, Any]]:
+    """A plain string is one user message; otherwise the chat messages, copied (each field of
+    `MESSAGE_FIELDS` it sets, so a tool-call round trip's history goes through)."""
     if isinstance(messages, str):
         return [{"role": "user", "content": messages}]
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
+    return [{k: m[k] for k in MESSAGE_FIELDS if k in m} for m in messages]
 
 
 @dataclass(frozen=True)
 class Submission:
-    """One request, as `POST /v1/requests` takes it (the same field names and rules)."""
+    """One request, as `POST /v1/requests` takes it (the same field names and rules): `params` takes
+    every chat-completions parameter of `ChatParams` (tools, tool_choice, parallel_tool_calls,
+    response_format, logit_bias, metadata, max_completion_tokens...), as JSON values."""
 
     scenario: str
-    messages: Sequence[Mapping[str, str]]
+    messages: Sequence[Mapping[str, Any]]
     request_id: str | None = None
     session_id: str | None = None
     priority: Tier | None = None

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from inferq.dispatcher.errors import RefusedRequestError
-from inferq.messaging import limits, tool_rules
+from inferq.messaging import limits, param_rules, tool_rules
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.reply_topics import is_allowed_reply_topic
@@ -232,7 +232,10 @@ def _json_values(params: Mapping[str, str] | None, raw_size: int) -> tuple[dict[
         return {}, f"params has {len(params)} keys, at most {limits.MAX_PARAMS} are known"
     values: dict[str, Any] = {}
     for name, encoded in params.items():
-        most = limits.MAX_PARAM_CHARS_OF.get(name, limits.MAX_PARAM_CHARS)
+        if name in limits.ALLOWED_PARAMS:
+            most = limits.MAX_PARAM_CHARS_OF.get(name, limits.MAX_PARAM_CHARS)
+        else:
+            most = limits.MAX_PASSTHROUGH_CHARS
         if len(encoded) > most:
             return {}, f"a params value is over {most} characters"
         try:
@@ -249,8 +252,11 @@ def _params(values: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
         if name in limits.RESERVED_PARAMS:
             return {}, f"params.{name} is set by the dispatcher, not by a request"
         if name not in limits.ALLOWED_PARAMS:
-            return {}, f"params.{shown(name)[1:-1]} is not a supported parameter"
-        problem = tool_rules.params_problem(name, value)
+            if not param_rules.passthrough_name_ok(name):
+                return {}, f"params.{shown(name)[1:-1]} is not a supported parameter"
+            problem = param_rules.passthrough_problem(name, value)
+        else:
+            problem = tool_rules.params_problem(name, value) or param_rules.params_problem(name, value)
         if problem is not None:
             return {}, f"params.{problem}"
         if not _param_ok(name, value):
@@ -259,6 +265,11 @@ def _params(values: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
         return {}, "params.tool_choice is only allowed with params.tools"
     if "top_logprobs" in values and values.get("logprobs") is not True:
         return {}, "params.top_logprobs is only allowed with params.logprobs true"
+    problem = param_rules.max_tokens_conflict(values.get("max_tokens"), values.get("max_completion_tokens"))
+    if problem is not None:
+        return {}, f"params: {problem}"
+    if sum(name not in limits.ALLOWED_PARAMS for name in values) > limits.MAX_PASSTHROUGH_PARAMS:
+        return {}, f"params: at most {limits.MAX_PASSTHROUGH_PARAMS} pass-through fields"
     return dict(values), None
 
 
@@ -293,8 +304,8 @@ def _param_ok(name: str, value: Any) -> bool:
         return _integer(value, 0, limits.MAX_TOP_LOGPROBS)
     if name == "logprobs":
         return isinstance(value, bool)
-    if name in ("response_format", "tools", "tool_choice", "parallel_tool_calls"):
-        return True  # `tool_rules.params_problem` has checked it
+    if name != "stop":
+        return True  # `tool_rules`, `param_rules` or the pass-through bounds have checked it
     # "stop": one string or a short list of them.
     if isinstance(value, list):
         return 1 <= len(value) <= limits.MAX_STOP_SEQUENCES and all(_stop_text(v) for v in value)

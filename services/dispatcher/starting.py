@@ -19,6 +19,7 @@ since the minute moving on and a breaker's pause ending wake nobody.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Literal
 
 from inferq.dispatcher.execution import Execution
@@ -163,10 +164,18 @@ class Starter:
         return await self._rate.take(model, tier, cost, force=True)
 
 
+# What the backend reads besides the messages' text, counted in the prompt: the tool definitions
+# and a response format's schema are rendered into the model's prompt.
+PROMPT_PARAMS = ("tools", "response_format")
+
+
 def request_cost(work: Work) -> int:
     """A request's tokens before its call: its record's `estimated_tokens`, else its prompt's
-    characters / 4 plus its `max_tokens` (``max_completion_tokens``) for each of its `n` choices."""
-    prompt_chars = [len(m.get("content") or "") for m in work.request.openai_messages()]
+    characters / 4 plus its `max_tokens` (``max_completion_tokens``) for each of its `n` choices.
+    The prompt is the messages' text and their `tool_calls`, the tool definitions and the response
+    format (its schema), as the backend receives them."""
+    prompt_chars = [len(m.content) + len(m.tool_calls or "") for m in work.request.messages]
+    prompt_chars += [len(json.dumps(work.params[name])) for name in PROMPT_PARAMS if name in work.params]
     limit = work.params.get("max_tokens", work.params.get("max_completion_tokens"))
     max_tokens = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
     n = work.params.get("n")

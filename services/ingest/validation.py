@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from inferq.messaging import limits, tool_rules
+from inferq.messaging import limits, param_rules, tool_rules
 from inferq.messaging.records import ChatMessage
 from inferq.messaging.tiers import Tier
 from inferq.webhooks.urls import MAX_URL_CHARS
@@ -157,6 +157,64 @@ _RESPONSE_FORMAT = {
 }
 
 
+def _param_rule(name: str) -> Any:
+    """The validator of a parameter `param_rules` bounds."""
+    return _rule_of(param_rules.RULES[name], name)
+
+
+_STRING = WithJsonSchema({"type": "string"})
+_OBJECT = WithJsonSchema({"type": "object"})
+
+
+def _enum(values: frozenset[str]) -> Any:
+    return WithJsonSchema({"type": "string", "enum": sorted(values)})
+
+
+LogitBias = Annotated[
+    Any,
+    _param_rule("logit_bias"),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": limits.MAX_LOGIT_BIAS_TOKENS,
+            "additionalProperties": {
+                "type": "integer",
+                "minimum": -limits.MAX_LOGIT_BIAS,
+                "maximum": limits.MAX_LOGIT_BIAS,
+            },
+        }
+    ),
+]
+Metadata = Annotated[
+    Any,
+    _param_rule("metadata"),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": limits.MAX_METADATA_PAIRS,
+            "additionalProperties": {"type": "string", "maxLength": limits.MAX_METADATA_VALUE_CHARS},
+        }
+    ),
+]
+MaxCompletionTokens = Annotated[
+    Any,
+    _param_rule("max_completion_tokens"),
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": limits.MAX_COMPLETION_TOKENS}),
+]
+Modalities = Annotated[
+    Any,
+    _param_rule("modalities"),
+    WithJsonSchema(
+        {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 1,
+            "items": {"type": "string", "enum": sorted(limits.MODALITIES)},
+        }
+    ),
+]
+
+
 class ChatParams(BaseModel):
     """The chat-completions parameters a caller may set (`limits.ALLOWED_PARAMS`), each bounded.
 
@@ -211,6 +269,27 @@ class ChatParams(BaseModel):
     n: int | None = Field(default=None, strict=True, ge=1, le=limits.MAX_CHOICES)
     logprobs: bool | None = Field(default=None, strict=True)
     top_logprobs: int | None = Field(default=None, strict=True, ge=0, le=limits.MAX_TOP_LOGPROBS)
+    # The rest of the chat-completions API, forwarded as given within `param_rules`' bounds.
+    logit_bias: LogitBias | None = None
+    user: Annotated[Any, _param_rule("user"), _STRING] | None = None
+    metadata: Metadata | None = None
+    max_completion_tokens: MaxCompletionTokens | None = None
+    reasoning_effort: (
+        Annotated[Any, _param_rule("reasoning_effort"), _enum(limits.REASONING_EFFORTS)] | None
+    ) = None
+    modalities: Modalities | None = None
+    store: Annotated[Any, _param_rule("store"), WithJsonSchema({"type": "boolean"})] | None = None
+    safety_identifier: Annotated[Any, _param_rule("safety_identifier"), _STRING] | None = None
+    prompt_cache_key: Annotated[Any, _param_rule("prompt_cache_key"), _STRING] | None = None
+    prompt_cache_retention: (
+        Annotated[Any, _param_rule("prompt_cache_retention"), _enum(limits.PROMPT_CACHE_RETENTIONS)] | None
+    ) = None
+    prompt_cache_options: Annotated[Any, _param_rule("prompt_cache_options"), _OBJECT] | None = None
+    service_tier: Annotated[Any, _param_rule("service_tier"), _enum(limits.SERVICE_TIERS)] | None = None
+    verbosity: Annotated[Any, _param_rule("verbosity"), _enum(limits.VERBOSITIES)] | None = None
+    prediction: Annotated[Any, _param_rule("prediction"), _OBJECT] | None = None
+    web_search_options: Annotated[Any, _param_rule("web_search_options"), _OBJECT] | None = None
+    moderation: Annotated[Any, _param_rule("moderation"), _OBJECT] | None = None
 
     @model_validator(mode="after")
     def _tool_choice_needs_tools(self) -> ChatParams:
@@ -218,6 +297,9 @@ class ChatParams(BaseModel):
             raise ValueError("tool_choice is only allowed with tools")
         if self.top_logprobs is not None and self.logprobs is not True:
             raise ValueError(TOP_LOGPROBS_ALONE)
+        problem = param_rules.max_tokens_conflict(self.max_tokens, self.max_completion_tokens)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     def as_json_values(self) -> dict[str, Any]:

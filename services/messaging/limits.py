@@ -34,8 +34,9 @@ MAX_CALLBACK_URL_CHARS = 2_048
 # Kafka topic names: legal characters, at most 249 of them.
 TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 
-# Chat-completions parameters a request may carry (`params`), and their bounds. Anything else
-# (`model`, `messages`, `stream`, unknown names) is refused: the dispatcher owns those.
+# Chat-completions parameters a request may carry (`params`), and their bounds. Anything else is
+# refused (`model`, `messages`, `stream`: the dispatcher owns those), except a pass-through
+# name its tenant lists (`PASSTHROUGH_NAME_PATTERN` below).
 ALLOWED_PARAMS = frozenset(
     {
         "temperature",
@@ -52,6 +53,23 @@ ALLOWED_PARAMS = frozenset(
         "n",
         "logprobs",
         "top_logprobs",
+        # The rest of the chat-completions API (`inferq.messaging.param_rules` bounds them).
+        "logit_bias",
+        "user",
+        "metadata",
+        "max_completion_tokens",
+        "reasoning_effort",
+        "modalities",
+        "store",
+        "safety_identifier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "prompt_cache_options",
+        "service_tier",
+        "verbosity",
+        "prediction",
+        "web_search_options",
+        "moderation",
     }
 )
 MAX_TEMPERATURE = 2.0
@@ -84,8 +102,6 @@ MAX_TOOL_CALLS_CHARS = 262_144
 # A `tool_call_id` (OpenAI's "call_...", vLLM's "chatcmpl-tool-..."), and a message's `name`.
 TOOL_CALL_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:\-]{1,256}$")
 MAX_MESSAGE_NAME_CHARS = 64
-# Parameters a tenant may use only as far as another one is entitled (`tool_choice` goes with `tools`).
-ENTITLED_WITH = {"tool_choice": "tools", "parallel_tool_calls": "tools", "top_logprobs": "logprobs"}
 
 # `n`: how many choices one request asks for (each is a whole answer: the token estimate counts
 # each); `top_logprobs`: OpenAI's own bound, and only with `logprobs` true.
@@ -102,22 +118,78 @@ def at_default(name: str, value: object) -> bool:
     return type(value) is type(default) and value == default
 
 
+# Parameters a tenant may use only as far as another one is entitled (`tool_choice` goes with `tools`;
+# `max_completion_tokens` is `max_tokens`' newer name, within its cap).
+ENTITLED_WITH = {
+    "tool_choice": "tools",
+    "parallel_tool_calls": "tools",
+    "max_completion_tokens": "max_tokens",
+    "top_logprobs": "logprobs",
+}
+
+# The other chat-completions parameters (`inferq.messaging.param_rules` applies these, at ingest and
+# in the dispatcher). `logit_bias`: token ids (decimal text) to a bias; OpenAI takes at most 300.
+MAX_LOGIT_BIAS_TOKENS = 300
+LOGIT_BIAS_TOKEN_PATTERN = re.compile(r"^[0-9]{1,10}$")
+MAX_LOGIT_BIAS = 100
+# `metadata`: OpenAI's own bounds. Its `inferq_*` keys are inferq's choices (scenario, priority,
+# deadline), never forwarded.
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
+INFERQ_METADATA_PREFIX = "inferq_"
+# `user`, `safety_identifier`, `prompt_cache_key`: an end user's or a cache's name, as text.
+MAX_END_USER_CHARS = 512
+# The enumerations the installed `openai` SDK (3.57) spells out.
+REASONING_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh", "max"})
+SERVICE_TIERS = frozenset({"auto", "default", "flex", "scale", "priority", "fast"})
+VERBOSITIES = frozenset({"low", "medium", "high"})
+SEARCH_CONTEXT_SIZES = frozenset({"low", "medium", "high"})
+PROMPT_CACHE_RETENTIONS = frozenset({"in_memory", "24h"})
+# Output modalities inferq carries: text only (an audio answer has no place in a result record).
+MODALITIES = frozenset({"text"})
+# `prediction.content`: the text an answer is expected to repeat (a file being edited), one text or
+# at most this many text parts.
+MAX_PREDICTION_CHARS = 32_768
+MAX_PREDICTION_PARTS = 16
+# `web_search_options`, `moderation`, `prompt_cache_options`: small objects; each text in them.
+MAX_OPTION_TEXT_CHARS = 128
+
+# Fields added to the API later: a top-level field inferq does not know, named like this, goes
+# through as a JSON value within these bounds, for a tenant entitled to it by name.
+PASSTHROUGH_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+MAX_PASSTHROUGH_PARAMS = 8
+MAX_PASSTHROUGH_BYTES = 8_192
+MAX_PASSTHROUGH_DEPTH = 8
+
 # The dispatcher's additions (records written straight to Kafka); ingest sets the region itself.
 MAX_ORIGIN_REGION_CHARS = 64
 # The roles of chat messages (ingest's `Role`; the chat-completions API refuses others).
 MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 # Never a caller's to set: named in a refusal's reason.
 RESERVED_PARAMS = frozenset({"model", "messages", "stream"})
+# Names never passed through, whoever is entitled: the reserved ones, those inferq sets itself
+# (`stream_options`) and those it refuses by name (`inferq.ingest.chat.body.REFUSED`).
+NOT_PASSTHROUGH = RESERVED_PARAMS | {"stream_options", "functions", "function_call", "audio"}
 # A record's `params` map holds JSON-encoded values: this many at most, each at most this long (the
 # longest allowed value, a stop list, is far shorter), checked before anything is decoded.
-MAX_PARAMS = len(ALLOWED_PARAMS)
+MAX_PARAMS = len(ALLOWED_PARAMS) + MAX_PASSTHROUGH_PARAMS
 MAX_PARAM_CHARS = 2048
 # The parameters that may be longer: the tools, and a response format with its schema.
 MAX_PARAM_CHARS_OF = {
     "tools": MAX_TOOLS_BYTES,
     "response_format": MAX_RESPONSE_SCHEMA_BYTES + MAX_PARAM_CHARS,
     "tool_choice": MAX_PARAM_CHARS,
+    # 300 pairs of a 10-digit id and a bias, quoted and spaced as `json.dumps` writes them.
+    "logit_bias": MAX_LOGIT_BIAS_TOKENS * 24,
+    # Texts as `json.dumps` escapes them: up to 12 characters for one (an astral one, \ud83d\ude00).
+    "metadata": MAX_METADATA_PAIRS * ((MAX_METADATA_KEY_CHARS + MAX_METADATA_VALUE_CHARS) * 12 + 8) + 2,
+    "prediction": MAX_PREDICTION_CHARS * 12 + MAX_PARAM_CHARS,
+    "web_search_options": MAX_PARAM_CHARS * 4,
+    **dict.fromkeys(("user", "safety_identifier", "prompt_cache_key"), MAX_END_USER_CHARS * 12 + 2),
 }
+# A pass-through value (`MAX_PASSTHROUGH_BYTES` of compact UTF-8 JSON) as `json.dumps` writes it.
+MAX_PASSTHROUGH_CHARS = MAX_PASSTHROUGH_BYTES * 6
 
 # What a result carries of the backend's answer besides its text (`InferenceResult`), bounded so a
 # backend cannot grow a record with them: a value past these bounds is dropped, never cut (a cut

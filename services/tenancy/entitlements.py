@@ -11,11 +11,13 @@ becomes: no I/O, no clock, no logging; the same input always gives the same `Ver
   `estimated_tokens` or a deadline (``expire_at_ms - created_at_ms``) over the tenant's, a
   `reply_to` other than `default_reply_topic` that the tenant does not list, a parameter it may not
   set or whose value is over its cap (`tools` entitles `tool_choice` and `parallel_tool_calls`
-  too, `limits.ENTITLED_WITH`). Ingest answers 403 with them; the dispatcher sends the
-  record to the dead-letter topic with them and answers FAILED (``services/dispatcher/tenant_check.py``).
+  too, `max_tokens` entitles `max_completion_tokens` and caps it, `limits.ENTITLED_WITH`); a
+  pass-through field is a parameter its tenant lists by name. Ingest answers 403 with them; the
+  dispatcher sends the record to the dead-letter topic with them and answers FAILED
+  (``services/dispatcher/tenant_check.py``).
 - Narrowed (`Verdict.narrowed` names each): a tier above `max_tier` becomes `max_tier` (the
-  record's `tier`, hence its topic at ingest); a tenant with a `max_tokens` cap that sets none gets
-  the cap. A refused request is never narrowed.
+  record's `tier`, hence its topic at ingest); a tenant with a `max_tokens` cap that sets neither
+  `max_tokens` nor `max_completion_tokens` gets the cap as `max_tokens`. A refused request is never narrowed.
 
 It does not check the global rules (field bounds in `inferq.messaging.limits`, the reply-topic
 rule in `inferq.messaging.reply_topics`): those run first, for every tenant, and answer 422.
@@ -31,6 +33,7 @@ from typing import Any
 
 from inferq.messaging import limits
 from inferq.messaging.errors import DecodeError
+from inferq.messaging.param_rules import passthrough_name_ok
 from inferq.messaging.records import InferenceRequest
 from inferq.tenancy.model import SYMMETRIC_PARAMS, Entitlements
 
@@ -108,7 +111,7 @@ def apply_entitlements(
         tier = e.max_tier
         narrowed.append("tier")
     cap = e.params.get("max_tokens")
-    if cap is not None and "max_tokens" not in params:
+    if cap is not None and "max_tokens" not in params and "max_completion_tokens" not in params:
         params = params | {"max_tokens": json.dumps(int(cap))}
         narrowed.append("params.max_tokens")
     if not narrowed:
@@ -130,17 +133,22 @@ def _params(request: InferenceRequest, e: Entitlements) -> tuple[dict[str, str],
     for name in sorted(values):
         value = values[name]
         field = f"params.{name}"
-        if name not in limits.ALLOWED_PARAMS:
+        with_name = limits.ENTITLED_WITH.get(name)
+        if name not in limits.ALLOWED_PARAMS and not passthrough_name_ok(name):
             problems.append(Problem(field, "not a parameter any request may set"))
-        elif (
-            name not in e.params
-            and limits.ENTITLED_WITH.get(name) not in e.params
-            and not limits.at_default(name, value)
-        ):
+        elif name not in e.params and with_name not in e.params and not limits.at_default(name, value):
             problems.append(Problem(field, "not entitled to set this parameter"))
-        elif (cap := e.params.get(name)) is not None and not _within(name, value, cap):
+        elif (cap := _cap(name, e)) is not None and not _within(name, value, cap):
             problems.append(Problem(field, f"over this tenant's cap, {cap:g}"))
     return raw, problems
+
+
+def _cap(name: str, e: Entitlements) -> float | None:
+    """The cap of `name`: its own, and that of the parameter it is entitled with (the lower one)."""
+    caps = [
+        c for c in (e.params.get(name), e.params.get(limits.ENTITLED_WITH.get(name, ""))) if c is not None
+    ]
+    return min(caps) if caps else None
 
 
 def _within(name: str, value: Any, cap: float) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from inferq.messaging import limits
+from inferq.messaging.param_rules import passthrough_name_ok
 from inferq.messaging.reply_topics import MAX_TOPIC_CHARS, is_allowed_reply_topic
 from inferq.messaging.tiers import Tier
 from inferq.messaging.topics import TopicNames
@@ -29,6 +30,7 @@ from inferq.tenancy.errors import FileProblem, TenantsFileError
 from inferq.tenancy.keys import KEY_PREFIX, digest_of_hash, is_key_hash
 from inferq.tenancy.model import (
     ANY,
+    DEFAULT_PARAMS,
     DEFAULT_ROLES,
     MAX_KEYS_PER_TENANT,
     MAX_WEIGHT,
@@ -433,21 +435,27 @@ class _EntryCheck:
 
     def _params(self, value: Any) -> dict[str, float | None] | None:
         if value is None:
-            return {}
+            return dict.fromkeys(DEFAULT_PARAMS)
         if not isinstance(value, dict):
             self.fail("entitlements.params", "must be a table ([tenants.entitlements.params])")
             return None
-        allowed: dict[str, float | None] = {}
+        allowed: dict[str, float | None] = dict.fromkeys(DEFAULT_PARAMS)
         ok = True
         for name, setting in value.items():
             field = f"entitlements.params.{name}"
-            if name not in limits.ALLOWED_PARAMS:
+            if name not in limits.ALLOWED_PARAMS and not passthrough_name_ok(name):
                 known = ", ".join(sorted(limits.ALLOWED_PARAMS))
-                self.fail(field, f"not a parameter any request may set (allowed: {known})")
+                self.fail(
+                    field,
+                    f"not a parameter any request may set (allowed: {known}; or a pass-through field, "
+                    "a name of a-z, 0-9 and '_' that inferq does not reserve)",
+                )
                 ok = False
             elif isinstance(setting, bool):
                 if setting:
                     allowed[name] = None
+                else:
+                    allowed.pop(name, None)
             elif name not in NUMERIC_PARAM_BOUNDS:
                 self.fail(field, "must be true or false")
                 ok = False

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from pydantic import SecretStr
 
 from inferq.messaging import limits
+from inferq.messaging.param_rules import passthrough_name_ok
 from inferq.messaging.tiers import Tier
 from inferq.tenancy.keys import key_digest
 
@@ -42,6 +43,9 @@ NUMERIC_PARAM_BOUNDS: Mapping[str, float] = MappingProxyType(
 # Parameters whose cap is a whole number of at least 1.
 WHOLE_PARAMS = frozenset({"max_tokens", "n"})
 SYMMETRIC_PARAMS = frozenset({"presence_penalty", "frequency_penalty"})
+# Parameters a tenant has unless its file says false: they name the end user or label the request
+# (they steer no model), and inferq took them before it forwarded them.
+DEFAULT_PARAMS = frozenset({"user", "safety_identifier", "metadata", "store"})
 
 
 @dataclass(frozen=True)
@@ -77,9 +81,11 @@ class Entitlements:
     - `max_tier`: the highest tier; a request above it (an explicit priority, an unknown scenario's
       HIGH, a scenario's own tier) is served at `max_tier` instead.
     - `scenarios`, `models`: the names it may use (`model` unset is always allowed).
-    - `params`: chat-completions parameters it may set (a subset of `limits.ALLOWED_PARAMS`), each
+    - `params`: chat-completions parameters it may set (`limits.ALLOWED_PARAMS`, and pass-through
+      names: plain identifiers inferq does not know, `param_rules.passthrough_name_ok`), each
       mapped to a cap (`NUMERIC_PARAM_BOUNDS` names the capped ones) or None for the global bound.
-      A `max_tokens` cap is also the value of a request that sets none.
+      A `max_tokens` cap is also the value of a request that sets neither it nor
+      `max_completion_tokens`, and the cap of `max_completion_tokens` too.
     - `roles`: message roles; `max_estimated_tokens`, `max_deadline_ms`: the largest values.
     - `reply_topics`: the reply topics it may name besides the default one (each must pass the
       global rule, `inferq.messaging.reply_topics`); `callback_hosts`: for result delivery.
@@ -96,7 +102,7 @@ class Entitlements:
     callback_hosts: NameSet = field(default_factory=NameSet)
 
     def __post_init__(self) -> None:
-        unknown = set(self.params) - limits.ALLOWED_PARAMS
+        unknown = {n for n in self.params if n not in limits.ALLOWED_PARAMS and not passthrough_name_ok(n)}
         if unknown:
             raise ValueError(f"not allowed parameters: {', '.join(sorted(unknown))}")
         for name, cap in self.params.items():
@@ -115,6 +121,11 @@ class Entitlements:
         if not 1 <= self.max_deadline_ms <= limits.MAX_DEADLINE_MS:
             raise ValueError(f"max_deadline_ms must be within 1..{limits.MAX_DEADLINE_MS}")
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+
+    @property
+    def passthrough(self) -> frozenset[str]:
+        """The names it may pass through: those it may set that inferq does not know."""
+        return frozenset(self.params) - limits.ALLOWED_PARAMS
 
     @classmethod
     def unrestricted(cls) -> Entitlements:

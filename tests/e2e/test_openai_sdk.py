@@ -23,6 +23,7 @@ from openai.types.chat import (
 )
 
 from inferq.messaging import limits
+from inferq.tools.bench.recorder import marked_content
 from inferq.tools.simbackend.choices import REFUSAL_TEXT, REFUSE_MARKER
 from inferq.tools.stack.pipeline import Pipeline
 from tests.support.pipeline import running_pipeline
@@ -31,7 +32,11 @@ from tests.support.tenants import TenantSpec, write_tenants
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 WIDE = {"models": ["*"], "roles": ["user", "assistant", "system", "tool"]}
-ACME = TenantSpec("acme", entitlements=WIDE, params=dict.fromkeys(limits.ALLOWED_PARAMS, True))
+# acme may also pass through a field the API gained after inferq knew it.
+PASSTHROUGH = "safety_checks"
+ACME = TenantSpec(
+    "acme", entitlements=WIDE, params=dict.fromkeys([*limits.ALLOWED_PARAMS, PASSTHROUGH], True)
+)
 BETA = TenantSpec("beta")
 WEATHER: ChatCompletionToolParam = {
     "type": "function",
@@ -524,4 +529,41 @@ def test_hostile_tools_are_the_sdks_bad_request_and_never_reach_the_backend(pipe
             tools=[WEATHER] * (limits.MAX_TOOLS + 1),
         )
     assert refused.value.param == "tools" and "at most 128 tools" in refused.value.message
+    client.close()
+
+
+def test_the_newer_parameters_and_a_pass_through_field_reach_the_backend_unchanged(
+    pipeline: Pipeline,
+) -> None:
+    """What the simulated backend received (`GET /received/{marker}`), through ingest, Kafka and the
+    dispatcher: every value as the SDK sent it, `max_completion_tokens` under its own name,
+    `metadata` without inferq's own key."""
+    marker = f"params-{uuid.uuid4().hex[:8]}"
+    sent: dict[str, Any] = {
+        "logit_bias": {"50256": -100, "13": 7},
+        "user": "end-user-42",
+        "max_completion_tokens": 40,
+        "reasoning_effort": "low",
+        "modalities": ["text"],
+        "store": False,
+        "prompt_cache_key": "persona-ada",
+        "service_tier": "flex",
+        "verbosity": "high",
+        "prediction": {"type": "content", "content": "def greet(): return 'hi'"},
+        "seed": 7,
+    }
+    client = sdk(pipeline)
+    completion = client.chat.completions.create(
+        model="inferq",
+        messages=[{"role": "user", "content": marked_content(marker)}],
+        metadata={"app": "companion", "inferq_priority": "HIGH"},
+        extra_body={PASSTHROUGH: {"level": "strict", "categories": ["violence"]}},
+        **sent,
+    )
+    assert completion.choices[0].message.content
+    received = httpx.get(f"{pipeline.backend_url}/received/{marker}", timeout=10).json()
+    assert {name: received.get(name) for name in sent} == sent
+    assert received["metadata"] == {"app": "companion"}
+    assert received[PASSTHROUGH] == {"level": "strict", "categories": ["violence"]}
+    assert "max_tokens" not in received
     client.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from inferq.messaging import limits, tool_rules
+from inferq.messaging import limits, param_rules, tool_rules
 from inferq.messaging.codec import request_codec
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.reply_topics import is_allowed_reply_topic
@@ -41,14 +41,26 @@ def broken_rules(value: bytes, key: bytes | None, topics: TopicNames) -> list[st
     if request.reply_to is not None:
         check(is_allowed_reply_topic(request.reply_to, topics), "reply_to allowed")
     params = request.decoded_params()
-    check(set(params) <= limits.ALLOWED_PARAMS, "params allow-list")
-    check(not {"model", "messages", "stream"} & set(params), "no model, messages or stream")
     if "n" in params:
         check(1 < params["n"] <= limits.MAX_CHOICES, "n bound (1, the default, not written)")
     if "top_logprobs" in params:
         check(0 <= params["top_logprobs"] <= limits.MAX_TOP_LOGPROBS, "top_logprobs bound")
         check(params.get("logprobs") is True, "top_logprobs only with logprobs true")
     check(params.get("logprobs", True) is True, "logprobs true (false, the default, not written)")
+    # Ingest writes a pass-through key only for a tenant that lists it, within its own bounds.
+    passed = {name for name in params if name not in limits.ALLOWED_PARAMS}
+    check(all(param_rules.passthrough_name_ok(name) for name in passed), "params allow-list")
+    check(len(passed) <= limits.MAX_PASSTHROUGH_PARAMS, "pass-through count")
+    check(all(param_rules.passthrough_problem(n, params[n]) is None for n in passed), "pass-through bounds")
+    for name in param_rules.RULES:
+        if name in params:
+            check(param_rules.params_problem(name, params[name]) is None, f"{name} bounds")
+    check(
+        param_rules.max_tokens_conflict(params.get("max_tokens"), params.get("max_completion_tokens"))
+        is None,
+        "one limit",
+    )
+    check(not {"model", "messages", "stream"} & set(params), "no model, messages or stream")
     if "temperature" in params:
         check(0 <= params["temperature"] <= limits.MAX_TEMPERATURE, "temperature bound")
     if "top_p" in params:

@@ -34,6 +34,8 @@ _KNOWN = {
     "minItems",
     "maxItems",
     "items",
+    # An object's bound: generated objects have at most 2 keys beyond their properties.
+    "maxProperties",
     "description",
     "default",
     "title",

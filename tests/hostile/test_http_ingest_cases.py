@@ -206,9 +206,10 @@ TOOL = {"type": "function", "function": {"name": "weather", "parameters": {"type
         {"model": "gpt-4o"},
         {"messages": [{"role": "system", "content": "obey"}]},
         {"best_of": 3},
-        {"logit_bias": {"1": 100}},
+        {"audio": {"voice": "alloy"}},
         {"functions": [{"name": "f"}]},
-        {"user": "x"},
+        {"stream_options": {"include_usage": True}},
+        {"safety_checks": True},
         {"stream": True, "model": "any"},
     ],
 )

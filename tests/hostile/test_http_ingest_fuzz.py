@@ -41,9 +41,12 @@ ALLOWED = {202, 400, 413, 422, 429, 503}
 CONTEXT_FIELDS = {"expire_at_ms", "reply_to", "callback_url"}
 # Function calling: rules across a message's fields (content null only with tool_calls, tool_call_id
 # exactly on tool messages), tool_choice only with tools, and the shapes inside tools, tool_calls
-# and response_format (`inferq.messaging.tool_rules`), which the document describes only as objects.
-TOOL_RULE_FIELD = re.compile(
-    r"messages\.\d+(\.(content|tool_calls|tool_call_id))?|params(\.(tools|tool_choice|response_format))?"
+# and response_format (`inferq.messaging.tool_rules`), which the document describes only as objects;
+# the same for the objects `inferq.messaging.param_rules` checks (token-id keys, known fields, no
+# inferq_* metadata key) and max_tokens against max_completion_tokens (`params` itself).
+SHAPE_RULE_FIELD = re.compile(
+    r"messages\.\d+(\.(content|tool_calls|tool_call_id))?|params(\.(tools|tool_choice|response_format"
+    r"|logit_bias|metadata|prediction|web_search_options|moderation|prompt_cache_options))?"
 )
 DOC = yaml.safe_load(
     (Path(__file__).resolve().parents[2] / "schemas" / "ingest.openapi.yaml").read_text(encoding="utf-8")
@@ -177,7 +180,7 @@ def test_a_body_the_document_allows_is_accepted_unless_a_context_rule_refuses_it
     if status == 422:
         problems = ingest.client.post("/v1/requests", content=raw).json()["problems"]
         fields = {p["field"] for p in problems}
-        assert {f for f in fields if not TOOL_RULE_FIELD.fullmatch(f)} <= CONTEXT_FIELDS, problems
+        assert {f for f in fields if not SHAPE_RULE_FIELD.fullmatch(f)} <= CONTEXT_FIELDS, problems
     else:
         assert status in {202, 503}, status
 

@@ -50,7 +50,9 @@ from tests.support.waiting import eventually, wait_until
 # Every model, role and parameter: the OpenAI body's values all reach ingest's checks.
 WIDE = {"models": ["*"], "roles": ["user", "assistant", "system", "tool", "developer"]}
 WIDE_PARAMS = dict.fromkeys(limits.ALLOWED_PARAMS, True)
-ACME = TenantSpec("acme", entitlements=WIDE, params=WIDE_PARAMS)
+# A field the API gained later that only acme may pass through (test_chat_params.py).
+PASSTHROUGH = "safety_checks"
+ACME = TenantSpec("acme", entitlements=WIDE, params=WIDE_PARAMS | {PASSTHROUGH: True})
 BETA = TenantSpec("beta", entitlements=WIDE, params=WIDE_PARAMS)
 NARROW = TenantSpec("narrow", entitlements={"models": ["inferq-fast"]})
 SLOW = TenantSpec("slow", extra={"requests_per_minute": 1, "burst": 1})
@@ -202,7 +204,14 @@ async def test_the_sync_sdk_works_unchanged(tmp_path: Path) -> None:
         assert completion.choices[0].message.content == "sync hello"
         request = await svc.next_request(0)
         assert request.model == "inferq-fast"
-        assert request.decoded_params() == {"temperature": 0.2, "max_tokens": 50, "stop": ["\n"], "seed": 7}
+        assert request.decoded_params() == {
+            "temperature": 0.2,
+            "max_tokens": 50,
+            "stop": ["\n"],
+            "seed": 7,
+            "user": "end-user-42",
+        }
+        # The session key is a hash of the end user; the backend gets `user` as it was sent.
         assert request.session_id is not None and "end-user-42" not in request.session_id
         assert [m.role for m in request.messages] == ["system", "user"]
         client.close()

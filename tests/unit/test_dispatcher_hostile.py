@@ -179,7 +179,15 @@ async def test_a_created_at_in_the_future_is_clamped_to_now() -> None:
 
 @pytest.mark.parametrize(
     "params",
-    [{"stream": "true"}, {"n": "50"}, {"model": '"gpt-huge"'}, {"messages": "[]"}, {"logit_bias": "{}"}],
+    [
+        {"stream": "true"},
+        {"n": "50"},
+        {"model": '"gpt-huge"'},
+        {"messages": "[]"},
+        {"functions": "[]"},
+        {"logit_bias": '{"1": 101}'},
+        {"modalities": '["audio"]'},
+    ],
 )
 @in_loop
 async def test_params_the_backend_must_never_see_are_refused_before_any_call(params: dict[str, str]) -> None:

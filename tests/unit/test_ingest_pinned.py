@@ -153,7 +153,7 @@ CASES: list[tuple[str, str, TenantSpec, Any, dict[str, str]]] = [
         "native unknown param",
         NATIVE,
         ACME,
-        {"scenario": "s", "messages": HI, "params": {"logit_bias": {}}},
+        {"scenario": "s", "messages": HI, "params": {"functions": []}},
         {},
     ),
     (

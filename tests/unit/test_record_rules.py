@@ -47,6 +47,30 @@ def refusal(request: InferenceRequest, topic: str = HIGH) -> RefusedRequestError
     return caught.value
 
 
+# A value within bounds for each parameter `param_rules` checks.
+SANE_PARAMS: dict[str, object] = {
+    "logit_bias": {"50256": -100, "13": 5},
+    "user": "end-user-42",
+    "metadata": {"app": "companion"},
+    "max_completion_tokens": 100,
+    "reasoning_effort": "low",
+    "modalities": ["text"],
+    "store": False,
+    "safety_identifier": "u-7",
+    "prompt_cache_key": "persona-3",
+    "prompt_cache_retention": "24h",
+    "prompt_cache_options": {"mode": "implicit", "ttl": "30m"},
+    "service_tier": "auto",
+    "verbosity": "medium",
+    "prediction": {"type": "content", "content": "def f(): pass"},
+    "web_search_options": {
+        "search_context_size": "low",
+        "user_location": {"type": "approximate", "approximate": {"city": "Paris", "country": "FR"}},
+    },
+    "moderation": {"model": "omni-moderation-latest", "policy": {"input": {"mode": "score"}}},
+}
+
+
 def test_a_sane_request_passes_unchanged() -> None:
     params = {
         "temperature": "0.2",
@@ -63,10 +87,11 @@ def test_a_sane_request_passes_unchanged() -> None:
         "n": "2",
         "logprobs": "true",
         "top_logprobs": "20",
-    }
+    } | {name: json.dumps(value) for name, value in SANE_PARAMS.items()}
     request = a_request(params=params)
     checked = RULES.check(request, source_topic=HIGH, now_ms=NOW)
     assert checked.request == request
+    assert {name: checked.params[name] for name in SANE_PARAMS} == SANE_PARAMS
     assert checked.clamped == ()
     assert checked.params["stop"] == ["\n"]
     assert checked.params["response_format"] == {"type": "json_object"}
@@ -228,8 +253,23 @@ def test_reserved_params_are_refused(name: str) -> None:
         ({"max_tokens": str(10**12)}, "out of its bounds"),
         ({"stop": json.dumps(["a"] * 5)}, "out of its bounds"),
         ({"stop": json.dumps({"a": 1})}, "out of its bounds"),
-        ({"user": json.dumps("u")}, "not a supported parameter"),
-        ({"max_completion_tokens": "10"}, "not a supported parameter"),
+        ({"user": json.dumps(5)}, "user: must be text"),
+        ({"max_completion_tokens": "0"}, "max_completion_tokens: must be an integer"),
+        ({"functions": "[]"}, "not a supported parameter"),
+        ({"Bad-Name": "1"}, "not a supported parameter"),
+        ({"logit_bias": json.dumps({str(i): 1 for i in range(301)})}, "logit_bias: at most 300 tokens"),
+        ({"logit_bias": '{"13": -101}'}, "logit_bias.13: must be an integer from -100 to 100"),
+        ({"metadata": '{"inferq_priority": "HIGH"}'}, "inferq_* keys are inferq's own"),
+        ({"metadata": json.dumps({f"k{i}": "v" for i in range(17)})}, "at most 16 pairs"),
+        ({"modalities": '["audio"]'}, "audio output is not supported"),
+        ({"max_tokens": "5", "max_completion_tokens": "6"}, "not two different values"),
+        ({"safety_checks": json.dumps("x" * 8_193)}, "safety_checks: over 8192 bytes"),
+        ({"safety_checks": "[" * 9 + "]" * 9}, "safety_checks: nests deeper than 8 levels"),
+        ({"safety_checks": json.dumps("x" * 49_153)}, "over 49152 characters"),
+        (
+            {f"new_{i}": "1" for i in range(limits.MAX_PASSTHROUGH_PARAMS + 1)},
+            "at most 8 pass-through fields",
+        ),
         ({"max_tokens": str(limits.MAX_COMPLETION_TOKENS + 1)}, "out of its bounds"),
         ({"stop": json.dumps("x" * (limits.MAX_STOP_CHARS + 1))}, "out of its bounds"),
         ({"stop": json.dumps("")}, "out of its bounds"),

@@ -715,6 +715,20 @@ def test_marked_calls_are_timed_streamed_or_not_and_unmarked_ones_are_not() -> N
     assert after_reset == {}
 
 
+def test_a_marked_calls_parameters_are_shown_as_received() -> None:
+    sent = {"logit_bias": {"13": -5}, "metadata": {"app": "x"}, "verbosity": "low", "new": [1, {"a": 2}]}
+
+    async def scenario() -> tuple[Any, int]:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            await client.post(CHAT, json=chat(content=marked_content("p-1")) | sent)
+            shown = (await client.get("/received/p-1")).json()
+            return shown, (await client.get("/received/nobody")).status_code
+
+    shown, unknown = run_async(scenario)
+    assert {k: shown[k] for k in sent} == sent and "messages" not in shown
+    assert unknown == 404
+
+
 def test_timings_keep_at_most_their_bound() -> None:
     timings = CallTimings(max_calls=2)
     for name in ("a", "b", "c"):

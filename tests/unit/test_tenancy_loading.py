@@ -14,7 +14,7 @@ from inferq.messaging.topics import TopicNames
 from inferq.tenancy.errors import TenantsFileError
 from inferq.tenancy.keys import hash_key, key_digest, new_key
 from inferq.tenancy.loading import MAX_FILE_BYTES, load_tenants, parse_tenants
-from inferq.tenancy.model import DEFAULT_ROLES
+from inferq.tenancy.model import DEFAULT_PARAMS, DEFAULT_ROLES
 from tests.support.tenants import TenantSpec, tenants_toml
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "infra" / "tenants.example.toml"
@@ -70,7 +70,8 @@ def test_a_minimal_entry_gets_the_narrow_defaults():
     assert (tenant.requests_per_minute, tenant.max_concurrency) == (None, None)
     e = tenant.entitlements
     assert (e.models.describe(), e.reply_topics.describe(), e.callback_hosts.describe()) == ("none",) * 3
-    assert dict(e.params) == {} and e.roles == DEFAULT_ROLES
+    # Only the parameters that name the end user or label the request, which steer no model.
+    assert dict(e.params) == dict.fromkeys(DEFAULT_PARAMS) and e.roles == DEFAULT_ROLES
 
 
 def test_an_empty_file_is_valid_with_no_tenant():

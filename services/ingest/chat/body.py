@@ -2,11 +2,12 @@
 its record (`inferq.ingest.chat.record`).
 
 The body is checked for its own shape here (`model`, `messages` with string or text-part content,
-`stream`, `stream_options`, `metadata`, `user`); every value ingest already bounds (the
-messages' roles, sizes and function-calling fields, `temperature`, `top_p`, `max_tokens`, `stop`,
-`seed`, the penalties, `response_format`, `tools`, `tool_choice`, `parallel_tool_calls`, `n`,
-`logprobs`, `top_logprobs`) is kept
-as the caller sent it and checked when the record is made, by the rules of ``POST /v1/requests``.
+`stream`, `stream_options`, `metadata`, `user`, `safety_identifier`); every value
+ingest already bounds (the messages' roles, sizes and function-calling fields, and every parameter
+of `ChatParams`) is kept as the caller sent it and checked when the record is made, by the rules of
+``POST /v1/requests``. A field the body does not know is refused by name when inferq does not serve
+it (`REFUSED`), passed through when the tenant is entitled to it by name (`parse_chat_body`'s
+`passthrough`), and otherwise refused as unknown, as OpenAI does.
 A problem is a 400 naming the parameter the way OpenAI does (``messages[0].role``, ``temperature``)
 or the header it came from.
 
@@ -19,41 +20,32 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Container
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from starlette.datastructures import Headers
 
 from inferq.ingest.body import load_object
 from inferq.ingest.chat.errors import ChatBodyError
 from inferq.ingest.json_guard import JsonGuard
 from inferq.ingest.validation import describe
-from inferq.messaging import limits
+from inferq.messaging import limits, param_rules
 
 SDK_TIMEOUT_HEADERS = ("x-stainless-read-timeout", "x-stainless-timeout")
 # The model name that lets inferq choose: the tier's model (the dispatcher's setting).
 AUTO_MODEL = "inferq"
 
-# OpenAI's own bounds of `metadata`.
-MAX_METADATA_PAIRS = 16
-MAX_METADATA_KEY_CHARS = 64
-MAX_METADATA_VALUE_CHARS = 512
-MAX_USER_CHARS = 512
 # Parameters of the OpenAI API that inferq does not serve: named as such, not as unknown.
-UNSUPPORTED = frozenset(
-    {
-        "functions",
-        "function_call",
-        "logit_bias",
-        "audio",
-        "modalities",
-        "prediction",
-        "reasoning_effort",
-        "web_search_options",
-        "verbosity",
-        "service_tier",
-    }
-)
+# `functions` and `function_call` are deprecated for `tools` and `tool_choice` (docs/api.md says why
+# they are refused rather than forwarded); an audio answer has no place in a result record.
+REFUSED = {
+    "functions": "functions is deprecated and not served by inferq: give tools instead",
+    "function_call": (
+        "function_call is deprecated and not served by inferq: give tool_choice (with tools) instead"
+    ),
+    "audio": "inferq answers text only: audio output is not supported",
+}
 _INDEX = re.compile(r"\.(\d+)(?=\.|$)")
 _SECONDS = re.compile(r"[0-9]{1,9}(\.[0-9]{1,9})?")
 
@@ -87,8 +79,8 @@ class StreamOptions(BaseModel):
     include_obfuscation: bool | None = Field(default=None, strict=True)
 
 
-MetadataKey = Annotated[str, Field(max_length=MAX_METADATA_KEY_CHARS)]
-MetadataValue = Annotated[str, Field(strict=True, max_length=MAX_METADATA_VALUE_CHARS)]
+MetadataKey = Annotated[str, Field(max_length=limits.MAX_METADATA_KEY_CHARS)]
+MetadataValue = Annotated[str, Field(strict=True, max_length=limits.MAX_METADATA_VALUE_CHARS)]
 
 
 class ChatCompletionBody(BaseModel):
@@ -102,11 +94,11 @@ class ChatCompletionBody(BaseModel):
     messages: list[ChatMessageIn] = Field(min_length=1, max_length=limits.MAX_MESSAGES)
     stream: bool | None = Field(default=None, strict=True)
     stream_options: StreamOptions | None = None
-    metadata: dict[MetadataKey, MetadataValue] | None = Field(default=None, max_length=MAX_METADATA_PAIRS)
-    user: str | None = Field(default=None, strict=True, max_length=MAX_USER_CHARS)
-    safety_identifier: str | None = Field(default=None, strict=True, max_length=MAX_USER_CHARS)
-    store: bool | None = Field(default=None, strict=True)
-    max_completion_tokens: Any = None
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(
+        default=None, max_length=limits.MAX_METADATA_PAIRS
+    )
+    user: str | None = Field(default=None, strict=True, max_length=limits.MAX_END_USER_CHARS)
+    safety_identifier: str | None = Field(default=None, strict=True, max_length=limits.MAX_END_USER_CHARS)
     temperature: Any = None
     top_p: Any = None
     max_tokens: Any = None
@@ -121,18 +113,45 @@ class ChatCompletionBody(BaseModel):
     n: Any = None
     logprobs: Any = None
     top_logprobs: Any = None
+    # Checked by `ChatParams`' rules (`inferq.messaging.param_rules`) when the record is made.
+    logit_bias: Any = None
+    max_completion_tokens: Any = None
+    reasoning_effort: Any = None
+    modalities: Any = None
+    store: Any = None
+    prompt_cache_key: Any = None
+    prompt_cache_retention: Any = None
+    prompt_cache_options: Any = None
+    service_tier: Any = None
+    verbosity: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    moderation: Any = None
+    # Fields added to the API later that the tenant is entitled to, by name: as the caller sent them.
+    _passthrough: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def passthrough(self) -> dict[str, Any]:
+        """The fields passed through as they came (`parse_chat_body`'s `passthrough`)."""
+        return self._passthrough
 
 
-def parse_chat_body(raw: bytes, guard: JsonGuard) -> ChatCompletionBody:
+def parse_chat_body(
+    raw: bytes, guard: JsonGuard, passthrough: Container[str] = frozenset()
+) -> ChatCompletionBody:
     """The OpenAI body of `raw`: `MalformedBodyError` (400) for what is not JSON within the bounds,
     `ChatBodyError` (400) for a parameter OpenAI does not have or inferq does not serve, or a value
-    out of the body's own shape."""
+    out of the body's own shape. A field the body does not know whose name is in `passthrough` (the
+    tenant's entitlements) and a plain identifier is kept aside, within its bounds
+    (`param_rules.passthrough_problem`), as `ChatCompletionBody.passthrough`."""
     data = load_object(raw, guard)
-    _refuse_unknown(data)
+    extra = _extra_fields(data, passthrough)
     try:
-        return ChatCompletionBody.model_validate(data)
+        body = ChatCompletionBody.model_validate({k: v for k, v in data.items() if k not in extra})
     except ValidationError as exc:
         raise body_error(describe(exc), {}) from exc
+    body._passthrough = extra
+    return body
 
 
 def sdk_patience_ms(headers: Headers) -> int | None:
@@ -147,16 +166,29 @@ def sdk_patience_ms(headers: Headers) -> int | None:
     return min(found) if found else None
 
 
-def _refuse_unknown(data: dict[str, Any]) -> None:
-    for key in data:
+def _extra_fields(data: dict[str, Any], passthrough: Container[str]) -> dict[str, Any]:
+    """The fields of `data` passed through; `ChatBodyError` for any other field the body does not know."""
+    extra: dict[str, Any] = {}
+    for key, value in data.items():
         if key in ChatCompletionBody.model_fields:
             continue
         name = str(key)[:64].encode("utf-8", "backslashreplace").decode("utf-8")
-        if key in UNSUPPORTED:
-            raise ChatBodyError(f"inferq does not support {name}", param=name, code="unsupported_parameter")
+        if key in REFUSED:
+            raise ChatBodyError(REFUSED[key], param=name, code="unsupported_parameter")
+        if key not in passthrough or not param_rules.passthrough_name_ok(key):
+            raise ChatBodyError(
+                f"Unrecognized request argument supplied: {name}", param=name, code="unknown_parameter"
+            )
+        problem = param_rules.passthrough_problem(key, value)
+        if problem is not None:
+            raise ChatBodyError(f"Invalid request: {problem}", param=name)
+        extra[key] = value
+    if len(extra) > limits.MAX_PASSTHROUGH_PARAMS:
         raise ChatBodyError(
-            f"Unrecognized request argument supplied: {name}", param=name, code="unknown_parameter"
+            f"at most {limits.MAX_PASSTHROUGH_PARAMS} pass-through fields, not {len(extra)}",
+            param=next(iter(extra)),
         )
+    return extra
 
 
 def _param(field: str, sources: dict[str, str]) -> str:

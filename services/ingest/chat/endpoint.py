@@ -123,7 +123,7 @@ class ChatCompletionsEndpoint:
         try:
             principal = self._submit.caller(request)
             raw = await self._submit.body(request, principal)
-            body = parse_chat_body(raw, self._guard)
+            body = parse_chat_body(raw, self._guard, principal.tenant.entitlements.passthrough)
             queued = self._record(body, request, principal, request_id)
             # Waiting before the record exists: its outcome cannot slip by.
             waiter = self._waiting(held, queued, chunks=bool(body.stream))

@@ -18,7 +18,9 @@ Where inferq's own choices come from (a header wins; the same choice in both is 
 | deadline | ``X-Inferq-Deadline-Ms`` (ms from now) | ``inferq_deadline_ms`` | the tier's |
 
 `user` (or `safety_identifier`) becomes the session key, as a hash: one end user's requests stay in
-order.
+order; both are forwarded too. `metadata` is forwarded without its ``inferq_*`` keys (inferq's
+choices above). `max_completion_tokens` is forwarded under its own name. The fields the tenant may
+pass through (`ChatCompletionBody.passthrough`) follow the known ones in the record's `params`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from inferq.ingest.validation import (
     describe_errors,
 )
 from inferq.messaging import limits
+from inferq.messaging.param_rules import max_tokens_conflict
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
 
@@ -89,7 +92,7 @@ def chat_record(
     session_id = None
     if end_user:
         session_id = "u-" + hashlib.sha256(end_user.encode("utf-8", "surrogatepass")).hexdigest()[:40]
-    params = _asked_params(body, sources)
+    params = _asked_params(body)
     # In the order `SubmitRequest` checks its fields, so the problems are listed as there.
     bounds = _Bounds()
     scenario = bounds.check(("scenario",), _rule(SubmitRequest, "scenario"), scenario or default_scenario)
@@ -105,6 +108,7 @@ def chat_record(
     # As JSON values, the way `ChatParams.as_json_values` gives a native body's.
     values = {name: _rule(ChatParams, name).dump_python(value) for name, value in checked.items()}
     values = {name: value for name, value in values.items() if not limits.at_default(name, value)}
+    values |= body.passthrough
     if "tool_choice" in values and "tools" not in values:
         raise ChatBodyError("tool_choice is only allowed with tools", param="tool_choice")
     if "top_logprobs" in values and values.get("logprobs") is not True:
@@ -127,19 +131,20 @@ def chat_record(
     )
 
 
-def _asked_params(body: ChatCompletionBody, sources: dict[str, str]) -> dict[str, Any]:
+def _asked_params(body: ChatCompletionBody) -> dict[str, Any]:
     """The parameters ingest's `params` takes, as the body gives them, in `ChatParams`' order (the
-    record's map keeps it); `max_completion_tokens` is `max_tokens`."""
+    record's map keeps it); `metadata` without inferq's own keys (left out when nothing else)."""
     asked = {name: getattr(body, name) for name in ChatParams.model_fields if getattr(body, name) is not None}
-    if body.max_completion_tokens is not None:
-        if "max_tokens" in asked and asked["max_tokens"] != body.max_completion_tokens:
-            raise ChatBodyError(
-                "give max_tokens or max_completion_tokens, not two different values",
-                param="max_completion_tokens",
-            )
-        asked["max_tokens"] = body.max_completion_tokens
-        sources["params.max_tokens"] = "max_completion_tokens"
-    return {name: asked[name] for name in ChatParams.model_fields if name in asked}
+    if body.metadata is not None:
+        metadata = {k: v for k, v in body.metadata.items() if not k.startswith(limits.INFERQ_METADATA_PREFIX)}
+        if metadata:
+            asked["metadata"] = metadata
+        else:
+            del asked["metadata"]
+    problem = max_tokens_conflict(asked.get("max_tokens"), asked.get("max_completion_tokens"))
+    if problem is not None:
+        raise ChatBodyError(problem, param="max_completion_tokens")
+    return asked
 
 
 def _message(bounds: _Bounds, index: int, message: ChatMessageIn) -> ChatMessage:

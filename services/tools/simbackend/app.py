@@ -10,6 +10,7 @@ Endpoints:
     GET  /timings               per marked call, when it was received, streamed its first token and
                                 finished (`timings.py`, for the delivery benchmark), and how many
                                 times each marker was answered in full (`served`)
+    GET  /received/{marker}     the last marked call's request body without its messages (404: none)
     GET  /healthz               liveness
     POST /admin/faults          switch outage, error_rate, degradation, stream_drop_rate at runtime;
                                 returns the fault state
@@ -89,7 +90,7 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         if isinstance(parsed, ApiError):
             return answer_error(parsed, None)
         model = parsed.model
-        timing = timings.received(parsed.model_dump(include={"messages"}))
+        timing = timings.received(parsed.model_dump(exclude_unset=True))
         reply = answer(parsed)
         # Each of the `n` choices is a whole answer (`choices.py`), as a provider counts them.
         tokens = reply.prompt_tokens + reply.completion_tokens * parsed.n
@@ -173,6 +174,10 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
     async def get_timings(_: Request) -> Response:
         return JSONResponse({"timings": timings.as_dict(), "served": timings.served})
 
+    async def get_received(request: Request) -> Response:
+        body = timings.bodies.get(request.path_params["marker"])
+        return JSONResponse(body) if body is not None else JSONResponse({"error": "no such call"}, 404)
+
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -201,6 +206,7 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/stats", stats, methods=["GET"]),
             Route("/timings", get_timings, methods=["GET"]),
+            Route("/received/{marker}", get_received, methods=["GET"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/admin/faults", set_faults, methods=["POST"]),
             Route("/admin/reset", reset, methods=["POST"]),

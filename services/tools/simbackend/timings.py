@@ -6,6 +6,8 @@ request to the simulator directly and through inferq, then subtracts the simulat
 the time its client waited. Stamps are epoch nanoseconds from this machine's clock, the clock the
 benchmark's client stamps with too. At most `max_calls` are kept (a long run keeps its first ones).
 `served` counts the calls answered in full per marker, so a test sees a request the backend ran twice.
+`bodies` keeps each marked call's request body without its messages (the parameters the backend
+was sent), for `GET /received/{marker}`: a test sees what reached the backend.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class CallTimings:
     max_calls: int = MAX_CALLS
     calls: dict[str, CallTiming] = field(default_factory=dict)
     served: dict[str, int] = field(default_factory=dict)
+    bodies: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def received(self, body: object) -> CallTiming | None:
         """Start recording the call whose request body is `body`; None when it is not marked (or
@@ -42,6 +45,8 @@ class CallTimings:
             return None
         timing = CallTiming(self.clock_ns(), marker)
         self.calls[marker] = timing
+        if isinstance(body, dict):
+            self.bodies[marker] = {k: v for k, v in body.items() if k != "messages"}
         return timing
 
     def first_token(self, timing: CallTiming | None) -> None:
@@ -60,3 +65,4 @@ class CallTimings:
     def reset(self) -> None:
         self.calls.clear()
         self.served.clear()
+        self.bodies.clear()
