@@ -232,7 +232,7 @@ def test_reserved_params_are_refused(name: str) -> None:
 @pytest.mark.parametrize(
     ("params", "problem"),
     [
-        ({"best_of": "2"}, "not a supported parameter"),
+        ({"stream_options": "{}"}, "not a supported parameter"),
         ({"n": "0"}, "out of its bounds"),
         ({"n": str(limits.MAX_CHOICES + 1)}, "out of its bounds"),
         ({"n": '"2"'}, "out of its bounds"),
