@@ -63,6 +63,7 @@ class OutcomeBuilder:
             finish_reason=completion.finish_reason,
             system_fingerprint=completion.system_fingerprint,
             tool_calls=completion.tool_calls,
+            embeddings=completion.embeddings,
         )
 
     def expired(self, request: InferenceRequest, model: str, *, now_ms: int) -> InferenceResult:

@@ -112,3 +112,17 @@ SYSTEM_FINGERPRINT_PATTERN = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 # reasoning_tokens...), at most this many per map, each named like an identifier.
 MAX_TOKEN_DETAILS = 16
 TOKEN_DETAIL_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+# Embeddings (``POST /v1/embeddings``; `inferq.messaging.embedding_rules` applies these, at ingest
+# and in the dispatcher). OpenAI's own limit on the inputs of one request.
+MAX_EMBEDDING_INPUTS = 2_048
+# One input's characters: about 8,192 tokens, what OpenAI's embedding models take.
+MAX_EMBEDDING_INPUT_CHARS = 32_768
+# `dimensions`: text-embedding-3-large has 3,072; room for larger models.
+MAX_EMBEDDING_DIMENSIONS = 4_096
+# The vectors of one result, in bytes of Avro floats (inputs x dimensions x 4): well under a reply
+# topic's record limit (1 MB by default), with room for the result's other fields. A request whose
+# vectors could not fit is refused before it is queued; vectors from the backend over it fail it.
+MAX_EMBEDDING_RESULT_BYTES = 600_000
+# The dimensions a request that names none is counted with: OpenAI's text-embedding-3-small.
+ASSUMED_EMBEDDING_DIMENSIONS = 1_536

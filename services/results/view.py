@@ -9,8 +9,8 @@ from inferq.messaging.records import InferenceResult
 
 def public_view(result: InferenceResult) -> dict[str, Any]:
     """The outcome and its timings in milliseconds; output, error, usage (with the backend's token
-    details), finish_reason, system_fingerprint and the assistant's tool_calls (OpenAI's list) only when
-    present."""
+    details), finish_reason, system_fingerprint, the assistant's tool_calls (OpenAI's list) and an embedding
+    request's vectors (`embeddings`, one list of floats per input, in order) only when present."""
     dispatched = result.dispatched_at_ms
     view: dict[str, Any] = {
         "request_id": result.request_id,
@@ -40,4 +40,6 @@ def public_view(result: InferenceResult) -> dict[str, Any]:
     calls = result.openai_tool_calls()
     if calls is not None:
         view["tool_calls"] = calls
+    if result.embeddings is not None:
+        view["embeddings"] = [list(vector) for vector in result.embeddings]
     return view

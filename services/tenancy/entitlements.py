@@ -15,7 +15,7 @@ becomes: no I/O, no clock, no logging; the same input always gives the same `Ver
   record to the dead-letter topic with them and answers FAILED (``services/dispatcher/tenant_check.py``).
 - Narrowed (`Verdict.narrowed` names each): a tier above `max_tier` becomes `max_tier` (the
   record's `tier`, hence its topic at ingest); a tenant with a `max_tokens` cap that sets none gets
-  the cap. A refused request is never narrowed.
+  the cap (not an embedding request: it has no completion). A refused request is never narrowed.
 
 It does not check the global rules (field bounds in `inferq.messaging.limits`, the reply-topic
 rule in `inferq.messaging.reply_topics`): those run first, for every tenant, and answer 422.
@@ -108,7 +108,8 @@ def apply_entitlements(
         tier = e.max_tier
         narrowed.append("tier")
     cap = e.params.get("max_tokens")
-    if cap is not None and "max_tokens" not in params:
+    # An embedding has no completion to cap (and takes no params).
+    if cap is not None and "max_tokens" not in params and not request.is_embedding:
         params = params | {"max_tokens": json.dumps(int(cap))}
         narrowed.append("params.max_tokens")
     if not narrowed:
