@@ -14,8 +14,8 @@ import pytest
 from openai.types import CreateEmbeddingResponse
 
 from inferq.messaging import limits
-from inferq.tools.stack.pipeline import Pipeline
 from inferq.tools.simbackend.embeddings import DEFAULT_DIMENSIONS, vector
+from inferq.tools.stack.pipeline import Pipeline
 from tests.e2e.test_openai_sdk import ACME, BETA, pipeline, sdk, stored
 
 __all__ = ["pipeline"]  # the module's pipeline fixture, shared, not copied

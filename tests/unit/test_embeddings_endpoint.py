@@ -39,7 +39,11 @@ async def test_the_sdk_gets_the_vectors_of_its_texts_and_the_record_carries_them
         response = await embedded(
             svc,
             client.embeddings.create(
-                model="inferq", input=["a memory", "another"], dimensions=3, encoding_format="float", user="u1"
+                model="inferq",
+                input=["a memory", "another"],
+                dimensions=3,
+                encoding_format="float",
+                user="u1",
             ),
         )
         assert isinstance(response, CreateEmbeddingResponse)
