@@ -13,6 +13,12 @@ assembled, is returned at the end with the usage. A stream that ends without ``[
 connection dropped, the server died) or carries an `error` object is a retriable `BackendError`;
 whether a retry is still allowed once tokens went out is the caller's rule (`execution.py`).
 
+`embed` calls ``POST /embeddings`` with an embedding request's texts (``encoding_format: float``,
+`dimensions` when asked); its vectors are checked (`embedding_rules.vectors_problem`: one per text,
+finite 32-bit floats, one width, the dimensions asked, within a result's bytes) before they go into
+the `Completion`: vectors that fail are a `BackendError` naming the problem, never a value, not
+retried (a backend that answers so answers so again).
+
 Failures become `BackendError` with `retriable` set by one rule
 (docs/architecture.md, "Retries"): timeouts, connection errors, 429 and 5xx may be retried; other 4xx may not.
 
@@ -44,6 +50,7 @@ from inferq.dispatcher import answer_facts
 from inferq.dispatcher.deltas import StreamDelta
 from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.stream_reader import StreamReader, sse_data
+from inferq.messaging import embedding_rules
 from inferq.messaging.records import Choice, TokenDetails
 
 
@@ -67,6 +74,8 @@ class Completion:
     # Every choice of the answer (the fields above are the first's), with its refusal and
     # logprobs; empty: the fields above are the one choice.
     choices: tuple[Choice, ...] = ()
+    # An embedding call's vectors, one per input in order (checked); None for a chat call.
+    embeddings: tuple[tuple[float, ...], ...] | None = None
 
 
 class Backend(Protocol):
@@ -93,12 +102,20 @@ class Backend(Protocol):
         `BackendError` when it fails, before or after pieces went to `on_delta`."""
         ...
 
+    async def embed(
+        self, model: str, inputs: list[str], dimensions: int | None, *, timeout_s: float
+    ) -> Completion:
+        """One embeddings call bounded by `timeout_s`: the vectors of `inputs` (checked, in order) in
+        the completion's `embeddings`, its usage the prompt's; `BackendError` when it fails."""
+        ...
+
     async def close(self) -> None: ...
 
 
 class ChatBackend:
     def __init__(self, base_url: str, *, api_key: str | None, max_connections: int) -> None:
         self._url = f"{base_url.rstrip('/')}/chat/completions"
+        self._embeddings_url = f"{base_url.rstrip('/')}/embeddings"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
@@ -165,6 +182,45 @@ class ChatBackend:
                 f"backend answered 200 with an unreadable body ({type(exc).__name__})", retriable=True
             ) from exc
 
+    async def embed(
+        self, model: str, inputs: list[str], dimensions: int | None, *, timeout_s: float
+    ) -> Completion:
+        payload: dict[str, Any] = {"model": model, "input": inputs, "encoding_format": "float"}
+        if dimensions is not None:
+            payload["dimensions"] = dimensions
+        with _call_errors(timeout_s):
+            async with self._client().post(
+                self._embeddings_url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as response:
+                status, text = response.status, await response.text()
+                retry_after = response.headers.get("retry-after")
+                rate = rate_headers(response.headers)
+        if status != 200:
+            raise _status_error(status, text, retry_after, rate)
+        try:
+            body = json.loads(text)
+            usage = body.get("usage") or {}
+            vectors = _vectors(body["data"], len(inputs))
+            prompt_tokens = int(usage.get("prompt_tokens", 0))
+            total_tokens = int(usage.get("total_tokens", prompt_tokens))
+            model_answered = answer_facts.model(body.get("model"), asked=model)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise BackendError(
+                f"backend answered 200 with an unreadable body ({type(exc).__name__})", retriable=True
+            ) from exc
+        problem = embedding_rules.vectors_problem(vectors, inputs=len(inputs), dimensions=dimensions)
+        if problem is not None:
+            raise BackendError(f"backend answered unusable vectors ({problem})", retriable=False)
+        return Completion(
+            output="",
+            model=model_answered,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=0,
+            total_tokens=total_tokens,
+            rate_headers=rate,
+            embeddings=tuple(tuple(float(v) for v in vector) for vector in vectors),
+        )
+
     async def stream(
         self,
         model: str,
@@ -224,6 +280,22 @@ def _choices_asked(params: Mapping[str, Any]) -> int:
     """How many choices the request asked for (`n`, checked when the request was read)."""
     n = params.get("n", 1)
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+
+def _vectors(data: Any, inputs: int) -> list[Any]:
+    """The `embedding` of each item of the backend's `data`, in the order of their `index` (each
+    0..inputs-1, once; any other is an unreadable body: `ValueError`, `KeyError`, `TypeError`)."""
+    if not isinstance(data, list) or len(data) != inputs:
+        raise ValueError("data is not one item per input")
+    vectors: list[Any] = [None] * inputs
+    for item in data:
+        index = item["index"]
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < inputs:
+            raise ValueError("an item's index is out of range")
+        if vectors[index] is not None:
+            raise ValueError("two items of one index")
+        vectors[index] = item["embedding"]
+    return vectors
 
 
 def _streamed(reader: StreamReader, model: str, rate: Mapping[str, str], *, asked: int) -> Completion:

@@ -14,6 +14,9 @@ the backend allows (a 429, and the adaptive budget cut for it). The call goes on
 `backend_timeout_s` has passed since it started, whichever is first; shutdown cancels it at the end
 of the drain, and the token comes back then.
 
+An embedding request (its `embedding_input` set) is called with the backend's `embed`, and its
+checked vectors go into its OK result; its token, budget, deadline and retries are a chat call's.
+
 A request with `stream` set is called with streaming on; its pieces go to the reply topic as chunks
 (``streaming.py``) before its result. Once a chunk is out, a failure is terminal (FAILED, "failed
 mid-stream after N chunks"), never retried: a caller must not see the same tokens twice.
@@ -209,6 +212,10 @@ class Execution:
     ) -> Completion:
         """The backend call: streamed into `stream` (its flusher running meanwhile) when there is one;
         once the deadline has `cut` the call, the pieces still arriving are dropped."""
+        request = work.request
+        if request.embedding_input is not None:
+            inputs = list(request.embedding_input)
+            return await route.backend.embed(model, inputs, request.embedding_dimensions, timeout_s=timeout_s)
         if stream is None:
             return await route.backend.complete(
                 model, work.request.openai_messages(), work.params, timeout_s=timeout_s

@@ -49,7 +49,8 @@ class OutcomeBuilder:
             completed_at_ms=now_ms,
             attempts=request.attempt,
             dispatcher_id=self.dispatcher_id,
-            output=completion.output,
+            # An embedding's answer is its vectors: no text.
+            output=completion.output if completion.embeddings is None else None,
             usage=Usage(
                 completion.prompt_tokens,
                 completion.completion_tokens,
@@ -64,6 +65,7 @@ class OutcomeBuilder:
             system_fingerprint=completion.system_fingerprint,
             tool_calls=completion.tool_calls,
             choices=recorded_choices(completion.choices),
+            embeddings=completion.embeddings,
         )
 
     def expired(self, request: InferenceRequest, model: str, *, now_ms: int) -> InferenceResult:

@@ -28,6 +28,12 @@ directly"), so every decoded request passes these rules before it is queued, wit
   `tool_choice`, `parallel_tool_calls` and `response_format`, `tool_rules`'; `top_logprobs`
   without `logprobs` true).
 
+An embedding request (`embedding_input` set) has no messages: its texts and `dimensions` obey
+`embedding_rules` (how many texts, how long each, the dimensions, the bytes of the vectors asked
+for), as ingest refuses them with 400. No texts at all is poison (nothing a caller could have
+meant, as no messages); a record with both texts and messages, `params` or `stream` is refused
+(neither API writes one), and so are texts or dimensions out of bounds.
+
 Params: refused rather than the key dropped. Dropping would run a different request than the one
 asked for (and bill it), silently; a refusal says which key, and ingest refuses the same key with
 422 before it is ever written.
@@ -48,7 +54,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from inferq.dispatcher.errors import RefusedRequestError
-from inferq.messaging import limits, param_rules, tool_rules
+from inferq.messaging import embedding_rules, limits, param_rules, tool_rules
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.reply_topics import is_allowed_reply_topic
@@ -91,7 +97,9 @@ class RecordRules:
         # fullmatch: the pattern's `$` would let a trailing newline through with `match`.
         if not limits.ID_PATTERN.fullmatch(request.request_id):
             raise DecodeError(f"request_id {shown(request.request_id)} is not an id", raw_size=raw_size)
-        if not request.messages:
+        if request.embedding_input is not None and not request.embedding_input:
+            raise DecodeError("embedding_input is empty: nothing to send to the LLM", raw_size=raw_size)
+        if not request.messages and request.embedding_input is None:
             raise DecodeError("messages is empty: nothing to send to the LLM", raw_size=raw_size)
         values, too_large = _json_values(request.params, raw_size)
         request, tier, clamped = self._clamped(request, source_topic, now_ms)
@@ -114,7 +122,7 @@ class RecordRules:
                 tier=tier,
                 reply_topic=reply,
             )
-        problem = _string_problem(request) or _messages_problem(request)
+        problem = _string_problem(request) or _messages_problem(request) or _embedding_problem(request)
         if problem is not None:
             raise refused(problem)
         params, problem = _params(values)
@@ -199,6 +207,17 @@ def _messages_problem(request: InferenceRequest) -> str | None:
         if problem is not None:
             return f"messages[{index}].{problem}"
     return None
+
+
+def _embedding_problem(request: InferenceRequest) -> str | None:
+    """`embedding_rules`' bounds of an embedding request, which carries nothing else for the backend."""
+    texts, dimensions = request.embedding_input, request.embedding_dimensions
+    if texts is None:
+        return None if dimensions is None else "embedding_dimensions is only allowed with embedding_input"
+    if request.messages or request.params or request.stream:
+        return "an embedding request carries no messages, params or stream"
+    problem = embedding_rules.request_problem(texts, dimensions)
+    return None if problem is None else f"embedding request: {problem}"
 
 
 def _tool_fields_problem(message: ChatMessage) -> str | None:

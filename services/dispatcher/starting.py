@@ -26,7 +26,7 @@ from inferq.dispatcher.execution import Execution
 from inferq.dispatcher.models import ModelChoice
 from inferq.dispatcher.next_start import NextStart
 from inferq.dispatcher.parts import Budgets, CallPolicy, HeldBacklog, Instruments
-from inferq.dispatcher.rate_budget import Charge, estimate_tokens
+from inferq.dispatcher.rate_budget import CHARS_PER_TOKEN, Charge, estimate_tokens
 from inferq.dispatcher.rate_ledger import RateLedger
 from inferq.dispatcher.routing import Route
 from inferq.dispatcher.work import Work
@@ -173,7 +173,13 @@ def request_cost(work: Work) -> int:
     """A request's tokens before its call: its record's `estimated_tokens`, else its prompt's
     characters / 4 plus its `max_tokens` (``max_completion_tokens``) for each of its `n` choices.
     The prompt is the messages' text and their `tool_calls`, the tool definitions and the response
-    format (its schema), as the backend receives them."""
+    format (its schema), as the backend receives them. An embedding's cost is its texts' characters
+    / 4 (it has no completion tokens)."""
+    texts, estimated = work.request.embedding_input, work.request.estimated_tokens
+    if texts is not None:
+        if estimated is not None and estimated > 0:
+            return estimated
+        return max(1, sum(-(-len(text) // CHARS_PER_TOKEN) for text in texts))
     prompt_chars = [len(m.content) + len(m.tool_calls or "") for m in work.request.messages]
     prompt_chars += [len(json.dumps(work.params[name])) for name in PROMPT_PARAMS if name in work.params]
     limit = work.params.get("max_tokens", work.params.get("max_completion_tokens"))

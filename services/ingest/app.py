@@ -51,6 +51,7 @@ from inferq.ingest.backlog import BacklogSource, KafkaBacklogReader
 from inferq.ingest.backlog_view import BacklogEndpoint
 from inferq.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
 from inferq.ingest.callbacks import CallbackCheck
+from inferq.ingest.chat.embeddings import EmbeddingLimits, EmbeddingsEndpoint
 from inferq.ingest.chat.endpoint import ChatCompletionsEndpoint, ChatLimits
 from inferq.ingest.idempotency import IdempotencyCache
 from inferq.ingest.json_guard import JsonGuard
@@ -102,6 +103,7 @@ class IngestParts:
     record_limit: RecordLimit
     tenants: TenantRegistry
     chat: ChatCompletionsEndpoint
+    embeddings: EmbeddingsEndpoint
     # None when no reply topic is followed (tests with an injected producer): completions then wait
     # for nothing and end at their bound.
     follower: ReplyFollower | None
@@ -156,6 +158,7 @@ def bootstrap(
     follower = reply_follower(settings, follow_feed, hub, on_kafka=on_kafka)
     delivery = DeliveryMetrics(metrics_meter, hub, service="ingest")
     chat = chat_endpoint(settings, submit, hub, gate, follower, delivery, json_guard, clock_ms)
+    embeddings = embeddings_endpoint(settings, submit, hub, gate, follower, delivery, json_guard, clock_ms)
     return IngestParts(
         settings=settings,
         producer=producer,
@@ -167,6 +170,7 @@ def bootstrap(
         record_limit=record_limit,
         tenants=tenants,
         chat=chat,
+        embeddings=embeddings,
         follower=follower,
         readiness=topics_watch(settings, topics_check, on_kafka=on_kafka),
     )
@@ -320,6 +324,33 @@ def chat_endpoint(
     )
 
 
+def embeddings_endpoint(
+    settings: IngestSettings,
+    submit: SubmitEndpoint,
+    hub: WaiterHub,
+    gate: TenantGate,
+    follower: ReplyFollower | None,
+    delivery: DeliveryMetrics,
+    json_guard: JsonGuard,
+    clock_ms: Callable[[], int],
+) -> EmbeddingsEndpoint:
+    return EmbeddingsEndpoint(
+        submit,
+        hub,
+        gate,
+        following=(lambda: True) if follower is None else follower.ready.is_set,
+        delivery=delivery,
+        guard=json_guard,
+        clock_ms=clock_ms,
+        limits=EmbeddingLimits(
+            models=tuple(settings.embedding_models),
+            default_scenario=settings.embedding_default_scenario,
+            max_wait_s=settings.chat_max_wait_s,
+            grace_s=settings.chat_grace_s,
+        ),
+    )
+
+
 def topics_watch(
     settings: IngestSettings, topics_check: Callable[[], None] | None, *, on_kafka: bool
 ) -> TopicsWatch:
@@ -446,6 +477,7 @@ def asgi_app(parts: IngestParts, *, check_topics: bool, reload_on_sighup: bool) 
         routes=[
             Route("/v1/requests", parts.submit.handle, methods=["POST"]),
             Route("/v1/chat/completions", parts.chat.handle, methods=["POST"]),
+            Route("/v1/embeddings", parts.embeddings.handle, methods=["POST"]),
             Route("/v1/models", parts.chat.models, methods=["GET"]),
             Route("/v1/backlog", parts.backlog_view.handle, methods=["GET"]),
             Route("/healthz", health_endpoint(parts.follower), methods=["GET"]),

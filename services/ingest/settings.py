@@ -90,6 +90,11 @@ class IngestSettings(RenamingSettings):
     unset: the tier models (INFERQ_MODEL_FAST, INFERQ_MODEL_ACCURATE, INFERQ_MODEL_CHEAP)."""
     chat_default_scenario: str = Field(default="realtime_chat", min_length=1, max_length=64)
     """The scenario of a completion that names none (X-Inferq-Scenario, metadata.inferq_scenario)."""
+    embedding_default_scenario: str = Field(default="chat_embedding", min_length=1, max_length=64)
+    """The scenario of an embeddings request that names none (X-Inferq-Scenario): chat_embedding
+    (HIGH); memory_embedding is LOW."""
+    embedding_models: list[str] = Field(default=["text-embedding-3-small"], min_length=1, max_length=1_000)
+    """The models ``POST /v1/embeddings`` may name; "inferq" names the first."""
     chat_max_wait_s: float = Field(default=300.0, gt=0, le=3_600)
     """A completion's connection waits at most this long for its outcome (then 504, still queued)."""
     chat_grace_s: float = Field(default=5.0, ge=0, le=300)

@@ -216,3 +216,17 @@ MAX_LOGPROBS_CHARS = 262_144
 MAX_ANSWER_LOGPROBS_CHARS = 524_288
 # How deep a `logprobs` object nests: {"content": [{"top_logprobs": [{"bytes": [..]}]}]} is 5.
 MAX_LOGPROBS_DEPTH = 6
+
+# Embeddings (``POST /v1/embeddings``; `inferq.messaging.embedding_rules` applies these, at ingest
+# and in the dispatcher). OpenAI's own limit on the inputs of one request.
+MAX_EMBEDDING_INPUTS = 2_048
+# One input's characters: about 8,192 tokens, what OpenAI's embedding models take.
+MAX_EMBEDDING_INPUT_CHARS = 32_768
+# `dimensions`: text-embedding-3-large has 3,072; room for larger models.
+MAX_EMBEDDING_DIMENSIONS = 4_096
+# The vectors of one result, in bytes of Avro floats (inputs x dimensions x 4): well under a reply
+# topic's record limit (1 MB by default), with room for the result's other fields. A request whose
+# vectors could not fit is refused before it is queued; vectors from the backend over it fail it.
+MAX_EMBEDDING_RESULT_BYTES = 600_000
+# The dimensions a request that names none is counted with: OpenAI's text-embedding-3-small.
+ASSUMED_EMBEDDING_DIMENSIONS = 1_536

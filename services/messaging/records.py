@@ -102,6 +102,15 @@ class InferenceRequest:
     stream: bool = False
     # Where the outcome is POSTed as a signed webhook; None for none.
     callback_url: str | None = None
+    # An embedding request's texts (``POST /v1/embeddings``; its `messages` then empty); None for chat.
+    embedding_input: tuple[str, ...] | None = None
+    # The vectors' dimensions an embedding request asks for; None for the model's own.
+    embedding_dimensions: int | None = None
+
+    @property
+    def is_embedding(self) -> bool:
+        """Whether the backend is asked for vectors of `embedding_input` rather than a chat answer."""
+        return self.embedding_input is not None
 
     @property
     def key(self) -> bytes:
@@ -143,12 +152,15 @@ class InferenceRequest:
             "not_before_ms": self.not_before_ms,
             "stream": self.stream,
             "callback_url": self.callback_url,
+            "embedding_input": None if self.embedding_input is None else list(self.embedding_input),
+            "embedding_dimensions": self.embedding_dimensions,
         }
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> InferenceRequest:
         """From a decoded Avro record (the codec has checked every field's type)."""
         params = record.get("params")
+        embedding_input = record.get("embedding_input")
         return cls(
             request_id=record["request_id"],
             scenario=record["scenario"],
@@ -167,6 +179,8 @@ class InferenceRequest:
             not_before_ms=record.get("not_before_ms"),
             stream=record.get("stream", False),
             callback_url=record.get("callback_url"),
+            embedding_input=None if embedding_input is None else tuple(embedding_input),
+            embedding_dimensions=record.get("embedding_dimensions"),
         )
 
 
@@ -333,6 +347,8 @@ class InferenceResult:
     # Every choice of the answer when the fields above (the first choice's) do not say it all (n > 1,
     # a refusal, logprobs); None: one choice, theirs (`recorded_choices`).
     choices: tuple[Choice, ...] | None = None
+    # An embedding request's vectors, one per input in order (checked by the dispatcher); None for chat.
+    embeddings: tuple[tuple[float, ...], ...] | None = None
 
     def openai_tool_calls(self) -> list[Any] | None:
         """The tool calls as OpenAI's list; None for none (or, never written so, not a JSON list)."""
@@ -375,12 +391,14 @@ class InferenceResult:
             "system_fingerprint": self.system_fingerprint,
             "tool_calls": self.tool_calls,
             "choices": None if self.choices is None else [c.to_record() for c in self.choices],
+            "embeddings": None if self.embeddings is None else [list(v) for v in self.embeddings],
         }
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> InferenceResult:
         usage = record.get("usage")
         choices = record.get("choices")
+        embeddings = record.get("embeddings")
         return cls(
             request_id=record["request_id"],
             tier=Tier(record["tier"]),
@@ -400,6 +418,7 @@ class InferenceResult:
             system_fingerprint=record.get("system_fingerprint"),
             tool_calls=record.get("tool_calls"),
             choices=None if choices is None else tuple(Choice.from_record(c) for c in choices),
+            embeddings=None if embeddings is None else tuple(tuple(v) for v in embeddings),
         )
 
 

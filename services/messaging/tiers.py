@@ -1,7 +1,8 @@
 """Tiers, the scenario → tier map and each tier's deadline.
 
-Policy (docs/api.md, "The request"): realtime chat and any unknown scenario are HIGH (a user is waiting);
-emotion analysis never drops below MEDIUM; briefs and batch jobs are LOW. A producer may raise a
+Policy (docs/api.md, "The request"): realtime chat, chat-time embeddings and any unknown scenario are
+HIGH (a user is waiting); emotion analysis never drops below MEDIUM; briefs, batch jobs and memories
+embedded in bulk are LOW. A producer may raise a
 request's tier explicitly (a paid "express" request), never lower emotion analysis below MEDIUM.
 """
 
@@ -38,6 +39,10 @@ DEFAULT_SCENARIO_TIERS: Mapping[str, Tier] = MappingProxyType(
         "schedule_plan": Tier.MEDIUM,
         "morning_brief": Tier.LOW,
         "batch": Tier.LOW,
+        # Embeddings (``POST /v1/embeddings``): a memory looked up while a user waits, and a
+        # companion's memories embedded in bulk.
+        "chat_embedding": Tier.HIGH,
+        "memory_embedding": Tier.LOW,
     }
 )
 

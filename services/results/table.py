@@ -9,7 +9,9 @@ same id are two rows, and neither can read or shadow the other's.
 A database written before tenants (its key: request_id alone) is migrated when opened: its rows
 are copied, in one transaction, into the new table under tenant ``default`` (what every request
 was before a tenants file existed). One written before results carried `finish_reason`,
-`system_fingerprint`, `tool_calls` and `choices` (JSON, as usage) gains those columns, NULL in its rows.
+`system_fingerprint`, `tool_calls`, `choices` (JSON, as usage) and `embeddings` gains those
+columns, NULL in its rows. An embedding result's vectors are one BLOB: their count and width, then
+the 32-bit floats, little-endian (what the result record carries, a quarter of their JSON).
 
 The table is bounded two ways: by age (`purge` deletes results stored before a cut-off, and `get`
 does not serve them even before the purge ran) and by count (`max_rows`: past it, the results
@@ -30,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -57,6 +60,7 @@ CREATE TABLE IF NOT EXISTS {name} (
     system_fingerprint TEXT,
     tool_calls TEXT,
     choices TEXT,
+    embeddings BLOB,
     stored_at_ms INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, request_id)
 )
@@ -81,6 +85,7 @@ _COLUMNS = (
     "system_fingerprint",
     "tool_calls",
     "choices",
+    "embeddings",
     "stored_at_ms",
 )
 _INSERT = (
@@ -177,6 +182,8 @@ class ResultsTable:
             for column in ("finish_reason", "system_fingerprint", "tool_calls", "choices"):
                 if column not in columns:
                     self._db.execute(f"ALTER TABLE results ADD COLUMN {column} TEXT")
+            if "embeddings" not in columns:
+                self._db.execute("ALTER TABLE results ADD COLUMN embeddings BLOB")
 
     def _key_by_tenant(self) -> None:
         # A database written before tenants: SQLite cannot change a primary key in place, so the
@@ -227,6 +234,7 @@ class ResultsTable:
                 row[_COLUMNS.index("usage")] = json.dumps(record["usage"]) if record["usage"] else None
                 choices = record["choices"]
                 row[_COLUMNS.index("choices")] = None if choices is None else json.dumps(choices)
+                row[_COLUMNS.index("embeddings")] = packed_vectors(result.embeddings)
                 cursor = self._db.execute(_INSERT, row)
                 if cursor.rowcount == 1:
                     stored += 1
@@ -259,6 +267,7 @@ class ResultsTable:
         record = {c: row[c] for c in _RECORD_COLUMNS}
         record["usage"] = json.loads(record["usage"]) if record["usage"] else None
         record["choices"] = json.loads(record["choices"]) if record["choices"] else None
+        record["embeddings"] = unpacked_vectors(record["embeddings"])
         return InferenceResult.from_record(record)
 
     def purge(self, *, stored_before_ms: int) -> tuple[int, int]:
@@ -300,6 +309,27 @@ class ResultsTable:
         ).rowcount
         self._rows -= evicted
         return evicted
+
+
+_SHAPE = struct.Struct("<II")
+
+
+def packed_vectors(vectors: Sequence[Sequence[float]] | None) -> bytes | None:
+    """Vectors as the table keeps them: their count and width, then their 32-bit floats."""
+    if vectors is None:
+        return None
+    width = len(vectors[0]) if vectors else 0
+    values = [value for vector in vectors for value in vector]
+    return _SHAPE.pack(len(vectors), width) + struct.pack(f"<{len(values)}f", *values)
+
+
+def unpacked_vectors(blob: bytes | None) -> list[list[float]] | None:
+    """`packed_vectors`' vectors back (None for a row with none)."""
+    if blob is None:
+        return None
+    count, width = _SHAPE.unpack_from(blob)
+    values = struct.unpack_from(f"<{count * width}f", blob, _SHAPE.size)
+    return [list(values[i * width : (i + 1) * width]) for i in range(count)]
 
 
 def stored_positions(db: sqlite3.Connection) -> dict[ReplyPartition, int]:

@@ -11,7 +11,8 @@ def public_view(result: InferenceResult) -> dict[str, Any]:
     """The outcome and its timings in milliseconds; output, error, usage (with the backend's token
     details), finish_reason, system_fingerprint and the assistant's tool_calls (OpenAI's list) only when
     present, all of them the first choice's; `choices`, every choice, when the answer has more than
-    those say (n > 1, a refusal, logprobs)."""
+    those say (n > 1, a refusal, logprobs); an embedding request's vectors (`embeddings`, one list
+    of floats per input, in order) when present."""
     dispatched = result.dispatched_at_ms
     view: dict[str, Any] = {
         "request_id": result.request_id,
@@ -43,6 +44,8 @@ def public_view(result: InferenceResult) -> dict[str, Any]:
         view["tool_calls"] = calls
     if result.choices is not None:
         view["choices"] = [_choice(choice) for choice in result.choices]
+    if result.embeddings is not None:
+        view["embeddings"] = [list(vector) for vector in result.embeddings]
     return view
 
 

@@ -17,7 +17,8 @@ becomes: no I/O, no clock, no logging; the same input always gives the same `Ver
   (``services/dispatcher/tenant_check.py``).
 - Narrowed (`Verdict.narrowed` names each): a tier above `max_tier` becomes `max_tier` (the
   record's `tier`, hence its topic at ingest); a tenant with a `max_tokens` cap that sets neither
-  `max_tokens` nor `max_completion_tokens` gets the cap as `max_tokens`. A refused request is never narrowed.
+  `max_tokens` nor `max_completion_tokens` gets the cap as `max_tokens` (not an embedding request:
+  it has no completion). A refused request is never narrowed.
 
 It does not check the global rules (field bounds in `inferq.messaging.limits`, the reply-topic
 rule in `inferq.messaging.reply_topics`): those run first, for every tenant, and answer 422.
@@ -111,7 +112,12 @@ def apply_entitlements(
         tier = e.max_tier
         narrowed.append("tier")
     cap = e.params.get("max_tokens")
-    if cap is not None and "max_tokens" not in params and "max_completion_tokens" not in params:
+    # An embedding has no completion to cap (and takes no params).
+    if (
+        cap is not None
+        and not {"max_tokens", "max_completion_tokens"} & set(params)
+        and not request.is_embedding
+    ):
         params = params | {"max_tokens": json.dumps(int(cap))}
         narrowed.append("params.max_tokens")
     if not narrowed:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import KafkaError
@@ -293,6 +293,19 @@ class HeldBackend:
             raise self.failure
         return Completion(
             output=self.output, model=model, prompt_tokens=1, completion_tokens=1, total_tokens=2
+        )
+
+    async def embed(
+        self, model: str, inputs: list[str], dimensions: int | None, *, timeout_s: float
+    ) -> Completion:
+        """Vectors of `dimensions` (2 when None) values, each the input's length and its place."""
+        completion = await self.complete(
+            model, [{"role": "user", "content": t} for t in inputs], {}, timeout_s=timeout_s
+        )
+        width = dimensions or 2
+        vectors = tuple(tuple(float(len(t) + d) for d in range(width)) for t in inputs)
+        return replace(
+            completion, output="", completion_tokens=0, total_tokens=len(inputs), embeddings=vectors
         )
 
     async def stream(

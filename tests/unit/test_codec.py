@@ -61,6 +61,8 @@ def a_record(**overrides):
         "not_before_ms": None,
         "stream": False,
         "callback_url": None,
+        "embedding_input": None,
+        "embedding_dimensions": None,
     }
     record.update(overrides)
     return record
@@ -110,6 +112,7 @@ def test_result_round_trip():
         "system_fingerprint": None,
         "tool_calls": None,
         "choices": None,
+        "embeddings": None,
     }
     result = InferenceResult.from_record(record)
     assert codec.decode(codec.encode(result)) == result
@@ -237,7 +240,7 @@ def test_a_result_written_before_tenants_decodes_as_tenant_default():
 
 def test_a_request_written_before_streaming_decodes_without_stream_or_callback():
     """A producer not yet upgraded writes request v1: the dispatcher reads it as not streamed."""
-    v1, _v2 = earlier_schemas("inference_request")
+    v1, *_later = earlier_schemas("inference_request")
     assert {"stream", "callback_url"}.isdisjoint(f["name"] for f in v1["fields"])
     old = a_record(messages=[{"role": "user", "content": "hi"}])
     del old["stream"], old["callback_url"]
@@ -299,7 +302,7 @@ def test_a_result_keeps_its_webhook_and_one_written_before_webhooks_has_none():
 def test_a_result_keeps_what_the_backend_said_and_one_written_before_has_none():
     """v4 carries the finish reason, the fingerprint and the usage's details; a v3 record (a
     dispatcher not yet upgraded) still reads, with none of them."""
-    v3 = earlier_schemas("inference_result")[2]
+    _v1, _v2, v3, *_later = earlier_schemas("inference_result")
     assert {"finish_reason", "system_fingerprint"}.isdisjoint(f["name"] for f in v3["fields"])
     old_record = V1_RESULT | {
         "output": "cut sh",
@@ -358,7 +361,7 @@ CALLS = '[{"id":"call_1","type":"function","function":{"name":"lookup","argument
 def test_a_request_keeps_its_tool_calls_and_one_written_before_tools_has_none():
     """v3 messages carry an assistant's tool calls, a tool answer's call id and a name; a v2 record
     (a producer not yet upgraded) still reads, its messages with none of them."""
-    _v1, v2 = earlier_schemas("inference_request")
+    _v1, v2, *_later = earlier_schemas("inference_request")
     message_fields = next(f for f in v2["fields"] if f["name"] == "messages")["type"]["items"]["fields"]
     assert [f["name"] for f in message_fields] == ["role", "content"]
     old = a_record(messages=[{"role": "user", "content": "hi"}])
@@ -381,7 +384,7 @@ def test_a_request_keeps_its_tool_calls_and_one_written_before_tools_has_none():
 
 
 def test_a_result_keeps_its_tool_calls_and_a_v4_one_reads_with_none():
-    v4 = earlier_schemas("inference_result")[3]
+    _v1, _v2, _v3, v4, *_later = earlier_schemas("inference_result")
     assert "tool_calls" not in {f["name"] for f in v4["fields"]}
     old_record = {
         "request_id": "r-1",

@@ -156,6 +156,7 @@ def test_a_result_has_the_fields_the_document_says():
         "error": "e",
         "finish_reason": "length",
         "system_fingerprint": "fp_1",
+        "embeddings": [[0.5, -0.25]],
         "usage": {
             "prompt_tokens": 1,
             "completion_tokens": 2,

@@ -10,8 +10,8 @@ never calls a caller's endpoint). So the fast path reads three short string
 lengths, two 6-byte varints and one byte, and splices new bytes in front of the untouched tail
 (~2 µs). Anything unusual takes the slow, exact path: another writer schema version, a string of
 64 bytes or more (2-byte length), a timestamp whose varint is not 6 bytes (before 1974 or after
-2039), an attempt over 63, a `not_before_ms` set (a retry record), a streamed request or a
-`callback_url`.
+2039), an attempt over 63, a `not_before_ms` set (a retry record), a streamed request, a
+`callback_url` or an embedding request.
 """
 
 from __future__ import annotations
@@ -105,11 +105,12 @@ class Rewriter:
             except IndexError:
                 return slow(raw, now_ms)
             v = from_bytes(raw[q + 1 : q + 1 + _VARINTS], "little")
-            # The record ends params, not_before_ms, stream, callback_url. raw[-4:] is 00 00 00 00 exactly
-            # when not_before_ms and callback_url are null and stream is false: params ends in a 0
-            # (null, or a map's end), a null union branch and `false` are a 0, a set not_before_ms ends
-            # 02 00 (zero) or a non-zero byte, and a set callback_url ends in its last character.
-            if (n | a | b | c) & 0x80 or (v & _MASK) != _SHAPE or any(raw[-4:]) or raw[:10] != header:
+            # The record ends params, not_before_ms, stream, callback_url, embedding_input,
+            # embedding_dimensions. raw[-6:] is six 00 bytes exactly when the last five are null or
+            # false: params ends in a 0 (null, or a map's end), a null union branch and `false` are a
+            # 0, a set not_before_ms ends 02 00 (zero) or a non-zero byte, a set callback_url ends in
+            # its last character, and a set embedding_input or embedding_dimensions has its 02 branch.
+            if (n | a | b | c) & 0x80 or (v & _MASK) != _SHAPE or any(raw[-6:]) or raw[:10] != header:
                 return slow(raw, now_ms)
             if wanted is not None and raw[s0:q] not in wanted:
                 return None

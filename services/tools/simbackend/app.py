@@ -6,6 +6,8 @@ Endpoints:
                                 on every answer, ``rate_limits.py``);
                                 with `stream: true`, `chat.completion.chunk` events ending `data: [DONE]`
                                 (`streaming.py`), some dropped mid-stream with `stream_drop_rate`
+    POST /v1/embeddings         OpenAI embeddings: deterministic vectors of the text (`embeddings.py`),
+                                with the same latency model, faults and rate limits as a completion
     GET  /stats                 counters, concurrency and current faults
     GET  /timings               per marked call, when it was received, streamed its first token and
                                 finished (`timings.py`, for the delivery benchmark), and how many
@@ -37,6 +39,7 @@ from starlette.routing import Route
 
 from inferq.tools.simbackend.backend import Rejected, SimBackend
 from inferq.tools.simbackend.choices import completion
+from inferq.tools.simbackend.embeddings import EmbeddingRequest, embedding_response
 from inferq.tools.simbackend.latency_model import LatencyModel
 from inferq.tools.simbackend.protocol import (
     OUTAGE,
@@ -130,6 +133,39 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         timings.done(timing)
         return response
 
+    async def embeddings(request: Request) -> Response:
+        if not _authorized(request, settings.api_key):
+            return answer_error(UNAUTHORIZED, None)
+        parsed = parse(EmbeddingRequest, await request.body())
+        if isinstance(parsed, ApiError):
+            return answer_error(parsed, None)
+        model, tokens = parsed.model, parsed.prompt_tokens()
+        minute = minute_of(model)
+        refusal = minute.refusal(tokens) if minute.enabled else None
+        if refusal is not None:
+            wait_s = minute.retry_after_s(tokens)
+            error = minute_limit_reached(refusal, minute.rpm if refusal == "requests" else minute.tpm, wait_s)
+            backend.stats.record(429, model)
+            backend.stats.rate_limited += 1
+            return JSONResponse(
+                error.body(), status_code=429, headers={**minute.headers(), "retry-after": str(wait_s)}
+            )
+        decision = backend.admit(model)
+        if isinstance(decision, Rejected):
+            if decision.reason == "outage":
+                return answer_error(OUTAGE, model)
+            return answer_error(rate_limited(settings.limit, settings.retry_after_s), model)
+        if minute.enabled:
+            minute.count(tokens)
+        try:
+            await sleep(decision.latency_s)
+        finally:
+            backend.release()
+        if decision.status != 200:
+            return answer_error(SERVER_ERROR if decision.status == 500 else UNAVAILABLE, model)
+        backend.stats.record(200, model)
+        return JSONResponse(embedding_response(parsed), headers=minute.headers())
+
     def streamed(
         parsed: ChatCompletionRequest,
         latency_s: float,
@@ -204,6 +240,7 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
     return Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
             Route("/stats", stats, methods=["GET"]),
             Route("/timings", get_timings, methods=["GET"]),
             Route("/received/{marker}", get_received, methods=["GET"]),
