@@ -360,6 +360,33 @@ def test_logprobs_with_top_logprobs_reach_the_sdk(pipeline: Pipeline) -> None:
     )
 
 
+def test_n_2_with_logprobs_streamed_gives_each_choice_by_its_index_and_the_result_holds_both(
+    pipeline: Pipeline,
+) -> None:
+    """Streamed through the queue: each chunk names its choice, each choice ends with its own
+    finish_reason and carries its tokens' logprobs, and the stored result is the sync answer's."""
+    client = sdk(pipeline)
+    asked: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello ther"}]
+    fields: dict[str, Any] = {"n": 2, "max_tokens": 6, "logprobs": True, "top_logprobs": 2}
+    with client.chat.completions.create(model="inferq", messages=asked, stream=True, **fields) as stream:
+        chunks = list(stream)
+    sync = client.chat.completions.create(model="inferq", messages=asked, **fields)
+    client.close()
+    for chunk in chunks:
+        ChatCompletionChunk.model_validate(chunk.model_dump(exclude_unset=True))
+    for index, answer in enumerate(sync.choices):
+        mine = [choice for chunk in chunks for choice in chunk.choices if choice.index == index]
+        assert "".join(c.delta.content or "" for c in mine) == answer.message.content
+        assert [c.finish_reason for c in mine if c.finish_reason] == [answer.finish_reason]
+        tokens = [t.token for c in mine if c.logprobs for t in c.logprobs.content or []]
+        assert answer.logprobs is not None and tokens == [t.token for t in answer.logprobs.content or []]
+    outcome = stored(pipeline, chunks[0].id, ACME).json()
+    assert [(c["index"], c["content"], c["finish_reason"]) for c in outcome["choices"]] == [
+        (c.index, c.message.content, c.finish_reason) for c in sync.choices
+    ]
+    assert all(c["logprobs"]["content"] for c in outcome["choices"])
+
+
 def test_a_refusal_reaches_the_sdk_with_no_content(pipeline: Pipeline) -> None:
     client = sdk(pipeline)
     refused = client.chat.completions.create(

@@ -578,7 +578,7 @@ def test_a_streamed_answer_is_openai_chunks_ending_with_done() -> None:
     assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
     assert len({c["id"] for c in chunks}) == 1
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {}, "finish_reason": "stop"}
+    assert chunks[-1]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
     assert text == plain.json()["choices"][0]["message"]["content"]
     tokens = [c for c in chunks[1:-1] if c["choices"][0]["delta"].get("content")]
@@ -829,6 +829,29 @@ def test_with_tools_a_stream_gives_the_call_in_openai_deltas_ending_tool_calls()
     # The same call as unstreamed.
     [call] = simulated({**body, "stream": False}).choices[0].message.tool_calls or []
     assert (first.id, arguments) == (call.id, call.function.arguments)
+
+
+def test_a_stream_of_two_choices_with_logprobs_interleaves_them_each_as_its_sync_answer() -> None:
+    body = {**HELLO, "n": 2, "logprobs": True, "top_logprobs": 2, "stream": True}
+
+    async def scenario() -> httpx.Response:
+        async with client_for(SimBackendSettings(), RecordingSleep()) as client:
+            return await client.post(CHAT, json=body)
+
+    response = run_async(scenario)
+    assert response.status_code == 200, response.text
+    chunks = [ChatCompletionChunk.model_validate(p) for p in sse_payloads(response.text)[:-1]]
+    unstreamed = simulated({**body, "stream": False})
+    for index in (0, 1):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == index]
+        assert "".join(c.delta.content or "" for c in mine) == unstreamed.choices[index].message.content
+        assert mine[-1].finish_reason == unstreamed.choices[index].finish_reason
+        entries = [e for c in mine if c.logprobs for e in c.logprobs.content or []]
+        sync = unstreamed.choices[index].logprobs
+        assert sync is not None and entries == sync.content
+    # Interleaved: the second choice's text starts before the first's ends.
+    order = [c.choices[0].index for c in chunks if c.choices and c.choices[0].delta.content]
+    assert order[:2] == [0, 1]
 
 
 def test_tool_choice_none_or_a_tool_answer_last_gets_text() -> None:

@@ -178,13 +178,14 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         backend.stats.record(200, parsed.model)
         plan = StreamPlan(latency_s, settings.stream_first_token_share, drop=drop)
         events = sse_events(
-            answer(parsed),
+            [answer(parsed, choice=i) for i in range(parsed.n)],
             plan,
             model=parsed.model,
             completion_id=f"chatcmpl-{uuid.uuid4().hex}",
             created_s=int(time.time()),
             include_usage=bool(parsed.stream_options and parsed.stream_options.include_usage),
             sleep=sleep,
+            top_logprobs=(parsed.top_logprobs or 0) if parsed.logprobs else None,
         )
 
         async def body() -> AsyncIterator[bytes]:

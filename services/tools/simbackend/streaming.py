@@ -11,7 +11,9 @@ tools streams each call in OpenAI's delta shape instead of text (a first piece w
 `index`, `id`, `type` and function `name`, then its `arguments` a token at a time), then ends with
 `finish_reason` "tool_calls"; with
 `stream_options.include_usage` a chunk with no choices and the usage (its details objects too),
-then ``data: [DONE]``; every chunk carries the `system_fingerprint`.
+then ``data: [DONE]``; every chunk carries the `system_fingerprint`. With `n` > 1 each choice
+(`choices.py`'s answers) streams its own chunks, interleaved token by token, each with its `index`;
+with `logprobs` each text token's chunk carries its `logprobs.content` entry (`choices.logprobs_of`).
 
 A dropped stream (the fault `stream_drop_rate`) sends half the tokens (at least one), then breaks
 the connection without the last chunk or ``[DONE]``, as a provider's load balancer cutting a long
@@ -22,10 +24,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from inferq.dispatcher.rate_budget import CHARS_PER_TOKEN
+from inferq.tools.simbackend.choices import logprobs_of
 from inferq.tools.simbackend.protocol import SYSTEM_FINGERPRINT, Answer
 
 DONE = b"data: [DONE]\n\n"
@@ -56,10 +59,16 @@ class StreamPlan:
         return max(1, tokens // 2) if self.drop and tokens else tokens
 
 
-def deltas(reply: Answer) -> list[dict[str, Any]]:
-    """The answer's deltas, one per token: its text, or its tool calls in OpenAI's delta shape."""
+def deltas(reply: Answer, top_logprobs: int | None = None) -> list[dict[str, Any]]:
+    """The answer's deltas, one per token: its text (with its `logprobs` entry when `top_logprobs`
+    is given), or its tool calls in OpenAI's delta shape. Each is a choice's `delta`, or with
+    logprobs a `{"delta", "logprobs"}` pair (see `_choice`)."""
     if not reply.tool_calls:
-        return [{"content": token} for token in reply.tokens()]
+        tokens = reply.tokens()
+        if top_logprobs is None:
+            return [{"content": token} for token in tokens]
+        entries = logprobs_of(tokens, top_logprobs)
+        return [{"content": t, "logprobs": {"content": [e]}} for t, e in zip(tokens, entries, strict=True)]
     out: list[dict[str, Any]] = []
     for index, call in enumerate(reply.tool_calls):
         function = call["function"]
@@ -77,7 +86,7 @@ def event(payload: dict[str, object]) -> bytes:
 
 
 async def sse_events(
-    reply: Answer,
+    replies: list[Answer],
     plan: StreamPlan,
     *,
     model: str,
@@ -85,11 +94,14 @@ async def sse_events(
     created_s: int,
     include_usage: bool,
     sleep: Callable[[float], Awaitable[None]],
+    top_logprobs: int | None = None,
 ) -> AsyncIterator[bytes]:
-    """The response body of a streamed call, paced by `sleep`."""
+    """The response body of a streamed call answering `replies` (one per choice), paced by `sleep`
+    (one pause per token of the longest choice); logprobs when `top_logprobs` is given."""
 
-    def chunk(delta: dict[str, Any], finish_reason: str | None) -> bytes:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+    def chunk(delta: dict[str, Any], finish_reason: str | None, index: int = 0) -> bytes:
+        logprobs = delta.pop("logprobs", None)
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
         return event(
             {
                 "id": completion_id,
@@ -101,17 +113,22 @@ async def sse_events(
             }
         )
 
-    tokens = deltas(reply)
-    sent = plan.tokens_sent(len(tokens))
-    yield chunk({"role": "assistant", "content": ""}, None)
-    for pause_s, token in zip(plan.pauses_s(len(tokens))[:sent], tokens[:sent], strict=True):
+    each = [deltas(reply, top_logprobs) for reply in replies]
+    steps = max(len(tokens) for tokens in each)
+    sent = plan.tokens_sent(steps)
+    for index in range(len(replies)):
+        yield chunk({"role": "assistant", "content": ""}, None, index)
+    for step, pause_s in enumerate(plan.pauses_s(steps)[:sent]):
         await sleep(pause_s)
-        yield chunk(token, None)
+        for index, tokens in enumerate(each):
+            if step < len(tokens):
+                yield chunk(dict(tokens[step]), None, index)
     if plan.drop:
-        raise StreamDroppedError(f"simulated drop after {sent} of {len(tokens)} tokens")
-    if not tokens:
+        raise StreamDroppedError(f"simulated drop after {sent} of {steps} tokens")
+    if not steps:
         await sleep(plan.latency_s)
-    yield chunk({}, reply.finish_reason)
+    for index, reply in enumerate(replies):
+        yield chunk({}, reply.finish_reason, index)
     if include_usage:
         usage = {
             "id": completion_id,
@@ -120,7 +137,7 @@ async def sse_events(
             "model": model,
             "system_fingerprint": SYSTEM_FINGERPRINT,
             "choices": [],
-            "usage": reply.usage(),
+            "usage": replace(replies[0], completion_tokens=sum(r.completion_tokens for r in replies)).usage(),
         }
         yield event(usage)
     yield DONE
