@@ -14,25 +14,16 @@ Its token cost, for the budget, is the dispatcher's to count (its texts' charact
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import replace
 
 from starlette.datastructures import Headers
 
 from inferq.ingest.chat.body import AUTO_MODEL, body_error
-from inferq.ingest.chat.errors import ChatBodyError, ModelNotFoundError
-from inferq.ingest.chat.record import (
-    HEADER_DEADLINE,
-    HEADER_PRIORITY,
-    HEADER_SCENARIO,
-    _Bounds,
-    _choice,
-    _rule,
-)
+from inferq.ingest.chat.errors import ModelNotFoundError
+from inferq.ingest.chat.routing import FieldChecks, asked_routing, session_key
 from inferq.ingest.record import RecordRules
-from inferq.ingest.validation import SubmitRequest, describe_errors
-from inferq.messaging import limits
+from inferq.ingest.validation import describe_errors
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.tiers import Tier
 
@@ -55,31 +46,17 @@ def embedding_record(
     """The record of an embeddings request (its texts already within `embedding_rules`), by `rules`
     for `tenant` within `max_tier` and `max_deadline_ms`; `ChatBodyError` (400) naming the header at
     fault, `ModelNotFoundError` (404) for a model not among `models`."""
-    sources: dict[str, str] = {}
-    scenario = _choice(headers, None, HEADER_SCENARIO, "", "scenario", sources)
-    priority = _choice(headers, None, HEADER_PRIORITY, "", "priority", sources)
-    if priority is not None and priority.isascii():
-        priority = priority.upper()
-    deadline = _choice(headers, None, HEADER_DEADLINE, "", "deadline_ms", sources)
-    if deadline is not None and not (deadline.isascii() and deadline.isdigit() and len(deadline) <= 12):
-        raise ChatBodyError(
-            f"must be a whole number of milliseconds, 1 to {limits.MAX_DEADLINE_MS}", param=HEADER_DEADLINE
-        )
+    routing = asked_routing(headers)
     if model == AUTO_MODEL:
         model = models[0]
     elif model not in models:
         raise ModelNotFoundError()
-    bounds = _Bounds()
-    scenario = bounds.check(("scenario",), _rule(SubmitRequest, "scenario"), scenario or default_scenario)
-    deadline_ms = bounds.check(
-        ("deadline_ms",), _rule(SubmitRequest, "deadline_ms"), None if deadline is None else int(deadline)
-    )
-    tier = bounds.check(("priority",), _rule(SubmitRequest, "priority"), priority)
-    if bounds.problems:
-        raise body_error(describe_errors(bounds.problems), sources)
-    session_id = None
-    if user:
-        session_id = "u-" + hashlib.sha256(user.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    checks = FieldChecks()
+    scenario = routing.scenario_checked(checks, default_scenario)
+    deadline_ms, tier = routing.deadline_and_tier_checked(checks)
+    if checks.problems:
+        raise body_error(describe_errors(checks.problems), routing.sources)
+    session_id = session_key(user)
     record = rules.record(
         scenario=scenario,
         messages=(),

@@ -9,13 +9,8 @@ checked by the rule of the field that carries it in ``POST /v1/requests`` (`Subm
 the same about the others. A problem is a 400 naming the parameter the way OpenAI does
 (``messages[0].role``, ``temperature``) or the header it came from.
 
-Where inferq's own choices come from (a header wins; the same choice in both is refused when they differ):
-
-| choice | header | `metadata` key | default |
-| --- | --- | --- | --- |
-| scenario | ``X-Inferq-Scenario`` | ``inferq_scenario`` | `default_scenario` (realtime_chat) |
-| tier | ``X-Inferq-Priority`` (HIGH, MEDIUM, LOW) | ``inferq_priority`` | the scenario's |
-| deadline | ``X-Inferq-Deadline-Ms`` (ms from now) | ``inferq_deadline_ms`` | the tier's |
+inferq's own choices (scenario, tier, deadline) come from its headers or `metadata`
+(`inferq.ingest.chat.routing`).
 
 `user` (or `safety_identifier`) becomes the session key, as a hash: one end user's requests stay in
 order; both are forwarded too. `metadata` is forwarded without its ``inferq_*`` keys (inferq's
@@ -25,16 +20,14 @@ pass through (`ChatCompletionBody.passthrough`) follow the known ones in the rec
 
 from __future__ import annotations
 
-import functools
-import hashlib
-from typing import Annotated, Any, TypeVar, cast
+from typing import Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import TypeAdapter
 from starlette.datastructures import Headers
 
 from inferq.ingest.chat.body import AUTO_MODEL, ChatCompletionBody, ChatMessageIn, body_error
 from inferq.ingest.chat.errors import ChatBodyError, ModelNotFoundError
+from inferq.ingest.chat.routing import FieldChecks, asked_routing, field_rule, session_key
 from inferq.ingest.record import RecordRules, encoded_params
 from inferq.ingest.validation import (
     TOP_LOGPROBS_ALONE,
@@ -47,15 +40,6 @@ from inferq.messaging import limits
 from inferq.messaging.param_rules import max_tokens_conflict
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
-
-HEADER_SCENARIO = "x-inferq-scenario"
-HEADER_PRIORITY = "x-inferq-priority"
-HEADER_DEADLINE = "x-inferq-deadline-ms"
-META_SCENARIO = "inferq_scenario"
-META_PRIORITY = "inferq_priority"
-META_DEADLINE = "inferq_deadline_ms"
-
-T = TypeVar("T")
 
 
 def chat_record(
@@ -74,39 +58,25 @@ def chat_record(
     `max_deadline_ms`), queued as `request_id` (its outcome goes to the ingest's default reply topic,
     the one it follows); `ChatBodyError` (400) naming the parameter or header at fault,
     `ModelNotFoundError` (404)."""
-    sources: dict[str, str] = {}
-    scenario = _choice(headers, body.metadata, HEADER_SCENARIO, META_SCENARIO, "scenario", sources)
-    priority = _choice(headers, body.metadata, HEADER_PRIORITY, META_PRIORITY, "priority", sources)
-    if priority is not None and priority.isascii():
-        priority = priority.upper()
-    deadline = _choice(headers, body.metadata, HEADER_DEADLINE, META_DEADLINE, "deadline_ms", sources)
-    if deadline is not None and not (deadline.isascii() and deadline.isdigit() and len(deadline) <= 12):
-        raise ChatBodyError(
-            f"must be a whole number of milliseconds, 1 to {limits.MAX_DEADLINE_MS}",
-            param=sources["deadline_ms"],
-        )
+    routing = asked_routing(headers, body.metadata)
     model = None if body.model == AUTO_MODEL else body.model
     if model is not None and model not in models:
         raise ModelNotFoundError()
-    end_user = body.safety_identifier or body.user
-    session_id = None
-    if end_user:
-        session_id = "u-" + hashlib.sha256(end_user.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+    session_id = session_key(body.safety_identifier or body.user)
     params = _asked_params(body)
     # In the order `SubmitRequest` checks its fields, so the problems are listed as there.
-    bounds = _Bounds()
-    scenario = bounds.check(("scenario",), _rule(SubmitRequest, "scenario"), scenario or default_scenario)
-    messages = tuple(_message(bounds, i, m) for i, m in enumerate(body.messages))
-    model = bounds.check(("model",), _rule(SubmitRequest, "model"), model)
-    deadline_ms = bounds.check(
-        ("deadline_ms",), _rule(SubmitRequest, "deadline_ms"), None if deadline is None else int(deadline)
-    )
-    tier = bounds.check(("priority",), _rule(SubmitRequest, "priority"), priority)
-    checked = {name: bounds.check(("params", name), _rule(ChatParams, name), v) for name, v in params.items()}
-    if bounds.problems:
-        raise body_error(describe_errors(bounds.problems), sources)
+    checks = FieldChecks()
+    scenario = routing.scenario_checked(checks, default_scenario)
+    messages = tuple(_message(checks, i, m) for i, m in enumerate(body.messages))
+    model = checks.check(("model",), field_rule(SubmitRequest, "model"), model)
+    deadline_ms, tier = routing.deadline_and_tier_checked(checks)
+    checked = {
+        name: checks.check(("params", name), field_rule(ChatParams, name), v) for name, v in params.items()
+    }
+    if checks.problems:
+        raise body_error(describe_errors(checks.problems), routing.sources)
     # As JSON values, the way `ChatParams.as_json_values` gives a native body's.
-    values = {name: _rule(ChatParams, name).dump_python(value) for name, value in checked.items()}
+    values = {name: field_rule(ChatParams, name).dump_python(value) for name, value in checked.items()}
     values = {name: value for name, value in values.items() if not limits.at_default(name, value)}
     values |= body.passthrough
     if "tool_choice" in values and "tools" not in values:
@@ -147,62 +117,14 @@ def _asked_params(body: ChatCompletionBody) -> dict[str, Any]:
     return asked
 
 
-def _message(bounds: _Bounds, index: int, message: ChatMessageIn) -> ChatMessage:
+def _message(checks: FieldChecks, index: int, message: ChatMessageIn) -> ChatMessage:
     """The record's message, by ingest's `Message` rules (a problem noted, a placeholder given)."""
     fields = {"role": message.role, "content": message.text()}
     for name in ("tool_calls", "tool_call_id", "name"):
         if getattr(message, name) is not None:
             fields[name] = getattr(message, name)
-    checked = bounds.check(("messages", index), _MESSAGE, fields)
+    checked = checks.check(("messages", index), _MESSAGE, fields)
     return checked.as_record() if isinstance(checked, Message) else ChatMessage("user", "")
 
 
 _MESSAGE = TypeAdapter(Message)
-
-
-class _Bounds:
-    """Values checked one by one by ingest's field rules; the problems of all of them collected."""
-
-    def __init__(self) -> None:
-        self.problems: list[ErrorDetails] = []
-
-    def check(self, loc: tuple[str | int, ...], rule: TypeAdapter[T], value: Any) -> T:
-        """`value` as `rule` takes it; a problem (its place `loc`) noted, and `value` given back as
-        it is: it is used only when no problem was noted."""
-        try:
-            return rule.validate_python(value)
-        except ValidationError as exc:
-            errors = exc.errors(include_url=False, include_input=False, include_context=False)
-            self.problems.extend(cast(ErrorDetails, {**e, "loc": (*loc, *e["loc"])}) for e in errors)
-            return cast(T, value)
-
-
-@functools.cache
-def _rule(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
-    """The type and bounds of `model`'s field `name`, as a validator of one value."""
-    field = model.model_fields[name]
-    # Built at run time from the field, so typed as Any: the adapter's own type says nothing more.
-    rule: Any = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
-    return TypeAdapter(rule)
-
-
-def _choice(
-    headers: Headers,
-    metadata: dict[str, str] | None,
-    header: str,
-    key: str,
-    field: str,
-    sources: dict[str, str],
-) -> str | None:
-    values = headers.getlist(header)
-    if len(values) > 1:
-        raise ChatBodyError(f"header {header} given {len(values)} times", param=header)
-    from_meta = (metadata or {}).get(key)
-    if values and from_meta is not None and values[0] != from_meta:
-        raise ChatBodyError(f"header {header} and metadata.{key} disagree; give one", param=header)
-    if values:
-        sources[field] = header
-        return values[0]
-    if from_meta is not None:
-        sources[field] = f"metadata.{key}"
-    return from_meta
