@@ -53,6 +53,7 @@ from inferq.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
 from inferq.ingest.callbacks import CallbackCheck
 from inferq.ingest.chat.embeddings import EmbeddingLimits, EmbeddingsEndpoint
 from inferq.ingest.chat.endpoint import ChatCompletionsEndpoint, ChatLimits
+from inferq.ingest.chat.held_calls import HeldCalls
 from inferq.ingest.idempotency import IdempotencyCache
 from inferq.ingest.json_guard import JsonGuard
 from inferq.ingest.metrics import IngestMetrics
@@ -157,8 +158,9 @@ def bootstrap(
     hub = hub or WaiterHub(max_waiters=settings.max_waiters, history_max_bytes=0)
     follower = reply_follower(settings, follow_feed, hub, on_kafka=on_kafka)
     delivery = DeliveryMetrics(metrics_meter, hub, service="ingest")
-    chat = chat_endpoint(settings, submit, hub, gate, follower, delivery, json_guard, clock_ms)
-    embeddings = embeddings_endpoint(settings, submit, hub, gate, follower, delivery, json_guard, clock_ms)
+    calls = held_calls(settings, submit, hub, gate, follower, delivery, clock_ms)
+    chat = chat_endpoint(settings, calls, json_guard)
+    embeddings = embeddings_endpoint(settings, calls, json_guard)
     return IngestParts(
         settings=settings,
         producer=producer,
@@ -296,59 +298,46 @@ def reply_follower(
     return ReplyFollower(follow_feed, hub) if follow_feed is not None else None
 
 
-def chat_endpoint(
+def held_calls(
     settings: IngestSettings,
     submit: SubmitEndpoint,
     hub: WaiterHub,
     gate: TenantGate,
     follower: ReplyFollower | None,
     delivery: DeliveryMetrics,
-    json_guard: JsonGuard,
     clock_ms: Callable[[], int],
-) -> ChatCompletionsEndpoint:
-    return ChatCompletionsEndpoint(
+) -> HeldCalls:
+    """The steps of a call its caller waits for, shared by the OpenAI endpoints."""
+    return HeldCalls(
         submit,
         hub,
         gate,
+        clock_ms=clock_ms,
+        grace_s=settings.chat_grace_s,
+        max_wait_s=settings.chat_max_wait_s,
         following=(lambda: True) if follower is None else follower.ready.is_set,
         delivery=delivery,
-        guard=json_guard,
-        clock_ms=clock_ms,
-        limits=ChatLimits(
-            models=frozenset(settings.listed_models),
-            default_scenario=settings.chat_default_scenario,
-            max_wait_s=settings.chat_max_wait_s,
-            grace_s=settings.chat_grace_s,
-            stream_idle_s=settings.chat_stream_idle_s,
-        ),
     )
+
+
+def chat_endpoint(
+    settings: IngestSettings, calls: HeldCalls, json_guard: JsonGuard
+) -> ChatCompletionsEndpoint:
+    limits = ChatLimits(
+        models=frozenset(settings.listed_models),
+        default_scenario=settings.chat_default_scenario,
+        stream_idle_s=settings.chat_stream_idle_s,
+    )
+    return ChatCompletionsEndpoint(calls, guard=json_guard, limits=limits)
 
 
 def embeddings_endpoint(
-    settings: IngestSettings,
-    submit: SubmitEndpoint,
-    hub: WaiterHub,
-    gate: TenantGate,
-    follower: ReplyFollower | None,
-    delivery: DeliveryMetrics,
-    json_guard: JsonGuard,
-    clock_ms: Callable[[], int],
+    settings: IngestSettings, calls: HeldCalls, json_guard: JsonGuard
 ) -> EmbeddingsEndpoint:
-    return EmbeddingsEndpoint(
-        submit,
-        hub,
-        gate,
-        following=(lambda: True) if follower is None else follower.ready.is_set,
-        delivery=delivery,
-        guard=json_guard,
-        clock_ms=clock_ms,
-        limits=EmbeddingLimits(
-            models=tuple(settings.embedding_models),
-            default_scenario=settings.embedding_default_scenario,
-            max_wait_s=settings.chat_max_wait_s,
-            grace_s=settings.chat_grace_s,
-        ),
+    limits = EmbeddingLimits(
+        models=tuple(settings.embedding_models), default_scenario=settings.embedding_default_scenario
     )
+    return EmbeddingsEndpoint(calls, guard=json_guard, limits=limits)
 
 
 def topics_watch(
