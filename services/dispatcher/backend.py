@@ -144,15 +144,7 @@ class ChatBackend:
         self, model: str, messages: list[dict[str, Any]], params: dict[str, Any], timeout_s: float
     ) -> Completion:
         payload = {"model": model, "messages": messages, **params}
-        with _call_errors(timeout_s):
-            async with self._client().post(
-                self._url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
-            ) as response:
-                status, text = response.status, await response.text()
-                retry_after = response.headers.get("retry-after")
-                rate = rate_headers(response.headers)
-        if status != 200:
-            raise _status_error(status, text, retry_after, rate)
+        text, rate = await self._post(self._url, payload, timeout_s)
         try:
             body = json.loads(text)
             usage = body.get("usage") or {}
@@ -178,9 +170,20 @@ class ChatBackend:
                 rate_headers=rate,
             )
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise BackendError(
-                f"backend answered 200 with an unreadable body ({type(exc).__name__})", retriable=True
-            ) from exc
+            raise _unreadable(exc) from exc
+
+    async def _post(self, url: str, payload: dict[str, Any], timeout_s: float) -> tuple[str, dict[str, str]]:
+        """The body and rate-limit headers of a 200 to `payload` at `url`; `BackendError` else."""
+        with _call_errors(timeout_s):
+            async with self._client().post(
+                url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as response:
+                status, text = response.status, await response.text()
+                retry_after = response.headers.get("retry-after")
+                rate = rate_headers(response.headers)
+        if status != 200:
+            raise _status_error(status, text, retry_after, rate)
+        return text, rate
 
     async def embed(
         self, model: str, inputs: list[str], dimensions: int | None, *, timeout_s: float
@@ -188,15 +191,7 @@ class ChatBackend:
         payload: dict[str, Any] = {"model": model, "input": inputs, "encoding_format": "float"}
         if dimensions is not None:
             payload["dimensions"] = dimensions
-        with _call_errors(timeout_s):
-            async with self._client().post(
-                self._embeddings_url, json=payload, timeout=aiohttp.ClientTimeout(total=timeout_s)
-            ) as response:
-                status, text = response.status, await response.text()
-                retry_after = response.headers.get("retry-after")
-                rate = rate_headers(response.headers)
-        if status != 200:
-            raise _status_error(status, text, retry_after, rate)
+        text, rate = await self._post(self._embeddings_url, payload, timeout_s)
         try:
             body = json.loads(text)
             usage = body.get("usage") or {}
@@ -205,9 +200,7 @@ class ChatBackend:
             total_tokens = int(usage.get("total_tokens", prompt_tokens))
             model_answered = answer_facts.model(body.get("model"), asked=model)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise BackendError(
-                f"backend answered 200 with an unreadable body ({type(exc).__name__})", retriable=True
-            ) from exc
+            raise _unreadable(exc) from exc
         problem = embedding_rules.vectors_problem(vectors, inputs=len(inputs), dimensions=dimensions)
         if problem is not None:
             raise BackendError(f"backend answered unusable vectors ({problem})", retriable=False)
@@ -274,6 +267,12 @@ class ChatBackend:
                 f"backend sent an unreadable stream ({type(exc).__name__})", retriable=True
             ) from exc
         raise BackendError("backend stream ended before [DONE]", retriable=True)
+
+
+def _unreadable(exc: Exception) -> BackendError:
+    return BackendError(
+        f"backend answered 200 with an unreadable body ({type(exc).__name__})", retriable=True
+    )
 
 
 def _choices_asked(params: Mapping[str, Any]) -> int:
