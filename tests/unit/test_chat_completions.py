@@ -68,6 +68,23 @@ def run(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], N
     return sync
 
 
+def assert_refused_400(tmp_path: Path, fields: dict[str, Any], param: str | None, phrase: str) -> None:
+    """A chat body with `fields` is OpenAI's 400 naming `param` and saying `phrase`; nothing is queued."""
+
+    async def scenario(path: Path) -> None:
+        async with ingest(path) as svc, svc.http() as http:
+            response = await http.post(
+                "/v1/chat/completions", json={"model": "inferq", "messages": HI} | fields
+            )
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert error["type"] == "invalid_request_error" and error["param"] == param, error
+            assert phrase in error["message"], error
+            assert svc.producer.sent == []
+
+    run(scenario)(tmp_path)
+
+
 @dataclass
 class Ingest:
     url: str

@@ -26,7 +26,7 @@ from inferq.results.table import ResultsTable
 from inferq.results.view import public_view
 from inferq.tenancy.entitlements import apply_entitlements
 from inferq.tenancy.model import Entitlements, NameSet
-from tests.unit.test_chat_completions import HI, NARROW, answered, ingest, run
+from tests.unit.test_chat_completions import HI, NARROW, answered, assert_refused_400, ingest, run
 
 WEATHER = {
     "type": "function",
@@ -273,18 +273,8 @@ HOSTILE_TOOLS: list[tuple[str, dict[str, Any], str | None, str]] = [
 def test_hostile_function_calling_bodies_are_400_naming_the_problem_and_nothing_is_queued(
     tmp_path: Path, case: str, fields: dict[str, Any], param: str | None, phrase: str
 ) -> None:
-    async def scenario() -> None:
-        async with ingest(tmp_path) as svc, svc.http() as http:
-            response = await http.post(
-                "/v1/chat/completions", json={"model": "inferq", "messages": HI} | fields
-            )
-            assert response.status_code == 400, (case, response.text)
-            error = response.json()["error"]
-            assert error["type"] == "invalid_request_error" and error["param"] == param, error
-            assert phrase in error["message"], error
-            assert svc.producer.sent == []
-
-    run(lambda _: scenario())(tmp_path)
+    del case  # the test's id
+    assert_refused_400(tmp_path, fields, param, phrase)
 
 
 @run
