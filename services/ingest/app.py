@@ -327,6 +327,7 @@ def chat_endpoint(
         models=frozenset(settings.listed_models),
         default_scenario=settings.chat_default_scenario,
         stream_idle_s=settings.chat_stream_idle_s,
+        embedding_models=tuple(settings.embedding_models),
     )
     return ChatCompletionsEndpoint(calls, guard=json_guard, limits=limits)
 

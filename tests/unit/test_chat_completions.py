@@ -576,7 +576,9 @@ async def test_no_key_is_401_and_the_sdk_says_authentication(tmp_path: Path) -> 
 
 
 @run
-async def test_a_model_the_tenant_may_not_use_is_403_and_models_lists_only_its_own(tmp_path: Path) -> None:
+async def test_a_model_the_tenant_may_not_use_is_403_and_models_lists_only_its_own_chat_and_embedding(
+    tmp_path: Path,
+) -> None:
     async with ingest(tmp_path) as svc:
         narrow, acme = svc.sdk(NARROW), svc.sdk(ACME)
         assert [m.id async for m in acme.models.list()] == [
@@ -584,7 +586,9 @@ async def test_a_model_the_tenant_may_not_use_is_403_and_models_lists_only_its_o
             "inferq-accurate",
             "inferq-cheap",
             "inferq-fast",
+            "text-embedding-3-small",  # the embedding model, after the chat models
         ]
+        # A tenant whose models do not include the embedding model is not shown it.
         assert [m.id async for m in narrow.models.list()] == ["inferq", "inferq-fast"]
         with pytest.raises(openai.PermissionDeniedError):
             await narrow.chat.completions.create(model="inferq-accurate", messages=HI)

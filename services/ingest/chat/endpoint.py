@@ -54,6 +54,8 @@ class ChatLimits:
 
     models: frozenset[str]
     default_scenario: str = "realtime_chat"
+    # Listed by `GET /v1/models` after the chat models (``POST /v1/embeddings`` serves them).
+    embedding_models: tuple[str, ...] = ()
     # A stream whose chunks stop for this long (a dispatcher died mid-answer) ends with an error.
     stream_idle_s: float = 30.0
     # A comment on a quiet stream this often (proxies, and noticing a client that left).
@@ -70,14 +72,15 @@ class ChatCompletionsEndpoint:
         self._limits = limits
 
     async def models(self, request: Request) -> Response:
-        """The models a caller may name: `AUTO_MODEL` (the tier's model) and the configured ones
-        the tenant is entitled to. 401 without a valid key."""
+        """The models a caller may name: `AUTO_MODEL` (the tier's model), then the configured chat
+        and embedding models the tenant is entitled to. 401 without a valid key."""
         try:
             principal = self._calls.gate.caller(request)
         except IngestError as exc:
             return answers.refusal_error(exc).response()
         allowed = principal.tenant.entitlements.models
         names = [AUTO_MODEL, *sorted(m for m in self._limits.models if m in allowed)]
+        names += [m for m in self._limits.embedding_models if m in allowed and m not in names]
         return JSONResponse(answers.models_list(names))
 
     async def handle(self, request: Request) -> Response:

@@ -228,9 +228,6 @@ class Answer:
             },
         }
 
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
     def tokens(self) -> list[str]:
         """The content cut into tokens of `CHARS_PER_TOKEN` characters (as `count_tokens` counts)."""
         text = self.content
