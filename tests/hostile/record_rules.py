@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from inferq.messaging import limits, param_rules, tool_rules
+from inferq.messaging import embedding_rules, limits, param_rules, tool_rules
 from inferq.messaging.codec import request_codec
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.reply_topics import is_allowed_reply_topic
@@ -31,7 +31,13 @@ def broken_rules(value: bytes, key: bytes | None, topics: TopicNames) -> list[st
     identifier(request.scenario, limits.MAX_SCENARIO_CHARS, "scenario")
     identifier(request.tenant, limits.MAX_TENANT_CHARS, "tenant")
     identifier(request.model, limits.MAX_MODEL_CHARS, "model")
-    check(0 < len(request.messages) <= limits.MAX_MESSAGES, "message count")
+    if request.embedding_input is not None:
+        # An embedding: its texts instead of messages, within `embedding_rules` (its result's size too).
+        check(request.messages == (), "an embedding has no messages")
+        problem = embedding_rules.request_problem(request.embedding_input, request.embedding_dimensions)
+        check(problem is None, "embedding bounds")
+    else:
+        check(0 < len(request.messages) <= limits.MAX_MESSAGES, "message count")
     check(all(len(m.content) <= limits.MAX_MESSAGE_CHARS for m in request.messages), "message length")
     check(request.attempt == 1 and request.not_before_ms is None, "a first attempt")
     check(0 < request.expire_at_ms - request.created_at_ms <= limits.MAX_DEADLINE_MS, "deadline bound")
