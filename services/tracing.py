@@ -402,8 +402,11 @@ def annotate(name: str, value: str | int | float | bool) -> None:
 # --- The backend call ------------------------------------------------------------------------------
 
 
-def chat_span(model: str, server_address: str | None) -> contextlib.AbstractContextManager[Span | None]:
-    """The gen_ai ``chat <model>`` CLIENT span around one backend call (the aiohttp instrumentation's
+def chat_span(
+    model: str, server_address: str | None, *, operation: str = "chat"
+) -> contextlib.AbstractContextManager[Span | None]:
+    """The gen_ai ``chat <model>`` CLIENT span (``embeddings <model>`` for an embedding call,
+    `operation`) around one backend call (the aiohttp instrumentation's
     HTTP span is its child); finish it with `chat_result`. None in a request the sampler left out
     (its process span records nothing): no chat span, and the HTTP instrumentation is suppressed
     for the call, the costliest part of a request nobody will see."""
@@ -415,13 +418,13 @@ def chat_span(model: str, server_address: str | None) -> contextlib.AbstractCont
         suppressed: contextlib.AbstractContextManager[None] = suppress_http_instrumentation()
         return suppressed
     attributes: dict[str, Any] = {
-        gen_ai.GEN_AI_OPERATION_NAME: "chat",
+        gen_ai.GEN_AI_OPERATION_NAME: operation,
         gen_ai.GEN_AI_PROVIDER_NAME: "openai",
         gen_ai.GEN_AI_REQUEST_MODEL: model,
     }
     if server_address:
         attributes[server_attributes.SERVER_ADDRESS] = server_address
-    return _tracer.start_as_current_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
+    return _tracer.start_as_current_span(f"{operation} {model}", kind=SpanKind.CLIENT, attributes=attributes)
 
 
 def chat_result(

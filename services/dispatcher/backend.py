@@ -188,6 +188,13 @@ class ChatBackend:
     async def embed(
         self, model: str, inputs: list[str], dimensions: int | None, *, timeout_s: float
     ) -> Completion:
+        return await self._in_chat_span(
+            model, self._embed(model, inputs, dimensions, timeout_s), "embeddings"
+        )
+
+    async def _embed(
+        self, model: str, inputs: list[str], dimensions: int | None, timeout_s: float
+    ) -> Completion:
         payload: dict[str, Any] = {"model": model, "input": inputs, "encoding_format": "float"}
         if dimensions is not None:
             payload["dimensions"] = dimensions
@@ -225,11 +232,13 @@ class ChatBackend:
     ) -> Completion:
         return await self._in_chat_span(model, self._stream(model, messages, params, timeout_s, on_delta))
 
-    async def _in_chat_span(self, model: str, call: Awaitable[Completion]) -> Completion:
-        """`call` inside its chat span when tracing is on (nothing more than this check when off)."""
+    async def _in_chat_span(
+        self, model: str, call: Awaitable[Completion], operation: str = "chat"
+    ) -> Completion:
+        """`call` inside its gen_ai span when tracing is on (nothing more than this check when off)."""
         if not tracing.enabled():
             return await call
-        with tracing.chat_span(model, self._server) as span:
+        with tracing.chat_span(model, self._server, operation=operation) as span:
             return await call if span is None else _traced(span, await _observed(span, call))
 
     async def _stream(

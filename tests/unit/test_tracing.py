@@ -212,3 +212,18 @@ def test_an_unsampled_request_gets_no_chat_span_and_no_http_span(spans: InMemory
         assert chat is not None and chat.is_recording()
     tracing.shutdown()
     assert sorted(s.name for s in spans.get_finished_spans()) == ["chat m", "process t"]
+
+
+def test_an_embedding_call_is_an_embeddings_span_with_its_tokens(spans: InMemorySpanExporter) -> None:
+    from tests.unit.test_embedding_records import data, embedded
+
+    with tracing.processing(
+        object(), topic="t", partition=0, offset=0, parent=None, message_id="r", attributes={}
+    ):
+        embedded(data([1.0, 0.0], [0.5, 0.5]))
+    tracing.shutdown()
+    [span] = [s for s in spans.get_finished_spans() if s.name.startswith("embeddings")]
+    assert span.name == "embeddings emb" and span.kind is SpanKind.CLIENT
+    attributes = span.attributes or {}
+    assert attributes["gen_ai.operation.name"] == "embeddings"
+    assert attributes["gen_ai.usage.input_tokens"] == 9
