@@ -4,8 +4,12 @@
 names the lines) and then re-reads it every `reload_interval_s` and on SIGHUP. A file whose bytes
 changed is parsed again; a valid one replaces the directory at once (a new key works from then on,
 a removed key or tenant gets 401), an invalid or unreadable one is logged as an error and the
-previous tenants stay in force. Open mode (no file) is decided at start and never entered later:
-a deleted file keeps the last tenants.
+previous tenants stay in force. So does a valid file that would remove every tenant in force, or
+more than `max_removed_share` of them (`removal_refusal`): that is what a copy caught mid-write
+looks like (an empty file is valid TOML with no tenants), and it would revoke every key at once.
+The first load is not a reload: a file with no tenants at start is served as it is (every key 401),
+with a warning. Open mode (no file) is decided at start and never entered later: a deleted file
+keeps the last tenants.
 
 Listeners (`on_change`) run on the event loop after each swap: ingest re-sizes its rate buckets.
 The SIGHUP handler only wakes the watcher (it runs on the loop, via `add_signal_handler`).
@@ -29,7 +33,7 @@ from inferq.tenancy.auth import ANONYMOUS, Principal, authenticate
 from inferq.tenancy.errors import TenantsFileError
 from inferq.tenancy.loading import decode_tenants, read_tenants_file
 from inferq.tenancy.model import OPEN_TENANT, Tenant, TenantDirectory
-from inferq.tenancy.settings import TenancySettings
+from inferq.tenancy.settings import DEFAULT_MAX_REMOVED_SHARE, TenancySettings
 
 # What `signal.getsignal` returns and `signal.signal` takes.
 SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
@@ -54,9 +58,13 @@ class TenantRegistry:
         *,
         topics: TopicNames | None = None,
         reload_interval_s: float = 2.0,
+        max_removed_share: float = DEFAULT_MAX_REMOVED_SHARE,
     ) -> None:
         if reload_interval_s <= 0:
             raise ValueError(f"reload_interval_s must be > 0, got {reload_interval_s}")
+        if not 0 <= max_removed_share <= 1:
+            raise ValueError(f"max_removed_share must be within 0..1, got {max_removed_share}")
+        self._max_removed_share = max_removed_share
         self._path = path
         self._topics = topics
         self._interval_s = reload_interval_s
@@ -74,11 +82,18 @@ class TenantRegistry:
         self._sighup_before: SignalHandler = signal.SIG_DFL
         self.reloads = 0
         self.failed_reloads = 0
+        # Valid files kept out because they removed too many tenants (`removal_refusal`).
+        self.refused_reloads = 0
 
     @classmethod
     def loaded(cls, settings: TenancySettings, topics: TopicNames) -> TenantRegistry:
         """The registry of ``INFERQ_TENANTS_*``, its file read (`TenantsFileError` when unusable)."""
-        registry = cls(settings.file, topics=topics, reload_interval_s=settings.reload_interval_s)
+        registry = cls(
+            settings.file,
+            topics=topics,
+            reload_interval_s=settings.reload_interval_s,
+            max_removed_share=settings.max_removed_share,
+        )
         registry.load()
         return registry
 
@@ -108,6 +123,8 @@ class TenantRegistry:
         directory = decode_tenants(data, self._path, topics=self._topics)
         self._swap(directory, hashlib.sha256(data).digest())
         log.info("tenants loaded from %s: %s", self._path, _names(directory))
+        if not len(directory):
+            log.warning("the tenants file lists no tenant: every request is refused (401) until it does")
         return directory
 
     def on_change(self, listener: Callable[[TenantDirectory], None]) -> None:
@@ -143,8 +160,8 @@ class TenantRegistry:
             self._wake.set()
 
     async def reload(self, *, force: bool = False) -> bool:
-        """Re-read the file; True when a new directory is in force. An invalid or unreadable file is
-        logged (once per content) and the previous tenants stay."""
+        """Re-read the file; True when a new directory is in force. An invalid or unreadable file, or
+        one removing too many tenants, is logged (once per content) and the previous tenants stay."""
         path = self._path
         if path is None:
             return False
@@ -166,6 +183,17 @@ class TenantRegistry:
             self._fingerprint = fingerprint
             self.failed_reloads += 1
             log.error("tenants file invalid, keeping the previous tenants:\n%s", exc)  # noqa: TRY400
+            return False
+        refusal = removal_refusal(self._directory, directory, self._max_removed_share)
+        if refusal is not None:
+            self._fingerprint = fingerprint
+            self.refused_reloads += 1
+            log.error(
+                "tenants file refused, keeping the previous tenants: %s; if that is meant, remove "
+                "tenants in steps, raise INFERQ_TENANTS_MAX_REMOVED_SHARE or restart the service "
+                "(replace the file atomically: docs/tenants.md)",
+                refusal,
+            )
             return False
         self._swap(directory, fingerprint)
         self.reloads += 1
@@ -207,6 +235,25 @@ class TenantRegistry:
         self._fingerprint = fingerprint
         for listener in self._listeners:
             listener(directory)
+
+
+def removal_refusal(
+    before: TenantDirectory | None, after: TenantDirectory, max_removed_share: float
+) -> str | None:
+    """Why `after` may not replace `before` (counts only, no names or keys), or None when it may: it
+    removes every tenant of `before`, or more than `max_removed_share` of them. Added tenants do not
+    offset removed ones (a renamed tenant is one removed); an empty `before` allows anything."""
+    if not before:
+        return None
+    removed = sum(1 for name in before.tenants if name not in after.tenants)
+    if removed == len(before):
+        return f"it removes every tenant in force ({removed} of {removed}; {len(after)} in the file)"
+    if removed > max_removed_share * len(before):
+        return (
+            f"it removes {removed} of the {len(before)} tenants in force ({removed / len(before):.0%}), "
+            f"more than the {max_removed_share:.0%} allowed"
+        )
+    return None
 
 
 def _names(directory: TenantDirectory) -> str:

@@ -8,6 +8,10 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# The largest share of the tenants in force a reload may remove: half, so a copy caught mid-write
+# (which drops the tenants after the cut) is refused while a tenant or two can still be taken out.
+DEFAULT_MAX_REMOVED_SHARE = 0.5
+
 
 class TenancySettings(BaseSettings):
     model_config = SettingsConfigDict(
@@ -19,6 +23,10 @@ class TenancySettings(BaseSettings):
     serves anyone without a key and so binds only to loopback addresses."""
     reload_interval_s: float = Field(default=2.0, gt=0, le=3_600)
     """How often the file is checked for changes (a SIGHUP reloads at once)."""
+    max_removed_share: float = Field(default=DEFAULT_MAX_REMOVED_SHARE, ge=0, le=1)
+    """The largest share of the tenants in force a reload may remove (0.5: half); a file removing
+    more, or every tenant, is refused and logged, and the tenants in force stay (a copy caught
+    mid-write). Not applied at start."""
 
     @field_validator("file", mode="before")
     @classmethod

@@ -4,7 +4,12 @@ Refused unless ``INFERQ_WEBHOOK_ALLOW_PRIVATE_ADDRESSES`` is set: loopback (127/
 (10/8, 172.16/12, 192.168/16, fc00::/7), shared (100.64/10), link-local (169.254/16, fe80::/10,
 where cloud metadata services answer), multicast, unspecified (0.0.0.0, ::), and every other block
 IANA marks as not globally reachable. An IPv6 address that embeds an IPv4 one is judged by that
-one (IPv4-mapped ``::ffff:127.0.0.1``, NAT64 ``64:ff9b::/96``, 6to4, Teredo).
+one (IPv4-mapped ``::ffff:127.0.0.1``, NAT64 ``64:ff9b::/96``, SIIT ``::ffff:0:0:0/96``, the
+deprecated IPv4-compatible ``::/96``, 6to4, Teredo). Local-use NAT64 (``64:ff9b:1::/48``) and
+site-local (``fec0::/10``) are refused whatever follows the prefix: the first is translated by a
+gateway inside the network, where the IPv4 address sits depends on that gateway's prefix length;
+the second is deprecated and means "this site". These four ranges are checked here by prefix, not
+left to `ipaddress`, whose `is_private`/`is_global` lists differ between Python versions.
 
 A host name is resolved and judged by every address it resolves to: one refused address refuses
 the name (a name that mixes public and private answers is not to be trusted with either). The
@@ -24,18 +29,26 @@ from inferq.webhooks.errors import CallbackRefusedError
 from inferq.webhooks.urls import CallbackTarget, IPAddress
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_SIIT = ipaddress.IPv6Network("::ffff:0:0:0/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+# Refused by prefix alone, with what to call them.
+_REFUSED_RANGES = (
+    (ipaddress.IPv6Network("64:ff9b:1::/48"), "a local-use NAT64 address"),
+    (ipaddress.IPv6Network("fec0::/10"), "a site-local address"),
+)
 
 # host, port -> the addresses it resolves to (getaddrinfo's answers).
 Resolve = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
 
 
 def embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one stands for (mapped, NAT64, 6to4, Teredo client), else None."""
+    """The IPv4 address an IPv6 one stands for (mapped, NAT64, SIIT, IPv4-compatible, 6to4, Teredo
+    client), else None. ``::`` and ``::1`` are IPv6's own unspecified and loopback addresses."""
     if not isinstance(ip, ipaddress.IPv6Address):
         return None
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
-    if ip in _NAT64:
+    if ip in _NAT64 or ip in _SIIT or (ip in _IPV4_COMPATIBLE and int(ip) > 1):
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     if ip.sixtofour is not None:
         return ip.sixtofour
@@ -50,6 +63,9 @@ def address_problem(ip: IPAddress) -> str | None:
     if inner is not None:
         problem = address_problem(inner)
         return None if problem is None else f"{problem} (inside an IPv6 address)"
+    for network, kind in _REFUSED_RANGES:
+        if ip in network:
+            return kind
     if ip.is_unspecified:
         return "an unspecified address"
     if ip.is_loopback:

@@ -1,9 +1,11 @@
-"""The tenants in force: loaded at start, reloaded on change and on request, an invalid file keeping
-the previous tenants; authentication and labels over them; open mode's bind rule; `inferq tenants`."""
+"""The tenants in force: loaded at start, reloaded on change and on request, an invalid file (or one
+removing too many tenants) keeping the previous tenants; authentication and labels over them; open
+mode's bind rule; `inferq tenants`."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -17,8 +19,9 @@ from inferq.tenancy.bind import is_loopback, require_tenants_or_loopback
 from inferq.tenancy.errors import AuthenticationError, OpenModeRefusedError, TenantsFileError
 from inferq.tenancy.keys import hash_key
 from inferq.tenancy.registry import TenantRegistry
+from inferq.tenancy.settings import TenancySettings
 from tests.support.loop import in_loop
-from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.tenants import TenantSpec, tenants_toml, write_tenants
 from tests.support.waiting import eventually
 
 
@@ -115,6 +118,150 @@ def test_an_invalid_or_deleted_file_keeps_the_previous_tenants_and_logs_once(tmp
     assert "t.toml:4" in errors[0]
     assert "unreadable, keeping the previous tenants" in errors[1]
     assert hash_key(acme.key)[7:] not in caplog.text
+
+
+FOUR = tuple(TenantSpec(name) for name in ("acme", "beta", "gamma", "delta"))
+
+
+def registry_of_four(path: Path, **kwargs: float) -> TenantRegistry:
+    write_tenants(path, *FOUR)
+    registry = TenantRegistry(path, **kwargs)
+    registry.load()
+    return registry
+
+
+def served(registry: TenantRegistry) -> list[str]:
+    """The tenants whose key is accepted now."""
+    names = []
+    for spec in FOUR:
+        with contextlib.suppress(AuthenticationError):
+            names.append(registry.authenticate(bearer(spec.key)).name)
+    return names
+
+
+def refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR and "tenants file refused" in r.getMessage()
+    ]
+
+
+def assert_no_key_logged(caplog: pytest.LogCaptureFixture) -> None:
+    for spec in FOUR:
+        assert spec.key not in caplog.text and hash_key(spec.key)[7:] not in caplog.text
+
+
+@in_loop
+async def test_an_empty_file_on_reload_is_refused_and_every_key_still_works(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="inferq.tenancy")
+    path = tmp_path / "t.toml"
+    registry = registry_of_four(path)
+    path.write_bytes(b"")
+    assert await registry.reload() is False
+    assert await registry.reload(force=True) is False  # SIGHUP does not push it through either
+    assert served(registry) == ["acme", "beta", "gamma", "delta"]
+    assert registry.refused_reloads == 2 and registry.reloads == 0
+    [first, _] = refusals(caplog)
+    assert "removes every tenant in force (4 of 4; 0 in the file)" in first
+    assert_no_key_logged(caplog)
+
+
+@in_loop
+async def test_a_file_caught_mid_write_keeps_the_tenants_in_force(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="inferq.tenancy")
+    path = tmp_path / "t.toml"
+    registry = registry_of_four(path)
+    whole = tenants_toml(*FOUR)
+    second = whole.index("[[tenants]]", 1)
+    # Cut inside an entry (not TOML), then at an entry's boundary (valid TOML, one tenant left).
+    path.write_text(whole[: second + 20])
+    assert await registry.reload() is False
+    path.write_text(whole[:second])
+    assert await registry.reload() is False
+    assert served(registry) == ["acme", "beta", "gamma", "delta"]
+    assert (registry.failed_reloads, registry.refused_reloads) == (1, 1)
+    [refusal] = refusals(caplog)
+    assert "removes 3 of the 4 tenants in force (75%), more than the 50% allowed" in refusal
+    # The copy completes: the same tenants, taken as a normal reload.
+    path.write_text(whole)
+    assert await registry.reload() is True
+    assert served(registry) == ["acme", "beta", "gamma", "delta"]
+    assert_no_key_logged(caplog)
+
+
+@in_loop
+async def test_removing_three_of_four_is_refused_and_one_of_four_is_applied(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="inferq.tenancy")
+    path = tmp_path / "t.toml"
+    registry = registry_of_four(path)
+    # Three new tenants do not make up for three removed ones.
+    write_tenants(path, FOUR[0], TenantSpec("x"), TenantSpec("y"), TenantSpec("z"))
+    assert await registry.reload() is False
+    assert served(registry) == ["acme", "beta", "gamma", "delta"]
+    assert len(refusals(caplog)) == 1
+    write_tenants(path, *FOUR[:3])
+    assert await registry.reload() is True
+    assert served(registry) == ["acme", "beta", "gamma"]  # delta's key is refused from now on
+    # Shares count against the tenants in force: 2 of the 3 left (67%) is more than half.
+    write_tenants(path, FOUR[0])
+    assert await registry.reload() is False
+    assert served(registry) == ["acme", "beta", "gamma"]
+    assert "removes 2 of the 3 tenants in force (67%)" in refusals(caplog)[-1]
+
+
+@in_loop
+async def test_at_a_share_of_one_any_removal_but_every_tenant_is_applied(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="inferq.tenancy")
+    path = tmp_path / "t.toml"
+    registry = TenantRegistry.loaded(
+        TenancySettings(file=write_tenants(path, *FOUR), max_removed_share=1.0), topics=None
+    )
+    write_tenants(path, FOUR[0])
+    assert await registry.reload() is True
+    assert served(registry) == ["acme"]
+    path.write_text("# nothing yet\n")
+    assert await registry.reload() is False
+    assert served(registry) == ["acme"]
+    assert "removes every tenant in force (1 of 1; 0 in the file)" in refusals(caplog)[0]
+
+
+@in_loop
+async def test_a_share_of_zero_refuses_any_removal_but_takes_additions(tmp_path):
+    path = tmp_path / "t.toml"
+    registry = registry_of_four(path, max_removed_share=0.0)
+    write_tenants(path, *FOUR[:3])
+    assert await registry.reload() is False
+    write_tenants(path, *FOUR, TenantSpec("epsilon"))
+    assert await registry.reload() is True
+    assert len(registry.directory or ()) == 5
+
+
+@in_loop
+async def test_an_empty_file_at_start_is_served_as_it_is_and_a_reload_fills_it(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="inferq.tenancy")
+    path = tmp_path / "t.toml"
+    path.write_text("")
+    registry = TenantRegistry(path)
+    assert registry.load() is not None and served(registry) == []
+    assert "lists no tenant: every request is refused (401)" in caplog.text
+    write_tenants(path, *FOUR)
+    assert await registry.reload() is True
+    assert served(registry) == ["acme", "beta", "gamma", "delta"]
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.01])
+def test_the_share_is_within_zero_and_one(share, tmp_path):
+    with pytest.raises(ValueError, match="max_removed_share"):
+        TenantRegistry(tmp_path / "t.toml", max_removed_share=share)
+    with pytest.raises(ValueError, match="max_removed_share"):
+        TenancySettings(max_removed_share=share)
+
+
+def test_the_share_defaults_to_half(monkeypatch):
+    assert TenancySettings().max_removed_share == 0.5
+    monkeypatch.setenv("INFERQ_TENANTS_MAX_REMOVED_SHARE", "0.25")
+    assert TenancySettings().max_removed_share == 0.25
 
 
 def test_sighup_reloads_at_once_even_unchanged(tmp_path):

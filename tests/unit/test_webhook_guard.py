@@ -38,8 +38,33 @@ REFUSED = [
     ("::ffff:169.254.169.254", "link-local address (inside an IPv6 address)"),
     ("64:ff9b::7f00:1", "loopback address (inside an IPv6 address)"),
     ("2002:7f00:1::", "loopback address (inside an IPv6 address)"),
+    # Ranges some Python versions' `ipaddress` calls global (3.11 does, for all of these).
+    ("64:ff9b:1::a00:1", "local-use NAT64"),  # a private IPv4 address after the prefix
+    ("64:ff9b:1::808:808", "local-use NAT64"),  # a public-looking one: the gateway is local
+    ("64:ff9b:1:ffff::1", "local-use NAT64"),
+    ("fec0::1", "site-local"),
+    ("fec0::808:808", "site-local"),
+    ("feff:ffff::1", "site-local"),
+    ("::ffff:0:a00:1", "private address (inside an IPv6 address)"),  # SIIT, 10.0.0.1
+    ("::ffff:0:7f00:1", "loopback address (inside an IPv6 address)"),  # SIIT, 127.0.0.1
+    ("::ffff:0:a9fe:a9fe", "link-local address (inside an IPv6 address)"),  # SIIT, 169.254.169.254
+    ("::a00:1", "private address (inside an IPv6 address)"),  # IPv4-compatible, 10.0.0.1
+    ("::7f00:1", "loopback address (inside an IPv6 address)"),  # IPv4-compatible, 127.0.0.1
+    ("::c0a8:101", "private address (inside an IPv6 address)"),  # IPv4-compatible, 192.168.1.1
+    ("::2", "private address (inside an IPv6 address)"),  # 0.0.0.2
 ]
-PUBLIC = ["93.184.216.34", "8.8.8.8", "172.32.0.1", "172.15.255.255", "2606:4700::1111", "::ffff:8.8.8.8"]
+# SIIT and IPv4-compatible addresses are judged by the IPv4 address inside, as NAT64's 64:ff9b::/96.
+PUBLIC = [
+    "93.184.216.34",
+    "8.8.8.8",
+    "172.32.0.1",
+    "172.15.255.255",
+    "2606:4700::1111",
+    "::ffff:8.8.8.8",
+    "64:ff9b::808:808",
+    "::ffff:0:808:808",
+    "::808:808",
+]
 
 
 @pytest.mark.parametrize(("address", "kind"), REFUSED)
@@ -81,6 +106,10 @@ def addresses(guard: AddressGuard, url: str) -> list[str]:
         ("https://metadata.example/hook", "link-local"),
         ("https://rebind.example/hook", "loopback"),  # one public answer and one loopback one
         ("https://v6.example/hook", "loopback"),
+        ("https://[64:ff9b:1::808:808]/hook", "local-use NAT64"),
+        ("https://[fec0::1]/hook", "site-local"),
+        ("https://siit.example/hook", "private"),
+        ("https://compat.example/hook", "loopback"),
     ],
 )
 def test_ip_literals_and_names_resolving_inside_are_refused(url, kind):
@@ -90,6 +119,8 @@ def test_ip_literals_and_names_resolving_inside_are_refused(url, kind):
             "metadata.example": ["169.254.169.254"],
             "rebind.example": ["93.184.216.34", "127.0.0.1"],
             "v6.example": ["::ffff:127.0.0.1"],
+            "siit.example": ["93.184.216.34", "::ffff:0:c0a8:1"],
+            "compat.example": ["::7f00:1"],
         }
     )
     with pytest.raises(CallbackRefusedError, match=kind) as caught:
