@@ -66,6 +66,8 @@ from inferq.dispatcher.writer import OutcomeWriter, RecordProducer
 from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.tiers import TierPolicy
 from inferq.messaging.topics import TopicNames
+from inferq.telemetry import meter
+from inferq.tenancy.metrics import watch_reloads
 from inferq.tenancy.registry import TenantRegistry
 from inferq.tracing import TracedProducer
 
@@ -362,6 +364,7 @@ class Tenants:
 def tenant_parts(settings: DispatcherSettings, clock_ms: Callable[[], int]) -> Tenants:
     topics = settings.kafka.topics
     registry = TenantRegistry.loaded(settings.tenants, topics)
+    watch_reloads(meter("inferq.dispatcher"), registry)
     if registry.open_mode:
         log.warning("dispatcher in open mode: every tenant a record names runs, with the global rules")
     check = TenantCheck(registry, default_reply_topic=topics.results, clock_ms=clock_ms)

@@ -74,6 +74,7 @@ from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.readiness import ReadinessSettings, TopicsWatch, readiness_endpoint
 from inferq.messaging.tiers import TierPolicy
 from inferq.telemetry import meter, metrics_endpoint
+from inferq.tenancy.metrics import watch_reloads
 from inferq.tenancy.rate import RateLimiter
 from inferq.tenancy.registry import TenantRegistry
 from inferq.tracing import TracedProducer
@@ -149,6 +150,7 @@ def bootstrap(
     alarm = BacklogAlarm(admission, settings.backlog_alert_ratio)
     metrics_meter = metrics_meter or meter("inferq.ingest")
     metrics = IngestMetrics(metrics_meter, backlogs, admission)
+    watch_reloads(metrics_meter, tenants)
     gate = tenant_gate(settings, tenants, rate_clock_s)
     record_limit = record_limit_of(settings, config)
     publisher = publisher_of(settings, producer, backlogs, admission, alarm, metrics, record_limit, tenants)

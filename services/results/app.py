@@ -44,6 +44,7 @@ from inferq.results.settings import ResultsSettings
 from inferq.results.store import ResultStore
 from inferq.results.webhooks import ResultWebhooks, StoppableProducer, result_body
 from inferq.telemetry import meter, metrics_endpoint
+from inferq.tenancy.metrics import watch_reloads
 from inferq.tenancy.registry import TenantRegistry
 from inferq.webhooks.outbox import WebhookOutbox
 
@@ -88,6 +89,7 @@ def bootstrap(
     `dead_letter_producer` (default: a librdkafka producer, started on first use)."""
     on_kafka = feed is None
     tenants = TenantRegistry.loaded(settings.tenants, settings.kafka.topics)
+    watch_reloads(meter("inferq.results"), tenants)
     # Built before the store, which writes a result's delivery in the same transaction as the result.
     outbox = WebhookOutbox(result_body) if settings.webhooks.enabled else None
     store = result_store(settings, outbox)

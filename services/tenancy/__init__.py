@@ -8,9 +8,12 @@
   entitlements (ingest, and the dispatcher for records written straight to Kafka)
 - `auth`: `Principal` and `authenticate` (401 reasons)
 - `rate`: requests per minute, a token bucket per tenant on an injected clock
-- `registry`: `TenantRegistry`, the tenants in force, reloaded on file change and SIGHUP
+- `registry`: `TenantRegistry`, the tenants in force, reloaded on file change and SIGHUP; a reload
+  removing every tenant or too many of them is refused (`removal_refusal`)
+- `metrics`: ``inferq_tenants_reloads_total{outcome}``
 - `bind`: open mode (no file) only on loopback addresses
-- `settings`: `TenancySettings` (``INFERQ_TENANTS_FILE``, ``INFERQ_TENANTS_RELOAD_INTERVAL_S``)
+- `settings`: `TenancySettings` (``INFERQ_TENANTS_FILE``, ``INFERQ_TENANTS_RELOAD_INTERVAL_S``,
+  ``INFERQ_TENANTS_MAX_REMOVED_SHARE``)
 - `cli`: ``inferq tenants key`` and ``inferq tenants check FILE``
 - `errors`: the exception tree
 """

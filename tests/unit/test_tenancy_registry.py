@@ -18,8 +18,10 @@ from inferq.tenancy.auth import ANONYMOUS
 from inferq.tenancy.bind import is_loopback, require_tenants_or_loopback
 from inferq.tenancy.errors import AuthenticationError, OpenModeRefusedError, TenantsFileError
 from inferq.tenancy.keys import hash_key
+from inferq.tenancy.metrics import watch_reloads
 from inferq.tenancy.registry import TenantRegistry
 from inferq.tenancy.settings import TenancySettings
+from tests.support.fakes import InMemoryMetrics, labels
 from tests.support.loop import in_loop
 from tests.support.tenants import TenantSpec, tenants_toml, write_tenants
 from tests.support.waiting import eventually
@@ -248,6 +250,27 @@ async def test_an_empty_file_at_start_is_served_as_it_is_and_a_reload_fills_it(t
     write_tenants(path, *FOUR)
     assert await registry.reload() is True
     assert served(registry) == ["acme", "beta", "gamma", "delta"]
+
+
+@in_loop
+async def test_the_reload_outcomes_are_a_metric(tmp_path):
+    path = tmp_path / "t.toml"
+    registry, reader = registry_of_four(path), InMemoryMetrics()
+    watch_reloads(reader.meter, registry)
+    path.write_text("")  # refused: every tenant removed
+    await registry.reload()
+    path.write_text("[[tenants]\n")  # invalid
+    await registry.reload()
+    write_tenants(path, *FOUR[1:])  # applied: 1 of 4 removed
+    await registry.reload()
+    assert reader.points("inferq_tenants_reloads_total") == {
+        labels(outcome="applied"): 1,
+        labels(outcome="invalid"): 1,
+        labels(outcome="refused"): 1,
+    }
+    open_reader = InMemoryMetrics()
+    watch_reloads(open_reader.meter, TenantRegistry(None))
+    assert open_reader.points("inferq_tenants_reloads_total") == {}
 
 
 @pytest.mark.parametrize("share", [-0.1, 1.01])
