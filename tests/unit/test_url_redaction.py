@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
+import sys
 
 import pytest
 from pydantic import ValidationError
@@ -13,6 +15,7 @@ from inferq.cli import settings_errors
 from inferq.dispatcher.bootstrap import redis_pool
 from inferq.dispatcher.settings import DispatcherSettings
 from inferq.dispatcher.tokens.settings import RedisBudgetSettings
+from inferq.log_format import formatter
 from inferq.settings.masking import masked, redacted_url
 from tests.support.loop import in_loop
 
@@ -118,3 +121,27 @@ async def test_the_dispatchers_redis_start_log_shows_no_password(caplog: pytest.
     assert "Redis at redis://127.0.0.1:" in logged and "?password=***" in logged
     assert SECRET not in logged
     assert SECRET not in repr(pool) + repr(settings)
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_log_line_redacts_urls_whoever_logged_them(log_format: str) -> None:
+    # A library's own message and traceback quoting a URL (the OTLP exporter, urllib3, redis-py).
+    try:
+        raise ConnectionError(f"Max retries exceeded with url: http://otel:4318/v1/traces?token={SECRET}")
+    except ConnectionError:
+        record = logging.getLogger("urllib3").makeRecord(
+            "urllib3",
+            logging.WARNING,
+            __file__,
+            1,
+            "retrying %s",
+            (f"redis://:{SECRET}@h:6379/0",),
+            sys.exc_info(),
+        )
+    line = formatter(log_format).format(record)
+    assert SECRET not in line
+    assert "redis://:***@h:6379/0" in line and "traces?token=***" in line
+    if log_format == "json":
+        assert json.loads(line)["exception"].endswith("traces?token=***")
+    # The record itself is untouched for any other handler.
+    assert SECRET in record.getMessage()
