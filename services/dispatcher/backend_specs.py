@@ -23,6 +23,7 @@ from inferq.dispatcher.backend import Backend, ChatBackend
 from inferq.dispatcher.circuit import BreakerPolicy
 from inferq.dispatcher.routing import DEFAULT_BACKEND, BackendRoutes
 from inferq.messaging.tiers import Tier
+from inferq.settings.masking import carries_secret
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
@@ -31,7 +32,7 @@ ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 class BackendSpec(BaseModel):
     """One named backend of INFERQ_DISPATCHER_BACKENDS."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     url: str = Field(max_length=2048)
     # The environment variable holding its API key (unset: no Authorization header).
@@ -53,13 +54,14 @@ class BackendSpec(BaseModel):
 
 
 def backend_url(value: str, *, key_setting: str) -> str:
-    """`value` if it is an http(s) URL with a host and no credentials (a URL is shown wherever the
-    setting is, and the aiohttp instrumentation records it in every call's span); the key belongs
-    in `key_setting`."""
+    """`value` if it is an http(s) URL with a host and no credentials, in its user part or in a
+    secret-named parameter such as ``?api_key=`` (a URL is shown wherever the setting is, and the
+    aiohttp instrumentation records it in every call's span); the key belongs in `key_setting`."""
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("must be an http:// or https:// URL with a host")
-    if parts.username is not None or parts.password is not None:
+    # A user name, a password or a secret-named parameter (?api_key=...) alike.
+    if parts.username is not None or parts.password is not None or carries_secret(value):
         raise ValueError(f"must not carry credentials: the key belongs in {key_setting}")
     return value
 

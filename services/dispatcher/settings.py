@@ -104,7 +104,12 @@ class DispatcherSettings(RenamingSettings):
     file (``INFERQ_TENANTS_*``), Redis (``INFERQ_REDIS_*``)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="INFERQ_DISPATCHER_", extra="ignore", populate_by_name=True, use_attribute_docstrings=True
+        env_prefix="INFERQ_DISPATCHER_",
+        extra="ignore",
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+        # A refused value may be a URL with a key in it: errors never quote the input.
+        hide_input_in_errors=True,
     )
     # The previous release's names: the bare INFERQ_ prefix, and ingest's name of the scenario tiers.
     RENAMED: ClassVar[Mapping[str, str]] = {

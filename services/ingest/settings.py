@@ -35,7 +35,12 @@ class IngestSettings(RenamingSettings):
     and its blocks: Kafka, the tenants file, webhooks."""
 
     model_config = SettingsConfigDict(
-        env_prefix="INFERQ_INGEST_", extra="ignore", populate_by_name=True, use_attribute_docstrings=True
+        env_prefix="INFERQ_INGEST_",
+        extra="ignore",
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+        # A refused value may be a URL with a key in it: errors never quote the input.
+        hide_input_in_errors=True,
     )
     # The previous release's names of values the dispatcher reads too.
     RENAMED: ClassVar[Mapping[str, str]] = {

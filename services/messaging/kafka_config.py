@@ -5,17 +5,28 @@ every Kafka tool does), the topic prefix, the transport security (`security`, on
 clients: TLS, SASL/SCRAM, secrets as `SecretStr`; see `inferq.messaging.security`), and a
 librdkafka pass-through for anything else. The returned dicts are new on every call, so no caller
 can mutate another's configuration.
+
+The pass-through (``INFERQ_KAFKA_EXTRA``) reaches the librdkafka clients only, never aiokafka's, so
+it may not set what the typed settings own: a security option (``security.protocol``, ``sasl.*``,
+``ssl.*``, ``enable.ssl.certificate.verification``...; `is_security_option`) or the brokers. Such an
+option is refused at start, whether or not security is configured: either it would weaken the
+security the settings set (certificate checks off, another protocol) or it would secure one kind of
+client and not the other. The error names the option, never its value.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from inferq.messaging.security import KafkaSecurity
+from inferq.messaging.security import KafkaSecurity, is_security_option
 from inferq.messaging.topics import TopicNames
+from inferq.settings.masking import carries_secret
+
+# librdkafka's names for the brokers, owned by `bootstrap_servers` (aiokafka reads that one alone).
+_BROKER_OPTIONS = frozenset({"bootstrap.servers", "metadata.broker.list"})
 
 
 class KafkaSettings(BaseSettings):
@@ -38,16 +49,46 @@ class KafkaSettings(BaseSettings):
     security: KafkaSecurity = Field(default_factory=KafkaSecurity)
     """Read from its own INFERQ_KAFKA_* variables (security_protocol, sasl_*, ssl_*)."""
     extra: dict[str, str] = Field(default_factory=dict)
-    """librdkafka pass-through (JSON object in INFERQ_KAFKA_EXTRA) for options we do not model."""
+    """librdkafka pass-through (JSON object in INFERQ_KAFKA_EXTRA) for options we do not model;
+    security options and the brokers are refused (they belong to the INFERQ_KAFKA_* settings)."""
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _brokers_without_credentials(cls, value: str) -> str:
+        # Shown in errors and logs as written; credentials belong in INFERQ_KAFKA_SASL_*.
+        if carries_secret(value):
+            raise ValueError("must not carry credentials: use INFERQ_KAFKA_SASL_USERNAME/PASSWORD")
+        return value
+
+    @field_validator("extra")
+    @classmethod
+    def _nothing_the_settings_own(cls, extra: dict[str, str]) -> dict[str, str]:
+        # Named, never quoted: a refused option's value may be a password.
+        security = sorted(name for name in extra if is_security_option(name))
+        if security:
+            raise ValueError(
+                f"INFERQ_KAFKA_EXTRA may not set the security option(s) {', '.join(security)}: they would "
+                "apply to the librdkafka clients only (the aiokafka ones never see them) and could weaken "
+                "what INFERQ_KAFKA_SECURITY_PROTOCOL, INFERQ_KAFKA_SASL_* and INFERQ_KAFKA_SSL_* set; "
+                "use those settings"
+            )
+        brokers = sorted(name for name in extra if name.strip().lower() in _BROKER_OPTIONS)
+        if brokers:
+            raise ValueError(
+                f"INFERQ_KAFKA_EXTRA may not set {', '.join(brokers)}: use INFERQ_KAFKA_BOOTSTRAP_SERVERS"
+            )
+        return extra
 
     @property
     def topics(self) -> TopicNames:
         return TopicNames(self.topic_prefix)
 
     def _librdkafka_common(self) -> dict[str, Any]:
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        # The pass-through first, so what the typed settings own is theirs even in a settings object
+        # built without validation (`model_construct`).
+        conf: dict[str, Any] = dict(self.extra)
+        conf["bootstrap.servers"] = self.bootstrap_servers
         conf.update(self.security.librdkafka_options())
-        conf.update(self.extra)
         return conf
 
     def admin_config(self) -> dict[str, Any]:
@@ -72,5 +113,6 @@ class KafkaSettings(BaseSettings):
         return conf
 
     def aiokafka_config(self) -> dict[str, Any]:
-        """Connection kwargs for aiokafka clients (with an `ssl.SSLContext` when TLS is on)."""
+        """Connection kwargs for aiokafka clients (with an `ssl.SSLContext` when TLS is on): the same
+        brokers and security as the librdkafka clients (the pass-through holds neither)."""
         return {"bootstrap_servers": self.bootstrap_servers, **self.security.aiokafka_options()}

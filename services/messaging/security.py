@@ -156,5 +156,19 @@ class KafkaSecurity(BaseSettings):
         return context
 
 
+# librdkafka options that decide how a client authenticates and encrypts (names compared in lower
+# case with '_' read as '.', as some clients spell them): ``security.protocol``, every ``sasl.*``,
+# ``ssl.*`` and ``https.*`` (OAUTHBEARER's token endpoint), and the ``enable.ssl.*``/``enable.sasl.*``
+# switches such as ``enable.ssl.certificate.verification``.
+_SECURITY_PREFIXES = ("sasl.", "ssl.", "https.", "enable.ssl.", "enable.sasl.", "enable.https.")
+
+
+def is_security_option(name: str) -> bool:
+    """Whether the librdkafka option `name` belongs to `KafkaSecurity` (and so not to a pass-through:
+    the aiokafka clients never see a pass-through, and must be secured exactly as librdkafka's)."""
+    normal = name.strip().lower().replace("_", ".")
+    return normal == "security.protocol" or normal.startswith(_SECURITY_PREFIXES)
+
+
 def _reveal(secret: SecretStr | None) -> str:
     return secret.get_secret_value() if secret is not None else ""

@@ -38,7 +38,12 @@ class ResultsSettings(BaseSettings):
     file, webhooks."""
 
     model_config = SettingsConfigDict(
-        env_prefix="INFERQ_RESULTS_", extra="ignore", populate_by_name=True, use_attribute_docstrings=True
+        env_prefix="INFERQ_RESULTS_",
+        extra="ignore",
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+        # A refused value may be a URL with a key in it: errors never quote the input.
+        hide_input_in_errors=True,
     )
 
     host: str = "127.0.0.1"

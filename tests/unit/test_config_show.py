@@ -27,13 +27,14 @@ def _hostile_environment() -> dict[str, str]:
         "INFERQ_BACKEND_API_KEY": BACKEND_KEY + "-old",
         "INFERQ_DISPATCHER_BACKEND_API_KEY": BACKEND_KEY,
         "INFERQ_COORDINATION": "redis",
-        "INFERQ_REDIS_URL": f"redis://:{REDIS_PASSWORD}@redis.example:6379/0",
+        "INFERQ_REDIS_URL": f"redis://:{REDIS_PASSWORD}@redis.example:6379/0?password={REDIS_PASSWORD}",
         "INFERQ_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "INFERQ_KAFKA_SASL_USERNAME": "inferq",
         "INFERQ_KAFKA_SASL_PASSWORD": SASL_PASSWORD,
-        "INFERQ_KAFKA_EXTRA": '{"sasl.oauthbearer.client.secret": "'
-        + EXTRA_PASSWORD
-        + '", "linger.ms": "3"}',
+        # No security option (those are refused: test_kafka_extra_security.py); a secret-named key
+        # is still masked, whatever it is.
+        "INFERQ_KAFKA_EXTRA": '{"plugin.api.token": "' + EXTRA_PASSWORD + '", "linger.ms": "3"}',
+        "INFERQ_DISPATCHER_BACKEND_URL": "https://backend.example/v1?api-version=2024-02-01",
         "INFERQ_WEBHOOK_SECRET": WEBHOOK_SECRET,
         "INFERQ_BUDGET": "7",
     }
@@ -75,9 +76,9 @@ def test_config_show_prints_the_values_in_effect_with_secrets_masked() -> None:
     assert "INFERQ_COORDINATION=redis" in lines
     assert "INFERQ_DISPATCHER_BACKEND_API_KEY=**********" in lines
     assert "INFERQ_KAFKA_SASL_PASSWORD=**********" in lines
-    assert "INFERQ_REDIS_URL=redis://:***@redis.example:6379/0" in lines
+    assert "INFERQ_REDIS_URL=redis://:***@redis.example:6379/0?password=***" in lines
     assert "INFERQ_REDIS_PASSWORD=" in lines  # unset
-    assert 'INFERQ_KAFKA_EXTRA={"sasl.oauthbearer.client.secret": "**********", "linger.ms": "3"}' in lines
+    assert 'INFERQ_KAFKA_EXTRA={"plugin.api.token": "**********", "linger.ms": "3"}' in lines
     # The old name's warning, on stderr: which name to use, and that the new one won.
     assert "INFERQ_BACKEND_API_KEY is deprecated" in done.stderr
     assert (
