@@ -23,7 +23,7 @@ from inferq.dispatcher.backend import Backend, ChatBackend
 from inferq.dispatcher.circuit import BreakerPolicy
 from inferq.dispatcher.routing import DEFAULT_BACKEND, BackendRoutes
 from inferq.messaging.tiers import Tier
-from inferq.settings.masking import carries_secret
+from inferq.redaction import carries_secret
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")

@@ -23,7 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from inferq.messaging.security import KafkaSecurity, is_security_option
 from inferq.messaging.topics import TopicNames
-from inferq.settings.masking import carries_secret
+from inferq.redaction import carries_secret
 
 # librdkafka's names for the brokers, owned by `bootstrap_servers` (aiokafka reads that one alone).
 _BROKER_OPTIONS = frozenset({"bootstrap.servers", "metadata.broker.list"})

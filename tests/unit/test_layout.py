@@ -25,6 +25,7 @@ PRODUCT = (
     "supervised",
     "log_format",
     "clock",
+    "redaction",
     "settings",
     "config",
 )

@@ -11,7 +11,7 @@ from redis.asyncio.connection import SSLConnection
 from inferq.dispatcher.settings import DispatcherSettings, renamed_variables_in
 from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint
 from inferq.dispatcher.tokens.settings import RedisBudgetSettings
-from inferq.settings.masking import redacted_url
+from inferq.redaction import redacted_url
 
 
 def test_every_redis_variable_lands_in_the_one_block(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,5 @@
 """Every secret-bearing URL form is redacted wherever a URL is shown: one function
-(`inferq.settings.masking.redacted_url`) for logs, reprs, ``inferq config show`` and errors."""
+(`inferq.redaction.redacted_url`) for logs, reprs, ``inferq config show`` and errors."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from inferq.dispatcher.bootstrap import redis_pool
 from inferq.dispatcher.settings import DispatcherSettings
 from inferq.dispatcher.tokens.settings import RedisBudgetSettings
 from inferq.log_format import formatter
-from inferq.settings.masking import masked, redacted_url
+from inferq.redaction import masked, redacted_url
 from tests.support.loop import in_loop
 
 SECRET = "S3cret-in-url-42"  # noqa: S105 - a test value whose absence we check

@@ -20,7 +20,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from inferq.dispatcher.tokens.settings import RedisTls
-from inferq.settings.masking import redacted_url
+from inferq.redaction import redacted_url
 
 logger = logging.getLogger(__name__)
 

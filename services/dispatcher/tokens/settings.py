@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 if TYPE_CHECKING:
     from inferq.dispatcher.tokens.redis_endpoint import RedisEndpoint
 
-from inferq.settings.masking import redacted_url
+from inferq.redaction import redacted_url
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_KEY_PREFIX = "inferq:budget"
