@@ -19,7 +19,6 @@ since the minute moving on and a breaker's pause ending wake nobody.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Literal
 
 from inferq.dispatcher.execution import Execution
@@ -181,7 +180,9 @@ def request_cost(work: Work) -> int:
             return estimated
         return max(1, sum(-(-len(text) // CHARS_PER_TOKEN) for text in texts))
     prompt_chars = [len(m.content) + len(m.tool_calls or "") for m in work.request.messages]
-    prompt_chars += [len(json.dumps(work.params[name])) for name in PROMPT_PARAMS if name in work.params]
+    # Their JSON text as the record carries it: nothing to encode again on each pricing.
+    encoded = work.request.params or {}
+    prompt_chars += [len(encoded[name]) for name in PROMPT_PARAMS if name in encoded]
     limit = work.params.get("max_tokens", work.params.get("max_completion_tokens"))
     max_tokens = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
     n = work.params.get("n")

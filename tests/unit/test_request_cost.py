@@ -41,7 +41,10 @@ CALLS = json.dumps(
 
 
 def with_params(work: Work, **params: object) -> Work:
-    return replace(work, params={"max_tokens": 10} | params)
+    """`work` with `params`, as intake makes it: the record's JSON texts and their decoded values."""
+    given = {"max_tokens": 10} | params
+    encoded = {name: json.dumps(value) for name, value in given.items()}
+    return replace(work, request=replace(work.request, params=encoded), params=given)
 
 
 def test_the_estimate_grows_with_each_tool_definition() -> None:
