@@ -97,15 +97,7 @@ def tool_calls(value: object) -> str | None:
     list is none."""
     if value is None or value == []:
         return None
-    problem = tool_rules.tool_calls_problem(value)
-    if problem is not None:
-        dropped("tool_calls", problem)
-        return None
-    text = json.dumps(value, separators=(",", ":"))
-    if len(text) > limits.MAX_TOOL_CALLS_CHARS:
-        dropped("tool_calls", f"over {limits.MAX_TOOL_CALLS_CHARS} characters")
-        return None
-    return text
+    return _json_text("tool_calls", value, tool_rules.tool_calls_problem(value), limits.MAX_TOOL_CALLS_CHARS)
 
 
 # The OpenAI error object's `type`/`code` (e.g. "invalid_request_error"): a token, never free text.
@@ -190,15 +182,19 @@ def logprobs(value: object) -> str | None:
     `limits.MAX_LOGPROBS_DEPTH` and is at most `limits.MAX_LOGPROBS_CHARS`; None otherwise."""
     if value is None:
         return None
-    problem = logprobs_problem(value)
-    if problem is not None:
-        dropped("logprobs", problem)
-        return None
-    text = json.dumps(value, separators=(",", ":"))
-    if len(text) > limits.MAX_LOGPROBS_CHARS:
-        dropped("logprobs", f"over {limits.MAX_LOGPROBS_CHARS} characters")
-        return None
-    return text
+    return _json_text("logprobs", value, logprobs_problem(value), limits.MAX_LOGPROBS_CHARS)
+
+
+def _json_text(field: str, value: object, problem: str | None, most: int) -> str | None:
+    """`value` as compact JSON text when it has no `problem` and is at most `most` characters;
+    None (and `field` logged as dropped) otherwise."""
+    if problem is None:
+        text = json.dumps(value, separators=(",", ":"))
+        if len(text) <= most:
+            return text
+        problem = f"over {most} characters"
+    dropped(field, problem)
+    return None
 
 
 def logprobs_problem(value: object) -> str | None:
