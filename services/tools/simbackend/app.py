@@ -86,6 +86,24 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         headers = retry_after if error.status in (429, 503) else None
         return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
+    def over_minute_limits(minute: MinuteLimits, model: str, tokens: int) -> Response | None:
+        """The 429 of a call past its model's per-minute requests or tokens, or None."""
+        refusal = minute.refusal(tokens) if minute.enabled else None
+        if refusal is None:
+            return None
+        wait_s = minute.retry_after_s(tokens)
+        error = minute_limit_reached(refusal, minute.rpm if refusal == "requests" else minute.tpm, wait_s)
+        backend.stats.record(429, model)
+        backend.stats.rate_limited += 1
+        headers = {**minute.headers(), "retry-after": str(wait_s)}
+        return JSONResponse(error.body(), status_code=429, headers=headers)
+
+    def rejected(decision: Rejected, model: str) -> Response:
+        """The answer of a call the concurrency limit or an outage turned away."""
+        if decision.reason == "outage":
+            return answer_error(OUTAGE, model)
+        return answer_error(rate_limited(settings.limit, settings.retry_after_s), model)
+
     async def chat_completions(request: Request) -> Response:
         if not _authorized(request, settings.api_key):
             return answer_error(UNAUTHORIZED, None)
@@ -93,24 +111,19 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         if isinstance(parsed, ApiError):
             return answer_error(parsed, None)
         model = parsed.model
-        timing = timings.received(parsed.model_dump(exclude_unset=True))
+        timing = timings.received(
+            parsed.model_dump(include={"messages"}), lambda: parsed.model_dump(exclude_unset=True)
+        )
         reply = answer(parsed)
         # Each of the `n` choices is a whole answer (`choices.py`), as a provider counts them.
         tokens = reply.prompt_tokens + reply.completion_tokens * parsed.n
         minute = minute_of(model)
-        refusal = minute.refusal(tokens) if minute.enabled else None
-        if refusal is not None:
-            wait_s = minute.retry_after_s(tokens)
-            error = minute_limit_reached(refusal, minute.rpm if refusal == "requests" else minute.tpm, wait_s)
-            backend.stats.record(429, model)
-            backend.stats.rate_limited += 1
-            headers = {**minute.headers(), "retry-after": str(wait_s)}
-            return JSONResponse(error.body(), status_code=429, headers=headers)
+        refused = over_minute_limits(minute, model, tokens)
+        if refused is not None:
+            return refused
         decision = backend.admit(model, stream=parsed.stream)
         if isinstance(decision, Rejected):
-            if decision.reason == "outage":
-                return answer_error(OUTAGE, model)
-            return answer_error(rate_limited(settings.limit, settings.retry_after_s), model)
+            return rejected(decision, model)
         if minute.enabled:
             minute.count(tokens)
         counted = minute.headers()
@@ -141,20 +154,12 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             return answer_error(parsed, None)
         model, tokens = parsed.model, parsed.prompt_tokens()
         minute = minute_of(model)
-        refusal = minute.refusal(tokens) if minute.enabled else None
-        if refusal is not None:
-            wait_s = minute.retry_after_s(tokens)
-            error = minute_limit_reached(refusal, minute.rpm if refusal == "requests" else minute.tpm, wait_s)
-            backend.stats.record(429, model)
-            backend.stats.rate_limited += 1
-            return JSONResponse(
-                error.body(), status_code=429, headers={**minute.headers(), "retry-after": str(wait_s)}
-            )
+        refused = over_minute_limits(minute, model, tokens)
+        if refused is not None:
+            return refused
         decision = backend.admit(model)
         if isinstance(decision, Rejected):
-            if decision.reason == "outage":
-                return answer_error(OUTAGE, model)
-            return answer_error(rate_limited(settings.limit, settings.retry_after_s), model)
+            return rejected(decision, model)
         if minute.enabled:
             minute.count(tokens)
         try:

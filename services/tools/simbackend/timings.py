@@ -37,16 +37,19 @@ class CallTimings:
     served: dict[str, int] = field(default_factory=dict)
     bodies: dict[str, dict[str, object]] = field(default_factory=dict)
 
-    def received(self, body: object) -> CallTiming | None:
-        """Start recording the call whose request body is `body`; None when it is not marked (or
-        the record is full). A marker seen again (a retry) restarts its record."""
+    def received(self, body: object, whole: Callable[[], object] | None = None) -> CallTiming | None:
+        """Start recording the call whose request body is `body` (its messages at least); None when
+        it is not marked (or the record is full). A marker seen again (a retry) restarts its record.
+        A marked call's whole body (`whole()`, else `body`) is kept without its messages: only a
+        marked call pays for it."""
         marker = find_marker(body)
         if marker is None or (marker not in self.calls and len(self.calls) >= self.max_calls):
             return None
         timing = CallTiming(self.clock_ns(), marker)
         self.calls[marker] = timing
-        if isinstance(body, dict):
-            self.bodies[marker] = {k: v for k, v in body.items() if k != "messages"}
+        kept = body if whole is None else whole()
+        if isinstance(kept, dict):
+            self.bodies[marker] = {k: v for k, v in kept.items() if k != "messages"}
         return timing
 
     def first_token(self, timing: CallTiming | None) -> None:
