@@ -25,7 +25,7 @@ from inferq.messaging.tiers import Tier
 from tests.support.inprocess import backend_stats, running_dispatcher, sim_backend
 from tests.support.kafka import a_request, committed_offsets, end_offsets, produce_requests, read_all
 from tests.support.loop import in_loop
-from tests.support.waiting import wait_until
+from tests.support.waiting import eventually, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -109,9 +109,15 @@ async def test_a_commit_held_by_one_slow_call_is_not_read_as_backlog(kafka_setti
         produce_requests(bootstrap, high, [slow, *chats], partition=0)
         await asyncio.to_thread(read_all, bootstrap, topics.results, expect=CHATS, timeout_s=20)
         assert (await backend_stats(url))["in_flight"] == 1, "the slow call is over: nothing to measure"
-        await asyncio.sleep(1.0)  # a few commit intervals: the metadata is committed
+        # The commit metadata saying the chats are answered follows within a few commit intervals.
+        backlog = await eventually(
+            lambda: asyncio.to_thread(high_backlog, kafka_settings),
+            "the backlog read behind one slow call",
+            timeout_s=10.0,
+            interval_s=0.2,
+            done=lambda records: records == 1,
+        )
         held_at = committed_offsets(bootstrap, group_of(kafka_settings), high).get(0)
-        backlog = await asyncio.to_thread(high_backlog, kafka_settings)
         status = await asyncio.to_thread(chat_is_admitted, kafka_settings)
         records = await asyncio.to_thread(read_all, bootstrap, topics.results, expect=CHATS + 2, timeout_s=90)
         answered = {result_codec().decode(m.value()).request_id for m in records}
