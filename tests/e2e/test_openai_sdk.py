@@ -27,6 +27,7 @@ from inferq.tools.bench.recorder import marked_content
 from inferq.tools.simbackend.choices import REFUSAL_TEXT, REFUSE_MARKER
 from inferq.tools.stack.pipeline import Pipeline
 from tests.support.pipeline import running_pipeline
+from tests.support.sse import sse_events
 from tests.support.tenants import TenantSpec, write_tenants
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -264,12 +265,7 @@ def test_events_carry_the_outcome_as_sse(pipeline: Pipeline) -> None:
         "GET", f"{pipeline.results_url}/v1/requests/{request_id}/events", headers=ACME.headers(), timeout=30
     ) as response:
         assert response.status_code == 200
-        name = "message"
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                events.append((name, json.loads(line[6:])))
+        events.extend(sse_events(response.iter_lines()))
     assert events[-1][0] == "result"
     assert events[-1][1]["request_id"] == request_id
     assert events[-1][1]["tier"] == "MEDIUM"
@@ -285,12 +281,7 @@ def test_events_relay_a_streamed_requests_chunks_in_order_then_its_result(pipeli
     ) as response:
         assert response.status_code == 200
         assert submit(pipeline, scenario="emotion_analysis", stream=True, request_id=request_id) == request_id
-        name = "message"
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                events.append((name, json.loads(line[6:])))
+        events.extend(sse_events(response.iter_lines()))
     chunks = [data for name, data in events if name == "chunk"]
     assert len(chunks) > 1, "a streamed request's pieces are relayed as they come"
     assert [c["seq"] for c in chunks] == list(range(len(chunks)))
@@ -507,12 +498,7 @@ def test_events_relay_a_streamed_tool_calls_deltas_then_its_result(pipeline: Pip
             params={"tools": [WEATHER]},
         )
         assert submitted == request_id
-        name = "message"
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                events.append((name, json.loads(line[6:])))
+        events.extend(sse_events(response.iter_lines()))
     chunks = [data for name, data in events if name == "chunk"]
     assert [c["seq"] for c in chunks] == list(range(len(chunks)))
     assert {c["index"] for c in chunks} == {0}

@@ -6,7 +6,6 @@ after they asked, while chunks written before the replica started are not stream
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +20,10 @@ from inferq.results.settings import ResultsSettings
 from tests.support.fakes import a_chunk, a_result
 from tests.support.inprocess import served
 from tests.support.replies import produce_replies
+from tests.support.sse import events_of
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kafka
-
-
-def events_of(text: str) -> list[tuple[str, Any]]:
-    found = []
-    for block in text.split("\n\n"):
-        lines = [line for line in block.split("\n") if line and not line.startswith(":")]
-        if lines:
-            name = next((line[7:] for line in lines if line.startswith("event: ")), "message")
-            found.append((name, json.loads(next(line[6:] for line in lines if line.startswith("data: ")))))
-    return found
 
 
 def test_one_reader_per_replica_still_wakes_a_long_poll_and_an_event_stream(

@@ -28,6 +28,7 @@ from inferq.results.settings import ResultsSettings
 from inferq.tenancy.settings import TenancySettings
 from tests.support.fakes import FakeResultFeed, result_record
 from tests.support.inprocess import served
+from tests.support.sse import events_of
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.waiting import eventually
 
@@ -94,19 +95,6 @@ async def service(tmp_path: Path, **settings: Any) -> AsyncIterator[Service]:
     )
     async with served(app) as url:
         yield Service(url, hub, replies)
-
-
-def events_of(text: str) -> list[tuple[str, Any]]:
-    """(event, data) of each event in an SSE body; comments skipped."""
-    found = []
-    for block in text.split("\n\n"):
-        lines = [line for line in block.split("\n") if line and not line.startswith(":")]
-        if not lines:
-            continue
-        name = next((line[7:] for line in lines if line.startswith("event: ")), "message")
-        data = next(line[6:] for line in lines if line.startswith("data: "))
-        found.append((name, json.loads(data)))
-    return found
 
 
 @run
