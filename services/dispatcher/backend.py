@@ -310,15 +310,15 @@ def _streamed(reader: StreamReader, model: str, rate: Mapping[str, str], *, aske
     """The answer of a stream read to its end, checked as a sync answer is (every choice, at most
     the `asked`), with its model and usage; `BackendError` when it is not usable."""
     answer = reader.answer()
-    for choice in answer:
-        calls = choice["message"]["tool_calls"]
-        if calls and answer_facts.tool_calls(calls) is None:
+    # In the index order the reader kept: each checked choice is the one said beside it.
+    choices = answer_facts.choices(answer, asked=asked)
+    for said, kept in zip(answer, choices, strict=False):
+        if said["message"]["tool_calls"] and kept.tool_calls is None:
             # Their pieces may have reached the caller already: never a result without them.
             raise BackendError("backend streamed tool calls that are not usable", retriable=True)
     usage = reader.usage
+    first = choices[0]
     try:
-        choices = answer_facts.choices(answer, asked=asked)
-        first = choices[0]
         return Completion(
             output=first.content or "",
             tool_calls=first.tool_calls,
