@@ -2,6 +2,8 @@
 
 - `keys`: new keys, their ``sha256:<hex>`` hashes, the ``Authorization: Bearer`` parse
 - `model`: `Tenant`, `Entitlements`, `TenantDirectory` (frozen values), `OPEN_TENANT`
+- `held`: `HeldLimits`, what one tenant may hold at once (streams, long polls, webhooks...)
+- `secret_forms`: the webhook secrets' and record keys' forms, made and checked
 - `loading`: the tenants file (TOML, ``infra/tenants.example.toml``) → a directory, or errors
   naming their lines
 - `entitlements`: `apply_entitlements`, the one pure check of a request against a tenant's
@@ -14,6 +16,6 @@
 - `bind`: open mode (no file) only on loopback addresses
 - `settings`: `TenancySettings` (``INFERQ_TENANTS_FILE``, ``INFERQ_TENANTS_RELOAD_INTERVAL_S``,
   ``INFERQ_TENANTS_MAX_REMOVED_SHARE``)
-- `cli`: ``inferq tenants key`` and ``inferq tenants check FILE``
+- `cli`: ``inferq tenants key``, ``webhook-secret``, ``record-key`` and ``check FILE``
 - `errors`: the exception tree
 """

@@ -1,10 +1,9 @@
-"""`inferq tenants key`, `inferq tenants webhook-secret` and `inferq tenants check FILE`: make a key or
-a webhook secret, check a tenants file."""
+"""`inferq tenants key`, `inferq tenants webhook-secret`, `inferq tenants record-key` and `inferq
+tenants check FILE`: make a key, a webhook secret or a record key, check a tenants file."""
 
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from inferq.tenancy.errors import TenantsFileError
 from inferq.tenancy.keys import hash_key, new_key
 from inferq.tenancy.loading import load_tenants
 from inferq.tenancy.model import Tenant, TenantDirectory
+from inferq.tenancy.secret_forms import new_record_key, new_webhook_secret
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +24,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "webhook-secret", help="print a new random webhook signing secret for a tenant's webhook_secret"
     )
     secret.set_defaults(func=_webhook_secret)
+    record_key = commands.add_parser(
+        "record-key", help="print a new random key for signing records written straight to Kafka"
+    )
+    record_key.set_defaults(func=_record_key)
     check = commands.add_parser("check", help="validate a tenants file and summarise it")
     check.add_argument("file", type=Path, help="the tenants file (TOML)")
     check.add_argument(
@@ -45,7 +49,15 @@ def _key(_: argparse.Namespace) -> int:
 
 def _webhook_secret(_: argparse.Namespace) -> int:
     print("Webhook secret (give it to the tenant's receiver; the tenants file holds it too):")
-    print(f'  webhook_secret = "whsec_{secrets.token_urlsafe(32)}"')
+    print("A Standard Webhooks secret: any Standard Webhooks verifier takes it as it is.")
+    print(f'  webhook_secret = "{new_webhook_secret()}"')
+    return 0
+
+
+def _record_key(_: argparse.Namespace) -> int:
+    print("Record key (give it to the tenant's Kafka producers; the tenants file holds it too):")
+    print(f'  record_keys = ["{new_record_key()}"]')
+    print("For ingest's own records, put it in the file's [service] table instead.")
     return 0
 
 

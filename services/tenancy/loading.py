@@ -27,12 +27,14 @@ from inferq.messaging.reply_topics import MAX_TOPIC_CHARS, is_allowed_reply_topi
 from inferq.messaging.tiers import Tier
 from inferq.messaging.topics import TopicNames
 from inferq.tenancy.errors import FileProblem, TenantsFileError
+from inferq.tenancy.held import MAX_HELD, HeldLimits
 from inferq.tenancy.keys import KEY_PREFIX, digest_of_hash, is_key_hash
 from inferq.tenancy.model import (
     ANY,
     DEFAULT_PARAMS,
     DEFAULT_ROLES,
     MAX_KEYS_PER_TENANT,
+    MAX_SECRETS,
     MAX_WEIGHT,
     NUMERIC_PARAM_BOUNDS,
     ROLES,
@@ -42,13 +44,15 @@ from inferq.tenancy.model import (
     Tenant,
     TenantDirectory,
 )
+from inferq.tenancy.secret_forms import record_key_problem, webhook_secret_problem
 
 # A tenants file is a few KB; a bound keeps a mistaken path (a log file) from being read whole.
 MAX_FILE_BYTES = 1_048_576
 MAX_LIST_ITEMS = 1_000
 MAX_RATE = 10_000_000
 MAX_CONCURRENCY = 100_000
-_TOP_LEVEL = frozenset({"tenants"})
+_TOP_LEVEL = frozenset({"tenants", "limits", "service"})
+_SERVICE_FIELDS = frozenset({"record_keys"})
 _TENANT_FIELDS = frozenset(
     {
         "name",
@@ -59,12 +63,10 @@ _TENANT_FIELDS = frozenset(
         "burst",
         "entitlements",
         "webhook_secret",
+        "record_keys",
+        "limits",
     }
 )
-# A webhook secret: printable ASCII without spaces, long enough not to be guessed from a signature.
-MIN_WEBHOOK_SECRET_CHARS = 32
-MAX_WEBHOOK_SECRET_CHARS = 512
-_SECRET_TEXT = re.compile(r"[\x21-\x7e]+")
 _ENTITLEMENT_FIELDS = frozenset(
     {
         "max_tier",
@@ -123,11 +125,14 @@ def parse_tenants(
     lines = _Lines(text)
     problems: list[FileProblem] = [
         FileProblem(
-            f"unknown key {key!r} (the file holds only [[tenants]] tables)", line=lines.top_level(key)
+            f"unknown key {key!r} (the file holds [[tenants]] tables, [limits] and [service])",
+            line=lines.top_level(key),
         )
         for key in document
         if key not in _TOP_LEVEL
     ]
+    file_wide = _FileWideCheck(document, lines)
+    problems += file_wide.problems
     entries = document.get("tenants", [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         problems.append(FileProblem("'tenants' must be [[tenants]] tables", line=lines.top_level("tenants")))
@@ -137,7 +142,7 @@ def parse_tenants(
     names: dict[str, int] = {}
     digests: dict[bytes, int] = {}
     for index, entry in enumerate(entries):
-        checked = _EntryCheck(index, entry, lines, topics)
+        checked = _EntryCheck(index, entry, lines, topics, file_wide.limits)
         tenant = checked.tenant()
         problems += checked.problems
         if tenant is None:
@@ -158,7 +163,9 @@ def parse_tenants(
         tenants.append(tenant)
     if problems:
         raise TenantsFileError(path, problems)
-    return TenantDirectory(tenants)
+    return TenantDirectory(
+        tenants, service_record_keys=file_wide.record_keys, default_limits=file_wide.limits
+    )
 
 
 def _syntax_problem(message: str) -> FileProblem:
@@ -208,10 +215,85 @@ class _Lines:
         return None
 
 
+def _limits_problems(value: Any, base: HeldLimits, where: str) -> tuple[HeldLimits, list[str]]:
+    """`base` with the counts of a ``limits`` table over it, and what is wrong (``field: problem``)."""
+    if value is None:
+        return base, []
+    if not isinstance(value, dict):
+        return base, [f"{where}: must be a table"]
+    known = HeldLimits.names()
+    problems = [
+        f"{where}.{key}: unknown field (known: {', '.join(known)})" for key in sorted(set(value) - set(known))
+    ]
+    counts = {name: getattr(base, name) for name in known}
+    for name in known:
+        if name not in value:
+            continue
+        count = value[name]
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_HELD:
+            problems.append(f"{where}.{name}: must be an integer within 1..{MAX_HELD}")
+        else:
+            counts[name] = count
+    return HeldLimits(**counts), problems
+
+
+def _secrets_problems(
+    value: Any, where: str, problem_of: Callable[[object], str | None], *, one_allowed: bool
+) -> tuple[tuple[SecretStr, ...], list[str]]:
+    """The 1-2 secrets of `value` (a list; a single string too when `one_allowed`), and what is
+    wrong. Messages never hold a value: they go to logs."""
+    if value is None:
+        return (), []
+    items = [value] if one_allowed and isinstance(value, str) else value
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_SECRETS:
+        return (), [f"{where}: must be a list of 1 to {MAX_SECRETS} (current, previous)"]
+    problems = []
+    for position, item in enumerate(items):
+        problem = problem_of(item)
+        if problem is not None:
+            problems.append(f"{where}" + (f"[{position}]" if len(items) > 1 else "") + f": {problem}")
+    if len(set(items)) < len(items) and not problems:
+        problems.append(f"{where}: the same secret is listed twice")
+    return (tuple(SecretStr(i) for i in items) if not problems else ()), problems
+
+
+class _FileWideCheck:
+    """The top-level ``[limits]`` (every tenant's default limits) and ``[service]`` tables."""
+
+    def __init__(self, document: Mapping[str, Any], lines: _Lines) -> None:
+        self.problems: list[FileProblem] = []
+        self.limits, limit_problems = _limits_problems(document.get("limits"), HeldLimits(), "limits")
+        self.record_keys: tuple[SecretStr, ...] = ()
+        service = document.get("service")
+        service_problems: list[str] = []
+        if service is not None and not isinstance(service, dict):
+            service_problems.append("service: must be a table ([service])")
+        elif service is not None:
+            service_problems += [
+                f"service.{key}: unknown field (known: record_keys)"
+                for key in sorted(set(service) - _SERVICE_FIELDS)
+            ]
+            self.record_keys, found = _secrets_problems(
+                service.get("record_keys"), "service.record_keys", record_key_problem, one_allowed=False
+            )
+            service_problems += found
+        for problem in limit_problems + service_problems:
+            key = problem.split(":")[0].split(".")[-1].split("[")[0]
+            self.problems.append(FileProblem(problem, line=lines.top_level(key)))
+
+
 class _EntryCheck:
     """Checks one ``[[tenants]]`` table, collecting problems; `tenant()` is None when there are any."""
 
-    def __init__(self, index: int, entry: dict[str, Any], lines: _Lines, topics: TopicNames | None) -> None:
+    def __init__(
+        self,
+        index: int,
+        entry: dict[str, Any],
+        lines: _Lines,
+        topics: TopicNames | None,
+        default_limits: HeldLimits,
+    ) -> None:
+        self.default_limits = default_limits
         self.index = index
         self.entry = entry
         self.lines = lines
@@ -245,7 +327,12 @@ class _EntryCheck:
         if burst is not None and rpm is None and "requests_per_minute" not in entry:
             self.fail("burst", "needs requests_per_minute")
         entitlements = self._entitlements(entry.get("entitlements"))
-        webhook_secret = self._webhook_secret(entry.get("webhook_secret"))
+        webhook_secrets = self._secrets("webhook_secret", webhook_secret_problem, one_allowed=True)
+        record_keys = self._secrets("record_keys", record_key_problem, one_allowed=False)
+        held, limit_problems = _limits_problems(entry.get("limits"), self.default_limits, "limits")
+        for problem in limit_problems:
+            field, _, message = problem.partition(": ")
+            self.fail(field, message)
         if self.problems or name is None or digests is None or weight is None or entitlements is None:
             return None
         try:
@@ -257,7 +344,9 @@ class _EntryCheck:
                 max_concurrency=max_concurrency,
                 requests_per_minute=rpm,
                 burst=burst,
-                webhook_secret=webhook_secret,
+                webhook_secrets=webhook_secrets,
+                record_keys=record_keys,
+                limits=held,
             )
         except ValueError as exc:  # every rule is checked above; this is a backstop
             self.fail("name", str(exc))
@@ -278,22 +367,14 @@ class _EntryCheck:
             return None
         return value
 
-    def _webhook_secret(self, value: Any) -> SecretStr | None:
-        # Said without the value: this message goes to logs.
-        if value is None:
-            return None
-        if (
-            not isinstance(value, str)
-            or not MIN_WEBHOOK_SECRET_CHARS <= len(value) <= MAX_WEBHOOK_SECRET_CHARS
-            or not _SECRET_TEXT.fullmatch(value)
-        ):
-            self.fail(
-                "webhook_secret",
-                f"must be {MIN_WEBHOOK_SECRET_CHARS}-{MAX_WEBHOOK_SECRET_CHARS} printable ASCII characters "
-                "without spaces (inferq tenants webhook-secret prints one)",
-            )
-            return None
-        return SecretStr(value)
+    def _secrets(
+        self, key: str, problem_of: Callable[[object], str | None], *, one_allowed: bool
+    ) -> tuple[SecretStr, ...]:
+        found, problems = _secrets_problems(self.entry.get(key), key, problem_of, one_allowed=one_allowed)
+        for problem in problems:
+            field, _, message = problem.partition(": ")
+            self.fail(field, message)
+        return found
 
     def _keys(self, value: Any) -> tuple[bytes, ...] | None:
         if value is None:

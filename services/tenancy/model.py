@@ -18,6 +18,7 @@ from pydantic import SecretStr
 from inferq.messaging import limits
 from inferq.messaging.param_rules import passthrough_name_ok
 from inferq.messaging.tiers import Tier
+from inferq.tenancy.held import HeldLimits
 from inferq.tenancy.keys import key_digest
 
 ANY = "*"
@@ -26,6 +27,8 @@ ROLES = frozenset({"system", "user", "assistant", "tool", "developer"})
 # entitlements of their own.
 DEFAULT_ROLES = frozenset({"user", "assistant", "tool"})
 MAX_KEYS_PER_TENANT = 2
+# Secrets in rotation: the current one and the previous (webhook secrets, record keys).
+MAX_SECRETS = 2
 MAX_WEIGHT = 1_000_000.0
 
 # The global bound of each numeric parameter a tenant may cap (its cap is an upper bound of the
@@ -149,7 +152,11 @@ class Tenant:
 
     `requests_per_minute` None means no rate limit; `burst` (default: a minute's worth) is how many
     requests may arrive at once. `max_concurrency` None means no cap below the shared budget.
-    `webhook_secret` signs its webhooks (`inferq.webhooks.signing`); None: it gets none.
+    `webhook_secrets` sign its webhooks (`inferq.webhooks.signing`; the first is current, a
+    second is the one being rotated out: each delivery is signed with both); none: it gets none.
+    `record_keys` sign the records its producers write straight to Kafka
+    (`inferq.messaging.record_signing`; any of them verifies); none: such records are refused.
+    `limits` bound what it may hold at once (`inferq.tenancy.held`).
     """
 
     name: str
@@ -159,7 +166,9 @@ class Tenant:
     max_concurrency: int | None = None
     requests_per_minute: int | None = None
     burst: int | None = None
-    webhook_secret: SecretStr | None = None
+    webhook_secrets: tuple[SecretStr, ...] = ()
+    record_keys: tuple[SecretStr, ...] = ()
+    limits: HeldLimits = field(default_factory=HeldLimits)
 
     def __post_init__(self) -> None:
         if len(self.name) > limits.MAX_TENANT_CHARS or not limits.ID_PATTERN.fullmatch(self.name):
@@ -176,6 +185,14 @@ class Tenant:
                 raise ValueError(f"{name} must be >= 1")
         if self.burst is not None and self.requests_per_minute is None:
             raise ValueError("burst needs requests_per_minute")
+        for name in ("webhook_secrets", "record_keys"):
+            if len(getattr(self, name)) > MAX_SECRETS:
+                raise ValueError(f"at most {MAX_SECRETS} {name} (the current one and the previous)")
+
+    @property
+    def webhook_secret(self) -> SecretStr | None:
+        """The current webhook secret (the first), or None."""
+        return self.webhook_secrets[0] if self.webhook_secrets else None
 
     @property
     def rate_burst(self) -> int | None:
@@ -194,9 +211,22 @@ OPEN_TENANT = Tenant(
 
 
 class TenantDirectory:
-    """The tenants of one tenants file, by name and by key digest. Immutable once built."""
+    """The tenants of one tenants file, by name and by key digest, and the file-wide settings:
+    `service_record_keys` (what inferq's own services sign the records they write with, the
+    first current; `inferq.messaging.record_signing`) and `default_limits` (the ``[limits]`` table:
+    what a tenant without its own gets). Immutable once built."""
 
-    def __init__(self, tenants: Iterable[Tenant]) -> None:
+    def __init__(
+        self,
+        tenants: Iterable[Tenant],
+        *,
+        service_record_keys: tuple[SecretStr, ...] = (),
+        default_limits: HeldLimits | None = None,
+    ) -> None:
+        if len(service_record_keys) > MAX_SECRETS:
+            raise ValueError(f"at most {MAX_SECRETS} service record keys (the current one and the previous)")
+        self.service_record_keys = service_record_keys
+        self.default_limits = default_limits if default_limits is not None else HeldLimits()
         by_name: dict[str, Tenant] = {}
         by_digest: dict[bytes, Tenant] = {}
         for tenant in tenants:

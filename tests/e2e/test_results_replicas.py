@@ -33,7 +33,7 @@ from tests.support.webhook_receiver import Receiver, webhook_receiver
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-SECRET = "whsec_replicas_e2e_0123456789abcdefghijkl"  # noqa: S105 - a test secret
+SECRET = "whsec_cmVwbGljYXMtZTJlLS0tLS0tLS0tLS0tLS0tLS0tLS0="  # noqa: S105 - a test secret
 FIRST_WAVE = 40
 SECOND_WAVE = 40
 # The second wave's replica is killed after this many of its requests were accepted.

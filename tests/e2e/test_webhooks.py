@@ -33,8 +33,8 @@ from tests.support.webhook_receiver import Receiver, webhook_receiver
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-ACME_SECRET = "whsec_acme_e2e_0123456789abcdefghijklmnop"  # noqa: S105 - a test secret
-BETA_SECRET = "whsec_beta_e2e_0123456789abcdefghijklmnop"  # noqa: S105 - a test secret
+ACME_SECRET = "whsec_YWNtZS1lMmUtLS0tLS0tLS0tLS0tLS0tLS0tLS0tLS0="  # noqa: S105 - a test secret
+BETA_SECRET = "whsec_YmV0YS1lMmUtLS0tLS0tLS0tLS0tLS0tLS0tLS0tLS0="  # noqa: S105 - a test secret
 # Long enough for a results restart inside it; the dead-letter test restarts results with a short one.
 RETRY_PERIOD_S = 120
 SHORT_RETRY_PERIOD_S = 2

@@ -20,7 +20,7 @@ from inferq.webhooks.settings import WebhookSettings
 from tests.support.fakes import FakeBacklog, RecordingProducer
 from tests.support.tenants import TenantSpec, write_tenants
 
-SECRET = "whsec_unit_tests_0123456789abcdefghijkl"  # noqa: S105 - a test secret
+SECRET = "whsec_Y2FsbGJhY2tzLXVuaXQtLS0tLS0tLS0tLS0tLS0tLS0="  # noqa: S105 - a test secret
 CHAT: dict[str, Any] = {"scenario": "realtime_chat", "messages": [{"role": "user", "content": "hi"}]}
 # Public addresses as literals: the test needs no DNS. 10.0.0.5 is listed to show the guard wins.
 ACME = TenantSpec(

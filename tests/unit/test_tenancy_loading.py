@@ -12,9 +12,11 @@ from inferq.messaging import limits
 from inferq.messaging.tiers import Tier
 from inferq.messaging.topics import TopicNames
 from inferq.tenancy.errors import TenantsFileError
+from inferq.tenancy.held import HeldLimits
 from inferq.tenancy.keys import hash_key, key_digest, new_key
 from inferq.tenancy.loading import MAX_FILE_BYTES, load_tenants, parse_tenants
 from inferq.tenancy.model import DEFAULT_PARAMS, DEFAULT_ROLES
+from inferq.tenancy.secret_forms import new_record_key, new_webhook_secret
 from tests.support.tenants import TenantSpec, tenants_toml
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "infra" / "tenants.example.toml"
@@ -39,8 +41,22 @@ def entry(body: str = "", *, name: str = "acme", entitlements: str = "") -> str:
     )
 
 
+def test_the_example_file_refuses_its_placeholders_by_name():
+    with pytest.raises(TenantsFileError) as refused:
+        load_tenants(EXAMPLE, topics=TopicNames("inferq"))
+    problems = [p.problem for p in refused.value.problems]
+    assert len(problems) == 3, problems
+    assert all("the example file's placeholder" in p for p in problems)
+    assert [p.split(":")[0] for p in problems] == ["service.record_keys", "webhook_secret", "record_keys"]
+
+
 def test_the_example_file_is_valid_and_documents_every_field():
-    directory = load_tenants(EXAMPLE, topics=TopicNames("inferq"))
+    text = EXAMPLE.read_text()
+    text = text.replace("whsec_replace-me-with-inferq-tenants-webhook-secret-output", new_webhook_secret())
+    text = text.replace("irk_replace-me-with-inferq-tenants-record-key-output", new_record_key())
+    directory = parse_tenants(text, EXAMPLE, topics=TopicNames("inferq"))
+    assert len(directory.service_record_keys) == 1
+    assert directory.default_limits == HeldLimits()
     app = directory.get("companion-app")
     assert app is not None and len(app.key_digests) == 2
     assert (app.weight, app.max_concurrency, app.requests_per_minute, app.rate_burst) == (3.0, 6, 1200, 200)
@@ -55,10 +71,12 @@ def test_the_example_file_is_valid_and_documents_every_field():
     assert batch is not None and batch.entitlements.roles == DEFAULT_ROLES
     assert batch.rate_burst == 600  # a minute's worth by default
     assert batch.entitlements.max_deadline_ms == limits.MAX_DEADLINE_MS
-    text = EXAMPLE.read_text()
+    assert app.limits == HeldLimits(event_streams=100, webhooks_in_flight=8)
+    assert batch.limits == HeldLimits() and batch.record_keys == ()
+    assert len(app.record_keys) == 1 and app.webhook_secret is not None
     fields = ["name", "keys", "weight", "max_concurrency", "requests_per_minute", "burst", "max_tier"]
     fields += ["scenarios", "models", "roles", "max_estimated_tokens", "max_deadline_ms", "reply_topics"]
-    for name in [*fields, "callback_hosts", *limits.ALLOWED_PARAMS]:
+    for name in [*fields, "callback_hosts", *limits.ALLOWED_PARAMS, *HeldLimits.names()]:
         assert re.search(rf"\b{name}\b", text), name
 
 
@@ -175,7 +193,7 @@ def test_keys_count_and_repeats():
 
 def test_unknown_top_level_keys_and_a_tenants_key_that_is_not_tables():
     assert problems_of("version = 2\n") == [
-        "t.toml:1: unknown key 'version' (the file holds only [[tenants]] tables)"
+        "t.toml:1: unknown key 'version' (the file holds [[tenants]] tables, [limits] and [service])"
     ]
     assert problems_of("tenants = 3\n") == ["t.toml:1: 'tenants' must be [[tenants]] tables"]
 

@@ -29,7 +29,7 @@ from tests.support.fakes import InMemoryMetrics, a_result, labels
 from tests.support.loop import in_loop
 from tests.support.waiting import eventually
 
-SECRET = "whsec_test_secret_0123456789abcdefghij"  # noqa: S105 - a test secret
+SECRET = "whsec_b3V0Ym94LXVuaXQtLS0tLS0tLS0tLS0tLS0tLS0tLS0="  # noqa: S105 - a test secret
 URL = "https://hooks.example/inferq"
 
 
@@ -225,7 +225,7 @@ def tenant(name: str, hosts: list[str], secret: str | None = SECRET) -> Tenant:
         key_digests=(),
         weight=1.0,
         entitlements=dataclasses.replace(Entitlements.unrestricted(), callback_hosts=NameSet.of(hosts)),
-        webhook_secret=SecretStr(secret) if secret else None,
+        webhook_secrets=(SecretStr(secret),) if secret else (),
     )
 
 
