@@ -15,6 +15,8 @@ Every HTTP server of inferq is uvicorn with `HttpLimits` (env prefix ``INFERQ_HT
   are waited for without bound (an orchestrator's kill deadline must then cover the longest one).
 
 The body's own deadline belongs to the endpoint that reads it (ingest's body reader answers 408).
+A service may serve a second app on a port of its own (`SideListener`: ingest's and the results
+service's /metrics), bound before the service starts and stopped after its API.
 
 A service that has stopped cleanly exits within `EXIT_GRACE_S` (`bound_exit`). After a clean stop
 everything durable is committed and flushed; what is left is the runtime's own exit: the event loop
@@ -35,8 +37,9 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
@@ -48,6 +51,9 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from inferq.log_format import formatter
 
 EXIT_GRACE_S = 10.0
+# A side listener (a service's /metrics) gets this long to stop once the API has.
+SIDE_STOP_S = 5.0
+log = logging.getLogger(__name__)
 
 
 class HttpLimits(BaseSettings):
@@ -240,12 +246,30 @@ def uvicorn_config(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | N
     )
 
 
+@dataclass(frozen=True)
+class SideListener:
+    """A second app a service serves on a port of its own beside its API (its /metrics), started
+    and stopped with it."""
+
+    app: ASGIApp
+    host: str
+    port: int
+    name: str
+
+
 class ServiceServer(uvicorn.Server):
     """uvicorn for a service process: SIGTERM/SIGINT end serving, the lifespan shuts down, exit 0.
 
     uvicorn re-raises a captured signal after its graceful shutdown, so the process would die by the
-    signal (exit -15) even after a clean stop; a supervisor must see 0 for a clean stop.
+    signal (exit -15) even after a clean stop; a supervisor must see 0 for a clean stop. Side
+    listeners (bound sockets, `run_asgi`) serve while the API does and stop after it.
     """
+
+    def __init__(
+        self, config: uvicorn.Config, side: Sequence[tuple[uvicorn.Config, socket.socket]] = ()
+    ) -> None:
+        super().__init__(config)
+        self._side = [(EmbeddedServer(c), sock) for c, sock in side]
 
     @contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -257,17 +281,51 @@ class ServiceServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().serve(sockets)
+        side = [asyncio.create_task(server.serve([sock])) for server, sock in self._side]
+        try:
+            await super().serve(sockets)
+        finally:
+            for server, _ in self._side:
+                server.should_exit = True
+            if side:
+                await asyncio.wait(side, timeout=SIDE_STOP_S)
         if self.started:
             # Stopped cleanly: what follows is the event loop's and the interpreter's own exit.
             bound_exit(0)
 
 
-def run_asgi(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | None = None) -> int:
-    """Serve until SIGTERM/SIGINT; 0 on a clean stop, 1 when start-up failed."""
-    server = ServiceServer(uvicorn_config(app, host, port, limits=limits))
+def run_asgi(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    *,
+    limits: HttpLimits | None = None,
+    side: Sequence[SideListener] = (),
+) -> int:
+    """Serve until SIGTERM/SIGINT; 0 on a clean stop, 1 when start-up failed. The `side` listeners'
+    ports are bound first, so one already in use fails the start before the service starts."""
+    limits = limits if limits is not None else HttpLimits()
+    bound: list[tuple[uvicorn.Config, socket.socket]] = []
+    for listener in side:
+        try:
+            sock = _bind(listener.host, listener.port, limits.backlog)
+        except OSError as exc:
+            log.error(  # noqa: TRY400 - the reason ("Address already in use") is the message
+                "cannot listen for %s on %s port %d: %s", listener.name, listener.host, listener.port, exc
+            )
+            for _, taken in bound:
+                taken.close()
+            return 1
+        log.info("%s on %s port %d", listener.name, listener.host, sock.getsockname()[1])
+        bound.append((uvicorn_config(listener.app, listener.host, listener.port, limits=limits), sock))
+    server = ServiceServer(uvicorn_config(app, host, port, limits=limits), bound)
     server.run()
     return 0 if server.started else 1
+
+
+def _bind(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=backlog)
 
 
 class EmbeddedServer(uvicorn.Server):

@@ -1,5 +1,6 @@
 """The ingest service's composition root: ``POST /v1/requests``, ``GET /v1/backlog``, ``GET /healthz``
-(liveness), ``GET /readyz`` (readiness: Kafka answers and the topics exist), ``GET /metrics``.
+(liveness), ``GET /readyz`` (readiness: Kafka answers and the topics exist); ``GET /metrics`` is on
+a port of its own (`inferq.ingest.cli`: it names the tenants).
 
 A request is answered 202 only after the broker acknowledged the record (acks=all), so a 202 is a
 promise the pipeline keeps; the refusals are listed in `inferq.ingest.submit`. The parts, each in
@@ -73,7 +74,7 @@ from inferq.messaging.codec import request_codec
 from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.readiness import ReadinessSettings, TopicsWatch, readiness_endpoint
 from inferq.messaging.tiers import TierPolicy
-from inferq.telemetry import meter, metrics_endpoint
+from inferq.telemetry import meter
 from inferq.tenancy.metrics import watch_reloads
 from inferq.tenancy.rate import RateLimiter
 from inferq.tenancy.registry import TenantRegistry
@@ -474,7 +475,6 @@ def asgi_app(parts: IngestParts, *, check_topics: bool, reload_on_sighup: bool) 
             Route("/v1/backlog", parts.backlog_view.handle, methods=["GET"]),
             Route("/healthz", health_endpoint(parts.follower), methods=["GET"]),
             Route("/readyz", readiness_endpoint(parts.ready_problems), methods=["GET"]),
-            Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
         lifespan=lambda _: serve_parts(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup),
     )

@@ -1,6 +1,6 @@
 """The results service's composition root: ``GET /v1/requests/{id}``, ``GET /healthz`` (liveness),
-``GET /readyz`` (readiness: Kafka answers, the reply topics exist, the reply topic read up to now),
-``GET /metrics``.
+``GET /readyz`` (readiness: Kafka answers, the reply topics exist, the reply topic read up to now);
+``GET /metrics`` is on a port of its own (`inferq.results.cli`: it names the tenants).
 
 The parts, each in its own module: `store.ResultStore` (SQLite behind one worker thread; the table
 itself in `table`), `consumer.ResultConsumer` (the process's one reader of the reply topic: every
@@ -43,7 +43,7 @@ from inferq.results.routes import Health, ReadMetrics, ResultRoutes, WaitLimits
 from inferq.results.settings import ResultsSettings
 from inferq.results.store import ResultStore
 from inferq.results.webhooks import ResultWebhooks, StoppableProducer, result_body
-from inferq.telemetry import meter, metrics_endpoint
+from inferq.telemetry import meter
 from inferq.tenancy.metrics import watch_reloads
 from inferq.tenancy.registry import TenantRegistry
 from inferq.webhooks.outbox import WebhookOutbox
@@ -278,7 +278,6 @@ def asgi_app(parts: ResultsParts, *, check_topics: bool, reload_on_sighup: bool)
             Route("/v1/requests/{request_id}/events", routes.events, methods=["GET"]),
             Route("/healthz", routes.healthz, methods=["GET"]),
             Route("/readyz", readiness_endpoint(parts.ready_problems), methods=["GET"]),
-            Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
         lifespan=lambda _: serve_parts(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup),
     )

@@ -8,6 +8,9 @@ its secret has two: each verifies its real deliveries; a delivery replayed with 
 another id, or later than the tolerance is refused; another tenant's secret verifies nothing; a
 bad ``INFERQ_WEBHOOK_SECRET`` stops the service at start without quoting it; no secret reaches a
 log line or a dead letter.
+
+On the same pipeline, item 6's ``/metrics``: it names the tenants, so ingest and the results service
+serve it on a port of their own; their API ports answer 404 for it.
 """
 
 from __future__ import annotations
@@ -251,3 +254,17 @@ def test_a_bad_open_mode_secret_stops_the_service_at_start_naming_the_variable_n
         assert done.returncode == 2, done.stderr
         assert "INFERQ_WEBHOOK_SECRET" in done.stderr
         assert value not in done.stderr and value.removeprefix("whsec_")[:12] not in done.stderr
+
+
+def test_metrics_name_the_tenants_on_their_own_port_and_the_api_ports_answer_404(
+    stack: Stack, hostile_figures: HostileFigures
+) -> None:
+    stack.delivered(f"/ok/{uuid.uuid4().hex[:8]}", stack.beta)  # beta has a volume to show
+    hostile_figures.tried("metrics: /metrics on the API ports", 2)
+    for api in (stack.pipeline.ingest_url, stack.pipeline.results_url):
+        assert httpx.get(f"{api}/metrics", headers=stack.acme.headers(), timeout=10).status_code == 404
+    ingest = httpx.get(f"{stack.pipeline.ingest_metrics_url}/metrics", timeout=10)
+    results = httpx.get(f"{stack.pipeline.results_metrics_url()}/metrics", timeout=10)
+    assert ingest.status_code == results.status_code == 200
+    assert 'tenant="beta"' in ingest.text
+    assert "inferq_webhook_deliveries_total" in results.text

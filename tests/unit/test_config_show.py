@@ -16,7 +16,7 @@ BACKEND_KEY = "sk-hostile-backend-key-5678"
 REDIS_PASSWORD = "hunter2-redis-in-url"  # noqa: S105 - a test value whose absence we check
 SASL_PASSWORD = "sasl-pw-9f8e7d"  # noqa: S105 - a test value whose absence we check
 EXTRA_PASSWORD = "librdkafka-extra-pw"  # noqa: S105 - a test value whose absence we check
-WEBHOOK_SECRET = "whsec-abcdef-0123"  # noqa: S105 - a test value whose absence we check
+WEBHOOK_SECRET = "whsec_Y29uZmlnLXNob3ctd2ViaG9vay1zZWNyZXQtdGVzdCE="  # noqa: S105 - a test value whose absence we check
 SECRETS = (BACKEND_KEY, REDIS_PASSWORD, SASL_PASSWORD, EXTRA_PASSWORD, WEBHOOK_SECRET)
 
 
