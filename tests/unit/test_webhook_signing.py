@@ -123,3 +123,5 @@ def test_the_documented_receiver_accepts_what_inferq_signs_and_refuses_the_rest(
     assert verified_outcome(new_webhook_secret(), BODY, headers) is None
     assert verified_outcome(CURRENT, BODY, signed(CURRENT, timestamp=int(time.time()) - 600)) is None
     assert verified_outcome(CURRENT, BODY, {"webhook-id": DELIVERY_ID}) is None
+    for garbage in ("garbage", "v1,not-base64!", "v1,a,b"):  # a forger's header is refused, not a crash
+        assert verified_outcome(CURRENT, BODY, headers | {"webhook-signature": garbage}) is None
