@@ -153,6 +153,7 @@ class Results:
     url: str
     hub: WaiterHub
     clock: ManualClock
+    tenants_file: Path
 
     def client(self, spec: TenantSpec) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.url, headers=spec.headers(), timeout=30)
@@ -166,14 +167,16 @@ async def results(tmp_path: Path) -> AsyncIterator[Results]:
     tenants = write_tenants(tmp_path / "tenants.toml", A, B)
     hub, feed, clock = WaiterHub(max_waiters=100), FakeResultFeed(), ManualClock(now_s=1000.0)
     app = create_results(
-        ResultsSettings(db_path=tmp_path / "r.db", tenants=TenancySettings(file=tenants)),
+        ResultsSettings(
+            db_path=tmp_path / "r.db", tenants=TenancySettings(file=tenants, reload_interval_s=0.05)
+        ),
         check_topics=False,
         feed=lambda: feed,
         hub=hub,
         rate_clock_s=clock.seconds,
     )
     async with served(app) as url:
-        yield Results(url, hub, clock)
+        yield Results(url, hub, clock, tenants)
 
 
 @contextlib.asynccontextmanager
@@ -196,6 +199,23 @@ async def test_event_streams_past_the_limit_are_429_and_another_tenant_streams(t
         await svc.until_waiting(0)
         async with open_streams(a, ["/v1/requests/n3/events"]) as again:
             assert again[0].status_code == 200
+
+
+@run
+async def test_a_reload_applies_a_tenants_new_limit_to_the_next_request(tmp_path: Path) -> None:
+    held = ["/v1/requests/n1/events", "/v1/requests/n2/events"]
+    async with results(tmp_path) as svc, svc.client(A) as a, open_streams(a, held):
+        assert_held_429(await a.get("/v1/requests/n3/events"), "event_streams", 2)
+        write_tenants(svc.tenants_file, replace(A, limits=A.limits | {"event_streams": 3}), B)
+        async with contextlib.AsyncExitStack() as stack:
+            # The next request after the reload is allowed a third stream.
+            async with asyncio.timeout(10):
+                while True:
+                    third = await stack.enter_async_context(a.stream("GET", "/v1/requests/n3/events"))
+                    if third.status_code == 200:
+                        break
+                    await asyncio.sleep(0.05)
+            assert_held_429(await a.get("/v1/requests/n4/events"), "event_streams", 3)
 
 
 @run
@@ -323,6 +343,13 @@ async def test_calls_waiting_past_held_calls_are_429_for_chats_and_embeddings(tm
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await svc.until_waiting(0)
+        # The callers that went away gave their slots back: A may hold 2 again.
+        waiting = [asyncio.create_task(a.post("/v1/chat/completions", json=chat(False))) for _ in range(2)]
+        await svc.until_waiting(2)
+        for task in waiting:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 @run
