@@ -1,5 +1,5 @@
-"""Held connections of one tenant against another's reads, on a real results process and the real
-broker (issue 23, item 1).
+"""Held connections of one tenant against another's reads, on real results and ingest processes
+and the real broker (issue 23, item 1).
 
 Before: ``GET /v1/requests/{any id}/events`` held a connection for 300 s whether or not the id
 existed, and uvicorn's connection limit counted every tenant's together: tenant A opened 1,100
@@ -7,7 +7,10 @@ event streams for ids that do not exist, and tenant B's next GETs of its own fin
 503. Now each tenant holds at most its own limits (``event_streams``, ``long_polls``,
 ``connections``): past them A gets 429 with Retry-After naming the limit, and B is served (200)
 throughout. B's read latency while A holds everything it may, against B alone, is printed (a
-figure for the issue's closing note; noisy machine: not asserted).
+figure for the issue's closing note; noisy machine: not asserted). A control run with the issue's
+set-up (no per-tenant limits, uvicorn's old 1,000) shows the same flood still gets B 503s. On
+ingest, A's streamed chats and waiting calls past its limits get OpenAI's 429 while B submits and
+streams.
 """
 
 from __future__ import annotations
@@ -304,3 +307,73 @@ def test_control_without_per_tenant_limits_b_gets_the_shared_503(
                 assert 503 in svc.statuses[case]
 
         asyncio.run(asyncio.wait_for(scenario(), 300))
+
+
+# On ingest: A's streamed chats and calls waiting for their answer, then its requests in progress.
+A_INGEST = {"connections": 6, "streamed_chats": 3, "held_calls": 3}
+WIDE = {"models": ["*"]}
+A_CHATS = TenantSpec("a", entitlements=WIDE, limits=A_INGEST)
+B_CHATS = TenantSpec("b", entitlements=WIDE)
+CHAT = {"model": "inferq", "messages": [{"role": "user", "content": "hi"}]}
+NATIVE = {"scenario": "realtime_chat", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def assert_openai_429(response: httpx.Response, kind: str) -> None:
+    assert response.status_code == 429, response.text
+    assert 1 <= int(response.headers["retry-after"]) <= 5
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("rate_limit_error", "held_limit")
+    assert f"limits.{kind} = {A_INGEST[kind]}" in error["message"]
+    assert A_CHATS.key not in response.text
+
+
+def test_on_ingest_a_tenants_chats_past_its_limits_get_429_and_the_other_is_served(
+    kafka_settings: KafkaSettings, tmp_path: Path, hostile_figures: HostileFigures
+) -> None:
+    """No dispatcher: every chat waits for an answer that does not come (within its deadline,
+    raised to a minute), so each holds what it took for the length of the test."""
+    port = free_port()
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "INFERQ_TOPIC_PREFIX": kafka_settings.topic_prefix,
+        "INFERQ_TENANTS_FILE": str(write_tenants(tmp_path / "tenants.toml", A_CHATS, B_CHATS)),
+        "INFERQ_INGEST_DEADLINES_MS": '{"HIGH": 60000}',
+    }
+    process = ServiceProcess("ingest", ["ingest", "--port", str(port)], tmp_path / "ingest.log", env=env)
+    url = f"http://127.0.0.1:{port}"
+    svc = Results(url, process, hostile_figures)
+
+    async def scenario() -> None:
+        async with svc.client(A_CHATS) as a, svc.client(B_CHATS) as b, contextlib.AsyncExitStack() as held:
+            for _ in range(A_INGEST["streamed_chats"]):
+                stream = a.stream("POST", "/v1/chat/completions", json=CHAT | {"stream": True})
+                opened = svc.saw("ingest: A's streamed chats", await held.enter_async_context(stream))
+                assert opened.status_code == 200
+            past = await a.post("/v1/chat/completions", json=CHAT | {"stream": True})
+            assert_openai_429(svc.saw("ingest: A's streamed chat past its limit", past), "streamed_chats")
+            waiting = [
+                asyncio.create_task(a.post("/v1/chat/completions", json=CHAT))
+                for _ in range(A_INGEST["held_calls"])
+            ]
+            async with asyncio.timeout(30):
+                # Six requests in progress: A's next one is refused at the door.
+                while (probe := await a.get("/v1/models")).status_code != 429:
+                    await asyncio.sleep(0.05)
+            assert_openai_429(svc.saw("ingest: A past its connections", probe), "connections")
+            native = svc.saw("ingest: A past its connections", await a.post("/v1/requests", json=NATIVE))
+            assert native.status_code == 429 and native.json()["quota"] == "connections"
+            assert native.headers["connection"] == "close"
+            # B is another tenant: its submission is accepted and its own stream opens.
+            assert (
+                svc.saw("ingest: B meanwhile", await b.post("/v1/requests", json=NATIVE)).status_code == 202
+            )
+            async with b.stream("POST", "/v1/chat/completions", json=CHAT | {"stream": True}) as own:
+                assert svc.saw("ingest: B meanwhile", own).status_code == 200
+            await cancel(waiting)
+
+    try:
+        process.start()
+        process.wait_http_ready(f"{url}/healthz", 60)
+        asyncio.run(asyncio.wait_for(scenario(), 120))
+    finally:
+        assert process.stop() == 0
