@@ -7,9 +7,9 @@ minute. Tenants without a rate are never limited.
 
 The quota is ingest's `requests_per_minute` (with its `burst`) by default; the results service
 counts `limits.reads_per_minute` with the same buckets (`RateLimiter.reads`: a minute's worth at
-once). `configure` takes a new directory's limits (a reload): a tenant whose rate did not change keeps its
-bucket, a changed one starts full at its new burst, a removed one is forgotten. Pure bookkeeping,
-single-threaded (the service's event loop); no sleeping, no task.
+once). `configure` takes a new directory's limits (a reload): a tenant whose rate did not change
+keeps its bucket, a changed one starts full at its new burst, a removed one is forgotten. Pure
+bookkeeping, single-threaded (the service's event loop); no sleeping, no task.
 """
 
 from __future__ import annotations
