@@ -64,9 +64,11 @@ class Results:
             base_url=self.url, headers=spec.headers(), timeout=30, limits=limits, **kwargs
         )
 
-    def saw(self, case: str, response: httpx.Response) -> httpx.Response:
+    def saw(self, case: str, response: httpx.Response, *, control: bool = False) -> httpx.Response:
+        """Records `response` under `case` (a 5xx counts against the suite unless it is the
+        control's, which reproduces the issue's harm on purpose)."""
         self.figures.tried(f"{AREA}: {case}")
-        if response.status_code >= 500:
+        if response.status_code >= 500 and not control:
             self.figures.server_errors += 1
         self.statuses.setdefault(case, []).append(response.status_code)
         return response
@@ -139,7 +141,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
 
 
 async def flood_while_b_reads(
-    svc: Results, b: httpx.AsyncClient, case: str, *, hold_s: float
+    svc: Results, b: httpx.AsyncClient, case: str, *, hold_s: float, control: bool = False
 ) -> tuple[list[int | str], list[float]]:
     """A opens `ISSUE_STREAMS` event streams at once from another process while B reads its result
     one read after another; A's statuses and B's latencies (ms) until A's last answer."""
@@ -157,7 +159,7 @@ async def flood_while_b_reads(
     latencies: list[float] = []
     while not waited.done() or len(latencies) < 5:
         started = time.perf_counter()
-        response = svc.saw(case, await b.get("/v1/requests/b-done"))
+        response = svc.saw(case, await b.get("/v1/requests/b-done"), control=control)
         latencies.append((time.perf_counter() - started) * 1000)
         if response.status_code == 200:
             assert response.json()["output"] == "B's answer"
@@ -301,8 +303,8 @@ def test_control_without_per_tenant_limits_b_gets_the_shared_503(
         async def scenario() -> None:
             async with svc.client(B) as b:
                 case = "control: B during A's 1,100 streams, no per-tenant limits"
-                flooded, during = await flood_while_b_reads(svc, b, case, hold_s=5)
-                svc.figures.server_errors -= svc.statuses[case].count(503)  # the control's, expected
+                # Held 15 s: a slow machine still has all of them open at once.
+                flooded, during = await flood_while_b_reads(svc, b, case, hold_s=15, control=True)
                 print(f"\n{figure(case, during, svc.statuses[case])}; A got {counts(flooded)}")
                 assert 503 in svc.statuses[case]
 

@@ -247,6 +247,9 @@ async def test_requests_in_progress_past_connections_are_429_and_close_the_conne
             assert_held_429(refused, "connections", 4)
             assert refused.headers["connection"] == "close"
             assert (await b.get("/v1/requests/c5")).status_code == 404
+            # A caller without a valid key holds nothing and is told so, not refused as A.
+            stranger = await a.get("/v1/requests/c5", headers={"authorization": "Bearer iq_nobodys"})
+            assert stranger.status_code == 401
             for poll in polls:
                 poll.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
