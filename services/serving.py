@@ -2,7 +2,15 @@
 
 Every HTTP server of inferq is uvicorn with `HttpLimits` (env prefix ``INFERQ_HTTP_``):
 
-- at most `limit_concurrency` connections and requests at once; past it uvicorn answers 503;
+- at most `limit_concurrency` connections and requests at once; past it uvicorn answers 503 to
+  everyone. It is the process's backstop, not a share: each tenant's own requests in progress are
+  bounded far below it (``limits.connections``, default 200, answered 429 past it with the
+  connection closed: `inferq.tenancy.held_connections`), so one tenant at every one of its limits
+  holds under a twentieth of the default 4,096 and the others keep being served. Size it above
+  the sum of ``limits.connections`` of the tenants expected to be busy at once, plus idle
+  keep-alive connections; a request without a valid key is answered 401 at once and holds
+  nothing. The process's open-files limit is raised to fit it where the hard limit allows
+  (`fit_open_files`);
 - an idle keep-alive connection is closed after `timeout_keep_alive_s`;
 - a request's line and headers must arrive within `header_timeout_s` of its first byte (of the
   connection, for the first request), else 408 and the connection is closed: uvicorn's httptools
@@ -33,6 +41,7 @@ import asyncio
 import faulthandler
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -63,8 +72,10 @@ class HttpLimits(BaseSettings):
         env_prefix="INFERQ_HTTP_", extra="ignore", use_attribute_docstrings=True
     )
 
-    limit_concurrency: int = Field(default=1_000, ge=1)
-    """Connections plus requests in progress; past it new requests get 503 at once."""
+    limit_concurrency: int = Field(default=4_096, ge=1)
+    """Connections plus requests in progress, all tenants together; past it new requests get 503 at
+    once. Keep it above the sum of the busy tenants' limits.connections (default 200 each): one
+    tenant at its limits then never reaches it (docs/tenants.md, "Held resources")."""
     backlog: int = Field(default=2_048, ge=1)
     """Connections the kernel queues before accept()."""
     timeout_keep_alive_s: int = Field(default=5, ge=1, le=300)
@@ -213,6 +224,30 @@ class _GuardedHttpTools(HttpToolsProtocol):
         self.transport.close()
 
 
+# File descriptors a service needs besides its HTTP connections: Kafka clients, the store, logs.
+_OTHER_FILES = 256
+
+
+def fit_open_files(limit_concurrency: int) -> None:
+    """Raise the soft open-files limit to fit `limit_concurrency` connections, up to the hard limit
+    (a common soft default is 1,024: past it accept() fails and uvicorn logs errors instead of
+    answering 503); a warning when the hard limit is too low to fit them."""
+    needed = limit_concurrency + _OTHER_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < needed:
+        logging.getLogger("inferq.serving").warning(
+            "open files limited to %d: fewer than INFERQ_HTTP_LIMIT_CONCURRENCY (%d) connections can be "
+            "accepted; raise the hard limit (ulimit -Hn) or lower it",
+            target,
+            limit_concurrency,
+        )
+
+
 def guarded_http_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol bound to `limits` (a class, as uvicorn's `http=` takes)."""
     protocol: type[asyncio.Protocol] = type("GuardedHttpTools", (_GuardedHttpTools,), {"limits": limits})
@@ -222,6 +257,7 @@ def guarded_http_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
 def uvicorn_config(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | None = None) -> uvicorn.Config:
     """uvicorn's configuration for a service: `limits` (default: `HttpLimits` from the environment)."""
     limits = limits if limits is not None else HttpLimits()
+    fit_open_files(limits.limit_concurrency)
     options: dict[str, Any] = {
         "limit_concurrency": limits.limit_concurrency,
         "backlog": limits.backlog,

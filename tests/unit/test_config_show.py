@@ -102,7 +102,7 @@ def test_a_services_help_lists_its_settings_with_defaults(capsys: pytest.Capture
     shown = capsys.readouterr().out
     assert "INFERQ_INGEST_MAX_BODY_BYTES  (default: 1048576)" in shown
     assert "INFERQ_BUDGET  (default: 10)" in shown
-    assert "INFERQ_HTTP_LIMIT_CONCURRENCY  (default: 1000)" in shown
+    assert "INFERQ_HTTP_LIMIT_CONCURRENCY  (default: 4096)" in shown
     assert "INFERQ_DISPATCHER_POLICY" not in shown  # the dispatcher's own, not ingest's
     with pytest.raises(SystemExit):
         main(["dispatcher", "--help"])
