@@ -28,7 +28,7 @@ loading its metadata, and giving up on it would drop outcomes that a short wait 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import inferq.messaging.dead_letters as dead_letters
 from inferq import tracing
@@ -176,7 +176,7 @@ class OutcomeWriter:
         reason: str,
         *,
         key: bytes | None = None,
-        about: Headers | None = None,
+        about: Sequence[tuple[str, str | bytes | None]] = (),
     ) -> None:
         """A record no retry can fix, or one whose tenant is not believed (``record_origin.py``):
         its raw bytes (and `key`) to the dead-letter topic, with where it came from and `about` it;
@@ -187,7 +187,7 @@ class OutcomeWriter:
             ("inferq.source.topic", topic.encode()),
             ("inferq.source.partition", str(partition).encode()),
             ("inferq.source.offset", str(offset).encode()),
-            *(about or ()),
+            *about,
         ]
         if await self._to_dlq(raw, key, headers):
             log.warning("poison record %s[%d]@%d dead-lettered: %s", topic, partition, offset, reason)
