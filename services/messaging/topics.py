@@ -107,7 +107,11 @@ class TopicNames:
                 self.requests(Tier.MEDIUM), 3, 24 * HOUR_MS, "analysis and recommendations", LOG_APPEND_TIME
             ),
             TopicSpec(
-                self.requests(Tier.LOW), 3, 7 * 24 * HOUR_MS, "briefs and batch; may wait hours", LOG_APPEND_TIME
+                self.requests(Tier.LOW),
+                3,
+                7 * 24 * HOUR_MS,
+                "briefs and batch; may wait hours",
+                LOG_APPEND_TIME,
             ),
             TopicSpec(self.retry, 3, 24 * HOUR_MS, "requests waiting to be retried, with not_before_ms"),
             TopicSpec(self.results, 6, 24 * HOUR_MS, "terminal results keyed by request_id"),
