@@ -43,7 +43,7 @@ from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-A, B = TenantSpec("tenant-a"), TenantSpec("tenant-b")
+A, B = TenantSpec.with_record_key("tenant-a"), TenantSpec.with_record_key("tenant-b")
 WEEK_MS = 7 * 24 * 3_600_000
 
 

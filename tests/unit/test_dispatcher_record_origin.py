@@ -31,7 +31,7 @@ from tests.support.loop import in_loop
 from tests.support.tenants import TenantSpec, tenants_toml, write_tenants
 from tests.support.waiting import eventually
 
-A, B = TenantSpec("a"), TenantSpec("b")
+A, B = TenantSpec.with_record_key("a"), TenantSpec.with_record_key("b")
 DAY_MS = 24 * 3_600_000
 
 
@@ -210,3 +210,12 @@ async def test_a_reload_dropping_the_service_key_is_refused(tmp_path: Path) -> N
     assert not await registry.reload()
     assert registry.refused_reloads == 1
     assert [k.get_secret_value() for k in registry.service_record_keys()] == [SERVICE_RECORD_KEY]
+
+
+def test_request_topics_are_created_with_the_brokers_append_time_and_the_others_are_not():
+    topics = TopicNames("unit")
+    configs = {spec.name: spec.config() for spec in topics.specs()}
+    for name in topics.all_requests:
+        assert configs[name]["message.timestamp.type"] == "LogAppendTime"
+    for name in (topics.retry, topics.results, topics.dlq):
+        assert "message.timestamp.type" not in configs[name]

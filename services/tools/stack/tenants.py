@@ -5,8 +5,8 @@ memory only; the file gets their hashes.
 Every file gets a ``[service] record_keys`` (ingest and the dispatcher refuse to start without one):
 `SERVICE_RECORD_KEY`, made once per process, so a test or tool that writes request records straight
 to Kafka signs them with it (`inferq.messaging.record_signing`) and the dispatcher believes them,
-whatever tenant they name. Each tenant gets a record key of its own too (`TenantSpec.record_key`),
-to sign as that tenant's producer would."""
+whatever tenant they name. A tenant given `record_keys` (`TenantSpec.with_record_key`) can sign as
+its own producer would."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class TenantSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     entitlements: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] | None = None
-    record_keys: list[str] = field(default_factory=lambda: [new_record_key()])
+    record_keys: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -44,6 +44,11 @@ class TenantSpec:
     def record_key(self) -> str:
         """The key its own producers sign records with (the first of `record_keys`)."""
         return self.record_keys[0]
+
+    @classmethod
+    def with_record_key(cls, name: str, **fields: Any) -> TenantSpec:
+        """A tenant with a record key made on the spot (its producers may write to Kafka)."""
+        return cls(name, record_keys=[new_record_key()], **fields)
 
     def headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.key}"}
