@@ -95,8 +95,9 @@ _FOLLOWING: dict[tuple[int, str, str], _Following] = {}
 SHARED_MAX_WAITERS = 1_000_000
 
 
-def _signer(record_key: str | SecretStr | None) -> RecordSigner:
-    """The signer of `record_key`, else of ``$INFERQ_RECORD_KEY``; none signs nothing."""
+def producer_signer(record_key: str | SecretStr | None) -> RecordSigner:
+    """The signer of a tenant's producer: `record_key`, else ``$INFERQ_RECORD_KEY``; no key signs
+    nothing. `ValueError` (naming the rule, never the value) for a key that is not one."""
     if record_key is None:
         record_key = os.environ.get(RECORD_KEY_ENV) or None
     if isinstance(record_key, SecretStr):
@@ -133,7 +134,7 @@ class KafkaTransport:
             raise ValueError(problem)
         self.reply_topic = topics.regional_results(region) if region else topics.results
         self.tenant = tenant
-        self._signer = _signer(record_key)
+        self._signer = producer_signer(record_key)
         self._origin = origin_region or region or "local"
         self._policy = policy or TierPolicy()
         self._deadlines_ms = deadlines_ms
