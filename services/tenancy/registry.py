@@ -36,7 +36,7 @@ from pydantic import SecretStr
 from inferq.messaging.topics import TopicNames
 from inferq.supervised import SupervisedTask
 from inferq.tenancy.auth import ANONYMOUS, Principal, authenticate
-from inferq.tenancy.errors import FileProblem, TenantsFileError
+from inferq.tenancy.errors import NO_SERVICE_KEY, FileProblem, TenantsFileError
 from inferq.tenancy.loading import decode_tenants, read_tenants_file
 from inferq.tenancy.model import OPEN_TENANT, Tenant, TenantDirectory
 from inferq.tenancy.settings import DEFAULT_MAX_REMOVED_SHARE, TenancySettings
@@ -49,11 +49,6 @@ log = logging.getLogger("inferq.tenancy")
 _STOP_WAIT_S = 1.0
 # The label of a result whose tenant the file does not list (removed, or written straight to Kafka).
 OTHER_LABEL = "other"
-NO_SERVICE_KEY = (
-    "[service] record_keys is missing: ingest and the dispatcher sign the request records they write "
-    'with its first key (`inferq tenants record-key` prints one; docs/tenants.md, "Records written '
-    'to Kafka")'
-)
 
 
 class TenantRegistry:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from inferq.cli import main
 from inferq.dispatcher.consumer import LOG_APPEND_TIME, Partition
 from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.record_rules import RecordRules
@@ -219,3 +220,12 @@ def test_request_topics_are_created_with_the_brokers_append_time_and_the_others_
         assert configs[name]["message.timestamp.type"] == "LogAppendTime"
     for name in (topics.retry, topics.results, topics.dlq):
         assert "message.timestamp.type" not in configs[name]
+
+
+def test_tenants_check_says_a_file_without_a_service_key_stops_ingest_and_the_dispatcher(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(tenants_toml(A, service_record_key=None))
+    assert main(["tenants", "check", str(path)]) == 1
+    assert "[service] record_keys is missing" in capsys.readouterr().err
