@@ -29,9 +29,12 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from inferq.messaging import limits
+from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import request_codec
+from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.record_signing import SIGNATURE_HEADER
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.topics import TopicNames
@@ -162,3 +165,30 @@ def test_a_request_through_ingest_is_signed_by_ingest_and_runs(
     assert accepted.status_code == 202, accepted.text
     assert answered(pipeline, B, accepted.json()["request_id"])["status"] == "OK"
     hostile_figures.tried("kafka forged records")
+
+
+def test_topics_create_sets_log_append_time_on_an_existing_request_topic(kafka_bootstrap: str) -> None:
+    """A pipeline made before request topics were LogAppendTime: `inferq topics create` run again
+    sets it (what the docs tell an operator to do)."""
+    settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=f"hts{uuid.uuid4().hex[:10]}")
+    high = settings.topics.requests_by_name("HIGH")
+    create_topics(settings)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+    def timestamp_type() -> str:
+        resource = ConfigResource(ResourceType.TOPIC, high)
+        configs = admin.describe_configs([resource])[resource].result(timeout=15)
+        return str(configs["message.timestamp.type"].value)
+
+    assert timestamp_type() == "LogAppendTime"
+    entry = ConfigEntry("message.timestamp.type", "CreateTime", incremental_operation=AlterConfigOpType.SET)
+    altered = ConfigResource(ResourceType.TOPIC, high, incremental_configs=[entry])
+    admin.incremental_alter_configs([altered])[altered].result(timeout=15)
+    # A topic's config reaches the broker's answers a moment after the change is acknowledged.
+    wait_until(lambda: timestamp_type() == "CreateTime", "the topic on CreateTime", 30, interval_s=0.2)
+
+    outcome = create_topics(settings)
+    assert outcome[high] == "exists (message.timestamp.type set to LogAppendTime)"
+    wait_until(
+        lambda: timestamp_type() == "LogAppendTime", "the topic back on LogAppendTime", 30, interval_s=0.2
+    )
