@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from inferq.messaging import limits
 from inferq.messaging.admin import create_topics
@@ -40,7 +40,7 @@ from inferq.messaging.records import InferenceRequest
 from inferq.messaging.topics import TopicNames
 from inferq.tools.stack.pipeline import Pipeline
 from tests.hostile.conftest import HostileFigures
-from tests.support.kafka import a_request, produce, read_all
+from tests.support.kafka import a_request, produce, read_all, use_create_time
 from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.waiting import wait_until
@@ -181,11 +181,7 @@ def test_topics_create_sets_log_append_time_on_an_existing_request_topic(kafka_b
         return str(configs["message.timestamp.type"].value)
 
     assert timestamp_type() == "LogAppendTime"
-    entry = ConfigEntry("message.timestamp.type", "CreateTime", incremental_operation=AlterConfigOpType.SET)
-    altered = ConfigResource(ResourceType.TOPIC, high, incremental_configs=[entry])
-    admin.incremental_alter_configs([altered])[altered].result(timeout=15)
-    # A topic's config reaches the broker's answers a moment after the change is acknowledged.
-    wait_until(lambda: timestamp_type() == "CreateTime", "the topic on CreateTime", 30, interval_s=0.2)
+    use_create_time(kafka_bootstrap, [high])
 
     outcome = create_topics(settings)
     assert outcome[high] == "exists (message.timestamp.type set to LogAppendTime)"

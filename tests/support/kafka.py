@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from inferq.messaging.acls import ServicePrincipals, apply_grants, service_grants
 from inferq.messaging.admin import create_topics
@@ -19,6 +20,7 @@ from inferq.messaging.tiers import Tier
 from inferq.tools.broker.broker import LocalBroker
 from inferq.tools.broker.security import ADMIN
 from inferq.tools.stack.tenants import SERVICE_RECORD_KEY
+from tests.support.waiting import wait_until
 
 
 def a_request(tier: str = "HIGH", *, deadline_ms: int = 30_000, **overrides: Any) -> InferenceRequest:
@@ -190,3 +192,22 @@ def a_secured_prefix(broker: LocalBroker) -> str:
     who = ServicePrincipals(dispatcher_group=f"{prefix}-dispatcher", results_group=f"{prefix}-results")
     apply_grants(admin, service_grants(admin.topics, who))
     return prefix
+
+
+def use_create_time(bootstrap: str, topics: list[str]) -> None:
+    """Put `topics` on producer timestamps (CreateTime), as request topics were before they were
+    LogAppendTime, and wait until the broker answers so (a topic's config applies a moment after
+    the change is acknowledged)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry("message.timestamp.type", "CreateTime", incremental_operation=AlterConfigOpType.SET)
+    resources = [ConfigResource(ResourceType.TOPIC, t, incremental_configs=[entry]) for t in topics]
+    for future in admin.incremental_alter_configs(resources).values():
+        future.result(timeout=15)
+
+    def applied() -> bool:
+        described = admin.describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in topics])
+        return all(
+            f.result(timeout=15)["message.timestamp.type"].value == "CreateTime" for f in described.values()
+        )
+
+    wait_until(applied, "the topics on CreateTime", 30, interval_s=0.2)
