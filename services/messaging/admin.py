@@ -162,6 +162,8 @@ def _set_timestamp_types(admin: AdminClient, specs: Sequence[TopicSpec], timeout
             outcome[resource.name] = f"exists (message.timestamp.type set to {LOG_APPEND_TIME})"
         except KafkaException as exc:
             outcome[resource.name] = f"exists (message.timestamp.type not set: {exc.args[0]})"
+        except TimeoutError:
+            outcome[resource.name] = "exists (message.timestamp.type not set: no answer in time)"
     return outcome
 
 
