@@ -80,7 +80,7 @@ def webhook_receiver() -> Iterator[Receiver]:
             length = int(self.headers.get("content-length", "0"))
             body = self.rfile.read(min(length, 1_048_576))
             kind = self.path.strip("/").split("/")[0]
-            delivery_id = self.headers.get("inferq-delivery", "")
+            delivery_id = self.headers.get("webhook-id", "")
             status = 302 if kind == "redirect" else receiver.answer(self.path, delivery_id)
             headers = {k.lower(): v for k, v in self.headers.items()}
             receiver.record(Delivery(self.path, headers, body, status, time.time_ns()))
