@@ -1,9 +1,9 @@
 """The dispatcher's side of tenancy: whose a record read from Kafka is, and what it may ask for.
 
-A producer that writes to a request topic directly names its tenant in the record; who may write
-there at all is the broker's business (a principal per producer, ACLs on the topics: see
-``services/messaging/acls.py`` and docs/hardening.md). So every record that passed the record
-rules (``record_rules.py``) passes this check too, after them:
+A producer that writes to a request topic directly names its tenant in the record and proves it
+with a signature (`origin`); who may write there at all is the broker's business (a principal per
+producer, ACLs on the topics: see ``services/messaging/acls.py``). A record whose origin holds and
+that passed the record rules (``record_rules.py``) passes this check too, after them:
 
 - **open mode** (no tenants file): every tenant is accepted with the global rules, as before.
 - **origin** (`origin`, before the record rules): the record's signature must verify for the tenant
