@@ -79,7 +79,9 @@ from inferq.tenancy.rate import RateLimiter
 from inferq.tenancy.registry import TenantRegistry
 from inferq.tracing import TracedProducer
 from inferq.webhooks.guard import AddressGuard
+from inferq.webhooks.metrics import WebhookRefusals
 from inferq.webhooks.policy import CallbackPolicy
+from inferq.webhooks.resolver import CallbackResolver
 
 log = logging.getLogger("inferq.ingest")
 
@@ -155,7 +157,9 @@ def bootstrap(
     record_limit = record_limit_of(settings, config)
     publisher = publisher_of(settings, producer, backlogs, admission, alarm, metrics, record_limit, tenants)
     json_guard = JsonGuard(max_depth=settings.max_json_depth, max_number_chars=settings.max_json_number_chars)
-    submit = submit_endpoint(settings, json_guard, record_rules(settings, clock_ms), publisher, metrics, gate)
+    submit = submit_endpoint(
+        settings, json_guard, record_rules(settings, clock_ms), publisher, metrics, gate, metrics_meter
+    )
     # No history of streams: a completion's waiter exists before its request is produced.
     hub = hub or WaiterHub(max_waiters=settings.max_waiters, history_max_bytes=0)
     follower = reply_follower(settings, follow_feed, hub, on_kafka=on_kafka)
@@ -271,10 +275,18 @@ def submit_endpoint(
     publisher: Publisher,
     metrics: IngestMetrics,
     gate: TenantGate,
+    metrics_meter: Meter,
 ) -> SubmitEndpoint:
     hooks = settings.webhooks
+    # The callbacks' own resolver (never the loop's default executor), for the process's lifetime:
+    # its threads start on first use.
+    resolver = CallbackResolver(
+        threads=hooks.resolver_threads, on_refused=WebhookRefusals(metrics_meter).count
+    )
     guard = AddressGuard(
-        allow_private=hooks.allow_private_addresses, resolve_timeout_s=hooks.resolve_timeout_s
+        allow_private=hooks.allow_private_addresses,
+        resolve_timeout_s=hooks.resolve_timeout_s,
+        resolve=resolver,
     )
     return SubmitEndpoint(
         max_body_bytes=settings.max_body_bytes,
