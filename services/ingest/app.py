@@ -113,6 +113,8 @@ class IngestParts:
     follower: ReplyFollower | None
     # The start-up topic check, re-run in the background for ``/readyz``.
     readiness: TopicsWatch
+    # Callback host lookups' own threads (`inferq.webhooks.resolver`), closed on the way out.
+    callback_resolver: CallbackResolver
 
     def ready_problems(self) -> list[str]:
         """Why ingest should not take requests now (empty: it should): Kafka or the topics, as of
@@ -157,8 +159,9 @@ def bootstrap(
     record_limit = record_limit_of(settings, config)
     publisher = publisher_of(settings, producer, backlogs, admission, alarm, metrics, record_limit, tenants)
     json_guard = JsonGuard(max_depth=settings.max_json_depth, max_number_chars=settings.max_json_number_chars)
+    resolver = callback_resolver(settings, metrics_meter)
     submit = submit_endpoint(
-        settings, json_guard, record_rules(settings, clock_ms), publisher, metrics, gate, metrics_meter
+        settings, json_guard, record_rules(settings, clock_ms), publisher, metrics, gate, resolver
     )
     # No history of streams: a completion's waiter exists before its request is produced.
     hub = hub or WaiterHub(max_waiters=settings.max_waiters, history_max_bytes=0)
@@ -181,6 +184,7 @@ def bootstrap(
         embeddings=embeddings,
         follower=follower,
         readiness=topics_watch(settings, topics_check, on_kafka=on_kafka),
+        callback_resolver=resolver,
     )
 
 
@@ -268,6 +272,13 @@ def record_rules(settings: IngestSettings, clock_ms: Callable[[], int]) -> Recor
     )
 
 
+def callback_resolver(settings: IngestSettings, metrics_meter: Meter) -> CallbackResolver:
+    """The callbacks' own resolver (never the loop's default executor); its threads start on first use."""
+    return CallbackResolver(
+        threads=settings.webhooks.resolver_threads, on_refused=WebhookRefusals(metrics_meter).count
+    )
+
+
 def submit_endpoint(
     settings: IngestSettings,
     json_guard: JsonGuard,
@@ -275,14 +286,9 @@ def submit_endpoint(
     publisher: Publisher,
     metrics: IngestMetrics,
     gate: TenantGate,
-    metrics_meter: Meter,
+    resolver: CallbackResolver,
 ) -> SubmitEndpoint:
     hooks = settings.webhooks
-    # The callbacks' own resolver (never the loop's default executor), for the process's lifetime:
-    # its threads start on first use.
-    resolver = CallbackResolver(
-        threads=hooks.resolver_threads, on_refused=WebhookRefusals(metrics_meter).count
-    )
     guard = AddressGuard(
         allow_private=hooks.allow_private_addresses,
         resolve_timeout_s=hooks.resolve_timeout_s,
@@ -390,6 +396,7 @@ async def serve_parts(
     flushes."""
     settings = parts.settings
     async with AsyncExitStack() as started:
+        started.callback(parts.callback_resolver.close)
         if check_topics:
             await asyncio.to_thread(require_topics, settings.kafka, _needed_topics(settings))
             parts.readiness.passed()

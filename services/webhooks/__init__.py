@@ -13,7 +13,11 @@ rules, so a record written straight to Kafka gets no more than an HTTP caller:
   checked (`delivery.CheckedResolver`), so a DNS answer that changes in between (rebinding) is
   never connected to;
 - `signing`: ``Inferq-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "t.body">``, and its verification;
+- `resolver`: the callbacks' own resolver (threads of its own, never the loop's default pool; at
+  most the tenant's `dns_lookups` in flight), used by `guard` at submission and at delivery;
 - `backoff`, `outbox`, `delivery`, `sender`: the durable delivery in the results service (an outbox
   row written in the same SQLite transaction as the result, drained with retries; a dead letter
-  when the retry period is over).
+  when the retry period is over, or when the tenant's `webhooks_queued` was reached);
+- `fair_share`: which due deliveries start next (each tenant at most its `webhooks_in_flight`, free
+  slots round-robin across tenants), so one tenant's slow receiver delays only its own.
 """

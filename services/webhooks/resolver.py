@@ -75,7 +75,7 @@ def system_lookup(host: str, port: int) -> Sequence[tuple[Any, ...]]:
 class CallbackResolver:
     """Resolves callback hosts on `threads` threads of its own, each tenant bounded by its
     `LookupOwner.max_in_flight`. Callable as the guard's `Resolve` (host, port). `close()` ends
-    the pool (a thread stuck in a lookup is not waited for)."""
+    the pool (a thread stuck in a lookup is not waited for); a later lookup starts a new one."""
 
     def __init__(
         self,
@@ -86,7 +86,9 @@ class CallbackResolver:
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="inferq-callback-dns")
+        self._threads = threads
+        # Made on first use (and again after `close`: a service started a second time in one process).
+        self._executor: ThreadPoolExecutor | None = None
         self._lookup = lookup
         self._on_refused = on_refused or (lambda tenant, reason: None)
         # Released from the worker thread when a lookup ends: a lock, not the loop.
@@ -103,6 +105,10 @@ class CallbackResolver:
         if owner is not None:
             self._take(owner)
         try:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=self._threads, thread_name_prefix="inferq-callback-dns"
+                )
             future = self._executor.submit(self._lookup, host, port)
         except BaseException:
             if owner is not None:
@@ -117,7 +123,9 @@ class CallbackResolver:
         return _addresses(infos)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
 
     def _take(self, owner: LookupOwner) -> None:
         with self._lock:

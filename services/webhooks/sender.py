@@ -149,6 +149,7 @@ class WebhookSender:
         metrics.in_flight = self._sending
         # The tenant served last: the next pass's round starts after it.
         self._served_last: str | None = None
+        self._pending_read_ms: int | None = None
         # The partition of each delivery in flight that has a source: what `drain` waits for.
         self._in_flight_at: dict[str, ReplyPartition] = {}
         self._wake = asyncio.Event()
@@ -233,16 +234,23 @@ class WebhookSender:
         now_ms = self._clock_ms()
         owned = frozenset(self._owner.owned()) if self._owner is not None else None
 
-        def read(db: sqlite3.Connection) -> tuple[_Rows, str | None, _Rows, int]:
+        # The gauge's count reads every row: at most once per poll interval, not on every pass.
+        count_pending = (
+            self._pending_read_ms is None or now_ms - self._pending_read_ms >= self._poll_interval_s * 1000
+        )
+
+        def read(db: sqlite3.Connection) -> tuple[_Rows, str | None, _Rows, int | None]:
             due, last = due_fairly(self._outbox, db, slots, now_ms=now_ms, room_of=self._room_of, owned=owned)
             refused = (
                 self._outbox.refused_rows(db, limit=refusals, exclude=slots.exclude, owned=owned)
                 if refusals > 0
                 else []
             )
-            return due, last, refused, self._outbox.pending(db, owned)
+            return due, last, refused, self._outbox.pending(db, owned) if count_pending else None
 
-        due, self._served_last, refused, self._metrics.pending = await self._store.on_connection(read)
+        due, self._served_last, refused, pending = await self._store.on_connection(read)
+        if pending is not None:
+            self._metrics.pending, self._pending_read_ms = pending, now_ms
         started = 0
         for delivery in [*refused, *due]:
             if self._owner is not None and delivery.source is not None:
