@@ -156,3 +156,28 @@ async def test_a_delivery_past_the_tenants_queue_bound_is_dead_lettered_with_the
         await rig.run_due()
         assert [h["inferq.request_id"] for _, _, _, h in rig.dlq.sent] == [b"a2", b"a3"]
         assert await rig.pending() == 4
+
+
+@in_loop
+async def test_an_outbox_from_before_the_queue_bound_gets_its_column_and_keeps_its_rows(tmp_path):
+    rig = Rig(tmp_path, Receiver())
+    async with rig.store:
+        await rig.store.put_many([hooked("old")])
+        # As a database written before the bound: no `refused` column, nor its indexes.
+        await rig.store.on_connection(
+            lambda db: [
+                db.execute(sql)
+                for sql in (
+                    "DROP INDEX webhook_outbox_tenant_due",
+                    "DROP INDEX webhook_outbox_refused",
+                    "ALTER TABLE webhook_outbox DROP COLUMN refused",
+                )
+            ]
+        )
+    again = Rig(tmp_path, Receiver(), queue_limit=lambda tenant: 1)
+    async with again.store:
+        await again.store.put_many([hooked("new")])  # past the bound of 1: the old row is owed
+        await again.run_due()
+        assert request_ids(again.receiver) == ["old"]
+        [(_topic, _body, key, _headers)] = again.dlq.sent
+        assert key == b"new"
