@@ -2,7 +2,15 @@
 
 Every HTTP server of inferq is uvicorn with `HttpLimits` (env prefix ``INFERQ_HTTP_``):
 
-- at most `limit_concurrency` connections and requests at once; past it uvicorn answers 503;
+- at most `limit_concurrency` connections and requests at once; past it uvicorn answers 503 to
+  everyone. It is the process's backstop, not a share: each tenant's own requests in progress are
+  bounded far below it (``limits.connections``, default 200, answered 429 past it with the
+  connection closed: `inferq.tenancy.held_connections`), so one tenant at every one of its limits
+  holds under a twentieth of the default 4,096 and the others keep being served. Size it above
+  the sum of ``limits.connections`` of the tenants expected to be busy at once, plus idle
+  keep-alive connections; a request without a valid key is answered 401 at once and holds
+  nothing. The process's open-files limit is raised to fit it where the hard limit allows
+  (`fit_open_files`);
 - an idle keep-alive connection is closed after `timeout_keep_alive_s`;
 - a request's line and headers must arrive within `header_timeout_s` of its first byte (of the
   connection, for the first request), else 408 and the connection is closed: uvicorn's httptools
@@ -15,6 +23,8 @@ Every HTTP server of inferq is uvicorn with `HttpLimits` (env prefix ``INFERQ_HT
   are waited for without bound (an orchestrator's kill deadline must then cover the longest one).
 
 The body's own deadline belongs to the endpoint that reads it (ingest's body reader answers 408).
+A service may serve a second app on a port of its own (`SideListener`: ingest's and the results
+service's /metrics), bound before the service starts and stopped after its API.
 
 A service that has stopped cleanly exits within `EXIT_GRACE_S` (`bound_exit`). After a clean stop
 everything durable is committed and flushed; what is left is the runtime's own exit: the event loop
@@ -31,12 +41,14 @@ import asyncio
 import faulthandler
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
@@ -48,6 +60,9 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from inferq.log_format import formatter
 
 EXIT_GRACE_S = 10.0
+# A side listener (a service's /metrics) gets this long to stop once the API has.
+SIDE_STOP_S = 5.0
+log = logging.getLogger(__name__)
 
 
 class HttpLimits(BaseSettings):
@@ -57,8 +72,10 @@ class HttpLimits(BaseSettings):
         env_prefix="INFERQ_HTTP_", extra="ignore", use_attribute_docstrings=True
     )
 
-    limit_concurrency: int = Field(default=1_000, ge=1)
-    """Connections plus requests in progress; past it new requests get 503 at once."""
+    limit_concurrency: int = Field(default=4_096, ge=1)
+    """Connections plus requests in progress, all tenants together; past it new requests get 503 at
+    once. Keep it above the sum of the busy tenants' limits.connections (default 200 each): one
+    tenant at its limits then never reaches it (docs/tenants.md, "Held resources")."""
     backlog: int = Field(default=2_048, ge=1)
     """Connections the kernel queues before accept()."""
     timeout_keep_alive_s: int = Field(default=5, ge=1, le=300)
@@ -207,6 +224,30 @@ class _GuardedHttpTools(HttpToolsProtocol):
         self.transport.close()
 
 
+# File descriptors a service needs besides its HTTP connections: Kafka clients, the store, logs.
+_OTHER_FILES = 256
+
+
+def fit_open_files(limit_concurrency: int) -> None:
+    """Raise the soft open-files limit to fit `limit_concurrency` connections, up to the hard limit
+    (a common soft default is 1,024: past it accept() fails and uvicorn logs errors instead of
+    answering 503); a warning when the hard limit is too low to fit them."""
+    needed = limit_concurrency + _OTHER_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < needed:
+        logging.getLogger("inferq.serving").warning(
+            "open files limited to %d: fewer than INFERQ_HTTP_LIMIT_CONCURRENCY (%d) connections can be "
+            "accepted; raise the hard limit (ulimit -Hn) or lower it",
+            target,
+            limit_concurrency,
+        )
+
+
 def guarded_http_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol bound to `limits` (a class, as uvicorn's `http=` takes)."""
     protocol: type[asyncio.Protocol] = type("GuardedHttpTools", (_GuardedHttpTools,), {"limits": limits})
@@ -216,6 +257,7 @@ def guarded_http_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
 def uvicorn_config(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | None = None) -> uvicorn.Config:
     """uvicorn's configuration for a service: `limits` (default: `HttpLimits` from the environment)."""
     limits = limits if limits is not None else HttpLimits()
+    fit_open_files(limits.limit_concurrency)
     options: dict[str, Any] = {
         "limit_concurrency": limits.limit_concurrency,
         "backlog": limits.backlog,
@@ -240,12 +282,30 @@ def uvicorn_config(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | N
     )
 
 
+@dataclass(frozen=True)
+class SideListener:
+    """A second app a service serves on a port of its own beside its API (its /metrics), started
+    and stopped with it."""
+
+    app: ASGIApp
+    host: str
+    port: int
+    name: str
+
+
 class ServiceServer(uvicorn.Server):
     """uvicorn for a service process: SIGTERM/SIGINT end serving, the lifespan shuts down, exit 0.
 
     uvicorn re-raises a captured signal after its graceful shutdown, so the process would die by the
-    signal (exit -15) even after a clean stop; a supervisor must see 0 for a clean stop.
+    signal (exit -15) even after a clean stop; a supervisor must see 0 for a clean stop. Side
+    listeners (bound sockets, `run_asgi`) serve while the API does and stop after it.
     """
+
+    def __init__(
+        self, config: uvicorn.Config, side: Sequence[tuple[uvicorn.Config, socket.socket]] = ()
+    ) -> None:
+        super().__init__(config)
+        self._side = [(EmbeddedServer(c), sock) for c, sock in side]
 
     @contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -257,17 +317,51 @@ class ServiceServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().serve(sockets)
+        side = [asyncio.create_task(server.serve([sock])) for server, sock in self._side]
+        try:
+            await super().serve(sockets)
+        finally:
+            for server, _ in self._side:
+                server.should_exit = True
+            if side:
+                await asyncio.wait(side, timeout=SIDE_STOP_S)
         if self.started:
             # Stopped cleanly: what follows is the event loop's and the interpreter's own exit.
             bound_exit(0)
 
 
-def run_asgi(app: ASGIApp, host: str, port: int, *, limits: HttpLimits | None = None) -> int:
-    """Serve until SIGTERM/SIGINT; 0 on a clean stop, 1 when start-up failed."""
-    server = ServiceServer(uvicorn_config(app, host, port, limits=limits))
+def run_asgi(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    *,
+    limits: HttpLimits | None = None,
+    side: Sequence[SideListener] = (),
+) -> int:
+    """Serve until SIGTERM/SIGINT; 0 on a clean stop, 1 when start-up failed. The `side` listeners'
+    ports are bound first, so one already in use fails the start before the service starts."""
+    limits = limits if limits is not None else HttpLimits()
+    bound: list[tuple[uvicorn.Config, socket.socket]] = []
+    for listener in side:
+        try:
+            sock = _bind(listener.host, listener.port, limits.backlog)
+        except OSError as exc:
+            log.error(  # noqa: TRY400 - the reason ("Address already in use") is the message
+                "cannot listen for %s on %s port %d: %s", listener.name, listener.host, listener.port, exc
+            )
+            for _, taken in bound:
+                taken.close()
+            return 1
+        log.info("%s on %s port %d", listener.name, listener.host, sock.getsockname()[1])
+        bound.append((uvicorn_config(listener.app, listener.host, listener.port, limits=limits), sock))
+    server = ServiceServer(uvicorn_config(app, host, port, limits=limits), bound)
     server.run()
     return 0 if server.started else 1
+
+
+def _bind(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=backlog)
 
 
 class EmbeddedServer(uvicorn.Server):

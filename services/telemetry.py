@@ -1,7 +1,9 @@
 """Telemetry from one place: OpenTelemetry metrics exposed for Prometheus on `/metrics`.
 
 Metric names carry their unit (`_seconds`, `_total`); every service calls `setup_metrics()` once in
-its composition root and gets meters from `meter()`.
+its composition root and gets meters from `meter()`. `/metrics` names tenants and their volumes, so
+it is served on a port of its own (`metrics_app`; the dispatcher's with its health), never on an API
+port a client reaches.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 # Queue waits and latencies span milliseconds (chat) to hours (briefs).
 SECONDS_BUCKETS = (
@@ -59,3 +63,8 @@ def meter(name: str) -> metrics.Meter:
 async def metrics_endpoint(_: Request) -> Response:
     """Starlette handler serving the Prometheus text format."""
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def metrics_app() -> Starlette:
+    """``GET /metrics`` alone: what ingest and the results service serve on their metrics port."""
+    return Starlette(routes=[Route("/metrics", metrics_endpoint, methods=["GET"])])

@@ -38,7 +38,7 @@ KAFKA_BOOTSTRAP_SERVERS=$CENTRAL INFERQ_DISPATCHER_BACKEND_URL=http://127.0.0.1:
   $IQ dispatcher --port 18702 >"$HOME_DIR/dispatcher.log" 2>&1 & pids+=($!)
 echo "== eu: a results service reading eu's reply topic"
 KAFKA_BOOTSTRAP_SERVERS=$EU INFERQ_RESULTS_DB_PATH="$HOME_DIR/results-eu.db" \
-  $IQ results --region eu --port 28701 >"$HOME_DIR/results-eu.log" 2>&1 & pids+=($!)
+  $IQ results --region eu --port 28701 --metrics-port 28704 >"$HOME_DIR/results-eu.log" 2>&1 & pids+=($!)
 for url in http://127.0.0.1:18702/healthz http://127.0.0.1:28701/healthz; do
   for _ in $(seq 120); do curl -sf "$url" >/dev/null && break; sleep 0.5; done
 done

@@ -1,5 +1,6 @@
 """The ingest service's composition root: ``POST /v1/requests``, ``GET /v1/backlog``, ``GET /healthz``
-(liveness), ``GET /readyz`` (readiness: Kafka answers and the topics exist), ``GET /metrics``.
+(liveness), ``GET /readyz`` (readiness: Kafka answers and the topics exist); ``GET /metrics`` is on
+a port of its own (`inferq.ingest.cli`: it names the tenants).
 
 A request is answered 202 only after the broker acknowledged the record (acks=all), so a 202 is a
 promise the pipeline keeps; the refusals are listed in `inferq.ingest.submit`. The parts, each in
@@ -16,6 +17,9 @@ its own module:
   over `inferq.tenancy` (the registry reloads the tenants file; `tenant_shares` is the per-tenant
   admission inside the publisher)
 - `metrics.IngestMetrics`: the OpenTelemetry instruments
+- `inferq.tenancy.holds.HeldResources`: what each tenant holds now (its requests in progress,
+  counted by `inferq.tenancy.held_connections.HeldConnections` around the routes, its streamed
+  chats and calls waiting for their answer, taken by the `TenantGate`), each within its limits
 - `chat.endpoint.ChatCompletionsEndpoint`: ``POST /v1/chat/completions`` and ``GET /v1/models``,
   OpenAI-compatible, through the same submit path; it waits for outcomes in a `inferq.delivery`
   hub that a `ReplyFollower` of the reply topic (no group, from the end) feeds
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 
 from opentelemetry.metrics import Meter
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -51,9 +56,11 @@ from inferq.ingest.backlog import BacklogSource, KafkaBacklogReader
 from inferq.ingest.backlog_view import BacklogEndpoint
 from inferq.ingest.backlog_watch import BacklogAlarm, BacklogWatcher
 from inferq.ingest.callbacks import CallbackCheck
+from inferq.ingest.chat import answers
 from inferq.ingest.chat.embeddings import EmbeddingLimits, EmbeddingsEndpoint
 from inferq.ingest.chat.endpoint import ChatCompletionsEndpoint, ChatLimits
 from inferq.ingest.chat.held_calls import HeldCalls
+from inferq.ingest.errors import HeldLimitError
 from inferq.ingest.idempotency import IdempotencyCache
 from inferq.ingest.json_guard import JsonGuard
 from inferq.ingest.metrics import IngestMetrics
@@ -65,7 +72,7 @@ from inferq.ingest.record_limit import (
     read_topics_max_message_bytes,
 )
 from inferq.ingest.settings import IngestSettings
-from inferq.ingest.submit import SubmitEndpoint
+from inferq.ingest.submit import SubmitEndpoint, refusal_response
 from inferq.ingest.tenant_shares import BacklogShares
 from inferq.ingest.tenants import TenantGate
 from inferq.messaging.admin import require_topics
@@ -73,8 +80,10 @@ from inferq.messaging.codec import request_codec
 from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.readiness import ReadinessSettings, TopicsWatch, readiness_endpoint
 from inferq.messaging.tiers import TierPolicy
-from inferq.telemetry import meter, metrics_endpoint
-from inferq.tenancy.metrics import watch_reloads
+from inferq.telemetry import meter
+from inferq.tenancy.held_connections import HeldConnections
+from inferq.tenancy.holds import HeldResources, HoldRefusal
+from inferq.tenancy.metrics import watch_holds, watch_reloads
 from inferq.tenancy.rate import RateLimiter
 from inferq.tenancy.registry import TenantRegistry
 from inferq.tracing import TracedProducer
@@ -113,6 +122,8 @@ class IngestParts:
     follower: ReplyFollower | None
     # The start-up topic check, re-run in the background for ``/readyz``.
     readiness: TopicsWatch
+    # What each tenant holds now (connections, streamed chats, calls waiting for their answer).
+    holds: HeldResources
     # Callback host lookups' own threads (`inferq.webhooks.resolver`), closed on the way out.
     callback_resolver: CallbackResolver
 
@@ -155,7 +166,9 @@ def bootstrap(
     metrics_meter = metrics_meter or meter("inferq.ingest")
     metrics = IngestMetrics(metrics_meter, backlogs, admission)
     watch_reloads(metrics_meter, tenants)
-    gate = tenant_gate(settings, tenants, rate_clock_s)
+    holds = HeldResources()
+    watch_holds(metrics_meter, holds, tenants)
+    gate = tenant_gate(settings, tenants, rate_clock_s, holds)
     record_limit = record_limit_of(settings, config)
     publisher = publisher_of(settings, producer, backlogs, admission, alarm, metrics, record_limit, tenants)
     json_guard = JsonGuard(max_depth=settings.max_json_depth, max_number_chars=settings.max_json_number_chars)
@@ -184,6 +197,7 @@ def bootstrap(
         embeddings=embeddings,
         follower=follower,
         readiness=topics_watch(settings, topics_check, on_kafka=on_kafka),
+        holds=holds,
         callback_resolver=resolver,
     )
 
@@ -209,13 +223,17 @@ def backlog_reader(settings: IngestSettings) -> KafkaBacklogReader:
 
 
 def tenant_gate(
-    settings: IngestSettings, tenants: TenantRegistry, rate_clock_s: Callable[[], float]
+    settings: IngestSettings,
+    tenants: TenantRegistry,
+    rate_clock_s: Callable[[], float],
+    holds: HeldResources,
 ) -> TenantGate:
     return TenantGate(
         tenants,
         RateLimiter(rate_clock_s),
         topics=settings.kafka.topics,
         default_reply_topic=settings.default_reply_topic,
+        holds=holds,
     )
 
 
@@ -482,8 +500,22 @@ def create_app(
     return asgi_app(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup)
 
 
+# The OpenAI-compatible routes: their refusals are in OpenAI's error shape.
+OPENAI_PATHS = frozenset({"/v1/chat/completions", "/v1/embeddings", "/v1/models"})
+
+
+def held_refusal(path: str, refusal: HoldRefusal) -> Response:
+    """The 429 of a tenant at its ``connections`` limit, in the shape of the API `path` is in."""
+    error = HeldLimitError(refusal)
+    if path in OPENAI_PATHS:
+        return answers.refusal_error(error).response()
+    return refusal_response(error)
+
+
 def asgi_app(parts: IngestParts, *, check_topics: bool, reload_on_sighup: bool) -> Starlette:
-    """The routes over `parts`; the lifespan serves them (`serve_parts`)."""
+    """The routes over `parts`, each tenant's requests in progress bounded (`HeldConnections`); the
+    lifespan serves them (`serve_parts`)."""
+    held = Middleware(HeldConnections, registry=parts.tenants, holds=parts.holds, refuse=held_refusal)
     return Starlette(
         routes=[
             Route("/v1/requests", parts.submit.handle, methods=["POST"]),
@@ -493,7 +525,7 @@ def asgi_app(parts: IngestParts, *, check_topics: bool, reload_on_sighup: bool) 
             Route("/v1/backlog", parts.backlog_view.handle, methods=["GET"]),
             Route("/healthz", health_endpoint(parts.follower), methods=["GET"]),
             Route("/readyz", readiness_endpoint(parts.ready_problems), methods=["GET"]),
-            Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
+        middleware=[held],
         lifespan=lambda _: serve_parts(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup),
     )

@@ -7,6 +7,8 @@ IngestError                  base; `status_code`, `body()`, `headers()` are the 
  ├── NotEntitledError        403: the key's tenant may not send this (`problems` names each field)
  ├── TenantRateLimitedError  429: the tenant's requests per minute are spent (its own Retry-After)
  ├── TenantOverShareError    429: the tenant is over its share of the tier's backlog
+ ├── HeldLimitError          429: the tenant holds its limit of a held resource (streamed chats,
+ │                           calls waiting for their answer, connections; Retry-After)
  ├── CallbackLookupsBusyError 429: the tenant's callback host lookups in flight are at its
  │                           `dns_lookups` limit (its own Retry-After)
  ├── MalformedBodyError      400: not UTF-8, not JSON within the bounds, not an object, or a body
@@ -32,6 +34,7 @@ from typing import Any
 from inferq.ingest.admission import Refusal
 from inferq.ingest.tenant_shares import ShareRefusal
 from inferq.messaging.tiers import Tier
+from inferq.tenancy.holds import HoldRefusal
 from inferq.tenancy.rate import RateRefusal
 
 Problem = dict[str, str]
@@ -112,6 +115,25 @@ class TenantRateLimitedError(IngestError):
 
     def headers(self) -> Mapping[str, str]:
         return {"Retry-After": str(self.refusal.retry_after_s)}
+
+
+class HeldLimitError(IngestError):
+    """The tenant holds its limit of one kind of held resource (`HoldRefusal`): nothing was taken or
+    written; other tenants are unaffected."""
+
+    status_code = 429
+    reason = "held_limit"
+    retriable = True
+
+    def __init__(self, refusal: HoldRefusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+    def body(self) -> dict[str, Any]:
+        return self.refusal.body()
+
+    def headers(self) -> Mapping[str, str]:
+        return self.refusal.headers()
 
 
 class _BacklogRefusedError(IngestError):

@@ -56,6 +56,12 @@ class IngestSettings(RenamingSettings):
     """The address to listen on (--host); another than loopback needs a tenants file."""
     port: int = 8700
     """The port to listen on (--port)."""
+    metrics_host: str | None = None
+    """The address of /metrics (it names the tenants and their volumes: expose it to the scraper
+    only); unset, the API's (--host)."""
+    metrics_port: int = Field(default=8703, ge=0, le=65_535)
+    """The port of /metrics (--metrics-port), never the API's; 0: a free port the system picks
+    (logged at start)."""
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     tenants: TenancySettings = Field(default_factory=TenancySettings)
     """INFERQ_TENANTS_FILE and its reload interval, shared with the results service."""

@@ -1,5 +1,6 @@
-"""Ingest's side of tenancy: who is calling (401), whether their rate allows it (429), which tenant
-the record belongs to (403 when the body says another) and whether their entitlements cover it (403).
+"""Ingest's side of tenancy: who is calling (401), whether their rate allows it (429), whether they
+may hold one more streamed chat or waiting call (429), which tenant the record belongs to (403 when
+the body says another) and whether their entitlements cover it (403).
 
 The rules themselves live in `inferq.tenancy`; this module turns their answers into `IngestError`
 refusals. In open mode (no tenants file) the caller is anonymous: no key, no rate, the global rules,
@@ -10,12 +11,18 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from inferq.ingest.errors import NotAuthenticatedError, NotEntitledError, TenantRateLimitedError
+from inferq.ingest.errors import (
+    HeldLimitError,
+    NotAuthenticatedError,
+    NotEntitledError,
+    TenantRateLimitedError,
+)
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.topics import TopicNames
 from inferq.tenancy.auth import Principal
 from inferq.tenancy.entitlements import apply_entitlements
 from inferq.tenancy.errors import AuthenticationError
+from inferq.tenancy.holds import HeldKind, HeldResources, HoldRefusal, Lease
 from inferq.tenancy.rate import RateLimiter
 from inferq.tenancy.registry import TenantRegistry
 
@@ -30,9 +37,11 @@ class TenantGate:
         *,
         topics: TopicNames,
         default_reply_topic: str | None = None,
+        holds: HeldResources | None = None,
     ) -> None:
         self._registry = registry
         self._limiter = limiter
+        self.holds = holds or HeldResources()
         # Every tenant may be answered here (a regional ingest's reply topic); others need entitling.
         self._default_reply_topic = default_reply_topic or topics.results
         # The buckets follow the file: sized at start, re-sized at every reload.
@@ -52,6 +61,14 @@ class TenantGate:
         refusal = self._limiter.take(principal.name)
         if refusal is not None:
             raise TenantRateLimitedError(refusal)
+
+    def hold(self, principal: Principal, kind: HeldKind) -> Lease:
+        """One of the tenant's `kind` held until the lease is released; `HeldLimitError` (429) when
+        it holds its limit already (its limits are the file's in force for this request)."""
+        lease = self.holds.acquire(principal.tenant, kind)
+        if isinstance(lease, HoldRefusal):
+            raise HeldLimitError(lease)
+        return lease
 
     def tenant_of(self, principal: Principal, asked: str | None) -> str:
         """The record's tenant: the key's. A body naming another (`asked`: the one it names, None when

@@ -1,6 +1,6 @@
 """The results service's composition root: ``GET /v1/requests/{id}``, ``GET /healthz`` (liveness),
-``GET /readyz`` (readiness: Kafka answers, the reply topics exist, the reply topic read up to now),
-``GET /metrics``.
+``GET /readyz`` (readiness: Kafka answers, the reply topics exist, the reply topic read up to now);
+``GET /metrics`` is on a port of its own (`inferq.results.cli`: it names the tenants).
 
 The parts, each in its own module: `store.ResultStore` (SQLite behind one worker thread; the table
 itself in `table`), `consumer.ResultConsumer` (the process's one reader of the reply topic: every
@@ -9,6 +9,9 @@ stored positions, `feed`; it wakes the waiting callers with the results it store
 written since it started), `routes.ResultRoutes` (the HTTP answers, `view.public_view` their body;
 who is calling from `inferq.tenancy`; long polls and event streams wait in a `inferq.delivery`
 hub), `retention.RetentionTask` (expired results deleted every `purge_interval_s`),
+`inferq.tenancy.holds.HeldResources` (what each tenant holds: its requests in progress, counted by
+`inferq.tenancy.held_connections.HeldConnections` around the routes, its long polls and event
+streams, taken by the routes; its reads per minute are `inferq.tenancy.rate`'s),
 `webhooks.ResultWebhooks` (a result's `callback_url` POSTed, signed, from an outbox the store
 writes with the result, by the replica the results group assigns its partition: `ownership`).
 `bootstrap` builds them from the settings (and reads the tenants file: a bad one stops the service
@@ -23,11 +26,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from inferq.delivery.hub import WaiterHub
@@ -43,8 +48,11 @@ from inferq.results.routes import Health, ReadMetrics, ResultRoutes, WaitLimits
 from inferq.results.settings import ResultsSettings
 from inferq.results.store import ResultStore
 from inferq.results.webhooks import ResultWebhooks, StoppableProducer, result_body
-from inferq.telemetry import meter, metrics_endpoint
-from inferq.tenancy.metrics import watch_reloads
+from inferq.telemetry import meter
+from inferq.tenancy.held_connections import HeldConnections
+from inferq.tenancy.holds import HeldResources
+from inferq.tenancy.metrics import watch_holds, watch_reloads
+from inferq.tenancy.rate import RateLimiter
 from inferq.tenancy.registry import TenantRegistry
 from inferq.webhooks.outbox import WebhookOutbox
 from inferq.webhooks.sender import limits_of
@@ -66,6 +74,8 @@ class ResultsParts:
     # The start-up topic check, re-run in the background for ``/readyz``; none with no Kafka.
     readiness: TopicsWatch | None
     routes: ResultRoutes
+    # What each tenant holds now (connections, long polls, event streams).
+    holds: HeldResources
 
     def health(self) -> Health:
         return service_health(self.consumer, self.retention, self.webhooks)
@@ -80,17 +90,24 @@ def bootstrap(
     feed: Callable[[], ResultFeed] | None = None,
     hub: WaiterHub | None = None,
     dead_letter_producer: StoppableProducer | None = None,
+    rate_clock_s: Callable[[], float] = time.monotonic,
 ) -> ResultsParts:
     """Build every part of results from `settings`; the keyword arguments replace an edge. `feed`
     makes the reply topic's one reader (default: a `KafkaResultFeed`, every partition from the
     store's positions, built when the lifespan starts); an injected `feed` means no Kafka: no
     readiness watch, and the replica sends every webhook (no results group). `hub` may be injected
-    (tests count its waiters). The tenants file is read now (`TenantsFileError`). With
+    (tests count its waiters); `rate_clock_s` is the reads' rate limiter's clock (monotonic
+    seconds). The tenants file is read now (`TenantsFileError`). With
     ``INFERQ_WEBHOOK_ENABLED`` (the default) webhooks are delivered; their dead letters go through
     `dead_letter_producer` (default: a librdkafka producer, started on first use)."""
     on_kafka = feed is None
     tenants = TenantRegistry.loaded(settings.tenants, settings.kafka.topics)
     watch_reloads(meter("inferq.results"), tenants)
+    holds = HeldResources()
+    watch_holds(meter("inferq.results"), holds, tenants)
+    reads = RateLimiter.reads(rate_clock_s)
+    # The buckets follow the file: sized at start, re-sized at every reload (none in open mode).
+    tenants.on_change(reads.configure)
     # Built before the store, which writes a result's delivery in the same transaction as the result.
     outbox = webhook_outbox(tenants) if settings.webhooks.enabled else None
     store = result_store(settings, outbox)
@@ -108,7 +125,8 @@ def bootstrap(
         retention=retention,
         webhooks=webhooks,
         readiness=topics_watch(settings, webhooks) if on_kafka else None,
-        routes=result_routes(settings, store, health, tenants, hub),
+        routes=result_routes(settings, store, health, tenants, hub, holds, reads),
+        holds=holds,
     )
 
 
@@ -166,6 +184,8 @@ def result_routes(
     health: Callable[[], Health],
     tenants: TenantRegistry,
     hub: WaiterHub,
+    holds: HeldResources,
+    reads: RateLimiter,
 ) -> ResultRoutes:
     return ResultRoutes(
         store,
@@ -174,6 +194,8 @@ def result_routes(
         metrics=ReadMetrics(meter("inferq.results")),
         hub=hub,
         delivery=DeliveryMetrics(meter("inferq.results"), hub, service="results"),
+        holds=holds,
+        reads=reads,
         limits=WaitLimits(
             max_wait_s=settings.max_wait_s,
             events_max_s=settings.events_max_s,
@@ -267,24 +289,29 @@ def create_app(
     hub: WaiterHub | None = None,
     reload_on_sighup: bool = False,
     dead_letter_producer: StoppableProducer | None = None,
+    rate_clock_s: Callable[[], float] = time.monotonic,
 ) -> Starlette:
     """The results ASGI app of `bootstrap`'s parts; its lifespan runs `serve_parts`. See
     `bootstrap` for the injections; `reload_on_sighup` (the command sets it) installs the SIGHUP
     handler."""
-    parts = bootstrap(settings, feed=feed, hub=hub, dead_letter_producer=dead_letter_producer)
+    parts = bootstrap(
+        settings, feed=feed, hub=hub, dead_letter_producer=dead_letter_producer, rate_clock_s=rate_clock_s
+    )
     return asgi_app(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup)
 
 
 def asgi_app(parts: ResultsParts, *, check_topics: bool, reload_on_sighup: bool) -> Starlette:
-    """The routes over `parts`; the lifespan serves them (`serve_parts`)."""
+    """The routes over `parts`, each tenant's requests in progress bounded (`HeldConnections`); the
+    lifespan serves them (`serve_parts`)."""
     routes = parts.routes
+    held = Middleware(HeldConnections, registry=parts.tenants, holds=parts.holds)
     return Starlette(
         routes=[
             Route("/v1/requests/{request_id}", routes.get_result, methods=["GET"]),
             Route("/v1/requests/{request_id}/events", routes.events, methods=["GET"]),
             Route("/healthz", routes.healthz, methods=["GET"]),
             Route("/readyz", readiness_endpoint(parts.ready_problems), methods=["GET"]),
-            Route("/metrics", metrics_endpoint, methods=["GET"]),
         ],
+        middleware=[held],
         lifespan=lambda _: serve_parts(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup),
     )

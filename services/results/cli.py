@@ -8,10 +8,10 @@ import sys
 
 from inferq.results.app import create_app
 from inferq.results.settings import READ_BY_RESULTS, ResultsSettings
-from inferq.serving import configure_logging, run_asgi
+from inferq.serving import SideListener, configure_logging, run_asgi
 from inferq.settings.renamed import log_renamed
 from inferq.settings.table import help_text, settings_in
-from inferq.telemetry import setup_metrics
+from inferq.telemetry import metrics_app, setup_metrics
 from inferq.tenancy.bind import require_tenants_or_loopback
 from inferq.tenancy.errors import OpenModeRefusedError, TenantsFileError
 from inferq.tracing import setup_tracing, traced_asgi
@@ -26,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port (default 8701)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=None, help="port of /metrics (default 8704; 0: any free port)"
+    )
     parser.add_argument(
         "--region",
         default=None,
@@ -51,4 +54,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"inferq results: not started: {exc}", file=sys.stderr)
         return 2
     setup_metrics("inferq-results")
-    return run_asgi(traced_asgi(app), host, args.port or settings.port)
+    metrics = _metrics_listener(args, settings, host)
+    return run_asgi(traced_asgi(app), host, args.port or settings.port, side=[metrics])
+
+
+def _metrics_listener(args: argparse.Namespace, settings: ResultsSettings, host: str) -> SideListener:
+    """/metrics on its own port (it names the tenants): the API port answers 404 for it."""
+    port = args.metrics_port if args.metrics_port is not None else settings.metrics_port
+    return SideListener(metrics_app(), settings.metrics_host or host, port, "metrics")

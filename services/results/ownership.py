@@ -15,7 +15,7 @@ over reads the committed watermark first and deletes its rows below it (its pred
 them), and a result it reads later from below it queues nothing (`WebhookOutbox.mark_done_below`);
 what is at or above it is sent again, with the same delivery id (derived from the result), so a
 delivery the predecessor made after its last commit reaches the receiver twice at most, which
-receivers deduplicate by ``Inferq-Delivery``. The owner commits after each delivery ends (at most
+receivers deduplicate by ``webhook-id``. The owner commits after each delivery ends (at most
 every `commit_interval_s`) and before giving partitions up, so that window is short. Every
 replica also reads the other partitions' watermarks every `refresh_interval_s` and deletes what
 their owners finished: the outbox of a replica that owns nothing stays bounded.

@@ -7,6 +7,12 @@ poll and an event stream that wait like for a request still queued), so a caller
 that it exists. In open mode (no tenants file, loopback only) the optional ``?tenant=`` names the
 tenant (``default`` when left out); with a key it must be the key's.
 
+Each tenant's reads are limited per minute (``limits.reads_per_minute``, a token bucket: 429 with
+Retry-After past it), and so are its long polls and event streams held at once
+(``limits.long_polls``, ``limits.event_streams``: 429 with Retry-After, before anything is held);
+other tenants are unaffected. The requests in progress are bounded by the app
+(`inferq.tenancy.held_connections`).
+
 Waiting is the waiter hub's (`inferq.delivery`): the caller is registered, then the store is
 read, then the caller sleeps until the reply topic's reader (`consumer.ResultConsumer`) wakes it
 or the bound passes. A client that disconnects is unregistered at once.
@@ -39,6 +45,10 @@ from inferq.messaging.records import InferenceChunk, InferenceResult
 from inferq.results.store import ResultStore
 from inferq.results.view import public_view
 from inferq.tenancy.errors import AuthenticationError
+from inferq.tenancy.held_connections import native_refusal
+from inferq.tenancy.holds import HeldKind, HeldResources, HoldRefusal, Lease
+from inferq.tenancy.model import Tenant
+from inferq.tenancy.rate import RateLimiter, RateRefusal
 from inferq.tenancy.registry import TenantRegistry
 
 _BAD_ID = (
@@ -69,6 +79,8 @@ class _Scope:
     label: str
     tenant: str
     request_id: str
+    # The caller's tenant as the file in force lists it (its limits); open mode's tenant in open mode.
+    holder: Tenant
 
 
 @dataclass(frozen=True)
@@ -82,7 +94,8 @@ class Health:
 
 class ReadMetrics:
     """`inferq_results_reads_total{tenant, outcome}` (found, not_found) and
-    `inferq_results_refused_total{reason[, tenant]}` (unauthenticated_*, not_entitled, invalid);
+    `inferq_results_refused_total{reason[, tenant]}` (unauthenticated_*, not_entitled, invalid,
+    reads_per_minute, held_limit);
     `tenant` is a name from the tenants file or ``default`` in open mode, never the caller's text."""
 
     def __init__(self, meter: Meter) -> None:
@@ -102,7 +115,9 @@ class ReadMetrics:
 
 class ResultRoutes:
     """Handlers reading `store` (off the event loop, see `ResultStore`); `health` says whether the
-    consumer is running (and the retention task); `tenants` says who is calling."""
+    consumer is running (and the retention task); `tenants` says who is calling; `holds` counts
+    the long polls and event streams each tenant holds; `reads` is the per-tenant read rate (none:
+    not limited)."""
 
     def __init__(
         self,
@@ -114,8 +129,12 @@ class ResultRoutes:
         hub: WaiterHub | None = None,
         limits: WaitLimits | None = None,
         delivery: DeliveryMetrics | None = None,
+        holds: HeldResources | None = None,
+        reads: RateLimiter | None = None,
     ) -> None:
         self._store = store
+        self._holds = holds or HeldResources()
+        self._reads = reads
         self._health = health
         self._tenants = tenants
         self._metrics = metrics
@@ -129,8 +148,9 @@ class ResultRoutes:
         it is another tenant's); 422 for an id no request can have, which is not echoed back.
 
         With ``?wait=N`` (whole seconds, 0 to `max_wait_s`; else 422) the answer waits up to N s for
-        the outcome: 200 as soon as it exists, else 202 ``{"status": "PENDING"}`` at the bound; 503
-        with Retry-After when too many callers are waiting."""
+        the outcome: 200 as soon as it exists, else 202 ``{"status": "PENDING"}`` at the bound; 429
+        with Retry-After when the tenant holds its ``long_polls`` already; 503 with Retry-After
+        when too many callers are waiting."""
         scope = self._scope(request)
         if isinstance(scope, Response):
             return scope
@@ -139,8 +159,11 @@ class ResultRoutes:
             return wait_s
         if not wait_s:
             return await self._read_now(scope)
+        lease = self._hold(scope, "long_polls")
+        if isinstance(lease, Response):
+            return lease
         try:
-            with self._hub.waiting(scope.tenant, scope.request_id, chunks=False) as waiter:
+            with lease, self._hub.waiting(scope.tenant, scope.request_id, chunks=False) as waiter:
                 # Registered first, then the store: a result written in between still wakes us.
                 result = await self._store.get(scope.tenant, scope.request_id)
                 if result is None:
@@ -165,13 +188,26 @@ class ResultRoutes:
         over (a retry: drop the text so far), then ``event: result`` with the outcome (as
         ``GET /v1/requests/{id}``) and the end; ``event: timeout`` and the end after
         `events_max_s` without it. Scoped like a read: another tenant's id streams like an id
-        still queued. 401/403/422 as a read; 503 when too many callers are waiting."""
+        still queued. 401/403/422/429 as a read; 429 with Retry-After when the tenant holds its
+        ``event_streams`` already (before the stream starts); 503 when too many callers are waiting."""
         scope = self._scope(request)
         if isinstance(scope, Response):
             return scope
         if self._hub.waiters >= self._hub.max_waiters:
             return _busy()
-        return EventStreamResponse(self._event_stream(scope))
+        lease = self._hold(scope, "event_streams")
+        if isinstance(lease, Response):
+            return lease
+        # The lease is given back once the response is over, however it ended (`on_close`).
+        return EventStreamResponse(self._event_stream(scope), on_close=lease.release)
+
+    def _hold(self, scope: _Scope, kind: HeldKind) -> Lease | Response:
+        """One of the caller's `kind` held, or its 429 (the limit named, Retry-After)."""
+        lease = self._holds.acquire(scope.holder, kind)
+        if isinstance(lease, HoldRefusal):
+            self._metrics.refused("held_limit", scope.label)
+            return native_refusal("", lease)
+        return lease
 
     def _ended(self, endpoint: str, how: str) -> None:
         if self._delivery is not None:
@@ -242,6 +278,11 @@ class ResultRoutes:
             return JSONResponse({"error": str(exc)}, status_code=401, headers={"WWW-Authenticate": challenge})
         label = principal.label
         tenant = principal.name
+        if principal.authenticated and self._reads is not None:
+            refusal = self._reads.take(principal.name)
+            if refusal is not None:
+                self._metrics.refused("reads_per_minute", label)
+                return _rate_limited(refusal)
         named = request.query_params.getlist("tenant")
         if named:
             if len(named) > 1 or len(named[0]) > MAX_TENANT_CHARS or not ID_PATTERN.fullmatch(named[0]):
@@ -256,7 +297,7 @@ class ResultRoutes:
         if not isinstance(request_id, str) or not ID_PATTERN.fullmatch(request_id):
             self._metrics.refused("invalid", label)
             return JSONResponse({"error": _BAD_ID}, status_code=422)
-        return _Scope(label=label, tenant=tenant, request_id=request_id)
+        return _Scope(label=label, tenant=tenant, request_id=request_id, holder=principal.tenant)
 
     async def healthz(self, _: Request) -> Response:
         """200 "ok" once consuming ("starting" before); 503 when the consumer or the retention task
@@ -289,6 +330,20 @@ def _chunk_view(chunk: InferenceChunk) -> dict[str, object]:
         "finish_reason": chunk.finish_reason,
     }
     return view | {name: value for name, value in extras.items() if value is not None}
+
+
+def _rate_limited(refusal: RateRefusal) -> Response:
+    """429 for a tenant whose reads per minute are spent (the shape of ingest's rate refusal)."""
+    body = {
+        "error": f"tenant {refusal.tenant!r} is over its quota of {refusal.requests_per_minute} reads per "
+        f"minute (limits.{refusal.quota}); retry later",
+        "quota": refusal.quota,
+        "tenant": refusal.tenant,
+        "limit": refusal.requests_per_minute,
+        "burst": refusal.burst,
+        "retry_after_s": refusal.retry_after_s,
+    }
+    return JSONResponse(body, status_code=429, headers={"Retry-After": str(refusal.retry_after_s)})
 
 
 def _busy() -> Response:

@@ -7,6 +7,8 @@ connection limit, the webhook senders, the resolver's threads) from every other 
 bound below has a default (`HeldLimits()`), a file-wide default (the tenants file's top-level
 ``[limits]`` table) and a per-tenant override (``[tenants.limits]``); past one, the tenant gets
 429 with Retry-After and the others are unaffected. `MAX_HELD` bounds what a file may grant.
+Open mode has one tenant, so there is no other tenant to protect: it gets `UNBOUNDED` (only the
+process's own limits, uvicorn's connections and the sender's slots, bound it).
 """
 
 from __future__ import annotations
@@ -53,3 +55,7 @@ class HeldLimits:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
+
+
+# Open mode's one tenant: every limit at its largest value (nothing per tenant to share).
+UNBOUNDED = HeldLimits(**dict.fromkeys(HeldLimits.names(), MAX_HELD))

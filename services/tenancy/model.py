@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from inferq.messaging import limits
 from inferq.messaging.param_rules import passthrough_name_ok
 from inferq.messaging.tiers import Tier
-from inferq.tenancy.held import HeldLimits
+from inferq.tenancy.held import UNBOUNDED, HeldLimits
 from inferq.tenancy.keys import key_digest
 
 ANY = "*"
@@ -206,7 +206,11 @@ class Tenant:
 
 OPEN_TENANT_NAME = "default"
 OPEN_TENANT = Tenant(
-    name=OPEN_TENANT_NAME, key_digests=(), weight=1.0, entitlements=Entitlements.unrestricted()
+    name=OPEN_TENANT_NAME,
+    key_digests=(),
+    weight=1.0,
+    entitlements=Entitlements.unrestricted(),
+    limits=UNBOUNDED,
 )
 
 

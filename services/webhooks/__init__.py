@@ -12,7 +12,8 @@ rules, so a record written straight to Kafka gets no more than an HTTP caller:
   ``INFERQ_WEBHOOK_ALLOW_PRIVATE_ADDRESSES`` is set; delivery connects only to the addresses it
   checked (`delivery.CheckedResolver`), so a DNS answer that changes in between (rebinding) is
   never connected to;
-- `signing`: ``Inferq-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "t.body">``, and its verification;
+- `signing`: Standard Webhooks signatures (``webhook-id``, ``webhook-timestamp``,
+  ``webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">``, one entry per secret);
 - `resolver`: the callbacks' own resolver (threads of its own, never the loop's default pool; at
   most the tenant's `dns_lookups` in flight), used by `guard` at submission and at delivery;
 - `backoff`, `outbox`, `delivery`, `sender`: the durable delivery in the results service (an outbox

@@ -27,13 +27,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from inferq.webhooks.errors import CallbackRefusedError
 from inferq.webhooks.guard import AddressGuard
 from inferq.webhooks.outbox import PendingDelivery
-from inferq.webhooks.signing import (
-    ATTEMPT_HEADER,
-    DELIVERY_HEADER,
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    signature_header,
-)
+from inferq.webhooks.signing import ATTEMPT_HEADER, WebhookSecrets
 from inferq.webhooks.urls import CallbackTarget
 
 USER_AGENT = "inferq-webhooks/1"
@@ -108,10 +102,16 @@ class WebhookPoster:
             await session.close()
 
     async def post(
-        self, target: CallbackTarget, delivery: PendingDelivery, *, secret: bytes, attempt: int, now_s: int
+        self,
+        target: CallbackTarget,
+        delivery: PendingDelivery,
+        *,
+        secret: WebhookSecrets,
+        attempt: int,
+        now_s: int,
     ) -> AttemptResult:
-        """One signed attempt of `delivery` to `target` (already through the policy's form and host
-        rules); never raises for what the receiver or the network does."""
+        """One attempt of `delivery` to `target` (already through the policy's form and host rules),
+        signed with every key of `secret`; never raises for what the receiver or the network does."""
         if self._session is None:
             raise RuntimeError("the webhook poster is not started")
         try:
@@ -121,9 +121,7 @@ class WebhookPoster:
             headers = {
                 "Content-Type": "application/json",
                 "User-Agent": USER_AGENT,
-                DELIVERY_HEADER: delivery.delivery_id,
-                TIMESTAMP_HEADER: str(now_s),
-                SIGNATURE_HEADER: signature_header(secret, now_s, delivery.body),
+                **secret.headers(delivery.delivery_id, now_s, delivery.body),
                 ATTEMPT_HEADER: str(attempt),
             }
             async with self._session.post(

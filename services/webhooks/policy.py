@@ -5,9 +5,9 @@ tenant's allowed hosts (`hosts`), a signing secret to sign with, then the SSRF g
 on every address the host resolves to. Ingest answers 422 with the refusal's `problem`; the
 results service dead-letters the delivery (or, when the name merely did not resolve, retries).
 
-Whose rules: with a tenants file, the tenant's `callback_hosts` and `webhook_secret` (a tenant
-the file no longer lists gets none: its webhooks are refused); in open mode, the settings'
-``INFERQ_CALLBACK_HOSTS`` and ``INFERQ_WEBHOOK_SECRET``.
+Whose rules: with a tenants file, the tenant's `callback_hosts` and `webhook_secrets` (one, or two
+while one is rotated: each signs; a tenant the file no longer lists gets none: its webhooks are
+refused); in open mode, the settings' ``INFERQ_CALLBACK_HOSTS`` and ``INFERQ_WEBHOOK_SECRET``.
 """
 
 from __future__ import annotations
@@ -19,17 +19,18 @@ from inferq.webhooks.errors import CallbackRefusedError
 from inferq.webhooks.guard import AddressGuard
 from inferq.webhooks.hosts import host_allowed, open_mode_hosts
 from inferq.webhooks.settings import WebhookSettings
+from inferq.webhooks.signing import WebhookSecrets
 from inferq.webhooks.urls import CallbackTarget, IPAddress, parse_callback_url
 
 
 @dataclass(frozen=True)
 class CheckedCallback:
     """A callback that passed every rule: where to, the addresses that may be connected to, and the
-    secret to sign with (bytes; never logged)."""
+    keys to sign with (never logged)."""
 
     target: CallbackTarget
     addresses: tuple[IPAddress, ...]
-    secret: bytes
+    secret: WebhookSecrets
 
     def __repr__(self) -> str:
         return f"CheckedCallback({self.target.origin}, {len(self.addresses)} addresses)"
@@ -41,8 +42,10 @@ class CallbackPolicy:
         self._guard = guard
         self._open_hosts = open_mode_hosts(settings.callback_hosts)
 
-    def allowed(self, url: str, tenant: Tenant | None, *, open_mode: bool) -> tuple[CallbackTarget, bytes]:
-        """The form, the host and the secret (no DNS); `CallbackRefusedError` saying which failed."""
+    def allowed(
+        self, url: str, tenant: Tenant | None, *, open_mode: bool
+    ) -> tuple[CallbackTarget, WebhookSecrets]:
+        """The form, the host and the secrets (no DNS); `CallbackRefusedError` saying which failed."""
         target = parse_callback_url(
             url, allow_http=self._settings.allow_http, max_chars=self._settings.max_url_chars
         )
@@ -66,13 +69,14 @@ class CallbackPolicy:
         addresses = await self._guard.addresses(target)
         return CheckedCallback(target, tuple(addresses), secret)
 
-    def _tenant_rules(self, tenant: Tenant | None, *, open_mode: bool) -> tuple[NameSet, bytes | None, str]:
+    def _tenant_rules(
+        self, tenant: Tenant | None, *, open_mode: bool
+    ) -> tuple[NameSet, WebhookSecrets | None, str]:
         if open_mode:
             secret = self._settings.secret
-            value = secret.get_secret_value().encode() if secret is not None else None
-            return self._open_hosts, value, "INFERQ_CALLBACK_HOSTS"
+            keys = WebhookSecrets.of([secret]) if secret is not None else None
+            return self._open_hosts, keys, "INFERQ_CALLBACK_HOSTS"
         if tenant is None:
             raise CallbackRefusedError("the request's tenant is not in the tenants file")
-        secret = tenant.webhook_secret
-        value = secret.get_secret_value().encode() if secret is not None else None
-        return tenant.entitlements.callback_hosts, value, "this tenant's callback_hosts"
+        keys = WebhookSecrets.of(tenant.webhook_secrets) if tenant.webhook_secrets else None
+        return tenant.entitlements.callback_hosts, keys, "this tenant's callback_hosts"

@@ -20,7 +20,7 @@ produce), at most `MAX_DEAD_LETTERING` at once.
 
 A row is deleted only after its delivery is over and, for a dead letter, after the broker
 acknowledged it; a crash before that means the attempt is made again after the restart, with the
-same delivery id (at least once: receivers deduplicate by ``Inferq-Delivery``). The sender is woken
+same delivery id (at least once: receivers deduplicate by ``webhook-id``). The sender is woken
 when a result with a callback is stored, and otherwise reads the outbox every `poll_interval_s`.
 
 With results replicas every replica holds every row; an `owner` (`PartitionOwner`) says which reply

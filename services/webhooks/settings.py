@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from inferq.tenancy.secret_forms import webhook_secret_problem
 from inferq.webhooks.urls import MAX_URL_CHARS
 
 # An entry of INFERQ_CALLBACK_HOSTS: the tenants file's `callback_hosts` rule (a name, maybe a port).
@@ -35,8 +36,9 @@ class WebhookSettings(BaseSettings):
     ("hooks.example.com,hooks.example.com:8443"; "*" for any host the SSRF guard lets through).
     With a tenants file each tenant's `callback_hosts` decides instead. Empty: no webhooks."""
     secret: SecretStr | None = None
-    """Open mode's signing secret (a tenant's is `webhook_secret` in the tenants file). Without one,
-    open mode's webhooks are refused at submission."""
+    """Open mode's signing secret, a Standard Webhooks secret (`inferq tenants webhook-secret` prints
+    one; a tenant's is `webhook_secret` in the tenants file). Without one, open mode's webhooks are
+    refused at submission."""
     allow_http: bool = False
     """http:// callbacks (tests, a receiver on the same private network); https only by default."""
     allow_private_addresses: bool = False
@@ -85,3 +87,12 @@ class WebhookSettings(BaseSettings):
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if value == "" else value
+
+    @field_validator("secret")
+    @classmethod
+    def _standard_webhooks_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        # The message names the variable and the rule, never the value (it goes to the terminal).
+        problem = None if value is None else webhook_secret_problem(value.get_secret_value())
+        if problem is not None:
+            raise ValueError(f"INFERQ_WEBHOOK_SECRET {problem}")
+        return value

@@ -77,6 +77,9 @@ def test_a_request_goes_through_the_services_in_containers(
         "INFERQ_RESULTS_GROUP_ID": f"{prefix}-results",
         # The test must not depend on the hour it runs at.
         "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
+        # /metrics of ingest and results: any free port (nothing here reads them).
+        "INFERQ_INGEST_METRICS_PORT": "0",
+        "INFERQ_RESULTS_METRICS_PORT": "0",
     }
     with contextlib.ExitStack() as stack:
         stack.enter_context(sim_backend(ports["backend"], tmp_path))

@@ -205,6 +205,24 @@ def test_scrape_annotations_point_at_a_port_serving_metrics(docs):
         assert int(annotations["prometheus.io/port"]) in ports, name
 
 
+def test_metrics_are_on_their_own_port_which_the_api_services_do_not_expose(docs):
+    """/metrics names the tenants: ingest and results serve it on a port of its own (the pods'
+    `metrics` port, the scrape annotations' and a headless -metrics Service's), never the API's."""
+    services = {s["metadata"]["name"]: s for s in of_kind(docs, "Service")}
+    for name in ("ingest", "results"):
+        deployment = next(d for d in of_kind(docs, "Deployment") if d["metadata"]["name"] == f"inferq-{name}")
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        command = container["command"]
+        assert int(command[command.index("--metrics-port") + 1]) == ports["metrics"] != ports["http"]
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert int(annotations["prometheus.io/port"]) == ports["metrics"]
+        assert [p["targetPort"] for p in services[f"inferq-{name}"]["spec"]["ports"]] == ["http"]
+        metrics = services[f"inferq-{name}-metrics"]["spec"]
+        assert metrics["clusterIP"] == "None"
+        assert [(p["port"], p["targetPort"]) for p in metrics["ports"]] == [(ports["metrics"], "metrics")]
+
+
 def test_services_listen_on_every_address_with_a_tenants_file_from_a_secret(docs):
     for deployment in of_kind(docs, "Deployment"):
         spec = deployment["spec"]["template"]["spec"]

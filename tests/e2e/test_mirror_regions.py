@@ -63,6 +63,7 @@ class TwoRegions:
     backend_url: str
     dispatcher_url: str
     results_eu_url: str
+    results_eu_metrics_url: str
     work: Path
 
     def eu_settings(self) -> KafkaSettings:
@@ -91,7 +92,12 @@ def regions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoRegions]:
                 project_root=find_project_root(Path(__file__)),
             )
         )
-        ports = {"backend": free_port(), "dispatcher": free_port(), "results-eu": free_port()}
+        ports = {
+            "backend": free_port(),
+            "dispatcher": free_port(),
+            "results-eu": free_port(),
+            "results-eu-metrics": free_port(),
+        }
         common = {
             "INFERQ_TOPIC_PREFIX": prefix,
             "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
@@ -117,7 +123,15 @@ def regions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoRegions]:
             # The eu results service reads eu's cluster only.
             ServiceProcess(
                 "results-eu",
-                ["results", "--region", "eu", "--port", str(ports["results-eu"])],
+                [
+                    "results",
+                    "--region",
+                    "eu",
+                    "--port",
+                    str(ports["results-eu"]),
+                    "--metrics-port",
+                    str(ports["results-eu-metrics"]),
+                ],
                 work / "results-eu.log",
                 env=common
                 | {
@@ -140,7 +154,15 @@ def regions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoRegions]:
                 f"{urls['results-eu']}/healthz", READY_S, lambda r: r.json().get("status") == "ok"
             )
             yield TwoRegions(
-                prefix, eu, central, mirror, urls["backend"], urls["dispatcher"], urls["results-eu"], work
+                prefix,
+                eu,
+                central,
+                mirror,
+                urls["backend"],
+                urls["dispatcher"],
+                urls["results-eu"],
+                urls["results-eu-metrics"],
+                work,
             )
         finally:
             codes = {proc.name: proc.stop() for proc in reversed(processes)}
@@ -301,7 +323,7 @@ def test_mirrormaker_killed_mid_stream_loses_nothing_and_each_caller_gets_one_ou
     }
     # The last repeats may still be on their way through the eu results service's consumer.
     figures["results_duplicates_total_eu"] = wait_until(
-        lambda: counter(f"{regions.results_eu_url}/metrics", "inferq_results_duplicates_total"),
+        lambda: counter(f"{regions.results_eu_metrics_url}/metrics", "inferq_results_duplicates_total"),
         f"eu's inferq_results_duplicates_total at {repeats_on_eu}",
         60.0,
         interval_s=0.5,

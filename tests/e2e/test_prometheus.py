@@ -58,8 +58,8 @@ def pipeline(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
 def prometheus(pipeline: Pipeline, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     config = config_for(
         {
-            "inferq-ingest": [f"127.0.0.1:{pipeline.ports.ingest}"],
-            "inferq-results": [f"127.0.0.1:{pipeline.ports.results}"],
+            "inferq-ingest": [f"127.0.0.1:{pipeline.ports.ingest_metrics}"],
+            "inferq-results": [f"127.0.0.1:{pipeline.ports.results_metrics}"],
             "inferq-dispatcher": [f"127.0.0.1:{pipeline.ports.dispatcher}"],
         }
     )

@@ -54,6 +54,9 @@ def regions(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
         "INFERQ_DISPATCHER_GROUP_ID": f"{prefix}-dispatcher",
         "INFERQ_RESULTS_GROUP_ID": f"{prefix}-results",
         "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
+        # Two of each service: /metrics on any free port (nothing here reads them).
+        "INFERQ_INGEST_METRICS_PORT": "0",
+        "INFERQ_RESULTS_METRICS_PORT": "0",
     }
 
     def service(name: str, args: list[str], **env: str) -> ServiceProcess:

@@ -183,7 +183,7 @@ def test_any_replica_answers_every_request_and_each_webhook_comes_once(replicas:
         bodies = [replicas.get(url, request_id).json() for url in replicas.urls]
         assert bodies[0] == bodies[1] and bodies[0]["status"] == "OK"
     found = replicas.wait_delivered(request_ids, timeout_s=30)
-    ids = {r: {d.headers["inferq-delivery"] for d in found[r]} for r in request_ids}
+    ids = {r: {d.headers["webhook-id"] for d in found[r]} for r in request_ids}
     assert all(len(one) == 1 for one in ids.values())
     # No failure happened: each webhook arrived exactly once, sent by one replica only.
     assert sorted(len(found[r]) for r in request_ids) == [1] * FIRST_WAVE
@@ -244,7 +244,7 @@ def test_a_replica_killed_mid_run_loses_no_result_and_no_webhook(replicas: Repli
         f"the last {last / 1e9 - killed_at[0]:.1f} s after the kill"
     )
     # A duplicate is the same delivery (one id), which receivers drop: never a second one.
-    assert all(len({d.headers["inferq-delivery"] for d in found[r]}) == 1 for r in request_ids)
+    assert all(len({d.headers["webhook-id"] for d in found[r]}) == 1 for r in request_ids)
     assert all(d.status == 200 for r in request_ids for d in found[r])
     health = httpx.get(f"{survivor}/healthz", timeout=5)
     assert health.status_code == 200 and health.json()["status"] == "ok"

@@ -208,6 +208,8 @@ def test_sighup_reloads_at_once(pipeline: Pipeline, kafka_bootstrap: str, tmp_pa
         "INFERQ_DISPATCHER_GROUP_ID": f"{pipeline.topic_prefix}-dispatcher",
         "INFERQ_RESULTS_GROUP_ID": f"{pipeline.topic_prefix}-results-sighup",
         "INFERQ_RESULTS_DB_PATH": str(tmp_path / "results.db"),
+        "INFERQ_INGEST_METRICS_PORT": "0",
+        "INFERQ_RESULTS_METRICS_PORT": "0",
     }
     ingest_port, results_port = free_port(), free_port()
     ingest = ServiceProcess(

@@ -33,9 +33,10 @@ CHAT: dict[str, Any] = {"scenario": "realtime_chat", "messages": [{"role": "user
 
 
 class Ingest:
-    def __init__(self, process: ServiceProcess, url: str, figures: HostileFigures) -> None:
+    def __init__(self, process: ServiceProcess, url: str, metrics_url: str, figures: HostileFigures) -> None:
         self.process = process
         self.url = url
+        self.metrics_url = metrics_url
         self.figures = figures
 
     def status(self, spec: TenantSpec) -> int:
@@ -71,19 +72,24 @@ def ingest(
     kafka_settings: KafkaSettings, tmp_path: Path, hostile_figures: HostileFigures
 ) -> Iterator[Ingest]:
     path = write_tenants(tmp_path / "tenants.toml", *FOUR)
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     env = {
         "KAFKA_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "INFERQ_TOPIC_PREFIX": kafka_settings.topic_prefix,
         "INFERQ_TENANTS_FILE": str(path),
         "INFERQ_TENANTS_RELOAD_INTERVAL_S": "0.2",
     }
-    process = ServiceProcess("ingest", ["ingest", "--port", str(port)], tmp_path / "ingest.log", env=env)
+    process = ServiceProcess(
+        "ingest",
+        ["ingest", "--port", str(port), "--metrics-port", str(metrics_port)],
+        tmp_path / "ingest.log",
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         process.start()
         process.wait_http_ready(f"{url}/healthz", 60)
-        yield Ingest(process, url, hostile_figures)
+        yield Ingest(process, url, f"http://127.0.0.1:{metrics_port}", hostile_figures)
     finally:
         assert process.stop() == 0
 
@@ -110,7 +116,8 @@ def test_a_truncated_tenants_file_keeps_every_key_working(ingest: Ingest) -> Non
 
     log = ingest.log()
     assert "tenants file refused, keeping the previous tenants" in log
-    metrics = httpx.get(f"{ingest.url}/metrics", timeout=10).text
+    assert httpx.get(f"{ingest.url}/metrics", timeout=10).status_code == 404  # its own port only
+    metrics = httpx.get(f"{ingest.metrics_url}/metrics", timeout=10).text
     [refused] = [
         line
         for line in metrics.splitlines()

@@ -245,6 +245,7 @@ def test_loadgen_over_http_through_a_running_ingest(kafka_settings: KafkaSetting
     env = {
         "KAFKA_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "INFERQ_TOPIC_PREFIX": kafka_settings.topic_prefix,
+        "INFERQ_INGEST_METRICS_PORT": "0",
     }
     ingest = ServiceProcess("ingest", ["ingest", "--port", str(port)], tmp_path / "ingest.log", env=env)
     out = tmp_path / "run" / "requests.jsonl"

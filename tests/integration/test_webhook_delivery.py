@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import time
 from collections.abc import Sequence
 
+from pydantic import SecretStr
+from standardwebhooks import Webhook
+
+from inferq.tenancy.secret_forms import new_webhook_secret
 from inferq.webhooks.delivery import AttemptOutcome, WebhookPoster
 from inferq.webhooks.guard import AddressGuard
 from inferq.webhooks.outbox import PendingDelivery
-from inferq.webhooks.signing import verify
+from inferq.webhooks.signing import WebhookSecrets
 from inferq.webhooks.urls import IPAddress, parse_callback_url
 from tests.support.webhook_receiver import Receiver, webhook_receiver
 
-SECRET = b"whsec_integration_0123456789abcdefghijkl"
+SECRET = new_webhook_secret()
 DELIVERY = PendingDelivery("d-1", "acme", "r-1", "unused", b'{"request_id":"r-1"}', stored_at_ms=0)
 
 
@@ -41,7 +46,8 @@ def attempt(url: str, dns: Dns, *, allow_private: bool, timeout_s: float = 5.0):
         await poster.start()
         try:
             target = parse_callback_url(url, allow_http=True)
-            return await poster.post(target, DELIVERY, secret=SECRET, attempt=1, now_s=1_764_600_000)
+            keys = WebhookSecrets.of([SecretStr(SECRET)])
+            return await poster.post(target, DELIVERY, secret=keys, attempt=1, now_s=int(time.time()))
         finally:
             await poster.stop()
 
@@ -59,8 +65,8 @@ def test_the_connection_goes_to_the_checked_address_with_the_name_as_host():
         assert result.outcome is AttemptOutcome.DELIVERED
         [delivery] = receiver.to("/ok/a")
         assert delivery.headers["host"] == f"hooks.test:{receiver.port}"
-        assert delivery.headers["inferq-delivery"] == "d-1"
-        assert verify(SECRET, delivery.headers["inferq-signature"], delivery.body, now_s=1_764_600_000)
+        assert delivery.headers["webhook-id"] == "d-1"
+        assert Webhook(SECRET).verify(delivery.body, delivery.headers) == {"request_id": "r-1"}
         assert dns.lookups == 1
 
 

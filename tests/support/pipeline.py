@@ -48,7 +48,12 @@ def running_pipeline(
     prefix = f"{name}{uuid.uuid4().hex[:10]}"
     create_topics(KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix), regions=regions)
     ports = PipelinePorts(
-        ingest=free_port(), results=free_port(), dispatcher=free_port(), backend=free_port()
+        ingest=free_port(),
+        results=free_port(),
+        dispatcher=free_port(),
+        backend=free_port(),
+        ingest_metrics=free_port(),
+        results_metrics=free_port(),
     )
     pipeline = Pipeline(bootstrap=bootstrap, work_dir=work_dir, ports=ports, topic_prefix=prefix, **options)
     started = False

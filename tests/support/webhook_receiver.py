@@ -112,7 +112,7 @@ def webhook_receiver() -> Iterator[Receiver]:
                 receiver.tarpit(self.connection)
                 self.close_connection = True
                 return
-            delivery_id = self.headers.get("inferq-delivery", "")
+            delivery_id = self.headers.get("webhook-id", "")
             status = 302 if kind == "redirect" else receiver.answer(self.path, delivery_id)
             headers = {k.lower(): v for k, v in self.headers.items()}
             receiver.record(Delivery(self.path, headers, body, status, time.time_ns()))

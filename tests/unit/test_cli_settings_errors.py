@@ -42,6 +42,17 @@ KEY_GIVEN = "sk-live-0123456789abcdef"
             {"INFERQ_REDIS_PASSWORD": KEY_GIVEN, "INFERQ_RESULTS_PORT": "x"},
             "port: Input should be",
         ),
+        (
+            # Open mode's webhook secret must be a Standard Webhooks one (a raw string is refused).
+            ["results"],
+            {"INFERQ_WEBHOOK_SECRET": KEY_GIVEN},
+            "INFERQ_WEBHOOK_SECRET must be 'whsec_' and the base64 of 24-64 random bytes",
+        ),
+        (
+            ["ingest"],
+            {"INFERQ_WEBHOOK_SECRET": "whsec_" + KEY_GIVEN},
+            "INFERQ_WEBHOOK_SECRET must be 'whsec_' and the base64 of 24-64 random bytes",
+        ),
     ],
 )
 def test_invalid_settings_say_what_and_exit_2_without_the_values(monkeypatch, capsys, command, env, says):

@@ -262,10 +262,10 @@ def test_prometheus_scrapes_each_service_under_the_job_names_the_rules_use(
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert set(jobs) == {job["job_name"] for job in shipped["scrape_configs"]}
     assert jobs["inferq-ingest"]["static_configs"][0]["targets"] == [
-        f"ingest:{settings_of('ingest', services['ingest'], monkeypatch).port}"
+        f"ingest:{settings_of('ingest', services['ingest'], monkeypatch).metrics_port}"
     ]
     assert jobs["inferq-results"]["static_configs"][0]["targets"] == [
-        f"results:{settings_of('results', services['results'], monkeypatch).port}"
+        f"results:{settings_of('results', services['results'], monkeypatch).metrics_port}"
     ]
     # Every dispatcher of `--scale dispatcher=N`, by the service's name.
     assert jobs["inferq-dispatcher"]["dns_sd_configs"] == [

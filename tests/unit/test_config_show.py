@@ -16,7 +16,7 @@ BACKEND_KEY = "sk-hostile-backend-key-5678"
 REDIS_PASSWORD = "hunter2-redis-in-url"  # noqa: S105 - a test value whose absence we check
 SASL_PASSWORD = "sasl-pw-9f8e7d"  # noqa: S105 - a test value whose absence we check
 EXTRA_PASSWORD = "librdkafka-extra-pw"  # noqa: S105 - a test value whose absence we check
-WEBHOOK_SECRET = "whsec-abcdef-0123"  # noqa: S105 - a test value whose absence we check
+WEBHOOK_SECRET = "whsec_Y29uZmlnLXNob3ctd2ViaG9vay1zZWNyZXQtdGVzdCE="  # noqa: S105 - a test value whose absence we check
 SECRETS = (BACKEND_KEY, REDIS_PASSWORD, SASL_PASSWORD, EXTRA_PASSWORD, WEBHOOK_SECRET)
 
 
@@ -102,7 +102,7 @@ def test_a_services_help_lists_its_settings_with_defaults(capsys: pytest.Capture
     shown = capsys.readouterr().out
     assert "INFERQ_INGEST_MAX_BODY_BYTES  (default: 1048576)" in shown
     assert "INFERQ_BUDGET  (default: 10)" in shown
-    assert "INFERQ_HTTP_LIMIT_CONCURRENCY  (default: 1000)" in shown
+    assert "INFERQ_HTTP_LIMIT_CONCURRENCY  (default: 4096)" in shown
     assert "INFERQ_DISPATCHER_POLICY" not in shown  # the dispatcher's own, not ingest's
     with pytest.raises(SystemExit):
         main(["dispatcher", "--help"])

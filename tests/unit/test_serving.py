@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import resource
+
 from starlette.applications import Starlette
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from inferq.serving import HttpLimits, uvicorn_config
+from inferq.serving import HttpLimits, fit_open_files, uvicorn_config
+from inferq.tenancy.held import HeldLimits
 
 
 def test_the_limits_reach_uvicorn_and_the_guarded_protocol(monkeypatch):
@@ -31,3 +34,20 @@ def test_explicit_limits_win_over_the_environment(monkeypatch):
     assert (config.limit_concurrency, config.timeout_keep_alive) == (7, 1)
     assert config.h11_max_incomplete_event_size == 2_048
     assert config.http.limits is limits
+
+
+def test_the_default_concurrency_is_far_above_one_tenants_connections():
+    # One tenant at its limits must never reach the process's 503 backstop (issue 23, item 1).
+    assert HttpLimits().limit_concurrency >= 20 * HeldLimits().connections
+
+
+def test_the_open_files_limit_is_raised_to_fit_the_connections(monkeypatch, caplog):
+    limits = {"now": (1_024, 8_192)}
+    monkeypatch.setattr(resource, "getrlimit", lambda _: limits["now"])
+    monkeypatch.setattr(resource, "setrlimit", lambda _, value: limits.update(now=value))
+    fit_open_files(4_096)
+    assert limits["now"] == (4_096 + 256, 8_192)
+    limits["now"] = (1_024, 2_048)  # a hard limit too low: raised to it, and said
+    fit_open_files(4_096)
+    assert limits["now"] == (2_048, 2_048)
+    assert "INFERQ_HTTP_LIMIT_CONCURRENCY" in caplog.text

@@ -113,10 +113,10 @@ def test_one_frame_shows_each_tier_from_two_scrapes():
 def test_a_first_frame_and_a_silent_service_are_shown_as_such():
     only = Scrape.parse(dispatcher_page(done_high=1, waits_high=(1, 1, 1)), at=5.0)
     console = Console(record=True, width=80, color_system=None)
-    console.print(render(build_frame([only], ["http://127.0.0.1:8700/metrics"])))
+    console.print(render(build_frame([only], ["http://127.0.0.1:8703/metrics"])))
     text = console.export_text()
     assert "rates: next frame" in text
-    assert "no answer from http://127.0.0.1:8700/metrics" in text
+    assert "no answer from http://127.0.0.1:8703/metrics" in text
     assert row(text, "HIGH")[7] == "-"  # no rate from one scrape
 
 
@@ -132,15 +132,15 @@ def test_scraper_names_a_service_that_does_not_answer():
             return httpx.Response(200, text=dispatcher_page(done_high=1, waits_high=(1, 1, 1)))
         return httpx.Response(503, text="down")
 
-    scraper = Scraper(["http://127.0.0.1:8702", "http://127.0.0.1:8700/"], clock=lambda: 1.0)
+    scraper = Scraper(["http://127.0.0.1:8702", "http://127.0.0.1:8703/"], clock=lambda: 1.0)
     scraper._client = httpx.Client(transport=httpx.MockTransport(handler))
     scrape = scraper.scrape()
-    assert scraper.down == ["http://127.0.0.1:8700/metrics"]
+    assert scraper.down == ["http://127.0.0.1:8703/metrics"]
     assert scrape.total("inferq_budget") == 10
 
 
 def test_a_page_that_is_not_the_prometheus_format_counts_as_no_answer():
-    pages = {8702: 'inferq_budget{tier="HIGH" 10\n', 8700: "\x00" * 64, 8710: "x" * 10_000 + "{"}
+    pages = {8702: 'inferq_budget{tier="HIGH" 10\n', 8703: "\x00" * 64, 8710: "x" * 10_000 + "{"}
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, text=pages[request.url.port or 0])

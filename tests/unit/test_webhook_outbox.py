@@ -18,6 +18,7 @@ from inferq.messaging.records import InferenceResult
 from inferq.results.store import ResultStore
 from inferq.results.webhooks import result_body
 from inferq.tenancy.model import Entitlements, NameSet, Tenant, TenantDirectory
+from inferq.tenancy.secret_forms import webhook_key
 from inferq.webhooks.backoff import Backoff
 from inferq.webhooks.delivery import AttemptOutcome, AttemptResult
 from inferq.webhooks.guard import AddressGuard
@@ -162,7 +163,7 @@ async def test_delivered_once_with_a_valid_signature_over_the_public_view(tmp_pa
         assert json.loads(call["body"])["request_id"] == "a"
         assert json.loads(call["body"])["status"] == "OK"
         assert "callback_url" not in json.loads(call["body"])
-        assert call["secret"] == SECRET.encode()  # open mode: INFERQ_WEBHOOK_SECRET
+        assert call["secret"].keys == (webhook_key(SECRET),)  # open mode: INFERQ_WEBHOOK_SECRET
         assert await rig.pending() == 0
         assert rig.dlq.sent == []
         assert rig.metrics.points("inferq_webhook_deliveries_total")[labels(outcome="delivered")] == 1

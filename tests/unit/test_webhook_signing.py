@@ -1,89 +1,127 @@
-"""Webhook signatures: what a receiver verifies, and what it must refuse."""
+"""Webhook signatures in the Standard Webhooks form: what inferq signs, the maintained
+`standardwebhooks` package verifies, and it refuses anything changed on the way."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
+from standardwebhooks import Webhook, WebhookVerificationError
 
-from inferq.webhooks.signing import SignatureError, signature_header, verify
+from inferq.tenancy.secret_forms import new_webhook_secret
+from inferq.webhooks.signing import WebhookSecrets
 
-SECRET = b"whsec_0123456789abcdef0123456789abcdef"
-BODY = b'{"request_id":"r1","status":"OK"}'
-NOW = 1_764_600_000
+# The package's own test vector (standardwebhooks tests/test_webhooks.py, test_sign_function).
+VECTOR_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # noqa: S105 - a published test vector
+VECTOR_ID = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+VECTOR_TIMESTAMP = 1614265330
+VECTOR_BODY = b'{"test": 2432232314}'
+VECTOR_SIGNATURE = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+
+CURRENT = new_webhook_secret()
+PREVIOUS = new_webhook_secret()
+BODY = b'{"request_id":"r1","status":"OK","output":"h\xc3\xa9llo"}'
+DELIVERY_ID = "5f0c2a1e-8f4d-4c1e-9a57-0d7c1c3b9e42"
 
 
-def test_the_signature_is_hmac_sha256_of_timestamp_dot_body():
-    header = signature_header(SECRET, NOW, BODY)
-    expected = hmac.new(SECRET, f"{NOW}.".encode() + BODY, hashlib.sha256).hexdigest()
-    assert header == f"t={NOW},v1={expected}"
-    assert verify(SECRET, header, BODY, now_s=NOW + 10) == NOW
+def signed(*secrets: str, message_id: str = DELIVERY_ID, timestamp: int | None = None) -> dict[str, str]:
+    keys = WebhookSecrets.of(SecretStr(s) for s in secrets)
+    return keys.headers(message_id, int(time.time()) if timestamp is None else timestamp, BODY)
+
+
+def test_the_spec_vector_signs_the_same_as_the_package():
+    keys = WebhookSecrets.of([SecretStr(VECTOR_SECRET)])
+    headers = keys.headers(VECTOR_ID, VECTOR_TIMESTAMP, VECTOR_BODY)
+    assert headers == {
+        "webhook-id": VECTOR_ID,
+        "webhook-timestamp": str(VECTOR_TIMESTAMP),
+        "webhook-signature": VECTOR_SIGNATURE,
+    }
+
+
+def test_the_package_verifies_what_inferq_signs():
+    assert Webhook(CURRENT).verify(BODY, signed(CURRENT))["status"] == "OK"
+
+
+def test_two_secrets_sign_twice_and_a_receiver_holding_either_accepts():
+    headers = signed(CURRENT, PREVIOUS)
+    entries = headers["webhook-signature"].split(" ")
+    assert len(entries) == 2 and all(e.startswith("v1,") for e in entries)
+    assert Webhook(CURRENT).verify(BODY, headers)["request_id"] == "r1"
+    assert Webhook(PREVIOUS).verify(BODY, headers)["request_id"] == "r1"
+    with pytest.raises(WebhookVerificationError):
+        Webhook(new_webhook_secret()).verify(BODY, headers)
 
 
 @pytest.mark.parametrize(
-    ("secret", "body", "now_s", "why"),
+    ("change", "why"),
     [
-        (b"another secret, same length as it....", BODY, NOW, "no signature matches"),
-        (SECRET, BODY + b" ", NOW, "no signature matches"),
-        (SECRET, BODY.replace(b"OK", b"KO"), NOW, "no signature matches"),
-        (SECRET, BODY, NOW + 301, "tolerance"),
-        (SECRET, BODY, NOW - 301, "tolerance"),
+        ("body", "No matching signature"),
+        ("id", "No matching signature"),
+        ("timestamp moved", "No matching signature"),
+        ("old timestamp", "too old"),
+        ("future timestamp", "too new"),
+        ("no signature", "Missing required headers"),
     ],
 )
-def test_a_changed_body_another_secret_or_a_replayed_old_delivery_is_refused(secret, body, now_s, why):
-    header = signature_header(SECRET, NOW, BODY)
-    with pytest.raises(SignatureError, match=why):
-        verify(secret, header, body, now_s=now_s)
+def test_a_changed_body_id_or_timestamp_is_refused_by_the_package(change, why):
+    now = int(time.time())
+    headers, body = signed(CURRENT, timestamp=now), BODY
+    if change == "body":
+        body = BODY.replace(b"OK", b"KO")
+    elif change == "id":
+        headers["webhook-id"] = "another-delivery"
+    elif change == "timestamp moved":
+        headers["webhook-timestamp"] = str(now - 60)
+    elif change == "old timestamp":
+        headers = signed(CURRENT, timestamp=now - 600)
+    elif change == "future timestamp":
+        headers = signed(CURRENT, timestamp=now + 600)
+    else:
+        del headers["webhook-signature"]
+    with pytest.raises(WebhookVerificationError, match=why):
+        Webhook(CURRENT).verify(body, headers)
 
 
-def test_the_timestamp_is_signed_too():
-    header = signature_header(SECRET, NOW, BODY)
-    moved = header.replace(f"t={NOW}", f"t={NOW + 60}")
-    with pytest.raises(SignatureError, match="no signature matches"):
-        verify(SECRET, moved, BODY, now_s=NOW + 60)
+def test_the_keys_are_the_decoded_secret_not_its_text():
+    # A receiver using the secret's text as the key (the old private format) does not verify.
+    raw = Webhook(CURRENT.encode())
+    with pytest.raises(WebhookVerificationError):
+        raw.verify(BODY, signed(CURRENT))
 
 
-@pytest.mark.parametrize(
-    "header", ["", "v1=abc", f"t={NOW}", "t=abc,v1=00", "garbage", f"t={'9' * 40},v1=00"]
-)
-def test_a_malformed_header_is_refused(header):
-    with pytest.raises(SignatureError, match="malformed"):
-        verify(SECRET, header, BODY, now_s=NOW)
+@pytest.mark.parametrize("count", [0, 3])
+def test_one_or_two_secrets_only(count):
+    with pytest.raises(ValueError, match="1 to 2"):
+        WebhookSecrets.of(SecretStr(new_webhook_secret()) for _ in range(count))
 
 
-def test_any_matching_v1_is_enough_for_a_secret_being_rotated():
-    old = signature_header(b"the previous secret, long enough....", NOW, BODY).split(",")[1]
-    header = f"{signature_header(SECRET, NOW, BODY)},{old}"
-    assert verify(SECRET, header, BODY, now_s=NOW) == NOW
+def test_the_keys_never_show_in_a_repr():
+    keys = WebhookSecrets.of([SecretStr(CURRENT)])
+    assert repr(keys) == "WebhookSecrets(1 keys)"
+    assert CURRENT.removeprefix("whsec_") not in f"{keys!r} {keys}"
 
 
-def test_errors_never_carry_the_secret():
-    header = signature_header(SECRET, NOW, BODY)
-    with pytest.raises(SignatureError) as caught:
-        verify(SECRET, header, b"tampered", now_s=NOW)
-    assert SECRET.decode() not in str(caught.value)
-
-
-def documented_verifier():
+def documented_receiver():
     """The receiver's snippet in docs/api.md ("Webhooks"), run as a user would paste it."""
     page = (Path(__file__).parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
     block = page.split("<!-- webhook-verify -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict[str, Any] = {}
     exec(compile(block, "docs/api.md", "exec"), namespace)  # noqa: S102 - our own documentation
-    return namespace["verify_inferq_webhook"]
+    return namespace["verified_outcome"]
 
 
-def test_the_documented_snippet_verifies_what_inferq_signs_and_refuses_the_rest():
-    verify_snippet = documented_verifier()
-    now = int(time.time())
-    header = signature_header(SECRET, now, BODY)
-    assert verify_snippet(SECRET, header, BODY) is True
-    assert verify_snippet(SECRET, header, BODY + b"x") is False
-    assert verify_snippet(b"another secret", header, BODY) is False
-    assert verify_snippet(SECRET, signature_header(SECRET, now - 600, BODY), BODY) is False
-    assert verify_snippet(SECRET, "garbage", BODY) is False
-    assert verify_snippet(SECRET, f"t={now}", BODY) is False
+def test_the_documented_receiver_accepts_what_inferq_signs_and_refuses_the_rest():
+    verified_outcome = documented_receiver()
+    headers = signed(CURRENT, PREVIOUS)
+    assert verified_outcome(CURRENT, BODY, headers)["status"] == "OK"
+    assert verified_outcome(PREVIOUS, BODY, headers)["status"] == "OK"
+    assert verified_outcome(CURRENT, BODY + b" ", headers) is None
+    assert verified_outcome(new_webhook_secret(), BODY, headers) is None
+    assert verified_outcome(CURRENT, BODY, signed(CURRENT, timestamp=int(time.time()) - 600)) is None
+    assert verified_outcome(CURRENT, BODY, {"webhook-id": DELIVERY_ID}) is None
+    for garbage in ("garbage", "v1,not-base64!", "v1,a,b"):  # a forger's header is refused, not a crash
+        assert verified_outcome(CURRENT, BODY, headers | {"webhook-signature": garbage}) is None

@@ -1,7 +1,9 @@
 """What the OpenAI endpoints (chat completions, embeddings) share for a call through the queue,
 while its caller holds the connection: `SubmitEndpoint`'s steps (the caller, its rate and body),
 the body parsed and its record made (the endpoint's), within the tenant's entitlements and its
-deadline cut to the SDK's timeout (`sdk_patience_ms`); a waiter registered in the delivery hub
+deadline cut to the SDK's timeout (`sdk_patience_ms`); one of the tenant's ``streamed_chats`` or
+``held_calls`` taken (429 past its limit, before anything is produced: a refused call costs
+nothing and is not queued) and held until the answer ends; a waiter registered in the delivery hub
 for (tenant, request_id) before the record is produced, so its outcome cannot slip by; the
 produce. Then the wait for the outcome, bounded by the request's deadline plus `grace_s` (the
 dispatcher answers EXPIRED itself by then) and by `max_wait_s`: past it 504 ``wait_exceeded``,
@@ -90,7 +92,8 @@ class HeldCalls:
         chunks: Callable[[B], bool] = lambda _: False,
     ) -> Held[B] | Response:
         """The call `request` asks for, queued and waited for (`parse` reads its body, `record_of`
-        makes its record, `chunks` says whether its waiter takes the streamed chunks too); the
+        makes its record, `chunks` says whether it is streamed: its waiter takes the chunks too, and
+        it holds one of the tenant's ``streamed_chats`` instead of ``held_calls``); the
         refusal's response (OpenAI's error shape) when it is not queued."""
         if not self._following():
             return answers.refusal_error(NotFollowingError()).response()
@@ -100,10 +103,12 @@ class HeldCalls:
             principal = self.submit.caller(request)
             body = parse(await self.submit.body(request, principal), principal)
             queued = self._within_patience(record_of(body, principal), principal, request)
+            streamed = chunks(body)
+            scope.enter_context(self.gate.hold(principal, "streamed_chats" if streamed else "held_calls"))
             # Waiting before the record exists: its outcome cannot slip by.
             try:
                 waiter = scope.enter_context(
-                    self._hub.waiting(queued.tenant, queued.request_id, chunks=chunks(body))
+                    self._hub.waiting(queued.tenant, queued.request_id, chunks=streamed)
                 )
             except HubFullError as exc:
                 raise WaitersFullError() from exc

@@ -40,6 +40,10 @@ class PipelinePorts:
     results: int = 8701
     dispatcher: int = 8702
     backend: int = 8780
+    # /metrics of ingest and of the results service, each on a port of its own (results replica i:
+    # + 10 i); 0: any free port (nothing here reads them).
+    ingest_metrics: int = 0
+    results_metrics: int = 0
 
 
 @dataclass
@@ -78,6 +82,17 @@ class Pipeline:
     def results_replica_url(self, index: int) -> str:
         return f"http://127.0.0.1:{self.ports.results + 10 * index}"
 
+    @property
+    def ingest_metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.ingest_metrics}"
+
+    def results_metrics_url(self, index: int = 0) -> str:
+        """Results replica `index`'s /metrics address (its own port, not the API's)."""
+        return f"http://127.0.0.1:{self._results_metrics_port(index)}"
+
+    def _results_metrics_port(self, index: int) -> int:
+        return self.ports.results_metrics + 10 * index if self.ports.results_metrics else 0
+
     def results_db(self, index: int = 0) -> Path:
         """Replica `index`'s own database."""
         return self.work_dir / ("results.db" if index == 0 else f"results-{index}.db")
@@ -108,6 +123,10 @@ class Pipeline:
             "INFERQ_DISPATCHER_GROUP_ID": f"{self.topic_prefix}-dispatcher",
             "INFERQ_RESULTS_GROUP_ID": f"{self.topic_prefix}-results",
             "INFERQ_RESULTS_DB_PATH": str(self.work_dir / "results.db"),
+            # Any free port for /metrics of a service started beside these (another ingest replica):
+            # the defaults would collide; the pipeline's own get theirs on the command line.
+            "INFERQ_INGEST_METRICS_PORT": "0",
+            "INFERQ_RESULTS_METRICS_PORT": "0",
             **({"INFERQ_DISPATCHER_BACKENDS": json.dumps(spares)} if spares else {}),
             **self.extra_env,
         }
@@ -127,8 +146,9 @@ class Pipeline:
             vars(self.ports)
             | {f"backend {name}": self._spare_port(name) for name in self.spare_backends}
             | {f"results {i}": self.ports.results + 10 * i for i in range(1, self.results_replicas)}
+            | {f"results metrics {i}": self._results_metrics_port(i) for i in range(1, self.results_replicas)}
         )
-        busy = [f"{name} {port}" for name, port in ports.items() if not port_is_free(port)]
+        busy = [f"{name} {port}" for name, port in ports.items() if port and not port_is_free(port)]
         if busy:
             raise PortsInUseError(
                 f"ports already in use: {', '.join(busy)}; stop what listens there or choose other ports"
@@ -162,14 +182,23 @@ class Pipeline:
         replicas = [
             self._process(
                 "results" if i == 0 else f"results-{i}",
-                ["results", "--port", str(self.ports.results + 10 * i)],
+                [
+                    "results",
+                    "--port",
+                    str(self.ports.results + 10 * i),
+                    "--metrics-port",
+                    str(self._results_metrics_port(i)),
+                ],
                 service="results",
             )
             for i in range(self.results_replicas)
         ]
         for i, replica in enumerate(replicas[1:], start=1):
             replica.env["INFERQ_RESULTS_DB_PATH"] = str(self.results_db(i))
-        ingest = self._process("ingest", ["ingest", "--port", str(self.ports.ingest)])
+        ingest = self._process(
+            "ingest",
+            ["ingest", "--port", str(self.ports.ingest), "--metrics-port", str(self.ports.ingest_metrics)],
+        )
         for proc in (backend, *spares.values(), *replicas, ingest):
             proc.start()
         ready = {"sim-backend": backend.wait_http_ready(f"{self.backend_url}/healthz", timeout_s)}

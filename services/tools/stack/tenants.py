@@ -24,6 +24,8 @@ class TenantSpec:
     extra: dict[str, Any] = field(default_factory=dict)
     entitlements: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] | None = None
+    # Its ``[tenants.limits]`` (`inferq.tenancy.held.HeldLimits`); empty: the file's defaults.
+    limits: dict[str, int] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -48,6 +50,8 @@ class TenantSpec:
         if self.params is not None:
             lines += ["", "[tenants.entitlements.params]"]
             lines += [f"{k} = {json.dumps(v)}" for k, v in self.params.items()]
+        if self.limits:
+            lines += ["", "[tenants.limits]", *(f"{k} = {v}" for k, v in self.limits.items())]
         return "\n".join(lines) + "\n"
 
 

@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--ingest",
         action="append",
         metavar="URL",
-        help="an ingest's metrics address, repeatable (default http://127.0.0.1:8700)",
+        help="an ingest's metrics address (its --metrics-port), repeatable (default http://127.0.0.1:8703)",
     )
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     parser.add_argument(
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         if args.interval <= 0 or args.window <= 0:
             parser.error("--interval and --window must be > 0")
         args.dispatcher = args.dispatcher or ["http://127.0.0.1:8702"]
-        args.ingest = args.ingest or ["http://127.0.0.1:8700"]
+        args.ingest = args.ingest or ["http://127.0.0.1:8703"]
         return run_top(args)
 
     parser.set_defaults(func=run)
