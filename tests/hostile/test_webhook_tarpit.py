@@ -16,11 +16,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import httpx
 import pytest
 from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
 
 from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import result_codec
@@ -45,17 +47,6 @@ B_PACE_S = 0.05  # B's results arrive steadily, one every 50 ms
 
 
 @dataclass
-class LimitedTenant(TenantSpec):
-    """A tenant with a ``[tenants.limits]`` table."""
-
-    limits: dict[str, int] = field(default_factory=dict)
-
-    def toml(self) -> str:
-        lines = ["", "[tenants.limits]", *(f"{k} = {v}" for k, v in self.limits.items())]
-        return super().toml() + "\n".join(lines) + "\n"
-
-
-@dataclass
 class Stack:
     bootstrap: str
     topics: TopicNames
@@ -63,6 +54,16 @@ class Stack:
     brisk: Receiver  # B's, answers at once
     tarpit: Receiver  # A's
     unfair: Receiver  # C's: a tarpit allowed every slot
+    metrics_url: str
+
+    def in_flight(self, tenant: str) -> float:
+        """The sender's own count of `tenant`'s deliveries in flight (`inferq_webhook_in_flight`)."""
+        text = httpx.get(f"{self.metrics_url}/metrics", timeout=5).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "inferq_webhook_in_flight" and sample.labels.get("tenant") == tenant:
+                    return float(sample.value)
+        return 0.0
 
     def produce(
         self, tenant: str, receiver: Receiver, path: str, count: int, *, pace_s: float = 0.0
@@ -127,8 +128,8 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     create_topics(KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix))
     with webhook_receiver() as brisk, webhook_receiver() as tarpit, webhook_receiver() as unfair:
 
-        def tenant(name: str, receiver: Receiver, **limits: int) -> LimitedTenant:
-            return LimitedTenant(
+        def tenant(name: str, receiver: Receiver, **limits: int) -> TenantSpec:
+            return TenantSpec(
                 name,
                 extra={"webhook_secret": SECRET},
                 entitlements={"callback_hosts": [f"127.0.0.1:{receiver.port}"]},
@@ -141,10 +142,10 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
             tenant("tarpit", tarpit, webhooks_in_flight=A_IN_FLIGHT),
             tenant("unfair", unfair, webhooks_in_flight=MAX_IN_FLIGHT),
         )
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
         results = ServiceProcess(
             "results",
-            ["results", "--port", str(port)],
+            ["results", "--port", str(port), "--metrics-port", str(metrics_port)],
             work_dir / "logs" / "results.log",
             env={
                 "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
@@ -165,7 +166,15 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 60,
                 lambda r: r.status_code == 200 and r.json()["status"] == "ok",
             )
-            yield Stack(kafka_bootstrap, TopicNames(prefix), results, brisk, tarpit, unfair)
+            yield Stack(
+                kafka_bootstrap,
+                TopicNames(prefix),
+                results,
+                brisk,
+                tarpit,
+                unfair,
+                f"http://127.0.0.1:{metrics_port}",
+            )
         finally:
             assert results.stop() == 0
 
@@ -187,9 +196,11 @@ def test_a_tarpit_receiver_delays_only_its_own_tenants_webhooks(
         interval_s=0.05,
         done=lambda held: held >= A_IN_FLIGHT,
     )
+    seen_in_flight = [stack.in_flight("tarpit")]
     beside_tarpit = stack.delays_s(
         "/ok/beside", stack.produce("brisk", stack.brisk, "/ok/beside", B_DELIVERIES, pace_s=B_PACE_S)
     )
+    seen_in_flight.append(stack.in_flight("tarpit"))
     assert stack.tarpit.holding >= 1, "A's tarpit still held connections while B's were delivered"
     # Checked before A's first attempts time out (10 s): past that, the receiver's view of a hang-up
     # lags the sender's, and a retry may be seen opening before the old connection is seen closed.
@@ -211,6 +222,10 @@ def test_a_tarpit_receiver_delays_only_its_own_tenants_webhooks(
         timeout_s=90,
     )
 
+    seen_in_flight.append(stack.in_flight("tarpit"))
+    # The sender's own count, after C took every other slot: A's share still A's and no more.
+    assert max(seen_in_flight) <= A_IN_FLIGHT, seen_in_flight
+    assert seen_in_flight[0] == A_IN_FLIGHT, seen_in_flight
     p95_gap = percentile(beside_tarpit, 0.95) - percentile(alone, 0.95)
     hostile_figures.tried("webhook tarpit", 2 * TARPIT_DELIVERIES + 3 * B_DELIVERIES)
     lines = [
@@ -218,6 +233,7 @@ def test_a_tarpit_receiver_delays_only_its_own_tenants_webhooks(
         f"B beside A's tarpit (A held at most {a_held} of {MAX_IN_FLIGHT} slots): {figures(beside_tarpit)}",
         f"B beside C's tarpit allowed every slot (one shared pool): {figures(beside_pool)}",
         f"p95 beside A's tarpit - p95 alone: {p95_gap:+.3f} s (goal <= 1 s)",
+        f"A's deliveries in flight as the sender counted them: {seen_in_flight}",
     ]
     print(
         "\nwebhook fairness (B's delivery delay, result produced -> POST received):\n  " + "\n  ".join(lines)

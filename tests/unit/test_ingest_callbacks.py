@@ -152,7 +152,12 @@ def test_a_malformed_open_mode_host_stops_the_service_at_start(monkeypatch, entr
 
 # --- the callbacks' resolver: a tenant's lookups in flight are bounded ---------------------------
 
-SLOW = TenantSpec("slow", extra={"webhook_secret": SECRET}, entitlements={"callback_hosts": ["slow.example"]})
+SLOW = TenantSpec(
+    "slow",
+    extra={"webhook_secret": SECRET},
+    entitlements={"callback_hosts": ["slow.example"]},
+    limits={"dns_lookups": 1},
+)
 FAST = TenantSpec("fast", extra={"webhook_secret": SECRET}, entitlements={"callback_hosts": ["fast.example"]})
 
 
@@ -173,8 +178,6 @@ def test_past_its_dns_lookups_a_submission_is_429_and_other_tenants_lookups_go_o
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
     path = write_tenants(tmp_path / "tenants.toml", FAST, SLOW)
-    with path.open("a", encoding="utf-8") as file:
-        file.write("\n[tenants.limits]\ndns_lookups = 1\n")  # slow's (the last tenant's) table
     settings = IngestSettings(tenants=TenancySettings(file=path), webhooks=WebhookSettings())
     try:
         for ingest in ingest_with(settings):
