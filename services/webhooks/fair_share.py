@@ -12,7 +12,9 @@ Two rules, so one tenant's slow or dead receiver delays only that tenant's own d
 `pick_round_robin` is the decision (pure); `due_fairly` reads its candidates from the outbox on
 the result store's worker thread: per tenant in rotation order (`WebhookOutbox.tenants_from`) at
 most its room of due rows (`WebhookOutbox.due_of`), and no more tenants once there is a candidate
-for every free slot, so a pass reads a bounded number of rows.
+for every free slot, nor more than `MAX_TENANTS_PER_PASS` of them (tenant names come from records,
+which a producer with access to the reply topic could vary without end): a pass reads a bounded
+number of rows, and the next one goes on from where it stopped.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from inferq.messaging.reply_positions import ReplyPartition
 from inferq.webhooks.outbox import PendingDelivery, WebhookOutbox
 
 _T = TypeVar("_T")
+# The most tenants one pass looks at (each costs an index seek and a bounded read).
+MAX_TENANTS_PER_PASS = 512
 
 
 def pick_round_robin(
@@ -71,13 +75,19 @@ def due_fairly(
     now_ms: int,
     room_of: Callable[[str], int],
     owned: Collection[ReplyPartition] | None,
+    max_tenants: int = MAX_TENANTS_PER_PASS,
 ) -> tuple[list[PendingDelivery], str | None]:
     """The deliveries to start now (at most `slots.free`, each tenant at most `room_of(tenant)`
-    in flight), round-robin from the tenant after `slots.after`; with the last tenant served."""
+    in flight), round-robin from the tenant after `slots.after`; with where the next pass starts
+    after (the last tenant served, or, when none was, the last one looked at)."""
     if slots.free <= 0:
         return [], slots.after
     candidates: list[tuple[str, list[PendingDelivery]]] = []
-    for tenant in outbox.tenants_from(db, slots.after):
+    looked_at: str | None = None
+    for seen, tenant in enumerate(outbox.tenants_from(db, slots.after)):
+        if seen >= max_tenants:
+            break
+        looked_at = tenant
         busy = slots.busy.get(tenant, 0)
         room = min(room_of(tenant) - busy, slots.free)
         if room <= 0:
@@ -88,4 +98,6 @@ def due_fairly(
             if len(candidates) >= slots.free:
                 break  # the first round alone fills every free slot
     picked, last = pick_round_robin(candidates, slots.free)
-    return picked, last if last is not None else slots.after
+    if last is not None:
+        return picked, last
+    return picked, looked_at if looked_at is not None else slots.after

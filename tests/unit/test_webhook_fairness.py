@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from inferq.tenancy.held import HeldLimits
 from inferq.tenancy.model import Entitlements, NameSet, Tenant, TenantDirectory
 from inferq.webhooks.delivery import AttemptResult
-from inferq.webhooks.fair_share import pick_round_robin
+from inferq.webhooks.fair_share import SlotState, due_fairly, pick_round_robin
 from tests.support.fakes import labels
 from tests.support.loop import in_loop
 from tests.support.waiting import eventually
@@ -181,3 +181,29 @@ async def test_an_outbox_from_before_the_queue_bound_gets_its_column_and_keeps_i
         assert request_ids(again.receiver) == ["old"]
         [(_topic, _body, key, _headers)] = again.dlq.sent
         assert key == b"new"
+
+
+@in_loop
+async def test_a_pass_looks_at_a_bounded_number_of_tenants_and_the_next_goes_on_from_there(tmp_path):
+    directory = TenantDirectory([tenant(f"t{i}") for i in range(5)])
+    rig = Rig(tmp_path, Receiver(), tenants=Tenants(directory))
+    async with rig.store:
+        await rig.store.put_many([hooked(f"r{i}", tenant=f"t{i}") for i in range(5)])
+        # t0 and t1 are in backoff: a pass that looks at two tenants finds nothing due there.
+        for name in ("r0", "r1"):
+            await rig.store.on_connection(
+                lambda db, n=name: db.execute(
+                    "UPDATE webhook_outbox SET next_attempt_at_ms = ? WHERE request_id = ?", (2**62, n)
+                )
+            )
+        passes = []
+        after = None
+        for _ in range(3):
+            slots = SlotState(free=16, busy={}, exclude=frozenset(), after=after)
+            picked, after = await rig.store.on_connection(
+                lambda db, s=slots: due_fairly(
+                    rig.outbox, db, s, now_ms=rig.now_ms, room_of=lambda t: 4, owned=None, max_tenants=2
+                )
+            )
+            passes.append([d.tenant for d in picked])
+    assert passes == [[], ["t2", "t3"], ["t4"]]
