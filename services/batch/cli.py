@@ -48,7 +48,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     http.add_argument("--tenant", default=None, help="open mode only; with a key the key names the tenant")
     kafka = submit.add_argument_group("--via kafka (Kafka settings from INFERQ_KAFKA_*)")
     kafka.add_argument("--region", default=None, help="reply topic <prefix>.results.<region>")
-    kafka.add_argument("--kafka-tenant", default="default", help="the tenant the records name")
+    kafka.add_argument(
+        "--kafka-tenant",
+        default="default",
+        help="the tenant the records name; they are signed with its record key from $INFERQ_RECORD_KEY",
+    )
     submit.set_defaults(func=_submit)
     status.set_defaults(func=_status)
 

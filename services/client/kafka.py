@@ -6,7 +6,10 @@
   reply topic (``<prefix>.results.<region>``; the results topic without a region). There is no
   ingest in between: no admission (nothing is refused 429) and no idempotency (a request id sent
   twice runs twice; the results keep the first outcome), and the tenant is the one this transport
-  names (the broker's ACLs decide who may write requests at all).
+  names (the broker's ACLs decide who may write requests at all). Each record is signed with the
+  tenant's record key (`record_key`, else ``$INFERQ_RECORD_KEY``; `inferq.messaging.record_signing`):
+  a dispatcher with a tenants file dead-letters a record its tenant's keys did not sign. No key:
+  unsigned, which only a dispatcher in open mode runs.
 - outcomes: the reply topic is followed once per process by the delivery package's
   `ReplyFollower` (one consumer task, no group, every partition, started lazily before the first
   produce, so no outcome can slip by; shared by the transports of one region and event loop, stopped
@@ -26,13 +29,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from inferq.client.errors import InvalidRequestError, RefusedError, TransportError
 from inferq.client.models import Chunk, Handle, Outcome, Submission
@@ -45,10 +49,12 @@ from inferq.ingest.validation import SubmitRequest, describe
 from inferq.messaging.codec import request_codec
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.producer import AsyncProducer, ProduceError
+from inferq.messaging.record_signing import RecordSigner
 from inferq.messaging.records import InferenceResult
 from inferq.messaging.reply_topics import region_problem
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
 from inferq.results.view import public_view
+from inferq.tenancy.secret_forms import record_key_problem
 
 # How long past its deadline a request nobody waits for is still held for a later `wait`.
 PENDING_GRACE_S = 60.0
@@ -56,6 +62,8 @@ DEFAULT_MAX_PENDING = 10_000
 READY_TIMEOUT_S = 30.0
 PRODUCE_TIMEOUT_S = 15.0
 SWEEP_INTERVAL_S = 1.0
+# Where a producer's record key comes from when none is given (never a command-line argument).
+RECORD_KEY_ENV = "INFERQ_RECORD_KEY"
 
 Key = tuple[str, str]
 
@@ -87,6 +95,18 @@ _FOLLOWING: dict[tuple[int, str, str], _Following] = {}
 SHARED_MAX_WAITERS = 1_000_000
 
 
+def producer_signer(record_key: str | SecretStr | None) -> RecordSigner:
+    """The signer of a tenant's producer: `record_key`, else ``$INFERQ_RECORD_KEY``; no key signs
+    nothing. `ValueError` (naming the rule, never the value) for a key that is not one."""
+    if record_key is None:
+        record_key = os.environ.get(RECORD_KEY_ENV) or None
+    if isinstance(record_key, SecretStr):
+        record_key = record_key.get_secret_value()
+    if record_key is not None and (problem := record_key_problem(record_key)) is not None:
+        raise ValueError(f"record_key {problem}")
+    return RecordSigner.with_key(record_key)
+
+
 class KafkaTransport:
     def __init__(
         self,
@@ -100,9 +120,12 @@ class KafkaTransport:
         max_pending: int = DEFAULT_MAX_PENDING,
         follow_from_ms: int | None = None,
         clock_ms: Callable[[], int] = wall_ms,
+        record_key: str | SecretStr | None = None,
     ) -> None:
         """`kafka`: the settings (``INFERQ_KAFKA_*`` when None) or a bootstrap list. `region`: whose
-        reply topic outcomes come back on (created by ``inferq topics create --region``)."""
+        reply topic outcomes come back on (created by ``inferq topics create --region``).
+        `record_key`: the tenant's ``irk_...`` key that signs each record (``$INFERQ_RECORD_KEY``
+        when None; `ValueError` when it is not one)."""
         if isinstance(kafka, str):
             kafka = KafkaSettings(bootstrap_servers=kafka)
         self._kafka = kafka or KafkaSettings()
@@ -111,6 +134,7 @@ class KafkaTransport:
             raise ValueError(problem)
         self.reply_topic = topics.regional_results(region) if region else topics.results
         self.tenant = tenant
+        self._signer = producer_signer(record_key)
         self._origin = origin_region or region or "local"
         self._policy = policy or TierPolicy()
         self._deadlines_ms = deadlines_ms
@@ -233,11 +257,13 @@ class KafkaTransport:
         key = (request.tenant, request.request_id)
         left_s = (request.expire_at_ms - self._clock_ms()) / 1000
         held = self._hold(key, chunks=chunks, drop_at=time.monotonic() + left_s + PENDING_GRACE_S)
+        value = request_codec().encode(request)
         try:
             await producer.produce(
                 self._kafka.topics.requests(request.tier),
-                request_codec().encode(request),
+                value,
                 key=request.key,
+                headers=self._signer.headers(request.key, value),
                 timeout_s=PRODUCE_TIMEOUT_S,
             )
         except ProduceError as exc:

@@ -7,7 +7,8 @@ Where things are::
     bootstrap.py       the composition root: every part built from settings (edges injectable)
     parts.py           the collaborators steps share, grouped (read-ahead, budgets, call policy, clocks)
     run_loop.py        fetch → intake → wake the starter → update pauses; start-up/shutdown order
-    intake.py          decode, dead-letter poison, apply the record rules, expire, admit, rewind
+    intake.py          decode, dead-letter poison, check origin and record rules, expire, admit, rewind
+    record_origin.py   whose a record is: its signature must verify for its tenant (else DLQ, no answer)
     record_rules.py    what a record from Kafka may not claim: clamped, refused (DLQ + FAILED) or poison
     pausing.py         back-pressure: full tiers and held-back retry partitions paused
     next_start.py      what starts next (pure; the simulator uses it too)

@@ -64,6 +64,7 @@ from inferq.dispatcher.tenant_limits import RegistryLimits
 from inferq.dispatcher.tokens import LocalTokenPool, TokenPool
 from inferq.dispatcher.writer import OutcomeWriter, RecordProducer
 from inferq.messaging.producer import AsyncProducer
+from inferq.messaging.record_signing import RecordSigner
 from inferq.messaging.tiers import TierPolicy
 from inferq.messaging.topics import TopicNames
 from inferq.telemetry import meter
@@ -237,7 +238,15 @@ def bootstrap(
     instruments = Instruments(dispatcher_metrics(budgets, tenants.check), clock_ms, time.monotonic)
     times = call_times(settings)
     held, positions = held_backlog(settings, kafka, readahead_of(settings, tenants, times), instruments)
-    writer = outcome_writer(settings, producer, kafka.topics, calls.models, instruments, stop)
+    writer = outcome_writer(
+        settings,
+        producer,
+        kafka.topics,
+        calls.models,
+        instruments,
+        stop,
+        RecordSigner(tenants.registry.service_record_keys),
+    )
     next_start = NextStart(held.readahead, scheduler)
     execution = Execution(
         calls=calls,
@@ -363,7 +372,7 @@ class Tenants:
 
 def tenant_parts(settings: DispatcherSettings, clock_ms: Callable[[], int]) -> Tenants:
     topics = settings.kafka.topics
-    registry = TenantRegistry.loaded(settings.tenants, topics)
+    registry = TenantRegistry.loaded(settings.tenants, topics, signs_records=True)
     watch_reloads(meter("inferq.dispatcher"), registry)
     if registry.open_mode:
         log.warning("dispatcher in open mode: every tenant a record names runs, with the global rules")
@@ -432,6 +441,7 @@ def outcome_writer(
     models: ModelChoice,
     instruments: Instruments,
     stop: Stop,
+    signer: RecordSigner,
 ) -> OutcomeWriter:
     return OutcomeWriter(
         # Tracing on: each record carries the context of the request's process span.
@@ -442,6 +452,7 @@ def outcome_writer(
         instruments.metrics,
         instruments.clock_ms,
         on_fatal=stop.fail,
+        signer=signer,
     )
 
 
@@ -454,6 +465,7 @@ def admission(
             max_attempts=settings.max_attempts,
             max_backoff_ms=int(settings.retry_max_backoff_s * 1000),
             tier_policy=TierPolicy(scenario_tiers=settings.scenario_tiers),
+            max_append_lag_ms=round(settings.created_at_max_lag_s * 1000),
         ),
         tenant_check=tenants.check,
         shares=ReadaheadShares(

@@ -35,14 +35,31 @@ class Partition(NamedTuple):
         return f"{self.topic}[{self.partition}]"
 
 
+# A record's `timestamp_type` when the broker set its timestamp on append (the topic's
+# ``message.timestamp.type=LogAppendTime``); 0 is CreateTime, the producer's own clock.
+LOG_APPEND_TIME = 1
+
+
 class FetchedRecord(Protocol):
-    """A consumed record, as far as the dispatcher reads it."""
+    """A consumed record, as far as the dispatcher reads it (aiokafka's `ConsumerRecord`)."""
 
     @property
     def offset(self) -> int: ...
 
     @property
     def value(self) -> bytes | None: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+    @property
+    def timestamp_type(self) -> int: ...
 
 
 Batches = Mapping[Partition, Sequence[FetchedRecord]]

@@ -10,6 +10,12 @@ the read-ahead. The partition is rewound to the first record left over, so it is
 later and the bounds hold exactly. A retry record that is not due yet holds its partition back
 (paused) until it is, at most the maximum backoff from when it was first read.
 
+Origin (``record_origin.py``): with a tenants file, a decoded record whose signature does not verify
+for the tenant it names (or with a service key) goes to the dead-letter topic with the reason and is
+answered nothing (a FAILED result under that tenant would be one the forger planted); the partition
+moves on. Its `created_at_ms` is bounded by the broker's append time (`appended_ms`, the record
+rules).
+
 Tenants (``tenant_check.py``): after the record rules, the tenant check refuses a tenant the file
 does not list and what the tenant is not entitled to (dead letter and FAILED, like the rules'
 refusals) and narrows the rest. A request of a tenant over its share of the tier's read-ahead
@@ -24,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from inferq import tracing
-from inferq.dispatcher.consumer import FetchedRecord, Partition
+from inferq.dispatcher.consumer import LOG_APPEND_TIME, FetchedRecord, Partition
 from inferq.dispatcher.deferred import DeferredRecords, ReadPositions
 from inferq.dispatcher.errors import RefusedRequestError
 from inferq.dispatcher.offsets import PartitionOffsets
@@ -35,8 +41,11 @@ from inferq.dispatcher.record_rules import RecordRules
 from inferq.dispatcher.tenant_check import TenantCheck
 from inferq.dispatcher.work import Work
 from inferq.dispatcher.writer import OutcomeWriter
+from inferq.messaging import dead_letters, limits
 from inferq.messaging.codec import request_codec
 from inferq.messaging.errors import DecodeError
+from inferq.messaging.record_signing import signature_of
+from inferq.messaging.records import InferenceRequest
 from inferq.messaging.tiers import Tier
 
 log = logging.getLogger("inferq.dispatcher")
@@ -104,6 +113,8 @@ class Intake:
         # Per partition, the next offset the consumer returns (where it reads); pausing reads it too.
         self._positions = positions
         self._metrics.watch_poison(self._poison.ratios)
+        # Request topics seen with producer timestamps (CreateTime): said once each.
+        self._create_time_topics: set[str] = set()
 
     def fetch_size(self) -> int:
         """How many records the next fetch may bring: the places left in the read-ahead (at least 1,
@@ -208,8 +219,24 @@ class Intake:
 
         try:
             request = self._requests.decode(raw)
+            if self._tenant_check is not None:
+                refusal = self._tenant_check.origin(
+                    request,
+                    record_key=record.key,
+                    value=raw,
+                    signature=signature_of(record.headers),
+                    retry_topic=source_tier is None,
+                )
+                if refusal is not None:
+                    track()
+                    self._unverified(partition, offsets, record, request, refusal)
+                    return True
             checked = self._rules.check(
-                request, source_topic=partition.topic, now_ms=now_ms, raw_size=len(raw)
+                request,
+                source_topic=partition.topic,
+                now_ms=now_ms,
+                raw_size=len(raw),
+                appended_ms=self._appended_ms(partition, record) if source_tier is not None else None,
             )
             if self._tenant_check is not None:
                 checked = self._tenant_check.check(checked)
@@ -285,6 +312,49 @@ class Intake:
         else:
             self._readahead.add(work)
         return True
+
+    def _unverified(
+        self,
+        partition: Partition,
+        offsets: PartitionOffsets,
+        record: FetchedRecord,
+        request: InferenceRequest,
+        reason: str,
+    ) -> None:
+        """A record whose tenant is not believed: dead letter with the reason, no answer."""
+        self._watch_poison(partition.topic, poison=False)
+        log.warning("record at %s@%d refused: %s", partition, record.offset, reason)
+        self._metrics.record_refused(request.tenant, "unverified_record")
+        about = [
+            (name, value.encode())
+            for name, value in (
+                (dead_letters.TENANT_HEADER, request.tenant),
+                (dead_letters.REQUEST_ID_HEADER, request.request_id),
+            )
+            if limits.ID_PATTERN.fullmatch(value)  # a header shows no hostile bytes
+        ]
+        offsets.start(record.offset)
+        raw = record.value or b""
+        self._inflight.spawn(
+            self._writer.poison(offsets, record.offset, raw, reason, key=record.key, about=about),
+            "dlq",
+            self._topics.tier_of(partition.topic),
+        )
+
+    def _appended_ms(self, partition: Partition, record: FetchedRecord) -> int | None:
+        """When the broker appended `record`: its timestamp if the topic is LogAppendTime, else None
+        (a producer's own clock bounds nothing; said once per topic)."""
+        if record.timestamp_type == LOG_APPEND_TIME:
+            return record.timestamp
+        if partition.topic not in self._create_time_topics:
+            self._create_time_topics.add(partition.topic)
+            log.warning(
+                "%s has producer timestamps (CreateTime): a record's created_at_ms is bounded only by "
+                "the dispatcher's clock; set message.timestamp.type=LogAppendTime (`inferq topics "
+                "create` does; docs/tenants.md)",
+                partition.topic,
+            )
+        return None
 
     def _watch_poison(self, topic: str, *, poison: bool) -> None:
         if self._poison.record(topic, poison=poison):

@@ -104,7 +104,8 @@ class DispatcherMetrics:
         self._refused = m.create_counter(
             "inferq_refused_total",
             description="records refused (dead letter and FAILED) by tenant, cause: invalid, "
-            "unknown_tenant, not_entitled",
+            "unknown_tenant, not_entitled; unverified_record (dead letter only: its signature does "
+            "not verify)",
         )
         self._unwritable = m.create_counter(
             "inferq_unwritable_total",

@@ -10,7 +10,12 @@ directly"), so every decoded request passes these rules before it is queued, wit
   that do not decode.
 - **clamped**, and the request runs: values whose honest meaning is clear, only out of range.
   `created_at_ms` in the future beyond `MAX_CLOCK_SKEW_MS` → now (a wrong clock), older than
-  `MAX_DEADLINE_MS` → that bound; `expire_at_ms` → at most `MAX_DEADLINE_MS` after creation;
+  `MAX_DEADLINE_MS` → that bound; on a request topic whose broker stamps the append time
+  (`appended_ms`, LogAppendTime), `created_at_ms` is bounded by it first: later than it by more
+  than `MAX_CLOCK_SKEW_MS` → the append time, earlier than it by more than `max_append_lag_ms`
+  (a producer's buffering, a mirror's lag) → that bound, so a backdated request cannot jump the
+  aging queue nor a future one stretch its deadline (clamped, never refused: a mirrored record
+  late by an outage still runs); `expire_at_ms` → at most `MAX_DEADLINE_MS` after creation;
   `attempt` below 1 → 1; `estimated_tokens` → 0..`MAX_ESTIMATED_TOKENS` (negative → unknown);
   `not_before_ms` of a retry → at most `max_backoff` from when it is first read (`due_ms`, with intake
   remembering the clamp so it is not pushed back on every read); the tier (below). Each is counted
@@ -89,11 +94,19 @@ class RecordRules:
     max_attempts: int
     max_backoff_ms: int
     tier_policy: TierPolicy = field(default_factory=TierPolicy)
+    max_append_lag_ms: int = limits.MAX_APPEND_LAG_MS
 
     def check(
-        self, request: InferenceRequest, *, source_topic: str, now_ms: int, raw_size: int = 0
+        self,
+        request: InferenceRequest,
+        *,
+        source_topic: str,
+        now_ms: int,
+        raw_size: int = 0,
+        appended_ms: int | None = None,
     ) -> Checked:
-        """The request as it may run; `DecodeError` for poison, `RefusedRequestError` for a refusal."""
+        """The request as it may run; `DecodeError` for poison, `RefusedRequestError` for a refusal.
+        `appended_ms`: when the broker appended the record (LogAppendTime), or None."""
         # fullmatch: the pattern's `$` would let a trailing newline through with `match`.
         if not limits.ID_PATTERN.fullmatch(request.request_id):
             raise DecodeError(f"request_id {shown(request.request_id)} is not an id", raw_size=raw_size)
@@ -102,7 +115,7 @@ class RecordRules:
         if not request.messages and request.embedding_input is None:
             raise DecodeError("messages is empty: nothing to send to the LLM", raw_size=raw_size)
         values, too_large = _json_values(request.params, raw_size)
-        request, tier, clamped = self._clamped(request, source_topic, now_ms)
+        request, tier, clamped = self._clamped(request, source_topic, now_ms, appended_ms)
         reply = request.reply_to
         if reply is not None and not is_allowed_reply_topic(reply, self.topics):
             raise RefusedRequestError(
@@ -136,10 +149,15 @@ class RecordRules:
         return min(not_before_ms or 0, now_ms + self.max_backoff_ms)
 
     def _clamped(
-        self, request: InferenceRequest, source_topic: str, now_ms: int
+        self, request: InferenceRequest, source_topic: str, now_ms: int, appended_ms: int | None
     ) -> tuple[InferenceRequest, Tier, tuple[str, ...]]:
         changes: dict[str, Any] = {}
         created = request.created_at_ms
+        if appended_ms is not None:
+            if created > appended_ms + limits.MAX_CLOCK_SKEW_MS:
+                created = appended_ms  # made after the broker had it: as new as the broker says
+            elif created < appended_ms - self.max_append_lag_ms:
+                created = appended_ms - self.max_append_lag_ms  # backdated, or held up that long
         if created > now_ms + limits.MAX_CLOCK_SKEW_MS:
             created = now_ms  # a clock that far ahead is wrong: the request is as new as it gets
         elif created < now_ms - limits.MAX_DEADLINE_MS:

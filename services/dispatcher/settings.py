@@ -23,6 +23,7 @@ from inferq.dispatcher.routing import DEFAULT_BACKEND, check_tier_backends
 from inferq.dispatcher.schedule import Schedule, TierLimits
 from inferq.dispatcher.streaming import ChunkPolicy
 from inferq.dispatcher.tokens.settings import RedisBudgetSettings
+from inferq.messaging import limits
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.readiness import ReadinessSettings
 from inferq.messaging.tiers import Tier
@@ -186,6 +187,10 @@ class DispatcherSettings(RenamingSettings):
     retry_max_backoff_s: float = Field(default=30.0, gt=0)
     """The longest backoff between two attempts."""
     scenario_tiers: ScenarioTiers
+    created_at_max_lag_s: float = Field(default=limits.MAX_APPEND_LAG_MS / 1000, gt=0, le=7 * 24 * 3600)
+    """How long before the broker appended a request record (LogAppendTime) its created_at_ms may
+    be: an earlier one is raised to this (a producer's buffering, a MirrorMaker's lag; backdating
+    jumps no queue)."""
     poison_alarm_ratio: float = Field(default=0.2, gt=0, le=1)
     """Above this share of undecodable records on a topic (60 s window) the dispatcher logs an error."""
     backend_url: str = "http://127.0.0.1:8780/v1"

@@ -1,11 +1,14 @@
 """The dispatcher's side of tenancy: whose a record read from Kafka is, and what it may ask for.
 
-A producer that writes to a request topic directly names its tenant in the record; who may write
-there at all is the broker's business (a principal per producer, ACLs on the topics: see
-``services/messaging/acls.py`` and docs/hardening.md). So every record that passed the record
-rules (``record_rules.py``) passes this check too, after them:
+A producer that writes to a request topic directly names its tenant in the record and proves it
+with a signature (`origin`); who may write there at all is the broker's business (a principal per
+producer, ACLs on the topics: see ``services/messaging/acls.py``). A record whose origin holds and
+that passed the record rules (``record_rules.py``) passes this check too, after them:
 
 - **open mode** (no tenants file): every tenant is accepted with the global rules, as before.
+- **origin** (`origin`, before the record rules): the record's signature must verify for the tenant
+  it names, or with a service key (``record_origin.py``); else intake dead-letters it and answers
+  nothing. A removed tenant's keys still verify the records it made before the reload.
 - **unknown tenant**: a tenant the file does not list is refused: dead-letter topic with the
   reason, FAILED result (``Intake``'s refusal path).
 - **removed tenant**: a tenant a reload took out of the file keeps the requests it had already
@@ -26,9 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from inferq.dispatcher.errors import RefusedRequestError
+from inferq.dispatcher.record_origin import origin_refusal
 from inferq.dispatcher.record_rules import Checked, shown
 from inferq.messaging import limits
 from inferq.messaging.errors import DecodeError
+from inferq.messaging.records import InferenceRequest
 from inferq.tenancy.entitlements import apply_entitlements
 from inferq.tenancy.model import Tenant, TenantDirectory
 from inferq.tenancy.registry import OTHER_LABEL, TenantRegistry
@@ -66,6 +71,31 @@ class TenantCheck:
         its requests finish), ``default`` in open mode, else ``other``."""
         label = self._registry.label(tenant)
         return tenant if label == OTHER_LABEL and tenant in self._removed else label
+
+    def origin(
+        self,
+        request: InferenceRequest,
+        *,
+        record_key: bytes | None,
+        value: bytes,
+        signature: bytes | None,
+        retry_topic: bool,
+    ) -> str | None:
+        """Why `request` (decoded from `value`) is not believed to be its tenant's, or None: its
+        `signature` must verify (``record_origin.py``). None in open mode."""
+        directory = self._registry.directory
+        if directory is None:
+            return None
+        tenant = self._tenant(request.tenant, request.created_at_ms)
+        return origin_refusal(
+            tenant_name=request.tenant,
+            tenant_keys=tenant.record_keys if tenant is not None else (),
+            service_keys=directory.service_record_keys,
+            signature=signature,
+            record_key=record_key,
+            value=value,
+            retry_topic=retry_topic,
+        )
 
     def check(self, checked: Checked) -> Checked:
         """`checked` as its tenant may run it; `RefusedRequestError` when it may not run at all."""

@@ -28,7 +28,7 @@ loading its metadata, and giving up on it would drop outcomes that a short wait 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import inferq.messaging.dead_letters as dead_letters
 from inferq import tracing
@@ -43,6 +43,7 @@ from inferq.dispatcher.outcomes import OutcomeBuilder
 from inferq.dispatcher.work import Work
 from inferq.messaging.codec import chunk_codec, request_codec, result_codec
 from inferq.messaging.producer import ProduceError
+from inferq.messaging.record_signing import RecordSigner
 from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, Status
 from inferq.messaging.topics import TopicNames
 
@@ -64,8 +65,11 @@ class OutcomeWriter:
         clock_ms: Callable[[], int],
         *,
         on_fatal: Callable[[ProduceError], None],
+        signer: RecordSigner | None = None,
     ) -> None:
-        """`on_fatal`: the producer is unusable (the dispatcher stops: `run_loop.Stop.fail`)."""
+        """`on_fatal`: the producer is unusable (the dispatcher stops: `run_loop.Stop.fail`);
+        `signer` signs the retry records (the tenants file's service key; none: open mode)."""
+        self._signer = signer if signer is not None else RecordSigner(tuple)
         self._producer = producer
         self._topics = topics
         self._outcomes = outcomes
@@ -139,8 +143,10 @@ class OutcomeWriter:
         partition moves on while the retry waits. A retry the topic refuses is given up on."""
         retry = work.request.retry(not_before_ms=not_before_ms)
         tracing.annotate(tracing.OUTCOME, "RETRY")
+        value, key = self._requests.encode(retry), work.request_id.encode()
+        # Signed with the service key: only such a record is read from the retry topic (record_origin.py).
         failure = await self.produce_durably(
-            self._topics.retry, self._requests.encode(retry), key=work.request_id.encode()
+            self._topics.retry, value, key=key, headers=self._signer.headers(key, value)
         )
         if failure is not None:
             await self.refuse(work, f"retry not writable: {failure.reason}")
@@ -162,17 +168,28 @@ class OutcomeWriter:
             await self._dead_letter(work, reason, status="")
             await self._emit(work, self._failed(work, reason, None), dead_lettered=True)
 
-    async def poison(self, offsets: PartitionOffsets, offset: int, raw: bytes, reason: str) -> None:
-        """A record no retry can fix: its raw bytes to the dead-letter topic, with where it came from;
-        then its offset is complete (a poison record has no caller to answer)."""
+    async def poison(
+        self,
+        offsets: PartitionOffsets,
+        offset: int,
+        raw: bytes,
+        reason: str,
+        *,
+        key: bytes | None = None,
+        about: Sequence[tuple[str, str | bytes | None]] = (),
+    ) -> None:
+        """A record no retry can fix, or one whose tenant is not believed (``record_origin.py``):
+        its raw bytes (and `key`) to the dead-letter topic, with where it came from and `about` it;
+        then its offset is complete (no caller to answer)."""
         topic, partition = offsets.topic, offsets.partition
         headers: Headers = [
             (dead_letters.ERROR_HEADER, reason.encode()),
             ("inferq.source.topic", topic.encode()),
             ("inferq.source.partition", str(partition).encode()),
             ("inferq.source.offset", str(offset).encode()),
+            *about,
         ]
-        if await self._to_dlq(raw, None, headers):
+        if await self._to_dlq(raw, key, headers):
             log.warning("poison record %s[%d]@%d dead-lettered: %s", topic, partition, offset, reason)
             self._metrics.record_dead_letter(topic)
         offsets.complete(offset)

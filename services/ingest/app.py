@@ -157,7 +157,7 @@ def bootstrap(
     ``/readyz`` re-runs (default: the start-up check of the request and reply topics; none when
     `producer` is injected)."""
     on_kafka = producer is None  # an injected producer: a test with no broker behind it
-    tenants = TenantRegistry.loaded(settings.tenants, settings.kafka.topics)
+    tenants = TenantRegistry.loaded(settings.tenants, settings.kafka.topics, signs_records=True)
     config = producer_config(settings)
     producer = producer or AsyncProducer(config)
     backlogs = backlog or backlog_reader(settings)

@@ -3,7 +3,9 @@
 Admission (the tier's, then the tenant's share of it) runs inside the idempotent step: a resend of
 an accepted request gets its first answer even when the tier has filled up since, and a refused
 attempt is forgotten, so the client's retry after Retry-After is weighed afresh. Idempotency is
-per tenant: the key is (the record's tenant, the client's request_id).
+per tenant: the key is (the record's tenant, the client's request_id). Each record is signed
+with the tenants file's current ``[service] record_keys`` (`inferq.messaging.record_signing`): the
+dispatcher believes the tenant of a record ingest wrote because of it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
+
+from pydantic import SecretStr
 
 from inferq.ingest.admission import AdmissionPolicy
 from inferq.ingest.backlog import AdmittedSinceRead, BacklogSnapshot, BacklogSource
@@ -28,6 +32,7 @@ from inferq.ingest.record_limit import RecordLimit, is_too_large
 from inferq.ingest.tenant_shares import BacklogShares
 from inferq.messaging.codec import TypedCodec
 from inferq.messaging.producer import ProduceError
+from inferq.messaging.record_signing import RecordSigner
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.topics import TopicNames
 from inferq.tracing import MESSAGE_ID
@@ -40,7 +45,13 @@ class RequestProducer(Protocol):
     (`inferq.messaging.producer.AsyncProducer`)."""
 
     async def produce(
-        self, topic: str, value: bytes, *, key: bytes | None = None, timeout_s: float | None = None
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+        timeout_s: float | None = None,
     ) -> Any: ...
 
 
@@ -50,6 +61,8 @@ class TenantBook(Protocol):
     def weights(self) -> Mapping[str, float] | None: ...
 
     def label(self, tenant: str) -> str: ...
+
+    def service_record_keys(self) -> tuple[SecretStr, ...]: ...
 
 
 class Publisher:
@@ -93,6 +106,7 @@ class Publisher:
         self._tenants = tenants
         self._shares = shares
         self._since_read = AdmittedSinceRead()
+        self._signer = RecordSigner(tenants.service_record_keys)
 
     async def publish(self, request: InferenceRequest, *, idempotency_key: str | None) -> tuple[Answer, bool]:
         """Returns (answer, replayed); replayed means the answer of an earlier request with this key.
@@ -167,6 +181,7 @@ class Publisher:
                 self._topics.requests(request.tier),
                 value,
                 key=request.key,
+                headers=self._signer.headers(request.key, value),
                 timeout_s=self._ack_timeout_s,
             )
         except BaseException:

@@ -29,8 +29,9 @@ log = logging.getLogger("inferq.ingest")
 
 # librdkafka's default message.max.bytes.
 LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
-# A record's framing on the wire (record batch header, varint lengths, attributes), with room:
-# librdkafka counts it into message.max.bytes, the broker into max.message.bytes.
+# A record's framing on the wire (record batch header, varint lengths, attributes) and its headers
+# (the signature, ~85 bytes; the trace context, ~70), with room: librdkafka counts it into
+# message.max.bytes, the broker into max.message.bytes.
 RECORD_OVERHEAD_BYTES = 512
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE}
 

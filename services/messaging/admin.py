@@ -1,5 +1,9 @@
 """Topic administration: idempotent creation and the start-up check every service runs.
 
+Creation is idempotent and brings an existing request topic up to the table too: its
+`message.timestamp.type` is set to LogAppendTime (`TopicSpec.timestamp_type`; the dispatcher bounds
+`created_at_ms` by the broker's append time). Other settings of an existing topic are left alone.
+
 The start-up check (`require_topics`) is also each service's first contact with Kafka: a broker
 that refuses our credentials or certificate raises `KafkaAccessError` within a second or two (see
 `inferq.messaging.connection`), a broker that does not answer `MessagingError` after the timeout.
@@ -11,7 +15,13 @@ import time
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from confluent_kafka.cimpl import NewTopic
 
 from inferq.messaging.connection import ConnectionWatch
@@ -19,6 +29,7 @@ from inferq.messaging.errors import MessagingError, MissingTopicsError
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.replication import Replication
 from inferq.messaging.reply_topics import region_problem
+from inferq.messaging.topics import LOG_APPEND_TIME, TopicSpec
 
 ADMIN_TIMEOUT_S = 15.0
 # How often a metadata wait looks at what librdkafka reported: the bound on noticing a refusal.
@@ -112,6 +123,8 @@ def create_topics(
                 outcome[name] = "exists"
             else:
                 raise MessagingError(f"cannot create topic {name}: {err}") from exc
+    existing = [s for s in specs if outcome.get(s.name) == "exists" and s.timestamp_type is not None]
+    outcome |= _set_timestamp_types(admin, existing, timeout_s)
     created = [name for name, done in outcome.items() if done == "created"]
     if created:
         deadline = time.monotonic() + timeout_s
@@ -119,6 +132,38 @@ def create_topics(
         for address in brokers:
             one = AdminClient(settings.admin_config() | {"bootstrap.servers": address})
             _await_listed(one, created, address, deadline)
+    return outcome
+
+
+def _set_timestamp_types(admin: AdminClient, specs: Sequence[TopicSpec], timeout_s: float) -> dict[str, str]:
+    """Set `message.timestamp.type` on topics that existed before (a pipeline made before request
+    topics were LogAppendTime); a broker that refuses says why in the outcome, nothing raises."""
+    if not specs:
+        return {}
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            s.name,
+            incremental_configs=[
+                ConfigEntry(
+                    "message.timestamp.type",
+                    s.timestamp_type,
+                    incremental_operation=AlterConfigOpType.SET,
+                )
+            ],
+        )
+        for s in specs
+    ]
+    outcome: dict[str, str] = {}
+    futures = admin.incremental_alter_configs(resources, request_timeout=timeout_s)
+    for resource, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+            outcome[resource.name] = f"exists (message.timestamp.type set to {LOG_APPEND_TIME})"
+        except KafkaException as exc:
+            outcome[resource.name] = f"exists (message.timestamp.type not set: {exc.args[0]})"
+        except TimeoutError:
+            outcome[resource.name] = "exists (message.timestamp.type not set: no answer in time)"
     return outcome
 
 

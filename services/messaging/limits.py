@@ -27,6 +27,9 @@ MAX_ESTIMATED_TOKENS = 2_000_000
 MAX_DEADLINE_MS = 7 * 24 * 3_600_000
 # A created_at_ms this far in the future is a wrong clock, not a request.
 MAX_CLOCK_SKEW_MS = 60_000
+# How long before the broker appended a request record its created_at_ms may be, by default (a
+# producer's buffering and retries, a MirrorMaker's lag): the dispatcher raises an earlier one to it.
+MAX_APPEND_LAG_MS = 5 * 60_000
 
 # A webhook's URL (`callback_url`); its other rules are services/webhooks' (the tenant's hosts...).
 MAX_CALLBACK_URL_CHARS = 2_048

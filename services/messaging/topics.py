@@ -19,15 +19,24 @@ RESERVED_TOPIC_WORDS = frozenset({"requests", "retry", "dlq", "results"})
 REGION_REGEX = r"[a-z0-9-]{1,32}"
 
 
+# The broker stamps each record of a request topic with the time it appended it: the dispatcher
+# bounds a record's created_at_ms by that (a producer's clock would bound nothing).
+LOG_APPEND_TIME = "LogAppendTime"
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     name: str
     partitions: int
     retention_ms: int
     purpose: str
+    timestamp_type: str | None = None
 
     def config(self) -> dict[str, str]:
-        return {"retention.ms": str(self.retention_ms)}
+        config = {"retention.ms": str(self.retention_ms)}
+        if self.timestamp_type is not None:
+            config["message.timestamp.type"] = self.timestamp_type
+        return config
 
 
 @dataclass(frozen=True)
@@ -91,9 +100,19 @@ class TopicNames:
     def specs(self) -> list[TopicSpec]:
         """Every topic the pipeline needs, with partitions and retention."""
         return [
-            TopicSpec(self.requests(Tier.HIGH), 6, 24 * HOUR_MS, "realtime chat; keyed by session"),
-            TopicSpec(self.requests(Tier.MEDIUM), 3, 24 * HOUR_MS, "analysis and recommendations"),
-            TopicSpec(self.requests(Tier.LOW), 3, 7 * 24 * HOUR_MS, "briefs and batch; may wait hours"),
+            TopicSpec(
+                self.requests(Tier.HIGH), 6, 24 * HOUR_MS, "realtime chat; keyed by session", LOG_APPEND_TIME
+            ),
+            TopicSpec(
+                self.requests(Tier.MEDIUM), 3, 24 * HOUR_MS, "analysis and recommendations", LOG_APPEND_TIME
+            ),
+            TopicSpec(
+                self.requests(Tier.LOW),
+                3,
+                7 * 24 * HOUR_MS,
+                "briefs and batch; may wait hours",
+                LOG_APPEND_TIME,
+            ),
             TopicSpec(self.retry, 3, 24 * HOUR_MS, "requests waiting to be retried, with not_before_ms"),
             TopicSpec(self.results, 6, 24 * HOUR_MS, "terminal results keyed by request_id"),
             TopicSpec(self.dlq, 1, 14 * 24 * HOUR_MS, "dead letters: poison records, exhausted retries"),

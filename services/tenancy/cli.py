@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from inferq.messaging.topics import TopicNames
-from inferq.tenancy.errors import TenantsFileError
+from inferq.tenancy.errors import NO_SERVICE_KEY, TenantsFileError
 from inferq.tenancy.keys import hash_key, new_key
 from inferq.tenancy.loading import load_tenants
 from inferq.tenancy.model import Tenant, TenantDirectory
@@ -75,6 +75,12 @@ def _check(args: argparse.Namespace) -> int:
         count = len(exc.problems)
         print(f"{path}: {count} problem(s); a service refuses to start with this file:", file=sys.stderr)
         print(str(exc), file=sys.stderr)
+        return 1
+    if not directory.service_record_keys:
+        print(
+            f"{path}: ingest and the dispatcher refuse to start with this file: {NO_SERVICE_KEY}",
+            file=sys.stderr,
+        )
         return 1
     print(summary(directory, str(path)))
     return 0

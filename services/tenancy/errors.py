@@ -16,6 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# Why ingest and the dispatcher refuse a tenants file (they sign the request records they write).
+NO_SERVICE_KEY = (
+    "[service] record_keys is missing: ingest and the dispatcher sign the request records they write "
+    'with its first key (`inferq tenants record-key` prints one; docs/tenants.md, "Records written '
+    'to Kafka")'
+)
+
 
 class TenancyError(Exception):
     """Base of every error raised by `inferq.tenancy`."""

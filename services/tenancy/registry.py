@@ -7,6 +7,10 @@ a removed key or tenant gets 401), an invalid or unreadable one is logged as an 
 previous tenants stay in force. So does a valid file that would remove every tenant in force, or
 more than `max_removed_share` of them (`removal_refusal`): that is what a copy caught mid-write
 looks like (an empty file is valid TOML with no tenants), and it would revoke every key at once.
+A valid file that drops every ``[service] record_keys`` the file in force had is kept out too
+(ingest could sign no record and the dispatcher would refuse every one it wrote). A service that
+writes request records (ingest, the dispatcher's retries) is `loaded` with `signs_records`: a
+tenants file without ``[service] record_keys`` stops it at start (`TenantsFileError`).
 The first load is not a reload: a file with no tenants at start is served as it is (every key 401),
 with a warning. Open mode (no file) is decided at start and never entered later: a deleted file
 keeps the last tenants.
@@ -27,10 +31,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from pydantic import SecretStr
+
 from inferq.messaging.topics import TopicNames
 from inferq.supervised import SupervisedTask
 from inferq.tenancy.auth import ANONYMOUS, Principal, authenticate
-from inferq.tenancy.errors import TenantsFileError
+from inferq.tenancy.errors import NO_SERVICE_KEY, FileProblem, TenantsFileError
 from inferq.tenancy.loading import decode_tenants, read_tenants_file
 from inferq.tenancy.model import OPEN_TENANT, Tenant, TenantDirectory
 from inferq.tenancy.settings import DEFAULT_MAX_REMOVED_SHARE, TenancySettings
@@ -86,15 +92,20 @@ class TenantRegistry:
         self.refused_reloads = 0
 
     @classmethod
-    def loaded(cls, settings: TenancySettings, topics: TopicNames) -> TenantRegistry:
-        """The registry of ``INFERQ_TENANTS_*``, its file read (`TenantsFileError` when unusable)."""
+    def loaded(
+        cls, settings: TenancySettings, topics: TopicNames, *, signs_records: bool = False
+    ) -> TenantRegistry:
+        """The registry of ``INFERQ_TENANTS_*``, its file read (`TenantsFileError` when unusable,
+        or, with `signs_records`, when it has no ``[service] record_keys`` to sign with)."""
         registry = cls(
             settings.file,
             topics=topics,
             reload_interval_s=settings.reload_interval_s,
             max_removed_share=settings.max_removed_share,
         )
-        registry.load()
+        directory = registry.load()
+        if signs_records and directory is not None and not directory.service_record_keys:
+            raise TenantsFileError(settings.file or "", [FileProblem(NO_SERVICE_KEY)])
         return registry
 
     @property
@@ -138,6 +149,11 @@ class TenantRegistry:
         if self.open_mode:
             return ANONYMOUS
         return authenticate(self._directory, authorization)
+
+    def service_record_keys(self) -> tuple[SecretStr, ...]:
+        """The keys inferq's own writers sign request records with (the first current); none in
+        open mode (`inferq.messaging.record_signing`)."""
+        return () if self._directory is None else self._directory.service_record_keys
 
     def weights(self) -> Mapping[str, float] | None:
         """Each tenant's weight; None in open mode (no per-tenant shares)."""
@@ -185,6 +201,8 @@ class TenantRegistry:
             log.error("tenants file invalid, keeping the previous tenants:\n%s", exc)  # noqa: TRY400
             return False
         refusal = removal_refusal(self._directory, directory, self._max_removed_share)
+        if refusal is None and self.service_record_keys() and not directory.service_record_keys:
+            refusal = "it has no [service] record_keys (the file in force has)"
         if refusal is not None:
             self._fingerprint = fingerprint
             self.refused_reloads += 1

@@ -26,7 +26,7 @@ from inferq.tools.stack.process import ServiceProcess
 from inferq.tools.traces.generator import generate
 from inferq.tools.traces.scenario import load
 from tests.support.inprocess import free_port
-from tests.support.kafka import a_request, read_all
+from tests.support.kafka import a_request, read_all, use_create_time
 
 pytestmark = pytest.mark.kafka
 
@@ -96,6 +96,9 @@ def requests_on(settings: KafkaSettings) -> list[tuple[str, dict[str, Any], int,
 def recorded(kafka_settings: KafkaSettings) -> tuple[int, dict[str, dict[str, Any]]]:
     """RECORDED written to `kafka_settings`' request topics with Kafka timestamps t0 + offset."""
     t0 = int(time.time() * 1000) - 600_000
+    # Recorded by a pipeline whose request topics kept the producers' timestamps (CreateTime): today's
+    # are LogAppendTime, which would stamp these records with now.
+    use_create_time(kafka_settings.bootstrap_servers, kafka_settings.topics.all_requests)
     codec = request_codec().avro  # the records as any Avro consumer sees them
     producer = Producer({"bootstrap.servers": kafka_settings.bootstrap_servers, "enable.idempotence": True})
     by_id = {}

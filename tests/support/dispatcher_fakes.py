@@ -41,8 +41,10 @@ from inferq.dispatcher.tokens import LocalTokenPool
 from inferq.messaging.codec import request_codec, result_codec
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.producer import ProduceError
+from inferq.messaging.record_signing import RecordSigner
 from inferq.messaging.records import InferenceRequest, InferenceResult, is_chunk
 from inferq.messaging.topics import TopicNames
+from inferq.tools.stack.tenants import SERVICE_RECORD_KEY
 from tests.support.waiting import eventually
 
 Headers = list[tuple[str, str | bytes | None]]
@@ -50,8 +52,14 @@ Headers = list[tuple[str, str | bytes | None]]
 
 @dataclass(frozen=True)
 class Record:
+    """A consumed record; by default unkeyed, without headers, with a CreateTime timestamp of 0."""
+
     offset: int
     value: bytes | None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp: int = 0
+    timestamp_type: int = 0
 
 
 class InMemoryConsumer:
@@ -70,6 +78,8 @@ class InMemoryConsumer:
         self._paused: set[Partition] = set()
         self._listener: RebalanceListener | None = None
         self._changed: asyncio.Event | None = None
+        # What a record has beside its value, when the test gave it (`produce`).
+        self._extras: dict[tuple[Partition, int], dict[str, Any]] = {}
 
     @classmethod
     def for_topics(
@@ -79,9 +89,24 @@ class InMemoryConsumer:
 
     # -- what a test does ------------------------------------------------------------------------
 
-    def produce(self, partition: Partition, value: bytes | None) -> int:
+    def produce(
+        self,
+        partition: Partition,
+        value: bytes | None,
+        *,
+        signed_with: str | None = SERVICE_RECORD_KEY,
+        **extras: Any,
+    ) -> int:
+        """Append `value`; `extras` are `Record` fields (key, headers, timestamp, timestamp_type).
+        Unless `headers` are given, the record is signed with `signed_with` (by default the
+        service key of every tenants file the tests write; a dispatcher in open mode ignores it)."""
         log = self.logs[partition]
         log.append(value)
+        if "headers" not in extras and value is not None and signed_with is not None:
+            signer = RecordSigner.with_key(signed_with)
+            extras["headers"] = tuple(signer.headers(extras.get("key"), value))
+        if extras:
+            self._extras[partition, len(log) - 1] = extras
         self._notify()
         return len(log) - 1
 
@@ -135,7 +160,10 @@ class InMemoryConsumer:
         batches: dict[Partition, list[FetchedRecord]] = {}
         for partition in sorted(self._assigned - self._paused):
             log, position = self.logs[partition], self._positions[partition]
-            records = [Record(o, log[o]) for o in range(position, min(len(log), position + max_records))]
+            records = [
+                Record(o, log[o], **self._extras.get((partition, o), {}))
+                for o in range(position, min(len(log), position + max_records))
+            ]
             if records:
                 batches[partition] = records
                 self._positions[partition] = records[-1].offset + 1

@@ -9,14 +9,18 @@ from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from inferq.messaging.acls import ServicePrincipals, apply_grants, service_grants
 from inferq.messaging.admin import create_topics
 from inferq.messaging.codec import request_codec
+from inferq.messaging.record_signing import RecordSigner
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
 from inferq.tools.broker.broker import LocalBroker
 from inferq.tools.broker.security import ADMIN
+from inferq.tools.stack.tenants import SERVICE_RECORD_KEY
+from tests.support.waiting import wait_until
 
 
 def a_request(tier: str = "HIGH", *, deadline_ms: int = 30_000, **overrides: Any) -> InferenceRequest:
@@ -41,19 +45,39 @@ def a_request(tier: str = "HIGH", *, deadline_ms: int = 30_000, **overrides: Any
 
 
 def produce(
-    bootstrap: str, topic: str, values: list[bytes], *, key: bytes | None = None, partition: int | None = None
+    bootstrap: str,
+    topic: str,
+    values: list[bytes],
+    *,
+    key: bytes | None = None,
+    partition: int | None = None,
+    signed_with: str | None = None,
+    headers: list[tuple[str, bytes]] | None = None,
 ) -> None:
+    """Produce `values`; with `signed_with` (a record key), each signed with it (`record_signing`)."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    signer = RecordSigner.with_key(signed_with)
     for value in values:
-        if partition is None:
-            producer.produce(topic, value=value, key=key)
-        else:
-            producer.produce(topic, value=value, key=key, partition=partition)
+        extra: dict[str, Any] = {} if partition is None else {"partition": partition}
+        sent = [*(headers or []), *signer.headers(key, value)]
+        producer.produce(topic, value=value, key=key, headers=sent or None, **extra)
     assert producer.flush(15) == 0, "records not acknowledged within 15 s"
 
 
-def produce_requests(bootstrap: str, topic: str, requests: list[InferenceRequest], **kwargs: Any) -> None:
-    produce(bootstrap, topic, [request_codec().encode(r) for r in requests], **kwargs)
+def produce_requests(
+    bootstrap: str,
+    topic: str,
+    requests: list[InferenceRequest],
+    *,
+    signed_with: str | None = SERVICE_RECORD_KEY,
+    **kwargs: Any,
+) -> None:
+    """Produce `requests`, signed by default with the service record key every tenants file this
+    process writes holds (`inferq.tools.stack.tenants.SERVICE_RECORD_KEY`): a dispatcher with such
+    a file believes them, one in open mode ignores the signature."""
+    produce(
+        bootstrap, topic, [request_codec().encode(r) for r in requests], signed_with=signed_with, **kwargs
+    )
 
 
 def reader(bootstrap: str) -> Consumer:
@@ -168,3 +192,22 @@ def a_secured_prefix(broker: LocalBroker) -> str:
     who = ServicePrincipals(dispatcher_group=f"{prefix}-dispatcher", results_group=f"{prefix}-results")
     apply_grants(admin, service_grants(admin.topics, who))
     return prefix
+
+
+def use_create_time(bootstrap: str, topics: list[str]) -> None:
+    """Put `topics` on producer timestamps (CreateTime), as request topics were before they were
+    LogAppendTime, and wait until the broker answers so (a topic's config applies a moment after
+    the change is acknowledged)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry("message.timestamp.type", "CreateTime", incremental_operation=AlterConfigOpType.SET)
+    resources = [ConfigResource(ResourceType.TOPIC, t, incremental_configs=[entry]) for t in topics]
+    for future in admin.incremental_alter_configs(resources).values():
+        future.result(timeout=15)
+
+    def applied() -> bool:
+        described = admin.describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in topics])
+        return all(
+            f.result(timeout=15)["message.timestamp.type"].value == "CreateTime" for f in described.values()
+        )
+
+    wait_until(applied, "the topics on CreateTime", 30, interval_s=0.2)

@@ -10,6 +10,8 @@ import pytest
 
 from inferq.client import InferqClient, InvalidRequestError
 from inferq.client.kafka import KafkaTransport
+from inferq.messaging.record_signing import SIGNATURE_HEADER, hmac_key, verify
+from inferq.tenancy.secret_forms import new_record_key
 
 NOWHERE = "127.0.0.1:1"
 
@@ -45,3 +47,28 @@ def test_a_bad_request_is_refused_before_anything_is_produced(options: dict[str,
 def test_a_region_that_cannot_name_a_reply_topic_is_refused(region: str) -> None:
     with pytest.raises(ValueError, match="region"):
         KafkaTransport("127.0.0.1:1", region=region)
+
+
+def test_a_record_key_that_is_not_one_is_refused_without_echoing_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="record_key must be 'irk_'") as raised:
+        KafkaTransport(NOWHERE, record_key="not-a-key-at-all")
+    assert "not-a-key-at-all" not in str(raised.value)
+    monkeypatch.setenv("INFERQ_RECORD_KEY", "irk_short")
+    with pytest.raises(ValueError, match="record_key"):
+        KafkaTransport(NOWHERE)
+
+
+def test_records_are_signed_with_the_given_key_or_the_environments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the transport attaches to each record it produces (its signer): a signature the key
+    verifies, from the argument or else $INFERQ_RECORD_KEY; none without a key."""
+    given, from_env = new_record_key(), new_record_key()
+    monkeypatch.setenv("INFERQ_RECORD_KEY", from_env)
+    for transport, key in (
+        (KafkaTransport(NOWHERE, record_key=given), given),
+        (KafkaTransport(NOWHERE), from_env),
+    ):
+        [(name, signature)] = transport._signer.headers(b"s", b"value")
+        assert name == SIGNATURE_HEADER and isinstance(signature, bytes)
+        assert verify(signature, [hmac_key(key)], b"s", b"value")
+    monkeypatch.delenv("INFERQ_RECORD_KEY")
+    assert KafkaTransport(NOWHERE)._signer.headers(b"s", b"value") == []

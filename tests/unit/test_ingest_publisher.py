@@ -23,11 +23,12 @@ from inferq.ingest.tenant_shares import BacklogShares
 from inferq.ingest.validation import SubmitRequest
 from inferq.messaging.codec import request_codec
 from inferq.messaging.producer import ProduceError
+from inferq.messaging.record_signing import SIGNATURE_HEADER, hmac_key, verify
 from inferq.messaging.records import InferenceRequest
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, Tier, TierPolicy
 from inferq.messaging.topics import TopicNames
 from inferq.tenancy.registry import TenantRegistry
-from inferq.tools.stack.tenants import TenantSpec, write_tenants
+from inferq.tools.stack.tenants import SERVICE_RECORD_KEY, TenantSpec, write_tenants
 from tests.support.fakes import (
     FakeBacklog,
     InMemoryMetrics,
@@ -278,3 +279,29 @@ def test_admission_feeds_the_alarm(caplog):
     parts.publish(record())
     [alert] = [r.getMessage() for r in caplog.records if r.name == "inferq.ingest"]
     assert alert.startswith("tier HIGH backlog above 70% of capacity (backlog 8, capacity 10)")
+
+
+class HeaderRecordingProducer(RecordingProducer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.headers: list[Any] = []
+
+    async def produce(self, topic: str, value: bytes, *, key: bytes | None = None, **kwargs: Any) -> Any:
+        self.headers.append(kwargs.get("headers"))
+        return await super().produce(topic, value, key=key)
+
+
+def test_each_record_is_signed_with_the_files_service_key_and_open_mode_signs_none(tmp_path: Path) -> None:
+    path = write_tenants(tmp_path / "t.toml", TenantSpec("acme"))
+    registry = TenantRegistry(path)
+    registry.load()
+    parts = Parts(producer=HeaderRecordingProducer(), tenants=registry)
+    parts.publish(record(tenant="acme"))
+    [(_, value, key)] = parts.producer.sent
+    [[(name, signature)]] = parts.producer.headers  # type: ignore[attr-defined]
+    assert name == SIGNATURE_HEADER
+    assert verify(signature, [hmac_key(SERVICE_RECORD_KEY)], key, value)
+
+    open_mode = Parts(producer=HeaderRecordingProducer())
+    open_mode.publish(record())
+    assert open_mode.producer.headers == [[]]  # type: ignore[attr-defined]

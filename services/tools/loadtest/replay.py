@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from inferq.client.kafka import producer_signer
 from inferq.clock import wall_ms
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.topics import TopicNames
@@ -97,6 +98,9 @@ class Replayer:
         self._producer = Producer({**producer_conf, "on_delivery": self.on_delivery})
         self._topic = {t: targets.requests_by_name(t) for t in ("HIGH", "MEDIUM", "LOW")}
         self._rewriter = rewriter
+        # Rewritten records carry new bytes: signed afresh with $INFERQ_RECORD_KEY when set (the
+        # target pipeline's service key verifies every tenant's; docs/tenants.md).
+        self._sign = producer_signer(None).headers
         self._stop = stop or threading.Event()
         self._on_progress = on_progress or (lambda _: None)
         self.stats = ReplayStats()
@@ -140,7 +144,7 @@ class Replayer:
                     stats.filtered += 1
                     continue
                 try:
-                    produce(topic[tier], fresh, key)
+                    produce(topic[tier], fresh, key, headers=self._sign(key, fresh) or None)
                 except BufferError:
                     self._wait_for_room(topic[tier], fresh, key)
                 by_tier[tier] = by_tier.get(tier, 0) + 1
@@ -184,7 +188,7 @@ class Replayer:
                 stats.filtered += 1
                 continue
             try:
-                self._producer.produce(self._topic[tier], fresh, key)
+                self._producer.produce(self._topic[tier], fresh, key, headers=self._sign(key, fresh) or None)
             except BufferError:
                 self._wait_for_room(self._topic[tier], fresh, key)
             stats.by_tier[tier] = stats.by_tier.get(tier, 0) + 1
@@ -198,7 +202,7 @@ class Replayer:
         while time.monotonic() < deadline:
             self._producer.poll(0.05)
             try:
-                self._producer.produce(topic, value, key)
+                self._producer.produce(topic, value, key, headers=self._sign(key, value) or None)
             except BufferError:
                 continue
             return

@@ -16,6 +16,7 @@ from typing import Any, Protocol, Self
 
 import httpx
 
+from inferq.client.kafka import producer_signer
 from inferq.clock import wall_ms
 from inferq.ingest.record import RecordRules, submitted_record
 from inferq.ingest.validation import SubmitRequest
@@ -143,9 +144,12 @@ class HttpSender:
 
 
 class KafkaSender:
-    """Produces each request to its tier topic and awaits the broker's acknowledgement (acks=all)."""
+    """Produces each request to its tier topic and awaits the broker's acknowledgement (acks=all),
+    signed with the tenant's record key from ``$INFERQ_RECORD_KEY`` when set (a dispatcher with a
+    tenants file refuses unsigned records; docs/tenants.md, "Records written to Kafka")."""
 
     def __init__(self, settings: KafkaSettings, *, timeout_s: float, region: str = "loadgen") -> None:
+        self._signer = producer_signer(None)
         self._settings = settings
         self._timeout_s = timeout_s
         self._region = region
@@ -181,7 +185,13 @@ class KafkaSender:
         value = self._codec.encode(request)
         topic = self._settings.topics.requests(request.tier)
         try:
-            await self._producer.produce(topic, value, key=request.key, timeout_s=self._timeout_s)
+            await self._producer.produce(
+                topic,
+                value,
+                key=request.key,
+                headers=self._signer.headers(request.key, value),
+                timeout_s=self._timeout_s,
+            )
         except (ProduceError, TimeoutError) as exc:
             return Answer("error", error=f"{type(exc).__name__}: {exc}"[:300])
         return Answer("accepted", None, request.tier.value, request.expire_at_ms)

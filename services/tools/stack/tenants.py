@@ -1,6 +1,12 @@
 """Tenants files for a stack, a bench or a test: keys made on the spot, the file written from a few
 fields per tenant (`infra/tenants.example.toml` documents each field). The keys are real and held in
-memory only; the file gets their hashes."""
+memory only; the file gets their hashes.
+
+Every file gets a ``[service] record_keys`` (ingest and the dispatcher refuse to start without one):
+`SERVICE_RECORD_KEY`, made once per process, so a test or tool that writes request records straight
+to Kafka signs them with it (`inferq.messaging.record_signing`) and the dispatcher believes them,
+whatever tenant they name. A tenant given `record_keys` (`TenantSpec.with_record_key`) can sign as
+its own producer would."""
 
 from __future__ import annotations
 
@@ -10,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from inferq.tenancy.keys import hash_key, new_key
+from inferq.tenancy.secret_forms import new_record_key
+
+# The service record key of every file written by this process (module docstring).
+SERVICE_RECORD_KEY = new_record_key()
 
 
 @dataclass
@@ -26,10 +36,22 @@ class TenantSpec:
     params: dict[str, Any] | None = None
     # Its ``[tenants.limits]`` (`inferq.tenancy.held.HeldLimits`); empty: the file's defaults.
     limits: dict[str, int] = field(default_factory=dict)
+    # Its producers' record keys (`with_record_key`); empty: it writes nothing straight to Kafka.
+    record_keys: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
         return self.keys[0]
+
+    @property
+    def record_key(self) -> str:
+        """The key its own producers sign records with (the first of `record_keys`)."""
+        return self.record_keys[0]
+
+    @classmethod
+    def with_record_key(cls, name: str, **fields: Any) -> TenantSpec:
+        """A tenant with a record key made on the spot (its producers may write to Kafka)."""
+        return cls(name, record_keys=[new_record_key()], **fields)
 
     def headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.key}"}
@@ -40,6 +62,7 @@ class TenantSpec:
             f"name = {json.dumps(self.name)}",
             f"keys = {json.dumps([hash_key(k) for k in self.keys])}",
             f"weight = {self.weight}",
+            *([f"record_keys = {json.dumps(self.record_keys)}"] if self.record_keys else []),
             *(f"{k} = {json.dumps(v)}" for k, v in self.extra.items()),
             "",
             "[tenants.entitlements]",
@@ -55,8 +78,13 @@ class TenantSpec:
         return "\n".join(lines) + "\n"
 
 
-def tenants_toml(*specs: TenantSpec) -> str:
-    return "\n".join(spec.toml() for spec in specs)
+def tenants_toml(*specs: TenantSpec, service_record_key: str | None = SERVICE_RECORD_KEY) -> str:
+    """The file of `specs`, with ``[service] record_keys`` (last, so a file cut at a tenant's entry
+    loses it too) unless `service_record_key` is None."""
+    tables = [spec.toml() for spec in specs]
+    if service_record_key is not None:
+        tables.append(f"[service]\nrecord_keys = {json.dumps([service_record_key])}\n")
+    return "\n".join(tables)
 
 
 def write_tenants(path: Path, *specs: TenantSpec) -> Path:
