@@ -88,7 +88,9 @@ from inferq.tenancy.rate import RateLimiter
 from inferq.tenancy.registry import TenantRegistry
 from inferq.tracing import TracedProducer
 from inferq.webhooks.guard import AddressGuard
+from inferq.webhooks.metrics import WebhookRefusals
 from inferq.webhooks.policy import CallbackPolicy
+from inferq.webhooks.resolver import CallbackResolver
 
 log = logging.getLogger("inferq.ingest")
 
@@ -122,6 +124,8 @@ class IngestParts:
     readiness: TopicsWatch
     # What each tenant holds now (connections, streamed chats, calls waiting for their answer).
     holds: HeldResources
+    # Callback host lookups' own threads (`inferq.webhooks.resolver`), closed on the way out.
+    callback_resolver: CallbackResolver
 
     def ready_problems(self) -> list[str]:
         """Why ingest should not take requests now (empty: it should): Kafka or the topics, as of
@@ -168,7 +172,10 @@ def bootstrap(
     record_limit = record_limit_of(settings, config)
     publisher = publisher_of(settings, producer, backlogs, admission, alarm, metrics, record_limit, tenants)
     json_guard = JsonGuard(max_depth=settings.max_json_depth, max_number_chars=settings.max_json_number_chars)
-    submit = submit_endpoint(settings, json_guard, record_rules(settings, clock_ms), publisher, metrics, gate)
+    resolver = callback_resolver(settings, metrics_meter)
+    submit = submit_endpoint(
+        settings, json_guard, record_rules(settings, clock_ms), publisher, metrics, gate, resolver
+    )
     # No history of streams: a completion's waiter exists before its request is produced.
     hub = hub or WaiterHub(max_waiters=settings.max_waiters, history_max_bytes=0)
     follower = reply_follower(settings, follow_feed, hub, on_kafka=on_kafka)
@@ -191,6 +198,7 @@ def bootstrap(
         follower=follower,
         readiness=topics_watch(settings, topics_check, on_kafka=on_kafka),
         holds=holds,
+        callback_resolver=resolver,
     )
 
 
@@ -282,6 +290,13 @@ def record_rules(settings: IngestSettings, clock_ms: Callable[[], int]) -> Recor
     )
 
 
+def callback_resolver(settings: IngestSettings, metrics_meter: Meter) -> CallbackResolver:
+    """The callbacks' own resolver (never the loop's default executor); its threads start on first use."""
+    return CallbackResolver(
+        threads=settings.webhooks.resolver_threads, on_refused=WebhookRefusals(metrics_meter).count
+    )
+
+
 def submit_endpoint(
     settings: IngestSettings,
     json_guard: JsonGuard,
@@ -289,10 +304,13 @@ def submit_endpoint(
     publisher: Publisher,
     metrics: IngestMetrics,
     gate: TenantGate,
+    resolver: CallbackResolver,
 ) -> SubmitEndpoint:
     hooks = settings.webhooks
     guard = AddressGuard(
-        allow_private=hooks.allow_private_addresses, resolve_timeout_s=hooks.resolve_timeout_s
+        allow_private=hooks.allow_private_addresses,
+        resolve_timeout_s=hooks.resolve_timeout_s,
+        resolve=resolver,
     )
     return SubmitEndpoint(
         max_body_bytes=settings.max_body_bytes,
@@ -396,6 +414,7 @@ async def serve_parts(
     flushes."""
     settings = parts.settings
     async with AsyncExitStack() as started:
+        started.callback(parts.callback_resolver.close)
         if check_topics:
             await asyncio.to_thread(require_topics, settings.kafka, _needed_topics(settings))
             parts.readiness.passed()

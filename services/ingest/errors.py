@@ -9,6 +9,8 @@ IngestError                  base; `status_code`, `body()`, `headers()` are the 
  ├── TenantOverShareError    429: the tenant is over its share of the tier's backlog
  ├── HeldLimitError          429: the tenant holds its limit of a held resource (streamed chats,
  │                           calls waiting for their answer, connections; Retry-After)
+ ├── CallbackLookupsBusyError 429: the tenant's callback host lookups in flight are at its
+ │                           `dns_lookups` limit (its own Retry-After)
  ├── MalformedBodyError      400: not UTF-8, not JSON within the bounds, not an object, or a body
  │                           whose length is not its Content-Length
  │    └── BodyIncompleteError the client disconnected before its body ended
@@ -158,6 +160,32 @@ class TenantOverShareError(_BacklogRefusedError):
     """The tenant is over its share of the tier's backlog: other tenants are still admitted."""
 
     reason = "tenant_over_share"
+
+
+class CallbackLookupsBusyError(IngestError):
+    """The tenant has its `dns_lookups` of callback host lookups in flight: this submission's
+    callback cannot be checked now (`inferq.webhooks.resolver`); other tenants are unaffected."""
+
+    status_code = 429
+    reason = "callback_lookups_busy"
+    retriable = True
+
+    def __init__(self, tenant: str, limit: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"tenant {tenant!r} has {limit} callback host lookups in flight (dns_lookups); retry later"
+        )
+        self.tenant, self.limit, self.retry_after_s = tenant, limit, retry_after_s
+
+    def body(self) -> dict[str, Any]:
+        return super().body() | {
+            "quota": "dns_lookups",
+            "tenant": self.tenant,
+            "limit": self.limit,
+            "retry_after_s": self.retry_after_s,
+        }
+
+    def headers(self) -> Mapping[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class BodyTooLargeError(IngestError):

@@ -55,6 +55,7 @@ from inferq.tenancy.metrics import watch_holds, watch_reloads
 from inferq.tenancy.rate import RateLimiter
 from inferq.tenancy.registry import TenantRegistry
 from inferq.webhooks.outbox import WebhookOutbox
+from inferq.webhooks.sender import limits_of
 
 log = logging.getLogger("inferq.results")
 
@@ -108,7 +109,7 @@ def bootstrap(
     # The buckets follow the file: sized at start, re-sized at every reload (none in open mode).
     tenants.on_change(reads.configure)
     # Built before the store, which writes a result's delivery in the same transaction as the result.
-    outbox = WebhookOutbox(result_body) if settings.webhooks.enabled else None
+    outbox = webhook_outbox(tenants) if settings.webhooks.enabled else None
     store = result_store(settings, outbox)
     webhooks = result_webhooks(settings, tenants, store, outbox, dead_letter_producer, replicated=on_kafka)
     hub = hub or WaiterHub(max_waiters=settings.max_waiters)
@@ -130,6 +131,11 @@ def bootstrap(
 
 
 # The builders `bootstrap` lists, in the order it calls them.
+
+
+def webhook_outbox(tenants: TenantRegistry) -> WebhookOutbox:
+    """The outbox, each tenant's deliveries owed bounded by its `webhooks_queued`."""
+    return WebhookOutbox(result_body, queue_limit=lambda name: limits_of(tenants, name).webhooks_queued)
 
 
 def result_store(settings: ResultsSettings, outbox: WebhookOutbox | None) -> ResultStore:

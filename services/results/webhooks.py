@@ -25,7 +25,14 @@ from inferq.webhooks.guard import AddressGuard
 from inferq.webhooks.metrics import WebhookMetrics
 from inferq.webhooks.outbox import WebhookOutbox
 from inferq.webhooks.policy import CallbackPolicy
+from inferq.webhooks.resolver import CallbackResolver
 from inferq.webhooks.sender import TenantLookup, WebhookSender
+
+
+class LabelledTenants(TenantLookup, Protocol):
+    """The tenants in force, and each one's metrics label (`inferq.tenancy.registry.TenantRegistry`)."""
+
+    def label(self, tenant: str) -> str: ...
 
 
 class StoppableProducer(RecordProducer, Protocol):
@@ -72,7 +79,7 @@ class ResultWebhooks:
     def __init__(
         self,
         settings: ResultsSettings,
-        tenants: TenantLookup,
+        tenants: LabelledTenants,
         store: ResultStore,
         outbox: WebhookOutbox,
         *,
@@ -83,8 +90,13 @@ class ResultWebhooks:
         self.outbox = outbox
         self._producer = _StartedOnFirstUse(producer)
         dlq = self._dlq = settings.kafka.topics.dlq
+        metrics = WebhookMetrics(meter("inferq.results"), label=tenants.label)
+        # The callbacks' own resolver (`inferq.webhooks.resolver`): never the loop's default executor.
+        self._resolver = CallbackResolver(threads=hooks.resolver_threads, on_refused=metrics.refusals.count)
         guard = AddressGuard(
-            allow_private=hooks.allow_private_addresses, resolve_timeout_s=hooks.resolve_timeout_s
+            allow_private=hooks.allow_private_addresses,
+            resolve_timeout_s=hooks.resolve_timeout_s,
+            resolve=self._resolver,
         )
         self._poster = WebhookPoster(
             guard, timeout_s=hooks.timeout_s, connect_timeout_s=hooks.connect_timeout_s
@@ -102,7 +114,7 @@ class ResultWebhooks:
                 max_backoff_s=max(hooks.first_backoff_s, hooks.max_backoff_s),
                 retry_period_s=hooks.retry_period_s,
             ),
-            WebhookMetrics(meter("inferq.results")),
+            metrics,
             max_in_flight=hooks.max_in_flight,
             poll_interval_s=hooks.poll_interval_s,
             owner=self.ownership,
@@ -135,4 +147,5 @@ class ResultWebhooks:
             await self.ownership.stop()
         await self.sender.stop()
         await self._poster.stop()
+        self._resolver.close()
         await self._producer.stop()

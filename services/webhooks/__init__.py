@@ -14,7 +14,11 @@ rules, so a record written straight to Kafka gets no more than an HTTP caller:
   never connected to;
 - `signing`: Standard Webhooks signatures (``webhook-id``, ``webhook-timestamp``,
   ``webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">``, one entry per secret);
+- `resolver`: the callbacks' own resolver (threads of its own, never the loop's default pool; at
+  most the tenant's `dns_lookups` in flight), used by `guard` at submission and at delivery;
 - `backoff`, `outbox`, `delivery`, `sender`: the durable delivery in the results service (an outbox
   row written in the same SQLite transaction as the result, drained with retries; a dead letter
-  when the retry period is over).
+  when the retry period is over, or when the tenant's `webhooks_queued` was reached);
+- `fair_share`: which due deliveries start next (each tenant at most its `webhooks_in_flight`, free
+  slots round-robin across tenants), so one tenant's slow receiver delays only its own.
 """

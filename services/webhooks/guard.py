@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import socket
 from collections.abc import Awaitable, Callable, Sequence
 
 from inferq.webhooks.errors import CallbackRefusedError
+from inferq.webhooks.resolver import CallbackResolver
 from inferq.webhooks.urls import CallbackTarget, IPAddress
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
@@ -39,6 +39,8 @@ _REFUSED_RANGES = (
 
 # host, port -> the addresses it resolves to (getaddrinfo's answers).
 Resolve = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
+# The threads of a guard's own resolver when it was given none.
+DEFAULT_THREADS = 4
 
 
 def embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
@@ -81,27 +83,18 @@ def address_problem(ip: IPAddress) -> str | None:
     return None
 
 
-async def system_resolve(host: str, port: int) -> Sequence[IPAddress]:
-    """The addresses `host` resolves to, through the system resolver (off the event loop)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses: list[IPAddress] = []
-    for _family, _type, _proto, _name, sockaddr in infos:
-        ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
-        if ip not in addresses:
-            addresses.append(ip)
-    return addresses
-
-
 class AddressGuard:
     """Resolves a target's host and refuses what `address_problem` refuses (unless
-    `allow_private`). `resolve` is injectable (tests: a name resolving to a private address)."""
+    `allow_private`). `resolve` is the services' `CallbackResolver` (threads of its own, a
+    per-tenant bound); without one, the guard makes a small one on first use. Tests inject a
+    function (a name resolving to a private address)."""
 
     def __init__(
         self,
         *,
         allow_private: bool = False,
         resolve_timeout_s: float = 5.0,
-        resolve: Resolve = system_resolve,
+        resolve: Resolve | None = None,
     ) -> None:
         self._allow_private = allow_private
         self._resolve_timeout_s = resolve_timeout_s
@@ -127,12 +120,18 @@ class AddressGuard:
         return await self.resolve_checked(target.host, target.port)
 
     async def resolve_checked(self, host: str, port: int) -> list[IPAddress]:
+        if self._resolve is None:
+            # Never the loop's default executor (`inferq.webhooks.resolver`).
+            self._resolve = CallbackResolver(threads=DEFAULT_THREADS)
         try:
             async with asyncio.timeout(self._resolve_timeout_s):
                 found = list(await self._resolve(host, port))
-        except (OSError, TimeoutError, UnicodeError) as exc:
-            kind = "timed out" if isinstance(exc, TimeoutError) else "failed"
-            raise CallbackRefusedError(f"host does not resolve (lookup {kind})", permanent=False) from None
+        except TimeoutError:
+            raise CallbackRefusedError(
+                "host did not resolve in time (lookup timed out)", permanent=False
+            ) from None
+        except (OSError, UnicodeError):
+            raise CallbackRefusedError("host does not resolve (lookup failed)", permanent=False) from None
         if not found:
             raise CallbackRefusedError("host does not resolve (no address)", permanent=False)
         for ip in found:

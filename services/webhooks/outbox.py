@@ -18,6 +18,18 @@ dispatcher and time that completed it), so every replica's row for one result ca
 and a delivery sent again by a successor is one receivers deduplicate. A row without a source
 (written before replicas, or by a caller that did not say) is sent by whichever replica holds it.
 
+A tenant's deliveries owed are bounded by its `webhooks_queued` (`queue_limit`): a result stored
+past it is stored all the same (GET reads it), but its row is queued as `refused`, with the
+reason, and the sender dead-letters it instead of sending it (nothing is lost, and it is written in
+the same transaction as the result, like any row). Refused rows do not count towards the bound.
+With replicas each replica decides from its own rows, which may lag the owner's by what the owner
+delivered since its last watermark: only the owner's decision is acted on (it alone sends or
+dead-letters the row), unless the partition moves in between.
+
+The sender reads due rows per tenant (`tenants_from`, `due_of`: an index on (tenant,
+next_attempt_at_ms) of the rows not refused, so a pass reads a few rows per tenant, never the whole
+table) and shares its slots among tenants (`inferq.webhooks.fair_share`).
+
 `WebhookOutbox` is synchronous and runs on the result store's worker thread: `prepare` and
 `stored` are the results table's hook (`inferq.results.table.StoredHook`), the other methods
 are called through `ResultStore.on_connection`.
@@ -27,7 +39,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +59,19 @@ CREATE TABLE IF NOT EXISTS webhook_outbox (
     last_error TEXT
 )
 """
-# Added for replicas (a database from before gets them, NULL in its rows: sent by their holder).
-_SOURCE_COLUMNS = {"topic": "TEXT", "partition": "INTEGER", "source_offset": "INTEGER"}
+# Added for replicas (a database from before gets them, NULL in its rows: sent by their holder),
+# then `refused` for the queue bound (NULL: a delivery to send; else why it is dead-lettered).
+_ADDED_COLUMNS = {"topic": "TEXT", "partition": "INTEGER", "source_offset": "INTEGER", "refused": "TEXT"}
 _INDEX = "CREATE INDEX IF NOT EXISTS webhook_outbox_due ON webhook_outbox (next_attempt_at_ms)"
+# The sender's per-tenant reads and the queue bound's count: rows to send only.
+_TENANT_INDEX = (
+    "CREATE INDEX IF NOT EXISTS webhook_outbox_tenant_due ON webhook_outbox (tenant, next_attempt_at_ms) "
+    "WHERE refused IS NULL"
+)
+_REFUSED_INDEX = (
+    "CREATE INDEX IF NOT EXISTS webhook_outbox_refused ON webhook_outbox (stored_at_ms) "
+    "WHERE refused IS NOT NULL"
+)
 _SOURCE_INDEX = (
     "CREATE INDEX IF NOT EXISTS webhook_outbox_source ON webhook_outbox (topic, partition, source_offset)"
 )
@@ -63,7 +85,7 @@ CREATE TABLE IF NOT EXISTS webhook_done_below (
 """
 _COLUMNS = (
     "delivery_id, tenant, request_id, callback_url, body, stored_at_ms, attempts, last_error, "
-    "topic, partition, source_offset"
+    "topic, partition, source_offset, refused"
 )
 # The namespace of derived delivery ids (a constant: every replica derives the same id).
 _DELIVERY_NAMESPACE = uuid.UUID("0b6c3f2e-5d0e-4c55-9a57-1f4e3c1a7d21")
@@ -83,6 +105,8 @@ class PendingDelivery:
     last_error: str | None = None
     # The record its result came from; None for a row from before replicas.
     source: ReplySource | None = None
+    # Why it is dead-lettered instead of sent (its tenant's queue was full); None: to be sent.
+    refused: str | None = None
 
 
 def delivery_id_of(result: InferenceResult) -> str:
@@ -95,11 +119,16 @@ def delivery_id_of(result: InferenceResult) -> str:
 def _pending(row: Sequence[Any]) -> PendingDelivery:
     """A row of `_COLUMNS` as the sender sees it."""
     delivery_id, tenant, request_id, url, body, stored_at_ms, attempts, last_error, *where = tuple(row)
-    topic, partition, offset = where
+    topic, partition, offset, refused = where
     source = None if topic is None else ReplySource(topic, partition, offset)
     return PendingDelivery(
-        delivery_id, tenant, request_id, url, body, stored_at_ms, attempts, last_error, source
+        delivery_id, tenant, request_id, url, body, stored_at_ms, attempts, last_error, source, refused
     )
+
+
+def queue_full_reason(tenant: str, limit: int) -> str:
+    """The dead letter's reason for a delivery past its tenant's `webhooks_queued`."""
+    return f"webhook queue of tenant {tenant} is full (webhooks_queued={limit})"
 
 
 def _owned_clause(owned: Collection[ReplyPartition] | None) -> tuple[str, list[object]]:
@@ -116,6 +145,7 @@ def _owned_clause(owned: Collection[ReplyPartition] | None) -> tuple[str, list[o
 
 class WebhookOutbox:
     """`body_of` turns a result into the bytes POSTed (the results service's public view as JSON);
+    `queue_limit` is a tenant's `webhooks_queued` (called on the worker thread; None: unbounded);
     `on_enqueued` is called (on the worker thread) when a row is added: the sender's wake-up."""
 
     def __init__(
@@ -123,9 +153,11 @@ class WebhookOutbox:
         body_of: Callable[[InferenceResult], bytes],
         *,
         new_id: Callable[[InferenceResult], str] = delivery_id_of,
+        queue_limit: Callable[[str], int] | None = None,
     ) -> None:
         self._body_of = body_of
         self._new_id = new_id
+        self._queue_limit = queue_limit
         self.on_enqueued: Callable[[], None] = lambda: None
 
     # --- the results table's hook ------------------------------------------------------------------
@@ -133,11 +165,13 @@ class WebhookOutbox:
     def prepare(self, db: sqlite3.Connection) -> None:
         db.execute(_SCHEMA)
         columns = {row[1] for row in db.execute("PRAGMA table_info(webhook_outbox)")}
-        for name, kind in _SOURCE_COLUMNS.items():
+        for name, kind in _ADDED_COLUMNS.items():
             if name not in columns:
                 db.execute(f"ALTER TABLE webhook_outbox ADD COLUMN {name} {kind}")
         db.execute(_INDEX)
         db.execute(_SOURCE_INDEX)
+        db.execute(_TENANT_INDEX)
+        db.execute(_REFUSED_INDEX)
         db.execute(_DONE)
 
     def stored(
@@ -148,15 +182,21 @@ class WebhookOutbox:
         source: ReplySource | None = None,
     ) -> None:
         """Inside the transaction that stored `result` (first of its request): queue its delivery,
-        unless its record lies below its partition's done watermark (its owner finished it)."""
+        unless its record lies below its partition's done watermark (its owner finished it); past
+        its tenant's `queue_limit`, queued as refused (to be dead-lettered)."""
         if result.callback_url is None:
             return
         if source is not None and source.offset < self._done_below(db, source.where):
             return
+        refused = None
+        if self._queue_limit is not None:
+            limit = self._queue_limit(result.tenant)
+            if self.queued(db, result.tenant, up_to=limit) >= limit:
+                refused = queue_full_reason(result.tenant, limit)
         db.execute(
             "INSERT OR IGNORE INTO webhook_outbox (delivery_id, tenant, request_id, callback_url, body, "
-            "stored_at_ms, next_attempt_at_ms, topic, partition, source_offset) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "stored_at_ms, next_attempt_at_ms, topic, partition, source_offset, refused) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self._new_id(result),
                 result.tenant,
@@ -168,9 +208,19 @@ class WebhookOutbox:
                 source.topic if source is not None else None,
                 source.partition if source is not None else None,
                 source.offset if source is not None else None,
+                refused,
             ),
         )
         self.on_enqueued()
+
+    def queued(self, db: sqlite3.Connection, tenant: str, *, up_to: int) -> int:
+        """The tenant's deliveries owed (not refused), counted up to `up_to` (the index, no more)."""
+        row = db.execute(
+            "SELECT COUNT(*) FROM "
+            "(SELECT 1 FROM webhook_outbox WHERE refused IS NULL AND tenant = ? LIMIT ?)",
+            (tenant, up_to),
+        ).fetchone()
+        return int(row[0])
 
     # --- which replica sends, and what is done ---------------------------------------------------------
 
@@ -236,6 +286,66 @@ class WebhookOutbox:
         ).fetchall()
         found = [_pending(row) for row in rows if row[0] not in exclude]
         return found[:limit]
+
+    def tenants_from(self, db: sqlite3.Connection, after: str | None) -> Iterator[str]:
+        """Each tenant with deliveries to send, once, in name order from the first after `after`
+        round to `after` itself (the sender's round-robin); one index seek per tenant."""
+        wrapped = after is None
+        name = after
+        while True:
+            if name is None:
+                row = db.execute("SELECT MIN(tenant) FROM webhook_outbox WHERE refused IS NULL").fetchone()
+            else:
+                row = db.execute(
+                    "SELECT MIN(tenant) FROM webhook_outbox WHERE refused IS NULL AND tenant > ?", (name,)
+                ).fetchone()
+            found: str | None = row[0]
+            if found is None:
+                if wrapped:
+                    return
+                wrapped, name = True, None
+                continue
+            if wrapped and after is not None and found > after:
+                return
+            yield found
+            name = found
+
+    def due_of(
+        self,
+        db: sqlite3.Connection,
+        tenant: str,
+        *,
+        now_ms: int,
+        limit: int,
+        exclude: Collection[str] = (),
+        owned: Collection[ReplyPartition] | None = None,
+    ) -> list[PendingDelivery]:
+        """At most `limit` of `tenant`'s deliveries to send due at `now_ms`, the longest due first,
+        leaving out `exclude` and, with `owned`, other replicas' rows (see `due`)."""
+        where, params = _owned_clause(owned)
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM webhook_outbox WHERE refused IS NULL AND tenant = ? "  # noqa: S608 - constant columns, placeholders
+            f"AND next_attempt_at_ms <= ? AND {where} ORDER BY next_attempt_at_ms LIMIT ?",
+            (tenant, now_ms, *params, limit + len(exclude)),
+        ).fetchall()
+        return [_pending(row) for row in rows if row[0] not in exclude][:limit]
+
+    def refused_rows(
+        self,
+        db: sqlite3.Connection,
+        *,
+        limit: int,
+        exclude: Collection[str] = (),
+        owned: Collection[ReplyPartition] | None = None,
+    ) -> list[PendingDelivery]:
+        """At most `limit` rows queued as refused (to be dead-lettered), the oldest first."""
+        where, params = _owned_clause(owned)
+        rows = db.execute(
+            f"SELECT {_COLUMNS} FROM webhook_outbox WHERE refused IS NOT NULL AND {where} "  # noqa: S608 - constant columns, placeholders
+            "ORDER BY stored_at_ms LIMIT ?",
+            (*params, limit + len(exclude)),
+        ).fetchall()
+        return [_pending(row) for row in rows if row[0] not in exclude][:limit]
 
     def reschedule(
         self, db: sqlite3.Connection, delivery_id: str, *, attempts: int, next_attempt_at_ms: int, error: str

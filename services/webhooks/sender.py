@@ -1,7 +1,8 @@
 """The webhook sender: drains the outbox in the results service, one task, a bounded number of
-deliveries in flight.
+deliveries in flight, shared fairly across tenants (`fair_share`: each tenant at most its
+`webhooks_in_flight` at once, free slots round-robin across tenants with deliveries due).
 
-Each due row (`outbox.WebhookOutbox.due`) is attempted: the tenant's rules again
+Each due row (`fair_share.due_fairly`) is attempted: the tenant's rules again
 (`policy.CallbackPolicy.allowed`: the record may have come straight from Kafka, and the tenants
 file may have changed), then the signed POST through the SSRF guard (`delivery.WebhookPoster`).
 Then:
@@ -9,11 +10,17 @@ Then:
 - delivered (2xx) or gone (410): the row is deleted;
 - refused (a rule, the guard): a dead letter, then the row is deleted;
 - anything else: the row is rescheduled by `backoff.Backoff` (attempts + 1, the error kept), or,
-  past the retry period, dead-lettered and deleted.
+  past the retry period, dead-lettered and deleted. That includes a lookup of the callback's host
+  refused because the tenant's `dns_lookups` are in flight (`resolver`), or one that did not
+  answer in time.
+
+A row queued as refused (its tenant's `webhooks_queued` was reached when its result was stored)
+is dead-lettered with that reason, never sent; these take no tenant's slot (a dead letter is one
+produce), at most `MAX_DEAD_LETTERING` at once.
 
 A row is deleted only after its delivery is over and, for a dead letter, after the broker
 acknowledged it; a crash before that means the attempt is made again after the restart, with the
-same delivery id (at least once: receivers deduplicate by ``Inferq-Delivery``). The sender is woken
+same delivery id (at least once: receivers deduplicate by ``webhook-id``). The sender is woken
 when a result with a callback is stored, and otherwise reads the outbox every `poll_interval_s`.
 
 With results replicas every replica holds every row; an `owner` (`PartitionOwner`) says which reply
@@ -30,6 +37,7 @@ import functools
 import logging
 import random
 import sqlite3
+from collections import Counter
 from collections.abc import Callable, Collection
 from typing import Protocol, TypeVar
 
@@ -44,13 +52,16 @@ from inferq.messaging.dead_letters import (
 )
 from inferq.messaging.reply_positions import ReplyPartition
 from inferq.supervised import SupervisedTask
-from inferq.tenancy.model import Tenant
+from inferq.tenancy.held import HeldLimits
+from inferq.tenancy.model import OPEN_TENANT, Tenant
 from inferq.webhooks.backoff import Backoff
 from inferq.webhooks.delivery import AttemptOutcome, AttemptResult, WebhookPoster
 from inferq.webhooks.errors import CallbackRefusedError
+from inferq.webhooks.fair_share import SlotState, due_fairly
 from inferq.webhooks.metrics import WebhookMetrics
 from inferq.webhooks.outbox import PendingDelivery, WebhookOutbox
 from inferq.webhooks.policy import CallbackPolicy
+from inferq.webhooks.resolver import LookupOwner, looking_up_for
 
 log = logging.getLogger("inferq.webhooks")
 
@@ -60,6 +71,9 @@ DELIVERY_ID_HEADER = "inferq.webhook.delivery_id"
 ATTEMPTS_HEADER = "inferq.webhook.attempts"
 TARGET_HEADER = "inferq.webhook.target"
 STOP_TIMEOUT_S = 10.0
+_Rows = list[PendingDelivery]
+# Rows queued as refused being dead-lettered at once (besides the deliveries' slots).
+MAX_DEAD_LETTERING = 16
 
 
 class OutboxStore(Protocol):
@@ -75,6 +89,15 @@ class TenantLookup(Protocol):
     def open_mode(self) -> bool: ...
 
     def tenant(self, name: str) -> Tenant | None: ...
+
+
+def limits_of(tenants: TenantLookup, name: str) -> HeldLimits:
+    """The limits that apply to `name`'s deliveries: its own, open mode's tenant's, or (a tenant the
+    file does not list: its deliveries are refused at delivery) the defaults."""
+    if tenants.open_mode:
+        return OPEN_TENANT.limits
+    tenant = tenants.tenant(name)
+    return tenant.limits if tenant is not None else HeldLimits()
 
 
 class PartitionOwner(Protocol):
@@ -118,7 +141,15 @@ class WebhookSender:
         self._clock_ms = clock_ms
         self._uniform = uniform
         self._owner = owner
+        # Every task in flight (deliveries and dead-lettered refusals), by delivery id.
         self._in_flight: dict[str, asyncio.Task[None]] = {}
+        # The deliveries among them (each holds a slot), with their tenant; per tenant, how many.
+        self._sending_for: dict[str, str] = {}
+        self._sending: Counter[str] = Counter()
+        metrics.in_flight = self._sending
+        # The tenant served last: the next pass's round starts after it.
+        self._served_last: str | None = None
+        self._pending_read_ms: int | None = None
         # The partition of each delivery in flight that has a source: what `drain` waits for.
         self._in_flight_at: dict[str, ReplyPartition] = {}
         self._wake = asyncio.Event()
@@ -188,40 +219,76 @@ class WebhookSender:
                 await asyncio.wait_for(self._wake.wait(), self._poll_interval_s)
 
     async def send_due(self) -> int:
-        """Start the deliveries due now, as many as there are free slots; returns how many."""
-        free = self._max_in_flight - len(self._in_flight)
-        if free <= 0:
+        """Start the deliveries due now, as many as there are free slots, shared fairly across
+        tenants (`fair_share`), and the dead letters of rows queued as refused; returns how many
+        tasks started."""
+        slots = SlotState(
+            free=self._max_in_flight - len(self._sending_for),
+            busy=dict(self._sending),
+            exclude=frozenset(self._in_flight),
+            after=self._served_last,
+        )
+        refusals = MAX_DEAD_LETTERING - (len(self._in_flight) - len(self._sending_for))
+        if slots.free <= 0 and refusals <= 0:
             return 0
         now_ms = self._clock_ms()
-        busy = set(self._in_flight)
         owned = frozenset(self._owner.owned()) if self._owner is not None else None
-        due, self._metrics.pending = await self._store.on_connection(
-            lambda db: (
-                self._outbox.due(db, now_ms=now_ms, limit=free, exclude=busy, owned=owned),
-                self._outbox.pending(db, owned),
-            )
+
+        # The gauge's count reads every row: at most once per poll interval, not on every pass.
+        count_pending = (
+            self._pending_read_ms is None or now_ms - self._pending_read_ms >= self._poll_interval_s * 1000
         )
+
+        def read(db: sqlite3.Connection) -> tuple[_Rows, str | None, _Rows, int | None]:
+            due, last = due_fairly(self._outbox, db, slots, now_ms=now_ms, room_of=self._room_of, owned=owned)
+            refused = (
+                self._outbox.refused_rows(db, limit=refusals, exclude=slots.exclude, owned=owned)
+                if refusals > 0
+                else []
+            )
+            return due, last, refused, self._outbox.pending(db, owned) if count_pending else None
+
+        due, self._served_last, refused, pending = await self._store.on_connection(read)
+        if pending is not None:
+            self._metrics.pending, self._pending_read_ms = pending, now_ms
         started = 0
-        for delivery in due:
+        for delivery in [*refused, *due]:
             if self._owner is not None and delivery.source is not None:
                 # Read before the partition moved away (the read ran on the worker): not ours now.
                 if delivery.source.where not in self._owner.owned():
                     continue
                 self._in_flight_at[delivery.delivery_id] = delivery.source.where
+            if delivery.refused is None:
+                self._sending_for[delivery.delivery_id] = delivery.tenant
+                self._sending[delivery.tenant] += 1
             task = asyncio.create_task(self._deliver(delivery), name=f"webhook-{delivery.delivery_id}")
             self._in_flight[delivery.delivery_id] = task
             task.add_done_callback(functools.partial(self._finished, delivery.delivery_id))
             started += 1
         return started
 
+    def _room_of(self, tenant: str) -> int:
+        """How many of `tenant`'s deliveries may be in flight at once (read on the worker thread:
+        the tenants in force are an immutable snapshot)."""
+        return limits_of(self._tenants, tenant).webhooks_in_flight
+
     def _finished(self, delivery_id: str, task: asyncio.Task[None]) -> None:
         self._in_flight.pop(delivery_id, None)
         self._in_flight_at.pop(delivery_id, None)
+        tenant = self._sending_for.pop(delivery_id, None)
+        if tenant is not None:
+            self._sending[tenant] -= 1
+            if self._sending[tenant] <= 0:
+                del self._sending[tenant]
         self._wake.set()  # a slot is free
         if not task.cancelled() and task.exception() is not None:
             log.error("webhook delivery %s failed unexpectedly", delivery_id, exc_info=task.exception())
 
     async def _deliver(self, delivery: PendingDelivery) -> None:
+        if delivery.refused is not None:
+            self._metrics.refusals.count(delivery.tenant, "queue_full")
+            await self._give_up(delivery, "queue_full", delivery.refused, None)
+            return
         attempt = delivery.attempts + 1
         try:
             target, secret = self._policy.allowed(
@@ -233,9 +300,12 @@ class WebhookSender:
             self._metrics.attempt("refused")
             await self._give_up(delivery, "refused", f"callback refused at delivery: {exc.problem}", None)
             return
-        result = await self._poster.post(
-            target, delivery, secret=secret, attempt=attempt, now_s=self._clock_ms() // 1000
-        )
+        # The host's lookup (inside the post, by aiohttp's resolver) counts under the tenant's dns_lookups.
+        owner = LookupOwner(delivery.tenant, limits_of(self._tenants, delivery.tenant).dns_lookups)
+        with looking_up_for(owner):
+            result = await self._poster.post(
+                target, delivery, secret=secret, attempt=attempt, now_s=self._clock_ms() // 1000
+            )
         self._metrics.attempt(result.kind)
         if result.outcome is AttemptOutcome.DELIVERED:
             await self._remove(delivery)

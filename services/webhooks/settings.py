@@ -56,9 +56,15 @@ class WebhookSettings(BaseSettings):
     connect_timeout_s: float = Field(default=5.0, gt=0, le=60)
     """The bound of an attempt's connect alone."""
     resolve_timeout_s: float = Field(default=5.0, gt=0, le=60)
-    """The bound of a callback host's DNS lookup."""
+    """The bound of a callback host's DNS lookup (then "host did not resolve in time": retried at
+    delivery, refused at submission)."""
+    resolver_threads: int = Field(default=16, ge=1, le=256)
+    """Threads of the callbacks' own resolver (per process; each tenant may hold at most its
+    `dns_lookups` of them: `inferq.webhooks.resolver`)."""
     max_in_flight: int = Field(default=16, ge=1, le=1_000)
-    """Deliveries in flight at once: a slow receiver holds one slot, not the whole sender."""
+    """Deliveries in flight at once, across tenants; each tenant holds at most its
+    `webhooks_in_flight` of them and free slots go round-robin to tenants with deliveries due, so a
+    slow receiver holds its own tenant's slots only."""
     poll_interval_s: float = Field(default=1.0, gt=0, le=60)
     """The outbox is read for due deliveries at least this often (a stored result wakes it at once)."""
 

@@ -2,11 +2,15 @@
 
 Paths choose the answer: ``/ok/...`` 200; ``/flaky/N/...`` 503 for the first N attempts of each
 delivery id, then 200; ``/down/...`` 500 always; ``/gone/...`` 410; ``/hold/...`` 503 while `held`
-is set, 200 after; ``/redirect/...`` 302 to ``/ok/``; ``/slow/...`` 200 after 3 s.
+is set, 200 after; ``/redirect/...`` 302 to ``/ok/``; ``/slow/...`` 200 after 3 s; ``/tarpit/...``
+reads the request and never answers (the connection is held until the sender gives up, or the
+receiver stops): `holding` is how many it holds now, `most_held` the most it held at once.
 """
 
 from __future__ import annotations
 
+import select
+import socket
 import threading
 import time
 from collections import Counter
@@ -35,6 +39,28 @@ class Receiver:
         self._lock = threading.Lock()
         self._attempts: Counter[str] = Counter()
         self.port = 0
+        # Set when the receiver stops: the tarpit lets its connections go.
+        self.closing = threading.Event()
+        self.holding = 0
+        self.most_held = 0
+        self.holds: list[str] = []
+
+    def tarpit(self, connection: socket.socket) -> None:
+        """Hold `connection` without answering until the receiver stops or the sender hangs up."""
+        with self._lock:
+            self.holding += 1
+            self.most_held = max(self.most_held, self.holding)
+            self.holds.append(f"+{time.time():.2f}")
+        try:
+            while not self.closing.is_set():
+                # Wakes as soon as the sender hangs up (its attempt's timeout), not a poll later.
+                readable, _, _ = select.select([connection], [], [], 0.2)
+                if readable and not connection.recv(1, socket.MSG_PEEK):
+                    return
+        finally:
+            with self._lock:
+                self.holding -= 1
+                self.holds.append(f"-{time.time():.2f}")
 
     def answer(self, path: str, delivery_id: str) -> int:
         with self._lock:
@@ -80,6 +106,12 @@ def webhook_receiver() -> Iterator[Receiver]:
             length = int(self.headers.get("content-length", "0"))
             body = self.rfile.read(min(length, 1_048_576))
             kind = self.path.strip("/").split("/")[0]
+            if kind == "tarpit":
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                receiver.record(Delivery(self.path, headers, body, 0, time.time_ns()))
+                receiver.tarpit(self.connection)
+                self.close_connection = True
+                return
             delivery_id = self.headers.get("webhook-id", "")
             status = 302 if kind == "redirect" else receiver.answer(self.path, delivery_id)
             headers = {k.lower(): v for k, v in self.headers.items()}
@@ -102,6 +134,7 @@ def webhook_receiver() -> Iterator[Receiver]:
     try:
         yield receiver
     finally:
+        receiver.closing.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)

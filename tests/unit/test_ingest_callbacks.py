@@ -5,7 +5,10 @@ list (another tenant's included), a private address even when listed, a bad form
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +148,51 @@ def test_a_malformed_open_mode_host_stops_the_service_at_start(monkeypatch, entr
     monkeypatch.setenv("INFERQ_CALLBACK_HOSTS", f"hooks.example,{entry}")
     with pytest.raises(ValueError, match="is not a host or host:port"):
         WebhookSettings()
+
+
+# --- the callbacks' resolver: a tenant's lookups in flight are bounded ---------------------------
+
+SLOW = TenantSpec(
+    "slow",
+    extra={"webhook_secret": SECRET},
+    entitlements={"callback_hosts": ["slow.example"]},
+    limits={"dns_lookups": 1},
+)
+FAST = TenantSpec("fast", extra={"webhook_secret": SECRET}, entitlements={"callback_hosts": ["fast.example"]})
+
+
+def test_past_its_dns_lookups_a_submission_is_429_and_other_tenants_lookups_go_on(tmp_path, monkeypatch):
+    """`slow`'s DNS hangs and it may have one lookup in flight: its next submission with a callback
+    is 429 with Retry-After at once (not queued behind the hang), `fast`'s callback host resolves
+    meanwhile, and once the hang ends `slow` is served again."""
+    looking, release = threading.Event(), threading.Event()
+    system = socket.getaddrinfo
+
+    def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host in ("slow.example", "fast.example"):
+            if host == "slow.example":
+                looking.set()
+                release.wait(30)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 443))]
+        return system(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    path = write_tenants(tmp_path / "tenants.toml", FAST, SLOW)
+    settings = IngestSettings(tenants=TenancySettings(file=path), webhooks=WebhookSettings())
+    try:
+        for ingest in ingest_with(settings):
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                first = pool.submit(ingest.post, CHAT | {"callback_url": "https://slow.example/a"}, SLOW)
+                assert looking.wait(10)
+                refused = ingest.post(CHAT | {"callback_url": "https://slow.example/b"}, SLOW)
+                assert refused.status_code == 429, refused.text
+                assert int(refused.headers["retry-after"]) >= 1
+                assert refused.json()["quota"] == "dns_lookups" and refused.json()["limit"] == 1
+                served = ingest.post(CHAT | {"callback_url": "https://fast.example/a"}, FAST)
+                assert served.status_code == 202, served.text
+                release.set()
+                assert first.result(10).status_code == 202
+            assert ingest.post(CHAT | {"callback_url": "https://slow.example/c"}, SLOW).status_code == 202
+            assert len(ingest.producer.sent) == 3  # the refused one wrote nothing
+    finally:
+        release.set()

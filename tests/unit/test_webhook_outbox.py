@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +91,11 @@ class Rig:
         *,
         tenants: Tenants | None = None,
         retry_period_s: float = 60.0,
+        max_in_flight: int = 16,
+        queue_limit: Callable[[str], int] | None = None,
     ) -> None:
         self.now_ms = 1_000_000
-        self.outbox = WebhookOutbox(result_body)
+        self.outbox = WebhookOutbox(result_body, queue_limit=queue_limit)
         self.store = ResultStore(tmp_path / "r.db", hooks=[self.outbox], clock_ms=lambda: self.now_ms)
         self.receiver = receiver
         self.dlq = DlqProducer()
@@ -110,6 +113,7 @@ class Rig:
             WebhookMetrics(self.metrics.meter),
             clock_ms=lambda: self.now_ms,
             uniform=lambda low, high: high,
+            max_in_flight=max_in_flight,
         )
 
     async def pending(self) -> int:
