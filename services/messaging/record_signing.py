@@ -51,10 +51,11 @@ def hmac_key(record_key: str) -> bytes:
 
 def _mac(key: bytes, record_key: bytes | None, value: bytes) -> bytes:
     record_key = record_key or b""
-    message = b"".join(
-        (_DOMAIN, len(record_key).to_bytes(4, "big"), record_key, len(value).to_bytes(4, "big"), value)
-    )
-    return hmac.new(key, message, hashlib.sha256).digest()
+    # Fed in parts: a value of up to a megabyte is not copied into one message first.
+    mac = hmac.new(key, _DOMAIN, hashlib.sha256)
+    for part in (len(record_key).to_bytes(4, "big"), record_key, len(value).to_bytes(4, "big"), value):
+        mac.update(part)
+    return mac.digest()
 
 
 def sign(keys: Sequence[bytes], record_key: bytes | None, value: bytes) -> bytes:

@@ -29,7 +29,7 @@ from inferq.tools.stack.pipeline import Pipeline
 from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.waiting import wait_until
-from tests.support.webhook_receiver import Receiver, webhook_receiver
+from tests.support.webhook_receiver import LOOPBACK_WEBHOOKS, Receiver, webhook_receiver
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -150,8 +150,7 @@ def replicas(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
             clean_exits=False,
             extra_env={
                 "INFERQ_TENANTS_FILE": str(tenants_file),
-                "INFERQ_WEBHOOK_ALLOW_HTTP": "true",
-                "INFERQ_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+                **LOOPBACK_WEBHOOKS,
                 "INFERQ_WEBHOOK_POLL_INTERVAL_S": "0.2",
                 # The local broker allows 2 s sessions: a dead replica's webhooks move after about 2 s.
                 "INFERQ_RESULTS_SESSION_TIMEOUT_MS": "2000",

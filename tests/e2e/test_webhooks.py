@@ -28,7 +28,7 @@ from tests.support.kafka import read_all
 from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.waiting import wait_until
-from tests.support.webhook_receiver import Receiver, webhook_receiver
+from tests.support.webhook_receiver import Receiver, quick_webhooks_env, webhook_receiver
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -114,13 +114,7 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
             backend_args=["--speed", "5"],
             extra_env={
                 "INFERQ_TENANTS_FILE": str(tenants_file),
-                # The receiver is http on loopback: allowed for this test only.
-                "INFERQ_WEBHOOK_ALLOW_HTTP": "true",
-                "INFERQ_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
-                "INFERQ_WEBHOOK_FIRST_BACKOFF_S": "0.2",
-                "INFERQ_WEBHOOK_MAX_BACKOFF_S": "0.5",
-                "INFERQ_WEBHOOK_RETRY_PERIOD_S": str(RETRY_PERIOD_S),
-                "INFERQ_WEBHOOK_POLL_INTERVAL_S": "0.2",
+                **quick_webhooks_env(RETRY_PERIOD_S),
             },
         ) as pipeline:
             yield Stack(pipeline, receiver, acme, beta)
@@ -234,7 +228,10 @@ def test_the_ssrf_guard_refuses_private_addresses_at_submission_without_the_test
         "INFERQ_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "false",
     }
     ingest = ServiceProcess(
-        "ingest-strict", ["ingest", "--port", str(port)], work_dir / "logs" / "ingest-strict.log", env=env
+        "ingest-strict",
+        ["ingest", "--port", str(port), "--metrics-port", "0"],  # /metrics: any free port
+        work_dir / "logs" / "ingest-strict.log",
+        env=env,
     )
     ingest.start()
     try:

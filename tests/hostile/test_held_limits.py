@@ -92,7 +92,9 @@ def results_service(
         "INFERQ_RESULTS_GROUP_ID": f"{kafka_settings.topic_prefix}-results",
         **env,
     }
-    process = ServiceProcess("results", ["results", "--port", str(port)], tmp_path / "results.log", env=env)
+    process = ServiceProcess(
+        "results", ["results", "--port", str(port), "--metrics-port", "0"], tmp_path / "results.log", env=env
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         process.start()
@@ -217,8 +219,14 @@ async def held_polls(client: httpx.AsyncClient, count: int) -> list[asyncio.Task
         for i in range(count)
     ]
     async with asyncio.timeout(30):
-        while (await client.get("/v1/requests/probe")).status_code != 429:
+        while (probe := await client.get("/v1/requests/probe")).status_code != 429:
+            ended = [task for task in polls if task.done()]
+            # A poll that ended holds nothing: say how, rather than wait out the bound.
+            if ended:
+                how = ended[0].exception() or ended[0].result()
+                raise AssertionError(f"a long poll ended early: {how!r}")
             await asyncio.sleep(0.05)
+    assert_429(probe, "connections")
     return polls
 
 
@@ -341,7 +349,9 @@ def test_on_ingest_a_tenants_chats_past_its_limits_get_429_and_the_other_is_serv
         "INFERQ_TENANTS_FILE": str(write_tenants(tmp_path / "tenants.toml", A_CHATS, B_CHATS)),
         "INFERQ_INGEST_DEADLINES_MS": '{"HIGH": 60000}',
     }
-    process = ServiceProcess("ingest", ["ingest", "--port", str(port)], tmp_path / "ingest.log", env=env)
+    process = ServiceProcess(
+        "ingest", ["ingest", "--port", str(port), "--metrics-port", "0"], tmp_path / "ingest.log", env=env
+    )
     url = f"http://127.0.0.1:{port}"
     svc = Results(url, process, hostile_figures)
 

@@ -34,7 +34,7 @@ from tests.support.fakes import a_result
 from tests.support.inprocess import free_port
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.waiting import wait_until
-from tests.support.webhook_receiver import Receiver, webhook_receiver
+from tests.support.webhook_receiver import LOOPBACK_WEBHOOKS, Receiver, webhook_receiver
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -153,9 +153,7 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 "INFERQ_RESULTS_GROUP_ID": f"{prefix}-results",
                 "INFERQ_RESULTS_DB_PATH": str(work_dir / "results.db"),
                 "INFERQ_TENANTS_FILE": str(tenants_file),
-                # The receivers are http on loopback: allowed for this test only.
-                "INFERQ_WEBHOOK_ALLOW_HTTP": "true",
-                "INFERQ_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+                **LOOPBACK_WEBHOOKS,
                 "INFERQ_WEBHOOK_MAX_IN_FLIGHT": str(MAX_IN_FLIGHT),
             },
         )

@@ -18,3 +18,16 @@ def in_loop(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
         asyncio.run(test(*args, **kwargs))
 
     return run
+
+
+def in_loop_within(timeout_s: float) -> Callable[[Callable[P, Coroutine[Any, Any, None]]], Callable[P, None]]:
+    """`in_loop`, bounded: the test fails with `TimeoutError` once it ran `timeout_s`."""
+
+    def decorate(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
+        @functools.wraps(test)
+        def run(*args: P.args, **kwargs: P.kwargs) -> None:
+            asyncio.run(asyncio.wait_for(test(*args, **kwargs), timeout_s))
+
+        return run
+
+    return decorate

@@ -21,6 +21,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.support.waiting import wait_until
 
+# The settings a pipeline needs to deliver to this receiver (http, on loopback): for tests only.
+LOOPBACK_WEBHOOKS = {"INFERQ_WEBHOOK_ALLOW_HTTP": "true", "INFERQ_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"}
+
+
+def quick_webhooks_env(retry_period_s: float) -> dict[str, str]:
+    """`LOOPBACK_WEBHOOKS`, with retries and outbox reads a test can wait for."""
+    return LOOPBACK_WEBHOOKS | {
+        "INFERQ_WEBHOOK_FIRST_BACKOFF_S": "0.2",
+        "INFERQ_WEBHOOK_MAX_BACKOFF_S": "0.5",
+        "INFERQ_WEBHOOK_RETRY_PERIOD_S": str(retry_period_s),
+        "INFERQ_WEBHOOK_POLL_INTERVAL_S": "0.2",
+    }
+
 
 @dataclass(frozen=True)
 class Delivery:

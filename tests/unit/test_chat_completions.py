@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from tests.support.fakes import (
     labels,
 )
 from tests.support.inprocess import served
+from tests.support.loop import in_loop_within
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.waiting import eventually, wait_until
 
@@ -60,14 +61,6 @@ TEST_TIMEOUT_S = 60
 HI = [{"role": "user", "content": "hi"}]
 
 
-def run(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
-    def sync(tmp_path: Path) -> None:
-        asyncio.run(asyncio.wait_for(test(tmp_path), TEST_TIMEOUT_S))
-
-    sync.__name__ = test.__name__
-    return sync
-
-
 def assert_refused_400(tmp_path: Path, fields: dict[str, Any], param: str | None, phrase: str) -> None:
     """A chat body with `fields` is OpenAI's 400 naming `param` and saying `phrase`; nothing is queued."""
 
@@ -82,7 +75,7 @@ def assert_refused_400(tmp_path: Path, fields: dict[str, Any], param: str | None
             assert phrase in error["message"], error
             assert svc.producer.sent == []
 
-    run(scenario)(tmp_path)
+    in_loop_within(TEST_TIMEOUT_S)(scenario)(tmp_path)
 
 
 @dataclass
@@ -180,7 +173,7 @@ async def answered(svc: Ingest, call: Coroutine[Any, Any, Any], **answer: Any) -
 # --- what a caller gets -------------------------------------------------------------------------
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_the_async_sdk_gets_a_chat_completion_once_the_result_arrives(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -203,7 +196,7 @@ async def test_the_async_sdk_gets_a_chat_completion_once_the_result_arrives(tmp_
         await client.close()
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_the_sync_sdk_works_unchanged(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key=ACME.key, max_retries=0)
@@ -234,7 +227,7 @@ async def test_the_sync_sdk_works_unchanged(tmp_path: Path) -> None:
         client.close()
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_stream_carries_the_chunks_as_they_come_then_done(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -265,7 +258,7 @@ async def test_a_stream_carries_the_chunks_as_they_come_then_done(tmp_path: Path
         await client.close()
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_stream_from_a_dispatcher_that_does_not_stream_gets_the_whole_answer(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -276,7 +269,7 @@ async def test_a_stream_from_a_dispatcher_that_does_not_stream_gets_the_whole_an
         await client.close()
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_stream_that_started_over_ends_with_an_error_not_wrong_text(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -292,7 +285,7 @@ async def test_a_stream_that_started_over_ends_with_an_error_not_wrong_text(tmp_
         await client.close()
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_stream_whose_dispatcher_died_ends_with_an_error_event_not_a_hang(tmp_path: Path) -> None:
     async with ingest(tmp_path, chat_stream_idle_s=0.5) as svc:
         client = svc.sdk()
@@ -344,7 +337,7 @@ def test_an_outcome_that_is_not_ok_is_an_openai_error(
     asyncio.run(asyncio.wait_for(scenario(), TEST_TIMEOUT_S))
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_no_outcome_within_the_deadline_is_504_naming_the_request(tmp_path: Path) -> None:
     async with ingest(tmp_path, chat_grace_s=0) as svc:
         client = svc.sdk()
@@ -360,7 +353,7 @@ async def test_no_outcome_within_the_deadline_is_504_naming_the_request(tmp_path
         await client.close()
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_another_tenants_result_for_the_same_id_does_not_answer(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -377,7 +370,7 @@ async def test_another_tenants_result_for_the_same_id_does_not_answer(tmp_path: 
 # --- where inferq's choices come from ----------------------------------------------------------
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_priority_scenario_and_deadline_from_headers_or_metadata(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -411,7 +404,7 @@ async def test_priority_scenario_and_deadline_from_headers_or_metadata(tmp_path:
         await client.close()
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_the_sdks_timeout_cuts_the_deadline(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk(timeout=2.5)
@@ -558,7 +551,7 @@ def test_every_hostile_body_or_header_is_refused_like_openai_and_nothing_is_queu
     asyncio.run(asyncio.wait_for(scenario(), TEST_TIMEOUT_S))
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_no_key_is_401_and_the_sdk_says_authentication(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         for key in ("iq_nobodyhasthis", "x" * 10_000):
@@ -575,7 +568,7 @@ async def test_no_key_is_401_and_the_sdk_says_authentication(tmp_path: Path) -> 
         assert svc.producer.sent == []
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_model_the_tenant_may_not_use_is_403_and_models_lists_only_its_own_chat_and_embedding(
     tmp_path: Path,
 ) -> None:
@@ -597,7 +590,7 @@ async def test_a_model_the_tenant_may_not_use_is_403_and_models_lists_only_its_o
         await acme.close()
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_over_the_tenants_rate_is_429_with_retry_after(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk(SLOW)
@@ -609,7 +602,7 @@ async def test_over_the_tenants_rate_is_429_with_retry_after(tmp_path: Path) -> 
         await client.close()
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_too_many_waiting_callers_is_503_and_nothing_is_queued(tmp_path: Path) -> None:
     async with ingest(tmp_path, max_waiters=1) as svc:
         client = svc.sdk()
@@ -624,7 +617,7 @@ async def test_too_many_waiting_callers_is_503_and_nothing_is_queued(tmp_path: P
         await client.close()
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_caller_that_goes_away_frees_its_waiter_and_tasks(tmp_path: Path) -> None:
     metrics = InMemoryMetrics()
     async with ingest(tmp_path, metrics=metrics) as svc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from inferq.tenancy.settings import TenancySettings
 from tests.support.clock import ManualClock
 from tests.support.fakes import FakeBacklog, FakeResultFeed, InMemoryMetrics, RecordingProducer, labels
 from tests.support.inprocess import served
+from tests.support.loop import in_loop_within
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.waiting import eventually
 
@@ -51,14 +52,6 @@ A = TenantSpec(
 )
 B = TenantSpec("b", entitlements=WIDE)
 HI = [{"role": "user", "content": "hi"}]
-
-
-def run(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
-    def sync(tmp_path: Path) -> None:
-        asyncio.run(asyncio.wait_for(test(tmp_path), TEST_TIMEOUT_S))
-
-    sync.__name__ = test.__name__
-    return sync
 
 
 def tenant(name: str, **limits: int) -> Any:
@@ -186,7 +179,7 @@ async def open_streams(client: httpx.AsyncClient, paths: list[str]) -> AsyncIter
         yield [await stack.enter_async_context(client.stream("GET", path)) for path in paths]
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_event_streams_past_the_limit_are_429_and_another_tenant_streams(tmp_path: Path) -> None:
     async with results(tmp_path) as svc, svc.client(A) as a, svc.client(B) as b:
         async with open_streams(a, ["/v1/requests/n1/events", "/v1/requests/n2/events"]) as held:
@@ -201,7 +194,7 @@ async def test_event_streams_past_the_limit_are_429_and_another_tenant_streams(t
             assert again[0].status_code == 200
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_reload_applies_a_tenants_new_limit_to_the_next_request(tmp_path: Path) -> None:
     held = ["/v1/requests/n1/events", "/v1/requests/n2/events"]
     async with results(tmp_path) as svc, svc.client(A) as a, open_streams(a, held):
@@ -218,7 +211,7 @@ async def test_a_reload_applies_a_tenants_new_limit_to_the_next_request(tmp_path
             assert_held_429(await a.get("/v1/requests/n4/events"), "event_streams", 3)
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_long_polls_past_the_limit_are_429_and_a_cancelled_poll_frees_its_slot(tmp_path: Path) -> None:
     async with results(tmp_path) as svc, svc.client(A) as a, svc.client(B) as b:
         polls = [asyncio.create_task(a.get(f"/v1/requests/p{i}", params={"wait": 60})) for i in range(2)]
@@ -237,7 +230,7 @@ async def test_long_polls_past_the_limit_are_429_and_a_cancelled_poll_frees_its_
             await polls[1]
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_requests_in_progress_past_connections_are_429_and_close_the_connection(tmp_path: Path) -> None:
     async with results(tmp_path) as svc, svc.client(A) as a, svc.client(B) as b:
         async with open_streams(a, ["/v1/requests/c1/events", "/v1/requests/c2/events"]):
@@ -258,7 +251,7 @@ async def test_requests_in_progress_past_connections_are_429_and_close_the_conne
         assert (await a.get("/v1/requests/c5")).status_code == 404
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_reads_past_the_tenants_rate_are_429_with_retry_after(tmp_path: Path) -> None:
     async with results(tmp_path) as svc, svc.client(A) as a, svc.client(B) as b:
         statuses = [(await a.get("/v1/requests/r")).status_code for _ in range(61)]
@@ -310,7 +303,7 @@ def chat(stream: bool) -> dict[str, Any]:
     return {"model": "inferq", "messages": HI, "stream": stream}
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_streamed_chats_past_the_limit_are_429_and_nothing_is_queued(tmp_path: Path) -> None:
     metrics = InMemoryMetrics()
     async with ingest(tmp_path, metrics) as svc, svc.client(A) as a, svc.client(B) as b:
@@ -330,7 +323,7 @@ async def test_streamed_chats_past_the_limit_are_429_and_nothing_is_queued(tmp_p
     assert metrics.points("inferq_ingest_refused_total")[labels(reason="held_limit", tenant="a")] == 1
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_calls_waiting_past_held_calls_are_429_for_chats_and_embeddings(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc, svc.client(A) as a, svc.client(B) as b:
         waiting = [asyncio.create_task(a.post("/v1/chat/completions", json=chat(False))) for _ in range(2)]
@@ -355,7 +348,7 @@ async def test_calls_waiting_past_held_calls_are_429_for_chats_and_embeddings(tm
                 await task
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_connections_past_the_limit_are_429_in_each_apis_shape(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc, svc.client(A) as a, svc.client(B) as b:
         calls = [asyncio.create_task(a.post("/v1/chat/completions", json=chat(False))) for _ in range(2)]

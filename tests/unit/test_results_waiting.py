@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,20 +28,13 @@ from inferq.results.settings import ResultsSettings
 from inferq.tenancy.settings import TenancySettings
 from tests.support.fakes import FakeResultFeed, result_record
 from tests.support.inprocess import served
+from tests.support.loop import in_loop_within
 from tests.support.sse import events_of
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.waiting import eventually
 
 ACME, BETA = TenantSpec("acme"), TenantSpec("beta")
 TEST_TIMEOUT_S = 60
-
-
-def run(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
-    def sync(tmp_path: Path) -> None:
-        asyncio.run(asyncio.wait_for(test(tmp_path), TEST_TIMEOUT_S))
-
-    sync.__name__ = test.__name__
-    return sync
 
 
 def result_of(tenant: str, request_id: str, output: str = "the answer") -> bytes:
@@ -97,7 +90,7 @@ async def service(tmp_path: Path, **settings: Any) -> AsyncIterator[Service]:
         yield Service(url, hub, replies)
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_long_poll_answers_as_soon_as_the_reader_stores_the_result(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         polling = asyncio.create_task(client.get("/v1/requests/r1", params={"wait": 30}))
@@ -109,7 +102,7 @@ async def test_a_long_poll_answers_as_soon_as_the_reader_stores_the_result(tmp_p
         assert svc.hub.waiters == 0
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_woken_long_poll_and_a_later_one_answer_from_the_store(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         polling = asyncio.create_task(client.get("/v1/requests/r2", params={"wait": 30}))
@@ -121,7 +114,7 @@ async def test_a_woken_long_poll_and_a_later_one_answer_from_the_store(tmp_path:
         assert (await client.get("/v1/requests/r2")).status_code == 200
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_long_poll_gives_202_pending_at_its_bound(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         response = await client.get("/v1/requests/nobody-sent-this", params={"wait": 1})
@@ -130,7 +123,7 @@ async def test_a_long_poll_gives_202_pending_at_its_bound(tmp_path: Path) -> Non
         assert svc.hub.waiters == 0
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_another_tenants_result_is_like_an_id_nobody_sent(tmp_path: Path) -> None:
     async with service(tmp_path, events_max_s=1) as svc, svc.client(ACME) as acme, svc.client(BETA) as beta:
         polling = asyncio.create_task(beta.get("/v1/requests/secret", params={"wait": 1}))
@@ -175,7 +168,7 @@ def test_a_hostile_wait_is_422_and_waits_for_nothing(tmp_path: Path, params: Any
     asyncio.run(asyncio.wait_for(scenario(), TEST_TIMEOUT_S))
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_waiting_needs_a_key_and_a_valid_id(tmp_path: Path) -> None:
     async with service(tmp_path) as svc:
         async with svc.client(None) as anonymous:
@@ -188,7 +181,7 @@ async def test_waiting_needs_a_key_and_a_valid_id(tmp_path: Path) -> None:
         assert svc.hub.waiters == 0
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_events_stream_chunks_in_order_then_the_result(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         # Two pieces written before the caller connects are replayed; repeats are dropped.
@@ -212,7 +205,7 @@ async def test_events_stream_chunks_in_order_then_the_result(tmp_path: Path) -> 
         assert svc.hub.waiters == 0
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_events_carry_each_chunks_choice_tool_call_deltas_and_end(tmp_path: Path) -> None:
     head = [
         {"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": ""}}
@@ -243,7 +236,7 @@ async def test_events_carry_each_chunks_choice_tool_call_deltas_and_end(tmp_path
     assert "tool_calls" not in chunks[1] and "logprobs" not in chunks[1], "only what a chunk carries"
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_events_say_when_the_answer_starts_over(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         async with client.stream("GET", "/v1/requests/s2/events") as response:
@@ -261,7 +254,7 @@ async def test_events_say_when_the_answer_starts_over(tmp_path: Path) -> None:
         assert got[1][1] == {"request_id": "s2", "attempt": 2}
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_events_of_a_stored_result_is_the_result_alone(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         svc.replies.push([result_of("acme", "done")])
@@ -272,7 +265,7 @@ async def test_events_of_a_stored_result_is_the_result_alone(tmp_path: Path) -> 
         assert [name for name, _ in got] == ["result"]
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_quiet_stream_is_kept_alive_and_ends_with_a_timeout_event(tmp_path: Path) -> None:
     async with service(tmp_path, events_max_s=1.0, events_keepalive_s=0.2) as svc, svc.client() as client:
         body = (await client.get("/v1/requests/quiet/events")).text
@@ -281,7 +274,7 @@ async def test_a_quiet_stream_is_kept_alive_and_ends_with_a_timeout_event(tmp_pa
         assert svc.hub.waiters == 0
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_a_client_that_goes_away_frees_its_waiter_and_its_tasks(tmp_path: Path) -> None:
     async with service(tmp_path) as svc:
         baseline = len(asyncio.all_tasks())
@@ -302,7 +295,7 @@ async def test_a_client_that_goes_away_frees_its_waiter_and_its_tasks(tmp_path: 
         )
 
 
-@run
+@in_loop_within(TEST_TIMEOUT_S)
 async def test_too_many_waiters_is_503_with_retry_after(tmp_path: Path) -> None:
     async with service(tmp_path, max_waiters=1) as svc, svc.client() as client:
         polling = asyncio.create_task(client.get("/v1/requests/r1", params={"wait": 30}))
