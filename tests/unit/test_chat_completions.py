@@ -58,6 +58,8 @@ BETA = TenantSpec("beta", entitlements=WIDE, params=WIDE_PARAMS)
 NARROW = TenantSpec("narrow", entitlements={"models": ["inferq-fast"]})
 SLOW = TenantSpec("slow", extra={"requests_per_minute": 1, "burst": 1})
 TEST_TIMEOUT_S = 60
+# The chat endpoint's tests (here and in the test_chat_* files) run bounded.
+run = in_loop_within(TEST_TIMEOUT_S)
 HI = [{"role": "user", "content": "hi"}]
 
 
@@ -75,7 +77,7 @@ def assert_refused_400(tmp_path: Path, fields: dict[str, Any], param: str | None
             assert phrase in error["message"], error
             assert svc.producer.sent == []
 
-    in_loop_within(TEST_TIMEOUT_S)(scenario)(tmp_path)
+    run(scenario)(tmp_path)
 
 
 @dataclass
@@ -173,7 +175,7 @@ async def answered(svc: Ingest, call: Coroutine[Any, Any, Any], **answer: Any) -
 # --- what a caller gets -------------------------------------------------------------------------
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_the_async_sdk_gets_a_chat_completion_once_the_result_arrives(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -196,7 +198,7 @@ async def test_the_async_sdk_gets_a_chat_completion_once_the_result_arrives(tmp_
         await client.close()
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_the_sync_sdk_works_unchanged(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = openai.OpenAI(base_url=f"{svc.url}/v1", api_key=ACME.key, max_retries=0)
@@ -227,7 +229,7 @@ async def test_the_sync_sdk_works_unchanged(tmp_path: Path) -> None:
         client.close()
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_a_stream_carries_the_chunks_as_they_come_then_done(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -258,7 +260,7 @@ async def test_a_stream_carries_the_chunks_as_they_come_then_done(tmp_path: Path
         await client.close()
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_a_stream_from_a_dispatcher_that_does_not_stream_gets_the_whole_answer(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -269,7 +271,7 @@ async def test_a_stream_from_a_dispatcher_that_does_not_stream_gets_the_whole_an
         await client.close()
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_a_stream_that_started_over_ends_with_an_error_not_wrong_text(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -285,7 +287,7 @@ async def test_a_stream_that_started_over_ends_with_an_error_not_wrong_text(tmp_
         await client.close()
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_a_stream_whose_dispatcher_died_ends_with_an_error_event_not_a_hang(tmp_path: Path) -> None:
     async with ingest(tmp_path, chat_stream_idle_s=0.5) as svc:
         client = svc.sdk()
@@ -337,7 +339,7 @@ def test_an_outcome_that_is_not_ok_is_an_openai_error(
     asyncio.run(asyncio.wait_for(scenario(), TEST_TIMEOUT_S))
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_no_outcome_within_the_deadline_is_504_naming_the_request(tmp_path: Path) -> None:
     async with ingest(tmp_path, chat_grace_s=0) as svc:
         client = svc.sdk()
@@ -353,7 +355,7 @@ async def test_no_outcome_within_the_deadline_is_504_naming_the_request(tmp_path
         await client.close()
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_another_tenants_result_for_the_same_id_does_not_answer(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -370,7 +372,7 @@ async def test_another_tenants_result_for_the_same_id_does_not_answer(tmp_path: 
 # --- where inferq's choices come from ----------------------------------------------------------
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_priority_scenario_and_deadline_from_headers_or_metadata(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk()
@@ -404,7 +406,7 @@ async def test_priority_scenario_and_deadline_from_headers_or_metadata(tmp_path:
         await client.close()
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_the_sdks_timeout_cuts_the_deadline(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk(timeout=2.5)
@@ -551,7 +553,7 @@ def test_every_hostile_body_or_header_is_refused_like_openai_and_nothing_is_queu
     asyncio.run(asyncio.wait_for(scenario(), TEST_TIMEOUT_S))
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_no_key_is_401_and_the_sdk_says_authentication(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         for key in ("iq_nobodyhasthis", "x" * 10_000):
@@ -568,7 +570,7 @@ async def test_no_key_is_401_and_the_sdk_says_authentication(tmp_path: Path) -> 
         assert svc.producer.sent == []
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_a_model_the_tenant_may_not_use_is_403_and_models_lists_only_its_own_chat_and_embedding(
     tmp_path: Path,
 ) -> None:
@@ -590,7 +592,7 @@ async def test_a_model_the_tenant_may_not_use_is_403_and_models_lists_only_its_o
         await acme.close()
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_over_the_tenants_rate_is_429_with_retry_after(tmp_path: Path) -> None:
     async with ingest(tmp_path) as svc:
         client = svc.sdk(SLOW)
@@ -602,7 +604,7 @@ async def test_over_the_tenants_rate_is_429_with_retry_after(tmp_path: Path) -> 
         await client.close()
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_too_many_waiting_callers_is_503_and_nothing_is_queued(tmp_path: Path) -> None:
     async with ingest(tmp_path, max_waiters=1) as svc:
         client = svc.sdk()
@@ -617,7 +619,7 @@ async def test_too_many_waiting_callers_is_503_and_nothing_is_queued(tmp_path: P
         await client.close()
 
 
-@in_loop_within(TEST_TIMEOUT_S)
+@run
 async def test_a_caller_that_goes_away_frees_its_waiter_and_tasks(tmp_path: Path) -> None:
     metrics = InMemoryMetrics()
     async with ingest(tmp_path, metrics=metrics) as svc:
