@@ -8,7 +8,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from inferq.messaging.acls import ServicePrincipals, apply_grants, service_grants
@@ -150,14 +158,33 @@ def read_all(
         consumer.close()
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+# What a partition answers while its leader is still taking over.
+_LEADER_MOVING = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+)
+
+
+def end_offsets(bootstrap: str, topic: str, *, timeout_s: float = 15.0) -> dict[int, int]:
+    """Each partition's end offset. A partition whose leader is still taking over (a topic just
+    made: the broker lists a leader a moment before it serves as one) is asked again, within
+    `timeout_s`."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4().hex}"})
     try:
         metadata = consumer.list_topics(topic, timeout=10)
         partitions = metadata.topics[topic].partitions
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions
-        }
+        deadline = time.monotonic() + timeout_s
+        ends: dict[int, int] = {}
+        for p in partitions:
+            while p not in ends:
+                try:
+                    ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                except KafkaException as exc:
+                    error = exc.args[0]
+                    passing = error.retriable() or error.code() in _LEADER_MOVING
+                    if not passing or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+        return ends
     finally:
         consumer.close()
 
