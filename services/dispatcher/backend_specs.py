@@ -3,7 +3,7 @@
 (``routing.py`` says how a start picks one).
 
     INFERQ_DISPATCHER_BACKENDS='{"cheap": {"url": "https://cheap.example/v1", "api_key_env": "CHEAP_API_KEY",
-                               "max_concurrency": 4}}'
+                               "max_concurrency": 4, "preemptible": true}}'
     INFERQ_DISPATCHER_TIER_BACKENDS='{"LOW": ["cheap", "default"], "HIGH": ["default", "cheap"]}'
 
 A backend's key is read from the variable `api_key_env` names, never from this setting, so the
@@ -39,6 +39,10 @@ class BackendSpec(BaseModel):
     api_key_env: str | None = None
     # Its own concurrency limit, calls in flight from this dispatcher (unset: the budget's).
     max_concurrency: int | None = Field(default=None, ge=1, le=10_000)
+    # Closing the connection stops its generation and frees its slot (vLLM, TGI, llama.cpp, SGLang):
+    # its calls running past their tier's ceiling may be preempted (``preemption.py``). Off: a hosted
+    # API may go on counting an abandoned call.
+    preemptible: bool = False
 
     @field_validator("url")
     @classmethod

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from inferq.dispatcher.backend_specs import BackendSpec, backend_url, check_backends
@@ -199,9 +199,23 @@ class DispatcherSettings(RenamingSettings):
     """The default backend's API key, sent as a bearer token."""
     backend_timeout_s: float = Field(default=120.0, gt=0)
     """Upper bound of one backend call; the remaining deadline bounds it further."""
+    backend_preemptible: bool = Field(
+        default=False,
+        validation_alias=AliasChoices(
+            "INFERQ_DISPATCHER_BACKEND_PREEMPTIBLE", "INFERQ_BACKEND_PREEMPTIBLE", "backend_preemptible"
+        ),
+    )
+    """The default backend stops generating and frees the slot when its client hangs up (vLLM, TGI,
+    llama.cpp's server, SGLang): a call running above its tier's ceiling may be cancelled for a
+    higher tier's request, and LOW and MEDIUM may borrow every idle slot
+    (services/dispatcher/preemption.py). Off by default: a hosted API may go on counting an
+    abandoned call. Other backends: "preemptible" in their INFERQ_DISPATCHER_BACKENDS entry."""
+    max_preemptions: int = Field(default=3, ge=0, le=100)
+    """A request preempted this many times is no longer lent a slot above its tier's ceiling (it
+    waits within its tier's share), so it cannot starve."""
     backends: dict[str, BackendSpec] = Field(default_factory=dict, max_length=32)
     """Backends beside INFERQ_DISPATCHER_BACKEND_URL's ("default"), by name (JSON: url,
-    api_key_env, max_concurrency; services/dispatcher/backend_specs.py)."""
+    api_key_env, max_concurrency, preemptible; services/dispatcher/backend_specs.py)."""
     tier_backends: dict[Tier, list[str]] = Field(default_factory=dict)
     """Per tier the backends to call, in order, e.g. '{"LOW": ["cheap", "default"]}'; unset tiers
     call "default" alone (services/dispatcher/routing.py)."""
@@ -291,6 +305,12 @@ RENAMED_VARIABLES = {"INFERQ_LEASE_TTL_S": "INFERQ_REDIS_LEASE_TTL_S"}
 def renamed_variables_in(environ: Mapping[str, str]) -> list[str]:
     """A line per variable of `environ` that is no longer read, naming the one to use instead."""
     return [f"{old} is no longer read: use {new}" for old, new in RENAMED_VARIABLES.items() if old in environ]
+
+
+def preemptible_backends(settings: DispatcherSettings) -> frozenset[str]:
+    """The names of the backends whose calls may be preempted (``preemption.py``)."""
+    named = {name for name, spec in settings.backends.items() if spec.preemptible}
+    return frozenset(named | ({DEFAULT_BACKEND} if settings.backend_preemptible else set()))
 
 
 def rate_limits(settings: DispatcherSettings) -> dict[str, RateLimit]:
