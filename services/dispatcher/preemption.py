@@ -1,0 +1,109 @@
+"""Preemption: which running call gives its slot back to a higher tier's request. Pure.
+
+Self-hosted inference servers (vLLM, TGI, llama.cpp's server, SGLang) stop generating and free the
+slot when the client closes the connection. Behind such a backend (declared ``preemptible``,
+``backend_specs.py``) a slot lent past a tier's ceiling can be taken back when a higher tier
+needs it, so lending costs the higher tiers nothing; what it costs is the tokens the cancelled
+call had produced.
+
+`choose_victim` answers, when no slot is free: does a higher tier need one, and if so which call
+to cancel. A tier *needs* a slot when it has work waiting and runs fewer calls than its ceiling
+(the squeezed window's; HIGH's is the budget), counting the slots of calls already being
+cancelled as free: one cancellation per slot needed, never more. The call cancelled is the
+**youngest** (the least work lost) among those that may be:
+
+- of a tier below the one in need, and never HIGH;
+- of a tier running more calls than its ceiling, so cancelling one never brings its tier below
+  its ceiling (a call within its tier's own share is never cancelled);
+- on a preemptible backend;
+- not a streamed call that has sent a chunk to its caller (the caller would see tokens twice);
+- not a call whose answer has arrived (its outcome is being written);
+- not a request already preempted `max_preemptions` times (so none is preempted more than that).
+
+Cancelling never starts anything: the cancelled call's token comes back only once its task has
+ended (``execution.py``), and the starter then asks the scheduler as for any token, which gives it
+to the tier in need (a higher one comes first, and the victim's tier stays at or above its ceiling,
+so it is not below its floor). The budget therefore holds by construction, also while a slot is
+being freed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from inferq.dispatcher.schedule import Window
+from inferq.messaging.tiers import TIERS_BY_PRIORITY, Tier
+
+
+@dataclass(frozen=True)
+class RunningCall:
+    """One backend call of this dispatcher as the decision sees it; `key` names it to the caller."""
+
+    key: int
+    tier: Tier
+    started_ms: int
+    # Its backend frees the slot when the client hangs up.
+    backend_preemptible: bool
+    # Times its request was preempted before this call.
+    preemptions: int = 0
+    # A streamed call that has handed a chunk to its caller.
+    chunks_sent: bool = False
+    # Its answer has arrived (its outcome is being written).
+    answered: bool = False
+    # Cancelled already, its slot not yet back.
+    cancelling: bool = False
+
+
+def ceiling_of(window: Window, tier: Tier, budget: int) -> int:
+    """`tier`'s ceiling in `window` (already squeezed to `budget`), never above the budget."""
+    return min(window.limits[tier].ceiling, budget)
+
+
+def choose_victim(
+    calls: Sequence[RunningCall],
+    *,
+    in_use: Mapping[Tier, int],
+    waiting: Mapping[Tier, int],
+    window: Window,
+    budget: int,
+    max_preemptions: int,
+) -> RunningCall | None:
+    """The call to cancel now so a higher tier's waiting request gets a slot; None when no tier
+    needs one or none may be cancelled. `in_use` counts every token held (a shared pool's: the
+    group's), `calls` this process's calls (those being cancelled included)."""
+    cancelling = Counter(c.tier for c in calls if c.cancelling)
+    live = {t: max(0, in_use.get(t, 0) - cancelling[t]) for t in Tier}
+    # Slots free now or soon (the ones being freed): each goes to the tiers in need first.
+    slots = budget - sum(in_use.values()) + sum(cancelling.values())
+    for needy in TIERS_BY_PRIORITY[:-1]:
+        wanted = min(waiting.get(needy, 0), ceiling_of(window, needy, budget) - live[needy])
+        if wanted <= 0:
+            continue
+        if wanted <= slots:
+            slots -= wanted
+            continue
+        below = TIERS_BY_PRIORITY[TIERS_BY_PRIORITY.index(needy) + 1 :]
+        candidates = [
+            c
+            for c in calls
+            if c.tier in below
+            and c.tier is not Tier.HIGH
+            and live[c.tier] > ceiling_of(window, c.tier, budget)
+            and _may_be_cancelled(c, max_preemptions)
+        ]
+        if candidates:
+            return max(candidates, key=lambda c: (c.started_ms, c.key))
+        return None  # the slots it needs are held within the shares below it: it waits
+    return None
+
+
+def _may_be_cancelled(call: RunningCall, max_preemptions: int) -> bool:
+    return (
+        call.backend_preemptible
+        and not call.chunks_sent
+        and not call.answered
+        and not call.cancelling
+        and call.preemptions < max_preemptions
+    )

@@ -1,0 +1,176 @@
+"""The preemption decision (pure): which call gives its slot back to a higher tier. Property tests
+over random running calls and waiting work: never a call within its tier's share, never HIGH, never
+a call that may not be cancelled, never more cancellations than slots needed; the youngest."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from inferq.dispatcher.preemption import RunningCall, ceiling_of, choose_victim
+from inferq.dispatcher.schedule import Schedule, Window
+from inferq.messaging.tiers import Tier
+
+BUDGET = 10
+PEAK = Schedule.default(BUDGET).pin("peak").window_at(None)  # type: ignore[arg-type]
+MAX = 3
+
+
+def call(key: int, tier: Tier, started_ms: int, **flags: object) -> RunningCall:
+    return RunningCall(key, tier, started_ms, backend_preemptible=True, **flags)  # type: ignore[arg-type]
+
+
+def in_use_of(calls: list[RunningCall]) -> dict[Tier, int]:
+    return dict(Counter(c.tier for c in calls))
+
+
+def decide(
+    calls: list[RunningCall], window: Window = PEAK, budget: int = BUDGET, **waiting: int
+) -> RunningCall | None:
+    return choose_victim(
+        calls,
+        in_use=in_use_of(calls),
+        waiting={t: waiting.get(t.value, 0) for t in Tier},
+        window=window,
+        budget=budget,
+        max_preemptions=MAX,
+    )
+
+
+def full_of_low(n_high: int = 0) -> list[RunningCall]:
+    """The peak window (LOW's ceiling 1) with LOW lent every other slot, started at 0, 1, 2..."""
+    highs = [call(100 + i, Tier.HIGH, i) for i in range(n_high)]
+    return highs + [call(i, Tier.LOW, i) for i in range(BUDGET - n_high)]
+
+
+def test_a_waiting_chat_takes_the_youngest_lent_brief() -> None:
+    victim = decide(full_of_low(), HIGH=1)
+    assert victim is not None and victim.key == BUDGET - 1
+
+
+def test_nothing_is_cancelled_while_a_slot_is_free_or_nothing_higher_waits() -> None:
+    assert decide(full_of_low()[:-1], HIGH=1) is None
+    assert decide(full_of_low(), LOW=5) is None
+
+
+def test_a_call_being_cancelled_counts_as_the_free_slot() -> None:
+    calls = full_of_low()
+    calls[-1] = call(BUDGET - 1, Tier.LOW, BUDGET - 1, cancelling=True)
+    assert decide(calls, HIGH=1) is None
+    second = decide(calls, HIGH=2)
+    assert second is not None and second.key == BUDGET - 2
+
+
+def test_calls_that_may_not_be_cancelled_are_passed_over() -> None:
+    calls = full_of_low()
+    calls[9] = call(9, Tier.LOW, 9, chunks_sent=True)
+    calls[8] = call(8, Tier.LOW, 8, answered=True)
+    calls[7] = call(7, Tier.LOW, 7, preemptions=MAX)
+    calls[6] = RunningCall(6, Tier.LOW, 6, backend_preemptible=False)
+    victim = decide(calls, HIGH=1)
+    assert victim is not None and victim.key == 5
+
+
+def test_a_tier_at_its_ceiling_keeps_its_calls() -> None:
+    # MEDIUM at its peak ceiling (8) and LOW at its own (1) with HIGH holding one: nothing lent.
+    calls = [call(0, Tier.HIGH, 0)] + [call(i, Tier.MEDIUM, i) for i in range(1, 9)] + [call(9, Tier.LOW, 9)]
+    assert decide(calls, HIGH=3) is None
+
+
+def test_medium_below_its_ceiling_takes_a_lent_brief_but_never_a_chat() -> None:
+    calls = [call(i, Tier.HIGH, 100 + i) for i in range(5)] + [call(10 + i, Tier.LOW, i) for i in range(5)]
+    victim = decide(calls, MEDIUM=2)
+    assert victim is not None and victim.tier is Tier.LOW and victim.key == 14
+    only_chats = [call(i, Tier.HIGH, i) for i in range(BUDGET)]
+    assert decide(only_chats, MEDIUM=2) is None
+
+
+TIER = st.sampled_from(list(Tier))
+CALLS = st.lists(
+    st.builds(
+        lambda tier, started, pre, streamed, answered, preempted, cancelling: (
+            tier,
+            started,
+            pre,
+            streamed,
+            answered,
+            preempted,
+            cancelling,
+        ),
+        TIER,
+        st.integers(0, 1000),
+        st.booleans(),
+        st.booleans(),
+        st.booleans(),
+        st.integers(0, MAX + 1),
+        st.booleans(),
+    ),
+    max_size=BUDGET,
+)
+
+
+@given(
+    CALLS,
+    st.integers(0, 5),
+    st.integers(0, 5),
+    st.integers(0, 5),
+    st.sampled_from(["peak", "normal", "night"]),
+    st.integers(1, BUDGET),
+)
+def test_the_victim_is_always_one_that_may_go(
+    rows: list[tuple[Tier, int, bool, bool, bool, int, bool]],
+    high: int,
+    medium: int,
+    low: int,
+    window_name: str,
+    budget: int,
+) -> None:
+    calls = [
+        RunningCall(i, tier, started, pre, preempted, streamed, answered, cancelling)
+        for i, (tier, started, pre, streamed, answered, preempted, cancelling) in enumerate(rows)
+    ]
+    schedule = Schedule.default(BUDGET).pin(window_name)
+    window = schedule.window_at(None).squeezed(BUDGET - budget)  # type: ignore[arg-type]
+    in_use = in_use_of(calls)
+    victim = decide(calls, window, budget, HIGH=high, MEDIUM=medium, LOW=low)
+    if victim is None:
+        return
+    live = in_use[victim.tier] - sum(1 for c in calls if c.cancelling and c.tier is victim.tier)
+    # Never HIGH, never within its tier's share, never one that may not be cancelled.
+    assert victim.tier is not Tier.HIGH
+    assert live - 1 >= ceiling_of(window, victim.tier, budget)
+    assert victim.backend_preemptible and not victim.chunks_sent and not victim.answered
+    assert not victim.cancelling and victim.preemptions < MAX
+    # A higher tier waits and no slot is free for it, counting those being freed.
+    assert high > 0 or (medium > 0 and victim.tier is Tier.LOW)
+    freeing = sum(1 for c in calls if c.cancelling)
+    assert budget - len(calls) + freeing < high + medium
+    # The youngest of the calls of its kind.
+    rivals = [
+        c
+        for c in calls
+        if c.tier is victim.tier
+        and c.backend_preemptible
+        and not (c.chunks_sent or c.answered or c.cancelling)
+        and c.preemptions < MAX
+    ]
+    assert victim.started_ms == max(c.started_ms for c in rivals)
+
+
+@given(st.integers(1, 6), st.integers(0, BUDGET))
+def test_cancellations_never_outnumber_the_slots_needed(high: int, n_high: int) -> None:
+    """Cancelling one at a time (each slot still held while it is freed), as the dispatcher does:
+    at most as many as HIGH's waiting requests, and every one a lent LOW call."""
+    calls = full_of_low(n_high)
+    cancelled = 0
+    while (victim := decide(calls, HIGH=high)) is not None:
+        assert victim.tier is Tier.LOW
+        calls = [
+            call(c.key, c.tier, c.started_ms, cancelling=True) if c.key == victim.key else c for c in calls
+        ]
+        cancelled += 1
+        assert cancelled <= high
+    lent = BUDGET - n_high - ceiling_of(PEAK, Tier.LOW, BUDGET)
+    assert cancelled == min(high, max(0, lent))
