@@ -54,6 +54,7 @@ from inferq.dispatcher.settings import (
     breaker_policy,
     build_schedule,
     chunk_policy,
+    preemptible_backends,
     rate_limits,
     renamed_variables_in,
 )
@@ -65,7 +66,7 @@ from inferq.dispatcher.tokens import LocalTokenPool, TokenPool
 from inferq.dispatcher.writer import OutcomeWriter, RecordProducer
 from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.record_signing import RecordSigner
-from inferq.messaging.tiers import TierPolicy
+from inferq.messaging.tiers import Tier, TierPolicy
 from inferq.messaging.topics import TopicNames
 from inferq.telemetry import meter
 from inferq.tenancy.metrics import watch_reloads
@@ -230,10 +231,12 @@ def bootstrap(
     tokens = tokens or token_supply(settings)
     rate, rate_resources = rate_ledger(settings, tokens.group_size, clock_ms)
     budgets = budget_parts(settings, tokens, rate)
-    scheduler = scheduler or build_scheduler(settings.policy, build_schedule(settings))
+    calls = call_policy(settings, backend_routes(settings, backend))
+    scheduler = scheduler or build_scheduler(
+        settings.policy, build_schedule(settings), preemptible=preemptible_tiers(settings, calls.routes)
+    )
     kafka = KafkaPorts(consumer or kafka_consumer(settings), settings.kafka.topics)
     producer = producer or kafka_producer(settings)
-    calls = call_policy(settings, backend_routes(settings, backend))
     tenants = tenant_parts(settings, clock_ms)
     instruments = Instruments(dispatcher_metrics(budgets, tenants.check), clock_ms, time.monotonic)
     times = call_times(settings)
@@ -340,6 +343,12 @@ def kafka_producer(settings: DispatcherSettings) -> AsyncProducer:
         # would: the writer then answers FAILED instead of waiting forever (librdkafka default 30 s).
         | {"topic.metadata.propagation.max.ms": TOPIC_PROPAGATION_MS}
     )
+
+
+def preemptible_tiers(settings: DispatcherSettings, routes: BackendRoutes) -> frozenset[Tier]:
+    """The tiers whose every backend is preemptible: lent every idle slot (``policies.py``)."""
+    names = preemptible_backends(settings)
+    return frozenset(t for t in Tier if names and set(routes.order(t)) <= names)
 
 
 def call_policy(settings: DispatcherSettings, routes: BackendRoutes) -> CallPolicy:

@@ -3,7 +3,8 @@
 Given the hour's window, the effective budget, tokens in use and waiting work per tier, a policy
 names the tier whose oldest waiting request may take a token, or None. The dispatcher asks again
 after every start, every arrival and every completion, so the decision is one step at a time.
-Calls are never preempted: the scheduler only decides what starts.
+The scheduler only decides what starts; behind a preemptible backend (``preemption.py``) the
+dispatcher may cancel a call lent past its tier's ceiling when a higher tier needs its slot.
 
 Policies:
 
@@ -21,6 +22,9 @@ Policies:
   that floor rule cut HIGH's p99 wait from 66-163 ms to 33-43 ms for 0.5-0.9 s more LOW makespan:
   chat clusters start unforeseen and a brief holds its slot for ten chats, so the headroom is what
   a cluster finds free.
+  **Lending without foresight**: the tiers in `preemptible` (every backend they call frees its slot
+  when the client hangs up) may take every idle slot past their ceilings, the headroom included,
+  with no forecast: a lent slot is taken back by preemption when a higher tier needs it.
 - `StaticScheduler` (hard slots, e.g. the peak split 6/3/1): each tier capped at its floor, nothing
   lent. A baseline.
 - `FifoScheduler`: one queue in arrival order under the global budget. A baseline.
@@ -31,7 +35,7 @@ LOW first, then MEDIUM, HIGH last (`Window.squeezed`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -75,6 +79,10 @@ class Scheduler(Protocol):
         """The window in force now (after any pin)."""
         ...
 
+    def window_for(self, budget: int) -> Window:
+        """The window in force, squeezed to the effective `budget`."""
+        ...
+
     def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
         """The tier that may start one request now, given `budget` (the effective budget)."""
         ...
@@ -83,12 +91,19 @@ class Scheduler(Protocol):
 class _ScheduledPolicy:
     """What every policy shares: the schedule and the injected clock that picks its window."""
 
-    def __init__(self, schedule: Schedule, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, schedule: Schedule, clock: Clock = utc_now, preemptible: Collection[Tier] = ()
+    ) -> None:
         self._schedule = schedule
         self._clock = clock
+        self._preemptible = frozenset(preemptible)
 
     def window(self) -> Window:
         return self._schedule.window_at(self._clock())
+
+    def window_for(self, budget: int) -> Window:
+        """The window in force, squeezed to the effective `budget`."""
+        return self.window().squeezed(self._schedule.budget - min(budget, self._schedule.budget))
 
 
 class TieredScheduler(_ScheduledPolicy):
@@ -116,6 +131,8 @@ class TieredScheduler(_ScheduledPolicy):
             idle_low = tier is Tier.LOW and others_idle and window.low_idle_ceiling is not None
             if idle_low and window.low_idle_ceiling is not None:
                 ceiling = max(ceiling, window.low_idle_ceiling)
+            if tier in self._preemptible and tier is not Tier.HIGH:
+                return tier  # lent past its ceiling; preemption takes it back when needed
             past_ceiling = in_use.get(tier, 0) >= ceiling
             into_headroom = tier is not Tier.HIGH and not idle_low and free - 1 < headroom
             if into_headroom or (past_ceiling and not self._lend(tier, free, demand)):
@@ -182,9 +199,13 @@ POLICIES: dict[str, type[TieredScheduler] | type[StaticScheduler] | type[FifoSch
 }
 
 
-def build_scheduler(policy: str, schedule: Schedule, clock: Clock = utc_now) -> Scheduler:
+def build_scheduler(
+    policy: str, schedule: Schedule, clock: Clock = utc_now, preemptible: Collection[Tier] = ()
+) -> Scheduler:
+    """`preemptible`: the tiers whose calls may be preempted (only the tiered policy lends them
+    every idle slot; the baselines ignore it)."""
     try:
         factory = POLICIES[policy]
     except KeyError:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}") from None
-    return factory(schedule, clock)
+    return factory(schedule, clock, preemptible)

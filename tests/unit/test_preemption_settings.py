@@ -9,7 +9,9 @@ import os
 import pytest
 from pydantic import ValidationError
 
+from inferq.dispatcher.bootstrap import backend_routes, preemptible_tiers
 from inferq.dispatcher.settings import DispatcherSettings, preemptible_backends
+from inferq.messaging.tiers import Tier
 from inferq.settings.renamed import renamed_warnings
 
 
@@ -56,3 +58,16 @@ def test_bad_values_are_refused(monkeypatch: pytest.MonkeyPatch, name: str, valu
     monkeypatch.setenv(name, value)
     with pytest.raises(ValidationError):
         DispatcherSettings()
+
+
+def test_a_tier_is_lent_every_idle_slot_only_when_every_backend_it_calls_is_preemptible(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("INFERQ_BACKEND_PREEMPTIBLE", "true")
+    monkeypatch.setenv("INFERQ_DISPATCHER_BACKENDS", '{"hosted": {"url": "https://h.example/v1"}}')
+    monkeypatch.setenv("INFERQ_DISPATCHER_TIER_BACKENDS", '{"MEDIUM": ["default", "hosted"]}')
+    settings = DispatcherSettings()
+    assert preemptible_tiers(settings, backend_routes(settings, None)) == {Tier.HIGH, Tier.LOW}
+    monkeypatch.delenv("INFERQ_BACKEND_PREEMPTIBLE")
+    settings = DispatcherSettings()
+    assert preemptible_tiers(settings, backend_routes(settings, None)) == frozenset()

@@ -1,0 +1,61 @@
+"""Lending without foresight: behind a preemptible backend LOW and MEDIUM take every idle slot (no
+headroom kept, no forecast asked); the tiers above lose nothing, since the floors come first and a
+lent slot is taken back by preemption. Without one, the ceilings and the headroom hold as before."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from inferq.dispatcher.policies import Demand, TieredScheduler, build_scheduler
+from inferq.dispatcher.schedule import Schedule
+from inferq.messaging.tiers import Tier
+
+PEAK = Schedule.default(10).pin("peak")
+
+
+def fill(
+    scheduler: TieredScheduler, in_use: dict[Tier, int] | None = None, **waiting: int
+) -> dict[Tier, int]:
+    """Start requests until the scheduler says no; the tokens in use per tier then."""
+    used = dict.fromkeys(Tier, 0) | (in_use or {})
+    left = {t: waiting.get(t.value, 0) for t in Tier}
+    while (tier := scheduler.next_tier(used, Demand(left, dict.fromkeys(Tier)), 10)) is not None:
+        used[tier] += 1
+        left[tier] -= 1
+    return used
+
+
+def scheduler(*preemptible: Tier) -> TieredScheduler:
+    return TieredScheduler(PEAK, clock=lambda: datetime(2026, 12, 3, tzinfo=UTC), preemptible=preemptible)
+
+
+def test_briefs_take_every_idle_slot_behind_a_preemptible_backend() -> None:
+    assert fill(scheduler(Tier.LOW), LOW=50) == {Tier.HIGH: 0, Tier.MEDIUM: 0, Tier.LOW: 10}
+    assert fill(scheduler(Tier.MEDIUM, Tier.LOW), MEDIUM=50) == {Tier.HIGH: 0, Tier.MEDIUM: 10, Tier.LOW: 0}
+
+
+def test_without_one_the_ceilings_and_the_headroom_hold() -> None:
+    assert fill(scheduler(), LOW=50) == {Tier.HIGH: 0, Tier.MEDIUM: 0, Tier.LOW: 1}
+    assert fill(scheduler(), MEDIUM=50) == {Tier.HIGH: 0, Tier.MEDIUM: 8, Tier.LOW: 0}
+    assert fill(scheduler(Tier.HIGH), MEDIUM=50) == {Tier.HIGH: 0, Tier.MEDIUM: 8, Tier.LOW: 0}
+
+
+def test_the_floors_and_higher_tiers_still_come_first() -> None:
+    # Under full contention every tier gets its floor, then the rest goes in priority order.
+    assert fill(scheduler(Tier.LOW), HIGH=50, MEDIUM=50, LOW=50) == {
+        Tier.HIGH: 6,
+        Tier.MEDIUM: 3,
+        Tier.LOW: 1,
+    }
+    # Fewer chats than HIGH's floor: MEDIUM lends before LOW, which keeps its floor.
+    mixed = fill(scheduler(Tier.MEDIUM, Tier.LOW), HIGH=3, MEDIUM=50, LOW=50)
+    assert mixed == {Tier.HIGH: 3, Tier.MEDIUM: 6, Tier.LOW: 1}
+
+
+def test_the_baselines_ignore_it() -> None:
+    static = build_scheduler("static", PEAK, preemptible=[Tier.LOW])
+    used = dict.fromkeys(Tier, 0)
+    waiting = {Tier.HIGH: 0, Tier.MEDIUM: 0, Tier.LOW: 50}
+    while (tier := static.next_tier(used, Demand(waiting, dict.fromkeys(Tier)), 10)) is not None:
+        used[tier] += 1
+    assert used[Tier.LOW] == 1
