@@ -41,6 +41,7 @@ from inferq.dispatcher.outcomes import OutcomeBuilder
 from inferq.dispatcher.parts import Budgets, CallPolicy, HeldBacklog, Instruments, KafkaPorts
 from inferq.dispatcher.pausing import Pauses
 from inferq.dispatcher.policies import Scheduler, build_scheduler
+from inferq.dispatcher.preempting import Preemptor
 from inferq.dispatcher.rate_budget import RateBudget
 from inferq.dispatcher.rate_ledger import LocalRateLedger, RateLedger
 from inferq.dispatcher.readahead import ReadAhead
@@ -58,7 +59,7 @@ from inferq.dispatcher.settings import (
     rate_limits,
     renamed_variables_in,
 )
-from inferq.dispatcher.starting import Starter
+from inferq.dispatcher.starting import Starter, request_cost
 from inferq.dispatcher.tenant_check import TenantCheck
 from inferq.dispatcher.tenant_headroom import TenantHeadroom
 from inferq.dispatcher.tenant_limits import RegistryLimits
@@ -251,6 +252,7 @@ def bootstrap(
         RecordSigner(tenants.registry.service_record_keys),
     )
     next_start = NextStart(held.readahead, scheduler)
+    preemptor = preemptor_of(settings, scheduler, held.readahead, instruments, times)
     execution = Execution(
         calls=calls,
         budgets=budgets,
@@ -258,6 +260,7 @@ def bootstrap(
         instruments=instruments,
         call_ended=lambda work, now_ms, completed: next_start.ended(work, now_ms, completed=completed),
         linger=held.inflight.linger,
+        preemptor=preemptor,
     )
     intake = Intake(
         kafka=kafka,
@@ -275,6 +278,7 @@ def bootstrap(
         held=held,
         execution=execution,
         instruments=instruments,
+        preemptor=preemptor,
     )
     checkpoint = checkpoint_of(settings, kafka, held)
     helpers = [
@@ -349,6 +353,29 @@ def preemptible_tiers(settings: DispatcherSettings, routes: BackendRoutes) -> fr
     """The tiers whose every backend is preemptible: lent every idle slot (``policies.py``)."""
     names = preemptible_backends(settings)
     return frozenset(t for t in Tier if names and set(routes.order(t)) <= names)
+
+
+def preemptor_of(
+    settings: DispatcherSettings,
+    scheduler: Scheduler,
+    readahead: ReadAhead,
+    instruments: Instruments,
+    times: CallTimes,
+) -> Preemptor | None:
+    """Preemption (``preempting.py``) when a backend is preemptible and the policy is the tiered
+    one (the baselines lend nothing past a ceiling)."""
+    preemptible = preemptible_backends(settings)
+    if not preemptible or scheduler.name != "inferq":
+        return None
+    return Preemptor(
+        preemptible=preemptible,
+        max_preemptions=settings.max_preemptions,
+        readahead=readahead,
+        metrics=instruments.metrics,
+        clock_ms=instruments.clock_ms,
+        typical_ms=times.typical_ms,
+        estimate=request_cost,
+    )
 
 
 def call_policy(settings: DispatcherSettings, routes: BackendRoutes) -> CallPolicy:

@@ -14,6 +14,12 @@ the backend allows (a 429, and the adaptive budget cut for it). The call goes on
 `backend_timeout_s` has passed since it started, whichever is first; shutdown cancels it at the end
 of the drain, and the token comes back then.
 
+Behind a preemptible backend (``preemption.py``) the starter may cancel a call lent past its tier's
+ceiling for a higher tier (``preempting.py``). The cancelled call ends with no outcome: its request
+waits again as it was (not a failed attempt, its offset not committed past, its deadline, age and
+place kept), and its token comes back once the call's task has ended, after the request is back
+in the read-ahead. A call whose answer has arrived, or that has streamed a chunk, is never cancelled.
+
 An embedding request (its `embedding_input` set) is called with the backend's `embed`, and its
 checked vectors go into its OK result; its token, budget, deadline and retries are a chat call's.
 
@@ -44,6 +50,7 @@ from inferq.dispatcher.backend import Completion
 from inferq.dispatcher.deltas import StreamDelta
 from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.parts import Budgets, CallPolicy, Instruments
+from inferq.dispatcher.preempting import Preemptor
 from inferq.dispatcher.rate_budget import Charge, read_headers
 from inferq.dispatcher.rate_ledger import RateLedger
 from inferq.dispatcher.retries import Verdict
@@ -65,6 +72,7 @@ class Execution:
         instruments: Instruments,
         call_ended: Callable[[Work, int | None, bool], None],
         linger: Callable[[Coroutine[object, object, None], str], None],
+        preemptor: Preemptor | None = None,
     ) -> None:
         self._routes = calls.routes
         self._pool = budgets.pool
@@ -85,6 +93,8 @@ class Execution:
         self._rate: RateLedger | None = budgets.rate
         # Where a call the deadline cut goes on until the backend ends it (`InFlight.linger`).
         self._linger = linger
+        # Where running calls are registered for preemption (None: no backend is preemptible).
+        self._preemptor = preemptor
 
     def expire(self, work: Work, reason: str) -> Coroutine[object, object, None]:
         """A started request found expired once its token came: answered EXPIRED, no call."""
@@ -120,11 +130,24 @@ class Execution:
         backend_call = asyncio.create_task(
             self._complete(work, route, model, self._backend_timeout_s, stream, cut), name="backend-call"
         )
+        preemptor = self._preemptor
+        running = None
+        if preemptor is not None:
+            running = preemptor.running(work, lease.tier, route.name, backend_call, stream)
+        preempted = False
         try:
             completion = await self._within(backend_call, remaining_s, cut)
         except BackendError as exc:
             failure = exc
+        except _PreemptedError:
+            preempted = True
         finally:
+            if preemptor is not None and running is not None:
+                preemptor.ended(running)  # a call the deadline cut lingers unseen: its outcome is out
+                if preempted:
+                    # Back to waiting before its token is: the next start finds it in its place.
+                    running.pieces = cut.pieces
+                    preemptor.wait_again(running)
             if backend_call.done():
                 completed = failure is None and not backend_call.cancelled()
                 # A timeout the deadline imposed, or a cancelled call, says nothing of the backend.
@@ -137,6 +160,8 @@ class Execution:
                 # The deadline cut it (or shutdown cancelled this task): the backend still runs it.
                 lingering = self._lingering(backend_call, work, lease, route, started, probe)
                 self._linger(lingering, "abandoned-call")
+        if preempted:
+            return  # no outcome: the request waits again (not an attempt, not committed past)
         self._metrics.record_backend_call(
             work.tier, failure, self._monotonic() - started, work.request.tenant, route.name
         )
@@ -175,6 +200,9 @@ class Execution:
             with contextlib.suppress(BaseException):
                 await backend_call
             raise
+        if backend_call.cancelled():
+            cut.cut = True
+            raise _PreemptedError  # only preemption cancels the call while this task waits for it
         if not done:
             cut.cut = True  # tokens still coming are not the request's any more
             seconds = min(self._backend_timeout_s, max(0.001, remaining_s))
@@ -224,6 +252,7 @@ class Execution:
 
         def on_delta(delta: StreamDelta) -> None:
             if not cut.cut:
+                cut.pieces += 1
                 stream.add(delta)
 
         try:
@@ -304,6 +333,12 @@ class Execution:
 
 
 class _Cut:
-    """Set when the request's deadline has cut its wait for the backend call."""
+    """Set when the request's deadline (or a preemption) has cut its wait for the backend call;
+    `pieces`: the streamed pieces received until then."""
 
     cut = False
+    pieces = 0
+
+
+class _PreemptedError(Exception):
+    """The backend call was cancelled by preemption (``preempting.py``): no outcome, it waits again."""

@@ -67,6 +67,19 @@ class FairQueue:
             for work in [*ahead, *behind]:
                 self.append(work)
 
+    def put_back(self, work: Work) -> None:
+        """Return `work` (its call preempted) to its tenant's flow ahead of every request of the flow
+        created after it, as if it had never left; its tenant's tag is not given back (its start
+        was served)."""
+        tenant = work.request.tenant
+        flow = self._flows.get(tenant)
+        if flow is None:
+            self.append(work)
+            return
+        at = next((i for i, w in enumerate(flow) if w.created_at_ms > work.created_at_ms), len(flow))
+        flow.insert(at, work)
+        self._len += 1
+
     def heads(self, may_start: Callable[[str], bool]) -> tuple[int, int | None]:
         """How many requests may start (their tenant is not at its cap), and the oldest head's
         creation time among those flows."""

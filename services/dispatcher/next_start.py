@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from inferq.dispatcher.policies import Scheduler
 from inferq.dispatcher.readahead import ReadAhead
+from inferq.dispatcher.schedule import Window
 from inferq.dispatcher.work import Work
 from inferq.messaging.tiers import Tier
 
@@ -38,6 +39,8 @@ class NextStart:
         self._scheduler = scheduler
         # Per tier, which tenants the last `tier` decision let start (None: those below their cap).
         self._gates: dict[Tier, Callable[[str], bool]] | None = None
+        # The requests per tier that could start at the last `tier` decision.
+        self._waiting: Mapping[Tier, int] = {}
 
     def waiting(self) -> bool:
         """Anything in the read-ahead at all."""
@@ -50,6 +53,7 @@ class NextStart:
         free = budget - sum(in_use.values())
         self._gates = self._readahead.start_gates(free=free, budget=budget, now_ms=now_ms)
         demand = self._readahead.demand(self._gates, now_ms)
+        self._waiting = demand.waiting
         if not any(demand.waiting.values()):
             return None
         return self._scheduler.next_tier(in_use, demand, budget)
@@ -59,6 +63,15 @@ class NextStart:
         rate budget is asked about before the token is taken."""
         gates = self._gates
         return self._readahead.peek(tier, gates[tier] if gates is not None else None)
+
+    def waiting_by_tier(self) -> Mapping[Tier, int]:
+        """The requests per tier that could start at the last `tier` decision (what preemption
+        serves when it said wait)."""
+        return self._waiting
+
+    def window_for(self, budget: int) -> Window:
+        """The scheduler's window in force, squeezed to `budget`."""
+        return self._scheduler.window_for(budget)
 
     def floor_shares(self, budget: int) -> dict[Tier, float]:
         """Each tier's floor as a share of `budget` in the window in force (none under FIFO, which

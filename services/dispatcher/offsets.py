@@ -71,6 +71,11 @@ class PartitionOffsets:
         """The offset left the read-ahead: its outcome is being worked on."""
         self._started.add(offset)
 
+    def unstart(self, offset: int) -> None:
+        """The offset is back in the read-ahead (its call preempted): waiting, not being worked on,
+        so an adoption of the partition does not take it for running."""
+        self._started.discard(offset)
+
     def adopt(self, previous: PartitionOffsets) -> None:
         """Take over this member's own previous assignment of the same partition (an eager
         rebalance revokes everything, then hands most partitions back): what it completed beyond

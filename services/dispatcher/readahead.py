@@ -125,6 +125,13 @@ class ReadAhead:
         if self._lending is not None:
             self._lending.arrived(work.scheduling_tier, work.created_at_ms)
 
+    def put_back(self, work: Work) -> None:
+        """`work`'s call was preempted (``preemption.py``): it waits again where it waited, ahead of
+        the newer requests of its tier, with its deadline and age (it is not a new arrival: the
+        forecast does not count it again)."""
+        self._queues[work.scheduling_tier].put_back(work)
+        self._count(work, 1)
+
     def demand(
         self, gates: Mapping[Tier, Callable[[str], bool]] | None = None, now_ms: int | None = None
     ) -> Demand:

@@ -19,12 +19,14 @@ since the minute moving on and a breaker's pause ending wake nobody.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Literal
 
 from inferq.dispatcher.execution import Execution
 from inferq.dispatcher.models import ModelChoice
 from inferq.dispatcher.next_start import NextStart
 from inferq.dispatcher.parts import Budgets, CallPolicy, HeldBacklog, Instruments
+from inferq.dispatcher.preempting import Preemptor
 from inferq.dispatcher.rate_budget import CHARS_PER_TOKEN, Charge, estimate_tokens
 from inferq.dispatcher.rate_ledger import RateLedger
 from inferq.dispatcher.routing import Route
@@ -47,8 +49,11 @@ class Starter:
         held: HeldBacklog,
         execution: Execution,
         instruments: Instruments,
+        preemptor: Preemptor | None = None,
     ) -> None:
         self._next = next_start
+        # Cancels a lent call when a higher tier waits and no slot is free (None: none preemptible).
+        self._preemptor = preemptor
         self._pool = budgets.pool
         self._pool_is_shared = budgets.pool_is_shared
         self._budget = budgets.budget
@@ -92,6 +97,7 @@ class Starter:
             budget = self._budget.effective
             tier = self._next.tier(in_use, budget, self._clock_ms())
             if tier is None:
+                self._preempt(in_use, budget)
                 return True
             route = self._route(tier)
             if route is None:
@@ -120,6 +126,17 @@ class Starter:
             call = self._execution.call(start.work, lease, route, charge, probe=probe)
             self._inflight.begin(start.work, call, "call")
         return True
+
+    def _preempt(self, in_use: Mapping[Tier, int], budget: int) -> None:
+        """Free a slot lent below a waiting higher tier (it comes back, and wakes the starter, once
+        the cancelled call has ended)."""
+        if self._preemptor is not None:
+            self._preemptor.preempt(
+                in_use=in_use,
+                waiting=self._next.waiting_by_tier(),
+                window=self._next.window_for(budget),
+                budget=budget,
+            )
 
     def _route(self, tier: Tier) -> Route | None:
         """The backend the request `tier` would start calls (its last attempt never a probe, unless

@@ -98,6 +98,19 @@ class ChunkStream:
             await self._task
         return self.failure
 
+    def withdraw(self) -> bool:
+        """Stop at once, before any chunk is handed to the producer (the call is preempted): the
+        gathered tokens are dropped and the flusher cancelled. False, and nothing changes, when a
+        chunk has been handed over already (a caller may have seen tokens)."""
+        if self.started:
+            return False
+        self._closing = True
+        self._buffer.clear()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()  # it holds no chunk yet: nothing to wait for
+        return True
+
     async def abort(self) -> None:
         """Stop writing: gathered tokens are dropped (a chunk being written may still land)."""
         self._closing = True

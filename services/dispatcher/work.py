@@ -30,6 +30,8 @@ class Work:
     reply_topic: str | None = None
     # The trace context its record's headers carried (None when tracing is off or there was none).
     trace: Context | None = None
+    # Times its call was preempted and it went back to waiting (``preemption.py``; this process's).
+    preemptions: int = 0
 
     @property
     def request_id(self) -> str:
@@ -73,6 +75,11 @@ class Work:
     def begin(self) -> None:
         """The request left the read-ahead: it is being called, expired or evicted."""
         self.offsets.start(self.offset)
+
+    def wait_again(self) -> None:
+        """Its call was preempted: it waits again, its offset not being worked on (nor committed)."""
+        self.preemptions += 1
+        self.offsets.unstart(self.offset)
 
     def done(self) -> None:
         """The outcome is durably written: the offset may be committed."""

@@ -284,6 +284,7 @@ class HeldBackend:
         self.calls: list[tuple[list[dict[str, str]], dict[str, Any]]] = []  # messages, params
         self.output = "hi"
         self.in_flight = 0
+        self.most_in_flight = 0  # the most calls it ran at once
         self.failure: BackendError | None = None
         # A streamed call: these pieces, one by one; with `stream_failure` (n, error), the call
         # fails with `error` after handing over n pieces.
@@ -312,6 +313,7 @@ class HeldBackend:
         self.models.append(model)
         self.calls.append((messages, params))
         self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
             if self._held_models is None or model in self._held_models:
                 await self._released.wait()

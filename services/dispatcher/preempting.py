@@ -1,0 +1,155 @@
+"""Preempting: the running calls of this process, and the cancelling of the one ``preemption.py`` names.
+
+`Execution` registers each backend call as it starts (`running`) and forgets it when it ends
+(`ended`); the starter, when the scheduler says wait while work waits, asks `preempt`. Cancelling
+is synchronous and takes back only what has not reached anyone: a call whose answer has arrived
+(its task done) is left alone, and a streamed call is first withdrawn from its chunk stream, which
+refuses once a chunk has been handed to the producer. The cancelled task closes the HTTP connection
+(the backend stops generating); `Execution` then sees the call ended cancelled and, instead of an
+outcome, hands the request back (`wait_again`): into the read-ahead at its place, its offset still
+uncommitted, its token released only after, once the call's task has ended.
+
+The discarded tokens are counted from the pieces a streamed call had received, or estimated for
+one that was not streamed: the call's elapsed time x its request's token estimate
+(``starting.request_cost``) / its tier's typical call time (``call_times.py``), at most the estimate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from inferq.dispatcher.metrics import DispatcherMetrics
+from inferq.dispatcher.preemption import RunningCall, choose_victim
+from inferq.dispatcher.readahead import ReadAhead
+from inferq.dispatcher.schedule import Window
+from inferq.dispatcher.streaming import ChunkStream
+from inferq.dispatcher.work import Work
+from inferq.messaging.tiers import Tier
+
+
+@dataclass
+class Call:
+    """One running backend call as `Execution` registered it."""
+
+    key: int
+    work: Work
+    # The tier its token counts in (a promoted LOW request's is MEDIUM).
+    tier: Tier
+    started_ms: int
+    backend_preemptible: bool
+    task: asyncio.Task[Any]
+    stream: ChunkStream | None
+    # Pieces of a streamed answer received so far.
+    pieces: int = 0
+    cancelled: bool = False
+
+    def view(self) -> RunningCall:
+        return RunningCall(
+            self.key,
+            self.tier,
+            self.started_ms,
+            self.backend_preemptible,
+            self.work.preemptions,
+            chunks_sent=self.stream is not None and self.stream.started,
+            answered=self.task.done(),
+            cancelling=self.cancelled,
+        )
+
+
+class Preemptor:
+    def __init__(
+        self,
+        *,
+        preemptible: frozenset[str],
+        max_preemptions: int,
+        readahead: ReadAhead,
+        metrics: DispatcherMetrics,
+        clock_ms: Callable[[], int],
+        typical_ms: Callable[[Tier], float],
+        estimate: Callable[[Work], int],
+    ) -> None:
+        self._preemptible = preemptible
+        self._max = max_preemptions
+        self._readahead = readahead
+        self._metrics = metrics
+        self._clock_ms = clock_ms
+        self._typical_ms = typical_ms
+        # A request's tokens before its call (``starting.request_cost``).
+        self._estimate = estimate
+        self._calls: dict[int, Call] = {}
+        self._keys = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def running(
+        self,
+        work: Work,
+        tier: Tier,
+        backend: str,
+        task: asyncio.Task[Any],
+        stream: ChunkStream | None,
+    ) -> Call:
+        """A backend call started (`backend`: its backend's name)."""
+        call = Call(
+            next(self._keys),
+            work,
+            tier,
+            self._clock_ms(),
+            backend in self._preemptible,
+            task,
+            stream,
+        )
+        self._calls[call.key] = call
+        return call
+
+    def ended(self, call: Call) -> None:
+        """The call's task ended (however): it holds its slot no more for the decision."""
+        self._calls.pop(call.key, None)
+
+    def preempt(
+        self, *, in_use: Mapping[Tier, int], waiting: Mapping[Tier, int], window: Window, budget: int
+    ) -> bool:
+        """Cancel the call ``preemption.choose_victim`` names, if any; True when one was cancelled."""
+        if not self._preemptible or not self._calls:
+            return False
+        views = [call.view() for call in self._calls.values()]
+        victim = choose_victim(
+            views, in_use=in_use, waiting=waiting, window=window, budget=budget, max_preemptions=self._max
+        )
+        if victim is None:
+            return False
+        return self.cancel(self._calls[victim.key])
+
+    def cancel(self, call: Call) -> bool:
+        """Take the call back if nothing of it has reached anyone: not answered, no chunk handed over."""
+        if call.cancelled or call.task.done():
+            return False
+        if call.stream is not None and not call.stream.withdraw():
+            return False
+        call.cancelled = True
+        call.task.cancel()
+        return True
+
+    def wait_again(self, call: Call) -> None:
+        """The cancelled call's task has ended cancelled: its request waits again as it was, and
+        what it cost is counted. A request of a partition revoked meanwhile is left to its next
+        owner (its offset was never committed), unless this process took the partition back."""
+        work = call.work
+        work.wait_again()
+        streamed = call.stream is not None
+        if streamed:
+            discarded = call.pieces
+        else:
+            elapsed = max(0, self._clock_ms() - call.started_ms)
+            typical = self._typical_ms(work.tier)
+            share = min(1.0, elapsed / typical) if typical > 0 else 1.0
+            discarded = round(share * self._estimate(work))
+        limit_reached = work.preemptions == self._max
+        self._metrics.record_preempted(call.tier, discarded, streamed=streamed, limit_reached=limit_reached)
+        if not work.offsets.revoked or work.offsets.successor is not None:
+            self._readahead.put_back(work)

@@ -1,0 +1,159 @@
+"""Preemption in the running dispatcher (every edge a fake): behind a preemptible backend a brief
+lent a slot gives it back to a chat that finds none free; the brief waits again as it was and is
+answered once, as its first attempt; the backend never runs more calls than the budget; a
+non-preemptible backend keeps the ceilings and cancels nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+from inferq.dispatcher.offsets import PartitionOffsets
+from inferq.dispatcher.preempting import Call, Preemptor
+from inferq.dispatcher.readahead import ReadAhead
+from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
+from inferq.dispatcher.work import Work
+from inferq.messaging.records import Status
+from inferq.messaging.tiers import Tier
+from tests.support.dispatcher_fakes import encoded, rig, running
+from tests.support.kafka import a_request
+from tests.support.loop import in_loop
+from tests.support.waiting import eventually
+
+
+@in_loop
+async def test_a_chat_takes_back_the_slot_lent_to_the_youngest_brief() -> None:
+    r = rig(budget=2, schedule_pin="peak", forecast_lending=False, backend_preemptible=True)
+    r.backend.hold()
+    briefs = [a_request("LOW", messages=[{"role": "user", "content": f"brief {n}"}]) for n in range(2)]
+    chat = a_request("HIGH")
+    async with running(r):
+        r.consumer.produce(r.partition("LOW"), encoded(briefs[0]))
+        await eventually(lambda: r.backend.in_flight == 1, "the first brief runs")
+        r.consumer.produce(r.partition("LOW"), encoded(briefs[1]))
+        # Lent without foresight: the second brief takes the slot past LOW's ceiling of 1.
+        await eventually(lambda: r.backend.in_flight == 2, "both briefs run")
+        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await eventually(lambda: len(r.backend.calls) == 3 and r.backend.in_flight == 2, "the chat runs")
+        started = [messages[0]["content"] for messages, _ in r.backend.calls]
+        r.backend.release()
+        await eventually(lambda: len(r.results()) == 3, "every answer")
+        await eventually(
+            lambda: r.consumer.committed_offset(r.partition("LOW")) == 2, "the briefs' offsets committed"
+        )
+    results = r.results()
+    assert {rid: res.status for rid, res in results.items()} == {
+        briefs[0].request_id: Status.OK,
+        briefs[1].request_id: Status.OK,
+        chat.request_id: Status.OK,
+    }
+    # The youngest brief was cancelled and called again; the older one ran once, undisturbed.
+    contents = [messages[0]["content"] for messages, _ in r.backend.calls]
+    assert started[:2] == ["brief 0", "brief 1"] and contents.count("brief 1") == 2
+    assert contents.count("brief 0") == 1
+    # Not a failed attempt: nothing went to the retry topic, and the answer is its first attempt's.
+    assert r.producer.on(r.topics.retry) == []
+    assert results[briefs[1].request_id].attempts == 1
+    # Never two calls in one slot: the cancelled call ended before its token started the chat.
+    assert r.backend.most_in_flight == 2
+
+
+@in_loop
+async def test_without_a_preemptible_backend_the_chat_waits_and_the_ceiling_holds() -> None:
+    r = rig(budget=2, schedule_pin="peak", forecast_lending=False)
+    r.backend.hold()
+    briefs = [a_request("LOW", messages=[{"role": "user", "content": f"brief {n}"}]) for n in range(2)]
+    chat = a_request("HIGH")
+    async with running(r):
+        for brief in briefs:
+            r.consumer.produce(r.partition("LOW"), encoded(brief))
+        await eventually(lambda: r.backend.in_flight == 1, "one brief runs")
+        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await eventually(lambda: r.backend.in_flight == 2, "the chat runs beside it")
+        r.backend.release()
+        await eventually(lambda: len(r.results()) == 3, "every answer")
+    assert len(r.backend.calls) == 3
+
+
+def a_work(offsets: PartitionOffsets, offset: int) -> Work:
+    return Work(a_request("LOW"), Tier.LOW, offsets, offset)
+
+
+def test_a_request_waiting_again_is_not_committed_past_nor_adopted_as_running() -> None:
+    offsets = PartitionOffsets("unit-low", 0)
+    works = [a_work(offsets, o) for o in (0, 1, 2)]
+    for work in works:
+        offsets.track(work.offset)
+        work.begin()
+    works[0].done()
+    works[2].done()
+    works[1].wait_again()
+    assert offsets.committable() == 1
+    assert works[1].preemptions == 1
+    offsets.revoked = True
+    again = PartitionOffsets("unit-low", 0)
+    again.adopt(offsets)
+    assert not again.handled_already(1)  # redone by the next assignment, not taken for running
+    assert again.handled_already(2)
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.preempted: list[tuple[Tier, int, bool, bool]] = []
+
+    def record_preempted(self, tier: Tier, tokens: int, *, streamed: bool, limit_reached: bool) -> None:
+        self.preempted.append((tier, tokens, streamed, limit_reached))
+
+
+def a_preemptor(metrics: _Metrics, now: list[int]) -> Preemptor:
+    return Preemptor(
+        preemptible=frozenset({"default"}),
+        max_preemptions=1,
+        readahead=ReadAhead(promotion_age_ms=10**9),
+        metrics=metrics,  # type: ignore[arg-type]
+        clock_ms=lambda: now[0],
+        typical_ms=lambda tier: 1000.0,
+        estimate=lambda work: 400,
+    )
+
+
+@in_loop
+async def test_a_call_whose_answer_arrived_or_that_streamed_a_chunk_is_not_taken_back() -> None:
+    metrics, now = _Metrics(), [0]
+    preemptor = a_preemptor(metrics, now)
+    offsets = PartitionOffsets("unit-low", 0)
+    answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done = asyncio.ensure_future(answered)
+    answered.set_result(None)
+    await asyncio.sleep(0)
+    call = preemptor.running(a_work(offsets, 0), Tier.LOW, "default", done, None)  # type: ignore[arg-type]
+    assert not preemptor.cancel(call)  # the answer is in: its outcome is written, once
+
+    async def sink(seq: int, delta: object) -> None:
+        return None
+
+    stream = ChunkStream(sink, ChunkPolicy())  # type: ignore[arg-type]
+    stream.started = True
+    hanging = asyncio.ensure_future(asyncio.Event().wait())
+    streamed = preemptor.running(a_work(offsets, 1), Tier.LOW, "default", hanging, stream)  # type: ignore[arg-type]
+    assert not preemptor.cancel(streamed) and not hanging.cancelled()
+    hanging.cancel()
+
+
+@in_loop
+async def test_the_cost_is_counted_and_the_limit_reported_once() -> None:
+    metrics, now = _Metrics(), [0]
+    preemptor = a_preemptor(metrics, now)
+    offsets = PartitionOffsets("unit-low", 0)
+    offsets.track(0)
+    work = a_work(offsets, 0)
+    hanging = asyncio.ensure_future(asyncio.Event().wait())
+    call: Call = preemptor.running(work, Tier.LOW, "default", hanging, None)  # type: ignore[arg-type]
+    now[0] = 250
+    assert preemptor.cancel(call)
+    assert not preemptor.cancel(call)  # one cancellation per call
+    await asyncio.sleep(0)
+    assert hanging.cancelled()
+    preemptor.ended(call)
+    preemptor.wait_again(call)
+    # Not streamed: a quarter of its tier's typical time x its 400-token estimate; limit 1 reached.
+    assert metrics.preempted == [(Tier.LOW, 100, False, True)]
