@@ -251,8 +251,9 @@ def bootstrap(
         stop,
         RecordSigner(tenants.registry.service_record_keys),
     )
-    next_start = NextStart(held.readahead, scheduler)
     preemptor = preemptor_of(settings, scheduler, held.readahead, instruments, times)
+    limit = settings.max_preemptions if preemptor is not None else None
+    next_start = NextStart(held.readahead, scheduler, max_preemptions=limit)
     execution = Execution(
         calls=calls,
         budgets=budgets,

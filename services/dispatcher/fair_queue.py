@@ -80,6 +80,11 @@ class FairQueue:
         flow.insert(at, work)
         self._len += 1
 
+    def head(self, tenant: str) -> Work | None:
+        """`tenant`'s oldest waiting request (the next of its flow), if any."""
+        flow = self._flows.get(tenant)
+        return flow[0] if flow else None
+
     def heads(self, may_start: Callable[[str], bool]) -> tuple[int, int | None]:
         """How many requests may start (their tenant is not at its cap), and the oldest head's
         creation time among those flows."""

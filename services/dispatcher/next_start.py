@@ -14,7 +14,7 @@ takes it at once. `inferq.tools.analysis` replays traces through this very class
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inferq.dispatcher.policies import Scheduler
 from inferq.dispatcher.readahead import ReadAhead
@@ -34,9 +34,15 @@ class Start:
 
 
 class NextStart:
-    def __init__(self, readahead: ReadAhead, scheduler: Scheduler) -> None:
+    def __init__(
+        self, readahead: ReadAhead, scheduler: Scheduler, max_preemptions: int | None = None
+    ) -> None:
         self._readahead = readahead
         self._scheduler = scheduler
+        # With preemption: a request preempted this many times is lent no slot past its ceiling.
+        self._max_preemptions = max_preemptions
+        # The tiers the last `tier` decision found at or past their ceilings (a start is lent).
+        self._lent: frozenset[Tier] = frozenset()
         # Per tier, which tenants the last `tier` decision let start (None: those below their cap).
         self._gates: dict[Tier, Callable[[str], bool]] | None = None
         # The requests per tier that could start at the last `tier` decision.
@@ -56,7 +62,16 @@ class NextStart:
         self._waiting = demand.waiting
         if not any(demand.waiting.values()):
             return None
+        if self._max_preemptions is not None:
+            window = self._scheduler.window_for(budget)
+            self._lent = frozenset(t for t in Tier if in_use.get(t, 0) >= window.limits[t].ceiling)
+            lendable = self._readahead.demand(self._lendable_gates(self._max_preemptions)).waiting
+            demand = replace(demand, lendable=lendable)
         return self._scheduler.next_tier(in_use, demand, budget)
+
+    def _lendable_gates(self, max_preemptions: int) -> dict[Tier, Callable[[str], bool]]:
+        gates = self._gates or dict.fromkeys(Tier, self._readahead.may_start)
+        return self._readahead.lendable_gates(gates, max_preemptions)
 
     def peek(self, tier: Tier) -> Work | None:
         """The request `take` would remove now (after `tier` named `tier`), left waiting: what the
@@ -86,6 +101,9 @@ class NextStart:
         """Remove the next request waiting as `tier` (its tenant's turn by fair share, below its
         concurrency cap); None if there is none (its partition was revoked meanwhile). A request
         that will be called counts against its tenant's cap until `ended` is called for it."""
+        if self._max_preemptions is not None and tier in self._lent:
+            # A lent start: not a request preempted too often.
+            self._gates = self._lendable_gates(self._max_preemptions)
         gates, self._gates = self._gates, None
         work = self._readahead.pop(tier, gates[tier] if gates is not None else None)
         if work is None:

@@ -58,6 +58,9 @@ class Demand:
     waiting: Mapping[Tier, int]
     oldest_enqueued_ms: Mapping[Tier, int | None]
     outlook: Outlook | None = None
+    # Of `waiting`, the requests that may be lent a slot past their tier's ceiling behind a
+    # preemptible backend (not preempted `max_preemptions` times); None: all of them.
+    lendable: Mapping[Tier, int] | None = None
 
     @classmethod
     def counts(cls, **waiting: int) -> Demand:
@@ -132,7 +135,12 @@ class TieredScheduler(_ScheduledPolicy):
             if idle_low and window.low_idle_ceiling is not None:
                 ceiling = max(ceiling, window.low_idle_ceiling)
             if tier in self._preemptible and tier is not Tier.HIGH:
-                return tier  # lent past its ceiling; preemption takes it back when needed
+                # Lent past its ceiling, preemption takes it back when needed; but not to a request
+                # preempted too often (`lendable`), which waits within its tier's share.
+                borrowing = in_use.get(tier, 0) >= window.limits[tier].ceiling
+                if not borrowing or demand.lendable is None or demand.lendable.get(tier, 0) > 0:
+                    return tier
+                continue
             past_ceiling = in_use.get(tier, 0) >= ceiling
             into_headroom = tier is not Tier.HIGH and not idle_low and free - 1 < headroom
             if into_headroom or (past_ceiling and not self._lend(tier, free, demand)):

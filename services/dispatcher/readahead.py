@@ -117,6 +117,24 @@ class ReadAhead:
 
         return {t: gate(t) for t in Tier}
 
+    def lendable_gates(
+        self, gates: Mapping[Tier, Callable[[str], bool]], max_preemptions: int
+    ) -> dict[Tier, Callable[[str], bool]]:
+        """`gates` narrowed to the tenants whose next request may be lent a slot past its tier's
+        ceiling: preempted fewer than `max_preemptions` times (one that was preempted that often
+        waits within its tier's share, and the tenant's newer requests behind it)."""
+
+        def narrowed(tier: Tier) -> Callable[[str], bool]:
+            queue, gate = self._queues[tier], gates[tier]
+
+            def may_start(tenant: str) -> bool:
+                head = queue.head(tenant)
+                return gate(tenant) and head is not None and head.preemptions < max_preemptions
+
+            return may_start
+
+        return {t: narrowed(t) for t in Tier}
+
     def add(self, work: Work) -> None:
         self._queues[work.scheduling_tier].append(work)
         self._count(work, 1)

@@ -1,14 +1,20 @@
 """Lending without foresight: behind a preemptible backend LOW and MEDIUM take every idle slot (no
 headroom kept, no forecast asked); the tiers above lose nothing, since the floors come first and a
-lent slot is taken back by preemption. Without one, the ceilings and the headroom hold as before."""
+lent slot is taken back by preemption. Without one, the ceilings and the headroom hold as before. A
+request preempted `max_preemptions` times is lent nothing more: it waits within its tier's share."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from inferq.dispatcher.next_start import NextStart
+from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.policies import Demand, TieredScheduler, build_scheduler
+from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.schedule import Schedule
+from inferq.dispatcher.work import Work
 from inferq.messaging.tiers import Tier
+from tests.support.kafka import a_request
 
 PEAK = Schedule.default(10).pin("peak")
 
@@ -59,3 +65,28 @@ def test_the_baselines_ignore_it() -> None:
     while (tier := static.next_tier(used, Demand(waiting, dict.fromkeys(Tier)), 10)) is not None:
         used[tier] += 1
     assert used[Tier.LOW] == 1
+
+
+def a_low(tenant: str, preemptions: int, offset: int) -> Work:
+    work = Work(a_request("LOW", tenant=tenant), Tier.LOW, PartitionOffsets("unit-low", 0), offset)
+    work.preemptions = preemptions
+    return work
+
+
+def test_a_request_preempted_max_times_is_lent_no_slot_past_its_ceiling() -> None:
+    readahead = ReadAhead(promotion_age_ms=10**9)
+    starts = NextStart(readahead, scheduler(Tier.LOW), max_preemptions=3)
+    worn = a_low("a", 3, 0)
+    readahead.add(worn)
+    # LOW holds its ceiling (1 at peak): the slot past it is not lent to a request preempted 3 times.
+    assert starts.tier({Tier.LOW: 1}, 10) is None
+    # A fresh request of another tenant may borrow it, and is the one taken.
+    fresh = a_low("b", 0, 1)
+    readahead.add(fresh)
+    assert starts.tier({Tier.LOW: 1}, 10) is Tier.LOW
+    taken = starts.take(Tier.LOW, 0)
+    assert taken is not None and taken.work is fresh
+    # Within its tier's share it starts as any other.
+    assert starts.tier({}, 10) is Tier.LOW
+    taken = starts.take(Tier.LOW, 0)
+    assert taken is not None and taken.work is worn
