@@ -12,7 +12,8 @@ Where things are::
     record_rules.py    what a record from Kafka may not claim: clamped, refused (DLQ + FAILED) or poison
     pausing.py         back-pressure: full tiers and held-back retry partitions paused
     next_start.py      what starts next (pure; the simulator uses it too)
-    starting.py        the starter: NextStart around the token pool
+    starting.py        the starter: NextStart around the token pool; asks preemption when it must wait
+    preempting.py      the running calls; cancels the one preemption.py names, hands its request back
     execution.py       the backend call, adaptive feedback, the retry decision, the outcome
     writer.py          produce durably (or to the DLQ when a topic refuses for good), then complete the offset
     checkpoint.py      commits and rebalances (adoption, done-beyond-commit metadata)
@@ -22,8 +23,8 @@ Where things are::
     kafka_consumer.py  its aiokafka implementation
 
 Pure pieces beside them: ``waiting`` (the read-ahead), ``policies``/``schedule`` (the scheduler),
-``forecast`` (lending past the ceilings), ``call_times`` (call times learned online), ``offsets``,
-``retries``, ``adaptive``, ``eviction``, ``poison``, ``models``, ``outcomes``, ``rate_budget`` (the
+``forecast`` (lending past the ceilings), ``preemption`` (which lent call gives its slot back),
+``call_times`` (call times learned online), ``offsets``, ``retries``, ``adaptive``, ``eviction``, ``poison``, ``models``, ``outcomes``, ``rate_budget`` (the
 per-minute limits); the token pools in ``tokens``, the rate budget as a start uses it in
 ``rate_ledger`` (one process's, or the group's in ``shared_rate``); errors in ``errors``.
 """

@@ -162,7 +162,8 @@ class DispatcherSettings(RenamingSettings):
     forecast_lending: bool = True
     """A tier may borrow a slot past its ceiling (or into the HIGH headroom) when the forecast of the
     higher tiers' arrivals over the call's expected time leaves them free slots
-    (services/dispatcher/forecast.py); never into HIGH's headroom. Off: the schedule's ceilings alone."""
+    (services/dispatcher/forecast.py); never into HIGH's headroom. Off: the schedule's ceilings alone.
+    A tier whose every backend is preemptible is lent every idle slot instead (no forecast needed)."""
     evict_low_under_pressure: bool = False
     """Shed waiting LOW (answered EVICTED) while HIGH or MEDIUM is over its backlog capacity."""
     pressure_capacity: dict[Tier, int] = Field(default_factory=dict)
