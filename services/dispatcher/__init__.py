@@ -25,6 +25,7 @@ Where things are::
 Pure pieces beside them: ``waiting`` (the read-ahead), ``policies``/``schedule`` (the scheduler),
 ``forecast`` (lending past the ceilings), ``preemption`` (which lent call gives its slot back),
 ``call_times`` (call times learned online), ``offsets``, ``retries``, ``adaptive``, ``eviction``,
-``poison``, ``models``, ``outcomes``, ``rate_budget`` (the per-minute limits); the token pools in ``tokens``, the rate budget as a start uses it in
-``rate_ledger`` (one process's, or the group's in ``shared_rate``); errors in ``errors``.
+``poison``, ``models``, ``outcomes``, ``rate_budget`` (the per-minute limits); the token pools in
+``tokens``, the rate budget as a start uses it in ``rate_ledger`` (one process's, or the group's in
+``shared_rate``); errors in ``errors``.
 """
