@@ -6,15 +6,18 @@ non-preemptible backend keeps the ceilings and cancels nothing."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+from inferq.dispatcher.backend import Completion
 from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.preempting import Call, Preemptor
 from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
 from inferq.dispatcher.work import Work
-from inferq.messaging.records import Status
+from inferq.messaging.codec import chunk_codec
+from inferq.messaging.records import Status, is_chunk
 from inferq.messaging.tiers import Tier
-from tests.support.dispatcher_fakes import encoded, rig, running
+from tests.support.dispatcher_fakes import HeldBackend, encoded, rig, running
 from tests.support.kafka import a_request
 from tests.support.loop import in_loop
 from tests.support.waiting import eventually
@@ -157,3 +160,75 @@ async def test_the_cost_is_counted_and_the_limit_reported_once() -> None:
     preemptor.wait_again(call)
     # Not streamed: a quarter of its tier's typical time x its 400-token estimate; limit 1 reached.
     assert metrics.preempted == [(Tier.LOW, 100, False, True)]
+
+
+@in_loop
+async def test_a_streamed_brief_with_no_chunk_out_is_taken_back_and_its_caller_sees_each_chunk_once() -> None:
+    r = rig(budget=2, schedule_pin="peak", forecast_lending=False, backend_preemptible=True)
+    r.backend.hold()
+    r.backend.pieces = ["a", "b", "c"]
+    briefs = [
+        a_request("LOW", stream=True, messages=[{"role": "user", "content": f"b{n}"}]) for n in range(2)
+    ]
+    chat = a_request("HIGH")
+    async with running(r):
+        r.consumer.produce(r.partition("LOW"), encoded(briefs[0]))
+        await eventually(lambda: r.backend.in_flight == 1, "the first brief runs")
+        r.consumer.produce(r.partition("LOW"), encoded(briefs[1]))
+        await eventually(lambda: r.backend.in_flight == 2, "both briefs run")
+        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await eventually(lambda: len(r.backend.calls) == 3, "the chat runs")
+        r.backend.release()
+        await eventually(lambda: len(r.results()) == 3, "every answer")
+    codec = chunk_codec()
+    chunks = [
+        codec.decode(p.value) for p in r.producer.on(r.topics.results) if is_chunk(list(p.headers.items()))
+    ]
+    preempted = [(c.attempt, c.seq) for c in chunks if c.request_id == briefs[1].request_id]
+    assert len(preempted) == len(set(preempted)) and preempted, preempted  # no chunk twice
+    assert {attempt for attempt, _ in preempted} == {1}
+    assert r.results()[briefs[1].request_id].status is Status.OK
+    assert [messages[0]["content"] for messages, _ in r.backend.calls].count("b1") == 2  # taken back once
+
+
+class StubbornBackend(HeldBackend):
+    """Answers a call even when it is cancelled while held: the answer and the cancel cross."""
+
+    async def complete(
+        self, model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
+    ) -> Completion:
+        try:
+            return await super().complete(model, messages, params, timeout_s=timeout_s)
+        except asyncio.CancelledError:
+            return Completion(
+                output="late", model=model, prompt_tokens=1, completion_tokens=1, total_tokens=2
+            )
+
+
+@in_loop
+async def test_an_answer_that_crosses_the_cancel_is_the_one_outcome() -> None:
+    backend = StubbornBackend()  # the default backend (r.backend is left unused)
+    r = rig(
+        budget=2,
+        schedule_pin="peak",
+        forecast_lending=False,
+        backend_preemptible=True,
+        spares={"default": backend},
+    )
+    backend.hold()
+    briefs = [a_request("LOW", messages=[{"role": "user", "content": f"brief {n}"}]) for n in range(2)]
+    chat = a_request("HIGH")
+    async with running(r):
+        r.consumer.produce(r.partition("LOW"), encoded(briefs[0]))
+        await eventually(lambda: backend.in_flight == 1, "the first brief runs")
+        r.consumer.produce(r.partition("LOW"), encoded(briefs[1]))
+        await eventually(lambda: backend.in_flight == 2, "both briefs run")
+        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await eventually(lambda: briefs[1].request_id in r.results(), "the cancelled brief's late answer")
+        backend.release()
+        await eventually(lambda: len(r.results()) == 3, "every answer")
+    assert r.results()[briefs[1].request_id].output == "late"
+    contents = [messages[0]["content"] for messages, _ in backend.calls]
+    assert contents.count("brief 1") == 1  # answered, so not called again
+    results_of_brief = [p for p in r.producer.on(r.topics.results) if not is_chunk(list(p.headers.items()))]
+    assert len(results_of_brief) == 3
