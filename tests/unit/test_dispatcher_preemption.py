@@ -232,3 +232,25 @@ async def test_an_answer_that_crosses_the_cancel_is_the_one_outcome() -> None:
     assert contents.count("brief 1") == 1  # answered, so not called again
     results_of_brief = [p for p in r.producer.on(r.topics.results) if not is_chunk(list(p.headers.items()))]
     assert len(results_of_brief) == 3
+
+
+def test_a_request_put_back_waits_ahead_of_the_newer_ones_of_its_tier_with_its_deadline() -> None:
+    readahead = ReadAhead(promotion_age_ms=10**9)
+    offsets = PartitionOffsets("unit-low", 0)
+    works = []
+    for n in range(3):
+        request = a_request("LOW", created_at_ms=1_000 + n, expire_at_ms=60_000 + n)
+        works.append(Work(request, Tier.LOW, offsets, n))
+        readahead.add(works[-1])
+    first, second = readahead.pop(Tier.LOW), readahead.pop(Tier.LOW)
+    assert (first, second) == (works[0], works[1])
+    readahead.put_back(works[1])
+    readahead.put_back(works[0])
+    assert readahead.held(Tier.LOW) == 3
+    again = [readahead.pop(Tier.LOW) for _ in range(3)]
+    assert again == works
+    assert [(w.created_at_ms, w.expire_at_ms) for w in again] == [
+        (1_000, 60_000),
+        (1_001, 60_001),
+        (1_002, 60_002),
+    ]
