@@ -5,10 +5,12 @@ a call that may not be cancelled, never more cancellations than slots needed; th
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
+from inferq.dispatcher.policies import Demand, TieredScheduler
 from inferq.dispatcher.preemption import RunningCall, ceiling_of, choose_victim
 from inferq.dispatcher.schedule import Schedule, Window
 from inferq.messaging.tiers import Tier
@@ -174,3 +176,55 @@ def test_cancellations_never_outnumber_the_slots_needed(high: int, n_high: int) 
         assert cancelled <= high
     lent = BUDGET - n_high - ceiling_of(PEAK, Tier.LOW, BUDGET)
     assert cancelled == min(high, max(0, lent))
+
+
+EVENT = st.tuples(st.sampled_from(["arrive", "answer", "freed"]), TIER, st.integers(0, 1000))
+
+
+@given(st.lists(EVENT, max_size=80), st.sampled_from(["peak", "normal", "night"]))
+@example(
+    [("arrive", Tier.LOW, 0)] * BUDGET + [("arrive", Tier.HIGH, 0)] * 3 + [("freed", Tier.LOW, 0)], "peak"
+)
+def test_with_the_scheduler_the_budget_holds_while_slots_are_being_freed(
+    events: list[tuple[str, Tier, int]], window_name: str
+) -> None:
+    """The scheduler lending every idle slot to LOW and MEDIUM and the decision taking them back,
+    one event at a time (an arrival, an answer, a cancelled call's slot coming back late): the
+    calls never exceed the budget, never is HIGH or a call within its share cancelled, and the
+    calls being cancelled never outnumber the higher tiers' waiting requests."""
+    schedule = Schedule.default(BUDGET).pin(window_name)
+    window = schedule.window_at(None)  # type: ignore[arg-type]
+    policy = TieredScheduler(schedule, preemptible=(Tier.MEDIUM, Tier.LOW))
+    waiting = dict.fromkeys(Tier, 0)
+    calls: list[RunningCall] = []
+    clock = 0
+    for kind, tier, pick in events:
+        clock += 1
+        live = [c for c in calls if not c.cancelling]
+        if kind == "arrive":
+            waiting[tier] += 1
+        elif kind == "answer" and live:
+            calls.remove(live[pick % len(live)])
+        elif kind == "freed" and len(live) < len(calls):
+            cancelling = [c for c in calls if c.cancelling]
+            gone = cancelling[pick % len(cancelling)]
+            calls.remove(gone)
+            waiting[gone.tier] += 1  # it waits again
+        while True:
+            in_use = in_use_of(calls)
+            started = policy.next_tier(in_use, Demand(dict(waiting), dict.fromkeys(Tier)), BUDGET)
+            if started is not None:
+                waiting[started] -= 1
+                calls.append(call(clock * 100 + len(calls), started, clock))
+                continue
+            victim = choose_victim(
+                calls, in_use=in_use, waiting=waiting, window=window, budget=BUDGET, max_preemptions=MAX
+            )
+            if victim is None:
+                break
+            assert victim.tier is not Tier.HIGH
+            live_of_tier = sum(1 for c in calls if c.tier is victim.tier and not c.cancelling)
+            assert live_of_tier > ceiling_of(window, victim.tier, BUDGET)
+            calls = [replace(c, cancelling=True) if c.key == victim.key else c for c in calls]
+        assert len(calls) <= BUDGET
+        assert sum(1 for c in calls if c.cancelling) <= waiting[Tier.HIGH] + waiting[Tier.MEDIUM]
