@@ -584,10 +584,13 @@ def low_eviction(
 
 
 def describer(settings: DispatcherSettings, scheduler: Scheduler) -> Callable[[], str]:
+    preemptible = sorted(preemptible_backends(settings)) if scheduler.name == "inferq" else []
+    preemption = f", preemptible backends {', '.join(preemptible)}" if preemptible else ""
+
     def describe() -> str:
         return (
             f"dispatcher {settings.dispatcher_id}: policy {scheduler.name}, budget {settings.budget}, "
-            f"window {scheduler.window().name}"
+            f"window {scheduler.window().name}{preemption}"
         )
 
     return describe
