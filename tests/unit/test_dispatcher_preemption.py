@@ -254,3 +254,36 @@ def test_a_request_put_back_waits_ahead_of_the_newer_ones_of_its_tier_with_its_d
         (1_001, 60_001),
         (1_002, 60_002),
     ]
+
+
+@in_loop
+async def test_a_brief_at_the_preemption_limit_waits_within_its_share_while_a_fresh_one_borrows() -> None:
+    r = rig(
+        budget=2,
+        schedule_pin="peak",
+        forecast_lending=False,
+        backend_preemptible=True,
+        max_preemptions=1,
+        tenant_headroom_slots=0,  # two tenants: no slot kept for the other's chats
+    )
+    r.backend.hold("inferq-cheap")  # briefs hang; the chat answers at once
+    briefs = [a_request("LOW", messages=[{"role": "user", "content": f"brief {n}"}]) for n in range(2)]
+    # Another tenant's: a tenant's newer requests wait behind its request at the limit (its order).
+    briefs.append(a_request("LOW", tenant="other", messages=[{"role": "user", "content": "brief 2"}]))
+    async with running(r):
+        r.consumer.produce(r.partition("LOW"), encoded(briefs[0]))
+        await eventually(lambda: r.backend.in_flight == 1, "the first brief runs")
+        r.consumer.produce(r.partition("LOW"), encoded(briefs[1]))
+        await eventually(lambda: r.backend.in_flight == 2, "both briefs run")
+        chat = a_request("HIGH")
+        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await eventually(lambda: chat.request_id in r.results(), "the chat's answer")
+        # Brief 1, preempted once (the limit), is lent no slot past LOW's ceiling (brief 0 holds it);
+        # a newer brief of another tenant, never preempted, borrows the free slot instead.
+        r.consumer.produce(r.partition("LOW"), encoded(briefs[2]))
+        await eventually(lambda: r.backend.in_flight == 2, "the newer brief borrows the slot")
+        contents = [messages[0]["content"] for messages, _ in r.backend.calls]
+        r.backend.release()
+        await eventually(lambda: len(r.results()) == 4, "every answer")
+    assert contents[3:] == ["brief 2"], contents
+    assert [messages[0]["content"] for messages, _ in r.backend.calls].count("brief 1") == 2
