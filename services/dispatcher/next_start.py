@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from inferq.dispatcher.policies import Scheduler
+from inferq.dispatcher.policies import Demand, Scheduler
 from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.schedule import Window
 from inferq.dispatcher.work import Work
@@ -83,6 +83,13 @@ class NextStart:
         """The requests per tier that could start at the last `tier` decision (what preemption
         serves when it said wait)."""
         return self._waiting
+
+    def would_start(
+        self, in_use: Mapping[Tier, int], waiting: Mapping[Tier, int], budget: int
+    ) -> Tier | None:
+        """The tier the scheduler would start with `waiting` requests per tier (no forecast asked):
+        preemption checks that a freed slot goes above the call it cancels."""
+        return self._scheduler.next_tier(in_use, Demand(waiting, dict.fromkeys(Tier)), budget)
 
     def window_for(self, budget: int) -> Window:
         """The scheduler's window in force, squeezed to `budget`."""

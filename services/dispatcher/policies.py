@@ -24,7 +24,9 @@ Policies:
   a cluster finds free.
   **Lending without foresight**: the tiers in `preemptible` (every backend they call frees its slot
   when the client hangs up) may take every idle slot past their ceilings, the headroom included,
-  with no forecast: a lent slot is taken back by preemption when a higher tier needs it.
+  with no forecast: a lent slot is taken back by preemption when a higher tier needs it. While such
+  a tier holds lent slots, a tier above it that is not preemptible may take the headroom too (HIGH
+  takes the lent slots back), so lending below never shuts it out.
 - `StaticScheduler` (hard slots, e.g. the peak split 6/3/1): each tier capped at its floor, nothing
   lent. A baseline.
 - `FifoScheduler`: one queue in arrival order under the global budget. A baseline.
@@ -142,11 +144,23 @@ class TieredScheduler(_ScheduledPolicy):
                     return tier
                 continue
             past_ceiling = in_use.get(tier, 0) >= ceiling
-            into_headroom = tier is not Tier.HIGH and not idle_low and free - 1 < headroom
+            # The headroom is kept for HIGH; a preemptible tier below holding lent slots keeps it
+            # instead (HIGH takes those back), else it would take every slot this tier may not.
+            into_headroom = (
+                tier is not Tier.HIGH
+                and not idle_low
+                and free - 1 < headroom
+                and not self._lent_below(tier, window, in_use)
+            )
             if into_headroom or (past_ceiling and not self._lend(tier, free, demand)):
                 continue
             return tier
         return None
+
+    def _lent_below(self, tier: Tier, window: Window, in_use: Mapping[Tier, int]) -> bool:
+        """A preemptible tier below `tier` holds slots past its ceiling."""
+        below = TIERS_BY_PRIORITY[TIERS_BY_PRIORITY.index(tier) + 1 :]
+        return any(t in self._preemptible and in_use.get(t, 0) > window.limits[t].ceiling for t in below)
 
     @staticmethod
     def _past_ceiling_below(window: Window, in_use: Mapping[Tier, int]) -> dict[Tier, bool]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,9 @@ from inferq.dispatcher.schedule import Window
 from inferq.dispatcher.streaming import ChunkStream
 from inferq.dispatcher.work import Work
 from inferq.messaging.tiers import Tier
+
+# The tier the scheduler would start next given tokens in use and waiting requests per tier.
+NextTier = Callable[[Mapping[Tier, int], Mapping[Tier, int]], Tier | None]
 
 
 @dataclass
@@ -112,9 +116,18 @@ class Preemptor:
         self._calls.pop(call.key, None)
 
     def preempt(
-        self, *, in_use: Mapping[Tier, int], waiting: Mapping[Tier, int], window: Window, budget: int
+        self,
+        *,
+        in_use: Mapping[Tier, int],
+        waiting: Mapping[Tier, int],
+        window: Window,
+        budget: int,
+        next_tier: NextTier,
     ) -> bool:
-        """Cancel the call ``preemption.choose_victim`` names, if any; True when one was cancelled."""
+        """Cancel the call ``preemption.choose_victim`` names, if any, and if the scheduler
+        (`next_tier`) would give its slot to a tier above the victim's once the slots being freed
+        are back (and the victim's request waits again): a freed slot the victim's own tier would
+        take again is not worth its tokens. True when one was cancelled."""
         if not self._preemptible or not self._calls:
             return False
         views = [call.view() for call in self._calls.values()]
@@ -122,6 +135,12 @@ class Preemptor:
             views, in_use=in_use, waiting=waiting, window=window, budget=budget, max_preemptions=self._max
         )
         if victim is None:
+            return False
+        freed = Counter(c.tier for c in views if c.cancelling or c.key == victim.key)
+        after = {t: max(0, in_use.get(t, 0) - freed[t]) for t in Tier}
+        waiting_after = {t: waiting.get(t, 0) + freed[t] for t in Tier}
+        taker = next_tier(after, waiting_after)
+        if taker is None or taker.rank >= victim.tier.rank:
             return False
         return self.cancel(self._calls[victim.key])
 

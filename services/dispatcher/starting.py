@@ -136,6 +136,7 @@ class Starter:
                 waiting=self._next.waiting_by_tier(),
                 window=self._next.window_for(budget),
                 budget=budget,
+                next_tier=lambda after, waiting: self._next.would_start(after, waiting, budget),
             )
 
     def _route(self, tier: Tier) -> Route | None:

@@ -12,6 +12,7 @@ from inferq.dispatcher.backend import Completion
 from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.preempting import Call, Preemptor
 from inferq.dispatcher.readahead import ReadAhead
+from inferq.dispatcher.schedule import Schedule
 from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
 from inferq.dispatcher.work import Work
 from inferq.messaging.codec import chunk_codec
@@ -287,3 +288,31 @@ async def test_a_brief_at_the_preemption_limit_waits_within_its_share_while_a_fr
         await eventually(lambda: len(r.results()) == 4, "every answer")
     assert contents[3:] == ["brief 2"], contents
     assert [messages[0]["content"] for messages, _ in r.backend.calls].count("brief 1") == 2
+
+
+@in_loop
+async def test_no_call_is_cancelled_for_a_slot_its_own_tier_would_take_again() -> None:
+    metrics, now = _Metrics(), [0]
+    preemptor = a_preemptor(metrics, now)
+    window = Schedule.default(2).pin("peak").window_at(None)  # type: ignore[arg-type]
+    offsets = PartitionOffsets("unit-low", 0)
+    tasks = [asyncio.ensure_future(asyncio.Event().wait()) for _ in range(2)]
+    for n, task in enumerate(tasks):
+        now[0] = n
+        preemptor.running(a_work(offsets, n), Tier.LOW, "default", task, None)
+    asked = {"in_use": {Tier.LOW: 2}, "waiting": {Tier.MEDIUM: 1}, "window": window, "budget": 2}
+    # The scheduler would give the freed slot back to LOW (say MEDIUM may not take the headroom).
+    assert not preemptor.preempt(**asked, next_tier=lambda in_use, waiting: Tier.LOW)  # type: ignore[arg-type]
+    assert not any(t.cancelled() for t in tasks)
+    seen: list[tuple[dict[Tier, int], dict[Tier, int]]] = []
+
+    def to_medium(in_use: dict[Tier, int], waiting: dict[Tier, int]) -> Tier:
+        seen.append((in_use, waiting))
+        return Tier.MEDIUM
+
+    assert preemptor.preempt(**asked, next_tier=to_medium)  # type: ignore[arg-type]
+    await asyncio.sleep(0)
+    assert [t.cancelled() for t in tasks] == [False, True]  # the youngest
+    # Asked with the victim's slot free and its request waiting again.
+    assert seen[0][0][Tier.LOW] == 1 and seen[0][1][Tier.LOW] == 1
+    tasks[0].cancel()

@@ -90,3 +90,12 @@ def test_a_request_preempted_max_times_is_lent_no_slot_past_its_ceiling() -> Non
     assert starts.tier({}, 10) is Tier.LOW
     taken = starts.take(Tier.LOW, 0)
     assert taken is not None and taken.work is worn
+
+
+def test_a_tier_that_is_not_preemptible_takes_the_headroom_while_a_tier_below_holds_lent_slots() -> None:
+    # LOW behind a preemptible backend, MEDIUM not, at its floor (3): LOW lent 5 slots past its
+    # ceiling of 1, one slot free.
+    lending = scheduler(Tier.LOW)
+    assert lending.next_tier({Tier.MEDIUM: 3, Tier.LOW: 6}, Demand.counts(MEDIUM=3), 10) is Tier.MEDIUM
+    # With nothing lent below it, MEDIUM keeps out of the headroom as before.
+    assert lending.next_tier({Tier.HIGH: 5, Tier.MEDIUM: 3, Tier.LOW: 1}, Demand.counts(MEDIUM=3), 10) is None
