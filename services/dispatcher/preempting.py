@@ -1,7 +1,9 @@
 """Preempting: the running calls of this process, and the cancelling of the one ``preemption.py`` names.
 
 `Execution` registers each backend call as it starts (`running`) and forgets it when it ends
-(`ended`); the starter, when the scheduler says wait while work waits, asks `preempt`. Cancelling
+(`ended`); the starter, when the scheduler says wait while work waits, asks `preempt`, which
+cancels the call the decision names only if the scheduler would give its slot to a tier above the
+victim's (no churn for a slot the victim's own tier would take again). Cancelling
 is synchronous and takes back only what has not reached anyone: a call whose answer has arrived
 (its task done) is left alone, and a streamed call is first withdrawn from its chunk stream, which
 refuses once a chunk has been handed to the producer. The cancelled task closes the HTTP connection

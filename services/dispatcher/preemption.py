@@ -24,7 +24,8 @@ Cancelling never starts anything: the cancelled call's token comes back only onc
 ended (``execution.py``), and the starter then asks the scheduler as for any token, which gives it
 to the tier in need (a higher one comes first, and the victim's tier stays at or above its ceiling,
 so it is not below its floor). The budget therefore holds by construction, also while a slot is
-being freed.
+being freed. Before cancelling, ``preempting.py`` asks the scheduler whether the freed slot would
+go to a tier above the victim's (a tier kept out of the HIGH headroom might not take it).
 """
 
 from __future__ import annotations
