@@ -115,9 +115,10 @@ class Execution:
     async def _call(
         self, work: Work, lease: Lease, route: Route, dispatched_at: int, charge: Charge | None, probe: bool
     ) -> None:
-        self._metrics.record_queue_wait(
-            work.tier, (dispatched_at - work.created_at_ms) / 1000, work.request.tenant
-        )
+        if work.preemptions == 0:  # once per request: a preempted one's wait was its first start's
+            self._metrics.record_queue_wait(
+                work.tier, (dispatched_at - work.created_at_ms) / 1000, work.request.tenant
+            )
         model = self._models.model_for(work)
         remaining_s = (work.expire_at_ms - dispatched_at) / 1000
         # A timeout the request's own deadline imposed says the request ran out of time, not that
