@@ -47,6 +47,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a Prometheus that scraped the dispatchers: the effective budget over each run is read from it "
         "and drawn (default $INFERQ_PROMETHEUS_URL; none: not drawn)",
     )
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        default=[],
+        metavar="URL_OR_FILE",
+        help="dispatchers' /metrics pages (URLs or saved files): preemptions, tokens discarded and requests "
+        "at the preemption limit per tier, summed over them (docs/operations.md)",
+    )
     parser.add_argument("--runs-dir", type=Path, default=Path(".inferq/runs"), help="where run records live")
     parser.add_argument("--out", type=Path, help="output folder (default <runs-dir>/<RUN_ID>/report/)")
     parser.add_argument("--timeout", type=float, default=60.0, help="bound of the topic read, seconds")

@@ -25,6 +25,7 @@ from inferq.tools.report.documents import (
 from inferq.tools.report.effective import attach_effective_budget
 from inferq.tools.report.errors import ReportError
 from inferq.tools.report.plots import write_plots
+from inferq.tools.report.preemption import preemption_by_tier, read_pages, render_preemption
 from inferq.tools.report.results_source import ResultsRead, read_results
 from inferq.tools.report.stats import request_counts
 from inferq.tools.report.table import render
@@ -133,6 +134,16 @@ def run_report(args: argparse.Namespace) -> int:
     print(render([(doc.name, doc.summary()) for doc in docs]))
     for note in attach_effective_budget(docs, args.prometheus):
         print(f"note: {note}")
+    if args.metrics:
+        try:
+            preemption = preemption_by_tier(read_pages(args.metrics))
+        except ReportError as exc:
+            print(f"error: {exc}")
+            return 1
+        print(
+            "\n"
+            + (render_preemption(preemption) if preemption else "preemption: none counted by these pages")
+        )
     write_documents(out / "report.json", docs)
     plots = write_plots(docs, out)
     print(f"\nwrote {out / 'report.json'}, " + ", ".join(p.name for p in plots))
