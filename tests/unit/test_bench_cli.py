@@ -68,6 +68,6 @@ def test_the_scheduling_bench_takes_an_analysis_surge_off_by_default(monkeypatch
 
     monkeypatch.setattr("inferq.tools.bench.scheduling.run", run)
     assert main(["bench", "scheduling"]) == 0
-    assert main(["bench", "scheduling", "--surge", "4", "--surge-seconds", "8"]) == 0
-    assert handed == [TraceSpec.from_file(), TraceSpec.from_file(surge=4.0, surge_s=8.0)]
+    assert main(["bench", "scheduling", "--surge", "4", "--surge-seconds", "8", "--surge-at", "0.2"]) == 0
+    assert handed == [TraceSpec.from_file(), TraceSpec.from_file(surge=4.0, surge_s=8.0, surge_at=0.2)]
     assert handed[0].surge == 1

@@ -139,7 +139,7 @@ def test_the_analysis_surge_is_off_by_default_and_leaves_the_other_arrivals_as_t
 def test_with_a_surge_medium_arrives_at_several_times_its_rate_in_the_window() -> None:
     spec = spec_of(surge=4, surge_s=10)
     start, end = spec.surge_window_s()
-    assert (start, end) == (30.0, 40.0)
+    assert (start, end) == (6.0, 16.0)  # from 10% of the trace: while the briefs still drain
     medium = [a.offset_ms / 1000 for a in trace_of(spec) if a.tier is Tier.MEDIUM]
     # The file's own burst (30 analyses at 24 s) is not the surge: outside, the steady arrivals only.
     burst = (24.0, 25.0)
@@ -150,11 +150,12 @@ def test_with_a_surge_medium_arrives_at_several_times_its_rate_in_the_window() -
     # 4x on average; the steady part is clustered, so the seeded draw is near, not at, 4.
     assert 2.5 < inside_rate / outside_rate < 6, (inside, outside)
     described = describe_scheduling(spec, trace_of(spec))
-    assert described["surge_window_s"] == [30.0, 40.0]
+    assert described["surge_window_s"] == [6.0, 16.0]
+    assert spec_of(surge=4, surge_at=0.5, duration_s=30).surge_window_s() == (15.0, 25.0)
     assert "surge_window_s" not in describe_scheduling(spec_of(), trace_of(spec_of()))
 
 
 def test_a_surge_out_of_range_is_refused() -> None:
-    for bad in ({"surge": 0.5}, {"surge": 101}, {"surge": 2, "surge_s": 0}):
+    for bad in ({"surge": 0.5}, {"surge": 101}, {"surge": 2, "surge_s": 0}, {"surge": 2, "surge_at": 1}):
         with pytest.raises(ValueError, match="surge"):
             spec_of(**bad)

@@ -105,8 +105,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "--surge",
             float,
             d.surge,
-            "an analysis surge: MEDIUM at this many times its rate from half-way, for --surge-seconds "
+            "an analysis surge: MEDIUM at this many times its rate from --surge-at, for --surge-seconds "
             "(default 1: none)",
+        ),
+        (
+            "--surge-at",
+            float,
+            d.surge_at,
+            f"when the surge starts, a fraction of the trace (default {d.surge_at:g})",
+            "surge_at",
         ),
         (
             "--surge-seconds",

@@ -5,8 +5,10 @@
   analyses, a dump of briefs at the start); `--compress` multiplies the rates and divides the
   clusters' spread, `--duration` stretches it (the burst stays at its fraction), `--briefs` sizes
   the dump. `--surge X` (off by default, so earlier figures stay comparable) adds an analysis surge:
-  MEDIUM arrives at X times its rate for `--surge-seconds` from the middle of the trace, deadlines as
-  configured (the extra analyses are a burst of the same stream, spread evenly over the window).
+  MEDIUM arrives at X times its rate for `--surge-seconds` from `--surge-at` (a fraction of the
+  trace; by default 10%, while the briefs dumped at the start still drain, so lent slots are busy),
+  deadlines as configured (the extra analyses are a burst of the same stream, spread evenly over the
+  window).
 - fairness: a steady tenant B and a tenant A flooding HIGH and LOW at `flood` x its weighted share
   of each tier's peak slots: share = wA / (wA + wB) of (the tier's peak floor / its compressed call
   time). The file holds the streams' shape; these rates follow from the options and the
@@ -35,7 +37,6 @@ TENANT_A = "a"  # floods
 TENANT_B = "b"  # steady
 SCHEDULING_FILE = SCENARIO_DIR / "bench" / "scheduling.toml"
 SCHEDULING_COMPRESS = 10.0  # the S the file's rates and spreads are written at
-SURGE_AT = 0.5  # the analysis surge starts half-way through the trace
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class TraceSpec:
     # MEDIUM's rate multiplier during the analysis surge; 1: no surge.
     surge: float = 1.0
     surge_s: float = 10.0
+    # When the surge starts, as a fraction of the trace (it moves with --duration, as the burst does).
+    surge_at: float = 0.1
 
     @classmethod
     def from_file(cls, **options: Any) -> TraceSpec:
@@ -59,8 +62,10 @@ class TraceSpec:
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.compress <= 0 or self.briefs < 0:
             raise ValueError("duration and compress must be positive, briefs not negative")
-        if not 1 <= self.surge <= 100 or self.surge_s <= 0:
-            raise ValueError("surge must be 1-100 (x the analyses' rate), its seconds positive")
+        if not 1 <= self.surge <= 100 or self.surge_s <= 0 or not 0 <= self.surge_at < 1:
+            raise ValueError(
+                "surge must be 1-100 (x the analyses' rate), its seconds positive, surge_at in [0, 1)"
+            )
 
     def scenario(self) -> Scenario:
         """The file rescaled: rates x (S / 10), the clusters' spread / (S / 10), the bursts moved with
@@ -84,8 +89,8 @@ class TraceSpec:
         return replace(base, name=name, duration_s=self.duration_s, streams=streams, seed=self.seed)
 
     def surge_window_s(self) -> tuple[float, float]:
-        """When the surge runs: from half-way through the trace, `surge_s` long (cut at its end)."""
-        start = self.duration_s * SURGE_AT
+        """When the surge runs: from `surge_at` of the trace, `surge_s` long (cut at its end)."""
+        start = self.duration_s * self.surge_at
         return start, min(start + self.surge_s, self.duration_s)
 
     def _with_surge(self, stream: Stream) -> Stream:
