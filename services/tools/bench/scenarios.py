@@ -90,8 +90,8 @@ class TraceSpec:
 
     def surge_window_s(self) -> tuple[float, float]:
         """When the surge runs: from `surge_at` of the trace, `surge_s` long (cut at its end)."""
-        start = self.duration_s * self.surge_at
-        return start, min(start + self.surge_s, self.duration_s)
+        start = round(self.duration_s * self.surge_at, 3)  # ms: the trace's own resolution
+        return start, min(round(start + self.surge_s, 3), self.duration_s)
 
     def _with_surge(self, stream: Stream) -> Stream:
         """A MEDIUM stream with (surge - 1) x its rate more arrivals in the window, as a burst:
