@@ -5,14 +5,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import httpx
 import pytest
 
 from inferq.messaging.tiers import Tier
 from inferq.tools.measures import MeasuredRequest
 from inferq.tools.report.cli import register
-from inferq.tools.report.documents import RunDocument, write_documents
+from inferq.tools.report.documents import RunDocument, load_documents, write_documents
 from inferq.tools.report.errors import ReportError
-from inferq.tools.report.preemption import TierPreemption, preemption_by_tier, read_pages, render_preemption
+from inferq.tools.report.preemption import (
+    TierPreemption,
+    attach_preemption,
+    preemption_by_tier,
+    preemption_of,
+    read_pages,
+    render_preemption,
+)
 from inferq.tools.top.samples import Scrape
 
 SCOPE = 'otel_scope_name="inferq.dispatcher",otel_scope_schema_url="",otel_scope_version=""'
@@ -102,6 +110,89 @@ def test_the_report_command_prints_the_section(tmp_path: Path, capsys: pytest.Ca
     assert without.func(without) == 0
     assert "tokens discarded" not in capsys.readouterr().out
 
+    # A document that kept a run's figures from Prometheus shows them, --compare'd later too.
+    kept = tmp_path / "kept.json"
+    params: dict[str, object] = {"preemption": {"HIGH": [0, 0, 0], "MEDIUM": [0, 0, 0], "LOW": [3, 90, 1]}}
+    write_documents(kept, [RunDocument("simulation", "kept", 2, outcomes, params=params)])
+    compared = parser.parse_args(["report", str(document), "--compare", str(kept), "--out", out_dir])
+    assert compared.func(compared) == 0
+    shown = capsys.readouterr().out
+    assert "kept, over the run (Prometheus):" in shown
+    assert "sim, over the run" not in shown
+    assert any(line.split() == ["LOW", "3", "90", "1"] for line in shown.splitlines())
+
     unreadable = parser.parse_args(["report", str(document), "--metrics", str(tmp_path / "no.txt")])
     assert unreadable.func(unreadable) == 1
     assert "no.txt could not be read" in capsys.readouterr().out
+
+
+OUTCOMES = [
+    MeasuredRequest("r:a", Tier.HIGH, "OK", 10_000, 10_000, 11_000),
+    MeasuredRequest("r:b", Tier.LOW, "OK", 10_000, 10_500, 72_000),
+]
+
+
+def fake_prometheus(series: dict[str, list[tuple[str, str]]], status: int = 200) -> httpx.MockTransport:
+    """Answers `sum by (tier) (increase(NAME[...]))` with `series[NAME]` ((tier, value) pairs)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/api/v1/query"
+        query = request.url.params["query"]
+        # The run spans 10 s to 72 s: its own increase, read at its end.
+        assert query.endswith("[62s]))") and request.url.params["time"] == "72.000"
+        name = query.removeprefix("sum by (tier) (increase(").split("[")[0]
+        result = [{"metric": {"tier": t}, "value": [72.0, v]} for t, v in series.get(name, [])]
+        return httpx.Response(status, json={"status": "success", "data": {"result": result}})
+
+    return httpx.MockTransport(handler)
+
+
+REAL_CLIENT = httpx.Client
+
+
+def with_prometheus(monkeypatch: pytest.MonkeyPatch, transport: httpx.MockTransport) -> None:
+    monkeypatch.setattr(httpx, "Client", lambda **kw: REAL_CLIENT(transport=transport, **kw))
+
+
+def test_each_runs_increase_is_read_from_prometheus_and_kept_in_its_document(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    series = {
+        "inferq_preemptions_total": [("LOW", "6.0"), ("MEDIUM", "1.0")],
+        "inferq_preempted_tokens_total": [("LOW", "1199.6")],
+    }
+    with_prometheus(monkeypatch, fake_prometheus(series))
+    doc = RunDocument("run", "r1", 10, list(OUTCOMES))
+
+    assert attach_preemption([doc], "http://prom:9090") == []
+
+    expected = {
+        "HIGH": TierPreemption(0, 0, 0),
+        "MEDIUM": TierPreemption(1, 0, 0),
+        "LOW": TierPreemption(6, 1_200, 0),
+    }
+    assert preemption_of(doc.params) == expected
+    write_documents(tmp_path / "r.json", [doc])
+    assert preemption_of(load_documents(tmp_path / "r.json")[0].params) == expected
+
+
+def test_a_prometheus_without_the_counters_or_failing_leaves_the_run_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    doc = RunDocument("run", "r1", 10, list(OUTCOMES))
+    with_prometheus(monkeypatch, fake_prometheus({}))
+    assert attach_preemption([doc], "http://prom:9090") == []
+    assert "preemption" not in doc.params
+    with_prometheus(monkeypatch, fake_prometheus({}, status=503))
+    [note] = attach_preemption([doc], "http://prom:9090")
+    assert "did not answer (HTTPStatusError)" in note
+    assert "preemption" not in doc.params
+    assert attach_preemption([doc], None) == []
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [None, "lots", {"LOW": [1, 2]}, {"LOW": [1, 2, "3"]}, {"LOW": [1, -2, 3]}, {"LOW": [True, 0, 0]}],
+)
+def test_a_document_with_malformed_figures_shows_none(kept: object) -> None:
+    assert preemption_of({} if kept is None else {"preemption": kept}) is None

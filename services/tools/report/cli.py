@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="URL",
         default=os.environ.get("INFERQ_PROMETHEUS_URL") or None,
         help="a Prometheus that scraped the dispatchers: the effective budget over each run is read from it "
-        "and drawn (default $INFERQ_PROMETHEUS_URL; none: not drawn)",
+        "and drawn, and what preemption cost per tier shown (default $INFERQ_PROMETHEUS_URL; none: neither)",
     )
     parser.add_argument(
         "--metrics",
