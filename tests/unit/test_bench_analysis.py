@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -26,6 +27,8 @@ from inferq.tools.measures import (
     utilization,
     waiting_intervals,
 )
+from inferq.tools.simbackend.hangup import OnHangup
+from inferq.tools.simbackend.settings import SimBackendSettings
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 
@@ -326,3 +329,11 @@ def test_compressed_env_names_are_the_ones_the_settings_classes_read(monkeypatch
     assert ingest.deadlines_ms == {H: 500, M: 3_000, L: 4_320_000}
     assert ingest.typical_latency_s == {H: 0.05, M: 0.28, L: 0.5}
     assert ingest.dispatcher_group == "bench.x-dispatcher"
+    assert SimBackendSettings().on_hangup is OnHangup.KEEP
+
+
+def test_a_run_can_have_the_backend_free_a_hung_up_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = replace(run_specs(budget=10)["inferq"], backend_on_hangup="free")
+    for name, value in compressed_env(spec, compress=10, prefix="bench.x").items():
+        monkeypatch.setenv(name, value)
+    assert SimBackendSettings().on_hangup is OnHangup.FREE

@@ -55,3 +55,19 @@ def test_each_option_sets_its_field_switches_and_lists_included(monkeypatch: pyt
     assert takeover == TakeoverSpec(
         settings=(SessionSetting(2000, 500), SessionSetting(10000, 3000)), soak_s=3.0
     )
+
+
+def test_the_scheduling_bench_takes_an_analysis_surge_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferq.tools.bench.scenarios import TraceSpec
+
+    handed: list[TraceSpec] = []
+
+    def run(spec: TraceSpec, runs: list[str], **_: Any) -> int:
+        handed.append(spec)
+        return 0
+
+    monkeypatch.setattr("inferq.tools.bench.scheduling.run", run)
+    assert main(["bench", "scheduling"]) == 0
+    assert main(["bench", "scheduling", "--surge", "4", "--surge-seconds", "8", "--surge-at", "0.2"]) == 0
+    assert handed == [TraceSpec.from_file(), TraceSpec.from_file(surge=4.0, surge_s=8.0, surge_at=0.2)]
+    assert handed[0].surge == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -115,3 +116,46 @@ def test_a_spec_out_of_range_is_refused() -> None:
         spec_of(duration_s=0)
     with pytest.raises(ValueError, match="briefs"):
         spec_of(briefs=-1)
+
+
+def test_the_analysis_surge_is_off_by_default_and_leaves_the_other_arrivals_as_they_were() -> None:
+    assert spec_of().surge == 1
+    plain = trace_of(spec_of())
+    surged = trace_of(spec_of(surge=4))
+    start, end = spec_of(surge=4).surge_window_s()
+    added = [a for a in surged if a.kind == "burst" and start * 1000 <= a.offset_ms < end * 1000]
+
+    def without_index(trace: list[Arrival]) -> list[Arrival]:
+        return [replace(a, index=0) for a in trace]
+
+    kept = [a for a in surged if a not in added]
+    assert without_index(kept) == without_index(plain)
+    assert len(added) == round(3 * RATE_PER_MIN_REAL * (1 - CHAT_SHARE) * 10 / 60 * (end - start))
+    assert {(a.scenario, a.tier, a.deadline_ms) for a in added} == {
+        (a.scenario, a.tier, a.deadline_ms) for a in plain if a.scenario == ANALYSIS
+    }
+
+
+def test_with_a_surge_medium_arrives_at_several_times_its_rate_in_the_window() -> None:
+    spec = spec_of(surge=4, surge_s=10)
+    start, end = spec.surge_window_s()
+    assert (start, end) == (6.0, 16.0)  # from 10% of the trace: while the briefs still drain
+    medium = [a.offset_ms / 1000 for a in trace_of(spec) if a.tier is Tier.MEDIUM]
+    # The file's own burst (30 analyses at 24 s) is not the surge: outside, the steady arrivals only.
+    burst = (24.0, 25.0)
+    inside = sum(start <= t < end for t in medium)
+    outside = sum(not start <= t < end and not burst[0] <= t < burst[1] for t in medium)
+    inside_rate = inside / (end - start)
+    outside_rate = outside / (spec.duration_s - (end - start) - (burst[1] - burst[0]))
+    # 4x on average; the steady part is clustered, so the seeded draw is near, not at, 4.
+    assert 2.5 < inside_rate / outside_rate < 6, (inside, outside)
+    described = describe_scheduling(spec, trace_of(spec))
+    assert described["surge_window_s"] == [6.0, 16.0]
+    assert spec_of(surge=4, surge_at=0.5, duration_s=30).surge_window_s() == (15.0, 25.0)
+    assert "surge_window_s" not in describe_scheduling(spec_of(), trace_of(spec_of()))
+
+
+def test_a_surge_out_of_range_is_refused() -> None:
+    for bad in ({"surge": 0.5}, {"surge": 101}, {"surge": 2, "surge_s": 0}, {"surge": 2, "surge_at": 1}):
+        with pytest.raises(ValueError, match="surge"):
+            spec_of(**bad)

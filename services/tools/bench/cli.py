@@ -102,6 +102,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         *_trace_options(compress=d.compress, duration_s=d.duration_s, seed=d.seed, budget=10),
         ("--briefs", int, d.briefs, f"morning briefs dumped at the start (default {d.briefs})"),
         (
+            "--surge",
+            float,
+            d.surge,
+            "an analysis surge: MEDIUM at this many times its rate from --surge-at, for --surge-seconds "
+            "(default 1: none)",
+        ),
+        (
+            "--surge-at",
+            float,
+            d.surge_at,
+            f"when the surge starts, a fraction of the trace (default {d.surge_at:g})",
+            "surge_at",
+        ),
+        (
+            "--surge-seconds",
+            float,
+            d.surge_s,
+            f"wall-clock length of the surge (default {d.surge_s:g})",
+            "surge_s",
+        ),
+        (
             "--runs",
             None,
             "inferq,inferq-lifted,forecast,static,fifo",

@@ -4,7 +4,11 @@
 - scheduling: the evening peak compressed S times (Poisson clusters of chat and analysis, a burst of
   analyses, a dump of briefs at the start); `--compress` multiplies the rates and divides the
   clusters' spread, `--duration` stretches it (the burst stays at its fraction), `--briefs` sizes
-  the dump.
+  the dump. `--surge X` (off by default, so earlier figures stay comparable) adds an analysis surge:
+  MEDIUM arrives at X times its rate for `--surge-seconds` from `--surge-at` (a fraction of the
+  trace; by default 10%, while the briefs dumped at the start still drain, so lent slots are busy),
+  deadlines as configured (the extra analyses are a burst of the same stream, spread evenly over the
+  window).
 - fairness: a steady tenant B and a tenant A flooding HIGH and LOW at `flood` x its weighted share
   of each tier's peak slots: share = wA / (wA + wB) of (the tier's peak floor / its compressed call
   time). The file holds the streams' shape; these rates follow from the options and the
@@ -25,7 +29,7 @@ from inferq.dispatcher.schedule import Schedule
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier, TierPolicy
 from inferq.tools.paths import SCENARIO_DIR
 from inferq.tools.traces.arrival import Arrival
-from inferq.tools.traces.scenario import Scenario, Stream, load
+from inferq.tools.traces.scenario import Burst, Scenario, Stream, load
 
 FAIRNESS_FILE = SCENARIO_DIR / "bench" / "fairness.toml"
 FAIRNESS_COMPRESS = 5.0  # the S the file's steady rates are written at
@@ -43,6 +47,11 @@ class TraceSpec:
     duration_s: float
     compress: float = SCHEDULING_COMPRESS
     briefs: int = 0
+    # MEDIUM's rate multiplier during the analysis surge; 1: no surge.
+    surge: float = 1.0
+    surge_s: float = 10.0
+    # When the surge starts, as a fraction of the trace (it moves with --duration, as the burst does).
+    surge_at: float = 0.1
 
     @classmethod
     def from_file(cls, **options: Any) -> TraceSpec:
@@ -53,10 +62,15 @@ class TraceSpec:
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.compress <= 0 or self.briefs < 0:
             raise ValueError("duration and compress must be positive, briefs not negative")
+        if not 1 <= self.surge <= 100 or self.surge_s <= 0 or not 0 <= self.surge_at < 1:
+            raise ValueError(
+                "surge must be 1-100 (x the analyses' rate), its seconds positive, surge_at in [0, 1)"
+            )
 
     def scenario(self) -> Scenario:
         """The file rescaled: rates x (S / 10), the clusters' spread / (S / 10), the bursts moved with
-        the duration (they stay at the same fraction of it), the dump sized to `briefs`."""
+        the duration (they stay at the same fraction of it), the dump sized to `briefs`, and with a
+        `surge` the analysis surge added to each MEDIUM stream (`surge_window_s`)."""
         base = load(str(SCHEDULING_FILE))
         speed = self.compress / SCHEDULING_COMPRESS
         stretch = self.duration_s / base.duration_s
@@ -70,14 +84,42 @@ class TraceSpec:
             )
             for s in base.streams
         )
-        name = f"{base.name}-S{self.compress:g}"
+        streams = tuple(self._with_surge(s) for s in streams)
+        name = f"{base.name}-S{self.compress:g}" + (f"-surge{self.surge:g}" if self.surge > 1 else "")
         return replace(base, name=name, duration_s=self.duration_s, streams=streams, seed=self.seed)
+
+    def surge_window_s(self) -> tuple[float, float]:
+        """When the surge runs: from `surge_at` of the trace, `surge_s` long (cut at its end)."""
+        start = round(self.duration_s * self.surge_at, 3)  # ms: the trace's own resolution
+        return start, min(round(start + self.surge_s, 3), self.duration_s)
+
+    def _with_surge(self, stream: Stream) -> Stream:
+        """A MEDIUM stream with (surge - 1) x its rate more arrivals in the window, as a burst:
+        the stream's own deadline and prompt. Appended last, so the stream's other arrivals are
+        drawn as before (the generator draws a stream's bursts after its Poisson arrivals)."""
+        tier = TierPolicy().tier_for(stream.scenario, stream.priority)
+        if self.surge <= 1 or tier is not Tier.MEDIUM or stream.rate_per_min <= 0:
+            return stream
+        start, end = self.surge_window_s()
+        extra = round((self.surge - 1) * stream.rate_per_min / 60 * (end - start))
+        if extra < 1:
+            return stream
+        return replace(stream, bursts=(*stream.bursts, Burst(count=extra, within_s=end - start, at_s=start)))
 
 
 def describe_scheduling(spec: TraceSpec, trace: Sequence[Arrival]) -> dict[str, object]:
-    """The spec and counts by kind and scenario, for the report."""
+    """The spec and counts by kind and scenario (and the surge's window), for the report."""
     counts = Counter(f"{a.kind}/{a.scenario}" for a in trace)
-    return {"spec": asdict(spec), "total": len(trace), "counts": dict(sorted(counts.items()))}
+    described: dict[str, object] = {
+        "spec": asdict(spec),
+        "total": len(trace),
+        "counts": dict(sorted(counts.items())),
+    }
+    if spec.surge > 1:
+        # The surge's analyses are counted among the bursts; its window says where they are.
+        start, end = spec.surge_window_s()
+        described["surge_window_s"] = [start, end]
+    return described
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,9 @@ class RunSpec:
     policy: str
     low_peak_ceiling: int | None = None
     forecast_lending: bool = False
+    # What the simulated backend does with a call whose client hangs up (`inferq sim-backend
+    # --on-hangup`): keep, as a hosted API; free, as a self-hosted server (preemption needs it).
+    backend_on_hangup: str = "keep"
 
 
 def run_specs(budget: int, headroom: int = 2) -> dict[str, RunSpec]:
@@ -106,6 +109,8 @@ def compressed_env(spec: RunSpec, compress: float, prefix: str) -> dict[str, str
         env["INFERQ_DISPATCHER_LOW_PEAK_CEILING"] = str(spec.low_peak_ceiling)
     # Said either way: the capped runs are the seed's ceilings whatever the dispatcher's default.
     env["INFERQ_DISPATCHER_FORECAST_LENDING"] = "true" if spec.forecast_lending else "false"
+    # simulated backend (SimBackendSettings, INFERQ_SIM_); said either way too
+    env["INFERQ_SIM_ON_HANGUP"] = spec.backend_on_hangup
     return env
 
 
@@ -163,6 +168,8 @@ def summarize(
         ingest_answer_ms=answer,
         dump_accepted_s=dump_s,
         missing_ids=sorted(s.request_id for s in submissions if s.accepted and s.request_id not in outcomes),
+        backend_abandoned=int(backend.get("abandoned", 0)),
+        backend_abandoned_tokens=int(backend.get("abandoned_tokens", 0)),
     )
 
 

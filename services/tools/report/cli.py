@@ -45,7 +45,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="URL",
         default=os.environ.get("INFERQ_PROMETHEUS_URL") or None,
         help="a Prometheus that scraped the dispatchers: the effective budget over each run is read from it "
-        "and drawn (default $INFERQ_PROMETHEUS_URL; none: not drawn)",
+        "and drawn, and what preemption cost per tier shown (default $INFERQ_PROMETHEUS_URL; none: neither)",
+    )
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        default=[],
+        metavar="URL_OR_FILE",
+        help="dispatchers' /metrics pages (URLs or saved files): preemptions, tokens discarded and requests "
+        "at the preemption limit per tier, summed over them (docs/operations.md)",
     )
     parser.add_argument("--runs-dir", type=Path, default=Path(".inferq/runs"), help="where run records live")
     parser.add_argument("--out", type=Path, help="output folder (default <runs-dir>/<RUN_ID>/report/)")

@@ -25,6 +25,13 @@ from inferq.tools.report.documents import (
 from inferq.tools.report.effective import attach_effective_budget
 from inferq.tools.report.errors import ReportError
 from inferq.tools.report.plots import write_plots
+from inferq.tools.report.preemption import (
+    attach_preemption,
+    preemption_by_tier,
+    preemption_of,
+    read_pages,
+    render_preemption,
+)
 from inferq.tools.report.results_source import ResultsRead, read_results
 from inferq.tools.report.stats import request_counts
 from inferq.tools.report.table import render
@@ -131,8 +138,22 @@ def run_report(args: argparse.Namespace) -> int:
     if args.tenant is not None:
         print(f"tenant {args.tenant} only: its waits, outcomes and tokens in use (of the whole budget)")
     print(render([(doc.name, doc.summary()) for doc in docs]))
-    for note in attach_effective_budget(docs, args.prometheus):
+    for note in [*attach_effective_budget(docs, args.prometheus), *attach_preemption(docs, args.prometheus)]:
         print(f"note: {note}")
+    for doc in docs:
+        kept = preemption_of(doc.params)
+        if kept is not None:
+            print(f"\n{doc.name}, over the run (Prometheus):\n{render_preemption(kept)}")
+    if args.metrics:
+        try:
+            preemption = preemption_by_tier(read_pages(args.metrics))
+        except ReportError as exc:
+            print(f"error: {exc}")
+            return 1
+        print(
+            "\n"
+            + (render_preemption(preemption) if preemption else "preemption: none counted by these pages")
+        )
     write_documents(out / "report.json", docs)
     plots = write_plots(docs, out)
     print(f"\nwrote {out / 'report.json'}, " + ", ".join(p.name for p in plots))

@@ -8,7 +8,9 @@ Endpoints:
                                 (`streaming.py`), some dropped mid-stream with `stream_drop_rate`
     POST /v1/embeddings         OpenAI embeddings: deterministic vectors of the text (`embeddings.py`),
                                 with the same latency model, faults and rate limits as a completion
-    GET  /stats                 counters, concurrency and current faults
+    GET  /stats                 counters, concurrency, current faults, and the calls whose client hung up
+                                (`abandoned`, `abandoned_tokens`; `on_hangup` says what became of them,
+                                ``hangup.py``)
     GET  /timings               per marked call, when it was received, streamed its first token and
                                 finished (`timings.py`, for the delivery benchmark), and how many
                                 times each marker was answered in full (`served`)
@@ -17,6 +19,9 @@ Endpoints:
     POST /admin/faults          switch outage, error_rate, degradation, stream_drop_rate at runtime;
                                 returns the fault state
     POST /admin/reset           zero the counters and forget the timings; returns the fresh stats
+
+A call whose client hangs up runs on and holds its slot to its natural end (`on_hangup` keep, as a
+hosted API), or stops and frees it at once (free, as vLLM or TGI do): ``hangup.py``.
 
 The API key, when set, guards only `/v1/*`: it simulates the provider's auth for the dispatcher to exercise,
 it is not a security boundary (the CLI binds to 127.0.0.1 by default).
@@ -34,12 +39,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pydantic import SecretStr
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from inferq.tools.simbackend.backend import Rejected, SimBackend
 from inferq.tools.simbackend.choices import completion
 from inferq.tools.simbackend.embeddings import EmbeddingRequest, embedding_response
+from inferq.tools.simbackend.hangup import ClientGoneError, Generations, Progress, StreamedCall
 from inferq.tools.simbackend.latency_model import LatencyModel
 from inferq.tools.simbackend.protocol import (
     OUTAGE,
@@ -61,10 +67,15 @@ from inferq.tools.simbackend.streaming import StreamDroppedError, StreamPlan, ss
 from inferq.tools.simbackend.timings import CallTiming, CallTimings
 
 Sleep = Callable[[float], Awaitable[None]]
+# The status of an answer nobody reads: its client hung up (nginx's "client closed request").
+CLIENT_CLOSED = 499
 
 
-def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) -> Starlette:
-    """Build the simulator. Tests inject `sleep` to observe latencies and hold calls open without waiting."""
+def create_app(
+    settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep, clock: Callable[[], float] = time.monotonic
+) -> Starlette:
+    """Build the simulator. Tests inject `sleep` to observe latencies and hold calls open without waiting,
+    and `clock` (seconds) to say how far a sync call had got when its client hung up."""
     backend = SimBackend(
         limit=settings.limit,
         latency=LatencyModel.from_settings(settings),
@@ -73,6 +84,7 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
     )
     retry_after = {"Retry-After": str(settings.retry_after_s)}
     timings = CallTimings()
+    generations = Generations(on_hangup=settings.on_hangup, stats=backend.stats, release=backend.release)
     minutes: dict[str, MinuteLimits] = {}
 
     def minute_of(model: str) -> MinuteLimits:
@@ -82,6 +94,9 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
 
     def answer_error(error: ApiError, model: str | None) -> Response:
         backend.stats.record(error.status, model)
+        return error_response(error)
+
+    def error_response(error: ApiError) -> Response:
         # Clients honour Retry-After on 429 and 503 only; elsewhere it would be noise.
         headers = retry_after if error.status in (429, 503) else None
         return JSONResponse(error.body(), status_code=error.status, headers=headers)
@@ -97,6 +112,29 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         backend.stats.rate_limited += 1
         headers = {**minute.headers(), "retry-after": str(wait_s)}
         return JSONResponse(error.body(), status_code=429, headers=headers)
+
+    async def hold(
+        latency_s: float, tokens: int, request: Request, *, status: int, model: str, timing: CallTiming | None
+    ) -> None:
+        """Run a sync call's generation (`tokens` over `latency_s`) until it ends. When its client
+        hangs up first (ClientGoneError, or CancelledError in process), the call is abandoned with
+        the share of its tokens generated by then."""
+
+        async def generation() -> None:
+            await sleep(latency_s)
+            # Counted as answered when it ends, its client there or not (with `keep`), as a hosted API
+            # bills it; a `free` hang-up cancels it before.
+            backend.stats.record(status, model)
+            timings.done(timing)
+
+        started_s = clock()
+        task = generations.start(generation())
+        try:
+            await generations.wait(task, request.receive)
+        except (ClientGoneError, asyncio.CancelledError):
+            share = min(1.0, (clock() - started_s) / latency_s) if latency_s > 0 else 1.0
+            generations.hung_up(task, int(tokens * share))
+            raise
 
     def rejected(decision: Rejected, model: str) -> Response:
         """The answer of a call the concurrency limit or an outage turned away."""
@@ -131,20 +169,19 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             return streamed(
                 parsed, decision.latency_s, drop=decision.drops_stream, timing=timing, rate=counted
             )
+        answered = reply.completion_tokens * parsed.n if decision.status == 200 else 0
         try:
-            await sleep(decision.latency_s)
-        finally:
-            # Also on cancellation (client gone, server shutting down): a leaked slot would shrink the limit.
-            backend.release()
+            await hold(
+                decision.latency_s, answered, request, status=decision.status, model=model, timing=timing
+            )
+        except ClientGoneError:
+            return Response(status_code=CLIENT_CLOSED)
         if decision.status == 500:
-            return answer_error(SERVER_ERROR, model)
+            return error_response(SERVER_ERROR)
         if decision.status == 503:
-            return answer_error(UNAVAILABLE, model)
+            return error_response(UNAVAILABLE)
         body = completion(parsed, completion_id=f"chatcmpl-{uuid.uuid4().hex}", created_s=int(time.time()))
-        backend.stats.record(200, model)
-        response = JSONResponse(body, headers=counted)
-        timings.done(timing)
-        return response
+        return JSONResponse(body, headers=counted)
 
     async def embeddings(request: Request) -> Response:
         if not _authorized(request, settings.api_key):
@@ -163,12 +200,11 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         if minute.enabled:
             minute.count(tokens)
         try:
-            await sleep(decision.latency_s)
-        finally:
-            backend.release()
+            await hold(decision.latency_s, 0, request, status=decision.status, model=model, timing=None)
+        except ClientGoneError:
+            return Response(status_code=CLIENT_CLOSED)
         if decision.status != 200:
-            return answer_error(SERVER_ERROR if decision.status == 500 else UNAVAILABLE, model)
-        backend.stats.record(200, model)
+            return error_response(SERVER_ERROR if decision.status == 500 else UNAVAILABLE)
         return JSONResponse(embedding_response(parsed), headers=minute.headers())
 
     def streamed(
@@ -179,9 +215,11 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
         timing: CallTiming | None,
         rate: dict[str, str],
     ) -> Response:
-        """The answer as server-sent events; the slot is held until the last event (or the drop)."""
+        """The answer as server-sent events, generated apart from their sending (``hangup.py``): the slot
+        is held until the last event is generated (or the drop, or with `free` the client's hang-up)."""
         backend.stats.record(200, parsed.model)
         plan = StreamPlan(latency_s, settings.stream_first_token_share, drop=drop)
+        progress = Progress()
         events = sse_events(
             [answer(parsed, choice=i) for i in range(parsed.n)],
             plan,
@@ -191,27 +229,42 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             include_usage=bool(parsed.stream_options and parsed.stream_options.include_usage),
             sleep=sleep,
             top_logprobs=(parsed.top_logprobs or 0) if parsed.logprobs else None,
+            progress=progress,
         )
+        # Unbounded, as a server's output buffer: the model's pace is its own, not the reader's.
+        generated: asyncio.Queue[bytes | StreamDroppedError | None] = asyncio.Queue()
+
+        async def generate() -> None:
+            try:
+                async for chunk in events:
+                    generated.put_nowait(chunk)
+            except StreamDroppedError as exc:
+                generated.put_nowait(exc)
+                return
+            generated.put_nowait(None)
+
+        task = generations.start(generate())
 
         async def body() -> AsyncIterator[bytes]:
-            try:
-                async for index, chunk in aiter_enumerate(events):
-                    if index == 1:  # the first token's chunk (the first only names the role)
-                        timings.first_token(timing)
-                    yield chunk
-                timings.done(timing)
-            except StreamDroppedError:
-                backend.stats.streams_dropped += 1
-                raise
-            finally:
-                # Also when the client goes away mid-stream: a leaked slot would shrink the limit.
-                backend.release()
+            index = 0
+            while (chunk := await generated.get()) is not None:
+                if isinstance(chunk, StreamDroppedError):
+                    backend.stats.streams_dropped += 1
+                    raise chunk
+                if index == 1:  # the first token's chunk (the first only names the role)
+                    timings.first_token(timing)
+                index += 1
+                yield chunk
+            timings.done(timing)
 
         no_cache = {"cache-control": "no-cache", **rate}
-        return StreamingResponse(body(), media_type="text/event-stream", headers=no_cache)
+        return StreamedCall(body(), headers=no_cache, then=lambda: generations.hung_up(task, progress.tokens))
+
+    def snapshot() -> dict[str, object]:
+        return {**backend.snapshot(), "on_hangup": settings.on_hangup.value}
 
     async def stats(_: Request) -> Response:
-        return JSONResponse(backend.snapshot())
+        return JSONResponse(snapshot())
 
     async def get_timings(_: Request) -> Response:
         return JSONResponse({"timings": timings.as_dict(), "served": timings.served})
@@ -241,7 +294,7 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
     async def reset(_: Request) -> Response:
         backend.stats.reset()
         timings.reset()
-        return JSONResponse(backend.snapshot())
+        return JSONResponse(snapshot())
 
     return Starlette(
         routes=[
@@ -255,13 +308,6 @@ def create_app(settings: SimBackendSettings, *, sleep: Sleep = asyncio.sleep) ->
             Route("/admin/reset", reset, methods=["POST"]),
         ]
     )
-
-
-async def aiter_enumerate(items: AsyncIterator[bytes]) -> AsyncIterator[tuple[int, bytes]]:
-    index = 0
-    async for item in items:
-        yield index, item
-        index += 1
 
 
 def _authorized(request: Request, api_key: SecretStr | None) -> bool:

@@ -80,5 +80,7 @@ class SimBackend:
             "by_model": dict(stats.by_model),
             "streams_dropped": stats.streams_dropped,
             "rate_limited": stats.rate_limited,
+            "abandoned": stats.abandoned,
+            "abandoned_tokens": stats.abandoned_tokens,
             "faults": self.faults.as_dict(),
         }

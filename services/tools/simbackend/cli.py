@@ -16,6 +16,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from inferq.tools.simbackend.app import create_app
+from inferq.tools.simbackend.hangup import OnHangup
 from inferq.tools.simbackend.settings import SimBackendSettings
 
 DEFAULT_HOST = "127.0.0.1"
@@ -50,6 +51,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--seed", type=int, help="seed jitter and error draws for a reproducible run")
     parser.add_argument("--rpm", type=int, help="requests per minute; past it 429 (default: no limit)")
     parser.add_argument("--tpm", type=int, help="tokens per minute; past it 429 (default: no limit)")
+    parser.add_argument(
+        "--on-hangup",
+        choices=[mode.value for mode in OnHangup],
+        help="a call whose client hangs up: keep (runs on, holds its slot: a hosted API) or free (stops and "
+        "frees its slot at once: vLLM, TGI) (default keep)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -69,7 +76,7 @@ def settings_from_args(args: argparse.Namespace) -> SimBackendSettings:
     from_env = SimBackendSettings()
     overrides: dict[str, object] = {
         name: getattr(args, name)
-        for name in ("limit", "speed", "error_rate", "stream_drop_rate", "seed", "rpm", "tpm")
+        for name in ("limit", "speed", "error_rate", "stream_drop_rate", "seed", "rpm", "tpm", "on_hangup")
         if getattr(args, name) is not None
     }
     if args.latency:
@@ -103,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     print(
         f"inferq sim-backend: starting on http://{args.host}:{args.port} (limit {settings.limit}, "
-        f"speed {settings.speed}, error_rate {settings.error_rate}, "
+        f"speed {settings.speed}, error_rate {settings.error_rate}, on hang-up {settings.on_hangup.value}, "
         f"auth {'on' if settings.api_key else 'off'})",
         file=sys.stderr,
     )

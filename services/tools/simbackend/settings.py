@@ -6,6 +6,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
+from inferq.tools.simbackend.hangup import OnHangup
 
 # Per-model latency of one call at speed 1, in seconds: the model the dispatcher picks for each tier
 # takes that tier's typical latency.
@@ -48,6 +49,11 @@ class SimBackendSettings(BaseSettings):
     rpm: int | None = Field(default=None, ge=1, description="requests per minute; past it 429 (None: off)")
     tpm: int | None = Field(
         default=None, ge=1, description="tokens (prompt and answer) per minute; past it 429 (None: off)"
+    )
+
+    on_hangup: OnHangup = Field(
+        default=OnHangup.KEEP,
+        description="a call whose client hangs up: keep (runs on, holds its slot) or free (stops at once)",
     )
 
     @field_validator("latency_s", mode="after")

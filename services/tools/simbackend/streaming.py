@@ -29,6 +29,7 @@ from typing import Any
 
 from inferq.dispatcher.rate_budget import CHARS_PER_TOKEN
 from inferq.tools.simbackend.choices import logprobs_of
+from inferq.tools.simbackend.hangup import Progress
 from inferq.tools.simbackend.protocol import SYSTEM_FINGERPRINT, Answer
 
 DONE = b"data: [DONE]\n\n"
@@ -95,9 +96,11 @@ async def sse_events(
     include_usage: bool,
     sleep: Callable[[float], Awaitable[None]],
     top_logprobs: int | None = None,
+    progress: Progress | None = None,
 ) -> AsyncIterator[bytes]:
     """The response body of a streamed call answering `replies` (one per choice), paced by `sleep`
-    (one pause per token of the longest choice); logprobs when `top_logprobs` is given."""
+    (one pause per token of the longest choice); logprobs when `top_logprobs` is given; each token
+    counted in `progress` as it is generated."""
 
     def chunk(delta: dict[str, Any], finish_reason: str | None, index: int = 0) -> bytes:
         logprobs = delta.pop("logprobs", None)
@@ -120,9 +123,11 @@ async def sse_events(
         yield chunk({"role": "assistant", "content": ""}, None, index)
     for step, pause_s in enumerate(plan.pauses_s(steps)[:sent]):
         await sleep(pause_s)
-        for index, tokens in enumerate(each):
-            if step < len(tokens):
-                yield chunk(dict(tokens[step]), None, index)
+        generated = [(index, tokens[step]) for index, tokens in enumerate(each) if step < len(tokens)]
+        if progress is not None:
+            progress.tokens += len(generated)
+        for index, token in generated:
+            yield chunk(dict(token), None, index)
     if plan.drop:
         raise StreamDroppedError(f"simulated drop after {sent} of {steps} tokens")
     if not steps:
