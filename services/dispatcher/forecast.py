@@ -4,8 +4,9 @@ The seed's ceilings keep LOW to 1 slot at peak and keep the last `high_headroom`
 and LOW, whatever the demand: after a chat burst, nine slots may idle while briefs wait (issue 14).
 With `INFERQ_DISPATCHER_FORECAST_LENDING`, the scheduler (``policies.py``) may start a request of a tier past
 its ceiling, never into the HIGH headroom, when this forecast says the higher tiers' demand over the
-borrowed call's expected duration still finds free slots (`INFERQ_DISPATCHER_FORECAST_LENDING`, on by default;
-false: the ceilings alone):
+borrowed call's expected duration still finds free slots (`INFERQ_DISPATCHER_FORECAST_LENDING`, off by
+default since issue 22: a lent call holds its slot when an analysis surge arrives, which the forecast,
+weighing chat, cannot foresee; docs/benchmarks/scheduling.md has the figures):
 
 - **Arrivals per tier** (`ArrivalForecast`): counts per interval (each tier's configured typical
   call time, so an interval's count is the concurrency that tier's arrivals ask for), their mean

@@ -159,11 +159,12 @@ class DispatcherSettings(RenamingSettings):
     learn_latency: bool = True
     """Learn each tier's typical call time from its completed calls (EWMA from INFERQ_TYPICAL_LATENCY_S,
     bounded to [/4, x4] of it; services/dispatcher/call_times.py); early drop uses the learned one."""
-    forecast_lending: bool = True
-    """A tier may borrow a slot past its ceiling (or into the HIGH headroom) when the forecast of the
-    higher tiers' arrivals over the call's expected time leaves them free slots
-    (services/dispatcher/forecast.py); never into HIGH's headroom. Off: the schedule's ceilings alone.
-    A tier whose every backend is preemptible is lent every idle slot instead (no forecast needed)."""
+    forecast_lending: bool = False
+    """A tier may borrow a slot past its ceiling when the forecast of the higher tiers' arrivals over
+    the call's expected time leaves them free slots (services/dispatcher/forecast.py); never into HIGH's
+    headroom. Off by default: a lent call cannot be taken back, and on an analysis surge at peak or in
+    normal hours it cost analyses their deadlines (docs/benchmarks/scheduling.md, issue 22). A tier
+    whose every backend is preemptible is lent every idle slot instead (no forecast needed)."""
     evict_low_under_pressure: bool = False
     """Shed waiting LOW (answered EVICTED) while HIGH or MEDIUM is over its backlog capacity."""
     pressure_capacity: dict[Tier, int] = Field(default_factory=dict)

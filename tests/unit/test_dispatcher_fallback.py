@@ -133,6 +133,10 @@ async def lowest_budget_with_low_on_a_failing_first_backend(seconds: float) -> i
         budget=10,
         max_attempts=2,
         retry_base_backoff_s=0.01,
+        # LOW borrows idle slots (lending was the default when this was written): under the ceilings
+        # alone the first cut (10 -> 7) squeezes LOW's normal-hours ceiling of 2 to 0, LOW stops
+        # calling, and no second cut comes.
+        forecast_lending=True,
     )
     lowest = 10
     async with running(r):

@@ -241,13 +241,15 @@ def test_policy_rejects_nonsense(bad: dict[str, float]) -> None:
         ForecastPolicy(**bad)  # type: ignore[arg-type]
 
 
-def test_forecast_lending_is_on_by_default_and_the_simulator_follows_the_setting(
+def test_forecast_lending_is_off_by_default_and_the_simulator_follows_the_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Off by default (issue 22): a lent call cannot be taken back, and on an analysis surge it cost
+    # analyses their deadlines that the seed's ceilings kept (docs/benchmarks/scheduling.md).
     monkeypatch.delenv("INFERQ_DISPATCHER_FORECAST_LENDING", raising=False)
     monkeypatch.delenv("INFERQ_DISPATCHER_LEARN_LATENCY", raising=False)
     settings = DispatcherSettings()
-    assert (settings.forecast_lending, settings.learn_latency) == (True, True)
-    assert sim_config(settings).forecast_lending is True
-    monkeypatch.setenv("INFERQ_DISPATCHER_FORECAST_LENDING", "false")
-    assert sim_config(DispatcherSettings()).forecast_lending is False
+    assert (settings.forecast_lending, settings.learn_latency) == (False, True)
+    assert sim_config(settings).forecast_lending is False
+    monkeypatch.setenv("INFERQ_DISPATCHER_FORECAST_LENDING", "true")
+    assert sim_config(DispatcherSettings()).forecast_lending is True

@@ -366,3 +366,21 @@ def test_forecast_lending_drains_a_dump_at_peak_without_leaving_chat_behind() ->
     assert low_makespan_s(lending) < low_makespan_s(capped) / 5
     assert lending.max_in_flight <= 10
     assert all(o.status == "OK" for o in lending.outcomes)
+
+
+def test_forecast_lending_costs_an_analysis_surge_deadlines_the_peak_ceilings_keep() -> None:
+    """Why lending is off by default (issue 22): issue 14's evening with a surge of analyses at 60 s,
+    more than MEDIUM's slots serve within the deadline. The briefs lent a slot hold it for 5 s
+    whatever arrives, so fewer analyses start within their 30 s than under the seed's ceilings."""
+    chats = [arrival(f"c{i}", Tier.HIGH, 100 + 400 * i) for i in range(300)]
+    briefs = [arrival(f"b{i}", Tier.LOW, 0) for i in range(200)]
+    surge = [arrival(f"a{i}", Tier.MEDIUM, 60_000 + 100 * i) for i in range(100)]  # 10 a second for 10 s
+    latency = {Tier.HIGH: 0.5, Tier.MEDIUM: 2.8, Tier.LOW: 5.0}
+    factory = sim_scheduler("inferq", Schedule.default(budget=10).pin("peak"))
+
+    def analyses_in_time(result: SimResult) -> int:
+        return sum(o.tier is Tier.MEDIUM and o.status == "OK" for o in result.outcomes)
+
+    capped = simulate(chats + briefs + surge, factory, latency)
+    lending = simulate(chats + briefs + surge, factory, latency, SimConfig(forecast_lending=True))
+    assert analyses_in_time(lending) < analyses_in_time(capped) < len(surge)  # 78 < 84 < 100

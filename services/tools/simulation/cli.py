@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action=argparse.BooleanOptionalAction,
         default=None,
         help="lend slots past the ceilings when the higher tiers' forecast allows "
-        "(INFERQ_DISPATCHER_FORECAST_LENDING, on by default)",
+        "(INFERQ_DISPATCHER_FORECAST_LENDING, off by default)",
     )
     parser.add_argument("--readahead", type=int, help="requests per tier held by the dispatcher (default 20)")
     parser.add_argument("--name", help="the run's name in tables and plots")
