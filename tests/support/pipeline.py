@@ -10,7 +10,7 @@ from typing import Any
 
 from inferq.messaging.admin import create_topics
 from inferq.messaging.kafka_config import KafkaSettings
-from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
+from inferq.tools.stack.pipeline import Pipeline, PipelinePorts, PortsInUseError
 from tests.support.inprocess import free_port
 
 
@@ -30,6 +30,21 @@ def slow_streams(**env: str) -> dict[str, Any]:
     }
 
 
+# How many times a start whose ports were taken meanwhile chooses them again.
+_PORT_ATTEMPTS = 3
+
+
+def _free_ports() -> PipelinePorts:
+    return PipelinePorts(
+        ingest=free_port(),
+        results=free_port(),
+        dispatcher=free_port(),
+        backend=free_port(),
+        ingest_metrics=free_port(),
+        results_metrics=free_port(),
+    )
+
+
 @contextlib.contextmanager
 def running_pipeline(
     bootstrap: str,
@@ -47,22 +62,24 @@ def running_pipeline(
     says False)."""
     prefix = f"{name}{uuid.uuid4().hex[:10]}"
     create_topics(KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix), regions=regions)
-    ports = PipelinePorts(
-        ingest=free_port(),
-        results=free_port(),
-        dispatcher=free_port(),
-        backend=free_port(),
-        ingest_metrics=free_port(),
-        results_metrics=free_port(),
-    )
-    pipeline = Pipeline(bootstrap=bootstrap, work_dir=work_dir, ports=ports, topic_prefix=prefix, **options)
-    started = False
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        pipeline = Pipeline(
+            bootstrap=bootstrap, work_dir=work_dir, ports=_free_ports(), topic_prefix=prefix, **options
+        )
+        try:
+            pipeline.start(dispatchers=dispatchers)
+            break
+        except PortsInUseError:
+            # A port derived from a free one (a spare backend's, a replica's) was taken meanwhile by
+            # another process of this busy machine: nothing started yet, so choose the ports again.
+            if attempt == _PORT_ATTEMPTS:
+                raise
+        except BaseException:
+            pipeline.stop()  # the start's error is the one to see, not the exits it caused
+            raise
     try:
-        pipeline.start(dispatchers=dispatchers)
-        started = True
         yield pipeline
     finally:
         codes = pipeline.stop()
-        # After a failed start the start's error is the one to see.
-        if clean_exits and started:
+        if clean_exits:
             assert all(code == 0 for code in codes.values()), f"unclean exits: {codes}"
