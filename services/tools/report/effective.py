@@ -3,9 +3,9 @@
 Results do not say what the adaptive controller did; the dispatchers' `inferq_effective_budget`
 does, and a Prometheus that scraped them during the run has it. `attach_effective_budget` asks it
 for `max(inferq_effective_budget)` over each run's span and keeps the answer in the run document
-(`params["effective_budget"]`, [[t_ms, value], ...]), so a report's JSON carries it to a later
-`--compare`. A Prometheus that does not answer, or has nothing for a run, leaves the run as it was
-and says so: the plots then note that the effective budget was not recorded.
+(`params["effective_budget"]`, [[t_ms, value], ...]; ``prometheus.py``). A Prometheus that does not
+answer, or has nothing for a run, leaves the run as it was and says so: the plots then note that the
+effective budget was not recorded.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import httpx
 
 from inferq.tools.report.binned import BudgetSteps
 from inferq.tools.report.documents import RunDocument
+from inferq.tools.report.prometheus import attach_per_run, result_series
 
 QUERY = "max(inferq_effective_budget)"
 MAX_POINTS = 10_000  # Prometheus refuses a range query of more than 11,000 points
-QUERY_TIMEOUT_S = 10.0
 
 
 def query_range(url: str, start_ms: int, end_ms: int, *, client: httpx.Client) -> BudgetSteps | None:
@@ -34,9 +34,7 @@ def query_range(url: str, start_ms: int, end_ms: int, *, client: httpx.Client) -
             "step": f"{step_s}s",
         },
     )
-    response.raise_for_status()
-    body = response.json()
-    series = body.get("data", {}).get("result", []) if body.get("status") == "success" else []
+    series = result_series(response)
     if not series:
         return None
     return BudgetSteps.from_pairs([float(t) * 1000, float(v)] for t, v in series[0]["values"])
@@ -44,24 +42,12 @@ def query_range(url: str, start_ms: int, end_ms: int, *, client: httpx.Client) -
 
 def attach_effective_budget(runs: Sequence[RunDocument], prometheus_url: str | None) -> list[str]:
     """Fill each run's effective budget from Prometheus; returns notes for the user."""
-    if prometheus_url is None:
-        return []
-    notes: list[str] = []
-    with httpx.Client(timeout=QUERY_TIMEOUT_S) as client:
-        for doc in runs:
-            if not doc.outcomes or "effective_budget" in doc.params:
-                continue
-            start = min(o.enqueued_ms for o in doc.outcomes)
-            end = max(o.completed_ms for o in doc.outcomes)
-            try:
-                steps = query_range(prometheus_url, start, end, client=client)
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-                notes.append(
-                    f"effective budget of {doc.name}: Prometheus did not answer ({type(exc).__name__})"
-                )
-                continue
-            if steps is None:
-                notes.append(f"effective budget of {doc.name}: no inferq_effective_budget in Prometheus then")
-                continue
-            doc.params["effective_budget"] = steps.as_pairs()
-    return notes
+    return attach_per_run(
+        runs,
+        prometheus_url,
+        key="effective_budget",
+        what="effective budget",
+        query=lambda url, start, end, client: query_range(url, start, end, client=client),
+        kept=BudgetSteps.as_pairs,
+        absent="no inferq_effective_budget in Prometheus then",
+    )

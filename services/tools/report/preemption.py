@@ -27,8 +27,10 @@ from pathlib import Path
 import httpx
 
 from inferq.messaging.tiers import TIERS_BY_PRIORITY
+from inferq.redaction import redacted_url
 from inferq.tools.report.documents import RunDocument
 from inferq.tools.report.errors import ReportError
+from inferq.tools.report.prometheus import attach_per_run, result_series
 from inferq.tools.top.samples import Scrape
 
 PREEMPTIONS = "inferq_preemptions_total"
@@ -99,7 +101,7 @@ def read_pages(sources: Sequence[str]) -> Scrape:
                 merged = merged.merged(Scrape.parse(text, 0.0))
             except (OSError, httpx.HTTPError, ValueError) as exc:
                 # A URL is named without its user and password: an error must not show a secret.
-                shown = str(httpx.URL(source).copy_with(username=None, password=None)) if is_url else source
+                shown = redacted_url(source) if is_url else source
                 raise ReportError(f"metrics of {shown} could not be read ({type(exc).__name__})") from exc
     return merged
 
@@ -116,9 +118,7 @@ def query_preemption(
             f"{url.rstrip('/')}/api/v1/query",
             params={"query": f"sum by (tier) (increase({name}[{span_s}s]))", "time": f"{end_ms / 1000:.3f}"},
         )
-        response.raise_for_status()
-        body = response.json()
-        series = body.get("data", {}).get("result", []) if body.get("status") == "success" else []
+        series = result_series(response)
         counts.append(
             {str(s["metric"]["tier"]): float(s["value"][1]) for s in series if "tier" in s["metric"]}
         )
@@ -128,23 +128,14 @@ def query_preemption(
 def attach_preemption(runs: Sequence[RunDocument], prometheus_url: str | None) -> list[str]:
     """Fill each run's preemption figures from Prometheus; returns notes for the user. A run it has
     no counters for is left as it was, without a note: its dispatchers did not preempt."""
-    if prometheus_url is None:
-        return []
-    notes: list[str] = []
-    with httpx.Client(timeout=TIMEOUT_S) as client:
-        for doc in runs:
-            if not doc.outcomes or "preemption" in doc.params:
-                continue
-            start = min(o.enqueued_ms for o in doc.outcomes)
-            end = max(o.completed_ms for o in doc.outcomes)
-            try:
-                by_tier = query_preemption(prometheus_url, start, end, client=client)
-            except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
-                notes.append(f"preemption of {doc.name}: Prometheus did not answer ({type(exc).__name__})")
-                continue
-            if by_tier is not None:
-                doc.params["preemption"] = {tier: row.as_list() for tier, row in by_tier.items()}
-    return notes
+    return attach_per_run(
+        runs,
+        prometheus_url,
+        key="preemption",
+        what="preemption",
+        query=lambda url, start, end, client: query_preemption(url, start, end, client=client),
+        kept=lambda by_tier: {tier: row.as_list() for tier, row in by_tier.items()},
+    )
 
 
 def preemption_of(params: Mapping[str, object]) -> dict[str, TierPreemption] | None:
