@@ -25,10 +25,9 @@ from inferq.tools.stack.pipeline import Pipeline
 from inferq.tools.stack.process import ServiceProcess
 from tests.support.inprocess import free_port
 from tests.support.kafka import read_all
-from tests.support.pipeline import running_pipeline
 from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.waiting import wait_until
-from tests.support.webhook_receiver import Receiver, quick_webhooks_env, webhook_receiver
+from tests.support.webhook_receiver import Receiver, webhook_pipeline, webhook_receiver
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -105,17 +104,8 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
             extra={"webhook_secret": BETA_SECRET},
             entitlements={"callback_hosts": [f"127.0.0.1:{beta_receiver.port}"]},
         )
-        tenants_file = write_tenants(work_dir / "tenants.toml", acme, beta)
-        with running_pipeline(
-            kafka_bootstrap,
-            work_dir,
-            name="e2ew",
-            budget=4,
-            backend_args=["--speed", "5"],
-            extra_env={
-                "INFERQ_TENANTS_FILE": str(tenants_file),
-                **quick_webhooks_env(RETRY_PERIOD_S),
-            },
+        with webhook_pipeline(
+            kafka_bootstrap, work_dir, acme, beta, name="e2ew", retry_period_s=RETRY_PERIOD_S
         ) as pipeline:
             yield Stack(pipeline, receiver, acme, beta)
 

@@ -34,9 +34,8 @@ from inferq.tenancy.secret_forms import new_webhook_secret, webhook_key
 from inferq.tools.stack.pipeline import Pipeline
 from tests.hostile.conftest import HostileFigures
 from tests.support.kafka import read_all
-from tests.support.pipeline import running_pipeline
-from tests.support.tenants import TenantSpec, write_tenants
-from tests.support.webhook_receiver import Delivery, Receiver, quick_webhooks_env, webhook_receiver
+from tests.support.tenants import TenantSpec
+from tests.support.webhook_receiver import Delivery, Receiver, webhook_pipeline, webhook_receiver
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -75,17 +74,8 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         # acme is rotating: the new secret first, the old one second; beta has one of its own.
         acme = TenantSpec("acme", extra={"webhook_secret": [NEW, OLD]}, entitlements=hosts)
         beta = TenantSpec("beta", extra={"webhook_secret": BETA}, entitlements=hosts)
-        tenants_file = write_tenants(work_dir / "tenants.toml", acme, beta)
-        with running_pipeline(
-            kafka_bootstrap,
-            work_dir,
-            name="stdwh",
-            budget=4,
-            backend_args=["--speed", "5"],
-            extra_env={
-                "INFERQ_TENANTS_FILE": str(tenants_file),
-                **quick_webhooks_env(RETRY_PERIOD_S),
-            },
+        with webhook_pipeline(
+            kafka_bootstrap, work_dir, acme, beta, name="stdwh", retry_period_s=RETRY_PERIOD_S
         ) as pipeline:
             yield Stack(pipeline, receiver, acme, beta)
 

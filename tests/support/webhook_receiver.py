@@ -18,11 +18,29 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
+from inferq.tools.stack.pipeline import Pipeline
+from tests.support.pipeline import running_pipeline
+from tests.support.tenants import TenantSpec, write_tenants
 from tests.support.waiting import wait_until
 
 # The settings a pipeline needs to deliver to this receiver (http, on loopback): for tests only.
 LOOPBACK_WEBHOOKS = {"INFERQ_WEBHOOK_ALLOW_HTTP": "true", "INFERQ_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true"}
+
+
+@contextmanager
+def webhook_pipeline(
+    kafka_bootstrap: str, work_dir: Path, *specs: TenantSpec, name: str, retry_period_s: float
+) -> Iterator[Pipeline]:
+    """A running pipeline (budget 4, a brisk simulated backend) serving the tenants `specs`, its
+    webhooks delivered to loopback receivers with quick retries (`quick_webhooks_env`)."""
+    tenants_file = write_tenants(work_dir / "tenants.toml", *specs)
+    env = {"INFERQ_TENANTS_FILE": str(tenants_file), **quick_webhooks_env(retry_period_s)}
+    with running_pipeline(
+        kafka_bootstrap, work_dir, name=name, budget=4, backend_args=["--speed", "5"], extra_env=env
+    ) as pipeline:
+        yield pipeline
 
 
 def quick_webhooks_env(retry_period_s: float) -> dict[str, str]:

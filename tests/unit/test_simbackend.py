@@ -54,10 +54,12 @@ class RecordingSleep:
 
 
 class GatedSleep(RecordingSleep):
-    """Holds every call inside its latency until `open()`: the test decides concurrency, not the clock."""
+    """Returns at once for the first `free_steps` pauses, then holds every pause until `open()`:
+    the test decides concurrency (and how many tokens a call generates first), not the clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, free_steps: int = 0) -> None:
         super().__init__()
+        self._free_steps = free_steps
         self._gate = asyncio.Event()
         self._entered = asyncio.Condition()
 
@@ -65,7 +67,8 @@ class GatedSleep(RecordingSleep):
         async with self._entered:
             self.calls.append(seconds)
             self._entered.notify_all()
-        await self._gate.wait()
+        if len(self.calls) > self._free_steps:
+            await self._gate.wait()
 
     def open(self) -> None:
         self._gate.set()

@@ -11,8 +11,8 @@ import argparse
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -24,6 +24,7 @@ from inferq.tools.simbackend.hangup import OnHangup
 from tests.support.clock import ManualClock
 from tests.support.inprocess import backend_stats, sim_backend, until_in_flight
 from tests.support.waiting import eventually
+from tests.unit.test_simbackend import GatedSleep, run_async
 
 CHAT = "/v1/chat/completions"
 ANSWER_TOKENS = 10
@@ -34,46 +35,11 @@ LONG = {
     "max_tokens": ANSWER_TOKENS,
 }
 STREAMED = {**LONG, "stream": True}
-TEST_TIMEOUT_S = 10.0
-
-T = TypeVar("T")
-
-
-def run_async(test: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    async def bounded() -> T:
-        return await asyncio.wait_for(test(), TEST_TIMEOUT_S)
-
-    return asyncio.run(bounded())
-
-
-class StepSleep:
-    """Returns at once for the first `free_steps` pauses, then holds every pause until `open()`:
-    the test decides how many tokens a call generates before its client hangs up."""
-
-    def __init__(self, free_steps: int = 0) -> None:
-        self.calls: list[float] = []
-        self._free_steps = free_steps
-        self._gate = asyncio.Event()
-        self._entered = asyncio.Condition()
-
-    async def __call__(self, seconds: float) -> None:
-        async with self._entered:
-            self.calls.append(seconds)
-            self._entered.notify_all()
-        if len(self.calls) > self._free_steps:
-            await self._gate.wait()
-
-    def open(self) -> None:
-        self._gate.set()
-
-    async def until_entered(self, count: int) -> None:
-        async with asyncio.timeout(5), self._entered:
-            await self._entered.wait_for(lambda: len(self.calls) >= count)
 
 
 @contextlib.asynccontextmanager
 async def backend(
-    on_hangup: OnHangup, sleep: StepSleep, clock: ManualClock | None = None
+    on_hangup: OnHangup, sleep: GatedSleep, clock: ManualClock | None = None
 ) -> AsyncIterator[httpx.AsyncClient]:
     settings = SimBackendSettings(limit=1, on_hangup=on_hangup)
     app = create_app(settings, sleep=sleep, clock=(clock or ManualClock(0)).seconds)
@@ -100,7 +66,7 @@ def test_free_a_hung_up_sync_call_frees_its_slot_at_once_with_the_tokens_it_had_
     latency_s = SimBackendSettings().latency_s["inferq-fast"]
 
     async def scenario() -> tuple[dict[str, Any], httpx.Response, dict[str, Any]]:
-        sleep = StepSleep()
+        sleep = GatedSleep()
         async with backend(OnHangup.FREE, sleep, clock) as client:
             abandoned = asyncio.create_task(client.post(CHAT, json=LONG))
             await sleep.until_entered(1)
@@ -127,7 +93,7 @@ def test_free_a_hung_up_sync_call_frees_its_slot_at_once_with_the_tokens_it_had_
 
 def test_keep_a_hung_up_sync_call_holds_its_slot_until_its_natural_end() -> None:
     async def scenario() -> tuple[dict[str, Any], int, dict[str, Any], int]:
-        sleep = StepSleep()
+        sleep = GatedSleep()
         async with backend(OnHangup.KEEP, sleep) as client:
             abandoned = asyncio.create_task(client.post(CHAT, json=LONG))
             await sleep.until_entered(1)
@@ -157,7 +123,7 @@ def test_free_a_hung_up_stream_stops_generating_and_frees_its_slot() -> None:
 
     async def scenario() -> tuple[dict[str, Any], int, int, int]:
         # Pauses 1-3 pass (three tokens generated), the fourth holds: the client hangs up there.
-        sleep = StepSleep(free_steps=generated)
+        sleep = GatedSleep(free_steps=generated)
         async with backend(OnHangup.FREE, sleep) as client:
             abandoned = asyncio.create_task(client.post(CHAT, json=STREAMED))
             await sleep.until_entered(generated + 1)
@@ -181,7 +147,7 @@ def test_keep_a_hung_up_stream_generates_to_its_end_holding_its_slot() -> None:
     generated = 3
 
     async def scenario() -> tuple[dict[str, Any], int, dict[str, Any], int]:
-        sleep = StepSleep(free_steps=generated)
+        sleep = GatedSleep(free_steps=generated)
         async with backend(OnHangup.KEEP, sleep) as client:
             abandoned = asyncio.create_task(client.post(CHAT, json=STREAMED))
             await sleep.until_entered(generated + 1)
@@ -207,7 +173,7 @@ def test_keep_a_hung_up_stream_generates_to_its_end_holding_its_slot() -> None:
 @pytest.mark.parametrize("on_hangup", list(OnHangup))
 def test_a_stream_read_to_its_end_is_not_abandoned(on_hangup: OnHangup) -> None:
     async def scenario() -> tuple[httpx.Response, dict[str, Any]]:
-        sleep = StepSleep(free_steps=1_000)
+        sleep = GatedSleep(free_steps=1_000)
         async with backend(on_hangup, sleep) as client:
             return await client.post(CHAT, json=STREAMED), await stats(client)
 
