@@ -12,9 +12,10 @@ from inferq.dispatcher.settings import DispatcherSettings, build_schedule
 from inferq.ingest.settings import IngestSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.machine import MISS, NA, PASS
-from inferq.tools.bench.scheduling_report import evaluate
-from inferq.tools.bench.scheduling_run import compressed_env, run_specs
-from inferq.tools.bench.summary import RunSummary, Submission, low_makespan, tier_rows
+from inferq.tools.bench.scheduling_report import evaluate, preemption_table
+from inferq.tools.bench.scheduling_run import compressed_env, preemption_figures, run_specs
+from inferq.tools.bench.specs import SCHEDULING_RUNS
+from inferq.tools.bench.summary import PreemptionFigures, RunSummary, Submission, low_makespan, tier_rows
 from inferq.tools.measures import (
     AllowedFn,
     Interval,
@@ -302,6 +303,92 @@ def test_forecast_targets_hold_it_to_fifo_and_the_capped_run() -> None:
     assert verdicts[("HIGH p99 queue wait vs the capped run's", "forecast")] == MISS  # 45 > 2 x 20
     assert verdicts[("no HIGH expired, forecast lending", "forecast")] == PASS
     assert verdicts[("budget used while work waits, forecast lending", "forecast")] == MISS  # nothing waited
+
+
+def test_preemption_targets_hold_it_to_the_capped_run_fifo_and_the_tokens_served() -> None:
+    capped = replace(
+        run_summary("inferq", "inferq", high_wait=20, medium_wait=100, makespan=150), ok_indexes=[0, 1, 2]
+    )
+    fifo = run_summary("fifo", "fifo", high_wait=900, medium_wait=1_000, makespan=40)
+    cost = PreemptionFigures(
+        by_tier={"LOW": 4}, abandoned_calls=4, abandoned_tokens=40, completed_tokens=1_000
+    )
+    preempt = replace(
+        run_summary("preempt", "inferq", high_wait=24, medium_wait=90, makespan=52),
+        preemption=cost,
+        ok_indexes=[0, 1, 2],
+    )
+    verdicts = {
+        (t.name, t.run): t.verdict for t in evaluate({"inferq": capped, "fifo": fifo, "preempt": preempt})
+    }
+    assert verdicts[("HIGH p99 queue wait vs the capped run's", "preempt")] == PASS  # 24 <= 1.2 x 20
+    assert verdicts[("MEDIUM answered OK (within deadline) vs the capped run's", "preempt")] == PASS
+    assert verdicts[("LOW makespan, preemption, vs FIFO", "preempt")] == PASS  # 52 <= 1.3 x 40
+    assert verdicts[("tokens discarded by preemption vs tokens served", "preempt")] == PASS  # 4%
+    assert verdicts[("nothing lost, nothing unserved that the capped run served", "preempt")] == PASS
+
+    # A little slower chat, more discarded, one request the capped run served and this one did not.
+    worse = replace(
+        run_summary("preempt", "inferq", high_wait=25, medium_wait=90, makespan=53),
+        preemption=replace(cost, abandoned_tokens=51),
+        ok_indexes=[0, 2],
+    )
+    verdicts = {
+        (t.name, t.run): t.verdict for t in evaluate({"inferq": capped, "fifo": fifo, "preempt": worse})
+    }
+    assert verdicts[("HIGH p99 queue wait vs the capped run's", "preempt")] == MISS
+    assert verdicts[("LOW makespan, preemption, vs FIFO", "preempt")] == MISS
+    assert verdicts[("tokens discarded by preemption vs tokens served", "preempt")] == MISS
+    assert verdicts[("nothing lost, nothing unserved that the capped run served", "preempt")] == MISS
+    # Not run: not applicable, never a pass.
+    alone = {(t.name, t.run): t.verdict for t in evaluate({"preempt": preempt})}
+    assert alone[("HIGH p99 queue wait vs the capped run's", "preempt")] == NA
+
+
+def test_preemption_figures_read_the_dispatchers_counters_and_the_backends_hang_ups() -> None:
+    samples = [
+        {"name": "inferq_preemptions_total", "labels": {"tier": "LOW"}, "value": 5.0},
+        {"name": "inferq_preemptions_total", "labels": {"tier": "MEDIUM"}, "value": 1.0},
+        {"name": "inferq_preemptions_total", "labels": {"tier": "LOW"}, "value": 2.0},  # a second dispatcher
+        {"name": "inferq_preemptions_created", "labels": {"tier": "LOW"}, "value": 1.7e9},
+        {
+            "name": "inferq_preempted_tokens_total",
+            "labels": {"tier": "LOW", "source": "estimated"},
+            "value": 70.0,
+        },
+        {"name": "inferq_preemption_limit_reached_total", "labels": {"tier": "LOW"}, "value": 1.0},
+    ]
+    backend = {"abandoned": 8, "abandoned_tokens": 64, "completed_tokens": 3_200}
+    figures = preemption_figures(backend, samples)
+    assert figures == PreemptionFigures({"LOW": 7, "MEDIUM": 1}, 1, 70, 8, 64, 3_200)
+    assert (figures.total, figures.discarded_share) == (8, 0.02)
+    assert PreemptionFigures().discarded_share is None  # nothing served: no share, not 0%
+    run = replace(run_summary("preempt", "inferq", 1, 1, 1), preemption=figures)
+    assert "| preempt | 1 | 7 | 1 | 8 | 64 / 3200 (2.0%) | 70 | 10 / 0 |" in preemption_table(
+        {"preempt": run}
+    )
+    quiet = run_summary("inferq", "inferq", 1, 1, 1)
+    assert preemption_table({"inferq": quiet}) == "No call was preempted or abandoned."
+
+
+def test_the_preempt_runs_declare_the_backend_preemptible_behind_a_backend_that_frees_or_keeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    specs = run_specs(budget=10)
+    assert set(specs) == set(SCHEDULING_RUNS)
+    for run, on_hangup in (("preempt", OnHangup.FREE), ("preempt-hosted", OnHangup.KEEP)):
+        for name, value in compressed_env(specs[run], compress=10, prefix="bench.x").items():
+            monkeypatch.setenv(name, value)
+        settings = DispatcherSettings()
+        assert (settings.backend_preemptible, settings.forecast_lending, settings.policy) == (
+            True,
+            False,
+            "inferq",
+        )
+        assert SimBackendSettings().on_hangup is on_hangup
+    for name, value in compressed_env(specs["inferq"], compress=10, prefix="bench.x").items():
+        monkeypatch.setenv(name, value)
+    assert not DispatcherSettings().backend_preemptible
 
 
 # -- the compressed settings reach the services under the names their settings classes read ------

@@ -20,7 +20,8 @@ RATE_PER_MIN_REAL, CHAT_SHARE, CLUSTER_MEAN, BURST_SIZE = 60.0, 2 / 3, 3.0, 30
 
 
 def spec_of(**options: float) -> TraceSpec:
-    return TraceSpec.from_file(**options)
+    """The file's trace at `options`; without the bench's default surge unless asked."""
+    return TraceSpec.from_file(**{"surge": 1.0, **options})
 
 
 def trace_of(spec: TraceSpec) -> list[Arrival]:
@@ -104,7 +105,8 @@ def test_the_trace_is_reproducible_and_described_for_the_report() -> None:
 
 
 def test_the_files_defaults_are_the_benchs_and_the_trace_scales_with_the_options() -> None:
-    assert spec_of() == TraceSpec(seed=2233, duration_s=60.0, compress=10.0, briefs=300)
+    assert TraceSpec.from_file() == TraceSpec(seed=2233, duration_s=60.0, compress=10.0, briefs=300)
+    assert (TraceSpec.from_file().surge, TraceSpec.from_file().surge_s) == (10.0, 5.0)
     # Twice the compression over half the wall clock: the same real evening, the burst at 40% still.
     burst = [a.offset_ms for a in trace_of(spec_of(compress=20, duration_s=30)) if a.kind == "burst"]
     assert all(12_000 <= at < 13_000 for at in burst)
@@ -118,11 +120,11 @@ def test_a_spec_out_of_range_is_refused() -> None:
         spec_of(briefs=-1)
 
 
-def test_the_analysis_surge_is_off_by_default_and_leaves_the_other_arrivals_as_they_were() -> None:
-    assert spec_of().surge == 1
-    plain = trace_of(spec_of())
-    surged = trace_of(spec_of(surge=4))
-    start, end = spec_of(surge=4).surge_window_s()
+def test_the_analysis_surge_leaves_the_other_arrivals_as_they_were() -> None:
+    # Away from the file's burst (at 40%, where the default surge is), so only the surge's are in its window.
+    plain = trace_of(spec_of(surge=1))
+    surged = trace_of(spec_of(surge=4, surge_at=0.1))
+    start, end = spec_of(surge=4, surge_at=0.1).surge_window_s()
     added = [a for a in surged if a.kind == "burst" and start * 1000 <= a.offset_ms < end * 1000]
 
     def without_index(trace: list[Arrival]) -> list[Arrival]:
@@ -137,7 +139,7 @@ def test_the_analysis_surge_is_off_by_default_and_leaves_the_other_arrivals_as_t
 
 
 def test_with_a_surge_medium_arrives_at_several_times_its_rate_in_the_window() -> None:
-    spec = spec_of(surge=4, surge_s=10)
+    spec = spec_of(surge=4, surge_s=10, surge_at=0.1)
     start, end = spec.surge_window_s()
     assert (start, end) == (6.0, 16.0)  # from 10% of the trace: while the briefs still drain
     medium = [a.offset_ms / 1000 for a in trace_of(spec) if a.tier is Tier.MEDIUM]
@@ -151,8 +153,10 @@ def test_with_a_surge_medium_arrives_at_several_times_its_rate_in_the_window() -
     assert 2.5 < inside_rate / outside_rate < 6, (inside, outside)
     described = describe_scheduling(spec, trace_of(spec))
     assert described["surge_window_s"] == [6.0, 16.0]
-    assert spec_of(surge=4, surge_at=0.5, duration_s=30).surge_window_s() == (15.0, 25.0)
-    assert "surge_window_s" not in describe_scheduling(spec_of(), trace_of(spec_of()))
+    assert spec_of(surge=4, surge_s=10, surge_at=0.5, duration_s=30).surge_window_s() == (15.0, 25.0)
+    assert "surge_window_s" not in describe_scheduling(spec_of(surge=1), trace_of(spec_of(surge=1)))
+    # By default issue 22's: 10x for 5 s at 40% of the trace, where the file's burst is.
+    assert TraceSpec.from_file().surge_window_s() == (24.0, 29.0)
 
 
 def test_a_surge_out_of_range_is_refused() -> None:

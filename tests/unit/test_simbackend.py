@@ -457,6 +457,7 @@ def test_stats_count_calls_and_reset_zeroes_them() -> None:
         "rate_limited": 0,
         "abandoned": 0,
         "abandoned_tokens": 0,
+        "completed_tokens": 0,
         "faults": {"outage": False, "error_rate": 0.0, "degradation": 1.0, "stream_drop_rate": 0.0},
         "on_hangup": "keep",
     }

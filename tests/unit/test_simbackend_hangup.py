@@ -89,6 +89,7 @@ def test_free_a_hung_up_sync_call_frees_its_slot_at_once_with_the_tokens_it_had_
     assert admitted.json()["usage"]["completion_tokens"] == ANSWER_TOKENS
     assert final["abandoned"] == 1, "a call answered in full is not abandoned"
     assert final["by_status"] == {"200": 1}, "the abandoned call was never answered"
+    assert final["completed_tokens"] == ANSWER_TOKENS, "only the admitted call's tokens were completed"
 
 
 def test_keep_a_hung_up_sync_call_holds_its_slot_until_its_natural_end() -> None:
@@ -115,6 +116,7 @@ def test_keep_a_hung_up_sync_call_holds_its_slot_until_its_natural_end() -> None
     assert ended["abandoned"] == 1
     # Answered when it ended, as a hosted API bills it, though nobody read the answer.
     assert ended["by_status"] == {"429": 1, "200": 1}
+    assert ended["completed_tokens"] == ANSWER_TOKENS
     assert later == 200
 
 
@@ -168,6 +170,7 @@ def test_keep_a_hung_up_stream_generates_to_its_end_holding_its_slot() -> None:
     assert refused == 429
     assert pauses == ANSWER_TOKENS, "the abandoned stream generated every token, unread"
     assert ended["abandoned"] == 1
+    assert ended["completed_tokens"] == ANSWER_TOKENS
 
 
 @pytest.mark.parametrize("on_hangup", list(OnHangup))
@@ -181,6 +184,7 @@ def test_a_stream_read_to_its_end_is_not_abandoned(on_hangup: OnHangup) -> None:
 
     assert response.text.endswith("data: [DONE]\n\n")
     assert (final["abandoned"], final["abandoned_tokens"], final["in_flight"]) == (0, 0, 0)
+    assert final["completed_tokens"] == ANSWER_TOKENS
 
 
 def test_the_mode_comes_from_env_or_option_and_a_bad_value_is_refused(

@@ -90,7 +90,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     kinds = parser.add_subparsers(dest="bench", required=True)
 
     from inferq.tools.bench.scenarios import FairnessSpec, TraceSpec
-    from inferq.tools.bench.specs import DeliverySpec, LatencySpec, TakeoverSpec, ThroughputSpec
+    from inferq.tools.bench.specs import (
+        SCHEDULING_RUNS,
+        DeliverySpec,
+        LatencySpec,
+        TakeoverSpec,
+        ThroughputSpec,
+    )
     from inferq.tools.chaos.cluster_faults import CaseSpec, Fault
 
     d = TraceSpec.from_file()
@@ -106,7 +112,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             float,
             d.surge,
             "an analysis surge: MEDIUM at this many times its rate from --surge-at, for --surge-seconds "
-            "(default 1: none)",
+            f"(default {d.surge:g}; 1: none)",
         ),
         (
             "--surge-at",
@@ -125,8 +131,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         (
             "--runs",
             None,
-            "inferq,inferq-lifted,forecast,static,fifo",
-            "comma-separated runs, in order (default: inferq,inferq-lifted,forecast,static,fifo)",
+            ",".join(SCHEDULING_RUNS),
+            f"comma-separated runs, in order (default: {','.join(SCHEDULING_RUNS)})",
         ),
     )
     _bench(

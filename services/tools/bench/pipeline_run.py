@@ -38,6 +38,7 @@ from inferq.tools.loadtest.loadgen import LoadOptions, run_load
 from inferq.tools.loadtest.runs import RequestRecord
 from inferq.tools.loadtest.senders import HttpSender
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
+from inferq.tools.top.samples import Scrape
 from inferq.tools.traces.arrival import Arrival
 
 T = TypeVar("T")
@@ -158,6 +159,8 @@ class PipelineRun:
     effective_budget_samples: list[tuple[int, int]]
     duplicates_on_reply_topic: int
     missing_ids: list[str] = field(default_factory=list)
+    # The dispatchers' preemption counters at the end (`dispatcher_samples`).
+    dispatcher_samples: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def _drive(
@@ -240,6 +243,7 @@ def run_pipeline(
             _drive(pipeline, trace, tag, collector, config.timeout_s, in_child, keys)
         )
         backend = pipeline.backend_stats()
+        counters = dispatcher_samples(pipeline, "inferq_preempt")
     finally:
         collector.stop()
         pipeline.stop()
@@ -254,11 +258,27 @@ def run_pipeline(
         effective_budget_samples=samples,
         duplicates_on_reply_topic=collector.duplicates,
         missing_ids=sorted(s.request_id for s in submissions if s.accepted and s.request_id not in results),
+        dispatcher_samples=counters,
     )
     config.log(
         f"[{name}] done in {run.seconds:.0f} s: {len(results)} outcomes, {len(run.missing_ids)} missing"
     )
     return run
+
+
+def dispatcher_samples(pipeline: Pipeline, prefix: str) -> list[dict[str, Any]]:
+    """The samples named `prefix`... of every dispatcher's /metrics (the run's own counters: its
+    dispatchers are fresh processes)."""
+    samples: list[dict[str, Any]] = []
+    for index in range(len(pipeline.dispatchers)):
+        text = httpx.get(f"{pipeline.dispatcher_url(index)}/metrics", timeout=5.0).text
+        scrape = Scrape.parse(text, time.monotonic())
+        samples += [
+            {"name": x.name, "labels": dict(x.labels), "value": x.value}
+            for x in scrape.samples
+            if x.name.startswith(prefix)
+        ]
+    return samples
 
 
 SUBMISSION_COLUMNS: tuple[str, ...] = (
@@ -300,6 +320,7 @@ def raw_records(run: PipelineRun) -> dict[str, Any]:
         "backend_stats": run.backend_stats,
         "effective_budget_samples": run.effective_budget_samples,
         "duplicates_on_reply_topic": run.duplicates_on_reply_topic,
+        "dispatcher_samples": run.dispatcher_samples,
         "submission_errors": [s.error for s in run.submissions if s.status is None][:20],
         "submissions_columns": list(SUBMISSION_COLUMNS),
         "submissions": [[_plain(getattr(s, c)) for c in SUBMISSION_COLUMNS] for s in run.submissions],

@@ -4,11 +4,11 @@
 - scheduling: the evening peak compressed S times (Poisson clusters of chat and analysis, a burst of
   analyses, a dump of briefs at the start); `--compress` multiplies the rates and divides the
   clusters' spread, `--duration` stretches it (the burst stays at its fraction), `--briefs` sizes
-  the dump. `--surge X` (off by default, so earlier figures stay comparable) adds an analysis surge:
-  MEDIUM arrives at X times its rate for `--surge-seconds` from `--surge-at` (a fraction of the
-  trace; by default 10%, while the briefs dumped at the start still drain, so lent slots are busy),
-  deadlines as configured (the extra analyses are a burst of the same stream, spread evenly over the
-  window).
+  the dump. `--surge X` adds an analysis surge: MEDIUM arrives at X times its rate for
+  `--surge-seconds` from `--surge-at` (a fraction of the trace), deadlines as configured (the extra
+  analyses are a burst of the same stream, spread evenly over the window). By default 10x for 5 s at
+  40% of the trace, with the file's burst, while the briefs dumped at the start still drain (so lent
+  slots are busy): the surge issue 22 measured lending on; `--surge 1` is the trace without it.
 - fairness: a steady tenant B and a tenant A flooding HIGH and LOW at `flood` x its weighted share
   of each tier's peak slots: share = wA / (wA + wB) of (the tier's peak floor / its compressed call
   time). The file holds the streams' shape; these rates follow from the options and the
@@ -48,10 +48,10 @@ class TraceSpec:
     compress: float = SCHEDULING_COMPRESS
     briefs: int = 0
     # MEDIUM's rate multiplier during the analysis surge; 1: no surge.
-    surge: float = 1.0
-    surge_s: float = 10.0
+    surge: float = 10.0
+    surge_s: float = 5.0
     # When the surge starts, as a fraction of the trace (it moves with --duration, as the burst does).
-    surge_at: float = 0.1
+    surge_at: float = 0.4
 
     @classmethod
     def from_file(cls, **options: Any) -> TraceSpec:

@@ -27,6 +27,7 @@ from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_MEAN_LATENCY_S,
 from inferq.settings.table import settings_of
 from inferq.tools.bench.pipeline_run import BenchConfig, raw_records, run_pipeline
 from inferq.tools.bench.summary import (
+    PreemptionFigures,
     RunSummary,
     Submission,
     low_makespan,
@@ -65,6 +66,9 @@ class RunSpec:
     # What the simulated backend does with a call whose client hangs up (`inferq sim-backend
     # --on-hangup`): keep, as a hosted API; free, as a self-hosted server (preemption needs it).
     backend_on_hangup: str = "keep"
+    # The backend declared preemptible (INFERQ_DISPATCHER_BACKEND_PREEMPTIBLE): the dispatcher lends
+    # every idle slot and takes a lent one back by cancelling its call (issue 22).
+    preemptible: bool = False
 
 
 def run_specs(budget: int, headroom: int = 2) -> dict[str, RunSpec]:
@@ -77,6 +81,11 @@ def run_specs(budget: int, headroom: int = 2) -> dict[str, RunSpec]:
         "forecast": RunSpec("forecast", "inferq", forecast_lending=True),
         "static": RunSpec("static", "static"),
         "fifo": RunSpec("fifo", "fifo"),
+        # The default schedule behind a self-hosted backend declared preemptible (issue 22).
+        "preempt": RunSpec("preempt", "inferq", backend_on_hangup="free", preemptible=True),
+        # The same declared against a hosted-API-like backend, which goes on counting a cancelled
+        # call: what preemption costs where it must stay off.
+        "preempt-hosted": RunSpec("preempt-hosted", "inferq", backend_on_hangup="keep", preemptible=True),
     }
 
 
@@ -109,6 +118,7 @@ def compressed_env(spec: RunSpec, compress: float, prefix: str) -> dict[str, str
         env["INFERQ_DISPATCHER_LOW_PEAK_CEILING"] = str(spec.low_peak_ceiling)
     # Said either way: the capped runs are the seed's ceilings whatever the dispatcher's default.
     env["INFERQ_DISPATCHER_FORECAST_LENDING"] = "true" if spec.forecast_lending else "false"
+    env["INFERQ_DISPATCHER_BACKEND_PREEMPTIBLE"] = "true" if spec.preemptible else "false"
     # simulated backend (SimBackendSettings, INFERQ_SIM_); said either way too
     env["INFERQ_SIM_ON_HANGUP"] = spec.backend_on_hangup
     return env
@@ -125,7 +135,30 @@ def run_one(
     summary = summarize(
         spec, config, run.submissions, outcomes, run.backend_stats, run.effective_budget_samples
     )
+    summary = replace(summary, preemption=preemption_figures(run.backend_stats, run.dispatcher_samples))
     return summary, raw_records(run)
+
+
+def preemption_figures(backend: Mapping[str, Any], samples: Sequence[Mapping[str, Any]]) -> PreemptionFigures:
+    """The dispatchers' preemption counters (samples of `dispatcher_samples`) and the backend's
+    hang-up counts."""
+
+    def total(name: str) -> int:
+        return round(sum(float(x["value"]) for x in samples if x["name"] == name))
+
+    by_tier: dict[str, int] = {}
+    for x in samples:
+        if x["name"] == "inferq_preemptions_total":
+            tier = str(x["labels"].get("tier", "?"))
+            by_tier[tier] = by_tier.get(tier, 0) + round(x["value"])
+    return PreemptionFigures(
+        by_tier=by_tier,
+        limit_reached=total("inferq_preemption_limit_reached_total"),
+        estimated_tokens=total("inferq_preempted_tokens_total"),
+        abandoned_calls=int(backend.get("abandoned", 0)),
+        abandoned_tokens=int(backend.get("abandoned_tokens", 0)),
+        completed_tokens=int(backend.get("completed_tokens", 0)),
+    )
 
 
 def summarize(
@@ -142,8 +175,11 @@ def summarize(
         schedule_pin="peak",
         low_peak_ceiling=spec.low_peak_ceiling,
         forecast_lending=spec.forecast_lending,
+        backend_preemptible=spec.preemptible,
     )
-    scheduler = build_scheduler(spec.policy, build_schedule(settings))
+    # The bench's one backend serves every tier: preemptible, every tier is.
+    preemptible = frozenset(Tier) if spec.preemptible else frozenset()
+    scheduler = build_scheduler(spec.policy, build_schedule(settings), preemptible=preemptible)
     promotion_ms = int(REAL_PROMOTION_AGE_S / config.compress * 1000)
     done = list(outcomes.values())
     lag, answer, dump_s = submit_stats(submissions)
@@ -168,8 +204,9 @@ def summarize(
         ingest_answer_ms=answer,
         dump_accepted_s=dump_s,
         missing_ids=sorted(s.request_id for s in submissions if s.accepted and s.request_id not in outcomes),
-        backend_abandoned=int(backend.get("abandoned", 0)),
-        backend_abandoned_tokens=int(backend.get("abandoned_tokens", 0)),
+        ok_indexes=sorted(
+            s.index for s in submissions if (o := outcomes.get(s.request_id)) is not None and o.status == "OK"
+        ),
     )
 
 

@@ -8,6 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# The runs of `inferq bench scheduling`, in their default order (`scheduling_run.run_specs` says what
+# each is).
+SCHEDULING_RUNS = ("inferq", "inferq-lifted", "forecast", "static", "fifo", "preempt", "preempt-hosted")
+
 
 def option(value: Any, help: str, *, flag: str = "", **argparse: Any) -> Any:
     """A spec field, default `value`, offered as an option: `flag` (default --the-field-name);

@@ -125,6 +125,7 @@ def create_app(
             # Counted as answered when it ends, its client there or not (with `keep`), as a hosted API
             # bills it; a `free` hang-up cancels it before.
             backend.stats.record(status, model)
+            backend.stats.completed_tokens += tokens
             timings.done(timing)
 
         started_s = clock()
@@ -241,6 +242,7 @@ def create_app(
             except StreamDroppedError as exc:
                 generated.put_nowait(exc)
                 return
+            backend.stats.completed_tokens += progress.tokens
             generated.put_nowait(None)
 
         task = generations.start(generate())

@@ -82,5 +82,6 @@ class SimBackend:
             "rate_limited": stats.rate_limited,
             "abandoned": stats.abandoned,
             "abandoned_tokens": stats.abandoned_tokens,
+            "completed_tokens": stats.completed_tokens,
             "faults": self.faults.as_dict(),
         }
