@@ -149,7 +149,11 @@ def test_a_rebalance_that_gives_partitions_back_does_not_redo_running_calls(kafk
         async with (
             # A brief takes 8 s: longer than the rebalance, which waits for the member's next heartbeat.
             sim_backend(latency_s={"inferq-cheap": 8.0}) as url,
-            running_dispatcher(kafka_settings, url, schedule_pin="night") as dispatcher,
+            # A session of 10 s, not the default 2: a stall of this shared machine past 2 s drops the
+            # member (its partitions lost, their calls rightly made again), which is not this test's case.
+            running_dispatcher(
+                kafka_settings, url, schedule_pin="night", session_timeout_ms=10_000
+            ) as dispatcher,
         ):
             produce_requests(kafka_settings.bootstrap_servers, topics.requests_by_name("LOW"), briefs)
             await until_in_flight(url, 6)
