@@ -92,22 +92,19 @@ class SimConfig:
 
 @dataclass(frozen=True)
 class PreemptionCost:
-    """What preemption cost in a simulation: calls cancelled per tier (the tier their token counted
-    in), requests that reached `max_preemptions`, the call time cancelled calls had run, and the
-    tokens they had generated, estimated as the dispatcher estimates them for a call not streamed
-    (``preemption.discarded_estimate`` over ``starting.request_cost``); beside them the call time
-    and estimated tokens of the calls that answered, to see the discarded share."""
+    """What preemption cost in a simulation, per tier as the dispatcher counts it (the tier the
+    cancelled call's token counted in): calls cancelled, the tokens they had generated (estimated as
+    the dispatcher estimates them for a call not streamed: ``preemption.discarded_estimate`` over
+    ``starting.request_cost``), requests that reached `max_preemptions`. Beside them, over all
+    tiers, the call time the cancelled calls had run, and the call time and estimated tokens of the
+    calls that answered, to see the discarded share."""
 
     preemptions: Mapping[Tier, int] = field(default_factory=lambda: dict.fromkeys(Tier, 0))
+    discarded_tokens: Mapping[Tier, int] = field(default_factory=lambda: dict.fromkeys(Tier, 0))
     limit_reached: Mapping[Tier, int] = field(default_factory=lambda: dict.fromkeys(Tier, 0))
     discarded_call_ms: int = 0
-    discarded_tokens: int = 0
     served_call_ms: int = 0
     served_tokens: int = 0
-
-    @property
-    def total(self) -> int:
-        return sum(self.preemptions.values())
 
 
 @dataclass(frozen=True)
@@ -179,7 +176,8 @@ class Simulation:
         self.call_event: dict[int, int] = {}
         self.preempted: Counter[Tier] = Counter()
         self.limit_reached: Counter[Tier] = Counter()
-        self.discarded_call_ms = self.discarded_tokens = self.served_call_ms = self.served_tokens = 0
+        self.discarded_tokens: Counter[Tier] = Counter()
+        self.discarded_call_ms = self.served_call_ms = self.served_tokens = 0
         self.max_in_flight = self.promoted = self.batches = 0
 
     def _clock(self) -> datetime:
@@ -345,7 +343,7 @@ class Simulation:
             self.limit_reached[victim.tier] += 1
         self.discarded_call_ms += elapsed_ms
         typical_ms = self.call_times.typical_ms(work.tier)
-        self.discarded_tokens += discarded_estimate(elapsed_ms, typical_ms, request_cost(work))
+        self.discarded_tokens[victim.tier] += discarded_estimate(elapsed_ms, typical_ms, request_cost(work))
         return True
 
     def _latency_ms(self, tier: Tier) -> int:
@@ -418,9 +416,9 @@ class Simulation:
             )
         cost = PreemptionCost(
             {t: self.preempted[t] for t in Tier},
+            {t: self.discarded_tokens[t] for t in Tier},
             {t: self.limit_reached[t] for t in Tier},
             self.discarded_call_ms,
-            self.discarded_tokens,
             self.served_call_ms,
             self.served_tokens,
         )
