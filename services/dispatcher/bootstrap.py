@@ -68,7 +68,7 @@ from inferq.dispatcher.tokens import LocalTokenPool, TokenPool
 from inferq.dispatcher.writer import OutcomeWriter, RecordProducer
 from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.record_signing import RecordSigner
-from inferq.messaging.tiers import Tier, TierPolicy
+from inferq.messaging.tiers import TierPolicy
 from inferq.messaging.topics import TopicNames
 from inferq.telemetry import meter
 from inferq.tenancy.metrics import watch_reloads

@@ -8,8 +8,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import deque
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,7 +29,6 @@ from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import DEFAULT_MEAN_LATENCY_S, Tier
 from inferq.tools.measures import MeasuredRequest
 from inferq.tools.traces.arrival import Arrival
-
 
 
 class SchedulerFactory(Protocol):
@@ -227,7 +225,6 @@ class Simulation:
         backlog = self.kafka[tier]
         while backlog and self.readahead.held(tier) < self.config.readahead_per_tier:
             index = backlog.popleft()
-            arrival = self.arrivals[index]
             work = self._work(index, tier)
             if self.readahead.check(work, self.now_ms) is not None:
                 self._answer(index, "EXPIRED")
