@@ -14,7 +14,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from inferq.cli import main
@@ -132,6 +132,8 @@ arrivals_strategy = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(
     raw=arrivals_strategy,
+    # A dump of briefs first, so that slots are lent and there is something to take back.
+    dump=st.integers(0, 25),
     budget=st.integers(1, 8),
     preemptible=st.sampled_from([ALL, frozenset({L}), frozenset({M, L})]),
     max_preemptions=st.integers(0, 3),
@@ -140,13 +142,14 @@ arrivals_strategy = st.lists(
 )
 def test_preempting_answers_each_arrival_once_within_the_budget_and_never_below_a_ceiling(
     raw: list[tuple[int, Tier, int, bool]],
+    dump: int,
     budget: int,
     preemptible: frozenset[Tier],
     max_preemptions: int,
     latency: tuple[float, float, float],
     readahead: int,
 ) -> None:
-    trace = [
+    trace = [arrival(f"d{i}", L, 0) for i in range(dump)] + [
         arrival(f"r{i}", tier, at, deadline if short else None)
         for i, (at, tier, deadline, short) in enumerate(raw)
     ]
@@ -159,6 +162,7 @@ def test_preempting_answers_each_arrival_once_within_the_budget_and_never_below_
             max_preemptions=max_preemptions,
             readahead_per_tier=readahead,
         )
+    event("preempted" if cancelled else "nothing preempted")
     assert [o.request_id for o in result.outcomes] == [a.request_id for a in trace]
     assert all(o.status in {"OK", "EXPIRED"} for o in result.outcomes)
     assert result.max_in_flight <= budget
