@@ -56,6 +56,7 @@ from inferq.dispatcher.settings import (
     build_schedule,
     chunk_policy,
     preemptible_backends,
+    preemptible_tiers,
     rate_limits,
     renamed_variables_in,
 )
@@ -67,7 +68,7 @@ from inferq.dispatcher.tokens import LocalTokenPool, TokenPool
 from inferq.dispatcher.writer import OutcomeWriter, RecordProducer
 from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.record_signing import RecordSigner
-from inferq.messaging.tiers import Tier, TierPolicy
+from inferq.messaging.tiers import TierPolicy
 from inferq.messaging.topics import TopicNames
 from inferq.telemetry import meter
 from inferq.tenancy.metrics import watch_reloads
@@ -348,12 +349,6 @@ def kafka_producer(settings: DispatcherSettings) -> AsyncProducer:
         # would: the writer then answers FAILED instead of waiting forever (librdkafka default 30 s).
         | {"topic.metadata.propagation.max.ms": TOPIC_PROPAGATION_MS}
     )
-
-
-def preemptible_tiers(settings: DispatcherSettings, routes: BackendRoutes) -> frozenset[Tier]:
-    """The tiers whose every backend is preemptible: lent every idle slot (``policies.py``)."""
-    names = preemptible_backends(settings)
-    return frozenset(t for t in Tier if names and set(routes.order(t)) <= names)
 
 
 def preemptor_of(

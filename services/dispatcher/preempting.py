@@ -20,21 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from inferq.dispatcher.metrics import DispatcherMetrics
-from inferq.dispatcher.preemption import RunningCall, choose_victim
+from inferq.dispatcher.preemption import NextTier, RunningCall, discarded_estimate, victim_to_cancel
 from inferq.dispatcher.readahead import ReadAhead
 from inferq.dispatcher.schedule import Window
 from inferq.dispatcher.streaming import ChunkStream
 from inferq.dispatcher.work import Work
 from inferq.messaging.tiers import Tier
-
-# The tier the scheduler would start next given tokens in use and waiting requests per tier.
-NextTier = Callable[[Mapping[Tier, int], Mapping[Tier, int]], Tier | None]
 
 
 @dataclass
@@ -126,25 +122,21 @@ class Preemptor:
         budget: int,
         next_tier: NextTier,
     ) -> bool:
-        """Cancel the call ``preemption.choose_victim`` names, if any, and if the scheduler
-        (`next_tier`) would give its slot to a tier above the victim's once the slots being freed
-        are back (and the victim's request waits again): a freed slot the victim's own tier would
-        take again is not worth its tokens. True when one was cancelled."""
+        """Cancel the call ``preemption.victim_to_cancel`` names, if any: the one `choose_victim`
+        names, if the scheduler (`next_tier`) would give its slot to a tier above the victim's.
+        True when one was cancelled."""
         if not self._preemptible or not self._calls:
             return False
-        views = [call.view() for call in self._calls.values()]
-        victim = choose_victim(
-            views, in_use=in_use, waiting=waiting, window=window, budget=budget, max_preemptions=self._max
+        victim = victim_to_cancel(
+            [call.view() for call in self._calls.values()],
+            in_use=in_use,
+            waiting=waiting,
+            window=window,
+            budget=budget,
+            max_preemptions=self._max,
+            next_tier=next_tier,
         )
-        if victim is None:
-            return False
-        freed = Counter(c.tier for c in views if c.cancelling or c.key == victim.key)
-        after = {t: max(0, in_use.get(t, 0) - freed[t]) for t in Tier}
-        waiting_after = {t: waiting.get(t, 0) + freed[t] for t in Tier}
-        taker = next_tier(after, waiting_after)
-        if taker is None or taker.rank >= victim.tier.rank:
-            return False
-        return self.cancel(self._calls[victim.key])
+        return victim is not None and self.cancel(self._calls[victim.key])
 
     def cancel(self, call: Call) -> bool:
         """Take the call back if nothing of it has reached anyone: not answered, no chunk handed over."""
@@ -166,10 +158,8 @@ class Preemptor:
         if streamed:
             discarded = call.pieces
         else:
-            elapsed = max(0, self._clock_ms() - call.started_ms)
-            typical = self._typical_ms(work.tier)
-            share = min(1.0, elapsed / typical) if typical > 0 else 1.0
-            discarded = round(share * self._estimate(work))
+            elapsed = self._clock_ms() - call.started_ms
+            discarded = discarded_estimate(elapsed, self._typical_ms(work.tier), self._estimate(work))
         limit_reached = work.preemptions == self._max
         self._metrics.record_preempted(call.tier, discarded, streamed=streamed, limit_reached=limit_reached)
         if not work.offsets.revoked or work.offsets.successor is not None:

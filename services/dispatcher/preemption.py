@@ -24,18 +24,23 @@ Cancelling never starts anything: the cancelled call's token comes back only onc
 ended (``execution.py``), and the starter then asks the scheduler as for any token, which gives it
 to the tier in need (a higher one comes first, and the victim's tier stays at or above its ceiling,
 so it is not below its floor). The budget therefore holds by construction, also while a slot is
-being freed. Before cancelling, ``preempting.py`` asks the scheduler whether the freed slot would
-go to a tier above the victim's (a tier kept out of the HIGH headroom might not take it).
+being freed. `victim_to_cancel` adds the check made before cancelling: would the scheduler give
+the freed slot to a tier above the victim's (a tier kept out of the HIGH headroom might not take
+it)? The dispatcher (``preempting.py``) and the simulator (``inferq.tools.simulation``) both ask it.
+`discarded_estimate` is what a cancelled call that was not streamed had generated, estimated.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from inferq.dispatcher.schedule import Window
 from inferq.messaging.tiers import TIERS_BY_PRIORITY, Tier
+
+# The tier the scheduler would start next given tokens in use and waiting requests per tier.
+NextTier = Callable[[Mapping[Tier, int], Mapping[Tier, int]], Tier | None]
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,41 @@ def choose_victim(
             return max(candidates, key=lambda c: (c.started_ms, c.key))
         return None  # the slots it needs are held within the shares below it: it waits
     return None
+
+
+def victim_to_cancel(
+    calls: Sequence[RunningCall],
+    *,
+    in_use: Mapping[Tier, int],
+    waiting: Mapping[Tier, int],
+    window: Window,
+    budget: int,
+    max_preemptions: int,
+    next_tier: NextTier,
+) -> RunningCall | None:
+    """The call `choose_victim` names, if the scheduler (`next_tier`) would give its slot to a tier
+    above the victim's once the slots being freed are back (and the victim's request waits again):
+    a freed slot the victim's own tier would take again is not worth its tokens. None otherwise."""
+    victim = choose_victim(
+        calls, in_use=in_use, waiting=waiting, window=window, budget=budget, max_preemptions=max_preemptions
+    )
+    if victim is None:
+        return None
+    freed = Counter(c.tier for c in calls if c.cancelling or c.key == victim.key)
+    after = {t: max(0, in_use.get(t, 0) - freed[t]) for t in Tier}
+    waiting_after = {t: waiting.get(t, 0) + freed[t] for t in Tier}
+    taker = next_tier(after, waiting_after)
+    if taker is None or taker.rank >= victim.tier.rank:
+        return None
+    return victim
+
+
+def discarded_estimate(elapsed_ms: float, typical_ms: float, estimate: int) -> int:
+    """The tokens a cancelled call had generated when nothing counted them (not streamed): its
+    request's token `estimate` x the share of its tier's typical call time it ran, at most the
+    estimate (a call with no typical time known counts whole)."""
+    share = min(1.0, max(0.0, elapsed_ms) / typical_ms) if typical_ms > 0 else 1.0
+    return round(share * estimate)
 
 
 def _may_be_cancelled(call: RunningCall, max_preemptions: int) -> bool:

@@ -19,7 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from inferq.dispatcher.backend_specs import BackendSpec, backend_url, check_backends
 from inferq.dispatcher.circuit import BreakerPolicy
 from inferq.dispatcher.rate_budget import MAX_COUNT, RateLimit
-from inferq.dispatcher.routing import DEFAULT_BACKEND, check_tier_backends
+from inferq.dispatcher.routing import DEFAULT_BACKEND, BackendRoutes, check_tier_backends
 from inferq.dispatcher.schedule import Schedule, TierLimits
 from inferq.dispatcher.streaming import ChunkPolicy
 from inferq.dispatcher.tokens.settings import RedisBudgetSettings
@@ -313,6 +313,18 @@ def preemptible_backends(settings: DispatcherSettings) -> frozenset[str]:
     """The names of the backends whose calls may be preempted (``preemption.py``)."""
     named = {name for name, spec in settings.backends.items() if spec.preemptible}
     return frozenset(named | ({DEFAULT_BACKEND} if settings.backend_preemptible else set()))
+
+
+def preemptible_tiers(settings: DispatcherSettings, routes: BackendRoutes | None = None) -> frozenset[Tier]:
+    """The tiers whose every backend is preemptible: lent every idle slot (``policies.py``).
+    `routes`: the backends each tier calls (None: as the settings route them, what `bootstrap`
+    builds from them; the simulator's case)."""
+    names = preemptible_backends(settings)
+    if not names:
+        return frozenset()
+    if routes is not None:
+        return frozenset(t for t in Tier if set(routes.order(t)) <= names)
+    return frozenset(t for t in Tier if set(settings.tier_backends.get(t) or [DEFAULT_BACKEND]) <= names)
 
 
 def rate_limits(settings: DispatcherSettings) -> dict[str, RateLimit]:

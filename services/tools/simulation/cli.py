@@ -65,6 +65,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="lend slots past the ceilings when the higher tiers' forecast allows "
         "(INFERQ_DISPATCHER_FORECAST_LENDING, off by default)",
     )
+    parser.add_argument(
+        "--preemptible",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the backend frees a slot when its client hangs up: calls lent past a ceiling are "
+        "cancelled for a higher tier, and the cost shown (INFERQ_DISPATCHER_BACKEND_PREEMPTIBLE, "
+        "off by default; backends of INFERQ_DISPATCHER_BACKENDS keep their own setting)",
+    )
+    parser.add_argument(
+        "--max-preemptions",
+        type=int,
+        help="times a request may be preempted before it is lent no more slots past its ceiling "
+        "(default INFERQ_DISPATCHER_MAX_PREEMPTIONS or 3)",
+    )
     parser.add_argument("--readahead", type=int, help="requests per tier held by the dispatcher (default 20)")
     parser.add_argument("--name", help="the run's name in tables and plots")
     parser.add_argument("--json", type=Path, help="write the simulation document (summary and outcomes) here")

@@ -20,20 +20,31 @@ What is modelled, with the dispatcher's defaults:
   fixed: no retries, no adaptive cuts, no eviction.
 - The scheduler is also asked at every quarter hour while work waits, so a window change (peak
   ends at 22:00) takes effect even when nothing arrives or completes.
+- Preemption, when the tiers' backends are preemptible (`preemptible`, from the dispatcher's
+  `backend_preemptible` and backends' `preemptible`; the tiered policy only): the scheduler lends
+  those tiers every idle slot, and when it says wait while work waits the dispatcher's own
+  decision (``preemption.victim_to_cancel``) names a call to cancel. The simulated backend frees
+  the slot at hang-up (a self-hosted server's behaviour): the call's completion is void, its token
+  back at once, its request back in the read-ahead at its place (`put_back`, one more preemption,
+  `max_preemptions` at most). Nothing streams here, so no call is spared for having sent chunks.
+  The cost (`SimResult.preemption`): cancellations per tier, requests that reached the limit,
+  the call time discarded and the tokens discarded, estimated the dispatcher's way (the elapsed
+  share of the tier's typical call time x ``starting.request_cost``: a recorded trace carries no
+  prompt or `max_tokens`, so each request counts the dispatcher's default completion tokens).
 
 Time is integer epoch milliseconds, as on the wire; nothing sleeps and no wall clock is read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from functools import partial
+from collections.abc import Collection, Mapping, Sequence
 
-from inferq.dispatcher.policies import build_scheduler
+from inferq.dispatcher.policies import Clock, Scheduler, build_scheduler
 from inferq.dispatcher.schedule import Schedule
-from inferq.dispatcher.settings import DispatcherSettings
+from inferq.dispatcher.settings import DispatcherSettings, preemptible_tiers
 from inferq.messaging.tiers import Tier
 from inferq.tools.simulation._engine import (
+    PreemptionCost,
     SchedulerFactory,
     SimConfig,
     SimResult,
@@ -41,18 +52,32 @@ from inferq.tools.simulation._engine import (
 )
 from inferq.tools.traces.arrival import Arrival
 
-__all__ = ["SchedulerFactory", "SimConfig", "SimResult", "sim_config", "sim_scheduler", "simulate"]
+__all__ = [
+    "PreemptionCost",
+    "SchedulerFactory",
+    "SimConfig",
+    "SimResult",
+    "sim_config",
+    "sim_scheduler",
+    "simulate",
+]
 
 
 def sim_scheduler(policy: str, schedule: Schedule) -> SchedulerFactory:
-    """The factory `simulate` needs: `policy` over `schedule`, reading the simulated clock."""
-    return partial(build_scheduler, policy, schedule)
+    """The factory `simulate` needs: `policy` over `schedule`, reading the simulated clock, with
+    the tiers the config's `preemptible` names."""
+
+    def build(clock: Clock, preemptible: Collection[Tier] = ()) -> Scheduler:
+        return build_scheduler(policy, schedule, clock, preemptible=preemptible)
+
+    return build
 
 
 def sim_config(settings: DispatcherSettings, *, jitter: float = 0.0, seed: int = 0) -> SimConfig:
     """The scheduling knobs of the dispatcher's settings (budget, promotion age, early drop by its
     typical latencies and whether they are learned, forecast lending, read-ahead, housekeeping tick,
-    tenant headroom) as the simulation's config."""
+    tenant headroom, the tiers whose backends are preemptible and the preemption limit) as the
+    simulation's config."""
     return SimConfig(
         budget=settings.budget,
         promotion_age_ms=round(settings.promotion_age_s * 1000),
@@ -66,6 +91,8 @@ def sim_config(settings: DispatcherSettings, *, jitter: float = 0.0, seed: int =
         housekeeping_interval_ms=max(1, round(settings.housekeeping_interval_s * 1000)),
         tenant_headroom_slots=settings.tenant_headroom_slots,
         tenant_active_window_ms=round(settings.tenant_active_window_s * 1000),
+        preemptible=preemptible_tiers(settings),
+        max_preemptions=settings.max_preemptions,
         jitter=jitter,
         seed=seed,
     )
