@@ -135,7 +135,7 @@ class Execution:
         running = None
         if preemptor is not None:
             running = preemptor.running(work, lease.tier, route.name, backend_call, stream)
-        preempted = False
+        preempted = settling = False
         try:
             completion = await self._within(backend_call, remaining_s, cut)
         except BackendError as exc:
@@ -145,15 +145,21 @@ class Execution:
         finally:
             if preemptor is not None and running is not None:
                 preemptor.ended(running)  # a call the deadline cut lingers unseen: its outcome is out
+                # Back to waiting before its token is: the next start finds it in its place.
                 if preempted:
-                    # Back to waiting before its token is: the next start finds it in its place.
                     running.pieces = cut.pieces
                     preemptor.wait_again(running)
+                elif failure is not None and preemptor.not_yet_freed(running, failure):
+                    settling = True
+                    preemptor.start_again(running)
             if backend_call.done():
                 completed = failure is None and not backend_call.cancelled()
-                # A timeout the deadline imposed, or a cancelled call, says nothing of the backend.
-                neutral = backend_call.cancelled() or (
-                    failure is not None and failure.timed_out and deadline_bound
+                # A timeout the deadline imposed, a cancelled call, or a slot a cancellation had not
+                # yet freed, says nothing of the backend.
+                neutral = (
+                    settling
+                    or backend_call.cancelled()
+                    or (failure is not None and failure.timed_out and deadline_bound)
                 )
                 self._routes.ended(route, failure, self._clock_ms(), cut=neutral, probe=probe)
                 await self._call_over(work, lease, completed=completed)
@@ -161,7 +167,7 @@ class Execution:
                 # The deadline cut it (or shutdown cancelled this task): the backend still runs it.
                 lingering = self._lingering(backend_call, work, lease, route, started, probe)
                 self._linger(lingering, "abandoned-call")
-        if preempted:
+        if preempted or settling:
             return  # no outcome: the request waits again (not an attempt, not committed past)
         self._metrics.record_backend_call(
             work.tier, failure, self._monotonic() - started, work.request.tenant, route.name

@@ -24,9 +24,12 @@ Policies:
   a cluster finds free.
   **Lending without foresight**: the tiers in `preemptible` (every backend they call frees its slot
   when the client hangs up) may take every idle slot past their ceilings, the headroom included,
-  with no forecast: a lent slot is taken back by preemption when a higher tier needs it. While such
-  a tier holds lent slots, a tier above it that is not preemptible may take the headroom too (HIGH
-  takes the lent slots back), so lending below never shuts it out.
+  with no forecast: a lent slot is taken back by preemption when a higher tier needs it. So the
+  headroom HIGH finds is the free slots plus the lent ones, and a start within a tier's ceiling (a
+  call never preempted), whether the tier is preemptible or not, may not bring that below
+  `high_headroom`: lending never shuts a higher tier out, and never lets a tier within its ceiling
+  take what the capped schedule keeps for HIGH. The headroom is lent in priority order: not to LOW
+  while MEDIUM waits below its ceiling (MEDIUM may not take it, so LOW would run ahead of it).
 - `StaticScheduler` (hard slots, e.g. the peak split 6/3/1): each tier capped at its floor, nothing
   lent. A baseline.
 - `FifoScheduler`: one queue in arrival order under the global budget. A baseline.
@@ -136,31 +139,44 @@ class TieredScheduler(_ScheduledPolicy):
             idle_low = tier is Tier.LOW and others_idle and window.low_idle_ceiling is not None
             if idle_low and window.low_idle_ceiling is not None:
                 ceiling = max(ceiling, window.low_idle_ceiling)
-            if tier in self._preemptible and tier is not Tier.HIGH:
-                # Lent past its ceiling, preemption takes it back when needed; but not to a request
-                # preempted too often (`lendable`), which waits within its tier's share.
-                borrowing = in_use.get(tier, 0) >= window.limits[tier].ceiling
-                if not borrowing or demand.lendable is None or demand.lendable.get(tier, 0) > 0:
+            if tier in self._preemptible and tier is not Tier.HIGH and in_use.get(tier, 0) >= ceiling:
+                # Lent past its ceiling, preemption takes it back when needed, headroom included; but
+                # not to a request preempted too often (`lendable`), which waits within its tier's
+                # share, nor into the headroom while a tier above waits below its ceiling (the
+                # headroom is lent in priority order, and that tier may not take it).
+                lendable = demand.lendable is None or demand.lendable.get(tier, 0) > 0
+                into_headroom = free - 1 + self._lent(window, in_use) < headroom
+                if lendable and not (into_headroom and self._held_back_above(tier, window, in_use, waiting)):
                     return tier
                 continue
+            # Within its ceiling a call is its tier's own, never preempted: kept out of the headroom
+            # as any tier's (else a surge of analyses within their ceiling would shut chat out).
             past_ceiling = in_use.get(tier, 0) >= ceiling
-            # The headroom is kept for HIGH; a preemptible tier below holding lent slots keeps it
-            # instead (HIGH takes those back), else it would take every slot this tier may not.
+            # The headroom is kept for HIGH: the free slots, plus the slots lent to preemptible tiers
+            # past their ceilings (HIGH takes those back), may not fall below it.
             into_headroom = (
-                tier is not Tier.HIGH
-                and not idle_low
-                and free - 1 < headroom
-                and not self._lent_below(tier, window, in_use)
+                tier is not Tier.HIGH and not idle_low and free - 1 + self._lent(window, in_use) < headroom
             )
             if into_headroom or (past_ceiling and not self._lend(tier, free, demand)):
                 continue
             return tier
         return None
 
-    def _lent_below(self, tier: Tier, window: Window, in_use: Mapping[Tier, int]) -> bool:
-        """A preemptible tier below `tier` holds slots past its ceiling."""
-        below = TIERS_BY_PRIORITY[TIERS_BY_PRIORITY.index(tier) + 1 :]
-        return any(t in self._preemptible and in_use.get(t, 0) > window.limits[t].ceiling for t in below)
+    @staticmethod
+    def _held_back_above(
+        tier: Tier, window: Window, in_use: Mapping[Tier, int], waiting: Mapping[Tier, int]
+    ) -> bool:
+        """A tier between HIGH and `tier` has work waiting below its ceiling (the headroom holds it back)."""
+        above = TIERS_BY_PRIORITY[1 : TIERS_BY_PRIORITY.index(tier)]
+        return any(waiting.get(t, 0) > 0 and in_use.get(t, 0) < window.limits[t].ceiling for t in above)
+
+    def _lent(self, window: Window, in_use: Mapping[Tier, int]) -> int:
+        """Slots held by preemptible tiers past their ceilings: preemption gives them back to HIGH."""
+        return sum(
+            max(0, in_use.get(t, 0) - window.limits[t].ceiling)
+            for t in self._preemptible
+            if t is not Tier.HIGH
+        )
 
     @staticmethod
     def _past_ceiling_below(window: Window, in_use: Mapping[Tier, int]) -> dict[Tier, bool]:

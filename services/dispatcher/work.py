@@ -32,6 +32,8 @@ class Work:
     trace: Context | None = None
     # Times its call was preempted and it went back to waiting (``preemption.py``; this process's).
     preemptions: int = 0
+    # Started again because its backend had not yet freed a preempted call's slot (``preempting.py``).
+    settle_restarts: int = 0
 
     @property
     def request_id(self) -> str:

@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 from inferq.dispatcher.backend import Completion
+from inferq.dispatcher.errors import BackendError
 from inferq.dispatcher.offsets import PartitionOffsets
 from inferq.dispatcher.preempting import Call, Preemptor
 from inferq.dispatcher.readahead import ReadAhead
@@ -59,6 +60,45 @@ async def test_a_chat_takes_back_the_slot_lent_to_the_youngest_brief() -> None:
     assert results[briefs[1].request_id].attempts == 1
     # Never two calls in one slot: the cancelled call ended before its token started the chat.
     assert r.backend.most_in_flight == 2
+
+
+@in_loop
+async def test_a_429_while_the_backend_frees_a_cancelled_calls_slot_starts_the_call_again() -> None:
+    # The backend frees the cancelled brief's slot when it sees the connection close, a moment after
+    # the dispatcher: the chat that took the slot at once is refused (429) in between, once.
+    r = rig(budget=2, schedule_pin="peak", forecast_lending=False, backend_preemptible=True, adaptive=True)
+    r.backend.hold()
+    briefs = [a_request("LOW", messages=[{"role": "user", "content": f"brief {n}"}]) for n in range(2)]
+    chat = a_request("HIGH", messages=[{"role": "user", "content": "chat"}])
+    held = r.backend.complete
+    refused: list[str] = []
+
+    async def not_yet_freed(
+        model: str, messages: list[dict[str, str]], params: dict[str, Any], *, timeout_s: float
+    ) -> Completion:
+        if messages[0]["content"] == "chat" and not refused:
+            refused.append("chat")
+            raise BackendError("backend answered 429", retriable=True, status=429)
+        return await held(model, messages, params, timeout_s=timeout_s)
+
+    r.backend.complete = not_yet_freed  # type: ignore[method-assign]
+    async with running(r):
+        for n, brief in enumerate(briefs, start=1):
+            r.consumer.produce(r.partition("LOW"), encoded(brief))
+            await eventually(lambda n=n: r.backend.in_flight == len(r.backend.calls) == n, "the brief runs")
+        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await eventually(
+            lambda: [m[0]["content"] for m, _ in r.backend.calls].count("chat") == 1, "the chat runs"
+        )
+        r.backend.release()
+        await eventually(lambda: len(r.results()) == 3, "every answer")
+        budget = r.dispatcher.health()["effective_budget"]
+    results = r.results()
+    assert refused == ["chat"]
+    assert results[chat.request_id].status is Status.OK
+    assert results[chat.request_id].attempts == 1  # started again, not retried: no backoff
+    assert r.producer.on(r.topics.retry) == []
+    assert budget == 2, "a slot not yet freed is not the backend's overload"
 
 
 @in_loop

@@ -53,9 +53,25 @@ def test_the_floors_and_higher_tiers_still_come_first() -> None:
         Tier.MEDIUM: 3,
         Tier.LOW: 1,
     }
-    # Fewer chats than HIGH's floor: MEDIUM lends before LOW, which keeps its floor.
+    # Fewer chats than HIGH's floor: MEDIUM borrows within its ceiling up to the headroom, as capped
+    # (a call of its within its ceiling is never preempted, so it may not hold the headroom), and
+    # the headroom is not lent to LOW while MEDIUM waits: it stays free for HIGH.
     mixed = fill(scheduler(Tier.MEDIUM, Tier.LOW), HIGH=3, MEDIUM=50, LOW=50)
-    assert mixed == {Tier.HIGH: 3, Tier.MEDIUM: 6, Tier.LOW: 1}
+    assert (
+        mixed == fill(scheduler(), HIGH=3, MEDIUM=50, LOW=50) == {Tier.HIGH: 3, Tier.MEDIUM: 4, Tier.LOW: 1}
+    )
+    # The same without chats: MEDIUM tops at B - headroom - LOW's floor, as capped; LOW is lent
+    # every idle slot once MEDIUM waits no more.
+    assert fill(scheduler(Tier.MEDIUM, Tier.LOW), MEDIUM=50, LOW=50) == {
+        Tier.HIGH: 0,
+        Tier.MEDIUM: 7,
+        Tier.LOW: 1,
+    }
+    assert fill(scheduler(Tier.MEDIUM, Tier.LOW), MEDIUM=2, LOW=50) == {
+        Tier.HIGH: 0,
+        Tier.MEDIUM: 2,
+        Tier.LOW: 8,
+    }
 
 
 def test_the_baselines_ignore_it() -> None:

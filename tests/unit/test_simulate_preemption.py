@@ -205,12 +205,13 @@ def low_makespan_s(result: SimResult) -> float:
 
 def test_preempting_the_briefs_lends_every_idle_slot_without_costing_chat_or_analyses() -> None:
     """The briefs' backend frees a slot at hang-up (LOW preemptible): chats wait no longer than
-    under the seed's ceilings, more analyses make their deadline (92 against 84 of 100), and the
-    briefs finish in a quarter of the time (240 s against 1000 s), for 2% of the call time."""
+    under the seed's ceilings (0 ms), as many analyses make their deadline (84 of 100: the headroom
+    stays HIGH's, and is not lent to briefs while analyses wait), and the briefs finish in under a
+    quarter of the time (222 s against 1000 s), for 1.7% of the call time and 0.8% of the tokens."""
     capped = run(surge_evening())
     preempting = run(surge_evening(), preemptible=frozenset({L}))
     assert high_waits_ms(preempting)[-1] <= high_waits_ms(capped)[-1]
-    assert analyses_in_time(capped) < analyses_in_time(preempting)
+    assert analyses_in_time(preempting) >= analyses_in_time(capped)
     assert low_makespan_s(preempting) < low_makespan_s(capped) / 4
     cost = preempting.preemption
     assert cost.preemptions[L] > 0 and cost.preemptions[H] == cost.preemptions[M] == 0
@@ -220,26 +221,17 @@ def test_preempting_the_briefs_lends_every_idle_slot_without_costing_chat_or_ana
     assert all(o.status == "OK" for o in preempting.outcomes if o.tier is not M)
 
 
-def test_with_every_tier_preemptible_analyses_and_briefs_gain() -> None:
-    """One preemptible backend for all (INFERQ_DISPATCHER_BACKEND_PREEMPTIBLE=true): every analysis
-    makes its deadline and the briefs finish in under a quarter of the capped time."""
-    capped = run(surge_evening())
-    preempting = run(surge_evening(), preemptible=ALL)
-    assert analyses_in_time(preempting) == 100 > analyses_in_time(capped)
-    assert low_makespan_s(preempting) < low_makespan_s(capped) / 4
-    assert preempting.preemption.preemptions[H] == 0
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="a preemptible MEDIUM within its ceiling takes the HIGH headroom (policies.TieredScheduler "
-    "lends a preemptible tier every idle slot), and choose_victim spares a call within its tier's "
-    "ceiling: chats wait up to 0.7 s during the surge where the capped run serves them at once",
-)
-def test_with_every_tier_preemptible_chats_wait_no_longer_than_capped() -> None:
+def test_with_every_tier_preemptible_chats_and_analyses_keep_what_the_ceilings_give() -> None:
+    """One preemptible backend for all (INFERQ_DISPATCHER_BACKEND_PREEMPTIBLE=true): a preemptible
+    MEDIUM within its ceiling keeps out of the HIGH headroom as the capped one does (a call there
+    could not be taken back: choose_victim spares a call within its tier's ceiling); before that
+    rule chats waited up to 0.7 s during the surge. The briefs still gain as much."""
     capped = run(surge_evening())
     preempting = run(surge_evening(), preemptible=ALL)
     assert high_waits_ms(preempting)[-1] <= high_waits_ms(capped)[-1]
+    assert analyses_in_time(preempting) >= analyses_in_time(capped)
+    assert low_makespan_s(preempting) < low_makespan_s(capped) / 4
+    assert preempting.preemption.preemptions[H] == 0
 
 
 # -- settings and the command line ------------------------------------------------------------------
