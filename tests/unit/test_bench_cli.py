@@ -72,4 +72,4 @@ def test_the_scheduling_bench_has_an_analysis_surge_by_default(
     assert main(["bench", "scheduling"]) == 0
     assert main(["bench", "scheduling", "--surge", "4", "--surge-seconds", "8", "--surge-at", "0.2"]) == 0
     assert handed == [TraceSpec.from_file(), TraceSpec.from_file(surge=4.0, surge_s=8.0, surge_at=0.2)]
-    assert (handed[0].surge, handed[0].surge_s, handed[0].surge_at) == (10, 5, 0.4)
+    assert (handed[0].surge, handed[0].surge_s, handed[0].surge_at) == (10, 5, 0.1)

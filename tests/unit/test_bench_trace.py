@@ -155,8 +155,8 @@ def test_with_a_surge_medium_arrives_at_several_times_its_rate_in_the_window() -
     assert described["surge_window_s"] == [6.0, 16.0]
     assert spec_of(surge=4, surge_s=10, surge_at=0.5, duration_s=30).surge_window_s() == (15.0, 25.0)
     assert "surge_window_s" not in describe_scheduling(spec_of(surge=1), trace_of(spec_of(surge=1)))
-    # By default issue 22's: 10x for 5 s at 40% of the trace, where the file's burst is.
-    assert TraceSpec.from_file().surge_window_s() == (24.0, 29.0)
+    # By default issue 22's, 10x for 5 s, from 10% of the trace: while the briefs drain.
+    assert TraceSpec.from_file().surge_window_s() == (6.0, 11.0)
 
 
 def test_a_surge_out_of_range_is_refused() -> None:

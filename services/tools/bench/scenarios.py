@@ -6,9 +6,9 @@
   clusters' spread, `--duration` stretches it (the burst stays at its fraction), `--briefs` sizes
   the dump. `--surge X` adds an analysis surge: MEDIUM arrives at X times its rate for
   `--surge-seconds` from `--surge-at` (a fraction of the trace), deadlines as configured (the extra
-  analyses are a burst of the same stream, spread evenly over the window). By default 10x for 5 s at
-  40% of the trace, with the file's burst, while the briefs dumped at the start still drain (so lent
-  slots are busy): the surge issue 22 measured lending on; `--surge 1` is the trace without it.
+  analyses are a burst of the same stream, spread evenly over the window). By default 10x for 5 s
+  (the surge issue 22 measured lending on) from 10% of the trace, while the briefs dumped at the
+  start still drain, so lent slots are busy when it comes; `--surge 1` is the trace without it.
 - fairness: a steady tenant B and a tenant A flooding HIGH and LOW at `flood` x its weighted share
   of each tier's peak slots: share = wA / (wA + wB) of (the tier's peak floor / its compressed call
   time). The file holds the streams' shape; these rates follow from the options and the
@@ -51,7 +51,7 @@ class TraceSpec:
     surge: float = 10.0
     surge_s: float = 5.0
     # When the surge starts, as a fraction of the trace (it moves with --duration, as the burst does).
-    surge_at: float = 0.4
+    surge_at: float = 0.1
 
     @classmethod
     def from_file(cls, **options: Any) -> TraceSpec:
