@@ -326,6 +326,9 @@ def test_preemption_targets_hold_it_to_the_capped_run_fifo_and_the_tokens_served
     assert verdicts[("LOW makespan, preemption, vs FIFO", "preempt")] == PASS  # 52 <= 1.3 x 40
     assert verdicts[("tokens discarded by preemption vs tokens served", "preempt")] == PASS  # 4%
     assert verdicts[("nothing lost, nothing unserved that the capped run served", "preempt")] == PASS
+    cut = "backend max concurrency <= B, the budget never cut (429s while a slot is freed)"
+    assert verdicts[(cut, "preempt")] == PASS
+    assert ("backend max concurrency <= B, zero 429s", "preempt") not in verdicts
 
     # A little slower chat, more discarded, one request the capped run served and this one did not.
     worse = replace(
@@ -340,6 +343,9 @@ def test_preemption_targets_hold_it_to_the_capped_run_fifo_and_the_tokens_served
     assert verdicts[("LOW makespan, preemption, vs FIFO", "preempt")] == MISS
     assert verdicts[("tokens discarded by preemption vs tokens served", "preempt")] == MISS
     assert verdicts[("nothing lost, nothing unserved that the capped run served", "preempt")] == MISS
+    cut_run = replace(worse, min_effective_budget=7)
+    verdicts = {(t.name, t.run): t.verdict for t in evaluate({"preempt": cut_run})}
+    assert verdicts[(cut, "preempt")] == MISS
     # Not run: not applicable, never a pass.
     alone = {(t.name, t.run): t.verdict for t in evaluate({"preempt": preempt})}
     assert alone[("HIGH p99 queue wait vs the capped run's", "preempt")] == NA
