@@ -58,53 +58,35 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
         value = runs[run].utilization.vs_allowed_waiting
         return _pct(value), ">= 95%", value is not None and value >= 0.95
 
-    def makespan() -> tuple[str, str, bool]:
-        lifted, fifo = runs["inferq-lifted"].low_makespan_s, runs["fifo"].low_makespan_s
-        if lifted is None or fifo is None:
-            return cell(lifted), "LOW unfinished", False
-        return f"{lifted:.1f} s", f"<= {1.6 * fifo:.1f} s (1.6 x FIFO {fifo:.1f})", lifted <= 1.6 * fifo
-
-    def forecast_makespan() -> tuple[str, str, bool]:
-        ours, fifo = runs["forecast"].low_makespan_s, runs["fifo"].low_makespan_s
+    def makespan_vs_fifo(run: str, factor: float) -> tuple[str, str, bool]:
+        ours, fifo = runs[run].low_makespan_s, runs["fifo"].low_makespan_s
         if ours is None or fifo is None:
             return cell(ours), "LOW unfinished", False
-        return f"{ours:.1f} s", f"<= {1.5 * fifo:.1f} s (1.5 x FIFO {fifo:.1f})", ours <= 1.5 * fifo
+        limit = factor * fifo
+        return f"{ours:.1f} s", f"<= {limit:.1f} s ({factor:g} x FIFO {fifo:.1f})", ours <= limit
 
-    def forecast_high_p99() -> tuple[str, str, bool]:
-        ours, capped = runs["forecast"].tier(Tier.HIGH).wait_ms, runs["inferq"].tier(Tier.HIGH).wait_ms
+    def high_p99_vs_capped(run: str, factor: float) -> tuple[str, str, bool]:
+        ours, capped = runs[run].tier(Tier.HIGH).wait_ms, runs["inferq"].tier(Tier.HIGH).wait_ms
         if ours is None or capped is None:
-            return "-", "<= 2 x inferq's", False
-        limit = 2 * capped.p99
-        return f"{ours.p99:.1f} ms", f"<= {limit:.1f} ms (2 x inferq {capped.p99:.1f})", ours.p99 <= limit
+            return "-", f"<= {factor:g} x inferq's", False
+        limit = factor * capped.p99
+        return (
+            f"{ours.p99:.1f} ms",
+            f"<= {limit:.1f} ms ({factor:g} x inferq {capped.p99:.1f})",
+            ours.p99 <= limit,
+        )
 
     def forecast_high_expired() -> tuple[str, str, bool]:
         expired = runs["forecast"].tier(Tier.HIGH).by_status.get("EXPIRED", 0)
         return f"{expired} HIGH expired", "0", expired == 0
 
-    def forecast_budget() -> tuple[str, str, bool]:
-        value = runs["forecast"].utilization.vs_budget_waiting
-        return _pct(value), ">= 90%", value is not None and value >= 0.9
-
-    def preempt_high_p99() -> tuple[str, str, bool]:
-        ours, capped = runs["preempt"].tier(Tier.HIGH).wait_ms, runs["inferq"].tier(Tier.HIGH).wait_ms
-        if ours is None or capped is None:
-            return "-", "<= 1.2 x inferq's", False
-        limit = 1.2 * capped.p99
-        return f"{ours.p99:.1f} ms", f"<= {limit:.1f} ms (1.2 x inferq {capped.p99:.1f})", ours.p99 <= limit
+    def budget_used(run: str, share: float) -> tuple[str, str, bool]:
+        value = runs[run].utilization.vs_budget_waiting
+        return _pct(value), f">= {100 * share:.0f}%", value is not None and value >= share
 
     def preempt_medium_ok() -> tuple[str, str, bool]:
         ours, capped = (runs[r].tier(Tier.MEDIUM).by_status.get("OK", 0) for r in ("preempt", "inferq"))
         return f"{ours} OK", f">= {capped} (inferq's)", ours >= capped
-
-    def preempt_makespan() -> tuple[str, str, bool]:
-        ours, fifo = runs["preempt"].low_makespan_s, runs["fifo"].low_makespan_s
-        if ours is None or fifo is None:
-            return cell(ours), "LOW unfinished", False
-        return f"{ours:.1f} s", f"<= {1.3 * fifo:.1f} s (1.3 x FIFO {fifo:.1f})", ours <= 1.3 * fifo
-
-    def preempt_budget() -> tuple[str, str, bool]:
-        value = runs["preempt"].utilization.vs_budget_waiting
-        return _pct(value), ">= 95%", value is not None and value >= 0.95
 
     def preempt_discarded() -> tuple[str, str, bool]:
         p = runs["preempt"].preemption
@@ -162,17 +144,52 @@ def evaluate(runs: Mapping[str, RunSummary]) -> list[Target]:
         add(
             "utilization while work waits, of what the ceilings allow", run, (run,), partial(utilization, run)
         )
-    add("LOW makespan, LOW's peak cap lifted, vs FIFO", "inferq-lifted", ("inferq-lifted", "fifo"), makespan)
+    add(
+        "LOW makespan, LOW's peak cap lifted, vs FIFO",
+        "inferq-lifted",
+        ("inferq-lifted", "fifo"),
+        partial(makespan_vs_fifo, "inferq-lifted", 1.6),
+    )
     with_fifo = ("forecast", "fifo")
-    add("LOW makespan, forecast lending, vs FIFO", "forecast", with_fifo, forecast_makespan)
-    add("HIGH p99 queue wait vs the capped run's", "forecast", ("forecast", "inferq"), forecast_high_p99)
+    add(
+        "LOW makespan, forecast lending, vs FIFO",
+        "forecast",
+        with_fifo,
+        partial(makespan_vs_fifo, "forecast", 1.5),
+    )
+    add(
+        "HIGH p99 queue wait vs the capped run's",
+        "forecast",
+        ("forecast", "inferq"),
+        partial(high_p99_vs_capped, "forecast", 2),
+    )
     add("no HIGH expired, forecast lending", "forecast", ("forecast",), forecast_high_expired)
-    add("budget used while work waits, forecast lending", "forecast", ("forecast",), forecast_budget)
+    add(
+        "budget used while work waits, forecast lending",
+        "forecast",
+        ("forecast",),
+        partial(budget_used, "forecast", 0.9),
+    )
     capped = ("preempt", "inferq")
-    add("HIGH p99 queue wait vs the capped run's", "preempt", capped, preempt_high_p99)
+    add(
+        "HIGH p99 queue wait vs the capped run's",
+        "preempt",
+        capped,
+        partial(high_p99_vs_capped, "preempt", 1.2),
+    )
     add("MEDIUM answered OK (within deadline) vs the capped run's", "preempt", capped, preempt_medium_ok)
-    add("LOW makespan, preemption, vs FIFO", "preempt", ("preempt", "fifo"), preempt_makespan)
-    add("budget used while work waits, preemption", "preempt", ("preempt",), preempt_budget)
+    add(
+        "LOW makespan, preemption, vs FIFO",
+        "preempt",
+        ("preempt", "fifo"),
+        partial(makespan_vs_fifo, "preempt", 1.3),
+    )
+    add(
+        "budget used while work waits, preemption",
+        "preempt",
+        ("preempt",),
+        partial(budget_used, "preempt", 0.95),
+    )
     add("tokens discarded by preemption vs tokens served", "preempt", ("preempt",), preempt_discarded)
     add("nothing lost, nothing unserved that the capped run served", "preempt", capped, preempt_kept)
     # Behind a backend that frees a cancelled call's slot a moment after the dispatcher, a call
