@@ -101,19 +101,33 @@ class Execution:
         return self._writer.expire(work, reason)
 
     async def call(
-        self, work: Work, lease: Lease, route: Route, charge: Charge | None = None, *, probe: bool = False
+        self,
+        work: Work,
+        lease: Lease,
+        route: Route,
+        charge: Charge | None = None,
+        *,
+        probe: bool = False,
+        lent: bool = False,
     ) -> None:
         """Call `route`'s backend for `work` (the starter has counted the call on `route`; `probe`:
-        the call is its breaker's probe)."""
+        the call is its breaker's probe; `lent`: its slot was lent, preemption may take it back)."""
         dispatched_at = self._clock_ms()
         if not tracing.enabled():  # nothing more than this check per call
-            await self._call(work, lease, route, dispatched_at, charge, probe)
+            await self._call(work, lease, route, dispatched_at, charge, probe, lent)
             return
         with work.traced(dispatched_at):
-            await self._call(work, lease, route, dispatched_at, charge, probe)
+            await self._call(work, lease, route, dispatched_at, charge, probe, lent)
 
     async def _call(
-        self, work: Work, lease: Lease, route: Route, dispatched_at: int, charge: Charge | None, probe: bool
+        self,
+        work: Work,
+        lease: Lease,
+        route: Route,
+        dispatched_at: int,
+        charge: Charge | None,
+        probe: bool,
+        lent: bool,
     ) -> None:
         if work.preemptions == 0:  # once per request: a preempted one's wait was its first start's
             self._metrics.record_queue_wait(
@@ -134,7 +148,7 @@ class Execution:
         preemptor = self._preemptor
         running = None
         if preemptor is not None:
-            running = preemptor.running(work, lease.tier, route.name, backend_call, stream)
+            running = preemptor.running(work, lease.tier, route.name, backend_call, stream, lent=lent)
         preempted = settling = False
         try:
             completion = await self._within(backend_call, remaining_s, cut)

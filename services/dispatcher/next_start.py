@@ -31,6 +31,8 @@ class Start:
     tier: Tier
     # Why it must be answered EXPIRED rather than called (None: call it).
     expired: str | None
+    # Lent its slot (past its tier's ceiling or into the HIGH headroom): preemption may take it back.
+    lent: bool = False
 
 
 class NextStart:
@@ -41,8 +43,8 @@ class NextStart:
         self._scheduler = scheduler
         # With preemption: a request preempted this many times is lent no slot past its ceiling.
         self._max_preemptions = max_preemptions
-        # The tiers the last `tier` decision found at or past their ceilings (a start is lent).
-        self._lent: frozenset[Tier] = frozenset()
+        # Whether the start the last `tier` decision named is lent (``policies.next_start``).
+        self._lent = False
         # Per tier, which tenants the last `tier` decision let start (None: those below their cap).
         self._gates: dict[Tier, Callable[[str], bool]] | None = None
         # The requests per tier that could start at the last `tier` decision.
@@ -52,22 +54,32 @@ class NextStart:
         """Anything in the read-ahead at all."""
         return len(self._readahead) > 0
 
-    def tier(self, in_use: Mapping[Tier, int], budget: int, now_ms: int | None = None) -> Tier | None:
+    def tier(
+        self,
+        in_use: Mapping[Tier, int],
+        budget: int,
+        now_ms: int | None = None,
+        lent: Mapping[Tier, int] | None = None,
+    ) -> Tier | None:
         """The tier that may start one request now; None when nothing waits or the policy says wait.
         `now_ms` dates the tenant headroom's window of recent activity (None: busy tenants only) and
-        the forecast lending's outlook (None: no lending past the ceilings)."""
+        the forecast lending's outlook (None: no lending past the ceilings); `lent`: the running
+        calls lent their slots, per tier (None: counted as those past each ceiling)."""
         free = budget - sum(in_use.values())
         self._gates = self._readahead.start_gates(free=free, budget=budget, now_ms=now_ms)
         demand = self._readahead.demand(self._gates, now_ms)
         self._waiting = demand.waiting
+        self._lent = False
         if not any(demand.waiting.values()):
             return None
         if self._max_preemptions is not None:
-            window = self._scheduler.window_for(budget)
-            self._lent = frozenset(t for t in Tier if in_use.get(t, 0) >= window.limits[t].ceiling)
             lendable = self._readahead.demand(self._lendable_gates(self._max_preemptions)).waiting
-            demand = replace(demand, lendable=lendable)
-        return self._scheduler.next_tier(in_use, demand, budget)
+            demand = replace(demand, lendable=lendable, lent=lent)
+        start = self._scheduler.next_start(in_use, demand, budget)
+        if start is None:
+            return None
+        tier, self._lent = start
+        return tier
 
     def _lendable_gates(self, max_preemptions: int) -> dict[Tier, Callable[[str], bool]]:
         gates = self._gates or dict.fromkeys(Tier, self._readahead.may_start)
@@ -85,11 +97,16 @@ class NextStart:
         return self._waiting
 
     def would_start(
-        self, in_use: Mapping[Tier, int], waiting: Mapping[Tier, int], budget: int
+        self,
+        in_use: Mapping[Tier, int],
+        waiting: Mapping[Tier, int],
+        budget: int,
+        lent: Mapping[Tier, int] | None = None,
     ) -> Tier | None:
-        """The tier the scheduler would start with `waiting` requests per tier (no forecast asked):
-        preemption checks that a freed slot goes above the call it cancels."""
-        return self._scheduler.next_tier(in_use, Demand(waiting, dict.fromkeys(Tier)), budget)
+        """The tier the scheduler would start with `waiting` requests per tier and `lent` calls
+        running (no forecast asked): preemption checks that a freed slot goes above the call it
+        cancels."""
+        return self._scheduler.next_tier(in_use, Demand(waiting, dict.fromkeys(Tier), lent=lent), budget)
 
     def window_for(self, budget: int) -> Window:
         """The scheduler's window in force, squeezed to `budget`."""
@@ -108,7 +125,8 @@ class NextStart:
         """Remove the next request waiting as `tier` (its tenant's turn by fair share, below its
         concurrency cap); None if there is none (its partition was revoked meanwhile). A request
         that will be called counts against its tenant's cap until `ended` is called for it."""
-        if self._max_preemptions is not None and tier in self._lent:
+        lent, self._lent = self._lent, False
+        if self._max_preemptions is not None and lent:
             # A lent start: not a request preempted too often.
             self._gates = self._lendable_gates(self._max_preemptions)
         gates, self._gates = self._gates, None
@@ -118,7 +136,7 @@ class NextStart:
         expired = self._readahead.check(work, now_ms)
         if expired is None:
             self._readahead.call_started(work, now_ms)
-        return Start(work, tier, expired)
+        return Start(work, tier, expired, lent)
 
     def ended(self, work: Work, now_ms: int | None = None, *, completed: bool = True) -> None:
         """The call of a request `take` started gave its token back at `now_ms`; `completed`: it

@@ -24,12 +24,12 @@ Policies:
   a cluster finds free.
   **Lending without foresight**: the tiers in `preemptible` (every backend they call frees its slot
   when the client hangs up) may take every idle slot past their ceilings, the headroom included,
-  with no forecast: a lent slot is taken back by preemption when a higher tier needs it. So the
-  headroom HIGH finds is the free slots plus the lent ones, and a start within a tier's ceiling (a
-  call never preempted), whether the tier is preemptible or not, may not bring that below
-  `high_headroom`: lending never shuts a higher tier out, and never lets a tier within its ceiling
-  take what the capped schedule keeps for HIGH. The headroom is lent in priority order: not to LOW
-  while MEDIUM waits below its ceiling (MEDIUM may not take it, so LOW would run ahead of it).
+  with no forecast: a start past the tier's ceiling or into the headroom is **lent** (`next_start`
+  says so, and the dispatcher marks the call), and preemption takes a lent call back when a higher
+  tier needs its slot. So the headroom HIGH finds is the free slots plus the lent ones; a start
+  within a tier's share (its ceiling, outside the headroom) is never preempted, and one of a tier
+  that is not preemptible may not bring that below `high_headroom`. Lending never shuts a higher
+  tier out, and the headroom goes to MEDIUM before LOW, as every slot does.
 - `StaticScheduler` (hard slots, e.g. the peak split 6/3/1): each tier capped at its floor, nothing
   lent. A baseline.
 - `FifoScheduler`: one queue in arrival order under the global budget. A baseline.
@@ -66,6 +66,9 @@ class Demand:
     # Of `waiting`, the requests that may be lent a slot past their tier's ceiling behind a
     # preemptible backend (not preempted `max_preemptions` times); None: all of them.
     lendable: Mapping[Tier, int] | None = None
+    # Per tier, the running calls that were lent their slot (``preempting.py`` marks each at its
+    # start): preemption gives them back to HIGH. None: counted as the calls past each ceiling.
+    lent: Mapping[Tier, int] | None = None
 
     @classmethod
     def counts(cls, **waiting: int) -> Demand:
@@ -95,6 +98,10 @@ class Scheduler(Protocol):
         """The tier that may start one request now, given `budget` (the effective budget)."""
         ...
 
+    def next_start(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> tuple[Tier, bool] | None:
+        """As `next_tier`, and whether that start is lent its slot (preemption may take it back)."""
+        ...
+
 
 class _ScheduledPolicy:
     """What every policy shares: the schedule and the injected clock that picks its window."""
@@ -113,11 +120,22 @@ class _ScheduledPolicy:
         """The window in force, squeezed to the effective `budget`."""
         return self.window().squeezed(self._schedule.budget - min(budget, self._schedule.budget))
 
+    def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
+        start = self.next_start(in_use, demand, budget)
+        return None if start is None else start[0]
+
+    def next_start(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> tuple[Tier, bool] | None:
+        tier = self._next(in_use, demand, budget)
+        return None if tier is None else (tier, False)
+
+    def _next(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
+        raise NotImplementedError
+
 
 class TieredScheduler(_ScheduledPolicy):
     name = "inferq"
 
-    def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
+    def next_start(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> tuple[Tier, bool] | None:
         budget = min(budget, self._schedule.budget)
         free = budget - sum(in_use.values())
         if free <= 0:
@@ -130,7 +148,9 @@ class TieredScheduler(_ScheduledPolicy):
             if waiting.get(tier, 0) > 0 and in_use.get(tier, 0) < window.limits[tier].floor:
                 if tier is not Tier.HIGH and free - 1 < headroom and lent.get(tier, False):
                     continue  # a borrowed slot below it frees up for it instead of the headroom
-                return tier
+                return tier, False
+        # The headroom HIGH finds: the free slots plus the lent ones (preemption gives those back).
+        recoverable = free - 1 + self._lent(window, in_use, demand)
         others_idle = all(waiting.get(t, 0) == 0 and in_use.get(t, 0) == 0 for t in (Tier.HIGH, Tier.MEDIUM))
         for tier in TIERS_BY_PRIORITY:
             if waiting.get(tier, 0) == 0:
@@ -139,39 +159,27 @@ class TieredScheduler(_ScheduledPolicy):
             idle_low = tier is Tier.LOW and others_idle and window.low_idle_ceiling is not None
             if idle_low and window.low_idle_ceiling is not None:
                 ceiling = max(ceiling, window.low_idle_ceiling)
-            if tier in self._preemptible and tier is not Tier.HIGH and in_use.get(tier, 0) >= ceiling:
-                # Lent past its ceiling, preemption takes it back when needed, headroom included; but
-                # not to a request preempted too often (`lendable`), which waits within its tier's
-                # share, nor into the headroom while a tier above waits below its ceiling (the
-                # headroom is lent in priority order, and that tier may not take it).
-                lendable = demand.lendable is None or demand.lendable.get(tier, 0) > 0
-                into_headroom = free - 1 + self._lent(window, in_use) < headroom
-                if lendable and not (into_headroom and self._held_back_above(tier, window, in_use, waiting)):
-                    return tier
-                continue
-            # Within its ceiling a call is its tier's own, never preempted: kept out of the headroom
-            # as any tier's (else a surge of analyses within their ceiling would shut chat out).
             past_ceiling = in_use.get(tier, 0) >= ceiling
-            # The headroom is kept for HIGH: the free slots, plus the slots lent to preemptible tiers
-            # past their ceilings (HIGH takes those back), may not fall below it.
-            into_headroom = (
-                tier is not Tier.HIGH and not idle_low and free - 1 + self._lent(window, in_use) < headroom
-            )
+            # The headroom is kept for HIGH: a start within a tier's share may not bring what HIGH
+            # finds (free plus lent slots) below it.
+            into_headroom = tier is not Tier.HIGH and not idle_low and recoverable < headroom
+            if tier in self._preemptible and tier is not Tier.HIGH and (past_ceiling or into_headroom):
+                # Lent: past its ceiling or into the headroom, preemption takes it back when needed;
+                # but not to a request preempted too often (`lendable`), which waits within its
+                # tier's share.
+                if demand.lendable is None or demand.lendable.get(tier, 0) > 0:
+                    return tier, True
+                continue
             if into_headroom or (past_ceiling and not self._lend(tier, free, demand)):
                 continue
-            return tier
+            return tier, False
         return None
 
-    @staticmethod
-    def _held_back_above(
-        tier: Tier, window: Window, in_use: Mapping[Tier, int], waiting: Mapping[Tier, int]
-    ) -> bool:
-        """A tier between HIGH and `tier` has work waiting below its ceiling (the headroom holds it back)."""
-        above = TIERS_BY_PRIORITY[1 : TIERS_BY_PRIORITY.index(tier)]
-        return any(waiting.get(t, 0) > 0 and in_use.get(t, 0) < window.limits[t].ceiling for t in above)
-
-    def _lent(self, window: Window, in_use: Mapping[Tier, int]) -> int:
-        """Slots held by preemptible tiers past their ceilings: preemption gives them back to HIGH."""
+    def _lent(self, window: Window, in_use: Mapping[Tier, int], demand: Demand) -> int:
+        """Slots lent to preemptible tiers (preemption gives them back to HIGH): as the demand
+        counts them, else the calls past each preemptible tier's ceiling."""
+        if demand.lent is not None:
+            return sum(n for t, n in demand.lent.items() if t is not Tier.HIGH)
         return sum(
             max(0, in_use.get(t, 0) - window.limits[t].ceiling)
             for t in self._preemptible
@@ -203,7 +211,7 @@ class StaticScheduler(_ScheduledPolicy):
 
     name = "static"
 
-    def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
+    def _next(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
         budget = min(budget, self._schedule.budget)
         if sum(in_use.values()) >= budget:
             return None
@@ -219,7 +227,7 @@ class FifoScheduler(_ScheduledPolicy):
 
     name = "fifo"
 
-    def next_tier(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
+    def _next(self, in_use: Mapping[Tier, int], demand: Demand, budget: int) -> Tier | None:
         if sum(in_use.values()) >= min(budget, self._schedule.budget):
             return None
         candidates = [

@@ -62,6 +62,8 @@ class Call:
     # Pieces of a streamed answer received so far.
     pieces: int = 0
     cancelled: bool = False
+    # Started past its tier's ceiling or into the HIGH headroom (``policies.next_start``).
+    lent: bool = False
 
     def view(self) -> RunningCall:
         return RunningCall(
@@ -73,6 +75,7 @@ class Call:
             chunks_sent=self.stream is not None and self.stream.started,
             answered=self.task.done(),
             cancelling=self.cancelled,
+            lent=self.lent,
         )
 
 
@@ -111,8 +114,11 @@ class Preemptor:
         backend: str,
         task: asyncio.Task[Any],
         stream: ChunkStream | None,
+        *,
+        lent: bool = False,
     ) -> Call:
-        """A backend call started (`backend`: its backend's name)."""
+        """A backend call started (`backend`: its backend's name; `lent`: its slot was lent,
+        ``policies.next_start``)."""
         call = Call(
             next(self._keys),
             work,
@@ -122,9 +128,19 @@ class Preemptor:
             backend in self._preemptible,
             task,
             stream,
+            lent=lent,
         )
         self._calls[call.key] = call
         return call
+
+    def lent(self) -> dict[Tier, int]:
+        """Per tier, this process's running calls that were lent their slot (those being cancelled
+        included: their slots come back)."""
+        counts = dict.fromkeys(Tier, 0)
+        for call in self._calls.values():
+            if call.lent:
+                counts[call.tier] += 1
+        return counts
 
     def ended(self, call: Call) -> None:
         """The call's task ended (however): it holds its slot no more for the decision."""

@@ -13,8 +13,10 @@ cancelled as free: one cancellation per slot needed, never more. The call cancel
 **youngest** (the least work lost) among those that may be:
 
 - of a tier below the one in need, and never HIGH;
-- of a tier running more calls than its ceiling, so cancelling one never brings its tier below
-  its ceiling (a call within its tier's own share is never cancelled);
+- **lent**: started past its tier's ceiling or into the HIGH headroom (the scheduler's
+  `next_start` says so and the dispatcher marks the call), or running while its tier is past its
+  ceiling; a call within its tier's own share (its ceiling, outside the headroom) is never
+  cancelled, and none that would bring its tier below its floor;
 - on a preemptible backend;
 - not a streamed call that has sent a chunk to its caller (the caller would see tokens twice);
 - not a call whose answer has arrived (its outcome is being written);
@@ -22,8 +24,8 @@ cancelled as free: one cancellation per slot needed, never more. The call cancel
 
 Cancelling never starts anything: the cancelled call's token comes back only once its task has
 ended (``execution.py``), and the starter then asks the scheduler as for any token, which gives it
-to the tier in need (a higher one comes first, and the victim's tier stays at or above its ceiling,
-so it is not below its floor). The budget therefore holds by construction, also while a slot is
+to the tier in need (a higher one comes first, and the victim's tier stays at or above its
+floor). The budget therefore holds by construction, also while a slot is
 being freed. `victim_to_cancel` adds the check made before cancelling: would the scheduler give
 the freed slot to a tier above the victim's (a tier kept out of the HIGH headroom might not take
 it)? The dispatcher (``preempting.py``) and the simulator (``inferq.tools.simulation``) both ask it.
@@ -39,8 +41,8 @@ from dataclasses import dataclass
 from inferq.dispatcher.schedule import Window
 from inferq.messaging.tiers import TIERS_BY_PRIORITY, Tier
 
-# The tier the scheduler would start next given tokens in use and waiting requests per tier.
-NextTier = Callable[[Mapping[Tier, int], Mapping[Tier, int]], Tier | None]
+# The tier the scheduler would start next given tokens in use, waiting requests and lent calls per tier.
+NextTier = Callable[[Mapping[Tier, int], Mapping[Tier, int], Mapping[Tier, int]], Tier | None]
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class RunningCall:
     answered: bool = False
     # Cancelled already, its slot not yet back.
     cancelling: bool = False
+    # Started past its tier's ceiling or into the HIGH headroom (``policies.next_start``).
+    lent: bool = False
 
 
 def ceiling_of(window: Window, tier: Tier, budget: int) -> int:
@@ -96,7 +100,8 @@ def choose_victim(
             for c in calls
             if c.tier in below
             and c.tier is not Tier.HIGH
-            and live[c.tier] > ceiling_of(window, c.tier, budget)
+            and (c.lent or live[c.tier] > ceiling_of(window, c.tier, budget))
+            and live[c.tier] > window.limits[c.tier].floor
             and _may_be_cancelled(c, max_preemptions)
         ]
         if candidates:
@@ -126,7 +131,8 @@ def victim_to_cancel(
     freed = Counter(c.tier for c in calls if c.cancelling or c.key == victim.key)
     after = {t: max(0, in_use.get(t, 0) - freed[t]) for t in Tier}
     waiting_after = {t: waiting.get(t, 0) + freed[t] for t in Tier}
-    taker = next_tier(after, waiting_after)
+    lent_after = Counter(c.tier for c in calls if c.lent and not c.cancelling and c.key != victim.key)
+    taker = next_tier(after, waiting_after, lent_after)
     if taker is None or taker.rank >= victim.tier.rank:
         return None
     return victim

@@ -95,7 +95,8 @@ class Starter:
                 return False
             in_use = self._pool.in_use()
             budget = self._budget.effective
-            tier = self._next.tier(in_use, budget, self._clock_ms())
+            lent = self._preemptor.lent() if self._preemptor is not None else None
+            tier = self._next.tier(in_use, budget, self._clock_ms(), lent)
             if tier is None:
                 self._preempt(in_use, budget)
                 return True
@@ -123,7 +124,7 @@ class Starter:
                 continue
             charge = await self._recharge(charge, start.work, tier, route)
             probe = self._routes.started(route, self._clock_ms())
-            call = self._execution.call(start.work, lease, route, charge, probe=probe)
+            call = self._execution.call(start.work, lease, route, charge, probe=probe, lent=start.lent)
             self._inflight.begin(start.work, call, "call")
         return True
 
@@ -136,7 +137,7 @@ class Starter:
                 waiting=self._next.waiting_by_tier(),
                 window=self._next.window_for(budget),
                 budget=budget,
-                next_tier=lambda after, waiting: self._next.would_start(after, waiting, budget),
+                next_tier=lambda after, waiting, lent: self._next.would_start(after, waiting, budget, lent),
             )
 
     def _route(self, tier: Tier) -> Route | None:

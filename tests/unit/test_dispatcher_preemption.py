@@ -102,6 +102,37 @@ async def test_a_429_while_the_backend_frees_a_cancelled_calls_slot_starts_the_c
 
 
 @in_loop
+async def test_an_analysis_lent_the_headroom_within_its_ceiling_gives_it_back_to_a_chat() -> None:
+    # Budget 4 at peak: MEDIUM's ceiling 3, LOW's 1, HIGH's headroom 1. A brief, then three analyses:
+    # the third is within MEDIUM's ceiling but takes the headroom, so it is lent, and a chat takes
+    # it back (counted past the ceilings, nothing would be: the chat would wait).
+    r = rig(budget=4, schedule_pin="peak", forecast_lending=False, backend_preemptible=True)
+    r.backend.hold()
+    brief = a_request("LOW", messages=[{"role": "user", "content": "brief"}])
+    analyses = [
+        a_request("MEDIUM", messages=[{"role": "user", "content": f"analysis {n}"}]) for n in range(3)
+    ]
+    chat = a_request("HIGH", messages=[{"role": "user", "content": "chat"}])
+    async with running(r):
+        r.consumer.produce(r.partition("LOW"), encoded(brief))
+        await eventually(lambda: r.backend.in_flight == 1, "the brief runs")
+        for n, analysis in enumerate(analyses, start=2):
+            r.consumer.produce(r.partition("MEDIUM"), encoded(analysis))
+            await eventually(
+                lambda n=n: r.backend.in_flight == len(r.backend.calls) == n, "the analysis runs"
+            )
+        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await eventually(lambda: r.backend.in_flight == 4 and len(r.backend.calls) == 5, "the chat runs")
+        r.backend.release()
+        await eventually(lambda: len(r.results()) == 5, "every answer")
+    contents = [messages[0]["content"] for messages, _ in r.backend.calls]
+    assert contents.count("analysis 2") == 2 and contents.count("brief") == 1
+    assert {res.status for res in r.results().values()} == {Status.OK}
+    assert r.results()[analyses[2].request_id].attempts == 1
+    assert r.backend.most_in_flight == 4
+
+
+@in_loop
 async def test_without_a_preemptible_backend_the_chat_waits_and_the_ceiling_holds() -> None:
     r = rig(budget=2, schedule_pin="peak", forecast_lending=False)
     r.backend.hold()
@@ -342,11 +373,11 @@ async def test_no_call_is_cancelled_for_a_slot_its_own_tier_would_take_again() -
         preemptor.running(a_work(offsets, n), Tier.LOW, "default", task, None)
     asked = {"in_use": {Tier.LOW: 2}, "waiting": {Tier.MEDIUM: 1}, "window": window, "budget": 2}
     # The scheduler would give the freed slot back to LOW (say MEDIUM may not take the headroom).
-    assert not preemptor.preempt(**asked, next_tier=lambda in_use, waiting: Tier.LOW)  # type: ignore[arg-type]
+    assert not preemptor.preempt(**asked, next_tier=lambda in_use, waiting, lent: Tier.LOW)  # type: ignore[arg-type]
     assert not any(t.cancelled() for t in tasks)
     seen: list[tuple[dict[Tier, int], dict[Tier, int]]] = []
 
-    def to_medium(in_use: dict[Tier, int], waiting: dict[Tier, int]) -> Tier:
+    def to_medium(in_use: dict[Tier, int], waiting: dict[Tier, int], lent: dict[Tier, int]) -> Tier:
         seen.append((in_use, waiting))
         return Tier.MEDIUM
 

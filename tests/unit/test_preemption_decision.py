@@ -1,5 +1,6 @@
 """The preemption decision (pure): which call gives its slot back to a higher tier. Property tests
-over random running calls and waiting work: never a call within its tier's share, never HIGH, never
+over random running calls and waiting work: never a call within its tier's share (only one lent at
+its start, or of a tier past its ceiling), never below a floor, never HIGH, never
 a call that may not be cancelled, never more cancellations than slots needed; the youngest."""
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def test_medium_below_its_ceiling_takes_a_lent_brief_but_never_a_chat() -> None:
 TIER = st.sampled_from(list(Tier))
 CALLS = st.lists(
     st.builds(
-        lambda tier, started, pre, streamed, answered, preempted, cancelling: (
+        lambda tier, started, pre, streamed, answered, preempted, cancelling, lent: (
             tier,
             started,
             pre,
@@ -100,6 +101,7 @@ CALLS = st.lists(
             answered,
             preempted,
             cancelling,
+            lent,
         ),
         TIER,
         st.integers(0, 1000),
@@ -107,6 +109,7 @@ CALLS = st.lists(
         st.booleans(),
         st.booleans(),
         st.integers(0, MAX + 1),
+        st.booleans(),
         st.booleans(),
     ),
     max_size=BUDGET,
@@ -122,7 +125,7 @@ CALLS = st.lists(
     st.integers(1, BUDGET),
 )
 def test_the_victim_is_always_one_that_may_go(
-    rows: list[tuple[Tier, int, bool, bool, bool, int, bool]],
+    rows: list[tuple[Tier, int, bool, bool, bool, int, bool, bool]],
     high: int,
     medium: int,
     low: int,
@@ -130,8 +133,8 @@ def test_the_victim_is_always_one_that_may_go(
     budget: int,
 ) -> None:
     calls = [
-        RunningCall(i, tier, started, pre, preempted, streamed, answered, cancelling)
-        for i, (tier, started, pre, streamed, answered, preempted, cancelling) in enumerate(rows)
+        RunningCall(i, tier, started, pre, preempted, streamed, answered, cancelling, lent)
+        for i, (tier, started, pre, streamed, answered, preempted, cancelling, lent) in enumerate(rows)
     ]
     schedule = Schedule.default(BUDGET).pin(window_name)
     window = schedule.window_at(None).squeezed(BUDGET - budget)  # type: ignore[arg-type]
@@ -140,9 +143,11 @@ def test_the_victim_is_always_one_that_may_go(
     if victim is None:
         return
     live = in_use[victim.tier] - sum(1 for c in calls if c.cancelling and c.tier is victim.tier)
-    # Never HIGH, never within its tier's share, never one that may not be cancelled.
+    # Never HIGH, never within its tier's share (lent at its start, or its tier past its ceiling),
+    # never below its tier's floor, never one that may not be cancelled.
     assert victim.tier is not Tier.HIGH
-    assert live - 1 >= ceiling_of(window, victim.tier, budget)
+    assert victim.lent or live - 1 >= ceiling_of(window, victim.tier, budget)
+    assert live - 1 >= window.limits[victim.tier].floor
     assert victim.backend_preemptible and not victim.chunks_sent and not victim.answered
     assert not victim.cancelling and victim.preemptions < MAX
     # A higher tier waits and no slot is free for it, counting those being freed.
@@ -157,6 +162,7 @@ def test_the_victim_is_always_one_that_may_go(
         and c.backend_preemptible
         and not (c.chunks_sent or c.answered or c.cancelling)
         and c.preemptions < MAX
+        and (c.lent or live - 1 >= ceiling_of(window, victim.tier, budget))
     ]
     assert victim.started_ms == max(c.started_ms for c in rivals)
 
@@ -212,10 +218,12 @@ def test_with_the_scheduler_the_budget_holds_while_slots_are_being_freed(
             waiting[gone.tier] += 1  # it waits again
         while True:
             in_use = in_use_of(calls)
-            started = policy.next_tier(in_use, Demand(dict(waiting), dict.fromkeys(Tier)), BUDGET)
-            if started is not None:
+            lent = dict(Counter(c.tier for c in calls if c.lent))
+            start = policy.next_start(in_use, Demand(dict(waiting), dict.fromkeys(Tier), lent=lent), BUDGET)
+            if start is not None:
+                started, was_lent = start
                 waiting[started] -= 1
-                calls.append(call(clock * 100 + len(calls), started, clock))
+                calls.append(call(clock * 100 + len(calls), started, clock, lent=was_lent))
                 continue
             victim = choose_victim(
                 calls, in_use=in_use, waiting=waiting, window=window, budget=BUDGET, max_preemptions=MAX
@@ -224,7 +232,9 @@ def test_with_the_scheduler_the_budget_holds_while_slots_are_being_freed(
                 break
             assert victim.tier is not Tier.HIGH
             live_of_tier = sum(1 for c in calls if c.tier is victim.tier and not c.cancelling)
-            assert live_of_tier > ceiling_of(window, victim.tier, BUDGET)
+            # Lent at its start (past its ceiling or into the headroom), or its tier past its ceiling.
+            assert victim.lent or live_of_tier > ceiling_of(window, victim.tier, BUDGET)
+            assert live_of_tier > window.limits[victim.tier].floor
             calls = [replace(c, cancelling=True) if c.key == victim.key else c for c in calls]
         assert len(calls) <= BUDGET
         assert sum(1 for c in calls if c.cancelling) <= waiting[Tier.HIGH] + waiting[Tier.MEDIUM]

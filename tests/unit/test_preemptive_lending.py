@@ -53,25 +53,42 @@ def test_the_floors_and_higher_tiers_still_come_first() -> None:
         Tier.MEDIUM: 3,
         Tier.LOW: 1,
     }
-    # Fewer chats than HIGH's floor: MEDIUM borrows within its ceiling up to the headroom, as capped
-    # (a call of its within its ceiling is never preempted, so it may not hold the headroom), and
-    # the headroom is not lent to LOW while MEDIUM waits: it stays free for HIGH.
+    # Fewer chats than HIGH's floor: MEDIUM lends before LOW, which keeps its floor. Capped, MEDIUM
+    # stops short of the headroom (3/4/1); preemptible, it is lent the headroom, which HIGH takes back.
     mixed = fill(scheduler(Tier.MEDIUM, Tier.LOW), HIGH=3, MEDIUM=50, LOW=50)
-    assert (
-        mixed == fill(scheduler(), HIGH=3, MEDIUM=50, LOW=50) == {Tier.HIGH: 3, Tier.MEDIUM: 4, Tier.LOW: 1}
-    )
-    # The same without chats: MEDIUM tops at B - headroom - LOW's floor, as capped; LOW is lent
-    # every idle slot once MEDIUM waits no more.
+    assert mixed == {Tier.HIGH: 3, Tier.MEDIUM: 6, Tier.LOW: 1}
+    assert fill(scheduler(), HIGH=3, MEDIUM=50, LOW=50) == {Tier.HIGH: 3, Tier.MEDIUM: 4, Tier.LOW: 1}
     assert fill(scheduler(Tier.MEDIUM, Tier.LOW), MEDIUM=50, LOW=50) == {
         Tier.HIGH: 0,
-        Tier.MEDIUM: 7,
+        Tier.MEDIUM: 9,
         Tier.LOW: 1,
     }
-    assert fill(scheduler(Tier.MEDIUM, Tier.LOW), MEDIUM=2, LOW=50) == {
-        Tier.HIGH: 0,
-        Tier.MEDIUM: 2,
-        Tier.LOW: 8,
-    }
+
+
+def test_a_start_past_the_ceiling_or_into_the_headroom_is_lent_and_one_within_the_share_is_not() -> None:
+    lending = scheduler(Tier.MEDIUM, Tier.LOW)
+    waiting = Demand({Tier.HIGH: 0, Tier.MEDIUM: 50, Tier.LOW: 50}, dict.fromkeys(Tier))
+    # MEDIUM 4 (within its ceiling of 8, 2 slots above the headroom left): its own share.
+    assert lending.next_start({Tier.HIGH: 3, Tier.MEDIUM: 3, Tier.LOW: 1}, waiting, 10) == (
+        Tier.MEDIUM,
+        False,
+    )
+    # The next would leave HIGH one slot: lent, though MEDIUM is within its ceiling.
+    assert lending.next_start({Tier.HIGH: 3, Tier.MEDIUM: 4, Tier.LOW: 1}, waiting, 10) == (Tier.MEDIUM, True)
+    # Two lent calls count as HIGH's headroom: MEDIUM within its share may start again.
+    with_lent = Demand(waiting.waiting, waiting.oldest_enqueued_ms, lent={Tier.LOW: 2})
+    assert lending.next_start({Tier.HIGH: 1, Tier.MEDIUM: 4, Tier.LOW: 3}, with_lent, 10) == (
+        Tier.MEDIUM,
+        False,
+    )
+    # LOW past its ceiling of 1: lent.
+    only_low = Demand({Tier.HIGH: 0, Tier.MEDIUM: 0, Tier.LOW: 50}, dict.fromkeys(Tier))
+    assert lending.next_start({Tier.LOW: 1}, only_low, 10) == (Tier.LOW, True)
+    # Capped, nothing is ever lent.
+    assert scheduler().next_start({Tier.HIGH: 3, Tier.MEDIUM: 3, Tier.LOW: 1}, waiting, 10) == (
+        Tier.MEDIUM,
+        False,
+    )
 
 
 def test_the_baselines_ignore_it() -> None:

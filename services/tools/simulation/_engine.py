@@ -172,6 +172,8 @@ class Simulation:
         self.calls: dict[int, Work] = {}
         # Each running call's completion event (its seq): a preempted call's event is void.
         self.call_event: dict[int, int] = {}
+        # The running calls started lent (``policies.next_start``): preemption may take them back.
+        self.lent_calls: set[int] = set()
         self.preempted: Counter[Tier] = Counter()
         self.limit_reached: Counter[Tier] = Counter()
         self.discarded_tokens: Counter[Tier] = Counter()
@@ -271,7 +273,8 @@ class Simulation:
         `NextStart` (its token pool, exact here, never refuses)."""
         next_start = self.next_start
         while True:
-            tier = next_start.tier(self.in_use, self.config.budget, self.now_ms)
+            lent = Counter(self.token_tier[i] for i in self.lent_calls) if self.preempting else None
+            tier = next_start.tier(self.in_use, self.config.budget, self.now_ms, lent)
             if tier is None:
                 return
             start = next_start.take(tier, self.now_ms)
@@ -289,6 +292,8 @@ class Simulation:
                 raise RuntimeError(f"{in_flight} calls in flight, over the budget of {self.config.budget}")
             self.token_tier[index] = tier
             self.calls[index] = start.work
+            if start.lent:
+                self.lent_calls.add(index)
             self.max_in_flight = max(self.max_in_flight, in_flight)
             self.dispatched[index] = self.now_ms
             ends_at = self.now_ms + self._latency_ms(start.work.tier)
@@ -310,6 +315,7 @@ class Simulation:
                 # The call went to its token tier's backend, as the dispatcher routes it.
                 self.token_tier[index] in self.config.preemptible,
                 work.preemptions,
+                lent=index in self.lent_calls,
             )
             for index, work in self.calls.items()
         ]
@@ -320,12 +326,13 @@ class Simulation:
             window=next_start.window_for(budget),
             budget=budget,
             max_preemptions=self.config.max_preemptions,
-            next_tier=lambda after, waiting: next_start.would_start(after, waiting, budget),
+            next_tier=lambda after, waiting, lent: next_start.would_start(after, waiting, budget, lent),
         )
         if victim is None:
             return False
         index = victim.key
         work = self.calls.pop(index)
+        self.lent_calls.discard(index)
         del self.call_event[index]  # its completion event is void
         elapsed_ms = self.now_ms - victim.started_ms
         # In the dispatcher's order: back to waiting first, then the token (``execution.py``).
@@ -353,6 +360,7 @@ class Simulation:
 
     def _complete(self, index: int) -> None:
         del self.call_event[index]
+        self.lent_calls.discard(index)
         self.in_use[self.token_tier.pop(index)] -= 1
         work = self.calls.pop(index)
         self.next_start.ended(work, self.now_ms)
