@@ -210,8 +210,9 @@ class DispatcherSettings(RenamingSettings):
     """The default backend stops generating and frees the slot when its client hangs up (vLLM, TGI,
     llama.cpp's server, SGLang): LOW and MEDIUM may borrow every idle slot, the HIGH headroom
     included, and a call lent its slot (past its tier's ceiling or into the headroom) may be
-    cancelled for a higher tier's request (services/dispatcher/preemption.py). Off by default: a hosted API may go on counting an
-    abandoned call. Other backends: "preemptible" in their INFERQ_DISPATCHER_BACKENDS entry."""
+    cancelled for a higher tier's request (services/dispatcher/preemption.py). Off by default: a
+    hosted API may go on counting an abandoned call. Other backends: "preemptible" in their
+    INFERQ_DISPATCHER_BACKENDS entry."""
     max_preemptions: int = Field(default=3, ge=0, le=100)
     """A request preempted this many times is no longer lent a slot (past its tier's ceiling or
     into the headroom): it waits within its tier's share, so it cannot starve."""
