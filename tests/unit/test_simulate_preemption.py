@@ -26,7 +26,12 @@ from inferq.messaging.tiers import Tier
 from inferq.tools.report.timeseries import tokens_in_use
 from inferq.tools.simulation import _engine
 from inferq.tools.simulation.simulate import SimConfig, SimResult, sim_config, sim_scheduler, simulate
-from tests.unit.test_simulate import PEAK_MS, arrival, by_id
+from tests.unit.test_simulate import (
+    PEAK_MS,
+    arrival,
+    arrivals_strategy,  # the simulator's random traces
+    by_id,
+)
 
 H, M, L = Tier.HIGH, Tier.MEDIUM, Tier.LOW
 ALL = frozenset(Tier)
@@ -121,12 +126,6 @@ def watched_decisions() -> Iterator[list[tuple[RunningCall, dict[Tier, int], int
 
     with mock.patch.object(_engine, "victim_to_cancel", spy):
         yield seen
-
-
-arrivals_strategy = st.lists(
-    st.tuples(st.integers(0, 20_000), st.sampled_from(list(Tier)), st.integers(0, 40_000), st.booleans()),
-    max_size=40,
-)
 
 
 @settings(max_examples=150, deadline=None)
