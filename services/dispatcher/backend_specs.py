@@ -40,7 +40,8 @@ class BackendSpec(BaseModel):
     # Its own concurrency limit, calls in flight from this dispatcher (unset: the budget's).
     max_concurrency: int | None = Field(default=None, ge=1, le=10_000)
     # Closing the connection stops its generation and frees its slot (vLLM, TGI, llama.cpp, SGLang):
-    # its calls running past their tier's ceiling may be preempted (``preemption.py``). Off: a hosted
+    # its lent calls (past their tier's ceiling or in the HIGH headroom) may be preempted
+    # (``preemption.py``). Off: a hosted
     # API may go on counting an abandoned call.
     preemptible: bool = False
 

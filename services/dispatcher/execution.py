@@ -14,11 +14,12 @@ the backend allows (a 429, and the adaptive budget cut for it). The call goes on
 `backend_timeout_s` has passed since it started, whichever is first; shutdown cancels it at the end
 of the drain, and the token comes back then.
 
-Behind a preemptible backend (``preemption.py``) the starter may cancel a call lent past its tier's
-ceiling for a higher tier (``preempting.py``). The cancelled call ends with no outcome: its request
-waits again as it was (not a failed attempt, its offset not committed past, its deadline, age and
-place kept), and its token comes back once the call's task has ended, after the request is back
-in the read-ahead. A call whose answer has arrived, or that has streamed a chunk, is never cancelled.
+Behind a preemptible backend (``preemption.py``) the starter may cancel a lent call (started past
+its tier's ceiling or into the HIGH headroom) for a higher tier (``preempting.py``). The cancelled
+call ends with no outcome: its request waits again as it was (not a failed attempt, its offset not
+committed past, its deadline, age and place kept), and its token comes back once the call's task
+has ended, after the request is back in the read-ahead. A call whose answer has arrived, or that
+has streamed a chunk, is never cancelled.
 
 An embedding request (its `embedding_input` set) is called with the backend's `embed`, and its
 checked vectors go into its OK result; its token, budget, deadline and retries are a chat call's.

@@ -41,10 +41,12 @@ class NextStart:
     ) -> None:
         self._readahead = readahead
         self._scheduler = scheduler
-        # With preemption: a request preempted this many times is lent no slot past its ceiling.
+        # With preemption: a request preempted this many times is lent no slot.
         self._max_preemptions = max_preemptions
         # Whether the start the last `tier` decision named is lent (``policies.next_start``).
         self._lent = False
+        # The gates of a lent start at the last `tier` decision (its requests preempted too often left out).
+        self._lending_gates: dict[Tier, Callable[[str], bool]] | None = None
         # Per tier, which tenants the last `tier` decision let start (None: those below their cap).
         self._gates: dict[Tier, Callable[[str], bool]] | None = None
         # The requests per tier that could start at the last `tier` decision.
@@ -73,7 +75,8 @@ class NextStart:
         if not any(demand.waiting.values()):
             return None
         if self._max_preemptions is not None:
-            lendable = self._readahead.demand(self._lendable_gates(self._max_preemptions)).waiting
+            self._lending_gates = self._lendable_gates(self._max_preemptions)
+            lendable = self._readahead.demand(self._lending_gates).waiting
             demand = replace(demand, lendable=lendable, lent=lent)
         start = self._scheduler.next_start(in_use, demand, budget)
         if start is None:
@@ -126,10 +129,9 @@ class NextStart:
         concurrency cap); None if there is none (its partition was revoked meanwhile). A request
         that will be called counts against its tenant's cap until `ended` is called for it."""
         lent, self._lent = self._lent, False
-        if self._max_preemptions is not None and lent:
-            # A lent start: not a request preempted too often.
-            self._gates = self._lendable_gates(self._max_preemptions)
-        gates, self._gates = self._gates, None
+        if lent and self._lending_gates is not None:
+            self._gates = self._lending_gates  # a lent start: not a request preempted too often
+        gates, self._gates, self._lending_gates = self._gates, None, None
         work = self._readahead.pop(tier, gates[tier] if gates is not None else None)
         if work is None:
             return None

@@ -199,13 +199,11 @@ class Preemptor:
         work = call.work
         work.settle_restarts += 1
         work.offsets.unstart(work.offset)
-        if not work.offsets.revoked or work.offsets.successor is not None:
-            self._readahead.put_back(work)
+        self._requeue(work)
 
     def wait_again(self, call: Call) -> None:
-        """The cancelled call's task has ended cancelled: its request waits again as it was, and
-        what it cost is counted. A request of a partition revoked meanwhile is left to its next
-        owner (its offset was never committed), unless this process took the partition back."""
+        """The cancelled call's task has ended cancelled: its request waits again as it was
+        (`_requeue`), and what it cost is counted."""
         work = call.work
         work.wait_again()
         streamed = call.stream is not None
@@ -216,5 +214,11 @@ class Preemptor:
             discarded = discarded_estimate(elapsed, self._typical_ms(work.tier), self._estimate(work))
         limit_reached = work.preemptions == self._max
         self._metrics.record_preempted(call.tier, discarded, streamed=streamed, limit_reached=limit_reached)
+        self._requeue(work)
+
+    def _requeue(self, work: Work) -> None:
+        """Back into the read-ahead at its place, unless its partition was revoked meanwhile: then
+        it is left to the next owner (its offset was never committed), unless this process took the
+        partition back."""
         if not work.offsets.revoked or work.offsets.successor is not None:
             self._readahead.put_back(work)

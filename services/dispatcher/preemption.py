@@ -2,9 +2,9 @@
 
 Self-hosted inference servers (vLLM, TGI, llama.cpp's server, SGLang) stop generating and free the
 slot when the client closes the connection. Behind such a backend (declared ``preemptible``,
-``backend_specs.py``) a slot lent past a tier's ceiling can be taken back when a higher tier
-needs it, so lending costs the higher tiers nothing; what it costs is the tokens the cancelled
-call had produced.
+``backend_specs.py``) a lent slot (past a tier's ceiling, or in the HIGH headroom) can be taken
+back when a higher tier needs it, so lending costs the higher tiers nothing; what it costs is the
+tokens the cancelled call had produced.
 
 `choose_victim` answers, when no slot is free: does a higher tier need one, and if so which call
 to cancel. A tier *needs* a slot when it has work waiting and runs fewer calls than its ceiling

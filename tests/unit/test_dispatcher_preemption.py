@@ -17,12 +17,24 @@ from inferq.dispatcher.schedule import Schedule
 from inferq.dispatcher.streaming import ChunkPolicy, ChunkStream
 from inferq.dispatcher.work import Work
 from inferq.messaging.codec import chunk_codec
-from inferq.messaging.records import Status, is_chunk
+from inferq.messaging.records import InferenceRequest, Status, is_chunk
 from inferq.messaging.tiers import Tier
-from tests.support.dispatcher_fakes import HeldBackend, encoded, rig, running
+from tests.support.dispatcher_fakes import HeldBackend, Rig, encoded, rig, running
 from tests.support.kafka import a_request
 from tests.support.loop import in_loop
 from tests.support.waiting import eventually
+
+
+async def lend_two_briefs_then_chat(
+    r: Rig, briefs: list[InferenceRequest], chat: InferenceRequest, backend: HeldBackend | None = None
+) -> None:
+    """Budget 2 at peak: the first brief runs within LOW's ceiling of 1, the second is lent the
+    other slot, then `chat` comes and finds none free (`backend`: the one the briefs call)."""
+    held = backend or r.backend
+    for n, brief in enumerate(briefs[:2], start=1):
+        r.consumer.produce(r.partition("LOW"), encoded(brief))
+        await eventually(lambda n=n: held.in_flight == n, f"brief {n} runs")
+    r.consumer.produce(r.partition("HIGH"), encoded(chat))
 
 
 @in_loop
@@ -32,12 +44,8 @@ async def test_a_chat_takes_back_the_slot_lent_to_the_youngest_brief() -> None:
     briefs = [a_request("LOW", messages=[{"role": "user", "content": f"brief {n}"}]) for n in range(2)]
     chat = a_request("HIGH")
     async with running(r):
-        r.consumer.produce(r.partition("LOW"), encoded(briefs[0]))
-        await eventually(lambda: r.backend.in_flight == 1, "the first brief runs")
-        r.consumer.produce(r.partition("LOW"), encoded(briefs[1]))
         # Lent without foresight: the second brief takes the slot past LOW's ceiling of 1.
-        await eventually(lambda: r.backend.in_flight == 2, "both briefs run")
-        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await lend_two_briefs_then_chat(r, briefs, chat)
         await eventually(lambda: len(r.backend.calls) == 3 and r.backend.in_flight == 2, "the chat runs")
         started = [messages[0]["content"] for messages, _ in r.backend.calls]
         r.backend.release()
@@ -83,10 +91,7 @@ async def test_a_429_while_the_backend_frees_a_cancelled_calls_slot_starts_the_c
 
     r.backend.complete = not_yet_freed  # type: ignore[method-assign]
     async with running(r):
-        for n, brief in enumerate(briefs, start=1):
-            r.consumer.produce(r.partition("LOW"), encoded(brief))
-            await eventually(lambda n=n: r.backend.in_flight == len(r.backend.calls) == n, "the brief runs")
-        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await lend_two_briefs_then_chat(r, briefs, chat)
         await eventually(
             lambda: [m[0]["content"] for m, _ in r.backend.calls].count("chat") == 1, "the chat runs"
         )
@@ -244,11 +249,7 @@ async def test_a_streamed_brief_with_no_chunk_out_is_taken_back_and_its_caller_s
     ]
     chat = a_request("HIGH")
     async with running(r):
-        r.consumer.produce(r.partition("LOW"), encoded(briefs[0]))
-        await eventually(lambda: r.backend.in_flight == 1, "the first brief runs")
-        r.consumer.produce(r.partition("LOW"), encoded(briefs[1]))
-        await eventually(lambda: r.backend.in_flight == 2, "both briefs run")
-        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await lend_two_briefs_then_chat(r, briefs, chat)
         await eventually(lambda: len(r.backend.calls) == 3, "the chat runs")
         r.backend.release()
         await eventually(lambda: len(r.results()) == 3, "every answer")
@@ -291,11 +292,7 @@ async def test_an_answer_that_crosses_the_cancel_is_the_one_outcome() -> None:
     briefs = [a_request("LOW", messages=[{"role": "user", "content": f"brief {n}"}]) for n in range(2)]
     chat = a_request("HIGH")
     async with running(r):
-        r.consumer.produce(r.partition("LOW"), encoded(briefs[0]))
-        await eventually(lambda: backend.in_flight == 1, "the first brief runs")
-        r.consumer.produce(r.partition("LOW"), encoded(briefs[1]))
-        await eventually(lambda: backend.in_flight == 2, "both briefs run")
-        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await lend_two_briefs_then_chat(r, briefs, chat, backend)
         await eventually(lambda: briefs[1].request_id in r.results(), "the cancelled brief's late answer")
         backend.release()
         await eventually(lambda: len(r.results()) == 3, "every answer")
@@ -343,12 +340,8 @@ async def test_a_brief_at_the_preemption_limit_waits_within_its_share_while_a_fr
     # Another tenant's: a tenant's newer requests wait behind its request at the limit (its order).
     briefs.append(a_request("LOW", tenant="other", messages=[{"role": "user", "content": "brief 2"}]))
     async with running(r):
-        r.consumer.produce(r.partition("LOW"), encoded(briefs[0]))
-        await eventually(lambda: r.backend.in_flight == 1, "the first brief runs")
-        r.consumer.produce(r.partition("LOW"), encoded(briefs[1]))
-        await eventually(lambda: r.backend.in_flight == 2, "both briefs run")
         chat = a_request("HIGH")
-        r.consumer.produce(r.partition("HIGH"), encoded(chat))
+        await lend_two_briefs_then_chat(r, briefs, chat)
         await eventually(lambda: chat.request_id in r.results(), "the chat's answer")
         # Brief 1, preempted once (the limit), is lent no slot past LOW's ceiling (brief 0 holds it);
         # a newer brief of another tenant, never preempted, borrows the free slot instead.

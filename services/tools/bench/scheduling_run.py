@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from inferq.dispatcher.policies import build_scheduler
-from inferq.dispatcher.settings import DispatcherSettings, build_schedule
+from inferq.dispatcher.settings import DispatcherSettings, build_schedule, preemptible_tiers
 from inferq.messaging.tiers import DEFAULT_DEADLINES_MS, DEFAULT_MEAN_LATENCY_S, TIERS_BY_PRIORITY, Tier
 from inferq.settings.table import settings_of
 from inferq.tools.bench.pipeline_run import BenchConfig, raw_records, run_pipeline
@@ -177,9 +177,9 @@ def summarize(
         forecast_lending=spec.forecast_lending,
         backend_preemptible=spec.preemptible,
     )
-    # The bench's one backend serves every tier: preemptible, every tier is.
-    preemptible = frozenset(Tier) if spec.preemptible else frozenset()
-    scheduler = build_scheduler(spec.policy, build_schedule(settings), preemptible=preemptible)
+    scheduler = build_scheduler(
+        spec.policy, build_schedule(settings), preemptible=preemptible_tiers(settings)
+    )
     promotion_ms = int(REAL_PROMOTION_AGE_S / config.compress * 1000)
     done = list(outcomes.values())
     lag, answer, dump_s = submit_stats(submissions)
