@@ -113,32 +113,6 @@ def phase_stats(phase: Phase, backend: BackendStamps) -> PhaseStats:
     )
 
 
-@dataclass(frozen=True)
-class Target:
-    name: str
-    measured_ms: float | None
-    limit_ms: float
-
-    @property
-    def verdict(self) -> str:
-        if self.measured_ms is None:
-            return "no samples"
-        return "met" if self.measured_ms <= self.limit_ms else "MISSED"
-
-
-def targets(by_label: Mapping[str, PhaseStats]) -> list[Target]:
-    """The issue's targets, on the calls through inferq (sync for the added latency)."""
-    sync = by_label.get("inferq, sync")
-    stream = by_label.get("inferq, stream")
-    added = sync.overhead_ms if sync else None
-    first = stream.first_chunk_delay_ms if stream else None
-    return [
-        Target("added latency p50 (sync)", added.p50 if added else None, 5.0),
-        Target("added latency p99 (sync)", added.p99 if added else None, 20.0),
-        Target("first chunk after the backend's first token, p50", first.p50 if first else None, 10.0),
-    ]
-
-
 PHASE_COLUMNS: list[Column] = [
     ("calls", lambda r: r.label),
     ("sent", lambda r: r.sent),
@@ -162,12 +136,13 @@ def phase_table(rows: Sequence[PhaseStats]) -> str:
 @dataclass(frozen=True)
 class ReplyStamps:
     """Broker-side instants of one request's reply records (epoch ms; the reply topic is switched to
-    LogAppendTime): its first chunk's created_at_ms (the dispatcher) and append time, and its
-    result's append time."""
+    LogAppendTime): its first chunk's created_at_ms (the dispatcher) and append time, its
+    result's append time, and how many chunk records it took."""
 
     chunk_created_ms: int | None = None
     chunk_appended_ms: int | None = None
     result_appended_ms: int | None = None
+    chunks: int = 0  # chunk records written for the request
 
 
 def legs_ms(
