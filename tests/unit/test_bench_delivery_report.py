@@ -69,14 +69,17 @@ def test_legs_split_the_time_through_inferq_at_the_reply_records() -> None:
         Call("b", 0, 0, 9 * MS, None, 502, False, "q-b"),
     ]
     streamed = [Call("s", 0, 0, 200 * MS, 45 * MS, 200, True, "q-s")]
-    backend = {"a": [0, None, 100 * MS], "b": [0, None, 5 * MS], "s": [0, 30 * MS, 150 * MS]}
+    backend = {"a": [5 * MS, None, 100 * MS], "b": [0, None, 5 * MS], "s": [0, 30 * MS, 150 * MS]}
     replies = {
-        "q-a": ReplyStamps(result_appended_ms=104),
+        "q-a": ReplyStamps(result_appended_ms=104, request_appended_ms=2),
         "q-b": ReplyStamps(result_appended_ms=6),
         "q-s": ReplyStamps(chunk_created_ms=32, chunk_appended_ms=36, result_appended_ms=155),
     }
     sync_legs = legs_ms(sync, backend, replies, stream=False)
     assert {k: (s.count, s.p50) for k, s in sync_legs.items() if s} == {
+        # Sent at 0, the request appended at 2, the backend received it at 5.
+        "client sent → request appended": (1, 2.0),
+        "request appended → backend received": (1, 3.0),
         "backend done → result appended": (1, 4.0),
         "result appended → client answered": (1, 26.0),
     }

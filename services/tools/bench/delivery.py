@@ -32,7 +32,7 @@ import httpx
 import uvloop
 
 from inferq.messaging.admin import create_topics
-from inferq.messaging.codec import chunk_codec, result_codec
+from inferq.messaging.codec import chunk_codec, request_codec, result_codec
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
@@ -216,7 +216,7 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
             backend_stats = pipeline.backend_stats()
         finally:
             pipeline.stop()
-        replies = reply_stamps(bootstrap, kafka.topics.results)
+        replies = reply_stamps(bootstrap, kafka.topics.results, kafka.topics.requests(Tier.HIGH))
     took = time.monotonic() - started
     runs = [(index, rate_run(sample, stamps, replies)) for index, sample in samples]
     summaries = [summarize([r for _, r in runs if r.rate_per_s == rate]) for rate in spec.rates_per_s]
@@ -246,11 +246,15 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
     return 0 if every_call_answered else 1
 
 
-def reply_stamps(bootstrap: str, topic: str) -> dict[str, ReplyStamps]:
-    """Per request_id, the first chunk's and the first result's instants on the reply topic, and
-    how many chunk records it took."""
-    chunks, results = chunk_codec(), result_codec()
+def reply_stamps(bootstrap: str, topic: str, requests_topic: str) -> dict[str, ReplyStamps]:
+    """Per request_id, the first chunk's and the first result's instants on the reply topic, how
+    many chunk records it took, and its request's append on the (LogAppendTime) requests topic."""
+    chunks, results, requests = chunk_codec(), result_codec(), request_codec()
     out: dict[str, ReplyStamps] = {}
+    for read in read_topic(bootstrap, requests_topic):
+        if read.log_append_time:
+            request_id = requests.decode(read.value).request_id
+            out[request_id] = ReplyStamps(request_appended_ms=read.timestamp_ms)
     for read in read_topic(bootstrap, topic):
         appended = read.timestamp_ms if read.log_append_time else None
         try:
