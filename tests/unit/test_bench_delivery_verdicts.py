@@ -12,6 +12,7 @@ from inferq.tools.bench.delivery_verdicts import (
     RateRun,
     RateSample,
     cpu_per_call,
+    cpu_table,
     median_stats,
     rate_run,
     summarize,
@@ -123,7 +124,12 @@ def test_rate_run_counts_chunk_records_per_streamed_call_and_cpu_per_answered_ca
     sample = RateSample(
         rate_per_s=20,
         phases=phases,
-        cpu={"direct, stream": use(10.0, ingest=0.1), "inferq, stream": use(10.0, ingest=0.7)},
+        # Two cores for 10 s: 20 s of capacity; 15 s busy through inferq, 0.7 s of it ingest's, 8.3 s
+        # nobody's of this bench (another process on the machine).
+        cpu={
+            "direct, stream": use(10.0, ingest=0.1),
+            "inferq, stream": CpuUse(10.0, 15.0, 20.0, {"ingest": 0.7, "sim-backend": 6.0}),
+        },
         answered={"direct, stream": 4, "inferq, stream": 30},  # warm-up calls included
     )
     backend = {rid: [0, 30 * MS, 130 * MS] for rid in ("d", "a", "b", "c")}
@@ -137,6 +143,16 @@ def test_rate_run_counts_chunk_records_per_streamed_call_and_cpu_per_answered_ca
     cpu = found.cpu["inferq, stream"]
     assert cpu is not None and cpu.by_process_ms == pytest.approx({"ingest": 20.0})  # 0.6 s / 30 calls
     assert set(found.legs) == {"inferq, stream"}
+    assert found.machine_busy["inferq, stream"] == 0.75
+    assert found.others_busy["inferq, stream"] == pytest.approx(0.415)
+
+
+def test_cpu_table_puts_the_stream_sync_ratio_under_each_rate() -> None:
+    summary = summarize([run_at(20, sync_p50=5, sync_p99=9, first_p50=2, sync_cpu=10, stream_cpu=30)])
+    lines = cpu_table([summary])
+    assert lines[0] == "| calls/s | path | ingest | total | machine busy | not this bench |"
+    assert lines[3] == "| 20 | inferq, sync | 10.0 | 10.0 | - | - |"
+    assert lines[-1] == "| 20 | stream / sync |  | 3.00x |  |  |"
 
 
 def test_summary_table_has_a_row_per_rate_and_path() -> None:

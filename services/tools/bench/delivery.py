@@ -153,10 +153,24 @@ def measure_rate(
                 )
             )
             phase = Phase(via, stream, calls[warmup_calls(spec, rate_per_s) :])
+            time.sleep(spec.cpu_tail_s)
             cpu[phase.label] = window.stop()
             answered[phase.label] = sum(c.complete for c in calls)
             phases.append(phase)
     return RateSample(rate_per_s, phases, cpu, answered)
+
+
+def prime(pipeline: Pipeline, spec: DeliverySpec, tag: str) -> None:
+    """Calls through inferq, sync then streamed, not measured (`DeliverySpec.prime_s` says why)."""
+    if spec.prime_s <= 0:
+        return
+    print(f"[{tag}] {spec.prime_s:g} s sync and {spec.prime_s:g} s streamed through inferq, not measured")
+    priming = replace(spec, warmup_s=0.0, duration_s=spec.prime_s)
+    url = f"{pipeline.ingest_url}/v1/chat/completions"
+    for stream in (False, True):
+        uvloop.run(
+            send_phase(url, priming, max(spec.rates_per_s), f"{tag}-{stream}", stream=stream, inferq=True)
+        )
 
 
 def _environment(spec: DeliverySpec) -> dict[str, str]:
@@ -205,6 +219,7 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
             pids = {p.name: p.pid for p in pipeline.processes if p.pid is not None}
             pids |= {"client": os.getpid()} | ({BROKER: broker} if broker is not None else {})
             time.sleep(spec.settle_s)
+            prime(pipeline, spec, f"{tag}-prime")
             # Runs outermost: a disturbance of the machine lands in one run of every rate, not in
             # every run of one rate.
             for run_index in range(1, spec.runs + 1):

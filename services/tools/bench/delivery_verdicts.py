@@ -76,6 +76,10 @@ class RateRun:
     legs: dict[str, dict[str, Stats | None]]  # by inferq phase label, then leg
     cpu: dict[str, CpuPerCall | None]  # by inferq phase label
     chunk_records_per_call: float | None  # mean over the complete streamed calls through inferq
+    # By phase label: the machine's busy share, and the share used by no process of this bench (the
+    # other work on a shared machine). A rate whose phases saturate the machine caps its CPU per call.
+    machine_busy: dict[str, float] = field(default_factory=dict)
+    others_busy: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,13 @@ def rate_run(sample: RateSample, backend: BackendStamps, replies: Mapping[str, R
         },
         cpu=cpu,
         chunk_records_per_call=statistics.fmean(chunk_counts) if chunk_counts else None,
+        machine_busy={label: _share(use.machine_busy_s, use) for label, use in sample.cpu.items()},
+        others_busy={label: _share(use.others_s, use) for label, use in sample.cpu.items()},
     )
+
+
+def _share(seconds: float, use: CpuUse) -> float:
+    return seconds / use.machine_capacity_s if use.machine_capacity_s > 0 else 0.0
 
 
 def median_stats(samples: Sequence[Stats | None]) -> Stats | None:
@@ -146,6 +156,8 @@ class PathSummary:
     cpu_ms_per_call: float | None = None
     cpu_by_process_ms: dict[str, float] = field(default_factory=dict)
     chunk_records_per_call: float | None = None
+    machine_busy: float | None = None  # median share of the machine's cores
+    others_busy: float | None = None  # of which, by no process of this bench
 
 
 @dataclass(frozen=True)
@@ -180,6 +192,8 @@ def summarize(runs: Sequence[RateRun]) -> RateSummary:
                 n: m for n in names if (m := median(c.by_process_ms.get(n) for c in cpus)) is not None
             },
             chunk_records_per_call=median(r.chunk_records_per_call for r in runs) if stream else None,
+            machine_busy=median(r.machine_busy.get(label) for r in runs),
+            others_busy=median(r.others_busy.get(label) for r in runs),
         )
     leg_labels = sorted({label for r in runs for label in r.legs})
     legs = {
@@ -266,20 +280,28 @@ def summary_table(summaries: Sequence[RateSummary]) -> list[str]:
 
 
 def cpu_table(summaries: Sequence[RateSummary]) -> list[str]:
-    """CPU per call through inferq, by process (ms, medians over the runs), and stream/sync."""
+    """CPU per call through inferq, by process (ms, medians over the runs), and stream/sync; beside
+    it, how busy the machine was in every phase and how much of that was no process of this bench."""
     names = sorted({n for s in summaries for p in s.paths.values() for n in p.cpu_by_process_ms})
     rows = []
     for s in summaries:
         for p in s.paths.values():
-            if not p.cpu_by_process_ms:
-                continue
             by = p.cpu_by_process_ms
             rows.append(
-                (f"{s.rate_per_s:g}", p.label, *(cell(by.get(n)) for n in names), cell(p.cpu_ms_per_call))
+                (
+                    f"{s.rate_per_s:g}",
+                    p.label,
+                    *(cell(by.get(n)) for n in names),
+                    cell(p.cpu_ms_per_call),
+                    cell(None if p.machine_busy is None else p.machine_busy * 100, ".0f", "%"),
+                    cell(None if p.others_busy is None else p.others_busy * 100, ".0f", "%"),
+                )
             )
         ratio = cpu_ratio(s)
-        rows.append((f"{s.rate_per_s:g}", "stream / sync", *("" for _ in names), cell(ratio, ".2f", "x")))
-    return table(("calls/s", "path", *names, "total"), rows)
+        rows.append(
+            (f"{s.rate_per_s:g}", "stream / sync", *("" for _ in names), cell(ratio, ".2f", "x"), "", "")
+        )
+    return table(("calls/s", "path", *names, "total", "machine busy", "not this bench"), rows)
 
 
 def targets_table(found: Sequence[Target]) -> list[str]:

@@ -75,6 +75,13 @@ class DeliverySpec:
     # A pause between the pipeline's start and the first phase: the services' and the broker's
     # start-up work (first fetches, metadata, the results consumer catching up) is not measured.
     settle_s: float = 10.0
+    # Each phase's CPU window stays open this long after its last answer, so work that trails the
+    # calls (the results service reading the last records) is counted; the direct phase's too.
+    cpu_tail_s: float = 1.0
+    # Before the first run, this long through inferq, sync then streamed, at the highest rate, not
+    # measured: the broker's JVM compiles its hot paths on the first load it sees (in a first run
+    # without it, the broker took 4-6 times its later CPU per call).
+    prime_s: float = 5.0
 
 
 @dataclass(frozen=True)
