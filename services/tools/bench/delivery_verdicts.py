@@ -105,7 +105,7 @@ def rate_run(sample: RateSample, backend: BackendStamps, replies: Mapping[str, R
         answered = sample.answered.get(phase.label, 0)
         cpu[phase.label] = cpu_per_call(through, idle, answered) if through and idle else None
         if phase.stream:
-            # A call whose result is on the topic counts, with its chunks (0 when it wrote none).
+            # Every complete call through inferq counts, with its chunk records (0 when it wrote none).
             chunk_counts += [
                 r.chunks
                 for c in phase.calls
