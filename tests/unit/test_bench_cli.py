@@ -35,8 +35,19 @@ def test_with_no_options_every_bench_runs_its_specs_defaults(monkeypatch: pytest
 def test_each_option_sets_its_field_switches_and_lists_included(monkeypatch: pytest.MonkeyPatch) -> None:
     latency = _spec_of(monkeypatch, "latency", "--rate", "50", "--duration", "4", "--no-probe", "--runs", "1")
     assert latency == LatencySpec(rate_per_s=50.0, duration_s=4.0, probe=False, runs=1)
-    delivery = _spec_of(monkeypatch, "delivery", "--chunk-linger-ms", "2.5", "--warmup", "1")
-    assert delivery == DeliverySpec(chunk_linger_ms=2.5, warmup_s=1.0)
+    delivery = _spec_of(
+        monkeypatch,
+        "delivery",
+        "--chunk-linger-ms",
+        "2.5",
+        "--warmup",
+        "1",
+        "--rates",
+        "20,50",
+        "--runs",
+        "1",
+    )
+    assert delivery == DeliverySpec(chunk_linger_ms=2.5, warmup_s=1.0, rates_per_s=(20.0, 50.0), runs=1)
     throughput = _spec_of(
         monkeypatch,
         "throughput",

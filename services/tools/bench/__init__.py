@@ -7,7 +7,9 @@
 - `fairness`: a steady tenant alone, then with a tenant flooding HIGH and LOW; with `fairness_report`;
 - `memory`: the dispatcher's RSS with a million LOW requests waiting in Kafka;
 - `latency`: time from ingest's 202 to the backend receiving the call, by step; with `latency_report`;
-- `delivery`: chat completions direct and through inferq; with `delivery_report`;
+- `delivery`: chat completions direct and through inferq at 20 and 200 calls/s; with
+  `delivery_report` (per phase), `delivery_verdicts` (CPU per call, medians, targets) and
+  `delivery_broker` (the broker's pid, for its CPU);
 - `throughput`: requests/s of dispatcher groups against a bare loop, tracing on and off; with
   `throughput_report` and `tracing_cost`;
 - `replay`: records/s of `inferq replay --speed max`;

@@ -1,12 +1,18 @@
-"""`inferq bench delivery`: the latency the queue adds to an OpenAI chat completion, side by side.
+"""`inferq bench delivery`: the latency and the CPU the queue adds to an OpenAI chat completion.
 
-One run, one broker, one pipeline (`services/tools/stack`: ingest, results, one dispatcher with a
-budget far above the load, so nothing waits for a token) and its simulated backend, with a fixed
-latency. Four phases, one after the other, each `warmup_s` (sent, not counted) + `duration_s` at
-`rate_per_s` open loop (each call sent when due, not waiting for earlier answers), the same aiohttp
-client and the same marked bodies: the simulator directly, then ingest's POST
-/v1/chat/completions (HIGH), first without then with `stream: true`. The simulator stamps each
-call (received, first token, done: `simbackend/timings.py`); the analysis is `delivery_report.py`.
+One broker, one pipeline (`services/tools/stack`: ingest, results, one dispatcher with a budget far
+above the load, so nothing waits for a token) and its simulated backend, with a fixed latency. Each
+run measures every rate (default 20 and 200 calls/s); each rate, four phases one after the other,
+each `warmup_s` (sent, not counted) + `duration_s` open loop (each call sent when due, not waiting
+for earlier answers), the same aiohttp client and the same marked bodies: the simulator directly,
+then ingest's POST /v1/chat/completions (HIGH), first without then with `stream: true`. The
+simulator stamps each call (received, first token, done: `simbackend/timings.py`); a CPU window
+around each phase reads the services' and the broker's CPU time (`cpu.py`, `delivery_broker.py`).
+The analysis is `delivery_report.py` (per phase) and `delivery_verdicts.py` (CPU per call, medians
+over the runs, the targets).
+
+The runs share the pipeline (start-up is a minute; a fresh one per run would triple it): a run is
+a repeat of the measurement on a warm queue, not a cold start.
 
 Writes `<out>/delivery.json` (every call) and `<out>/delivery.md`, and prints the markdown.
 """
@@ -26,37 +32,32 @@ import httpx
 import uvloop
 
 from inferq.messaging.admin import create_topics
-from inferq.messaging.codec import chunk_codec, result_codec
+from inferq.messaging.codec import chunk_codec, request_codec, result_codec
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
 from inferq.tools.bench.cpu import CpuUse, CpuWindow
-from inferq.tools.bench.delivery_report import (
-    Call,
-    Phase,
-    PhaseStats,
-    ReplyStamps,
-    legs_ms,
-    legs_table,
-    phase_stats,
-    phase_table,
+from inferq.tools.bench.delivery_broker import broker_pid
+from inferq.tools.bench.delivery_report import Call, Phase, ReplyStamps, legs_table
+from inferq.tools.bench.delivery_verdicts import (
+    BROKER,
+    RateSample,
+    RateSummary,
+    Target,
+    cpu_table,
+    rate_run,
+    summarize,
+    summary_table,
     targets,
+    targets_table,
 )
 from inferq.tools.bench.kafka import bench_broker, create_with_log_append_time, read_topic
-from inferq.tools.bench.machine import (
-    TARGET_HEAD,
-    cell,
-    header,
-    publish,
-    run_record,
-    table,
-)
+from inferq.tools.bench.machine import header, publish, run_record
 from inferq.tools.bench.pipeline_run import open_loop
 from inferq.tools.bench.procs import SIM_MODELS
 from inferq.tools.bench.recorder import marked_content
 from inferq.tools.bench.specs import DeliverySpec
 from inferq.tools.broker.broker import pick_free_ports
-from inferq.tools.measures import Stats
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 
 MODEL = "inferq-fast"
@@ -106,11 +107,12 @@ async def _call(
     return Call(request_id, due_ns, sent, answered or end, first, status, complete, inferq_id)
 
 
-async def send_phase(url: str, spec: DeliverySpec, tag: str, *, stream: bool, inferq: bool) -> list[Call]:
-    """Open loop: one call every 1/rate s for warmup + duration, each when due; the warm-up's calls
-    are dropped from the answer."""
-    total = int((spec.warmup_s + spec.duration_s) * spec.rate_per_s)
-    first_counted = int(spec.warmup_s * spec.rate_per_s)
+async def send_phase(
+    url: str, spec: DeliverySpec, rate_per_s: float, tag: str, *, stream: bool, inferq: bool
+) -> list[Call]:
+    """Open loop: one call every 1/rate s for warmup + duration, each when due; every call, the
+    warm-up's first (`warmup_calls` says how many)."""
+    total = int((spec.warmup_s + spec.duration_s) * rate_per_s)
     headers = {"X-Inferq-Priority": Tier.HIGH.value} if inferq else {}
     connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS)
     timeout = aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)
@@ -121,15 +123,57 @@ async def send_phase(url: str, spec: DeliverySpec, tag: str, *, stream: bool, in
             body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "stream": stream}
             return await _call(client, url, body, headers, due_ns)
 
-        calls = await open_loop(call, total, spec.rate_per_s, HTTP_TIMEOUT_S + 10.0)
-    return calls[first_counted:]
+        return await open_loop(call, total, rate_per_s, HTTP_TIMEOUT_S + 10.0)
 
 
-def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
-    log = print
-    started = time.monotonic()
-    tag = f"dlv-{uuid.uuid4().hex[:6]}"
-    prefix = f"bench.{tag}"
+def warmup_calls(spec: DeliverySpec, rate_per_s: float) -> int:
+    return int(spec.warmup_s * rate_per_s)
+
+
+def measure_rate(
+    pipeline: Pipeline, spec: DeliverySpec, rate_per_s: float, tag: str, pids: dict[str, int]
+) -> RateSample:
+    """The four phases at one rate: sync then streamed, each direct then through inferq (the direct
+    phase is also the queue's idle baseline for its CPU per call)."""
+    phases: list[Phase] = []
+    cpu: dict[str, CpuUse] = {}
+    answered: dict[str, int] = {}
+    for stream in (False, True):
+        for via, url in (
+            ("direct", f"{pipeline.backend_url}/v1/chat/completions"),
+            ("inferq", f"{pipeline.ingest_url}/v1/chat/completions"),
+        ):
+            mode = "stream" if stream else "sync"
+            print(f"[{tag} {via}-{mode}] {rate_per_s:g}/s for {spec.warmup_s + spec.duration_s:g} s")
+            window = CpuWindow(pids)
+            window.start()
+            calls = uvloop.run(
+                send_phase(
+                    url, spec, rate_per_s, f"{tag}-{via}-{mode}", stream=stream, inferq=via == "inferq"
+                )
+            )
+            phase = Phase(via, stream, calls[warmup_calls(spec, rate_per_s) :])
+            time.sleep(spec.cpu_tail_s)
+            cpu[phase.label] = window.stop()
+            answered[phase.label] = sum(c.complete for c in calls)
+            phases.append(phase)
+    return RateSample(rate_per_s, phases, cpu, answered)
+
+
+def prime(pipeline: Pipeline, spec: DeliverySpec, tag: str) -> None:
+    """Calls through inferq, sync then streamed, not measured (`DeliverySpec.prime_s` says why)."""
+    if spec.prime_s <= 0:
+        return
+    print(f"[{tag}] {spec.prime_s:g} s sync and {spec.prime_s:g} s streamed through inferq, not measured")
+    priming = replace(spec, warmup_s=0.0, duration_s=spec.prime_s)
+    url = f"{pipeline.ingest_url}/v1/chat/completions"
+    for stream in (False, True):
+        uvloop.run(
+            send_phase(url, priming, max(spec.rates_per_s), f"{tag}-{stream}", stream=stream, inferq=True)
+        )
+
+
+def _environment(spec: DeliverySpec) -> dict[str, str]:
     latency_s = spec.backend_latency_ms / 1000
     extra = {
         "INFERQ_DISPATCHER_SCHEDULE_PIN": "peak",
@@ -141,11 +185,18 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
     }
     if spec.chunk_linger_ms is not None:
         extra["INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS"] = f"{spec.chunk_linger_ms:g}"
+    return extra
 
-    phases: list[Phase] = []
+
+def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
+    log = print
+    started = time.monotonic()
+    tag = f"dlv-{uuid.uuid4().hex[:6]}"
+    prefix = f"bench.{tag}"
+    samples: list[tuple[int, RateSample]] = []
     stamps: dict[str, list[int | None]] = {}
     backend_stats: dict[str, object] = {}
-    cpu: dict[str, CpuUse] = {}
+    broker: int | None = None
     with bench_broker(home, log) as bootstrap:
         kafka = KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix)
         # The broker stamps each reply record as it appends it: where the time goes, per leg.
@@ -158,63 +209,67 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
             ports=PipelinePorts(*pick_free_ports(4)),
             topic_prefix=prefix,
             budget=spec.budget,
-            extra_env=extra,
+            extra_env=_environment(spec),
         )
         try:
             pipeline.start(dispatchers=1, timeout_s=120.0)
-            pids = {p.name: p.pid for p in pipeline.processes} | {"client": os.getpid()}
+            broker = broker_pid(bootstrap)
+            if broker is None:
+                log("the broker is not a process of this machine's user: its CPU is not measured")
+            pids = {p.name: p.pid for p in pipeline.processes if p.pid is not None}
+            pids |= {"client": os.getpid()} | ({BROKER: broker} if broker is not None else {})
             time.sleep(spec.settle_s)
-            for stream in (False, True):
-                for via, url in (
-                    ("direct", f"{pipeline.backend_url}/v1/chat/completions"),
-                    ("inferq", f"{pipeline.ingest_url}/v1/chat/completions"),
-                ):
-                    label = f"{via}-{'stream' if stream else 'sync'}"
-                    log(f"[{label}] {spec.rate_per_s:g}/s for {spec.warmup_s + spec.duration_s:g} s")
-                    window = CpuWindow(pids)
-                    window.start()
-                    calls = uvloop.run(
-                        send_phase(url, spec, f"{tag}-{label}", stream=stream, inferq=via == "inferq")
+            prime(pipeline, spec, f"{tag}-prime")
+            # Runs outermost: a disturbance of the machine lands in one run of every rate, not in
+            # every run of one rate.
+            for run_index in range(1, spec.runs + 1):
+                for rate in spec.rates_per_s:
+                    samples.append(
+                        (run_index, measure_rate(pipeline, spec, rate, f"{tag}-r{run_index}-{rate:g}", pids))
                     )
-                    cpu[label] = window.stop()
-                    phases.append(Phase(via, stream, calls))
             stamps = httpx.get(f"{pipeline.backend_url}/timings", timeout=30.0).json()["timings"]
             backend_stats = pipeline.backend_stats()
         finally:
             pipeline.stop()
-        replies = reply_stamps(bootstrap, kafka.topics.results)
+        replies = reply_stamps(bootstrap, kafka.topics.results, kafka.topics.requests(Tier.HIGH))
     took = time.monotonic() - started
-    rows = [phase_stats(p, stamps) for p in phases]
-    legs = {p.label: legs_ms(p.calls, stamps, replies, stream=p.stream) for p in phases if p.via == "inferq"}
+    runs = [(index, rate_run(sample, stamps, replies)) for index, sample in samples]
+    summaries = [summarize([r for _, r in runs if r.rate_per_s == rate]) for rate in spec.rates_per_s]
+    found = targets(summaries)
     document = {
         **run_record("delivery", took),
         "spec": asdict(spec),
         "backend": backend_stats,
-        "phases": [asdict(r) for r in rows],
-        "legs": {
-            label: {k: None if s is None else asdict(s) for k, s in v.items()} for label, v in legs.items()
-        },
-        "cpu": {label: asdict(use) | {"others_s": use.others_s} for label, use in cpu.items()},
-        "targets": [asdict(t) | {"verdict": t.verdict} for t in targets({r.label: r for r in rows})],
-        "calls": {p.label: [asdict(c) for c in p.calls] for p in phases},
+        "broker_cpu_measured": broker is not None,
+        "summaries": [asdict(s) for s in summaries],
+        "targets": [asdict(t) | {"verdict": t.verdict} for t in found],
+        "runs": [{"run": index} | asdict(r) for index, r in runs],
+        "cpu": [
+            {"run": index, "rate_per_s": s.rate_per_s}
+            | {label: asdict(use) | {"others_s": use.others_s} for label, use in s.cpu.items()}
+            for index, s in samples
+        ],
+        "calls": [
+            {"run": index, "rate_per_s": s.rate_per_s}
+            | {p.label: [asdict(c) for c in p.calls] for p in s.phases}
+            for index, s in samples
+        ],
         "backend_stamps": stamps,
     }
-    markdown = render(document, rows, legs)
-    publish(out, "delivery", document, markdown)
-    return 0 if all(r.complete == r.sent for r in rows) else 1
+    publish(out, "delivery", document, render(document, summaries, found))
+    every_call_answered = all(p.complete == p.sent for s in summaries for p in s.paths.values())
+    return 0 if every_call_answered else 1
 
 
-def _cpu_line(label: str, cpu: dict[str, Any]) -> str:
-    wall = cpu["wall_s"] or 1.0
-    ours = ", ".join(f"{name} {used / wall:.0%}" for name, used in sorted(cpu["by_process_s"].items()))
-    busy = cpu["machine_busy_s"] / (cpu["machine_capacity_s"] or 1.0)
-    return f"- {label}: {ours}; everything else {cpu['others_s'] / wall:.0%}; machine busy {busy:.0%}."
-
-
-def reply_stamps(bootstrap: str, topic: str) -> dict[str, ReplyStamps]:
-    """Per request_id, the first chunk's and the first result's instants on the reply topic."""
-    chunks, results = chunk_codec(), result_codec()
+def reply_stamps(bootstrap: str, topic: str, requests_topic: str) -> dict[str, ReplyStamps]:
+    """Per request_id, the first chunk's and the first result's instants on the reply topic, how
+    many chunk records it took, and its request's append on the (LogAppendTime) requests topic."""
+    chunks, results, requests = chunk_codec(), result_codec(), request_codec()
     out: dict[str, ReplyStamps] = {}
+    for read in read_topic(bootstrap, requests_topic):
+        if read.log_append_time:
+            request_id = requests.decode(read.value).request_id
+            out[request_id] = ReplyStamps(request_appended_ms=read.timestamp_ms)
     for read in read_topic(bootstrap, topic):
         appended = read.timestamp_ms if read.log_append_time else None
         try:
@@ -223,11 +278,11 @@ def reply_stamps(bootstrap: str, topic: str) -> dict[str, ReplyStamps]:
             chunk = None
         if chunk is not None:
             before = out.get(chunk.request_id, ReplyStamps())
+            counted = replace(before, chunks=before.chunks + 1)
             # The first chunk in the partition's order (one partition per request) is the first sent.
             if before.chunk_created_ms is None:
-                out[chunk.request_id] = replace(
-                    before, chunk_created_ms=chunk.created_at_ms, chunk_appended_ms=appended
-                )
+                counted = replace(counted, chunk_created_ms=chunk.created_at_ms, chunk_appended_ms=appended)
+            out[chunk.request_id] = counted
             continue
         try:
             result = results.decode(read.value)
@@ -239,12 +294,18 @@ def reply_stamps(bootstrap: str, topic: str) -> dict[str, ReplyStamps]:
     return out
 
 
-def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dict[str, Stats | None]]) -> str:
+def render(document: dict[str, Any], summaries: list[RateSummary], found: list[Target]) -> str:
     spec = document["spec"]
     linger = spec["chunk_linger_ms"]
-    target_rows = [
-        (t["name"], cell(t["measured_ms"], ".1f", " ms"), f"<= {t['limit_ms']:g} ms", t["verdict"])
-        for t in document["targets"]
+    rates = ", ".join(f"{r:g}" for r in spec["rates_per_s"])
+    broker = (
+        "" if document["broker_cpu_measured"] else " The broker's CPU is not measured (not a local process)."
+    )
+    legs = [
+        line
+        for s in summaries
+        for label, by_leg in s.legs.items()
+        for line in (f"{label}, {s.rate_per_s:g} calls/s:", "", legs_table(by_leg), "")
     ]
     return "\n".join(
         [
@@ -252,23 +313,26 @@ def render(document: dict[str, Any], rows: list[PhaseStats], legs: dict[str, dic
             "",
             header(document),
             "",
-            f"Each phase: {spec['rate_per_s']:g} calls/s open loop for {spec['duration_s']:g} s after a "
-            f"{spec['warmup_s']:g} s warm-up (not counted), one aiohttp client; simulated backend with a "
-            f"fixed {spec['backend_latency_ms']:g} ms per call; one dispatcher, budget {spec['budget']}; "
-            f"chunk linger {'default' if linger is None else f'{linger:g} ms'}. Milliseconds. "
-            "Overhead = client's wait minus the backend's own time for that call "
-            "(both stamped on this machine's clock).",
+            f"{spec['runs']} run(s); in each, every rate ({rates} calls/s) runs four phases, each open "
+            f"loop for {spec['duration_s']:g} s after a {spec['warmup_s']:g} s warm-up (not counted), one "
+            f"aiohttp client; simulated backend with a fixed {spec['backend_latency_ms']:g} ms per call; "
+            f"one dispatcher, budget {spec['budget']}; chunk linger "
+            f"{'default' if linger is None else f'{linger:g} ms'}. Medians over the runs. Added: the "
+            "client's wait minus the backend's own time for that call (both stamped on this machine's "
+            "clock). First chunk: the client's first content chunk minus the backend's first token. "
+            "CPU ms/call: ingest, dispatcher, results and the broker, minus their use over the direct "
+            f"phase of the same mode (the queue idle), per answered call.{broker}",
             "",
-            phase_table(rows),
+            *summary_table(summaries),
             "",
-            "Where the time goes through inferq (broker append times, ms resolution):",
+            *targets_table(found),
             "",
-            *(line for label, by_leg in legs.items() for line in (f"{label}:", "", legs_table(by_leg), "")),
-            "CPU while sending (share of one core; everything else: the broker and other work here):",
+            "CPU per call through inferq, by process (ms):",
             "",
-            *(_cpu_line(label, use) for label, use in document["cpu"].items()),
+            *cpu_table(summaries),
             "",
-            *table(TARGET_HEAD, target_rows),
+            "Where the time goes through inferq (broker append times, ms resolution; medians over runs):",
             "",
+            *legs,
         ]
     )

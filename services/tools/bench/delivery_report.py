@@ -113,32 +113,6 @@ def phase_stats(phase: Phase, backend: BackendStamps) -> PhaseStats:
     )
 
 
-@dataclass(frozen=True)
-class Target:
-    name: str
-    measured_ms: float | None
-    limit_ms: float
-
-    @property
-    def verdict(self) -> str:
-        if self.measured_ms is None:
-            return "no samples"
-        return "met" if self.measured_ms <= self.limit_ms else "MISSED"
-
-
-def targets(by_label: Mapping[str, PhaseStats]) -> list[Target]:
-    """The issue's targets, on the calls through inferq (sync for the added latency)."""
-    sync = by_label.get("inferq, sync")
-    stream = by_label.get("inferq, stream")
-    added = sync.overhead_ms if sync else None
-    first = stream.first_chunk_delay_ms if stream else None
-    return [
-        Target("added latency p50 (sync)", added.p50 if added else None, 5.0),
-        Target("added latency p99 (sync)", added.p99 if added else None, 20.0),
-        Target("first chunk after the backend's first token, p50", first.p50 if first else None, 10.0),
-    ]
-
-
 PHASE_COLUMNS: list[Column] = [
     ("calls", lambda r: r.label),
     ("sent", lambda r: r.sent),
@@ -162,20 +136,23 @@ def phase_table(rows: Sequence[PhaseStats]) -> str:
 @dataclass(frozen=True)
 class ReplyStamps:
     """Broker-side instants of one request's reply records (epoch ms; the reply topic is switched to
-    LogAppendTime): its first chunk's created_at_ms (the dispatcher) and append time, and its
-    result's append time."""
+    LogAppendTime): its first chunk's created_at_ms (the dispatcher) and append time, its
+    result's append time, how many chunk records it took, and the request record's append time."""
 
     chunk_created_ms: int | None = None
     chunk_appended_ms: int | None = None
     result_appended_ms: int | None = None
+    chunks: int = 0  # chunk records written for the request
+    request_appended_ms: int | None = None  # the request record's append (HIGH is LogAppendTime)
 
 
 def legs_ms(
     calls: Sequence[Call], backend: BackendStamps, replies: Mapping[str, ReplyStamps], *, stream: bool
 ) -> dict[str, Stats | None]:
-    """Where the time goes through inferq, per leg (ms; the broker's clock has ms resolution). Sync:
-    backend done → result appended → client answered. Stream: backend first token → first chunk
-    created by the dispatcher → appended → client's first chunk."""
+    """Where the time goes through inferq, per leg (ms; the broker's clock has ms resolution). Both:
+    client sent → request appended (ingest) → backend received (the dispatcher). Sync: backend done
+    → result appended → client answered. Stream: backend first token → first chunk created by the
+    dispatcher → appended → client's first chunk."""
     legs: dict[str, list[float]] = {}
 
     def add(name: str, value: float) -> None:
@@ -186,6 +163,9 @@ def legs_ms(
         reply = replies.get(call.inferq_id or "")
         if not call.complete or stamps is None or reply is None:
             continue
+        if reply.request_appended_ms is not None and stamps[0] is not None:
+            add("client sent → request appended", reply.request_appended_ms - call.sent_ns / 1e6)
+            add("request appended → backend received", stamps[0] / 1e6 - reply.request_appended_ms)
         if not stream and stamps[2] is not None and reply.result_appended_ms is not None:
             add("backend done → result appended", reply.result_appended_ms - stamps[2] / 1e6)
             add("result appended → client answered", call.answered_ns / 1e6 - reply.result_appended_ms)
