@@ -12,7 +12,9 @@ for the records it reads, on the same event loop; each wakes only the waiters of
   event stream opened after the request started), up to `history_max_bytes` of deltas over at most
   `history_max_streams` streams, the oldest stream forgotten first; a stream's history is dropped
   when its result arrives (the result carries the whole output). A reader may keep a chunk nobody
-  follows (`follows`) undecoded (`keep_undecoded`): it is decoded only if a late joiner asks for it;
+  follows (`follows`) undecoded (`keep_undecoded`): it is decoded only if a late joiner asks for it.
+  The history is kept by request_id (a record's key, known undecoded): a replay keeps the caller's
+  tenant's chunks, and any tenant's result under that id ends it (ids are unique in practice);
 - the last results read are kept too, up to `recent_max_bytes` (outputs and errors), so a caller who
   registers a moment after its result went by (before the store has it) is answered at once.
 
