@@ -11,7 +11,10 @@ for the records it reads, on the same event loop; each wakes only the waiters of
 - chunks of streams still in progress are kept for callers who join late (the results service's
   event stream opened after the request started), up to `history_max_bytes` of deltas over at most
   `history_max_streams` streams, the oldest stream forgotten first; a stream's history is dropped
-  when its result arrives (the result carries the whole output);
+  when its result arrives (the result carries the whole output). A reader may keep a chunk nobody
+  follows (`follows`) undecoded (`keep_undecoded`): it is decoded only if a late joiner asks for it.
+  The history is kept by request_id (a record's key, known undecoded): a replay keeps the caller's
+  tenant's chunks, and any tenant's result under that id ends it (ids are unique in practice);
 - the last results read are kept too, up to `recent_max_bytes` (outputs and errors), so a caller who
   registers a moment after its result went by (before the store has it) is answered at once.
 
@@ -27,6 +30,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 
+from inferq.messaging.codec import chunk_codec
+from inferq.messaging.errors import DecodeError
 from inferq.messaging.records import InferenceChunk, InferenceResult
 
 Key = tuple[str, str]
@@ -108,7 +113,8 @@ class Waiter:
 
 @dataclass
 class _History:
-    chunks: list[InferenceChunk] = field(default_factory=list)
+    # In the order read; bytes: a chunk kept undecoded (its record's value), decoded on replay.
+    chunks: list[InferenceChunk | bytes] = field(default_factory=list)
     size_bytes: int = 0
 
 
@@ -141,7 +147,12 @@ class WaiterHub:
         self._history_max_streams = history_max_streams
         self._waiters: dict[Key, set[Waiter]] = {}
         self._count = 0
-        self._history: OrderedDict[Key, _History] = OrderedDict()
+        # How many waiters want each request_id's chunks (any tenant): the keys a reader decodes.
+        self._followed: dict[str, int] = {}
+        # Decodes the chunks kept undecoded (`keep_undecoded`) when a late joiner replays them.
+        self._chunk_codec = chunk_codec()
+        # By request_id (a record's Kafka key, known before decoding); a replay keeps its tenant's.
+        self._history: OrderedDict[str, _History] = OrderedDict()
         self._history_bytes = 0
         self._recent_max_bytes = max(recent_max_bytes, 0)
         self._recent: OrderedDict[Key, tuple[InferenceResult, int]] = OrderedDict()
@@ -168,14 +179,17 @@ class WaiterHub:
             raise HubFullError(self.max_waiters)
         key = (tenant, request_id)
         waiter = Waiter(key, chunks=chunks, max_pending_chunks=self._max_pending)
-        if chunks and replay and key in self._history:
-            for chunk in self._history[key].chunks:
-                waiter._push_chunk(chunk)
+        if chunks and replay:
+            for chunk in self._replay(request_id):
+                if chunk.tenant == tenant:
+                    waiter._push_chunk(chunk)
         recent = self._recent.get(key)
         if recent is not None:
             waiter._push_result(recent[0])
         self._waiters.setdefault(key, set()).add(waiter)
         self._count += 1
+        if chunks:
+            self._followed[request_id] = self._followed.get(request_id, 0) + 1
         try:
             yield waiter
         finally:
@@ -185,19 +199,51 @@ class WaiterHub:
                 if not group:
                     del self._waiters[key]
             self._count -= 1
+            if chunks:
+                left = self._followed.pop(request_id) - 1
+                if left:
+                    self._followed[request_id] = left
+
+    def follows(self, request_id: str) -> bool:
+        """Whether a waiter (of any tenant) wants `request_id`'s chunks: a reader need not decode
+        the others (`keep_undecoded`)."""
+        return request_id in self._followed
+
+    def _replay(self, request_id: str) -> list[InferenceChunk]:
+        """The stream's chunks kept so far, those kept undecoded decoded now (once: the history
+        keeps them decoded; one that does not decode is dropped)."""
+        history = self._history.get(request_id)
+        if history is None:
+            return []
+        chunks: list[InferenceChunk] = []
+        for entry in history.chunks:
+            if isinstance(entry, InferenceChunk):
+                chunks.append(entry)
+            else:
+                try:
+                    chunks.append(self._chunk_codec.decode(entry))
+                except DecodeError:
+                    continue
+        history.chunks = list(chunks)
+        return chunks
 
     def publish_chunk(self, chunk: InferenceChunk) -> None:
         """A chunk read from the reply topic: queued for its key's waiters and kept for late joiners."""
         key = (chunk.tenant, chunk.request_id)
-        self._remember(key, chunk)
+        self._remember(chunk.request_id, chunk, _chunk_bytes(chunk))
         for waiter in self._waiters.get(key, ()):
             waiter._push_chunk(chunk)
+
+    def keep_undecoded(self, request_id: str, value: bytes) -> None:
+        """A chunk of `request_id` nobody follows (`follows` is false), as its record's value: kept
+        for late joiners only, decoded if one comes."""
+        self._remember(request_id, value, len(value) + 64)
 
     def publish_result(self, result: InferenceResult) -> None:
         """A result read from the reply topic (or stored): wakes its key's waiters; the stream's
         history is forgotten."""
         key = (result.tenant, result.request_id)
-        history = self._history.pop(key, None)
+        history = self._history.pop(result.request_id, None)
         if history is not None:
             self._history_bytes -= history.size_bytes
         self._keep_recent(key, result)
@@ -216,13 +262,12 @@ class WaiterHub:
             _, (_, oldest) = self._recent.popitem(last=False)
             self._recent_bytes -= oldest
 
-    def _remember(self, key: Key, chunk: InferenceChunk) -> None:
+    def _remember(self, request_id: str, chunk: InferenceChunk | bytes, size: int) -> None:
         if self._history_max_streams == 0 or self._history_max_bytes == 0:
             return
-        history = self._history.get(key)
+        history = self._history.get(request_id)
         if history is None:
-            history = self._history[key] = _History()
-        size = _chunk_bytes(chunk)
+            history = self._history[request_id] = _History()
         history.chunks.append(chunk)
         history.size_bytes += size
         self._history_bytes += size

@@ -233,12 +233,15 @@ class DispatcherSettings(RenamingSettings):
     """The window in which 429s are counted for the circuit."""
     breaker_open_s: float = Field(default=10.0, gt=0, le=3600)
     """How long an open circuit passes its backend over before a probe call."""
-    stream_chunk_tokens: int = Field(default=8, ge=1, le=10_000)
+    stream_chunk_tokens: int = Field(default=64, ge=1, le=10_000)
     """After its first token (written at once), a streamed answer's tokens go to the reply topic as one
-    chunk per this many tokens, or once the oldest waiting token is INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS
-    old, whichever comes first (services/dispatcher/streaming.py)."""
-    stream_chunk_linger_ms: float = Field(default=5.0, ge=0, le=10_000)
-    """The longest a streamed token waits for its chunk to fill."""
+    chunk once the oldest waiting token is INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS old, about
+    INFERQ_DISPATCHER_STREAM_CHUNK_CHARS characters wait, or this many tokens do, whichever comes
+    first (services/dispatcher/streaming.py). Fewer, larger chunks cost every process less CPU."""
+    stream_chunk_linger_ms: float = Field(default=40.0, ge=0, le=10_000)
+    """The longest a streamed token waits for its chunk to fill (after the first, written at once)."""
+    stream_chunk_chars: int = Field(default=256, ge=1, le=1_000_000)
+    """About how many characters (texts, tool-call pieces, logprobs) make a chunk full."""
     rate_limits: dict[str, ModelRateLimit] = Field(default_factory=dict)
     """Requests and tokens per minute per backend model, e.g. '{"inferq-fast": {"rpm": 500, "tpm":
     90000}}'; the backend's x-ratelimit-* headers teach them too, the lower one holding
@@ -345,7 +348,11 @@ def breaker_policy(settings: DispatcherSettings) -> BreakerPolicy:
 
 def chunk_policy(settings: DispatcherSettings) -> ChunkPolicy:
     """How a streamed answer's tokens are batched into chunks (``INFERQ_DISPATCHER_STREAM_CHUNK_*``)."""
-    return ChunkPolicy(tokens=settings.stream_chunk_tokens, linger_ms=settings.stream_chunk_linger_ms)
+    return ChunkPolicy(
+        tokens=settings.stream_chunk_tokens,
+        linger_ms=settings.stream_chunk_linger_ms,
+        chars=settings.stream_chunk_chars,
+    )
 
 
 def build_schedule(settings: DispatcherSettings) -> Schedule:

@@ -436,6 +436,9 @@ class ReplyRecord(Protocol):
     `ConsumerRecord` is one): the results consumer and the delivery follower."""
 
     @property
+    def key(self) -> bytes | None: ...
+
+    @property
     def value(self) -> bytes | None: ...
 
     @property

@@ -17,6 +17,13 @@ store. A streamed answer's chunks share the topic (header ``inferq-kind: chunk``
 but those written since the reader started (`ResultFeed.live_from`) go to the hub for the event
 streams. Older ones, read while a new replica catches up, are passed over undecoded: no caller
 waits on this replica for a stream's past beyond what the hub kept since it started.
+
+Chunks are most of the topic's records and few are followed here (chat callers are answered by
+ingest's own follower), so they cost as little as they can: a chunk is decoded only when an event
+stream follows its request (`WaiterHub.follows`, by the record's key, the request_id); the others
+are kept undecoded for a late joiner (`WaiterHub.keep_undecoded`). A batch of chunks alone is not
+stored: how far it was read is saved with the next batch that holds a result (or poison), so the
+store's positions may lag behind chunks only, which a restart reads past undecoded.
 """
 
 from __future__ import annotations
@@ -140,6 +147,8 @@ class ResultConsumer:
         self._metrics = metrics
         # The next offset to store per partition, as the store has it (loaded when the task starts).
         self._positions: dict[ReplyPartition, int] = {}
+        # How far batches of chunks alone were read: saved with the next batch that is stored.
+        self._unsaved: dict[ReplyPartition, int] = {}
         self._task = SupervisedTask(
             "results-consumer",
             ended="results consumer stopped; /healthz answers 503",
@@ -150,6 +159,8 @@ class ResultConsumer:
         # Chunks handed to the hub (written since the start) and the ones among them that did not decode.
         self.chunks = 0
         self.undecodable_chunks = 0
+        # Chunks nobody followed when they were read, kept for late joiners without decoding.
+        self.kept_undecoded = 0
 
     @property
     def failed(self) -> bool:
@@ -176,7 +187,8 @@ class ResultConsumer:
 
     async def consume_once(self, feed: ResultFeed) -> None:
         """One fetch: decode what decodes (poison is counted and logged), store it with how far each
-        partition was read (records below a stored position were stored already: passed over)."""
+        partition was read (records below a stored position were stored already: passed over). A
+        fetch of chunks alone is not stored: its positions wait for the next stored batch."""
         batches = await feed.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=MAX_BATCH_RECORDS)
         if not batches:
             return
@@ -184,6 +196,8 @@ class ResultConsumer:
         decoded: list[InferenceResult] = []
         sources: list[ReplySource] = []
         read_up_to: dict[ReplyPartition, int] = {}
+        # Whether a record besides chunks (a result, poison) was read: only then is the batch stored.
+        outcomes = False
         # Per record, when tracing is on: its process span, ended once the batch is stored.
         spans: list[tuple[Span, str]] = []
         for tp, records in batches.items():
@@ -199,6 +213,7 @@ class ResultConsumer:
                     if hub is not None and record.offset >= live_from:
                         self._chunk(record, hub)
                     continue
+                outcomes = True
                 span = tracing.start_process(
                     tp.topic, tp.partition, record.offset, tracing.extract(record.headers)
                 )
@@ -219,10 +234,13 @@ class ResultConsumer:
                 sources.append(ReplySource(tp.topic, tp.partition, record.offset))
                 if span is not None:
                     spans.append((span, result.request_id))
-        if not read_up_to:
+        if not outcomes:
+            self._unsaved.update(read_up_to)
             return
-        stored, duplicates = await self._store.put_many(decoded, sources=sources, positions=read_up_to)
-        self._positions.update(read_up_to)
+        positions = self._unsaved | read_up_to
+        stored, duplicates = await self._store.put_many(decoded, sources=sources, positions=positions)
+        self._unsaved.clear()
+        self._positions.update(positions)
         for span, request_id in spans:
             tracing.end_process(span, message_id=request_id)
         self._metrics.batch_stored(stored, duplicates)
@@ -233,7 +251,14 @@ class ResultConsumer:
         self._metrics.delivered(decoded, wall_ms())
 
     def _chunk(self, record: ReplyRecord, hub: WaiterHub) -> None:
-        """A chunk written since the start, to the hub for the event streams (not stored)."""
+        """A chunk written since the start, to the hub for the event streams (not stored): decoded
+        when its request is followed (or its record has no key to tell), else kept undecoded."""
+        if record.key is not None and record.value is not None:
+            request_id = record.key.decode("utf-8", "replace")
+            if not hub.follows(request_id):
+                self.kept_undecoded += 1
+                hub.keep_undecoded(request_id, record.value)
+                return
         try:
             chunk = self._decoder.chunk(record)
         except DecodeError as exc:

@@ -207,6 +207,7 @@ class FakeRecord:
     value: bytes | None
     offset: int
     headers: tuple[tuple[str, bytes], ...] = ()
+    key: bytes | None = None
 
 
 class FakeResultFeed:
@@ -221,17 +222,24 @@ class FakeResultFeed:
         self, topic: str = "inferq.results", events: list[str] | None = None, *, first_offset: int = 0
     ) -> None:
         self.partition = FakePartition(topic, 0)
-        self._batches: asyncio.Queue[tuple[list[bytes | None], tuple[tuple[str, bytes], ...]]] = (
-            asyncio.Queue()
-        )
+        self._batches: asyncio.Queue[
+            tuple[list[bytes | None], tuple[tuple[str, bytes], ...], bytes | None]
+        ] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next_offset = first_offset
         self.handed_out = 0
         self.events = events if events is not None else []
 
-    def push(self, values: Sequence[bytes | None], *, headers: Sequence[tuple[str, bytes]] = ()) -> None:
-        """One batch; every record in it carries `headers` (a chunk's kind header, say)."""
-        batch = (list(values), tuple(headers))
+    def push(
+        self,
+        values: Sequence[bytes | None],
+        *,
+        headers: Sequence[tuple[str, bytes]] = (),
+        key: str | None = None,
+    ) -> None:
+        """One batch; every record in it carries `headers` (a chunk's kind header, say) and `key`
+        (the request_id the dispatcher keys it by; None: a record without a key)."""
+        batch = (list(values), tuple(headers), None if key is None else key.encode())
         if self._loop is None:
             self._batches.put_nowait(batch)
         else:
@@ -246,10 +254,12 @@ class FakeResultFeed:
 
     async def getmany(self, *, timeout_ms: int, max_records: int) -> Mapping[FakePartition, list[FakeRecord]]:
         try:
-            values, headers = await asyncio.wait_for(self._batches.get(), timeout_ms / 1000)
+            values, headers, key = await asyncio.wait_for(self._batches.get(), timeout_ms / 1000)
         except TimeoutError:
             return {}
-        records = [FakeRecord(v, self._next_offset + i, headers) for i, v in enumerate(values[:max_records])]
+        records = [
+            FakeRecord(v, self._next_offset + i, headers, key) for i, v in enumerate(values[:max_records])
+        ]
         self._next_offset += len(records)
         self.handed_out += 1
         return {self.partition: records}

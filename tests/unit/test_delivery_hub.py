@@ -148,3 +148,13 @@ async def test_a_caller_just_after_its_result_went_by_is_answered_at_once_within
         assert await forgotten.result(0.01) is None  # the oldest went first: memory stays bounded
     with hub.waiting("acme", "r49") as latest:
         assert await latest.result(0) is not None
+
+
+def test_a_request_is_followed_only_while_a_waiter_wants_its_chunks() -> None:
+    hub = WaiterHub()
+    with hub.waiting("acme", "r1", chunks=False):
+        assert not hub.follows("r1"), "a long poll wants the result only: its chunks need no decoding"
+        with hub.waiting("acme", "r1"), hub.waiting("beta", "r1"):
+            assert hub.follows("r1")
+        assert not hub.follows("r1"), "followed no more once every chunk waiter left"
+    assert not hub.follows("r2")

@@ -74,6 +74,40 @@ async def test_a_lone_token_is_written_after_the_linger_without_waiting_for_more
 
 
 @in_loop
+async def test_a_chunk_is_written_once_its_characters_reach_the_bound_without_waiting_the_linger() -> None:
+    sink = Sink()
+    stream = ChunkStream(sink, ChunkPolicy(tokens=100, linger_ms=10_000, chars=8))
+    stream.start()
+    stream.add(StreamDelta(content="first"))
+    await eventually(lambda: len(sink.chunks) == 1, "the first token written at once")
+    stream.add(StreamDelta(content="abcd"))
+    stream.add(StreamDelta(content="efgh"))
+    await eventually(lambda: len(sink.chunks) == 2, "8 characters make a chunk, far before the 10 s linger")
+    stream.add(StreamDelta(content="i"))
+    await asyncio.sleep(0.05)
+    before_end = list(sink.chunks)
+    await stream.finish()
+    assert before_end == [(0, "first"), (1, "abcdefgh")]
+    assert sink.chunks == [*before_end, (2, "i")]
+
+
+@in_loop
+async def test_by_default_a_token_every_5_ms_makes_a_few_chunks_not_one_a_token() -> None:
+    # The bench's answer: 14 tokens of 4 characters, the simulator's ~5 ms apart.
+    tokens = [f"t{i:02d} " for i in range(14)]
+    sink = Sink()
+    stream = ChunkStream(sink, ChunkPolicy())
+    stream.start()
+    for token in tokens:
+        stream.add(StreamDelta(content=token))
+        await asyncio.sleep(0.005)
+    await stream.finish()
+    assert sink.chunks[0] == (0, tokens[0]), "the first token alone, at once"
+    assert "".join(text for _, text in sink.chunks) == "".join(tokens)
+    assert len(sink.chunks) <= 5, f"{len(sink.chunks)} chunks for 14 tokens over ~70 ms"
+
+
+@in_loop
 async def test_tokens_gather_while_a_chunk_is_being_acknowledged() -> None:
     sink = Sink()
     sink.gate.clear()

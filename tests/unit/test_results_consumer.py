@@ -170,11 +170,16 @@ async def test_chunks_of_a_streamed_answer_are_passed_over_not_stored_nor_poison
         stored = await store.get("default", "a")
         count = await store.count()
         positions = await store.positions()
+        # The fetch of a chunk alone was not stored: its position goes with the next result.
+        feed.push([CODEC.encode(result("b"))])
+        await consumer.consume_once(feed)
+        positions_then = await store.positions()
     assert stored is not None and stored.status == "OK"
     assert count == 1
-    assert positions == {PARTITION: 4}, "chunks are read past like everything else"
+    assert positions == {PARTITION: 3}, "a fetch of chunks alone is not stored"
+    assert positions_then == {PARTITION: 5}, "chunks are read past like everything else"
     assert reader.points("inferq_results_undecodable_total") == {}
-    assert reader.points("inferq_results_stored_total") == {frozenset(): 1}
+    assert reader.points("inferq_results_stored_total") == {frozenset(): 2}
     assert "undecodable" not in caplog.text
 
 
@@ -216,3 +221,38 @@ async def test_the_reader_wakes_the_hub_with_stored_results_and_chunks_written_s
     assert woken is not None and woken.request_id == "r"
     assert stored is not None
     assert undecodable == 1
+
+
+@in_loop
+async def test_chunks_are_decoded_only_for_a_followed_request_and_a_late_joiner_still_gets_them_all(tmp_path):
+    chunk = InferenceChunk("s1", "default", 1, 0, "Hel", "m", 10, "d")
+    marked = [(KIND_HEADER, CHUNK_KIND)]
+
+    async with ResultStore(tmp_path / "r.db") as store:
+        hub = WaiterHub()
+        feed = FakeResultFeed()
+        consumer = ResultConsumer(
+            lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter), hub=hub
+        )
+        # Nobody follows s1 yet; other requests' chunks nobody ever follows.
+        feed.push([chunk_codec().encode(chunk)], headers=marked, key="s1")
+        feed.push(
+            [chunk_codec().encode(replace(chunk, request_id="x", delta="other"))], headers=marked, key="x"
+        )
+        await consumer.consume_once(feed)
+        await consumer.consume_once(feed)
+        decoded_before = consumer.chunks
+        positions_before = await store.positions()
+        with hub.waiting("default", "s1", replay=True) as late:
+            feed.push([chunk_codec().encode(replace(chunk, seq=1, delta="lo"))], headers=marked, key="s1")
+            await consumer.consume_once(feed)
+            got = []
+            while (item := await late.next(0)) is not None:
+                got.append(item.delta)
+        with hub.waiting("beta", "s1", replay=True) as other_tenant:
+            theirs = await other_tenant.next(0)
+    assert decoded_before == 0, "no chunk is decoded while nobody follows its request"
+    assert positions_before == {}, "fetches of chunks alone cost no store transaction"
+    assert got == ["Hel", "lo"], "the late joiner gets the stream from its start"
+    assert consumer.chunks == 1 and consumer.kept_undecoded == 2
+    assert theirs is None, "another tenant's id replays nothing"

@@ -184,19 +184,24 @@ async def test_waiting_needs_a_key_and_a_valid_id(tmp_path: Path) -> None:
 @in_loop_within(TEST_TIMEOUT_S)
 async def test_events_stream_chunks_in_order_then_the_result(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
-        # Two pieces written before the caller connects are replayed; repeats are dropped.
+        # Two pieces written before the caller connects (kept undecoded: nobody followed them yet,
+        # records keyed by request_id as the dispatcher writes them) are replayed; repeats are dropped.
         svc.replies.push(
-            [chunk_of("acme", "s1", 0, "Hel"), chunk_of("acme", "s1", 1, "lo")], headers=CHUNK_HEADERS
+            [chunk_of("acme", "s1", 0, "Hel"), chunk_of("acme", "s1", 1, "lo")],
+            headers=CHUNK_HEADERS,
+            key="s1",
         )
         async with client.stream("GET", "/v1/requests/s1/events") as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             await svc.until_waiting(1)
             svc.replies.push(
-                [chunk_of("acme", "s1", 1, "lo"), chunk_of("acme", "s1", 2, " world")], headers=CHUNK_HEADERS
+                [chunk_of("acme", "s1", 1, "lo"), chunk_of("acme", "s1", 2, " world")],
+                headers=CHUNK_HEADERS,
+                key="s1",
             )
-            svc.replies.push([chunk_of("beta", "s1", 3, "not yours")], headers=CHUNK_HEADERS)
-            svc.replies.push([result_of("acme", "s1", "Hello world")])
+            svc.replies.push([chunk_of("beta", "s1", 3, "not yours")], headers=CHUNK_HEADERS, key="s1")
+            svc.replies.push([result_of("acme", "s1", "Hello world")], key="s1")
             body = (await response.aread()).decode()
         got = events_of(body)
         assert [name for name, _ in got] == ["chunk", "chunk", "chunk", "result"]

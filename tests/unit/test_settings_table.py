@@ -82,6 +82,7 @@ def test_the_dispatchers_own_settings_have_its_prefix_and_their_old_names_are_re
     # Each of the dispatcher's own variables was INFERQ_<FIELD> (INFERQ_DISPATCHER_ID kept its name),
     # but those added after the rename, which never had an old name.
     added_since = {"INFERQ_DISPATCHER_CREATED_AT_MAX_LAG_S", "INFERQ_DISPATCHER_MAX_PREEMPTIONS"}
+    added_since |= {"INFERQ_DISPATCHER_STREAM_CHUNK_CHARS"}
     added_since |= {"INFERQ_DISPATCHER_BACKEND_PREEMPTIBLE"}  # INFERQ_BACKEND_PREEMPTIBLE: its other name
     old_of = {new: old for old, new in DispatcherSettings.RENAMED.items()}
     not_renamed = [s.name for s in own if s.name.startswith("INFERQ_DISPATCHER_") and s.name not in old_of]
