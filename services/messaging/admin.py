@@ -101,7 +101,7 @@ def create_topics(
         chosen = replication
     else:
         chosen = replication(len(brokers))
-    specs = settings.topics.specs() + [settings.topics.regional_results_spec(r) for r in regions]
+    specs = settings.topics.specs() + [s for r in regions for s in settings.topics.regional_specs(r)]
     new = [
         NewTopic(
             s.name,

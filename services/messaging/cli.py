@@ -143,6 +143,10 @@ def _create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _retention(ms: int) -> str:
+    return f"{ms // 3_600_000} h" if ms >= 3_600_000 else f"{ms // 60_000} min"
+
+
 def _list(_: argparse.Namespace) -> int:
     settings = KafkaSettings()
     try:
@@ -155,10 +159,10 @@ def _list(_: argparse.Namespace) -> int:
     regions = sorted(
         name[len(topics.results) + 1 :] for name in present if regional.match(name) and name != topics.results
     )
-    for spec in topics.specs() + [topics.regional_results_spec(r) for r in regions]:
+    for spec in topics.specs() + [s for r in regions for s in topics.regional_specs(r)]:
         state = "present" if spec.name in present else "MISSING"
-        hours = spec.retention_ms // 3_600_000
         print(
-            f"{spec.name:32} {spec.partitions:3} partitions  {hours:4} h retention  {state:8} {spec.purpose}"
+            f"{spec.name:32} {spec.partitions:3} partitions  {_retention(spec.retention_ms):>6} retention  "
+            f"{state:8} {spec.purpose}"
         )
     return 0

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from inferq.messaging.tiers import Tier
 
 HOUR_MS = 3_600_000
+MINUTE_MS = 60_000
 # The last words of the topic table's names: never a region (a regional reply topic's last word).
-RESERVED_TOPIC_WORDS = frozenset({"requests", "retry", "dlq", "results"})
+RESERVED_TOPIC_WORDS = frozenset({"requests", "retry", "dlq", "results", "chunks"})
 # A region, as a regular expression (`inferq.messaging.reply_topics.region_problem` says why not).
 REGION_REGEX = r"[a-z0-9-]{1,32}"
 
@@ -31,11 +32,16 @@ class TopicSpec:
     retention_ms: int
     purpose: str
     timestamp_type: str | None = None
+    # A topic whose records matter only minutes rolls its segments that often: retention deletes
+    # closed segments only (the broker's default segment lasts a week).
+    segment_ms: int | None = None
 
     def config(self) -> dict[str, str]:
         config = {"retention.ms": str(self.retention_ms)}
         if self.timestamp_type is not None:
             config["message.timestamp.type"] = self.timestamp_type
+        if self.segment_ms is not None:
+            config["segment.ms"] = str(self.segment_ms)
         return config
 
 
@@ -70,6 +76,24 @@ class TopicNames:
         return rf"^{re.escape(self.results)}(\.(?!({reserved})$){REGION_REGEX})?$"
 
     @property
+    def chunks(self) -> str:
+        """The streamed answers' chunks of the results topic's callers (transient: docs/streaming.md)."""
+        return f"{self.prefix}.chunks"
+
+    def chunks_for(self, reply_topic: str) -> str:
+        """The chunk topic beside `reply_topic`: ``<prefix>.chunks`` for the results topic,
+        ``<prefix>.chunks.<region>`` for a region's."""
+        if reply_topic.startswith(f"{self.results}."):
+            return f"{self.chunks}{reply_topic.removeprefix(self.results)}"
+        return self.chunks
+
+    @property
+    def chunks_pattern(self) -> str:
+        """`results_pattern`'s twin for the chunk topics."""
+        reserved = "|".join(sorted(RESERVED_TOPIC_WORDS))
+        return rf"^{re.escape(self.chunks)}(\.(?!({reserved})$){REGION_REGEX})?$"
+
+    @property
     def retry(self) -> str:
         return f"{self.prefix}.retry"
 
@@ -97,6 +121,21 @@ class TopicNames:
             f"results of region {region}",
         )
 
+    def regional_chunks_spec(self, region: str) -> TopicSpec:
+        """A region's chunk topic: configured as the chunk topic, under its own name."""
+        chunks = next(spec for spec in self.specs() if spec.name == self.chunks)
+        return TopicSpec(
+            self.chunks_for(self.regional_results(region)),
+            chunks.partitions,
+            chunks.retention_ms,
+            f"streamed chunks of region {region}",
+            segment_ms=chunks.segment_ms,
+        )
+
+    def regional_specs(self, region: str) -> list[TopicSpec]:
+        """The topics a region adds: its reply topic and its chunk topic."""
+        return [self.regional_results_spec(region), self.regional_chunks_spec(region)]
+
     def specs(self) -> list[TopicSpec]:
         """Every topic the pipeline needs, with partitions and retention."""
         return [
@@ -115,5 +154,12 @@ class TopicNames:
             ),
             TopicSpec(self.retry, 3, 24 * HOUR_MS, "requests waiting to be retried, with not_before_ms"),
             TopicSpec(self.results, 6, 24 * HOUR_MS, "terminal results keyed by request_id"),
+            TopicSpec(
+                self.chunks,
+                6,
+                15 * MINUTE_MS,
+                "streamed answers' chunks keyed by request_id; transient (the result holds the answer)",
+                segment_ms=5 * MINUTE_MS,
+            ),
             TopicSpec(self.dlq, 1, 14 * 24 * HOUR_MS, "dead letters: poison records, exhausted retries"),
         ]

@@ -65,6 +65,25 @@ def test_a_regional_topic_is_configured_as_the_results_topic() -> None:
     assert (eu.partitions, eu.config()) == (results.partitions, results.config())
 
 
+def test_each_reply_topic_has_its_chunk_topic_with_short_retention() -> None:
+    topics = TopicNames("p")
+    assert topics.chunks_for("p.results") == "p.chunks"
+    assert topics.chunks_for("p.results.eu") == "p.chunks.eu"
+    chunks = next(s for s in topics.specs() if s.name == "p.chunks")
+    # Tokens are transient: minutes of retention, and segments that close so retention can act.
+    assert int(chunks.config()["retention.ms"]) <= 3_600_000
+    assert int(chunks.config()["segment.ms"]) <= int(chunks.config()["retention.ms"])
+    eu = [s.name for s in topics.regional_specs("eu")]
+    assert eu == ["p.results.eu", "p.chunks.eu"]
+    assert topics.regional_chunks_spec("eu").config() == chunks.config()
+    pattern = re.compile(topics.chunks_pattern)
+    assert pattern.match("p.chunks") and pattern.match("p.chunks.eu")
+    for name in ("p.chunks.results", "p.results", "p.chunks.eu.x"):
+        assert not pattern.match(name), name
+    # "chunks" is no region: p.results.chunks is not a reply topic.
+    assert not re.match(topics.results_pattern, "p.results.chunks")
+
+
 def test_the_all_regions_pattern_takes_reply_topics_only() -> None:
     pattern = re.compile(TopicNames("p").results_pattern)
     for name in ("p.results", "p.results.eu", "p.results.retry-eu"):

@@ -167,11 +167,12 @@ class MirrorConfig:
         return self.central if alias == CENTRAL else self.regions[alias]
 
     def flows(self) -> list[Flow]:
-        """Per region: its requests to central, its reply topic back."""
+        """Per region: its requests to central, its reply and chunk topics back."""
         flows: list[Flow] = []
         for region in self.regions:
             flows.append(Flow(region, CENTRAL, tuple(self.topics.all_requests)))
-            flows.append(Flow(CENTRAL, region, (self.topics.regional_results(region),)))
+            reply = self.topics.regional_results(region)
+            flows.append(Flow(CENTRAL, region, (reply, self.topics.chunks_for(reply))))
         return flows
 
     def properties(self) -> str:
