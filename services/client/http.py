@@ -194,6 +194,8 @@ class HttpTransport:
         """``GET /v1/requests/{id}/events``: chunks (a restart marks the next one), then the outcome;
         None first and only when the service has no such route."""
         restart = False
+        # The seq the next chunk should have (the event stream replays the answer from its start).
+        next_seq = 0
         url = f"{self._results}/v1/requests/{request_id}/events"
         timeout = httpx.Timeout(REQUEST_TIMEOUT_S, read=max(deadline - time.monotonic(), 1.0))
         try:
@@ -210,14 +212,16 @@ class HttpTransport:
                     if event == "restart":
                         restart = True
                     elif event == "chunk":
+                        seq = int(data["seq"])
                         yield Chunk(
                             request_id=request_id,
                             delta=str(data["delta"]),
-                            seq=int(data["seq"]),
+                            seq=seq,
                             attempt=int(data.get("attempt", 1)),
                             restart=restart,
+                            gap=not restart and seq > next_seq,
                         )
-                        restart = False
+                        restart, next_seq = False, seq + 1
                     elif event == "result":
                         yield Outcome.from_view(data)
                         return

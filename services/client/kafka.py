@@ -304,7 +304,8 @@ class KafkaTransport:
     async def stream(self, submission: Submission, timeout_s: float) -> AsyncIterator[Chunk | Outcome]:
         handle, held = await self._submit(submission, chunks=True)
         key = (self.tenant, handle.request_id)
-        tracker = ChunkTracker()
+        # The waiter was registered before the request was produced: chunk 0 is the first.
+        tracker = ChunkTracker(from_start=True)
         loop = asyncio.get_running_loop()
         ends_at = loop.time() + timeout_s
         try:
@@ -323,6 +324,7 @@ class KafkaTransport:
                         seq=item.seq,
                         attempt=item.attempt,
                         restart=order is ChunkOrder.RESTART,
+                        gap=order is ChunkOrder.GAP,
                     )
         finally:
             self._release(key, held)

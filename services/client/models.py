@@ -76,13 +76,16 @@ class Handle:
 @dataclass(frozen=True)
 class Chunk:
     """A piece of a streamed answer, in order. `restart` marks the first piece of an answer that
-    started over (a retry, or another dispatcher after a crash): drop the text received so far."""
+    started over (a retry, or another dispatcher after a crash): drop the text received so far.
+    `gap` marks a piece after one that was lost (chunks are transient): the text received has a
+    hole, which only the outcome's output fills."""
 
     request_id: str
     delta: str
     seq: int
     attempt: int = 1
     restart: bool = False
+    gap: bool = False
 
 
 @dataclass(frozen=True)

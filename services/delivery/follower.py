@@ -1,13 +1,15 @@
-"""Follows a reply topic for the waiter hub: every partition, from the end, no consumer group
-(ingest's sync and streamed chat callers, and the Kafka client; the results service's reader wakes
-its hub itself: `inferq.results.consumer`).
+"""Follows a reply topic and its chunk topic for the waiter hub: every partition, from the end, no
+consumer group (ingest's sync and streamed chat callers, and the Kafka client; the results
+service's reader wakes its hub itself: `inferq.results.consumer`).
 
 Following needs no commits: a process that holds callers' connections only cares about outcomes
 written while it runs (a result written before it started is in the results store). So the consumer
 has no group (aiokafka assigns it every partition of the topic, new ones included) and starts at the
 end of each partition; `ready` is set once each partition's position is known, so a request produced
 after that is never missed. Each record is a chunk (`records.is_chunk` of its headers) or a result;
-one that does not decode is counted and skipped. A Kafka error pauses a second and following goes on;
+one that does not decode is counted and skipped. A chunk is decoded only when a waiter here follows
+its request (`WaiterHub.follows`, by the record's key, the request_id): the chunk topic carries every
+caller's chunks, most of them held by other processes. A Kafka error pauses a second and following goes on;
 any other error ends the task (`failed`), which the service's health reports. The consumer, the
 retry loop and the decoding are the reply topics' one shape (`inferq.messaging.reply_reader`).
 """
@@ -24,7 +26,7 @@ from aiokafka import AIOKafkaConsumer
 from inferq.delivery.hub import WaiterHub
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.kafka_config import KafkaSettings
-from inferq.messaging.records import InferenceChunk, ReplyRecord
+from inferq.messaging.records import InferenceChunk, ReplyRecord, is_chunk
 from inferq.messaging.reply_reader import (
     FETCH_TIMEOUT_MS,
     MAX_BATCH_RECORDS,
@@ -52,9 +54,10 @@ class ReplyFeed(Protocol):
 
 
 class KafkaReplyFeed:
-    """`ReplyFeed` over aiokafka: no group, every partition of `topics` (or of the topics matching
-    `pattern`), positioned at the end, or at the first
-    record written at or after `from_ms` (a client resuming a batch replays what it missed)."""
+    """`ReplyFeed` over aiokafka: no group, every partition of the reply `topics` and of their chunk
+    topics (`TopicNames.chunks_for`; or of the topics matching `pattern`), positioned at the end,
+    or at the first record written at or after `from_ms` (a client resuming a batch replays what it
+    missed)."""
 
     def __init__(
         self,
@@ -66,7 +69,8 @@ class KafkaReplyFeed:
         from_ms: int | None = None,
     ) -> None:
         self._kafka = kafka
-        self._topics = [topics] if isinstance(topics, str) else list(topics)
+        replies = [topics] if isinstance(topics, str) else list(topics)
+        self._topics = replies + [kafka.topics.chunks_for(topic) for topic in replies]
         self._pattern = pattern
         self._client_id = client_id
         self._from_ms = from_ms
@@ -159,6 +163,14 @@ class ReplyFollower:
                 self.deliver(record)
 
     def deliver(self, record: ReplyRecord) -> None:
+        key = record.key
+        # A chunk nobody here follows is passed over undecoded (one with no key cannot be told).
+        if (
+            key is not None
+            and is_chunk(record.headers)
+            and not self._hub.follows(key.decode("utf-8", "replace"))
+        ):
+            return
         try:
             reply = self._decoder.decode(record)
         except DecodeError as exc:

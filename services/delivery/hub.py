@@ -284,26 +284,32 @@ class ChunkOrder(Enum):
     NEW = "new"
     REPEAT = "repeat"
     RESTART = "restart"
+    # New, but a chunk before it never came (chunks are transient: a lost one is not written again).
+    GAP = "gap"
 
 
 class ChunkTracker:
     """Orders one caller's chunks. A stream is (attempt, dispatcher): within it seq grows by one, so
-    a seq already passed is a repeat; a chunk of another stream, or seq 0 again, means the answer
-    started over (a retry, or another dispatcher redoing it after a crash)."""
+    a seq already passed is a repeat and one past the next expected follows a gap; a chunk of
+    another stream, or seq 0 again, means the answer started over (a retry, or another dispatcher
+    redoing it after a crash). `from_start`: the caller was waiting before the answer began, so a
+    first chunk past seq 0 follows a gap too (a late joiner's first chunk may be any)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, from_start: bool = False) -> None:
         self._stream: tuple[int, str] | None = None
         self._next_seq = 0
+        self._from_start = from_start
 
     def accept(self, chunk: InferenceChunk) -> ChunkOrder:
         stream = (chunk.attempt, chunk.dispatcher_id)
         if self._stream is None:
             self._stream, self._next_seq = stream, chunk.seq + 1
-            return ChunkOrder.NEW
+            return ChunkOrder.GAP if self._from_start and chunk.seq > 0 else ChunkOrder.NEW
         if stream != self._stream or (chunk.seq == 0 and self._next_seq > 0):
             self._stream, self._next_seq = stream, chunk.seq + 1
             return ChunkOrder.RESTART
         if chunk.seq < self._next_seq:
             return ChunkOrder.REPEAT
+        order = ChunkOrder.GAP if chunk.seq > self._next_seq else ChunkOrder.NEW
         self._next_seq = chunk.seq + 1
-        return ChunkOrder.NEW
+        return order

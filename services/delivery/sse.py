@@ -62,6 +62,14 @@ class Restarted:
     chunk: InferenceChunk
 
 
+@dataclass(frozen=True)
+class Gapped:
+    """A chunk after one that never came (lost: chunks are transient): the text has a hole there,
+    which only the result fills."""
+
+    chunk: InferenceChunk
+
+
 class Stopped(Enum):
     """Why `follow` ended without an outcome."""
 
@@ -71,19 +79,26 @@ class Stopped(Enum):
     IDLE = "idle"
 
 
-Step = bytes | InferenceChunk | Restarted | InferenceResult | Stopped
+Step = bytes | InferenceChunk | Restarted | Gapped | InferenceResult | Stopped
 
 
 async def follow(
-    waiter: Waiter, *, bound_s: float, keepalive_s: float, idle_s: float | None = None
+    waiter: Waiter,
+    *,
+    bound_s: float,
+    keepalive_s: float,
+    idle_s: float | None = None,
+    from_start: bool = False,
 ) -> AsyncIterator[Step]:
     """What `waiter` receives within `bound_s`, in order: `KEEPALIVE` (bytes, to write as they are)
     after each `keepalive_s` without news, each new chunk (`Restarted` for one that starts the answer
-    over; repeats are dropped), and last either the `InferenceResult` or why it stopped (`Stopped`;
-    `IDLE` only with `idle_s`: that long without a chunk once one came)."""
+    over, `Gapped` for one after a lost chunk; repeats are dropped), and last either the
+    `InferenceResult` or why it stopped (`Stopped`; `IDLE` only with `idle_s`: that long without a
+    chunk once one came). `from_start`: the waiter was there before the answer began
+    (`ChunkTracker`)."""
     loop = asyncio.get_running_loop()
     ends_at = loop.time() + bound_s
-    tracker = ChunkTracker()
+    tracker = ChunkTracker(from_start=from_start)
     last_chunk_at: float | None = None
     while (left := ends_at - loop.time()) > 0:
         wait_s = min(left, keepalive_s)
@@ -104,7 +119,12 @@ async def follow(
             if order is ChunkOrder.REPEAT:
                 continue
             last_chunk_at = loop.time()
-            yield Restarted(item) if order is ChunkOrder.RESTART else item
+            if order is ChunkOrder.RESTART:
+                yield Restarted(item)
+            elif order is ChunkOrder.GAP:
+                yield Gapped(item)
+            else:
+                yield item
     yield Stopped.BOUND
 
 

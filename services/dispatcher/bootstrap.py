@@ -238,6 +238,8 @@ def bootstrap(
         settings.policy, build_schedule(settings), preemptible=preemptible_tiers(settings, calls.routes)
     )
     kafka = KafkaPorts(consumer or kafka_consumer(settings), settings.kafka.topics)
+    # A test's producer writes the chunks too; else they have their own (acks=1: they are transient).
+    chunk_producer = None if producer is not None else kafka_chunk_producer(settings)
     producer = producer or kafka_producer(settings)
     tenants = tenant_parts(settings, clock_ms)
     instruments = Instruments(dispatcher_metrics(budgets, tenants.check), clock_ms, time.monotonic)
@@ -251,6 +253,7 @@ def bootstrap(
         instruments,
         stop,
         RecordSigner(tenants.registry.service_record_keys),
+        chunk_producer,
     )
     preemptor = preemptor_of(settings, scheduler, held.readahead, instruments, times)
     limit = settings.max_preemptions if preemptor is not None else None
@@ -295,7 +298,7 @@ def bootstrap(
         pool_companions=(*tokens.companions, *rate_resources),
         pool=budgets.pool,
         backends=calls.routes,
-        producer=producer,
+        producers=(producer,) if chunk_producer is None else (producer, chunk_producer),
         consumer=kafka.consumer,
     )
     loop = RunLoop(
@@ -338,6 +341,12 @@ def kafka_consumer(settings: DispatcherSettings) -> KafkaTierConsumer:
         settings.group_id,
         client_id=settings.dispatcher_id,
         membership=Membership(settings.session_timeout_ms, settings.heartbeat_interval_ms),
+    )
+
+
+def kafka_chunk_producer(settings: DispatcherSettings) -> AsyncProducer:
+    return AsyncProducer(
+        settings.kafka.chunk_producer_config(client_id=f"inferq-dispatcher-{settings.dispatcher_id}-chunks")
     )
 
 
@@ -474,6 +483,7 @@ def outcome_writer(
     instruments: Instruments,
     stop: Stop,
     signer: RecordSigner,
+    chunk_producer: ProducerEdge | None = None,
 ) -> OutcomeWriter:
     return OutcomeWriter(
         # Tracing on: each record carries the context of the request's process span.
@@ -485,6 +495,7 @@ def outcome_writer(
         instruments.clock_ms,
         on_fatal=stop.fail,
         signer=signer,
+        chunk_producer=chunk_producer,
     )
 
 

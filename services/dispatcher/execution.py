@@ -24,9 +24,10 @@ has streamed a chunk, is never cancelled.
 An embedding request (its `embedding_input` set) is called with the backend's `embed`, and its
 checked vectors go into its OK result; its token, budget, deadline and retries are a chat call's.
 
-A request with `stream` set is called with streaming on; its pieces go to the reply topic as chunks
-(``streaming.py``) before its result. Once a chunk is out, a failure is terminal (FAILED, "failed
-mid-stream after N chunks"), never retried: a caller must not see the same tokens twice.
+A request with `stream` set is called with streaming on; its pieces go to the chunk topic
+(``streaming.py``) before its result goes to the reply topic. Once a chunk is out, a failure is
+terminal (FAILED, "failed mid-stream after N chunks"), never retried: a caller must not see the
+same tokens twice.
 
 With a rate budget (``rate_budget.py``), the answer's `usage` replaces the start's estimate in the
 minute's window, and the rate-limit headers of every answer (a 429's too) teach the budget the
@@ -299,16 +300,13 @@ class Execution:
         Nothing handed to the producer yet: the tokens gathered are dropped and the call's outcome
         is decided as for any call (a failure may be retried). Otherwise the remaining chunks are
         written first (a cancellation meanwhile cancels the flusher with it); then a failed call is
-        FAILED and dead-lettered, never retried, so a caller never sees a token twice; and a chunk
-        the reply topic refused fails the request likewise.
+        FAILED and dead-lettered, never retried, so a caller never sees a token twice. Lost chunks
+        change no outcome: the result holds the whole answer.
         """
         if failure is not None and not stream.started:
             await stream.abort()
             return False
-        refused = await stream.finish()
-        if refused is not None:
-            await self._writer.refuse(work, f"chunk not writable: {refused.reason}")
-            return True
+        await stream.finish()
         if failure is not None:
             self._metrics.record_failed_mid_stream(work.tier)
             why = f"failed mid-stream after {stream.written} chunks"

@@ -85,6 +85,10 @@ class DispatcherMetrics:
         self._chunks = m.create_counter(
             "inferq_stream_chunks_total", description="chunks of streamed answers written, by tier"
         )
+        self._chunks_lost = m.create_counter(
+            "inferq_stream_chunks_lost_total",
+            description="chunks not acknowledged in time (lost; the result still holds them), by tier",
+        )
         self._failed_mid_stream = m.create_counter(
             "inferq_stream_failed_mid_stream_total",
             description="streamed calls failed after chunks were written (FAILED, no retry), by tier",
@@ -314,6 +318,9 @@ class DispatcherMetrics:
 
     def record_chunk(self, tier: Tier) -> None:
         self._chunks.add(1, {"tier": tier.value})
+
+    def record_chunk_lost(self, tier: Tier) -> None:
+        self._chunks_lost.add(1, {"tier": tier.value})
 
     def record_failed_mid_stream(self, tier: Tier) -> None:
         self._failed_mid_stream.add(1, {"tier": tier.value})

@@ -50,13 +50,14 @@ class Helper:
 class Edges:
     """What the loop starts before it runs and stops after, in this order of start-up: the
     tenants-file watchers, what the token pool relies on, the pool, the backend clients, the
-    producer, and the consumer (started with the checkpoint as its rebalance listener)."""
+    producers (the outcomes', then the chunks'), and the consumer (started with the checkpoint as
+    its rebalance listener)."""
 
     watchers: Sequence[Resource]
     pool_companions: Sequence[Resource]
     pool: TokenPool
     backends: BackendRoutes
-    producer: Resource
+    producers: Sequence[Resource]
     consumer: TierConsumer
 
 
@@ -107,7 +108,7 @@ class RunLoop:
         describe: Callable[[], str],
     ) -> None:
         self._consumer = edges.consumer
-        self._producer = edges.producer
+        self._producers = edges.producers
         self._backends = edges.backends
         self._pool = edges.pool
         self._pool_companions = edges.pool_companions
@@ -136,7 +137,7 @@ class RunLoop:
             #  2. drain: running calls get `drain_timeout_s` to finish and produce their outcomes;
             #  3. commit what is durable;
             #  4. leave the group, so a peer takes the partitions over at once;
-            #  5. flush the producer, close the backend clients;
+            #  5. flush the producers, close the backend clients;
             #  6. give the budget tokens back (and stop what the pool relies on);
             #  7. stop watching the tenants file.
             for watcher in self._watchers:
@@ -145,7 +146,8 @@ class RunLoop:
                 await _started(stack, companion)  # 6
             await _started(stack, self._pool)  # 6
             stack.push_async_callback(self._backends.close)  # 5
-            await _started(stack, self._producer)  # 5
+            for producer in self._producers:
+                await _started(stack, producer)  # 5
             await self._consumer.start(self._checkpoint)
             stack.push_async_callback(self._consumer.stop)  # 4
             stack.push_async_callback(self._checkpoint.commit)  # 3

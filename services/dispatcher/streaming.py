@@ -1,4 +1,4 @@
-"""A streamed answer's chunks: the backend's tokens batched and written to the reply topic in order.
+"""A streamed answer's chunks: the backend's tokens batched and written to the chunk topic in order.
 
 When a request has `stream` set, the backend hands each piece (a choice's token, tool-call piece,
 refusal or end: a `StreamDelta`) to `ChunkStream.add` as it arrives (synchronously: reading the
@@ -10,10 +10,12 @@ characters wait or `ChunkPolicy.tokens` tokens do, whichever comes first: by def
 per stream instead of one a token (each record is a produce, a fetch and a decode for every
 reader: issue 25's CPU), and waits for the broker's acknowledgement before
 the next: so chunks are written one at a time, in order (seq 0, 1, 2...), and while one is being
-acknowledged the next grows. A chunk holds one choice: the pieces gathered are merged per run of
-one choice (`deltas.merged`), so two choices interleaved become alternating chunks. Chunks are
-keyed by request id like the result, so they share its partition and a reader sees them in order,
-then the result.
+acknowledged the next grows. Chunks are transient: one the chunk topic does not acknowledge in time
+is lost (`lost`) and the next takes the following seq, so a reader sees the gap and takes the rest
+of the answer from the result, which always holds all of it. A chunk holds one choice: the pieces
+gathered are merged per run of one choice (`deltas.merged`), so two choices interleaved become
+alternating chunks. Chunks are keyed by request id like the result; they are on another topic, so a
+reader may see the result before the last chunks (and takes what they held from the result).
 
 The rule that keeps a caller from seeing a token twice (`execution.py` applies it): until a chunk has
 been handed to the producer (`started`), a failed call may be retried as any other; tokens still
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from inferq.dispatcher.deltas import StreamDelta, merged
 from inferq.messaging.producer import ProduceError
 
-# Writes chunk `seq` with `delta`; None once acknowledged, the `ProduceError` when the topic refuses it.
+# Writes chunk `seq` with `delta`; None once acknowledged, the `ProduceError` when it was lost.
 ChunkSink = Callable[[int, StreamDelta], Awaitable[ProduceError | None]]
 
 
@@ -77,12 +79,11 @@ class ChunkStream:
         self._closing = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        # Chunks acknowledged by the broker.
+        # Chunks acknowledged by the broker, and chunks lost (not acknowledged in time).
         self.written = 0
+        self.lost = 0
         # Whether a chunk was handed to the producer: from then on a caller may have seen tokens.
         self.started = False
-        # Why the reply topic refused a chunk; the stream stops at that chunk.
-        self.failure: ProduceError | None = None
 
     def start(self) -> None:
         if self._task is None:
@@ -90,7 +91,7 @@ class ChunkStream:
 
     def add(self, delta: StreamDelta) -> None:
         """One piece from the backend (a token, a piece of a tool call, a choice's end); never waits."""
-        if not delta or self._closing or self.failure is not None:
+        if not delta or self._closing:
             return
         if not self._buffer:
             self._first_at = self._monotonic()
@@ -103,13 +104,12 @@ class ChunkStream:
     def _full(self) -> bool:
         return len(self._buffer) >= self._policy.tokens or self._buffer_chars >= self._policy.chars
 
-    async def finish(self) -> ProduceError | None:
-        """Write what is gathered and wait until every chunk is acknowledged; the refusal, if any."""
+    async def finish(self) -> None:
+        """Write what is gathered and wait until every chunk is acknowledged or lost."""
         self._closing = True
         self._wake.set()
         if self._task is not None:
             await self._task
-        return self.failure
 
     def withdraw(self) -> bool:
         """Stop at once, before any chunk is handed to the producer (the call is preempted): the
@@ -152,11 +152,11 @@ class ChunkStream:
                 gathered, self._buffer, self._buffer_chars = merged(self._buffer), [], 0
                 self.started = True
                 for delta in gathered:
-                    failure = await self._sink(self.written, delta)
-                    if failure is not None:
-                        self.failure = failure
-                        return
-                    self.written += 1
+                    failure = await self._sink(self.written + self.lost, delta)
+                    if failure is None:
+                        self.written += 1
+                    else:
+                        self.lost += 1
             if self._closing and not self._buffer:
                 return
             if self._buffer:

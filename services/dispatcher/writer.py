@@ -66,11 +66,14 @@ class OutcomeWriter:
         *,
         on_fatal: Callable[[ProduceError], None],
         signer: RecordSigner | None = None,
+        chunk_producer: RecordProducer | None = None,
     ) -> None:
         """`on_fatal`: the producer is unusable (the dispatcher stops: `run_loop.Stop.fail`);
-        `signer` signs the retry records (the tenants file's service key; none: open mode)."""
+        `signer` signs the retry records (the tenants file's service key; none: open mode);
+        `chunk_producer` writes the chunks (`KafkaSettings.chunk_producer_config`; none: `producer`)."""
         self._signer = signer if signer is not None else RecordSigner(tuple)
         self._producer = producer
+        self._chunk_producer = chunk_producer if chunk_producer is not None else producer
         self._topics = topics
         self._outcomes = outcomes
         self._models = models
@@ -94,10 +97,11 @@ class OutcomeWriter:
         )
 
     async def chunk(self, work: Work, *, seq: int, delta: StreamDelta, model: str) -> ProduceError | None:
-        """Write one chunk of a streamed answer to the request's reply topic, keyed like its result
-        (same partition, so in order before it) and marked by the `inferq-kind: chunk` header.
-        None once acknowledged; the `ProduceError` when the topic refuses it for good (the caller
-        ends the stream: see `streaming.py`). The offset is not touched: the result completes it."""
+        """Write one chunk of a streamed answer to the chunk topic beside the request's reply topic
+        (`TopicNames.chunks_for`), keyed like its result and marked by the `inferq-kind: chunk`
+        header. Tried once (the chunk producer's own retries aside): None once acknowledged, else
+        the `ProduceError`, and the chunk is lost (counted; the result still carries the whole
+        answer: see `streaming.py`). The offset is not touched: the result completes it."""
         chunk = InferenceChunk(
             request_id=work.request_id,
             tenant=work.request.tenant,
@@ -113,16 +117,20 @@ class OutcomeWriter:
             finish_reason=delta.finish_reason,
             logprobs=delta.logprobs_json(),
         )
-        topic = work.reply_topic or self._topics.results
-        failure = await self.produce_durably(
-            topic,
-            self._chunks.encode(chunk),
-            key=work.request_id.encode(),
-            headers=[(KIND_HEADER, CHUNK_KIND)],
-        )
-        if failure is None:
-            self._metrics.record_chunk(work.tier)
-        return failure
+        topic = self._topics.chunks_for(work.reply_topic or self._topics.results)
+        try:
+            await self._chunk_producer.produce(
+                topic,
+                self._chunks.encode(chunk),
+                key=work.request_id.encode(),
+                headers=[(KIND_HEADER, CHUNK_KIND)],
+            )
+        except ProduceError as exc:
+            self._metrics.record_chunk_lost(work.tier)
+            log.warning("chunk %d of request %s lost: %s", seq, work.request_id, exc.reason)
+            return exc
+        self._metrics.record_chunk(work.tier)
+        return None
 
     async def expire(self, work: Work, reason: str) -> None:
         self._metrics.record_expired(work.tier, reason)

@@ -25,6 +25,8 @@ from inferq.messaging.security import KafkaSecurity, is_security_option
 from inferq.messaging.topics import TopicNames
 from inferq.redaction import carries_secret
 
+# How long a chunk may take to be acknowledged before it is given up (`chunk_producer_config`).
+CHUNK_TIMEOUT_MS = 2_000
 # librdkafka's names for the brokers, owned by `bootstrap_servers` (aiokafka reads that one alone).
 _BROKER_OPTIONS = frozenset({"bootstrap.servers", "metadata.broker.list"})
 
@@ -94,7 +96,7 @@ class KafkaSettings(BaseSettings):
     def admin_config(self) -> dict[str, Any]:
         return self._librdkafka_common()
 
-    def producer_config(self, *, client_id: str, linger_ms: int = 1) -> dict[str, Any]:
+    def producer_config(self, *, client_id: str, linger_ms: int = 0) -> dict[str, Any]:
         """An idempotent, acks=all librdkafka producer: a 202 or a result means durably written."""
         conf = self._librdkafka_common()
         conf.update(
@@ -103,11 +105,32 @@ class KafkaSettings(BaseSettings):
                 # No duplicates or reordering from internal retries; implies acks=all.
                 "enable.idempotence": True,
                 "acks": "all",
-                # Interactive traffic: a millisecond of batching, not librdkafka's 5 ms default.
+                # Interactive traffic: send at once (librdkafka's default waits 5 ms). Records that
+                # come while a request is in flight still go together in the next one.
                 "linger.ms": linger_ms,
                 # A produce that cannot reach the broker fails in bounded time, so ingest answers 503.
                 "message.timeout.ms": 10_000,
                 "compression.type": "lz4",
+            }
+        )
+        return conf
+
+    def chunk_producer_config(self, *, client_id: str) -> dict[str, Any]:
+        """The producer of streamed answers' chunks, which are transient (the result holds the whole
+        answer): acknowledged by the partition leader alone (acks=1, so no wait for the replicas,
+        and hence no idempotence, which needs acks=all), sent at once, uncompressed (a chunk is a
+        few hundred bytes), and given up after `CHUNK_TIMEOUT_MS`: a chunk later than that is
+        worth nothing to a caller reading as the model writes. docs/architecture.md ("What a chunk
+        may lose") says what that costs a caller."""
+        conf = self._librdkafka_common()
+        conf.update(
+            {
+                "client.id": client_id,
+                "enable.idempotence": False,
+                "acks": 1,
+                "linger.ms": 0,
+                "message.timeout.ms": CHUNK_TIMEOUT_MS,
+                "compression.type": "none",
             }
         )
         return conf

@@ -34,6 +34,7 @@ from inferq.delivery.sse import (
     CLIENT_GONE_STATUS,
     ClientGoneError,
     EventStreamResponse,
+    Gapped,
     Restarted,
     Step,
     follow,
@@ -233,6 +234,9 @@ class ResultRoutes:
                     elif isinstance(step, Restarted):
                         restart = {"request_id": step.chunk.request_id, "attempt": step.chunk.attempt}
                         yield sse_event(restart, event="restart")
+                        yield sse_event(_chunk_view(step.chunk), event="chunk")
+                    elif isinstance(step, Gapped):
+                        # A chunk before it was lost: its seq says so; the result holds the whole text.
                         yield sse_event(_chunk_view(step.chunk), event="chunk")
                     elif isinstance(step, InferenceChunk):
                         yield sse_event(_chunk_view(step), event="chunk")

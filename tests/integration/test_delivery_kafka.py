@@ -1,5 +1,6 @@
-"""The reply-topic follower on the real broker: from the end of every partition, chunks (by their
-header) and results to the hub in the order written, poison skipped, what came before not replayed."""
+"""The reply-topic follower on the real broker: from the end of every partition of the reply topic
+and its chunk topic, chunks (by their header) in the order written and results to the hub, poison
+skipped, chunks nobody here follows not decoded, what came before not replayed."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import asyncio
 import functools
 
 import pytest
+from confluent_kafka import Producer
 
 from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower
 from inferq.delivery.hub import WaiterHub
 from inferq.messaging.kafka_config import KafkaSettings
-from inferq.messaging.records import InferenceChunk, InferenceResult
+from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult
 from tests.support import fakes
 from tests.support.replies import produce_replies
 
@@ -41,19 +43,31 @@ def test_the_follower_wakes_waiters_with_chunks_in_order_then_the_result(
                     a_chunk("r1", seq) for seq in range(20)
                 ]
                 records.insert(5, b"poison, not avro")
-                records.append(a_result("r1", tenant="beta"))  # not ours
-                records.append(a_result("r1"))
                 await asyncio.to_thread(produce_replies, kafka_settings, "r1", records)
-                got = [await waiter.next(20) for _ in range(21)]
-                assert [c.seq for c in got[:20]] == list(range(20))  # type: ignore[union-attr]
-                assert isinstance(got[20], InferenceResult) and got[20].tenant == "acme"
+                # Another caller's chunk (held by another process): passed over, never decoded.
+                await asyncio.to_thread(produce_unfollowed_chunk, kafka_settings, "r2")
+                chunks = [await waiter.next(20) for _ in range(20)]
+                assert [c.seq for c in chunks] == list(range(20))  # type: ignore[union-attr]
+                # Another topic than the chunks': written after them, so the waiter takes it last.
+                results = [a_result("r1", tenant="beta"), a_result("r1")]  # beta's is not ours
+                await asyncio.to_thread(produce_replies, kafka_settings, "r1", results)
+                result = await waiter.next(20)
+                assert isinstance(result, InferenceResult) and result.tenant == "acme"
                 assert await early.result(0.5) is None
+            await asyncio.sleep(0.5)  # r2's chunk has long been read by now
             assert follower.undecodable == 1
             assert not follower.failed
         finally:
             await follower.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 90))
+
+
+def produce_unfollowed_chunk(settings: KafkaSettings, request_id: str) -> None:
+    producer = Producer(settings.producer_config(client_id="test-replies"))
+    headers = [(KIND_HEADER, CHUNK_KIND)]
+    producer.produce(settings.topics.chunks, value=b"not avro", key=request_id.encode(), headers=headers)
+    assert producer.flush(15) == 0
 
 
 def test_a_follower_by_pattern_follows_every_matching_reply_topic(kafka_settings: KafkaSettings) -> None:

@@ -18,15 +18,21 @@ from tests.support.kafka import read_all
 def produce_replies(
     settings: KafkaSettings, request_id: str, replies: Sequence[InferenceChunk | InferenceResult | bytes]
 ) -> None:
-    """`replies` on the results topic keyed by `request_id`: a chunk with its kind header, a result
-    without, bytes as they are (a poison record)."""
+    """`replies` keyed by `request_id`, as the dispatcher writes them: a chunk on the chunk topic with
+    its kind header, a result on the results topic without, bytes as they are (a poison record) on
+    the results topic."""
     producer = Producer(settings.producer_config(client_id="test-replies"))
     for reply in replies:
+        topic = settings.topics.results
         if isinstance(reply, InferenceChunk):
-            value, headers = chunk_codec().encode(reply), [(KIND_HEADER, CHUNK_KIND)]
+            topic, value, headers = (
+                settings.topics.chunks,
+                chunk_codec().encode(reply),
+                [(KIND_HEADER, CHUNK_KIND)],
+            )
         else:
             value, headers = reply if isinstance(reply, bytes) else result_codec().encode(reply), None
-        producer.produce(settings.topics.results, value=value, key=request_id.encode(), headers=headers)
+        producer.produce(topic, value=value, key=request_id.encode(), headers=headers)
     assert producer.flush(15) == 0
 
 

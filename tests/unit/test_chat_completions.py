@@ -287,6 +287,36 @@ async def test_a_stream_that_started_over_ends_with_an_error_not_wrong_text(tmp_
         await client.close()
 
 
+@pytest.mark.parametrize(
+    ("arrived", "relayed"),
+    [
+        # Chunk 1 ("lo ") was lost: " wor" (seq 2) is not relayed, the result fills the hole.
+        ((("Hel", 0), (" wor", 2)), ["", "Hel"]),
+        # Chunk 0 was lost: nothing before the result, which brings the whole answer.
+        (((" wor", 1), ("ld", 2)), [""]),
+    ],
+    ids=["middle", "first"],
+)
+def test_a_lost_chunk_leaves_no_hole_the_rest_comes_with_the_result(
+    tmp_path: Path, arrived: tuple[tuple[str, int], ...], relayed: list[str]
+) -> None:
+    async def scenario() -> None:
+        async with ingest(tmp_path) as svc:
+            client = svc.sdk()
+            stream = await client.chat.completions.create(model="inferq", messages=HI, stream=True)
+            request = await svc.next_request(0)
+            for text, seq in arrived:
+                svc.chunks(request, text, first_seq=seq)
+            svc.answer(request, output="Hello world")
+            pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+            assert "".join(pieces) == "Hello world"
+            assert pieces[: len(relayed)] == relayed
+            assert pieces[len(relayed)] == "Hello world"[len("".join(relayed)) :], "the rest in one piece"
+            await client.close()
+
+    asyncio.run(scenario())
+
+
 @run
 async def test_a_stream_whose_dispatcher_died_ends_with_an_error_event_not_a_hang(tmp_path: Path) -> None:
     async with ingest(tmp_path, chat_stream_idle_s=0.5) as svc:

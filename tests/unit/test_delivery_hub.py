@@ -121,17 +121,26 @@ def test_history_is_bounded_in_bytes() -> None:
     assert 0 < hub.history_bytes <= 10_000
 
 
-def test_chunk_tracker_tells_new_repeated_and_restarted_chunks() -> None:
+def test_chunk_tracker_tells_new_repeated_restarted_and_gapped_chunks() -> None:
     tracker = ChunkTracker()
     assert tracker.accept(a_chunk(seq=0)) is ChunkOrder.NEW
     assert tracker.accept(a_chunk(seq=1)) is ChunkOrder.NEW
     assert tracker.accept(a_chunk(seq=1)) is ChunkOrder.REPEAT
-    assert tracker.accept(a_chunk(seq=5)) is ChunkOrder.NEW  # a gap is accepted: joined late
+    assert tracker.accept(a_chunk(seq=5)) is ChunkOrder.GAP  # chunks 2-4 were lost
+    assert tracker.accept(a_chunk(seq=6)) is ChunkOrder.NEW
     # Another dispatcher redoing the same attempt after a crash: the answer starts over.
     assert tracker.accept(a_chunk(seq=0, dispatcher_id="d2")) is ChunkOrder.RESTART
     assert tracker.accept(a_chunk(seq=1, dispatcher_id="d2")) is ChunkOrder.NEW
     assert tracker.accept(a_chunk(seq=0, dispatcher_id="d2", attempt=2)) is ChunkOrder.RESTART
     assert tracker.accept(a_chunk(seq=0, dispatcher_id="d2", attempt=2)) is ChunkOrder.RESTART
+
+
+def test_a_late_joiner_may_start_anywhere_but_a_caller_from_the_start_sees_a_lost_first_chunk() -> None:
+    assert ChunkTracker().accept(a_chunk(seq=3)) is ChunkOrder.NEW
+    from_start = ChunkTracker(from_start=True)
+    assert from_start.accept(a_chunk(seq=1)) is ChunkOrder.GAP
+    assert from_start.accept(a_chunk(seq=2)) is ChunkOrder.NEW
+    assert ChunkTracker(from_start=True).accept(a_chunk(seq=0)) is ChunkOrder.NEW
 
 
 @in_loop

@@ -255,7 +255,7 @@ async def test_a_streamed_brief_with_no_chunk_out_is_taken_back_and_its_caller_s
         await eventually(lambda: len(r.results()) == 3, "every answer")
     codec = chunk_codec()
     chunks = [
-        codec.decode(p.value) for p in r.producer.on(r.topics.results) if is_chunk(list(p.headers.items()))
+        codec.decode(p.value) for p in r.producer.on(r.topics.chunks) if is_chunk(list(p.headers.items()))
     ]
     preempted = [(c.attempt, c.seq) for c in chunks if c.request_id == briefs[1].request_id]
     assert len(preempted) == len(set(preempted)) and preempted, preempted  # no chunk twice

@@ -124,19 +124,17 @@ async def test_tokens_gather_while_a_chunk_is_being_acknowledged() -> None:
 
 
 @in_loop
-async def test_a_refused_chunk_stops_the_stream_and_is_reported() -> None:
+async def test_a_lost_chunk_is_counted_and_the_next_takes_the_following_seq() -> None:
     sink = Sink(refuse_at=1)
     stream = ChunkStream(sink, ChunkPolicy(tokens=1, linger_ms=0))
     stream.start()
     for token in "abc":
         stream.add(StreamDelta(content=token))
         await asyncio.sleep(0)
-    refused = await stream.finish()
-    chunks = sink.chunks
-    written = stream.written
-    assert refused is not None and refused.too_large
-    assert chunks == [(0, "a")]
-    assert written == 1
+    await stream.finish()
+    # seq 1 is missing: a reader sees the gap (and takes the rest from the result).
+    assert sink.chunks == [(0, "a"), (2, "c")]
+    assert (stream.written, stream.lost) == (2, 1)
 
 
 @in_loop
@@ -278,8 +276,7 @@ async def test_a_streamed_request_writes_ordered_chunks_then_its_result() -> Non
         r.consumer.produce(r.partition("HIGH"), encoded(streamed))
         r.consumer.produce(r.partition("HIGH"), encoded(plain))
         await eventually(lambda: len(r.results()) == 2, "both results")
-    on_results = r.producer.on(r.topics.results)
-    chunks = chunks_on(r, r.topics.results)
+    chunks = chunks_on(r, r.topics.chunks)
     assert [c.seq for _, c in chunks] == [0, 1, 2, 3, 4]
     assert {c.request_id for _, c in chunks} == {streamed.request_id}, "no chunks for a plain request"
     assert all(p.key == streamed.request_id.encode() for p, _ in chunks), "keyed like the result"
@@ -290,8 +287,11 @@ async def test_a_streamed_request_writes_ordered_chunks_then_its_result() -> Non
     result = r.results()[streamed.request_id]
     assert result.status is Status.OK
     assert result.output == "".join(c.delta for _, c in chunks) == "Hello, world"
-    mine = [p for p in on_results if p.key == streamed.request_id.encode()]
-    assert [is_chunk(list(p.headers.items())) for p in mine] == [True] * 5 + [False]
+    assert not any(is_chunk(list(p.headers.items())) for p in r.producer.on(r.topics.results))
+    sent = [(p.topic, p.key) for p in r.producer.sent]
+    assert sent.index((r.topics.results, streamed.request_id.encode())) > max(
+        i for i, (topic, _) in enumerate(sent) if topic == r.topics.chunks
+    ), "the chunks are acknowledged before the result is written"
     assert r.backend.streamed == ["inferq-fast"], "only the streamed request is called with stream on"
     assert r.results()[plain.request_id].output == "hi"
 
@@ -308,7 +308,7 @@ async def test_chunk_records_carry_each_choice_its_tool_call_deltas_and_its_end(
     async with running(r):
         r.consumer.produce(r.partition("HIGH"), encoded(streamed))
         await eventually(lambda: len(r.results()) == 1, "the result")
-    chunks = [c for _, c in chunks_on(r, r.topics.results)]
+    chunks = [c for _, c in chunks_on(r, r.topics.chunks)]
     assert [(c.seq, c.choice_index, c.delta, c.refusal, c.finish_reason) for c in chunks] == [
         (0, 0, "", None, None),
         (1, 1, "Hi", "no", None),
@@ -322,15 +322,16 @@ async def test_chunk_records_carry_each_choice_its_tool_call_deltas_and_its_end(
 
 
 @in_loop
-async def test_a_streamed_request_to_a_regional_reply_topic_writes_its_chunks_there() -> None:
+async def test_a_regional_request_writes_its_chunks_to_its_regions_chunk_topic() -> None:
     r = streaming_rig()
     regional = f"{r.topics.results}.eu"
     request = a_request("MEDIUM", stream=True, reply_to=regional)
     async with running(r):
         r.consumer.produce(r.partition("MEDIUM"), encoded(request))
         await eventually(lambda: len(r.results(regional)) == 1, "the result on the regional topic")
-    assert len(chunks_on(r, regional)) == 2
-    assert chunks_on(r, r.topics.results) == []
+    assert len(chunks_on(r, f"{r.topics.chunks}.eu")) == 2
+    assert chunks_on(r, r.topics.chunks) == []
+    assert chunks_on(r, regional) == []
 
 
 @in_loop
@@ -359,7 +360,7 @@ async def test_a_failure_after_chunks_is_one_failed_outcome_never_retried() -> N
         r.consumer.produce(r.partition("HIGH"), encoded(request))
         await eventually(lambda: len(r.results()) == 1, "the outcome")
         await eventually(lambda: r.consumer.committed_offset(r.partition("HIGH")) == 1, "the commit")
-    assert [c.delta for _, c in chunks_on(r, r.topics.results)] == ["one ", "two "]
+    assert [c.delta for _, c in chunks_on(r, r.topics.chunks)] == ["one ", "two "]
     result = r.results()[request.request_id]
     assert result.status is Status.FAILED
     assert result.error == "failed mid-stream after 2 chunks: backend closed the connection"
@@ -372,23 +373,22 @@ async def test_a_failure_after_chunks_is_one_failed_outcome_never_retried() -> N
 
 
 @in_loop
-async def test_a_reply_topic_that_refuses_chunks_fails_the_request_once_on_the_default_topic() -> None:
+async def test_a_chunk_topic_that_loses_chunks_changes_no_outcome() -> None:
     r = streaming_rig()
-    regional = f"{r.topics.results}.gone"
-    r.producer.refuse(regional, KafkaError.UNKNOWN_TOPIC_OR_PART)
-    request = a_request("HIGH", stream=True, reply_to=regional)
+    r.producer.refuse(r.topics.chunks, KafkaError._MSG_TIMED_OUT)
+    r.backend.pieces = ["Hel", "lo"]
+    request = a_request("HIGH", stream=True)
     async with running(r):
         r.consumer.produce(r.partition("HIGH"), encoded(request))
-        await eventually(lambda: len(r.results()) == 1, "the FAILED result on the default topic")
-    request_id = request.request_id
-    result = r.results()[request_id]
-    assert result.status is Status.FAILED
-    # The topic that refused the chunk refuses the FAILED result too: it comes on the default topic.
-    assert result.error is not None and f"not writable to {regional}" in result.error
-    assert r.producer.on(regional) == []
-    assert chunks_on(r, r.topics.results) == [], "chunks go only where the caller listens"
-    assert len(r.dead_letters()) == 1
+        await eventually(lambda: len(r.results()) == 1, "the result")
+        await eventually(lambda: r.consumer.committed_offset(r.partition("HIGH")) == 1, "the commit")
+    result = r.results()[request.request_id]
+    # Chunks are transient: the result holds the whole answer, and nothing is dead-lettered.
+    assert (result.status, result.output) == (Status.OK, "Hello")
+    assert chunks_on(r, r.topics.chunks) == []
+    assert r.dead_letters() == []
     assert r.producer.on(r.topics.retry) == []
+    assert r.producer.attempts.count(r.topics.chunks) == 2, "each chunk tried once, then given up"
 
 
 @in_loop

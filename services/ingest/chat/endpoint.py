@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from inferq.delivery.hub import Waiter
 from inferq.delivery.sse import (
     EventStreamResponse,
+    Gapped,
     Restarted,
     Stopped,
     follow,
@@ -150,6 +151,8 @@ class ChatCompletionsEndpoint:
             bound_s=bound_s,
             keepalive_s=self._limits.keepalive_s,
             idle_s=self._limits.stream_idle_s,
+            # The waiter was registered before the request was produced: chunk 0 is the first.
+            from_start=True,
         )
         async for step in steps:
             if isinstance(step, bytes):
@@ -157,9 +160,9 @@ class ChatCompletionsEndpoint:
             elif isinstance(step, InferenceResult):
                 async for event in self._ending(body, step, sent, created_s):
                     yield event
-            elif isinstance(step, Restarted) or restarted:
-                # Text already sent cannot be taken back: the rest comes from the result, if it
-                # continues what was sent.
+            elif isinstance(step, (Restarted, Gapped)) or restarted:
+                # Text already sent cannot be taken back, and a lost chunk's text is only in the
+                # result: the rest comes from the result, if it continues what was sent.
                 restarted = True
             elif isinstance(step, InferenceChunk):
                 chunk = sent.chunk(step)
