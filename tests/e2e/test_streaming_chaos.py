@@ -13,11 +13,10 @@ import pytest
 from confluent_kafka import Message
 
 from inferq.messaging.kafka_config import KafkaSettings
-from inferq.messaging.records import is_chunk
 from inferq.tools.stack.pipeline import Pipeline
 from tests.support.kafka import a_request, produce_requests, read_all
 from tests.support.pipeline import running_pipeline, slow_streams
-from tests.support.replies import read_replies
+from tests.support.replies import chunk_topic_of, read_replies
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -37,15 +36,17 @@ def stack(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Pipeline]:
 
 
 def wait_until_streaming(bootstrap: str, topic: str, request_ids: set[str], timeout_s: float = 30.0) -> None:
-    """Until each request has a chunk on `topic` and none has a result: every stream is under way."""
+    """Until each request has a chunk beside the reply `topic` and none has a result on it: every
+    stream is under way."""
 
-    def keys(records: list[Message], *, chunks: bool) -> set[str]:
-        return {(m.key() or b"").decode() for m in records if is_chunk(m.headers()) == chunks}
+    def keys(records: list[Message]) -> set[str]:
+        return {(m.key() or b"").decode() for m in records}
 
-    records = read_all(
-        bootstrap, topic, until=lambda found: keys(found, chunks=True) == request_ids, timeout_s=timeout_s
+    chunks = read_all(
+        bootstrap, chunk_topic_of(topic), until=lambda found: keys(found) >= request_ids, timeout_s=timeout_s
     )
-    streaming, finished = keys(records, chunks=True), keys(records, chunks=False)
+    streaming = keys(chunks) & request_ids
+    finished = keys(read_all(bootstrap, topic)) & request_ids
     assert streaming == request_ids and not finished, f"streams under way {streaming}, finished {finished}"
 
 

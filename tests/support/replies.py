@@ -1,5 +1,5 @@
-"""A request's replies on a reply topic: written as the dispatcher writes them, and read as its
-caller's service reads them (chunks, results, order)."""
+"""A request's replies on a reply topic and its chunk topic: written as the dispatcher writes them,
+and read as its caller's service reads them (chunks, results, order)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from confluent_kafka import Message, Producer
 from inferq.messaging.codec import chunk_codec, result_codec
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult, is_chunk
+from inferq.messaging.topics import TopicNames
 from tests.support.kafka import read_all
 
 
@@ -38,36 +39,48 @@ def produce_replies(
 
 @dataclass
 class Reply:
-    """What one request's caller finds on its reply topic, in the order it is there."""
+    """What one request's caller finds on its reply topic and the chunk topic beside it: the
+    chunks in the order written, the results, and both in the order they were written."""
 
     chunks: list[InferenceChunk]
     results: list[InferenceResult]
-    order: list[str]  # "chunk" / "result", in offset order
-    partitions: set[int]
+    order: list[str]  # "chunk" / "result", in the order written (the records' timestamps)
+    partitions: set[int]  # of the chunk topic: one per request keeps its chunks in order
+
+
+def chunk_topic_of(reply_topic: str) -> str:
+    """The chunk topic beside `reply_topic` (`TopicNames.chunks_for`, for any prefix)."""
+    prefix, _, region = reply_topic.rpartition(".results")
+    return TopicNames(prefix).chunks_for(f"{prefix}.results{region}")
 
 
 def read_replies(
     bootstrap: str, topic: str, request_ids: set[str], *, timeout_s: float = 60.0, settle_s: float = 0.0
 ) -> dict[str, Reply]:
-    """Read `topic` from the start until each request has a result, then on until nothing new came
-    for `settle_s` (so a second outcome would be seen too); bounded by `timeout_s`."""
+    """Read the reply `topic` from the start until each request has a result, then on until nothing
+    new came for `settle_s` (so a second outcome would be seen too), bounded by `timeout_s`; then
+    its chunk topic to its end (the dispatcher writes a result once its chunks are acknowledged)."""
     answered: set[str] = set()
     seen, quiet_since = 0, time.monotonic()
 
     def settled(records: list[Message]) -> bool:
         nonlocal seen, quiet_since
-        answered.update((m.key() or b"").decode() for m in records[seen:] if not is_chunk(m.headers()))
+        answered.update((m.key() or b"").decode() for m in records[seen:])
         if len(records) > seen:
             seen, quiet_since = len(records), time.monotonic()
         return request_ids <= answered and time.monotonic() - quiet_since >= settle_s
 
     replies = {rid: Reply([], [], [], set()) for rid in request_ids}
-    for msg in read_all(bootstrap, topic, until=settled, timeout_s=timeout_s):
+    results = read_all(bootstrap, topic, until=settled, timeout_s=timeout_s)
+    chunks = read_all(bootstrap, chunk_topic_of(topic), timeout_s=timeout_s)
+    written: list[tuple[int, int, Message]] = [(m.timestamp()[1], 0, m) for m in chunks]
+    written += [(m.timestamp()[1], 1, m) for m in results]
+    for _, _, msg in sorted(written, key=lambda w: w[:2]):
         reply = replies.get((msg.key() or b"").decode())
         if reply is None:
             continue
-        reply.partitions.add(msg.partition())
         if is_chunk(msg.headers()):
+            reply.partitions.add(msg.partition())
             reply.chunks.append(chunk_codec().decode(msg.value()))
             reply.order.append("chunk")
         else:
