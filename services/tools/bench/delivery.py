@@ -23,6 +23,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -199,9 +200,10 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
     broker: int | None = None
     with bench_broker(home, log) as bootstrap:
         kafka = KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix)
-        # The broker stamps each reply record as it appends it: where the time goes, per leg.
-        reply_spec = next(s for s in kafka.topics.specs() if s.name == kafka.topics.results)
-        create_with_log_append_time(bootstrap, reply_spec)
+        # The broker stamps each reply and chunk record as it appends it: where the time goes, per leg.
+        replied = (kafka.topics.results, kafka.topics.chunks)
+        for reply_spec in (s for s in kafka.topics.specs() if s.name in replied):
+            create_with_log_append_time(bootstrap, reply_spec)
         create_topics(kafka)
         pipeline = Pipeline(
             bootstrap=bootstrap,
@@ -231,7 +233,7 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
             backend_stats = pipeline.backend_stats()
         finally:
             pipeline.stop()
-        replies = reply_stamps(bootstrap, kafka.topics.results, kafka.topics.requests(Tier.HIGH))
+        replies = reply_stamps(bootstrap, replied, kafka.topics.requests(Tier.HIGH))
     took = time.monotonic() - started
     runs = [(index, rate_run(sample, stamps, replies)) for index, sample in samples]
     summaries = [summarize([r for _, r in runs if r.rate_per_s == rate]) for rate in spec.rates_per_s]
@@ -261,16 +263,17 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
     return 0 if every_call_answered else 1
 
 
-def reply_stamps(bootstrap: str, topic: str, requests_topic: str) -> dict[str, ReplyStamps]:
-    """Per request_id, the first chunk's and the first result's instants on the reply topic, how
-    many chunk records it took, and its request's append on the (LogAppendTime) requests topic."""
+def reply_stamps(bootstrap: str, topics: Sequence[str], requests_topic: str) -> dict[str, ReplyStamps]:
+    """Per request_id, the first chunk's and the first result's instants on the reply `topics` (the
+    results topic and the chunk topic), how many chunk records it took, and its request's append
+    on the (LogAppendTime) requests topic."""
     chunks, results, requests = chunk_codec(), result_codec(), request_codec()
     out: dict[str, ReplyStamps] = {}
     for read in read_topic(bootstrap, requests_topic):
         if read.log_append_time:
             request_id = requests.decode(read.value).request_id
             out[request_id] = ReplyStamps(request_appended_ms=read.timestamp_ms)
-    for read in read_topic(bootstrap, topic):
+    for read in (read for topic in topics for read in read_topic(bootstrap, topic)):
         appended = read.timestamp_ms if read.log_append_time else None
         try:
             chunk = chunks.decode(read.value)
