@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from aiokafka.errors import KafkaConnectionError
 
 from inferq.delivery.hub import WaiterHub
 from inferq.messaging.codec import chunk_codec, result_codec
@@ -89,7 +90,8 @@ class Service:
 async def service(tmp_path: Path, **settings: Any) -> AsyncIterator[Service]:
     tenants = write_tenants(tmp_path / "tenants.toml", ACME, BETA)
     hub = WaiterHub(max_waiters=settings.pop("max_waiters", 100))
-    replies, chunks = FakeResultFeed(), FakeResultFeed("inferq.chunks")
+    replies = FakeResultFeed()
+    chunks = settings.pop("chunks", None) or FakeResultFeed("inferq.chunks")
     app = create_app(
         ResultsSettings(db_path=tmp_path / "r.db", tenants=TenancySettings(file=tenants), **settings),
         check_topics=False,
@@ -217,6 +219,34 @@ async def test_events_stream_chunks_in_order_then_the_result(tmp_path: Path) -> 
         assert "".join(data["delta"] for name, data in got if name == "chunk") == "Hello world"
         assert got[-1][1]["output"] == "Hello world"
         assert svc.hub.waiters == 0
+
+
+class UnreachableChunkTopic(FakeResultFeed):
+    """A chunk feed that cannot start: the broker of the chunk topic is down."""
+
+    async def start(self) -> None:
+        self.events.append("feed.start")
+        raise KafkaConnectionError("the chunk topic's broker is down")
+
+
+@in_loop_within(TEST_TIMEOUT_S)
+async def test_an_event_stream_gets_its_result_at_once_while_the_chunk_topic_is_unreachable(
+    tmp_path: Path,
+) -> None:
+    unreachable = UnreachableChunkTopic("inferq.chunks")
+    async with (
+        service(tmp_path, chunks=unreachable) as svc,
+        svc.client() as client,
+        client.stream("GET", "/v1/requests/s9/events") as response,
+    ):
+        assert response.status_code == 200
+        await svc.until_waiting(1)
+        await eventually(lambda: unreachable.events, "the chunk reader tried to start", 5)
+        svc.replies.push([result_of("acme", "s9", "whole text")], key="s9")
+        async with asyncio.timeout(5):
+            got = events_of((await response.aread()).decode())
+    assert [name for name, _ in got] == ["result"]
+    assert got[0][1]["output"] == "whole text"
 
 
 @in_loop_within(TEST_TIMEOUT_S)
