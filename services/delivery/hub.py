@@ -12,7 +12,8 @@ for the records it reads, on the same event loop; each wakes only the waiters of
   event stream opened after the request started), up to `history_max_bytes` of deltas over at most
   `history_max_streams` streams, the oldest stream forgotten first; a stream's history is dropped
   when its result arrives (the result carries the whole output). A reader may keep a chunk nobody
-  follows (`follows`) undecoded (`keep_undecoded`): it is decoded only if a late joiner asks for it.
+  follows (`follows`) undecoded (`keep_undecoded`): it is decoded only if a late joiner asks for it;
+  a reader may run only while some waiter wants chunks at all (`following`, `watch_following`).
   The history is kept by request_id (a record's key, known undecoded): a replay keeps the caller's
   tenant's chunks, and any tenant's result under that id ends it (ids are unique in practice);
 - the last results read are kept too, up to `recent_max_bytes` (outputs and errors), so a caller who
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -149,6 +150,9 @@ class WaiterHub:
         self._count = 0
         # How many waiters want each request_id's chunks (any tenant): the keys a reader decodes.
         self._followed: dict[str, int] = {}
+        # How many waiters want chunks at all, and who is told when that turns from or to 0.
+        self._following = 0
+        self._following_watchers: list[Callable[[], None]] = []
         # Decodes the chunks kept undecoded (`keep_undecoded`) when a late joiner replays them.
         self._chunk_codec = chunk_codec()
         # By request_id (a record's Kafka key, known before decoding); a replay keeps its tenant's.
@@ -190,6 +194,7 @@ class WaiterHub:
         self._count += 1
         if chunks:
             self._followed[request_id] = self._followed.get(request_id, 0) + 1
+            self._count_following(+1)
         try:
             yield waiter
         finally:
@@ -203,11 +208,28 @@ class WaiterHub:
                 left = self._followed.pop(request_id) - 1
                 if left:
                     self._followed[request_id] = left
+                self._count_following(-1)
 
     def follows(self, request_id: str) -> bool:
         """Whether a waiter (of any tenant) wants `request_id`'s chunks: a reader need not decode
         the others (`keep_undecoded`)."""
         return request_id in self._followed
+
+    @property
+    def following(self) -> int:
+        """How many waiters want chunks now (any request, any tenant)."""
+        return self._following
+
+    def watch_following(self, callback: Callable[[], None]) -> None:
+        """Call `callback` each time `following` turns from 0 to 1 or from 1 to 0: a reader of
+        chunks that runs only while someone wants them (the results service's chunk reader)."""
+        self._following_watchers.append(callback)
+
+    def _count_following(self, change: int) -> None:
+        self._following += change
+        if self._following == (1 if change > 0 else 0):
+            for callback in self._following_watchers:
+                callback()
 
     def _replay(self, request_id: str) -> list[InferenceChunk]:
         """The stream's chunks kept so far, those kept undecoded decoded now (once: the history

@@ -13,7 +13,8 @@ dispatcher     READ the request topics and ``<prefix>.retry`` in its group (READ
                WRITE ``<prefix>.results`` and ``<prefix>.results.*`` (regional reply topics, a
                ``reply_to``), ``<prefix>.retry`` and ``<prefix>.dlq``
 results        READ ``<prefix>.results`` in its group (and without one, to wake waiting callers);
-               WRITE ``<prefix>.dlq`` (webhooks that could not be delivered)
+               READ ``<prefix>.chunks`` and ``<prefix>.chunks.*`` without a group, while an event
+               stream is open; WRITE ``<prefix>.dlq`` (webhooks that could not be delivered)
 =============  ===========================================================================
 
 A results service may serve one region or all (``inferq results --region``): ``results`` also
@@ -134,6 +135,9 @@ def service_grants(topics: TopicNames, who: ServicePrincipals) -> list[Grant]:
         Grant(results, write, topic, topics.dlq),
         Grant(results, read, topic, topics.results),
         Grant(results, read, topic, f"{topics.results}.", prefixed=True),
+        # Streamed answers' chunks, read with no group while an /events stream is open.
+        Grant(results, read, topic, topics.chunks),
+        Grant(results, read, topic, f"{topics.chunks}.", prefixed=True),
         Grant(results, read, group, who.results_group),
         # The groups of regional results services: <group>-eu, <group>-all (results settings).
         Grant(results, read, group, f"{who.results_group}-", prefixed=True),

@@ -5,8 +5,9 @@
 The parts, each in its own module: `store.ResultStore` (SQLite behind one worker thread; the table
 itself in `table`), `consumer.ResultConsumer` (the process's one reader of the reply topic: every
 partition → store, with no group, every replica holding every result and resuming from its own
-stored positions, `feed`; it wakes the waiting callers with the results it stored and the chunks
-written since it started), `routes.ResultRoutes` (the HTTP answers, `view.public_view` their body;
+stored positions, `feed`; it wakes the waiting callers with the results it stored),
+`chunk_reader.ChunkReader` (the chunk topics, `chunk_feed`, read only while an event stream wants
+chunks), `routes.ResultRoutes` (the HTTP answers, `view.public_view` their body;
 who is calling from `inferq.tenancy`; long polls and event streams wait in a `inferq.delivery`
 hub), `retention.RetentionTask` (expired results deleted every `purge_interval_s`),
 `inferq.tenancy.holds.HeldResources` (what each tenant holds: its requests in progress, counted by
@@ -16,9 +17,9 @@ streams, taken by the routes; its reads per minute are `inferq.tenancy.rate`'s),
 writes with the result, by the replica the results group assigns its partition: `ownership`).
 `bootstrap` builds them from the settings (and reads the tenants file: a bad one stops the service
 before anything starts); `create_app` serves them: its lifespan (`serve_parts`) checks the topics,
-opens the store, then starts the webhook sender, the consumer, the retention task and the tenants'
-reloader, and stops them in the reverse order, so the last batch is written before the database
-closes.
+opens the store, then starts the webhook sender, the consumer, the chunk reader, the retention task
+and the tenants' reloader, and stops them in the reverse order, so the last batch is written before
+the database closes.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from inferq.messaging.admin import require_topics
 from inferq.messaging.codec import result_codec
 from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.readiness import ReadinessSettings, TopicsWatch, readiness_endpoint
+from inferq.results.chunk_feed import KafkaChunkFeed
+from inferq.results.chunk_reader import ChunkFeed, ChunkReader, watch_chunk_reader
 from inferq.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
 from inferq.results.feed import KafkaResultFeed
 from inferq.results.retention import RetentionTask
@@ -68,6 +71,8 @@ class ResultsParts:
     tenants: TenantRegistry
     store: ResultStore
     consumer: ResultConsumer
+    # None when the reply topics' feed is injected without a chunk feed (no Kafka).
+    chunks: ChunkReader | None
     retention: RetentionTask
     # None with ``INFERQ_WEBHOOK_ENABLED=false``.
     webhooks: ResultWebhooks | None
@@ -78,7 +83,7 @@ class ResultsParts:
     holds: HeldResources
 
     def health(self) -> Health:
-        return service_health(self.consumer, self.retention, self.webhooks)
+        return service_health(self.consumer, self.retention, self.webhooks, self.chunks)
 
     def ready_problems(self) -> list[str]:
         return ready_problems(self.health(), self.consumer, self.readiness)
@@ -88,6 +93,7 @@ def bootstrap(
     settings: ResultsSettings,
     *,
     feed: Callable[[], ResultFeed] | None = None,
+    chunk_feed: Callable[[int], ChunkFeed] | None = None,
     hub: WaiterHub | None = None,
     dead_letter_producer: StoppableProducer | None = None,
     rate_clock_s: Callable[[], float] = time.monotonic,
@@ -95,7 +101,9 @@ def bootstrap(
     """Build every part of results from `settings`; the keyword arguments replace an edge. `feed`
     makes the reply topic's one reader (default: a `KafkaResultFeed`, every partition from the
     store's positions, built when the lifespan starts); an injected `feed` means no Kafka: no
-    readiness watch, and the replica sends every webhook (no results group). `hub` may be injected
+    readiness watch, and the replica sends every webhook (no results group). `chunk_feed` makes the
+    chunk topics' reader from a time in ms (default: a `KafkaChunkFeed`; none with an injected
+    `feed`: no chunk reader, event streams get results only). `hub` may be injected
     (tests count its waiters); `rate_clock_s` is the reads' rate limiter's clock (monotonic
     seconds). The tenants file is read now (`TenantsFileError`). With
     ``INFERQ_WEBHOOK_ENABLED`` (the default) webhooks are delivered; their dead letters go through
@@ -115,13 +123,17 @@ def bootstrap(
     hub = hub or WaiterHub(max_waiters=settings.max_waiters)
     feed = feed or functools.partial(KafkaResultFeed, settings, store.positions)
     consumer = ResultConsumer(feed, store, result_codec(), ResultsMetrics(meter("inferq.results")), hub=hub)
+    if chunk_feed is None and on_kafka:
+        chunk_feed = functools.partial(KafkaChunkFeed, settings)
+    chunks = chunk_reader(settings, hub, chunk_feed)
     retention = RetentionTask(store, interval_s=settings.purge_interval_s)
-    health = functools.partial(service_health, consumer, retention, webhooks)
+    health = functools.partial(service_health, consumer, retention, webhooks, chunks)
     return ResultsParts(
         settings=settings,
         tenants=tenants,
         store=store,
         consumer=consumer,
+        chunks=chunks,
         retention=retention,
         webhooks=webhooks,
         readiness=topics_watch(settings, webhooks) if on_kafka else None,
@@ -161,6 +173,17 @@ def result_webhooks(
         return None
     producer = producer or AsyncProducer(settings.kafka.producer_config(client_id="inferq-results"))
     return ResultWebhooks(settings, tenants, store, outbox, producer=producer, replicated=replicated)
+
+
+def chunk_reader(
+    settings: ResultsSettings, hub: WaiterHub, feed: Callable[[int], ChunkFeed] | None
+) -> ChunkReader | None:
+    """The chunk reader of `feed` (none without one), reporting on the service's meter."""
+    if feed is None:
+        return None
+    reader = ChunkReader(feed, hub, replay_s=settings.chunk_replay_s, grace_s=settings.chunk_reader_grace_s)
+    watch_chunk_reader(meter("inferq.results"), reader)
+    return reader
 
 
 def needed_topics(settings: ResultsSettings, webhooks: ResultWebhooks | None) -> list[str]:
@@ -208,9 +231,9 @@ def result_routes(
 async def serve_parts(
     parts: ResultsParts, *, check_topics: bool = True, reload_on_sighup: bool = False
 ) -> AsyncIterator[None]:
-    """Open the store, then start the webhook sender, the consumer, the retention task and the
-    tenants' reloader (with `reload_on_sighup`, SIGHUP reloads too); on exit (or a failed start)
-    stop in the reverse order."""
+    """Open the store, then start the webhook sender, the consumer, the chunk reader (which reads
+    only while an event stream wants chunks), the retention task and the tenants' reloader (with
+    `reload_on_sighup`, SIGHUP reloads too); on exit (or a failed start) stop in the reverse order."""
     settings, store, tenants, webhooks, readiness = (
         parts.settings,
         parts.store,
@@ -231,6 +254,9 @@ async def serve_parts(
             started.push_async_callback(webhooks.stop)
         await parts.consumer.start()
         started.push_async_callback(parts.consumer.stop)
+        if parts.chunks is not None:
+            await parts.chunks.start()
+            started.push_async_callback(parts.chunks.stop)
         await parts.retention.start()
         started.push_async_callback(parts.retention.stop)
         await tenants.start(sighup=reload_on_sighup)
@@ -255,12 +281,15 @@ def service_health(
     consumer: ResultConsumer,
     retention: RetentionTask,
     webhooks: ResultWebhooks | None,
+    chunks: ChunkReader | None = None,
 ) -> Health:
     """Unhealthy once the consumer (results stop arriving, waiting callers are no longer woken),
-    the retention task (the disk fills) or the webhook sender has stopped; "starting" until the
-    consumer has caught up with the reply topic."""
+    the chunk reader (event streams get no chunks), the retention task (the disk fills) or the
+    webhook sender has stopped; "starting" until the consumer has caught up with the reply topic."""
     if consumer.failed:
         return Health("consumer stopped", healthy=False)
+    if chunks is not None and chunks.failed:
+        return Health("chunk reader stopped", healthy=False)
     if retention.failed:
         return Health("retention stopped", healthy=False)
     if webhooks is not None and webhooks.failed:
@@ -286,6 +315,7 @@ def create_app(
     *,
     check_topics: bool = True,
     feed: Callable[[], ResultFeed] | None = None,
+    chunk_feed: Callable[[int], ChunkFeed] | None = None,
     hub: WaiterHub | None = None,
     reload_on_sighup: bool = False,
     dead_letter_producer: StoppableProducer | None = None,
@@ -295,7 +325,12 @@ def create_app(
     `bootstrap` for the injections; `reload_on_sighup` (the command sets it) installs the SIGHUP
     handler."""
     parts = bootstrap(
-        settings, feed=feed, hub=hub, dead_letter_producer=dead_letter_producer, rate_clock_s=rate_clock_s
+        settings,
+        feed=feed,
+        chunk_feed=chunk_feed,
+        hub=hub,
+        dead_letter_producer=dead_letter_producer,
+        rate_clock_s=rate_clock_s,
     )
     return asgi_app(parts, check_topics=check_topics, reload_on_sighup=reload_on_sighup)
 

@@ -12,18 +12,11 @@ consumer needs no thread hand-off.
 
 This is the service's one reader of the reply topics: it also wakes the callers waiting in the
 `inferq.delivery` hub. A result wakes them once it is stored, so a woken long poll finds it in the
-store. A streamed answer's chunks share the topic (header ``inferq-kind: chunk``,
-`inferq.messaging.records.is_chunk`); they are not results, neither stored nor counted as poison,
-but those written since the reader started (`ResultFeed.live_from`) go to the hub for the event
-streams. Older ones, read while a new replica catches up, are passed over undecoded: no caller
-waits on this replica for a stream's past beyond what the hub kept since it started.
-
-Chunks are most of the topic's records and few are followed here (chat callers are answered by
-ingest's own follower), so they cost as little as they can: a chunk is decoded only when an event
-stream follows its request (`WaiterHub.follows`, by the record's key, the request_id); the others
-are kept undecoded for a late joiner (`WaiterHub.keep_undecoded`). A batch of chunks alone is not
-stored: how far it was read is saved with the next batch that holds a result (or poison), so the
-store's positions may lag behind chunks only, which a restart reads past undecoded.
+store. Chunks of streamed answers have topics of their own, read only while an event stream wants
+them (`chunk_reader`); a chunk still found here (header ``inferq-kind: chunk``,
+`inferq.messaging.records.is_chunk`: written by a dispatcher older than the chunk topics) is
+passed over undecoded, neither stored nor counted as poison. A batch of such chunks alone is not
+stored: how far it was read is saved with the next batch that holds a result (or poison).
 """
 
 from __future__ import annotations
@@ -67,8 +60,7 @@ class FeedPartition(Protocol):
 class ResultFeed(Protocol):
     """The reply topics as the consumer sees them (`feed.KafkaResultFeed`): `start` positions every
     partition where the store left off; `caught_up` says whether everything written before the
-    start has been handed out; `live_from` is the first offset of a partition written since the
-    feed started reading it (its end then)."""
+    start has been handed out."""
 
     async def start(self) -> None: ...
 
@@ -79,8 +71,6 @@ class ResultFeed(Protocol):
     ) -> Mapping[FeedPartition, Sequence[ReplyRecord]]: ...
 
     async def caught_up(self) -> bool: ...
-
-    def live_from(self, partition: FeedPartition) -> int: ...
 
 
 class ResultsMetrics:
@@ -119,8 +109,7 @@ class ResultsMetrics:
 
 class ResultConsumer:
     """Runs `feed` into `store` in one task: fetch a batch, decode, store it with the positions read,
-    then wake `hub`'s waiters with the results stored (chunks written since the start go to `hub`
-    as they are read, before the batch is stored).
+    then wake `hub`'s waiters with the results stored.
 
     The feed is made by `make_feed` when the consumer starts (aiokafka binds its clients to the
     running loop). `ready` is set once the feed has handed out everything written before it
@@ -128,7 +117,7 @@ class ResultConsumer:
     A Kafka error (a failed start too) pauses a second and reading goes on
     (`inferq.messaging.reply_reader.read_replies`): results are owed to their callers. Any other
     error ends the task: it is logged, and `failed` turns true (``/healthz`` answers 503). Start
-    and stop are idempotent. Without a `hub`, chunks are passed over undecoded.
+    and stop are idempotent.
     """
 
     def __init__(
@@ -156,11 +145,8 @@ class ResultConsumer:
             log=log,
         )
         self.ready = asyncio.Event()
-        # Chunks handed to the hub (written since the start) and the ones among them that did not decode.
-        self.chunks = 0
-        self.undecodable_chunks = 0
-        # Chunks nobody followed when they were read, kept for late joiners without decoding.
-        self.kept_undecoded = 0
+        # Chunks found on the reply topics (an older dispatcher's), passed over.
+        self.chunks_passed_over = 0
 
     @property
     def failed(self) -> bool:
@@ -188,11 +174,11 @@ class ResultConsumer:
     async def consume_once(self, feed: ResultFeed) -> None:
         """One fetch: decode what decodes (poison is counted and logged), store it with how far each
         partition was read (records below a stored position were stored already: passed over). A
-        fetch of chunks alone is not stored: its positions wait for the next stored batch."""
+        chunk is passed over; a fetch of chunks alone is not stored: its positions wait for the
+        next stored batch."""
         batches = await feed.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=MAX_BATCH_RECORDS)
         if not batches:
             return
-        hub = self._hub
         decoded: list[InferenceResult] = []
         sources: list[ReplySource] = []
         read_up_to: dict[ReplyPartition, int] = {}
@@ -203,15 +189,12 @@ class ResultConsumer:
         for tp, records in batches.items():
             where = ReplyPartition(tp.topic, tp.partition)
             stored_up_to = self._positions.get(where, 0)
-            # Chunks below it were written before the feed started: no caller here waits for them.
-            live_from = feed.live_from(tp) if hub is not None else 0
             for record in records:
                 if record.offset < stored_up_to:
                     continue
                 read_up_to[where] = record.offset + 1
                 if is_chunk(list(record.headers or ())):
-                    if hub is not None and record.offset >= live_from:
-                        self._chunk(record, hub)
+                    self.chunks_passed_over += 1
                     continue
                 outcomes = True
                 span = tracing.start_process(
@@ -244,30 +227,11 @@ class ResultConsumer:
         for span, request_id in spans:
             tracing.end_process(span, message_id=request_id)
         self._metrics.batch_stored(stored, duplicates)
-        if hub is not None:
+        if self._hub is not None:
             # Stored first: a long poll woken now reads the result from the store.
             for result in decoded:
-                hub.publish_result(result)
+                self._hub.publish_result(result)
         self._metrics.delivered(decoded, wall_ms())
-
-    def _chunk(self, record: ReplyRecord, hub: WaiterHub) -> None:
-        """A chunk written since the start, to the hub for the event streams (not stored): decoded
-        when its request is followed (or its record has no key to tell), else kept undecoded."""
-        if record.key is not None and record.value is not None:
-            request_id = record.key.decode("utf-8", "replace")
-            if not hub.follows(request_id):
-                self.kept_undecoded += 1
-                hub.keep_undecoded(request_id, record.value)
-                return
-        try:
-            chunk = self._decoder.chunk(record)
-        except DecodeError as exc:
-            # Not a result either: not the results' poison; counted and skipped.
-            self.undecodable_chunks += 1
-            log.debug("undecodable chunk at offset %d skipped: %s", record.offset, type(exc).__name__)
-            return
-        self.chunks += 1
-        hub.publish_chunk(chunk)
 
     def position(self, where: ReplyPartition) -> int | None:
         """The next offset of `where` to store (None: nothing read there yet)."""

@@ -25,8 +25,8 @@ class KafkaResultFeed:
     positions (the next offset per partition) once, at start; a partition without one is read from
     its beginning (a new replica fills its table from what the topic still holds). A partition
     assigned later (a regional topic found by pattern) is positioned the same way before its first
-    fetch. Each partition's end when it was positioned is kept: `live_from` (records written since)
-    and `caught_up` (the partitions of the start all read up to theirs)."""
+    fetch. Each partition's end when it was positioned is kept for `caught_up` (the partitions of
+    the start all read up to theirs)."""
 
     def __init__(
         self,
@@ -40,8 +40,8 @@ class KafkaResultFeed:
         self._client_id = client_id
         self._consumer: AIOKafkaConsumer | None = None
         self._stored: dict[ReplyPartition, int] = {}
-        # Each partition's end when it was positioned: records from there on were written since.
-        self._live_from: dict[TopicPartition, int] = {}
+        # Each partition's end when it was positioned (the partitions positioned so far).
+        self._positioned_ends: dict[TopicPartition, int] = {}
         # Each partition's end when the feed started: reaching them all is being caught up.
         self._ends: dict[TopicPartition, int] = {}
         self._caught_up = False
@@ -63,7 +63,7 @@ class KafkaResultFeed:
     async def _position_first(self, consumer: AIOKafkaConsumer) -> None:
         self._stored = dict(await self._positions())
         await self._position_new(consumer)
-        self._ends = {tp: self._live_from[tp] for tp in consumer.assignment()}
+        self._ends = {tp: self._positioned_ends[tp] for tp in consumer.assignment()}
 
     async def stop(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -90,12 +90,8 @@ class KafkaResultFeed:
             self._caught_up = True
         return True
 
-    def live_from(self, partition: FeedPartition) -> int:
-        """The first offset of `partition` written since it was positioned (its end then)."""
-        return self._live_from.get(TopicPartition(partition.topic, partition.partition), 0)
-
     async def _position_new(self, consumer: AIOKafkaConsumer) -> None:
-        new = list(consumer.assignment() - self._live_from.keys())
+        new = list(consumer.assignment() - self._positioned_ends.keys())
         if not new:
             return
         # Ends first: a Kafka error here leaves the partitions to position at the next fetch.
@@ -104,7 +100,7 @@ class KafkaResultFeed:
             stored = self._stored.get(ReplyPartition(tp.topic, tp.partition))
             if stored is not None:
                 consumer.seek(tp, stored)
-            self._live_from[tp] = ends[tp]
+            self._positioned_ends[tp] = ends[tp]
 
     def _running(self) -> AIOKafkaConsumer:
         if self._consumer is None:

@@ -92,6 +92,14 @@ class ResultsSettings(BaseSettings):
     """A comment line on a quiet event stream this often: proxies keep it open, a gone client is noticed."""
     max_waiters: int = Field(default=10_000, ge=1, le=1_000_000)
     """Callers waiting at once (long polls and event streams); past it 503 with Retry-After."""
+    chunk_replay_s: float = Field(default=120.0, ge=0, le=600)
+    """When an /events stream opens while the chunk reader is stopped, the reader starts reading the
+    chunk topics this many seconds back, so a stream opened mid-answer still gets the answer from its
+    start (an answer older than this starts with a gap; its result holds the whole text). At most
+    10 min: the chunk topics keep 15."""
+    chunk_reader_grace_s: float = Field(default=30.0, ge=0, le=600)
+    """The chunk reader stops once no /events stream has been open for this long (a client that
+    reconnects within it finds the reader running, and the chunks since kept)."""
 
     @field_validator("region")
     @classmethod

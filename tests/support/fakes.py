@@ -267,10 +267,6 @@ class FakeResultFeed:
     async def caught_up(self) -> bool:
         return self._batches.empty()
 
-    def live_from(self, partition: FakePartition) -> int:
-        # Everything pushed counts as written since the feed started (its chunks reach the hub).
-        return 0
-
 
 class DyingResultFeed(FakeResultFeed):
     """A reply-topic feed whose every fetch fails with an error consumption cannot go on after."""

@@ -87,3 +87,27 @@ def read_replies(
             reply.results.append(result_codec().decode(msg.value()))
             reply.order.append("result")
     return replies
+
+
+def produce_chunks(
+    settings: KafkaSettings,
+    request_id: str,
+    chunks: Sequence[InferenceChunk | bytes],
+    *,
+    topic: str | None = None,
+    timestamp_ms: int | None = None,
+) -> None:
+    """`chunks` on the chunk topic (default: the results topic's, `<prefix>.chunks`) keyed by
+    `request_id`, with the kind header as the dispatcher writes them; bytes as they are (a record
+    that does not decode); `timestamp_ms` stamps them as written then (default: now)."""
+    producer = Producer(settings.producer_config(client_id="test-chunks"))
+    for chunk in chunks:
+        value = chunk if isinstance(chunk, bytes) else chunk_codec().encode(chunk)
+        producer.produce(
+            topic or settings.topics.chunks,
+            value=value,
+            key=request_id.encode(),
+            headers=[(KIND_HEADER, CHUNK_KIND)],
+            **({} if timestamp_ms is None else {"timestamp": timestamp_ms}),
+        )
+    assert producer.flush(15) == 0

@@ -3,8 +3,9 @@ body or from a stream's lines as they come. inferq's events carry one ``data:`` 
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 
@@ -23,3 +24,16 @@ def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, Any]]:
 def events_of(text: str) -> list[tuple[str, Any]]:
     """Every event of a whole SSE body."""
     return list(sse_events(text.split("\n")))
+
+
+async def next_event(lines: AsyncIterator[str], timeout_s: float = 20.0) -> tuple[str, Any]:
+    """The next event of a stream's lines as they come (httpx's `aiter_lines`), within `timeout_s`;
+    comments (keep-alives) skipped. `AssertionError` when the stream ends first."""
+    name = "message"
+    async with asyncio.timeout(timeout_s):
+        async for line in lines:
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                return name, json.loads(line[6:])
+    raise AssertionError("the event stream ended")

@@ -51,6 +51,9 @@ def test_the_results_service_reads_results_in_its_group_and_dead_letters_webhook
         ("READ", "TOPIC", "p.results", False),
         # Regional reply topics (the dot ends the prefix: never p.resultsfoo) and regional groups.
         ("READ", "TOPIC", "p.results.", True),
+        # The chunk topics, read while an /events stream is open.
+        ("READ", "TOPIC", "p.chunks", False),
+        ("READ", "TOPIC", "p.chunks.", True),
         ("READ", "GROUP", "p-results", False),
         ("READ", "GROUP", "p-results-", True),
     }

@@ -167,3 +167,18 @@ def test_a_request_is_followed_only_while_a_waiter_wants_its_chunks() -> None:
             assert hub.follows("r1")
         assert not hub.follows("r1"), "followed no more once every chunk waiter left"
     assert not hub.follows("r2")
+
+
+def test_watchers_learn_when_chunks_are_first_wanted_and_when_no_more() -> None:
+    hub = WaiterHub()
+    seen: list[int] = []
+    hub.watch_following(lambda: seen.append(hub.following))
+    with hub.waiting("acme", "r1", chunks=False):
+        assert hub.following == 0 and seen == [], "a long poll wants no chunks"
+        with hub.waiting("acme", "r1"), hub.waiting("beta", "r2"):
+            assert hub.following == 2
+        assert hub.following == 0
+    with pytest.raises(RuntimeError), hub.waiting("acme", "r3"):
+        raise RuntimeError("the caller went away")
+    # Told at 0 -> 1 and 1 -> 0 only, however the waiters left.
+    assert seen == [1, 0, 1, 0]

@@ -184,48 +184,10 @@ async def test_chunks_of_a_streamed_answer_are_passed_over_not_stored_nor_poison
 
 
 @in_loop
-async def test_the_reader_wakes_the_hub_with_stored_results_and_chunks_written_since_it_started(tmp_path):
-    class CatchingUp(FakeResultFeed):
-        """Offsets 0 and 1 were written before the feed started (a new replica catching up)."""
-
-        def live_from(self, partition):
-            return 2
-
+async def test_the_reader_wakes_the_hub_with_stored_results_and_never_hands_it_a_chunk(tmp_path):
+    # Chunks have topics of their own (`chunk_reader`); one still on the reply topic (an older
+    # dispatcher's) is passed over even when its request is followed.
     chunk = InferenceChunk("s1", "default", 1, 0, "old", "m", 10, "d")
-    marked = [(KIND_HEADER, CHUNK_KIND)]
-
-    async with ResultStore(tmp_path / "r.db") as store:
-        hub = WaiterHub()
-        feed = CatchingUp()
-        consumer = ResultConsumer(
-            lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter), hub=hub
-        )
-        feed.push(
-            [chunk_codec().encode(chunk), chunk_codec().encode(replace(chunk, seq=1, delta="er"))],
-            headers=marked,
-        )
-        feed.push([chunk_codec().encode(replace(chunk, seq=2, delta="new")), b"\x00not avro"], headers=marked)
-        await consumer.consume_once(feed)
-        await consumer.consume_once(feed)
-        with hub.waiting("default", "s1", replay=True) as late:
-            replayed = []
-            while (got := await late.next(0)) is not None:
-                replayed.append(got.delta)
-        with hub.waiting("default", "r", chunks=False) as polling:
-            feed.push([CODEC.encode(result("r"))])
-            await consumer.consume_once(feed)
-            woken = await polling.result(1.0)
-        stored = await store.get("default", "r")
-        undecodable = consumer.undecodable_chunks
-    assert replayed == ["new"], "chunks written before the reader started are not handed to the hub"
-    assert woken is not None and woken.request_id == "r"
-    assert stored is not None
-    assert undecodable == 1
-
-
-@in_loop
-async def test_chunks_are_decoded_only_for_a_followed_request_and_a_late_joiner_still_gets_them_all(tmp_path):
-    chunk = InferenceChunk("s1", "default", 1, 0, "Hel", "m", 10, "d")
     marked = [(KIND_HEADER, CHUNK_KIND)]
 
     async with ResultStore(tmp_path / "r.db") as store:
@@ -234,25 +196,18 @@ async def test_chunks_are_decoded_only_for_a_followed_request_and_a_late_joiner_
         consumer = ResultConsumer(
             lambda: feed, store, CODEC, ResultsMetrics(InMemoryMetrics().meter), hub=hub
         )
-        # Nobody follows s1 yet; other requests' chunks nobody ever follows.
-        feed.push([chunk_codec().encode(chunk)], headers=marked, key="s1")
-        feed.push(
-            [chunk_codec().encode(replace(chunk, request_id="x", delta="other"))], headers=marked, key="x"
-        )
-        await consumer.consume_once(feed)
-        await consumer.consume_once(feed)
-        decoded_before = consumer.chunks
-        positions_before = await store.positions()
-        with hub.waiting("default", "s1", replay=True) as late:
-            feed.push([chunk_codec().encode(replace(chunk, seq=1, delta="lo"))], headers=marked, key="s1")
+        with hub.waiting("default", "s1") as following:
+            feed.push([chunk_codec().encode(chunk)], headers=marked, key="s1")
             await consumer.consume_once(feed)
-            got = []
-            while (item := await late.next(0)) is not None:
-                got.append(item.delta)
-        with hub.waiting("beta", "s1", replay=True) as other_tenant:
-            theirs = await other_tenant.next(0)
-    assert decoded_before == 0, "no chunk is decoded while nobody follows its request"
-    assert positions_before == {}, "fetches of chunks alone cost no store transaction"
-    assert got == ["Hel", "lo"], "the late joiner gets the stream from its start"
-    assert consumer.chunks == 1 and consumer.kept_undecoded == 2
-    assert theirs is None, "another tenant's id replays nothing"
+            handed = await following.next(0)
+        with hub.waiting("default", "s1", replay=True) as late:
+            replayed = await late.next(0)
+        with hub.waiting("default", "r", chunks=False) as polling:
+            feed.push([CODEC.encode(result("r"))])
+            await consumer.consume_once(feed)
+            woken = await polling.result(1.0)
+        stored = await store.get("default", "r")
+    assert handed is None and replayed is None, "no chunk of the reply topic reaches the hub"
+    assert consumer.chunks_passed_over == 1
+    assert woken is not None and woken.request_id == "r"
+    assert stored is not None

@@ -1,6 +1,6 @@
 """Long poll and event stream of the results service, served by uvicorn on loopback: a fake reply-topic
-feed (the service's one reader: it stores results and wakes the hub), the real store and hub, tenants
-with keys.
+feed (the service's reader of results: it stores them and wakes the hub) and a fake chunk feed (its
+chunk reader, started by the first event stream), the real store and hub, tenants with keys.
 
 What a caller notices: an answer as soon as the outcome exists, chunks in order, 202 or a timeout
 event at the bound, another tenant's id like an id nobody sent, refusals for hostile parameters, and
@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from aiokafka.errors import KafkaConnectionError
 
 from inferq.delivery.hub import WaiterHub
 from inferq.messaging.codec import chunk_codec, result_codec
@@ -64,6 +65,7 @@ class Service:
     url: str
     hub: WaiterHub
     replies: FakeResultFeed
+    chunks: FakeResultFeed
 
     def client(self, spec: TenantSpec | None = ACME, **kwargs: Any) -> httpx.AsyncClient:
         headers = spec.headers() if spec is not None else {}
@@ -74,20 +76,31 @@ class Service:
             lambda: self.hub.waiters, f"{count} waiters", 10, interval_s=0.01, done=lambda n: n == count
         )
 
+    async def stream_chunks(self, values: list[bytes], key: str | None = None) -> None:
+        """`values` on the chunk topic, returned once the chunk reader has read them (as the
+        dispatcher writes a stream's chunks well before its result)."""
+        handed_out = self.chunks.handed_out
+        self.chunks.push(values, headers=CHUNK_HEADERS, key=key)
+        await eventually(
+            lambda: self.chunks.handed_out, "chunks read", 10, interval_s=0.01, done=lambda n: n > handed_out
+        )
+
 
 @contextlib.asynccontextmanager
 async def service(tmp_path: Path, **settings: Any) -> AsyncIterator[Service]:
     tenants = write_tenants(tmp_path / "tenants.toml", ACME, BETA)
     hub = WaiterHub(max_waiters=settings.pop("max_waiters", 100))
     replies = FakeResultFeed()
+    chunks = settings.pop("chunks", None) or FakeResultFeed("inferq.chunks")
     app = create_app(
         ResultsSettings(db_path=tmp_path / "r.db", tenants=TenancySettings(file=tenants), **settings),
         check_topics=False,
         feed=lambda: replies,
+        chunk_feed=lambda _: chunks,
         hub=hub,
     )
     async with served(app) as url:
-        yield Service(url, hub, replies)
+        yield Service(url, hub, replies, chunks)
 
 
 @in_loop_within(TEST_TIMEOUT_S)
@@ -184,9 +197,9 @@ async def test_waiting_needs_a_key_and_a_valid_id(tmp_path: Path) -> None:
 @in_loop_within(TEST_TIMEOUT_S)
 async def test_events_stream_chunks_in_order_then_the_result(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
-        # Two pieces written before the caller connects (kept undecoded: nobody followed them yet,
-        # records keyed by request_id as the dispatcher writes them) are replayed; repeats are dropped.
-        svc.replies.push(
+        # Two pieces written before the caller connects (within the chunk reader's replay window,
+        # records keyed by request_id as the dispatcher writes them) are streamed; repeats are dropped.
+        svc.chunks.push(
             [chunk_of("acme", "s1", 0, "Hel"), chunk_of("acme", "s1", 1, "lo")],
             headers=CHUNK_HEADERS,
             key="s1",
@@ -195,12 +208,10 @@ async def test_events_stream_chunks_in_order_then_the_result(tmp_path: Path) -> 
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             await svc.until_waiting(1)
-            svc.replies.push(
-                [chunk_of("acme", "s1", 1, "lo"), chunk_of("acme", "s1", 2, " world")],
-                headers=CHUNK_HEADERS,
-                key="s1",
+            await svc.stream_chunks(
+                [chunk_of("acme", "s1", 1, "lo"), chunk_of("acme", "s1", 2, " world")], key="s1"
             )
-            svc.replies.push([chunk_of("beta", "s1", 3, "not yours")], headers=CHUNK_HEADERS, key="s1")
+            await svc.stream_chunks([chunk_of("beta", "s1", 3, "not yours")], key="s1")
             svc.replies.push([result_of("acme", "s1", "Hello world")], key="s1")
             body = (await response.aread()).decode()
         got = events_of(body)
@@ -208,6 +219,34 @@ async def test_events_stream_chunks_in_order_then_the_result(tmp_path: Path) -> 
         assert "".join(data["delta"] for name, data in got if name == "chunk") == "Hello world"
         assert got[-1][1]["output"] == "Hello world"
         assert svc.hub.waiters == 0
+
+
+class UnreachableChunkTopic(FakeResultFeed):
+    """A chunk feed that cannot start: the broker of the chunk topic is down."""
+
+    async def start(self) -> None:
+        self.events.append("feed.start")
+        raise KafkaConnectionError("the chunk topic's broker is down")
+
+
+@in_loop_within(TEST_TIMEOUT_S)
+async def test_an_event_stream_gets_its_result_at_once_while_the_chunk_topic_is_unreachable(
+    tmp_path: Path,
+) -> None:
+    unreachable = UnreachableChunkTopic("inferq.chunks")
+    async with (
+        service(tmp_path, chunks=unreachable) as svc,
+        svc.client() as client,
+        client.stream("GET", "/v1/requests/s9/events") as response,
+    ):
+        assert response.status_code == 200
+        await svc.until_waiting(1)
+        await eventually(lambda: unreachable.events, "the chunk reader tried to start", 5)
+        svc.replies.push([result_of("acme", "s9", "whole text")], key="s9")
+        async with asyncio.timeout(5):
+            got = events_of((await response.aread()).decode())
+    assert [name for name, _ in got] == ["result"]
+    assert got[0][1]["output"] == "whole text"
 
 
 @in_loop_within(TEST_TIMEOUT_S)
@@ -221,13 +260,12 @@ async def test_events_carry_each_chunks_choice_tool_call_deltas_and_end(tmp_path
         client.stream("GET", "/v1/requests/t1/events") as response,
     ):
         await svc.until_waiting(1)
-        svc.replies.push(
+        await svc.stream_chunks(
             [
                 chunk_of("acme", "t1", 0, "", tool_calls=json.dumps(head)),
                 chunk_of("acme", "t1", 1, "Bon", choice_index=1, finish_reason="stop"),
                 chunk_of("acme", "t1", 2, "", refusal="no", finish_reason="tool_calls"),
-            ],
-            headers=CHUNK_HEADERS,
+            ]
         )
         svc.replies.push([result_of("acme", "t1", "")])
         got = events_of((await response.aread()).decode())
@@ -246,12 +284,11 @@ async def test_events_say_when_the_answer_starts_over(tmp_path: Path) -> None:
     async with service(tmp_path) as svc, svc.client() as client:
         async with client.stream("GET", "/v1/requests/s2/events") as response:
             await svc.until_waiting(1)
-            svc.replies.push(
+            await svc.stream_chunks(
                 [
                     chunk_of("acme", "s2", 0, "first try"),
                     chunk_of("acme", "s2", 0, "second", attempt=2, dispatcher_id="d2"),
-                ],
-                headers=CHUNK_HEADERS,
+                ]
             )
             svc.replies.push([result_of("acme", "s2", "second")])
             got = events_of((await response.aread()).decode())
@@ -281,7 +318,8 @@ async def test_a_quiet_stream_is_kept_alive_and_ends_with_a_timeout_event(tmp_pa
 
 @in_loop_within(TEST_TIMEOUT_S)
 async def test_a_client_that_goes_away_frees_its_waiter_and_its_tasks(tmp_path: Path) -> None:
-    async with service(tmp_path) as svc:
+    # No grace: the chunk reader the event stream started stops with it (its tasks are counted too).
+    async with service(tmp_path, chunk_reader_grace_s=0) as svc:
         baseline = len(asyncio.all_tasks())
         async with svc.client() as client:
             polling = asyncio.create_task(client.get("/v1/requests/r1", params={"wait": 60}))
