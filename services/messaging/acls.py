@@ -7,11 +7,13 @@ creating an ACL that exists is a no-op). ``inferq acls apply`` runs both.
 =============  ===========================================================================
 ingest         WRITE the request topics (``<prefix>.requests.*``); DESCRIBE the dispatcher
                group, whose committed offsets are the backlog admission weighs; READ the reply
-               topics (``<prefix>.results`` and ``<prefix>.results.*``), followed without a group
-               for the outcomes of chat completions
+               topics (``<prefix>.results`` and ``<prefix>.results.*``) and the chunk topics
+               (``<prefix>.chunks`` and ``<prefix>.chunks.*``), followed without a group for the
+               outcomes and the streamed chunks of chat completions
 dispatcher     READ the request topics and ``<prefix>.retry`` in its group (READ on the group);
                WRITE ``<prefix>.results`` and ``<prefix>.results.*`` (regional reply topics, a
-               ``reply_to``), ``<prefix>.retry`` and ``<prefix>.dlq``
+               ``reply_to``), their chunk topics ``<prefix>.chunks`` and ``<prefix>.chunks.*``,
+               ``<prefix>.retry`` and ``<prefix>.dlq``
 results        READ ``<prefix>.results`` in its group (and without one, to wake waiting callers);
                READ ``<prefix>.chunks`` and ``<prefix>.chunks.*`` without a group, while an event
                stream is open; WRITE ``<prefix>.dlq`` (webhooks that could not be delivered)
@@ -123,12 +125,16 @@ def service_grants(topics: TopicNames, who: ServicePrincipals) -> list[Grant]:
         # The outcomes of chat completions, followed with no group (so no group ACL).
         Grant(ingest, read, topic, topics.results),
         Grant(ingest, read, topic, f"{topics.results}.", prefixed=True),
+        Grant(ingest, read, topic, topics.chunks),
+        Grant(ingest, read, topic, f"{topics.chunks}.", prefixed=True),
         Grant(dispatcher, read, topic, requests, prefixed=True),
         Grant(dispatcher, read, topic, topics.retry),
         Grant(dispatcher, write, topic, topics.retry),
         Grant(dispatcher, write, topic, topics.results),
         # The prefix ends with the dot: <prefix>.results.eu, never <prefix>.resultsfoo.
         Grant(dispatcher, write, topic, f"{topics.results}.", prefixed=True),
+        Grant(dispatcher, write, topic, topics.chunks),
+        Grant(dispatcher, write, topic, f"{topics.chunks}.", prefixed=True),
         Grant(dispatcher, write, topic, topics.dlq),
         Grant(dispatcher, read, group, who.dispatcher_group),
         # Webhooks the results service could not deliver.

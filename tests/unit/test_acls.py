@@ -30,6 +30,9 @@ def test_ingest_writes_requests_and_reads_the_dispatchers_progress_and_the_reply
         ("DESCRIBE", "GROUP", "p-dispatcher", False),
         ("READ", "TOPIC", "p.results", False),
         ("READ", "TOPIC", "p.results.", True),
+        # The streamed answers' chunks beside them.
+        ("READ", "TOPIC", "p.chunks", False),
+        ("READ", "TOPIC", "p.chunks.", True),
     }
 
 
@@ -40,6 +43,8 @@ def test_dispatchers_read_requests_and_retries_and_write_outcomes() -> None:
         ("WRITE", "TOPIC", "p.retry", False),
         ("WRITE", "TOPIC", "p.results", False),
         ("WRITE", "TOPIC", "p.results.", True),
+        ("WRITE", "TOPIC", "p.chunks", False),
+        ("WRITE", "TOPIC", "p.chunks.", True),
         ("WRITE", "TOPIC", "p.dlq", False),
         ("READ", "GROUP", "p-dispatcher", False),
     }
