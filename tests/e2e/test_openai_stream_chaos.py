@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from inferq.tools.stack.pipeline import Pipeline
+from tests.support.openai_streams import StreamEvent, stream_into
 from tests.support.pipeline import running_pipeline, slow_streams
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -39,29 +39,8 @@ def stack(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Pipeline]:
         yield pipeline
 
 
-def stream_into(url: str, n: int, events: queue.Queue[tuple[int, str, Any]]) -> None:
-    """One SDK stream; every piece, the end or the error goes to `events` as (n, kind, value)."""
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="open-mode", max_retries=0, timeout=180)
-    try:
-        stream = client.chat.completions.create(
-            model="inferq",
-            messages=[{"role": "user", "content": f"tell me a long story number {n}"}],
-            stream=True,
-            extra_headers={"X-Inferq-Scenario": "emotion_analysis", "X-Inferq-Deadline-Ms": "120000"},
-        )
-        for chunk in stream:
-            for choice in chunk.choices:
-                if choice.delta.content:
-                    events.put((n, "text", (chunk.id, choice.delta.content)))
-        events.put((n, "end", None))
-    except openai.APIError as exc:
-        events.put((n, "error", exc.body))
-    finally:
-        client.close()
-
-
 def test_sdk_streams_survive_a_dispatcher_killed_mid_stream_without_hanging(stack: Pipeline) -> None:
-    events: queue.Queue[tuple[int, str, Any]] = queue.Queue()
+    events: queue.Queue[StreamEvent] = queue.Queue()
     threads = [
         threading.Thread(target=stream_into, args=(stack.ingest_url, n, events), daemon=True)
         for n in range(STREAMS)

@@ -14,12 +14,13 @@ from inferq.tools.stack.pipeline import Pipeline, PipelinePorts, PortsInUseError
 from tests.support.inprocess import free_port
 
 
-def slow_streams(**env: str) -> dict[str, Any]:
-    """`running_pipeline` options for killing a dispatcher mid-stream: at backend speed 1 an analysis
-    takes 2.8 s, its tokens about a quarter of a second apart, each chunk sent at once on its own;
-    the schedule pinned (not the hour's) and the adaptive budget off. `env`: settings on top."""
+def slow_streams(*, speed: float = 1, **env: str) -> dict[str, Any]:
+    """`running_pipeline` options for breaking something mid-stream: at backend `speed` 1 an
+    analysis takes 2.8 s, its tokens about a quarter of a second apart (at 0.25, four times as
+    long), each chunk sent at once on its own; the schedule pinned (not the hour's) and the adaptive
+    budget off. `env`: settings on top."""
     return {
-        "backend_args": ["--speed", "1"],
+        "backend_args": ["--speed", str(speed)],
         "extra_env": {
             "INFERQ_DISPATCHER_SCHEDULE_PIN": "normal",
             "INFERQ_DISPATCHER_ADAPTIVE": "false",

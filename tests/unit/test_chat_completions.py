@@ -317,17 +317,33 @@ def test_a_lost_chunk_leaves_no_hole_the_rest_comes_with_the_result(
     asyncio.run(scenario())
 
 
-@run
-async def test_a_stream_whose_dispatcher_died_ends_with_an_error_event_not_a_hang(tmp_path: Path) -> None:
-    async with ingest(tmp_path, chat_stream_idle_s=0.5) as svc:
-        client = svc.sdk()
-        stream = await client.chat.completions.create(model="inferq", messages=HI, stream=True)
-        svc.chunks(await svc.next_request(0), "half an ans")
-        with pytest.raises(openai.APIError, match="stopped arriving"):
-            async for _ in stream:
-                pass
-        await svc.until_waiting(0)
-        await client.close()
+@pytest.mark.parametrize(
+    "arrived",
+    [
+        (("half an ans", 0),),
+        # After a lost chunk nothing more is relayed; the stream must still not end silently cut
+        # (the SDK ends a stream without [DONE] or an error as if it were whole).
+        (("Hel", 0), (" wor", 2)),
+    ],
+    ids=["in-order", "after-a-lost-chunk"],
+)
+def test_a_stream_whose_dispatcher_died_ends_with_an_error_event_not_a_hang(
+    tmp_path: Path, arrived: tuple[tuple[str, int], ...]
+) -> None:
+    async def scenario() -> None:
+        async with ingest(tmp_path, chat_stream_idle_s=0.5) as svc:
+            client = svc.sdk()
+            stream = await client.chat.completions.create(model="inferq", messages=HI, stream=True)
+            request = await svc.next_request(0)
+            for text, seq in arrived:
+                svc.chunks(request, text, first_seq=seq)
+            with pytest.raises(openai.APIError, match="stopped arriving"):
+                async for _ in stream:
+                    pass
+            await svc.until_waiting(0)
+            await client.close()
+
+    asyncio.run(scenario())
 
 
 @pytest.mark.parametrize(

@@ -160,9 +160,10 @@ class ChatCompletionsEndpoint:
             elif isinstance(step, InferenceResult):
                 async for event in self._ending(body, step, sent, created_s):
                     yield event
-            elif isinstance(step, (Restarted, Gapped)) or restarted:
+            elif isinstance(step, (Restarted, Gapped)) or (restarted and isinstance(step, InferenceChunk)):
                 # Text already sent cannot be taken back, and a lost chunk's text is only in the
-                # result: the rest comes from the result, if it continues what was sent.
+                # result: the rest comes from the result, if it continues what was sent. Only chunks
+                # are passed over: a stream that then stops still ends with its error event.
                 restarted = True
             elif isinstance(step, InferenceChunk):
                 chunk = sent.chunk(step)
