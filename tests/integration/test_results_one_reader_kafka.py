@@ -42,7 +42,9 @@ def test_one_reader_per_replica_still_wakes_a_long_poll_and_an_event_stream(
         kafka=kafka_settings, group_id=f"{kafka_settings.topic_prefix}-results", db_path=tmp_path / "r.db"
     )
     # Written before the replica starts: the result is stored, the chunk on the reply topic passed over.
-    produce_replies(kafka_settings, "s1", [a_chunk("s1", 0, delta="stale")])
+    produce_chunks(
+        kafka_settings, "s1", [a_chunk("s1", 0, delta="stale")], topic=kafka_settings.topics.results
+    )
     produce_replies(kafka_settings, "r0", [a_result("r0", output="earlier")])
     hub = WaiterHub()
 

@@ -94,12 +94,19 @@ def test_ingest_writes_requests_reads_the_backlog_and_cannot_forge_a_result(
     # The forged write first: a refused record must not poison the producer for the ones after it.
     outcomes = asyncio.run(
         produce(
-            ingest, [(topics.results, b"forged"), (topics.requests(Tier.HIGH), b"r1"), (topics.dlq, b"x")]
+            ingest,
+            [
+                (topics.results, b"forged"),
+                (topics.requests(Tier.HIGH), b"r1"),
+                (topics.dlq, b"x"),
+                (topics.chunks, b"forged chunk"),
+            ],
         )
     )
     assert refused(outcomes[0]), outcomes
     assert outcomes[1] == 0
     assert refused(outcomes[2]), outcomes
+    assert refused(outcomes[3]), outcomes
     reader = KafkaBacklogReader(ingest, f"{secured_prefix}-dispatcher", timeout_s=10.0)
     snapshot = reader.read_once()  # watermarks and the dispatcher group's commits, as ingest
     assert snapshot.backlogs[Tier.HIGH] == 1
@@ -124,12 +131,13 @@ def test_a_dispatcher_reads_requests_in_its_group_and_writes_outcomes_only(
                 (topics.results, b"ok"),
                 (topics.retry, b"again"),
                 (topics.dlq, b"poison"),
+                (topics.chunks, b"a chunk"),
                 (topics.requests(Tier.HIGH), b"forged"),
             ],
         )
     )
-    assert all(isinstance(o, int) for o in outcomes[:3]), outcomes
-    assert refused(outcomes[3]), outcomes
+    assert all(isinstance(o, int) for o in outcomes[:4]), outcomes
+    assert refused(outcomes[4]), outcomes
     with pytest.raises(GroupAuthorizationFailedError):
         asyncio.run(consume(dispatcher, [topics.retry], "someone-elses-group", expect=1))
 
@@ -146,7 +154,8 @@ def test_results_reads_results_in_its_group_and_writes_only_dead_letters(
         b"answer"
     ]
     visible = {t for t in existing_topics(results) if t.startswith(f"{secured_prefix}.")}
-    assert visible == {topics.results, topics.dlq}  # metadata shows only what a principal may describe
+    # Metadata shows only what a principal may describe (the chunk topics: read for /events streams).
+    assert visible == {topics.results, topics.chunks, topics.dlq}
     # It writes dead letters (webhooks it could not deliver) and nothing else: no forged result.
     outcomes = asyncio.run(produce(results, [(topics.results, b"forged"), (topics.dlq, b"undelivered")]))
     assert refused(outcomes[0]), outcomes

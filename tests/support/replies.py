@@ -19,21 +19,16 @@ from tests.support.kafka import read_all
 def produce_replies(
     settings: KafkaSettings, request_id: str, replies: Sequence[InferenceChunk | InferenceResult | bytes]
 ) -> None:
-    """`replies` keyed by `request_id`, as the dispatcher writes them: a chunk on the chunk topic with
-    its kind header, a result on the results topic without, bytes as they are (a poison record) on
-    the results topic."""
+    """`replies` keyed by `request_id`, as the dispatcher writes them: a chunk on the chunk topic
+    (`produce_chunks`), a result on the results topic, bytes as they are (a poison record) on the
+    results topic."""
     producer = Producer(settings.producer_config(client_id="test-replies"))
     for reply in replies:
-        topic = settings.topics.results
         if isinstance(reply, InferenceChunk):
-            topic, value, headers = (
-                settings.topics.chunks,
-                chunk_codec().encode(reply),
-                [(KIND_HEADER, CHUNK_KIND)],
-            )
-        else:
-            value, headers = reply if isinstance(reply, bytes) else result_codec().encode(reply), None
-        producer.produce(topic, value=value, key=request_id.encode(), headers=headers)
+            produce_chunks(settings, request_id, [reply])
+            continue
+        value = reply if isinstance(reply, bytes) else result_codec().encode(reply)
+        producer.produce(settings.topics.results, value=value, key=request_id.encode())
     assert producer.flush(15) == 0
 
 
