@@ -8,8 +8,9 @@
 - `memory`: the dispatcher's RSS with a million LOW requests waiting in Kafka;
 - `latency`: time from ingest's 202 to the backend receiving the call, by step; with `latency_report`;
 - `delivery`: chat completions direct and through inferq at 20 and 200 calls/s; with
-  `delivery_report` (per phase), `delivery_verdicts` (CPU per call, medians, targets) and
-  `delivery_broker` (the broker's pid, for its CPU);
+  `delivery_report` (per phase), `delivery_verdicts` (CPU per call, medians, targets),
+  `delivery_broker` (the broker's pid, for its CPU) and `delivery_floor` (one Kafka trip, and the
+  floor of a call from it);
 - `throughput`: requests/s of dispatcher groups against a bare loop, tracing on and off; with
   `throughput_report` and `tracing_cost`;
 - `replay`: records/s of `inferq replay --speed max`;

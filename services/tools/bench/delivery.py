@@ -37,8 +37,10 @@ from inferq.messaging.codec import chunk_codec, request_codec, result_codec
 from inferq.messaging.errors import DecodeError
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.tiers import Tier
+from inferq.messaging.topics import TopicSpec
 from inferq.tools.bench.cpu import CpuUse, CpuWindow
 from inferq.tools.bench.delivery_broker import broker_pid
+from inferq.tools.bench.delivery_floor import Floor, KafkaTrip, floor, floor_table, kafka_trip
 from inferq.tools.bench.delivery_report import Call, Phase, ReplyStamps, legs_table
 from inferq.tools.bench.delivery_verdicts import (
     BROKER,
@@ -46,6 +48,7 @@ from inferq.tools.bench.delivery_verdicts import (
     RateSummary,
     Target,
     cpu_table,
+    median_stats,
     rate_run,
     summarize,
     summary_table,
@@ -195,16 +198,19 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
     tag = f"dlv-{uuid.uuid4().hex[:6]}"
     prefix = f"bench.{tag}"
     samples: list[tuple[int, RateSample]] = []
+    trips: list[KafkaTrip] = []
     stamps: dict[str, list[int | None]] = {}
     backend_stats: dict[str, object] = {}
     broker: int | None = None
     with bench_broker(home, log) as bootstrap:
         kafka = KafkaSettings(bootstrap_servers=bootstrap, topic_prefix=prefix)
         # The broker stamps each reply and chunk record as it appends it: where the time goes, per leg.
-        replied = (kafka.topics.results, kafka.topics.chunks)
-        for reply_spec in (s for s in kafka.topics.specs() if s.name in replied):
+        for reply_spec in reply_specs(kafka):
             create_with_log_append_time(bootstrap, reply_spec)
         create_topics(kafka)
+        # The floor's Kafka trip (`delivery_floor.py`): a topic of its own, shaped as the reply topic.
+        trip_topic = f"{prefix}.trip"
+        create_with_log_append_time(bootstrap, replace(reply_specs(kafka)[0], name=trip_topic))
         pipeline = Pipeline(
             bootstrap=bootstrap,
             work_dir=home / tag,
@@ -229,15 +235,24 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
                     samples.append(
                         (run_index, measure_rate(pipeline, spec, rate, f"{tag}-r{run_index}-{rate:g}", pids))
                     )
+                    print(f"[{tag}-r{run_index}-{rate:g} kafka trip] {rate:g}/s, the pipeline idle")
+                    trips.append(
+                        uvloop.run(kafka_trip(kafka, trip_topic, rate, spec.duration_s, spec.warmup_s))
+                    )
             stamps = httpx.get(f"{pipeline.backend_url}/timings", timeout=30.0).json()["timings"]
             backend_stats = pipeline.backend_stats()
         finally:
             pipeline.stop()
-        replies = reply_stamps(bootstrap, replied, kafka.topics.requests(Tier.HIGH))
+        replies = reply_stamps(
+            bootstrap, [s.name for s in reply_specs(kafka)], kafka.topics.requests(Tier.HIGH)
+        )
     took = time.monotonic() - started
     runs = [(index, rate_run(sample, stamps, replies)) for index, sample in samples]
     summaries = [summarize([r for _, r in runs if r.rate_per_s == rate]) for rate in spec.rates_per_s]
     found = targets(summaries)
+    floors = [
+        floor_of(summary, [t for t in trips if t.rate_per_s == summary.rate_per_s]) for summary in summaries
+    ]
     document = {
         **run_record("delivery", took),
         "spec": asdict(spec),
@@ -245,6 +260,8 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
         "broker_cpu_measured": broker is not None,
         "summaries": [asdict(s) for s in summaries],
         "targets": [asdict(t) | {"verdict": t.verdict} for t in found],
+        "floors": [asdict(f) for f, _, _ in floors],
+        "kafka_trips": [asdict(t) for t in trips],
         "runs": [{"run": index} | asdict(r) for index, r in runs],
         "cpu": [
             {"run": index, "rate_per_s": s.rate_per_s}
@@ -258,7 +275,7 @@ def run(spec: DeliverySpec, *, out: Path, home: Path) -> int:
         ],
         "backend_stamps": stamps,
     }
-    publish(out, "delivery", document, render(document, summaries, found))
+    publish(out, "delivery", document, render(document, summaries, found, floors))
     every_call_answered = all(p.complete == p.sent for s in summaries for p in s.paths.values())
     return 0 if every_call_answered else 1
 
@@ -297,7 +314,38 @@ def reply_stamps(bootstrap: str, topics: Sequence[str], requests_topic: str) -> 
     return out
 
 
-def render(document: dict[str, Any], summaries: list[RateSummary], found: list[Target]) -> str:
+def reply_specs(kafka: KafkaSettings) -> list[TopicSpec]:
+    """The results topic's and the chunk topic's specs (the broker stamps their records)."""
+    replied = (kafka.topics.results, kafka.topics.chunks)
+    return [s for s in kafka.topics.specs() if s.name in replied]
+
+
+def floor_of(summary: RateSummary, trips: list[KafkaTrip]) -> tuple[Floor, float | None, float | None]:
+    """The rate's floor from its runs' Kafka trips (medians) and direct phases, with what was
+    measured through inferq beside it (sync added p50, first chunk p50)."""
+    trip = KafkaTrip(
+        summary.rate_per_s,
+        median_stats([t.acked_ms for t in trips]),
+        median_stats([t.read_ms for t in trips]),
+        sum(t.sent for t in trips),
+        sum(t.read for t in trips),
+    )
+
+    def p50(label: str, first_chunk: bool = False) -> float | None:
+        path = summary.paths.get(label)
+        figure = None if path is None else path.first_chunk_delay_ms if first_chunk else path.overhead_ms
+        return None if figure is None else figure.p50
+
+    found = floor(trip, p50("direct, sync"), p50("direct, stream", first_chunk=True))
+    return found, p50("inferq, sync"), p50("inferq, stream", first_chunk=True)
+
+
+def render(
+    document: dict[str, Any],
+    summaries: list[RateSummary],
+    found: list[Target],
+    floors: list[tuple[Floor, float | None, float | None]],
+) -> str:
     spec = document["spec"]
     linger = spec["chunk_linger_ms"]
     rates = ", ".join(f"{r:g}" for r in spec["rates_per_s"])
@@ -329,6 +377,13 @@ def render(document: dict[str, Any], summaries: list[RateSummary], found: list[T
             *summary_table(summaries),
             "",
             *targets_table(found),
+            "",
+            "The floor, measured in this run (`delivery_floor.py`): one Kafka trip is the product's "
+            "producer (acks=all, idempotent, linger 0) to a group-less follower, at the rate, the "
+            "pipeline idle; a sync call's floor is 2 x direct added + 2 x trip, a first chunk's one "
+            "trip + the direct first-chunk delay (p50s):",
+            "",
+            *floor_table(floors),
             "",
             "CPU per call through inferq, by process (ms):",
             "",
