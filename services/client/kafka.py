@@ -41,7 +41,7 @@ from pydantic import SecretStr, ValidationError
 from inferq.client.errors import InvalidRequestError, RefusedError, TransportError
 from inferq.client.models import Chunk, Handle, Outcome, Submission
 from inferq.clock import wall_ms
-from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower
+from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower, followed_topics
 from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, Waiter, WaiterHub
 from inferq.ingest.deadlines import FieldRefusedError
 from inferq.ingest.record import RecordRules, submitted_record
@@ -177,9 +177,10 @@ class KafkaTransport:
         following = self._follow()
         async with self._start_lock:
             if following.follower is None:
-                topic, from_ms, client_id = self.reply_topic, self._follow_from_ms, self._client_id
+                topics = followed_topics(self._kafka, self.reply_topic)
+                from_ms, client_id = self._follow_from_ms, self._client_id
                 following.follower = ReplyFollower(
-                    lambda: KafkaReplyFeed(self._kafka, topic, client_id=client_id, from_ms=from_ms),
+                    lambda: KafkaReplyFeed(self._kafka, topics, client_id=client_id, from_ms=from_ms),
                     following.hub,
                 )
                 await following.follower.start()

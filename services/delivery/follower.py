@@ -53,11 +53,16 @@ class ReplyFeed(Protocol):
     ) -> Mapping[object, Sequence[ReplyRecord]]: ...
 
 
+def followed_topics(kafka: KafkaSettings, reply_topic: str) -> list[str]:
+    """What a caller's process follows for `reply_topic`: it, and the chunk topic beside it."""
+    return [reply_topic, kafka.topics.chunks_for(reply_topic)]
+
+
 class KafkaReplyFeed:
-    """`ReplyFeed` over aiokafka: no group, every partition of the reply `topics` and of their chunk
-    topics (`TopicNames.chunks_for`; or of the topics matching `pattern`), positioned at the end,
-    or at the first record written at or after `from_ms` (a client resuming a batch replays what it
-    missed)."""
+    """`ReplyFeed` over aiokafka: no group, every partition of `topics` (for a caller's process,
+    `followed_topics`; or of the topics matching `pattern`), positioned at the end, or at the first
+    record written at or after `from_ms` (a client resuming a batch replays what it missed; a
+    results replica's chunk reader replays the answers in progress)."""
 
     def __init__(
         self,
@@ -69,8 +74,7 @@ class KafkaReplyFeed:
         from_ms: int | None = None,
     ) -> None:
         self._kafka = kafka
-        replies = [topics] if isinstance(topics, str) else list(topics)
-        self._topics = replies + [kafka.topics.chunks_for(topic) for topic in replies]
+        self._topics = [topics] if isinstance(topics, str) else list(topics)
         self._pattern = pattern
         self._client_id = client_id
         self._from_ms = from_ms

@@ -48,7 +48,7 @@ from starlette.routing import Route
 
 from inferq import tracing
 from inferq.clock import wall_ms
-from inferq.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower
+from inferq.delivery.follower import KafkaReplyFeed, ReplyFeed, ReplyFollower, followed_topics
 from inferq.delivery.hub import WaiterHub
 from inferq.delivery.metrics import DeliveryMetrics
 from inferq.ingest.admission import AdmissionPolicy
@@ -330,9 +330,8 @@ def reply_follower(
     """The reply topic's follower, feeding `hub`; none with no feed and no Kafka (completions then
     wait for nothing and end at their bound)."""
     if follow_feed is None and on_kafka:
-        follow_feed = functools.partial(
-            KafkaReplyFeed, settings.kafka, settings.default_reply_topic, client_id="inferq-ingest"
-        )
+        followed = followed_topics(settings.kafka, settings.default_reply_topic)
+        follow_feed = functools.partial(KafkaReplyFeed, settings.kafka, followed, client_id="inferq-ingest")
     return ReplyFollower(follow_feed, hub) if follow_feed is not None else None
 
 

@@ -42,7 +42,7 @@ from inferq.messaging.admin import require_topics
 from inferq.messaging.codec import result_codec
 from inferq.messaging.producer import AsyncProducer
 from inferq.messaging.readiness import ReadinessSettings, TopicsWatch, readiness_endpoint
-from inferq.results.chunk_feed import KafkaChunkFeed
+from inferq.results.chunk_feed import kafka_chunk_feed
 from inferq.results.chunk_reader import ChunkFeed, ChunkReader, watch_chunk_reader
 from inferq.results.consumer import ResultConsumer, ResultFeed, ResultsMetrics
 from inferq.results.feed import KafkaResultFeed
@@ -102,7 +102,7 @@ def bootstrap(
     makes the reply topic's one reader (default: a `KafkaResultFeed`, every partition from the
     store's positions, built when the lifespan starts); an injected `feed` means no Kafka: no
     readiness watch, and the replica sends every webhook (no results group). `chunk_feed` makes the
-    chunk topics' reader from a time in ms (default: a `KafkaChunkFeed`; none with an injected
+    chunk topics' reader from a time in ms (default: `chunk_feed.kafka_chunk_feed`; none with an injected
     `feed`: no chunk reader, event streams get results only). `hub` may be injected
     (tests count its waiters); `rate_clock_s` is the reads' rate limiter's clock (monotonic
     seconds). The tenants file is read now (`TenantsFileError`). With
@@ -124,7 +124,7 @@ def bootstrap(
     feed = feed or functools.partial(KafkaResultFeed, settings, store.positions)
     consumer = ResultConsumer(feed, store, result_codec(), ResultsMetrics(meter("inferq.results")), hub=hub)
     if chunk_feed is None and on_kafka:
-        chunk_feed = functools.partial(KafkaChunkFeed, settings)
+        chunk_feed = functools.partial(kafka_chunk_feed, settings)
     chunks = chunk_reader(settings, hub, chunk_feed)
     retention = RetentionTask(store, interval_s=settings.purge_interval_s)
     health = functools.partial(service_health, consumer, retention, webhooks, chunks)

@@ -7,7 +7,7 @@ opens and stops once none has been open for `grace_s` (a client that reconnects 
 reader running and the chunks since kept in the hub).
 
 Each time it starts, every partition is read from the first record written `replay_s` ago (the
-feed, `chunk_feed.KafkaChunkFeed`, positions it), so a stream opened mid-answer still gets the
+feed, `chunk_feed.kafka_chunk_feed`, positions it), so a stream opened mid-answer still gets the
 answer from its start; while it runs, the hub keeps the chunks of streams in progress for those who
 join later, and repeats are dropped by seq (`ChunkTracker`). A chunk is decoded only when a stream
 follows its request (`WaiterHub.follows`, by the record's key, the request_id); the others are kept

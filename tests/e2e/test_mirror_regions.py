@@ -43,6 +43,7 @@ from inferq.tools.paths import find_project_root
 from inferq.tools.stack.process import ServiceProcess
 from tests.support.inprocess import free_port
 from tests.support.kafka import end_offsets, read_all
+from tests.support.scrape import metric_sum
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -220,13 +221,6 @@ def stored_in_eu(regions: TwoRegions, request_ids: list[str]) -> dict[str, str]:
     return statuses
 
 
-def counter(url: str, name: str) -> float:
-    """The sum over its label sets of counter `name` on the Prometheus page `url`."""
-    text = httpx.get(url, timeout=10.0).text
-    lines = [line for line in text.splitlines() if line.startswith((f"{name}{{", f"{name} "))]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
-
-
 def test_requests_produced_in_eu_are_served_centrally_and_answered_in_eu(regions: TwoRegions) -> None:
     run = f"calm-{uuid.uuid4().hex[:8]}"
     ids = [f"{run}-{n}" for n in range(20)]
@@ -285,7 +279,7 @@ def test_mirrormaker_killed_mid_stream_loses_nothing_and_each_caller_gets_one_ou
         return (
             calls,
             served_twice,
-            counter(f"{regions.dispatcher_url}/metrics", "inferq_request_copies_skipped_total"),
+            metric_sum(f"{regions.dispatcher_url}/metrics", "inferq_request_copies_skipped_total"),
         )
 
     calls, served_twice, skipped = wait_until(
@@ -323,7 +317,7 @@ def test_mirrormaker_killed_mid_stream_loses_nothing_and_each_caller_gets_one_ou
     }
     # The last repeats may still be on their way through the eu results service's consumer.
     figures["results_duplicates_total_eu"] = wait_until(
-        lambda: counter(f"{regions.results_eu_metrics_url}/metrics", "inferq_results_duplicates_total"),
+        lambda: metric_sum(f"{regions.results_eu_metrics_url}/metrics", "inferq_results_duplicates_total"),
         f"eu's inferq_results_duplicates_total at {repeats_on_eu}",
         60.0,
         interval_s=0.5,

@@ -27,8 +27,10 @@ from inferq.tools.bench.recorder import marked_content
 from inferq.tools.simbackend.choices import REFUSAL_TEXT, REFUSE_MARKER
 from inferq.tools.stack.pipeline import Pipeline
 from tests.support.pipeline import running_pipeline
+from tests.support.scrape import metric_sum
 from tests.support.sse import sse_events
 from tests.support.tenants import TenantSpec, write_tenants
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -275,11 +277,21 @@ def test_events_carry_the_outcome_as_sse(pipeline: Pipeline) -> None:
 def test_events_relay_a_streamed_requests_chunks_in_order_then_its_result(pipeline: Pipeline) -> None:
     request_id = f"streamed-{uuid.uuid4().hex}"
     events: list[tuple[str, Any]] = []
-    # Listening before the request exists: every piece is seen live.
+    # Listening before the request exists: every piece is seen live, once the replica reads the chunk
+    # topics (it starts to when a stream opens: an answer over before that comes whole with its result).
     with httpx.stream(
         "GET", f"{pipeline.results_url}/v1/requests/{request_id}/events", headers=ACME.headers(), timeout=60
     ) as response:
         assert response.status_code == 200
+        wait_until(
+            lambda: metric_sum(
+                f"{pipeline.results_metrics_url()}/metrics", "inferq_results_chunk_reader_running"
+            ),
+            "the results replica reading the chunk topics",
+            15,
+            interval_s=0.05,
+            done=lambda running: running == 1,
+        )
         assert submit(pipeline, scenario="emotion_analysis", stream=True, request_id=request_id) == request_id
         events.extend(sse_events(response.iter_lines()))
     chunks = [data for name, data in events if name == "chunk"]

@@ -14,17 +14,12 @@ import pytest
 
 from tests.support.ledger import Ledger, request_body
 from tests.support.pipeline import running_pipeline
+from tests.support.scrape import metric_sum
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
 BUDGET = 4
-
-
-def counter(metrics_url: str, name: str) -> float:
-    """The sum of a counter's series on a dispatcher's /metrics."""
-    text = httpx.get(f"{metrics_url}/metrics", timeout=5).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(f"{name}{{"))
 
 
 def backend_stats(url: str) -> dict[str, int]:
@@ -59,8 +54,8 @@ def test_chats_take_back_the_slots_lent_to_briefs_and_every_request_is_answered_
         asyncio.run(ledger.submit_all(stack.ingest_url, chats))
         asyncio.run(ledger.collect(stack.results_url, 240))
         dispatcher = stack.dispatcher_url(0)
-        preempted = counter(dispatcher, "inferq_preemptions_total")
-        discarded = counter(dispatcher, "inferq_preempted_tokens_total")
+        preempted = metric_sum(f"{dispatcher}/metrics", "inferq_preemptions_total")
+        discarded = metric_sum(f"{dispatcher}/metrics", "inferq_preempted_tokens_total")
         stats = backend_stats(stack.backend_url)
 
     ledger.assert_promise_kept()

@@ -25,6 +25,7 @@ from inferq.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_port
 from tests.support.kafka import read_all
 from tests.support.openai_streams import StreamEvent, stream_into
 from tests.support.pipeline import running_pipeline, slow_streams
+from tests.support.scrape import metric_sum
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -67,12 +68,6 @@ class Callers:
                 self.pieces[n] += 1
             else:
                 self.ended[n] = (kind, value)
-
-
-def counter(metrics_url: str, name: str) -> float:
-    """The sum of a counter's series on a service's /metrics."""
-    text = httpx.get(f"{metrics_url}/metrics", timeout=5).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(f"{name}{{"))
 
 
 def chunk_seqs(bootstrap: str, topic: str) -> dict[str, list[int]]:
@@ -126,7 +121,7 @@ def test_chunks_lost_while_the_broker_is_down_leave_no_hole_in_any_stream(tmp_pa
             callers.read(until=up_at + 120, done=True)
             for thread in threads:
                 thread.join(10)
-            lost = counter(stack.dispatcher_url(0), "inferq_stream_chunks_lost_total")
+            lost = metric_sum(f"{stack.dispatcher_url(0)}/metrics", "inferq_stream_chunks_lost_total")
             outcomes = {
                 n: httpx.get(
                     f"{stack.results_url}/v1/requests/{callers.ids[n]}", params={"wait": 30}, timeout=40

@@ -10,7 +10,7 @@ import functools
 import pytest
 from confluent_kafka import Producer
 
-from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower
+from inferq.delivery.follower import KafkaReplyFeed, ReplyFollower, followed_topics
 from inferq.delivery.hub import WaiterHub
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import CHUNK_KIND, KIND_HEADER, InferenceChunk, InferenceResult
@@ -32,7 +32,11 @@ def test_the_follower_wakes_waiters_with_chunks_in_order_then_the_result(
         produce_replies(kafka_settings, "early", [a_result("early")])  # before the follower started: not owed
         hub = WaiterHub()
         follower = ReplyFollower(
-            lambda: KafkaReplyFeed(kafka_settings, kafka_settings.topics.results, client_id="test-follower"),
+            lambda: KafkaReplyFeed(
+                kafka_settings,
+                followed_topics(kafka_settings, kafka_settings.topics.results),
+                client_id="test-follower",
+            ),
             hub,
         )
         await follower.start()
