@@ -68,7 +68,9 @@ class Waiter:
         self._wake = asyncio.Event()
 
     def _push_chunk(self, chunk: InferenceChunk) -> None:
-        if not self.wants_chunks or self._result is not None:
+        # Queued after the result too: chunks and results travel on different topics, so the last
+        # chunks may be read after the result (`late_chunk`).
+        if not self.wants_chunks:
             return
         if len(self._chunks) >= self._max_pending:
             self.dropped_chunks += 1
@@ -95,6 +97,18 @@ class Waiter:
         if self._chunks:
             return self._chunks.popleft()
         return self._result
+
+    async def late_chunk(self, timeout_s: float) -> InferenceChunk | None:
+        """Once the result is in: the next chunk read after it, or None when none came within
+        `timeout_s`."""
+        if not self._chunks:
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(max(timeout_s, 0.0)):
+                    await self._wake.wait()
+            except TimeoutError:
+                return None
+        return self._chunks.popleft() if self._chunks else None
 
     async def result(self, timeout_s: float) -> InferenceResult | None:
         """The result, or None when it did not arrive within `timeout_s`; chunks are skipped."""

@@ -8,8 +8,11 @@ the same for a handler that waits before answering once (the long poll, a chat c
 
 `follow` is the one loop both event streams (ingest's chat completions, the results service's
 ``/events``) read a waiter with: the bound, the keep-alive comments, the chunks in order (repeats
-dropped, an answer that started over marked `Restarted`) and, when asked, the stream gone idle. Each
-endpoint only writes the steps in its own format.
+dropped, an answer that started over marked `Restarted`, one after a lost chunk `Gapped`) and, when
+asked, the stream gone idle. Chunks and results travel on different topics, so an OK result may be
+read before the last chunks: until the chunks seen cover the result (`_Covered`), `follow` waits up
+to `CHUNK_SETTLE_S` for the rest before it yields the result. Each endpoint only writes the steps
+in its own format.
 """
 
 from __future__ import annotations
@@ -27,9 +30,13 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from inferq.delivery.hub import ChunkOrder, ChunkTracker, Waiter
-from inferq.messaging.records import InferenceChunk, InferenceResult
+from inferq.messaging.records import InferenceChunk, InferenceResult, Status
 
 T = TypeVar("T")
+
+# How long an OK result waits for chunks still on their way once it is read (they are written before
+# it, but on another topic: usually one fetch behind, longer across a mirror).
+CHUNK_SETTLE_S = 0.5
 
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
@@ -89,16 +96,19 @@ async def follow(
     keepalive_s: float,
     idle_s: float | None = None,
     from_start: bool = False,
+    settle_s: float = CHUNK_SETTLE_S,
 ) -> AsyncIterator[Step]:
     """What `waiter` receives within `bound_s`, in order: `KEEPALIVE` (bytes, to write as they are)
     after each `keepalive_s` without news, each new chunk (`Restarted` for one that starts the answer
     over, `Gapped` for one after a lost chunk; repeats are dropped), and last either the
     `InferenceResult` or why it stopped (`Stopped`; `IDLE` only with `idle_s`: that long without a
     chunk once one came). `from_start`: the waiter was there before the answer began
-    (`ChunkTracker`)."""
+    (`ChunkTracker`). An OK result the chunks seen do not cover waits up to `settle_s` for the
+    chunks read after it."""
     loop = asyncio.get_running_loop()
     ends_at = loop.time() + bound_s
     tracker = ChunkTracker(from_start=from_start)
+    covered = _Covered()
     last_chunk_at: float | None = None
     while (left := ends_at - loop.time()) > 0:
         wait_s = min(left, keepalive_s)
@@ -112,20 +122,62 @@ async def follow(
         if item is None:
             yield KEEPALIVE
         elif isinstance(item, InferenceResult):
+            settle_until = loop.time() + min(settle_s, max(ends_at - loop.time(), 0.0))
+            while not covered.by_chunks(item) and (late_s := settle_until - loop.time()) > 0:
+                chunk = await waiter.late_chunk(late_s)
+                if chunk is None:
+                    break
+                step = _step(tracker, covered, chunk)
+                if step is not None:
+                    yield step
             yield item
             return
         else:
-            order = tracker.accept(item)
-            if order is ChunkOrder.REPEAT:
-                continue
-            last_chunk_at = loop.time()
-            if order is ChunkOrder.RESTART:
-                yield Restarted(item)
-            elif order is ChunkOrder.GAP:
-                yield Gapped(item)
-            else:
-                yield item
+            step = _step(tracker, covered, item)
+            if step is not None:
+                last_chunk_at = loop.time()
+                yield step
     yield Stopped.BOUND
+
+
+def _step(tracker: ChunkTracker, covered: _Covered, chunk: InferenceChunk) -> Step | None:
+    """What `chunk` is to the caller: None for a repeat."""
+    order = tracker.accept(chunk)
+    if order is ChunkOrder.REPEAT:
+        return None
+    if order is ChunkOrder.RESTART:
+        covered.restart()
+        covered.add(chunk)
+        return Restarted(chunk)
+    covered.add(chunk)
+    return Gapped(chunk) if order is ChunkOrder.GAP else chunk
+
+
+class _Covered:
+    """Whether the chunks of the current answer say all of an OK result: every choice of the result
+    ended by a chunk (its `finish_reason`) or its text all sent. No chunk at all: the answer did not
+    stream (or the caller follows no chunks), and the result says it all."""
+
+    def __init__(self) -> None:
+        self._text: dict[int, list[str]] = {}
+        self._ended: set[int] = set()
+
+    def restart(self) -> None:
+        self._text.clear()
+        self._ended.clear()
+
+    def add(self, chunk: InferenceChunk) -> None:
+        self._text.setdefault(chunk.choice_index, []).append(chunk.delta)
+        if chunk.finish_reason is not None:
+            self._ended.add(chunk.choice_index)
+
+    def by_chunks(self, result: InferenceResult) -> bool:
+        if not self._text or result.status is not Status.OK:
+            return True
+        return all(
+            choice.index in self._ended or "".join(self._text.get(choice.index, ())) == (choice.content or "")
+            for choice in result.all_choices()
+        )
 
 
 class EventStreamResponse(Response):

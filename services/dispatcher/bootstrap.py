@@ -485,9 +485,14 @@ def outcome_writer(
     signer: RecordSigner,
     chunk_producer: ProducerEdge | None = None,
 ) -> OutcomeWriter:
+    writes: RecordProducer = producer
+    chunks: RecordProducer | None = chunk_producer
+    if tracing.enabled():
+        # Each record, chunks included, carries the context of the request's process span.
+        writes = TracedProducer(producer, send_spans=False)
+        chunks = TracedProducer(chunk_producer, send_spans=False) if chunk_producer else None
     return OutcomeWriter(
-        # Tracing on: each record carries the context of the request's process span.
-        TracedProducer(producer, send_spans=False) if tracing.enabled() else producer,
+        writes,
         topics,
         OutcomeBuilder(settings.dispatcher_id),
         models,
@@ -495,7 +500,7 @@ def outcome_writer(
         instruments.clock_ms,
         on_fatal=stop.fail,
         signer=signer,
-        chunk_producer=chunk_producer,
+        chunk_producer=chunks,
     )
 
 

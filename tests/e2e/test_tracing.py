@@ -224,7 +224,11 @@ def test_a_record_written_straight_to_kafka_keeps_its_trace_through_the_chunks(
     outcome = asyncio.run(wait_outcomes(pipeline.results_url, [request.request_id], timeout_s=60))
     assert outcome[request.request_id]["status"] == "OK"
 
-    replies = read_all(pipeline.bootstrap, f"{pipeline.topic_prefix}.results", expect=10_000, timeout_s=5)
+    replies = [
+        message
+        for topic in (f"{pipeline.topic_prefix}.results", f"{pipeline.topic_prefix}.chunks")
+        for message in read_all(pipeline.bootstrap, topic)
+    ]
     mine = [m for m in replies if m.key() == request.request_id.encode()]
     kinds = [dict(m.headers() or []).get("inferq-kind") for m in mine]
     assert b"chunk" in kinds and None in kinds, "chunks and the result"
