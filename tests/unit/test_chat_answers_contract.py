@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from inferq.ingest.chat import answers
 from inferq.ingest.chat.chunks import StreamedAnswer
 from inferq.messaging import limits
-from inferq.messaging.records import InferenceChunk, InferenceResult, Status, Usage
+from inferq.messaging.records import Choice, InferenceChunk, InferenceResult, Status, Usage
 from inferq.messaging.tiers import Tier
 from tests.unit.test_chat_completions import HI, ingest, run
 
@@ -402,3 +402,21 @@ def test_streamed_tools_on_the_wire_are_sdk_chunks_with_the_calls_and_a_usage_ch
         ("call_b", "clock", "{}"),
     ]
     assert usage.choices == [] and usage.usage is not None and usage.usage.total_tokens == 7
+
+
+def test_a_second_choice_whose_chunks_were_lost_is_completed_from_the_result() -> None:
+    both = (Choice(0, "Hello", "stop"), Choice(1, "Bonjour", "length"))
+    # Choice 1's "jour" was lost (a gap: nothing more is relayed), and choice 2... never streamed.
+    records = [chunk_record(0, delta="Hel"), chunk_record(1, delta="Bon", choice_index=1)]
+    final = assembled(streamed(records, result(output="Hello", finish_reason="stop", choices=both)))
+    assert [(c.index, c.message.content, c.finish_reason) for c in final.choices] == [
+        (0, "Hello", "stop"),
+        (1, "Bonjour", "length"),
+    ]
+    whole = assembled(streamed(records[:1], result(output="Hello", finish_reason="stop", choices=both)))
+    assert [(c.index, c.message.content) for c in whole.choices] == [(0, "Hello"), (1, "Bonjour")]
+    other = (Choice(0, "Hello", "stop"), Choice(1, "Salut", "stop"))
+    sent = StreamedAnswer("r1", 1)
+    for record in records:
+        sent.chunk(record)
+    assert not sent.continued_by(result(output="Hello", choices=other)), "choice 1 came out otherwise"

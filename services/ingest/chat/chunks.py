@@ -7,11 +7,12 @@ choice's carries the role. Finish reasons wait for the end: the result may still
 tool calls the records did not (a dispatcher that did not stream, chunks a slow reader lost), and
 they must come before the choice ends.
 
-The end (`StreamedAnswer.ending`): what the first choice did not send yet (the rest of its text,
-and of its tool calls: the whole calls when no chunk carried them), then each choice's finish: the
-first choice's the result's `finish_reason`, the others' as their chunks said. A result that does
-not continue what was sent (the answer started over and came out otherwise) is the caller's error
-event (`continued_by`).
+The end (`StreamedAnswer.ending`): what each choice did not send yet (the rest of its text, and of
+the first choice's tool calls: the whole calls when no chunk carried them; a choice no chunk
+carried comes whole), then each choice's finish: the first choice's the result's `finish_reason`,
+the others' as their chunks said (else as the result says). A result that does not continue what
+was sent (the answer started over and came out otherwise) is the caller's error event
+(`continued_by`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ class StreamedAnswer:
     def __init__(self, request_id: str, created_s: int) -> None:
         self._request_id = request_id
         self._created_s = created_s
-        # The first choice's text and tool calls sent (the result must continue them).
-        self._text: list[str] = []
+        # Each choice's text and the first choice's tool calls sent (the result must continue them).
+        self._texts: dict[int, list[str]] = {}
         self._calls: dict[int, _SentCall] = {}
         # Every choice seen (the first one's role went out first), and each one's finish as said.
         self._finish: dict[int, str | None] = {0: None}
@@ -39,12 +40,20 @@ class StreamedAnswer:
     @property
     def text(self) -> str:
         """The first choice's text sent so far."""
-        return "".join(self._text)
+        return self._sent_text(0)
+
+    def _sent_text(self, index: int) -> str:
+        return "".join(self._texts.get(index, ()))
 
     def continued_by(self, result: InferenceResult) -> bool:
-        """Whether `result`'s first choice continues what was sent (its text, each call's id, name
-        and arguments so far): False when the answer started over and came out otherwise."""
-        return (result.output or "").startswith(self.text) and self._rest_of_calls(result) is not None
+        """Whether `result` continues what was sent (each choice's text, the first choice's calls'
+        ids, names and arguments so far): False when the answer started over and came out
+        otherwise."""
+        contents = {choice.index: choice.content or "" for choice in result.all_choices()}
+        contents[0] = result.output or ""
+        # A choice the result does not list (a result that names only its first) is not checked.
+        texts = all(contents[i].startswith(self._sent_text(i)) for i in self._texts if i in contents)
+        return texts and self._rest_of_calls(result) is not None
 
     def _sent(self, piece: Any) -> None:
         if not isinstance(piece, dict) or not isinstance(piece.get("index"), int):
@@ -92,8 +101,8 @@ class StreamedAnswer:
         logprobs = record.openai_logprobs()
         if not (first or record.delta or record.refusal or calls or logprobs):
             return None
+        self._texts.setdefault(index, []).append(record.delta)
         if index == 0:
-            self._text.append(record.delta)
             for piece in calls or ():
                 self._sent(piece)
         return answers.chunk(
@@ -109,17 +118,39 @@ class StreamedAnswer:
         )
 
     def ending(self, result: InferenceResult) -> list[dict[str, Any]]:
-        """The chunks that end an OK result's stream (the usage chunk aside): what the first choice
-        did not send yet, then every choice's finish. The caller has checked that the result's
-        output continues `text`."""
+        """The chunks that end an OK result's stream (the usage chunk aside): what each choice did
+        not send yet, then every choice's finish. The caller has checked that the result continues
+        what was sent (`continued_by`)."""
         rid, created_s, model = self._request_id, self._created_s, result.model
         out: list[dict[str, Any]] = []
         rest = (result.output or "")[len(self.text) :]
         calls = self._rest_of_calls(result)
         if rest or calls:
             out.append(answers.chunk(rid, created_s, model, content=rest or None, tool_calls=calls))
+        said_by_result: dict[int, str | None] = {}
+        for choice in result.all_choices():
+            if choice.index == 0:
+                continue
+            said_by_result[choice.index] = choice.finish_reason
+            rest = (choice.content or "")[len(self._sent_text(choice.index)) :]
+            first = choice.index not in self._finish
+            if rest or first:
+                # A choice whose chunks were lost (or never written) comes whole, with its role.
+                refusal = choice.refusal if first else None
+                out.append(
+                    answers.chunk(
+                        rid,
+                        created_s,
+                        model,
+                        index=choice.index,
+                        role=first,
+                        content=rest or None,
+                        refusal=refusal,
+                    )
+                )
+                self._finish.setdefault(choice.index, None)
         for index in sorted(self._finish):
-            said = self._finish[index]
+            said = self._finish[index] or said_by_result.get(index)
             reason = said if said in limits.FINISH_REASONS else "stop"
             if index == 0:
                 reason = answers.finish_reason_of(result)
