@@ -40,7 +40,7 @@ class Submission:
     model: str | None = None
     params: Mapping[str, Any] | None = None
     estimated_tokens: int | None = None
-    # Chunks of the answer go to the reply topic as the backend writes them.
+    # Chunks of the answer go to the chunk topic as the backend writes them.
     stream: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 

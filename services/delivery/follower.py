@@ -167,13 +167,8 @@ class ReplyFollower:
                 self.deliver(record)
 
     def deliver(self, record: ReplyRecord) -> None:
-        key = record.key
-        # A chunk nobody here follows is passed over undecoded (one with no key cannot be told).
-        if (
-            key is not None
-            and is_chunk(record.headers)
-            and not self._hub.follows(key.decode("utf-8", "replace"))
-        ):
+        # A chunk nobody here follows is passed over undecoded (the hub keeps no history here).
+        if is_chunk(record.headers) and self._hub.kept_unfollowed(record):
             return
         try:
             reply = self._decoder.decode(record)

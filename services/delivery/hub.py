@@ -12,7 +12,7 @@ for the records it reads, on the same event loop; each wakes only the waiters of
   event stream opened after the request started), up to `history_max_bytes` of deltas over at most
   `history_max_streams` streams, the oldest stream forgotten first; a stream's history is dropped
   when its result arrives (the result carries the whole output). A reader may keep a chunk nobody
-  follows (`follows`) undecoded (`keep_undecoded`): it is decoded only if a late joiner asks for it;
+  follows (`follows`) undecoded (`kept_unfollowed`): it is decoded only if a late joiner asks for it;
   a reader may run only while some waiter wants chunks at all (`following`, `watch_following`).
   The history is kept by request_id (a record's key, known undecoded): a replay keeps the caller's
   tenant's chunks, and any tenant's result under that id ends it (ids are unique in practice);
@@ -33,7 +33,7 @@ from enum import Enum
 
 from inferq.messaging.codec import chunk_codec
 from inferq.messaging.errors import DecodeError
-from inferq.messaging.records import InferenceChunk, InferenceResult
+from inferq.messaging.records import InferenceChunk, InferenceResult, ReplyRecord
 
 Key = tuple[str, str]
 
@@ -87,13 +87,8 @@ class Waiter:
     async def next(self, timeout_s: float) -> InferenceChunk | InferenceResult | None:
         """The next chunk; once none is queued, the result; None when neither arrived within
         `timeout_s`. After the result it returns the result again."""
-        if not self._chunks and self._result is None:
-            self._wake.clear()
-            try:
-                async with asyncio.timeout(max(timeout_s, 0.0)):
-                    await self._wake.wait()
-            except TimeoutError:
-                return None
+        if not self._chunks and self._result is None and not await self._woken(timeout_s):
+            return None
         if self._chunks:
             return self._chunks.popleft()
         return self._result
@@ -102,13 +97,18 @@ class Waiter:
         """Once the result is in: the next chunk read after it, or None when none came within
         `timeout_s`."""
         if not self._chunks:
-            self._wake.clear()
-            try:
-                async with asyncio.timeout(max(timeout_s, 0.0)):
-                    await self._wake.wait()
-            except TimeoutError:
-                return None
+            await self._woken(timeout_s)
         return self._chunks.popleft() if self._chunks else None
+
+    async def _woken(self, timeout_s: float) -> bool:
+        """Wait until something new is pushed; False when nothing came within `timeout_s`."""
+        self._wake.clear()
+        try:
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                await self._wake.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def result(self, timeout_s: float) -> InferenceResult | None:
         """The result, or None when it did not arrive within `timeout_s`; chunks are skipped."""
@@ -164,10 +164,9 @@ class WaiterHub:
         self._count = 0
         # How many waiters want each request_id's chunks (any tenant): the keys a reader decodes.
         self._followed: dict[str, int] = {}
-        # How many waiters want chunks at all, and who is told when that turns from or to 0.
-        self._following = 0
+        # Who is told when chunks are first wanted, and when no more (`watch_following`).
         self._following_watchers: list[Callable[[], None]] = []
-        # Decodes the chunks kept undecoded (`keep_undecoded`) when a late joiner replays them.
+        # Decodes the chunks kept undecoded (`kept_unfollowed`) when a late joiner replays them.
         self._chunk_codec = chunk_codec()
         # By request_id (a record's Kafka key, known before decoding); a replay keeps its tenant's.
         self._history: OrderedDict[str, _History] = OrderedDict()
@@ -207,8 +206,10 @@ class WaiterHub:
         self._waiters.setdefault(key, set()).add(waiter)
         self._count += 1
         if chunks:
+            first = not self._followed
             self._followed[request_id] = self._followed.get(request_id, 0) + 1
-            self._count_following(+1)
+            if first:
+                self._following_changed()
         try:
             yield waiter
         finally:
@@ -222,28 +223,27 @@ class WaiterHub:
                 left = self._followed.pop(request_id) - 1
                 if left:
                     self._followed[request_id] = left
-                self._count_following(-1)
+                if not self._followed:
+                    self._following_changed()
 
     def follows(self, request_id: str) -> bool:
         """Whether a waiter (of any tenant) wants `request_id`'s chunks: a reader need not decode
-        the others (`keep_undecoded`)."""
+        the others (`kept_unfollowed`)."""
         return request_id in self._followed
 
     @property
     def following(self) -> int:
         """How many waiters want chunks now (any request, any tenant)."""
-        return self._following
+        return sum(self._followed.values())
 
     def watch_following(self, callback: Callable[[], None]) -> None:
         """Call `callback` each time `following` turns from 0 to 1 or from 1 to 0: a reader of
         chunks that runs only while someone wants them (the results service's chunk reader)."""
         self._following_watchers.append(callback)
 
-    def _count_following(self, change: int) -> None:
-        self._following += change
-        if self._following == (1 if change > 0 else 0):
-            for callback in self._following_watchers:
-                callback()
+    def _following_changed(self) -> None:
+        for callback in self._following_watchers:
+            callback()
 
     def _replay(self, request_id: str) -> list[InferenceChunk]:
         """The stream's chunks kept so far, those kept undecoded decoded now (once: the history
@@ -264,16 +264,24 @@ class WaiterHub:
         return chunks
 
     def publish_chunk(self, chunk: InferenceChunk) -> None:
-        """A chunk read from the reply topic: queued for its key's waiters and kept for late joiners."""
+        """A chunk read from a chunk topic: queued for its key's waiters and kept for late joiners."""
         key = (chunk.tenant, chunk.request_id)
         self._remember(chunk.request_id, chunk, _chunk_bytes(chunk))
         for waiter in self._waiters.get(key, ()):
             waiter._push_chunk(chunk)
 
-    def keep_undecoded(self, request_id: str, value: bytes) -> None:
-        """A chunk of `request_id` nobody follows (`follows` is false), as its record's value: kept
-        for late joiners only, decoded if one comes."""
-        self._remember(request_id, value, len(value) + 64)
+    def kept_unfollowed(self, record: ReplyRecord) -> bool:
+        """Whether chunk `record` belongs to a request no waiter here follows (`follows`, by the
+        record's key, the request_id): then it is kept undecoded for a late joiner (when this hub
+        keeps a history; decoded only if one comes) and its reader need not decode it. A record
+        with no key cannot be told: False."""
+        if record.key is None or record.value is None:
+            return False
+        request_id = record.key.decode("utf-8", "replace")
+        if self.follows(request_id):
+            return False
+        self._remember(request_id, record.value, len(record.value) + 64)
+        return True
 
     def publish_result(self, result: InferenceResult) -> None:
         """A result read from the reply topic (or stored): wakes its key's waiters; the stream's

@@ -101,7 +101,7 @@ class StreamDelta:
 
 
 def merged(pieces: Iterable[StreamDelta], *, max_chars: int = limits.MAX_CHUNK_CHARS) -> list[StreamDelta]:
-    """The pieces gathered for the reply topic as chunk deltas, in order: consecutive pieces of one
+    """The pieces gathered for the chunk topic as chunk deltas, in order: consecutive pieces of one
     choice become one, up to and including the piece that ends it (its `finish_reason`), and while
     it stays within `max_chars` (a piece larger than that is a chunk of its own)."""
     out: list[StreamDelta] = []

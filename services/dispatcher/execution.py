@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Coroutine
 
 from inferq import tracing
@@ -62,6 +63,8 @@ from inferq.dispatcher.tokens import Lease
 from inferq.dispatcher.work import Work
 from inferq.dispatcher.writer import OutcomeWriter
 from inferq.messaging.producer import ProduceError
+
+log = logging.getLogger("inferq.dispatcher")
 
 
 class Execution:
@@ -307,6 +310,14 @@ class Execution:
             await stream.abort()
             return False
         await stream.finish()
+        if stream.lost:
+            log.warning(
+                "%d of %d chunks of request %s lost (its result holds them), the first: %s",
+                stream.lost,
+                stream.lost + stream.written,
+                work.request_id,
+                stream.first_loss,
+            )
         if failure is not None:
             self._metrics.record_failed_mid_stream(work.tier)
             why = f"failed mid-stream after {stream.written} chunks"

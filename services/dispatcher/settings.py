@@ -234,7 +234,7 @@ class DispatcherSettings(RenamingSettings):
     breaker_open_s: float = Field(default=10.0, gt=0, le=3600)
     """How long an open circuit passes its backend over before a probe call."""
     stream_chunk_tokens: int = Field(default=64, ge=1, le=10_000)
-    """After its first token (written at once), a streamed answer's tokens go to the reply topic as one
+    """After its first token (written at once), a streamed answer's tokens go to the chunk topic as one
     chunk once the oldest waiting token is INFERQ_DISPATCHER_STREAM_CHUNK_LINGER_MS old, about
     INFERQ_DISPATCHER_STREAM_CHUNK_CHARS characters wait, or this many tokens do, whichever comes
     first (services/dispatcher/streaming.py). Fewer, larger chunks cost every process less CPU."""

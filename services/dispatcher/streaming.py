@@ -79,9 +79,11 @@ class ChunkStream:
         self._closing = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        # Chunks acknowledged by the broker, and chunks lost (not acknowledged in time).
+        # Chunks acknowledged by the broker, and chunks lost (not acknowledged in time): why the
+        # first was.
         self.written = 0
         self.lost = 0
+        self.first_loss: str | None = None
         # Whether a chunk was handed to the producer: from then on a caller may have seen tokens.
         self.started = False
 
@@ -157,6 +159,7 @@ class ChunkStream:
                         self.written += 1
                     else:
                         self.lost += 1
+                        self.first_loss = self.first_loss or failure.reason
             if self._closing and not self._buffer:
                 return
             if self._buffer:

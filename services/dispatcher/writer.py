@@ -126,8 +126,8 @@ class OutcomeWriter:
                 headers=[(KIND_HEADER, CHUNK_KIND)],
             )
         except ProduceError as exc:
+            # Counted here; logged once per call (`execution.py`): an outage loses many.
             self._metrics.record_chunk_lost(work.tier)
-            log.warning("chunk %d of request %s lost: %s", seq, work.request_id, exc.reason)
             return exc
         self._metrics.record_chunk(work.tier)
         return None

@@ -396,7 +396,11 @@ def topics_watch(
 
 
 def _needed_topics(settings: IngestSettings) -> list[str]:
-    return [*settings.kafka.topics.all_requests, settings.default_reply_topic]
+    # What it writes, and what its follower reads (the reply topic and the chunk topic beside it).
+    return [
+        *settings.kafka.topics.all_requests,
+        *followed_topics(settings.kafka, settings.default_reply_topic),
+    ]
 
 
 def _nothing_to_check() -> None:

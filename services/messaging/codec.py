@@ -156,7 +156,7 @@ def result_codec() -> TypedCodec[InferenceResult]:
 
 @cache
 def chunk_codec() -> TypedCodec[InferenceChunk]:
-    """The process-wide codec of `InferenceChunk` (a streamed answer's pieces on the reply topic)."""
+    """The process-wide codec of `InferenceChunk` (a streamed answer's pieces on a chunk topic)."""
     avro = AvroCodec(load_schema("inference_chunk"))
     for earlier in earlier_schemas("inference_chunk"):
         avro.add_writer(earlier)

@@ -1,5 +1,5 @@
 """The records on inferq's topics, typed: `InferenceRequest`, `InferenceResult` and, for a streamed
-answer, `InferenceChunk` (on the reply topic before the result, marked by a header).
+answer, `InferenceChunk` (on the chunk topic beside the reply topic, before the result, marked by a header).
 
 This module is the one place that spells out their fields (they mirror `schemas/*.avsc`). Every
 service builds and reads them through these classes; `to_record` / `from_record` are the only
@@ -98,7 +98,7 @@ class InferenceRequest:
     params: Mapping[str, str] | None = None
     # A retry waits until this instant (epoch ms); None for a first attempt.
     not_before_ms: int | None = None
-    # The caller streams: chunks go to the reply topic before the result.
+    # The caller streams: chunks go to the chunk topic beside the reply topic before the result.
     stream: bool = False
     # Where the outcome is POSTed as a signed webhook; None for none.
     callback_url: str | None = None

@@ -11,7 +11,7 @@ feed, `chunk_feed.kafka_chunk_feed`, positions it), so a stream opened mid-answe
 answer from its start; while it runs, the hub keeps the chunks of streams in progress for those who
 join later, and repeats are dropped by seq (`ChunkTracker`). A chunk is decoded only when a stream
 follows its request (`WaiterHub.follows`, by the record's key, the request_id); the others are kept
-undecoded in the hub's history (`keep_undecoded`). One that does not decode is counted and skipped.
+undecoded in the hub's history (`WaiterHub.kept_unfollowed`). One that does not decode is counted and skipped.
 
 Nothing waits for this reader: a stream's result comes from the store or the results reader
 (`consumer.ResultConsumer`). So with Kafka down, or an answer that ends before the reader has caught
@@ -172,13 +172,9 @@ class ChunkReader:
         """A chunk record to the hub: decoded when its request is followed (or its record has no
         key to tell), else kept undecoded for a late joiner."""
         self.records += 1
-        hub = self._hub
-        if record.key is not None and record.value is not None:
-            request_id = record.key.decode("utf-8", "replace")
-            if not hub.follows(request_id):
-                self.kept_undecoded += 1
-                hub.keep_undecoded(request_id, record.value)
-                return
+        if self._hub.kept_unfollowed(record):
+            self.kept_undecoded += 1
+            return
         try:
             chunk = self._decoder.chunk(record)
         except DecodeError as exc:
@@ -186,7 +182,7 @@ class ChunkReader:
             log.debug("undecodable chunk at offset %d skipped: %s", record.offset, type(exc).__name__)
             return
         self.decoded += 1
-        hub.publish_chunk(chunk)
+        self._hub.publish_chunk(chunk)
 
 
 def watch_chunk_reader(meter: Meter, reader: ChunkReader) -> None:

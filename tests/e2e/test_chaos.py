@@ -31,10 +31,9 @@ from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.records import InferenceResult, Status
 from inferq.messaging.tiers import Tier
 from inferq.messaging.topics import TopicNames
-from inferq.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
 from inferq.tools.stack.pipeline import Pipeline, PipelinePorts
 from tests.support.inprocess import free_port
-from tests.support.kafka import a_request, committed_offsets, end_offsets, read_all
+from tests.support.kafka import a_request, committed_offsets, end_offsets, own_broker, read_all
 from tests.support.ledger import Answer, Ledger, request_body
 from tests.support.waiting import wait_until
 
@@ -296,12 +295,7 @@ OUTAGE_S = 12.0
 
 def test_broker_restart_mid_load_keeps_every_promise(tmp_path: Path) -> None:
     started = time.monotonic()
-    port, controller_port = pick_free_ports(2)
-    broker = LocalBroker(
-        BrokerConfig(home=tmp_path / "kafka", port=port, controller_port=controller_port, heap="512m")
-    )
-    broker.start(timeout_s=120)
-    try:
+    with own_broker(tmp_path / "kafka") as broker:
         stack = new_pipeline(
             broker.bootstrap,
             tmp_path / "stack",
@@ -356,8 +350,6 @@ def test_broker_restart_mid_load_keeps_every_promise(tmp_path: Path) -> None:
             during = answers_between(ledger, down_at, restart_began)
             finish_account(ledger, stack, timeout_s=60)
             assert_all_alive(stack)
-    finally:
-        broker.stop()
     refusals = [a for a in during if a.status == 503]
     print(
         f"\nbroker stopped in {down_at - stop_began:.2f} s, down {restart_began - down_at:.1f} s, "

@@ -21,8 +21,7 @@ import pytest
 from inferq.messaging.codec import chunk_codec
 from inferq.messaging.kafka_config import CHUNK_TIMEOUT_MS
 from inferq.messaging.topics import TopicNames
-from inferq.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
-from tests.support.kafka import read_all
+from tests.support.kafka import own_broker, read_all
 from tests.support.openai_streams import StreamEvent, stream_into
 from tests.support.pipeline import running_pipeline, slow_streams
 from tests.support.scrape import metric_sum
@@ -85,52 +84,45 @@ def chunk_seqs(bootstrap: str, topic: str) -> dict[str, list[int]]:
 
 def test_chunks_lost_while_the_broker_is_down_leave_no_hole_in_any_stream(tmp_path: Path) -> None:
     started = time.monotonic()
-    port, controller_port = pick_free_ports(2)
-    broker = LocalBroker(
-        BrokerConfig(home=tmp_path / "kafka", port=port, controller_port=controller_port, heap="512m")
-    )
-    broker.start(timeout_s=120)
-    try:
-        with running_pipeline(
+    with (
+        own_broker(tmp_path / "kafka") as broker,
+        running_pipeline(
             broker.bootstrap,
             tmp_path / "stack",
             name="chunkloss",
             # The idle bound well above the outage: a stream waits for the broker to come back.
             **slow_streams(speed=SPEED, INFERQ_INGEST_CHAT_STREAM_IDLE_S="120"),
-        ) as stack:
-            callers = Callers()
-            threads = [
-                threading.Thread(target=stream_into, args=(stack.ingest_url, n, callers.events), daemon=True)
-                for n in range(STREAMS)
-            ]
-            for thread in threads:
-                thread.start()
-            # Every caller has some text, none has its end: then the broker stops.
-            deadline = time.monotonic() + 60
-            while len(callers.ids) < STREAMS:
-                callers.read(until=min(deadline, time.monotonic() + 0.5), done=False)
-                assert time.monotonic() < deadline, f"streams without text after 60 s: {callers.ids}"
-            assert not callers.ended, callers.ended
-            before = dict(callers.pieces)
-            stop_began = time.monotonic()
-            broker.stop()
-            down_at = time.monotonic()
-            callers.read(until=down_at + OUTAGE_S, done=False)
-            broker.start(timeout_s=60)
-            up_at = time.monotonic()
-            callers.read(until=up_at + 120, done=True)
-            for thread in threads:
-                thread.join(10)
-            lost = metric_sum(f"{stack.dispatcher_url(0)}/metrics", "inferq_stream_chunks_lost_total")
-            outcomes = {
-                n: httpx.get(
-                    f"{stack.results_url}/v1/requests/{callers.ids[n]}", params={"wait": 30}, timeout=40
-                )
-                for n in range(STREAMS)
-            }
-            seqs = chunk_seqs(broker.bootstrap, TopicNames(stack.topic_prefix).chunks)
-    finally:
+        ) as stack,
+    ):
+        callers = Callers()
+        threads = [
+            threading.Thread(target=stream_into, args=(stack.ingest_url, n, callers.events), daemon=True)
+            for n in range(STREAMS)
+        ]
+        for thread in threads:
+            thread.start()
+        # Every caller has some text, none has its end: then the broker stops.
+        deadline = time.monotonic() + 60
+        while len(callers.ids) < STREAMS:
+            callers.read(until=min(deadline, time.monotonic() + 0.5), done=False)
+            assert time.monotonic() < deadline, f"streams without text after 60 s: {callers.ids}"
+        assert not callers.ended, callers.ended
+        before = dict(callers.pieces)
+        stop_began = time.monotonic()
         broker.stop()
+        down_at = time.monotonic()
+        callers.read(until=down_at + OUTAGE_S, done=False)
+        broker.start(timeout_s=60)
+        up_at = time.monotonic()
+        callers.read(until=up_at + 120, done=True)
+        for thread in threads:
+            thread.join(10)
+        lost = metric_sum(f"{stack.dispatcher_url(0)}/metrics", "inferq_stream_chunks_lost_total")
+        outcomes = {
+            n: httpx.get(f"{stack.results_url}/v1/requests/{callers.ids[n]}", params={"wait": 30}, timeout=40)
+            for n in range(STREAMS)
+        }
+        seqs = chunk_seqs(broker.bootstrap, TopicNames(stack.topic_prefix).chunks)
     written = {n: seqs.get(callers.ids[n], []) for n in range(STREAMS)}
     holes = {n: sorted(set(range(max(s) + 1)) - set(s)) for n, s in written.items() if s}
     print(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
@@ -25,7 +27,7 @@ from inferq.messaging.codec import request_codec
 from inferq.messaging.record_signing import RecordSigner
 from inferq.messaging.records import ChatMessage, InferenceRequest
 from inferq.messaging.tiers import Tier
-from inferq.tools.broker.broker import LocalBroker
+from inferq.tools.broker.broker import BrokerConfig, LocalBroker, pick_free_ports
 from inferq.tools.broker.security import ADMIN
 from inferq.tools.stack.tenants import SERVICE_RECORD_KEY
 from tests.support.waiting import wait_until
@@ -238,3 +240,16 @@ def use_create_time(bootstrap: str, topics: list[str]) -> None:
         )
 
     wait_until(applied, "the topics on CreateTime", 30, interval_s=0.2)
+
+
+@contextmanager
+def own_broker(home: Path) -> Iterator[LocalBroker]:
+    """A one-node broker of the test's own, on free ports, which the test may stop and start again
+    (the shared broker must never go down); stopped when the block ends."""
+    port, controller_port = pick_free_ports(2)
+    broker = LocalBroker(BrokerConfig(home=home, port=port, controller_port=controller_port, heap="512m"))
+    broker.start(timeout_s=120)
+    try:
+        yield broker
+    finally:
+        broker.stop()

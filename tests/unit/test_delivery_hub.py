@@ -8,6 +8,7 @@ import functools
 import pytest
 
 from inferq.delivery.hub import ChunkOrder, ChunkTracker, HubFullError, WaiterHub
+from inferq.messaging.codec import chunk_codec
 from inferq.messaging.records import InferenceResult
 from tests.support import fakes
 from tests.support.loop import in_loop
@@ -167,6 +168,24 @@ def test_a_request_is_followed_only_while_a_waiter_wants_its_chunks() -> None:
             assert hub.follows("r1")
         assert not hub.follows("r1"), "followed no more once every chunk waiter left"
     assert not hub.follows("r2")
+
+
+@in_loop
+async def test_an_unfollowed_chunk_is_kept_undecoded_and_a_late_joiner_of_its_tenant_gets_it() -> None:
+    hub = WaiterHub()
+    value = chunk_codec().encode(fakes.a_chunk("r1", 0, tenant="acme", delta="Hel"))
+    with hub.waiting("acme", "r2"):
+        assert hub.kept_unfollowed(fakes.FakeRecord(value, 0, key=b"r1")), "nobody follows r1"
+        assert not hub.kept_unfollowed(fakes.FakeRecord(value, 1, key=b"r2")), "r2's must be decoded"
+    assert not hub.kept_unfollowed(fakes.FakeRecord(value, 2)), "no key: cannot be told"
+    with hub.waiting("acme", "r1", replay=True) as late, hub.waiting("beta", "r1", replay=True) as other:
+        chunk = await late.next(0)
+        assert chunk is not None and not isinstance(chunk, InferenceResult) and chunk.delta == "Hel"
+        assert await other.next(0.01) is None, "another tenant's replay is empty"
+    no_history = WaiterHub(history_max_bytes=0)
+    assert no_history.kept_unfollowed(fakes.FakeRecord(value, 0, key=b"r1"))
+    with no_history.waiting("acme", "r1", replay=True) as late:
+        assert await late.next(0.01) is None, "a hub without history (ingest's) keeps nothing"
 
 
 def test_watchers_learn_when_chunks_are_first_wanted_and_when_no_more() -> None:

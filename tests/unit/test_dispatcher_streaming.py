@@ -39,7 +39,7 @@ class Sink:
 
     async def __call__(self, seq: int, delta: StreamDelta) -> ProduceError | None:
         if seq == self.refuse_at:
-            return ProduceError("t.results", KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+            return ProduceError("t.chunks", KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
         self.chunks.append((seq, delta.content))
         self.deltas.append(delta)
         await self.gate.wait()
@@ -135,6 +135,8 @@ async def test_a_lost_chunk_is_counted_and_the_next_takes_the_following_seq() ->
     # seq 1 is missing: a reader sees the gap (and takes the rest from the result).
     assert sink.chunks == [(0, "a"), (2, "c")]
     assert (stream.written, stream.lost) == (2, 1)
+    refused = ProduceError("t.chunks", KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    assert stream.first_loss == refused.reason, "why the first was lost, for the call's one log line"
 
 
 @in_loop

@@ -5,8 +5,8 @@ dispatcher with the backend) and two Kafka trips (the request to the dispatcher,
 ingest's follower). The direct phases measure one HTTP exchange; `kafka_trip` measures one Kafka
 trip with the product's own clients and settings, at the phase's rate, on the same broker and
 machine, while the pipeline is idle: the product's producer (idempotent, acks=all, linger 0:
-`KafkaSettings.producer_config`) writes a stamped record, and a group-less consumer built as the
-follower's (`reply_consumer`) reads it. So the floor of a sync call is 2 x (direct added) + 2 x
+`KafkaSettings.producer_config`) writes a stamped record, and the followers' own feed
+(`KafkaReplyFeed`: group-less, from the end) reads it. So the floor of a sync call is 2 x (direct added) + 2 x
 (trip), and the floor of a streamed call's first chunk one trip plus the direct first-chunk delay:
 what is above the floor is what the services' Python and scheduling add.
 """
@@ -19,18 +19,20 @@ import struct
 import time
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer
-
+from inferq.delivery.follower import KafkaReplyFeed
 from inferq.messaging.kafka_config import KafkaSettings
 from inferq.messaging.producer import AsyncProducer
-from inferq.messaging.reply_reader import FETCH_TIMEOUT_MS, MAX_BATCH_RECORDS, reply_consumer, start_assigned
+from inferq.messaging.reply_reader import FETCH_TIMEOUT_MS, MAX_BATCH_RECORDS
 from inferq.tools.bench.machine import cell, table
+from inferq.tools.bench.pipeline_run import open_loop
 from inferq.tools.measures import Stats, stats
 
 # A record's value: the perf_counter instant it was handed to the producer.
 _STAMP = struct.Struct("!d")
-# How long the reader waits for the last records once every one is sent.
+# How long the reader waits for the last records once every one is sent, and the sends for their
+# acknowledgements once the last is due.
 DRAIN_S = 5.0
+SEND_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -48,57 +50,42 @@ async def kafka_trip(
     kafka: KafkaSettings, topic: str, rate_per_s: float, duration_s: float, warmup_s: float
 ) -> KafkaTrip:
     """Records sent open loop at `rate_per_s` for `warmup_s` + `duration_s` to `topic` (which
-    exists); the records of the warm-up are not counted."""
-    consumer = reply_consumer(kafka, topic, client_id="bench-trip", start="latest")
-    await start_assigned(consumer, _at_end)
+    exists), read by the followers' own feed; the records of the warm-up are not counted."""
+    feed = KafkaReplyFeed(kafka, topic, client_id="bench-trip")
+    await feed.start()
     producer = AsyncProducer(kafka.producer_config(client_id="bench-trip"))
     await producer.start()
     counted_from = int(warmup_s * rate_per_s)
     total = counted_from + int(duration_s * rate_per_s)
-    acked: list[float] = []
     read: dict[float, float] = {}
+
+    async def send(index: int, _due_ns: int) -> float:
+        sent = time.perf_counter()
+        await producer.produce(topic, _STAMP.pack(sent), key=str(index).encode())
+        return (time.perf_counter() - sent) * 1000
+
     try:
-        reading = asyncio.create_task(_read(consumer, read, total))
-        sends = [
-            asyncio.create_task(_send(producer, topic, due, acked)) for due in _schedule(rate_per_s, total)
-        ]
-        await asyncio.gather(*sends)
+        reading = asyncio.create_task(_read(feed, read, total))
+        acked = await open_loop(send, total, rate_per_s, timeout_s=SEND_TIMEOUT_S)
         # What did not arrive in time is not counted: `read` < `sent` says so.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(reading, DRAIN_S)
     finally:
         await producer.stop()
-        await consumer.stop()
+        await feed.stop()
     sent_at = sorted(read)
     counted = [read[s] for s in sent_at[counted_from:]]
     return KafkaTrip(rate_per_s, stats(acked[counted_from:]), stats(counted), total, len(read))
 
 
-def _schedule(rate_per_s: float, total: int) -> list[float]:
-    start = time.perf_counter() + 0.05
-    return [start + i / rate_per_s for i in range(total)]
-
-
-async def _send(producer: AsyncProducer, topic: str, due: float, acked: list[float]) -> None:
-    await asyncio.sleep(max(due - time.perf_counter(), 0))
-    sent = time.perf_counter()
-    await producer.produce(topic, _STAMP.pack(sent), key=str(sent).encode())
-    acked.append((time.perf_counter() - sent) * 1000)
-
-
-async def _read(consumer: AIOKafkaConsumer, read: dict[float, float], total: int) -> None:
+async def _read(feed: KafkaReplyFeed, read: dict[float, float], total: int) -> None:
     while len(read) < total:
-        batches = await consumer.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=MAX_BATCH_RECORDS)
+        batches = await feed.getmany(timeout_ms=FETCH_TIMEOUT_MS, max_records=MAX_BATCH_RECORDS)
         now = time.perf_counter()
         for records in batches.values():
             for record in records:
-                (sent,) = _STAMP.unpack(record.value)
+                (sent,) = _STAMP.unpack(record.value or b"")
                 read[sent] = (now - sent) * 1000
-
-
-async def _at_end(consumer: AIOKafkaConsumer) -> None:
-    for tp in consumer.assignment():
-        await consumer.position(tp)
 
 
 @dataclass(frozen=True)
